@@ -1,0 +1,131 @@
+# flamewatch — plain Make. `make` builds build/flamewatch, `make test` runs
+# every test, `make run` starts the main job. V=1 shows the commands.
+
+.DELETE_ON_ERROR:
+.SUFFIXES:
+.DEFAULT_GOAL := all
+
+ifeq ($(V),1)
+Q :=
+msg :=
+else
+Q := @
+msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
+endif
+
+BUILD    := build
+CC       ?= gcc
+CLANG    ?= clang
+BPFTOOL  ?= bpftool
+PROTOC_C ?= protoc-c
+ARCH     := $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
+
+# The dependency step runs before anything else is built; it is a no-op when
+# every package is already installed.
+DEPS_STAMP := $(BUILD)/.deps
+$(DEPS_STAMP): scripts/install-deps.sh
+	$(Q)mkdir -p $(BUILD)
+	$(Q)./scripts/install-deps.sh
+	$(Q)touch $@
+
+WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+CFLAGS  ?= -O2 -g
+CFLAGS  += $(WARN) -std=gnu11 -D_GNU_SOURCE -Isrc -I$(BUILD) -I$(BUILD)/gen -MMD -MP
+LDFLAGS ?=
+
+# Everything but glibc links statically so the binary runs unchanged on other
+# distributions. Order matters for static archives: users before providers.
+STATIC_LIBS := -lbpf -ldw -lelf -lprotobuf-c -liberty -lzstd -llzma -lbz2 -lz
+LDLIBS := -Wl,-Bstatic $(STATIC_LIBS) -Wl,-Bdynamic -lpthread -ldl -lm
+
+# ---- BPF -------------------------------------------------------------------
+BPF_SRCS  := $(wildcard src/agent/bpf/*.bpf.c)
+BPF_OBJS  := $(patsubst src/agent/bpf/%.bpf.c,$(BUILD)/bpf/%.bpf.o,$(BPF_SRCS))
+BPF_SKELS := $(patsubst src/agent/bpf/%.bpf.c,$(BUILD)/bpf/%.skel.h,$(BPF_SRCS))
+BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
+	-I$(BUILD) -Isrc/agent/bpf
+
+$(BUILD)/vmlinux.h: | $(DEPS_STAMP)
+	$(call msg,GEN,$@)
+	$(Q)$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
+
+$(BUILD)/bpf/%.bpf.o: src/agent/bpf/%.bpf.c $(BUILD)/vmlinux.h $(wildcard src/agent/bpf/*.h)
+	$(call msg,BPF,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@.tmp
+	$(Q)$(BPFTOOL) gen object $@ $@.tmp
+	$(Q)rm -f $@.tmp
+
+$(BUILD)/bpf/%.skel.h: $(BUILD)/bpf/%.bpf.o
+	$(call msg,SKEL,$@)
+	$(Q)$(BPFTOOL) gen skeleton $< name $(subst -,_,$*)_bpf > $@
+
+# ---- protobuf --------------------------------------------------------------
+PROTOS     := $(wildcard src/format/*.proto)
+PROTO_SRCS := $(patsubst src/format/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
+PROTO_HDRS := $(PROTO_SRCS:.c=.h)
+
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: src/format/%.proto | $(DEPS_STAMP)
+	$(call msg,PROTOC,$<)
+	$(Q)mkdir -p $(BUILD)/gen
+	$(Q)$(PROTOC_C) --proto_path=src/format --c_out=$(BUILD)/gen $<
+
+# ---- C ---------------------------------------------------------------------
+# src/cuda is a separate shared library loaded into other processes; it
+# depends on nothing else in src/ and is built by its own rule.
+LIB_SRCS := $(filter-out src/main.c src/cuda/%,$(shell find src -name '*.c' ! -name '*.bpf.c' | sort))
+LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) \
+	    $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PROTO_SRCS))
+GENERATED := $(BPF_SKELS) $(PROTO_HDRS)
+
+$(BUILD)/obj/%.o: src/%.c | $(GENERATED) $(DEPS_STAMP)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(filter-out -Werror,$(CFLAGS)) -c $< -o $@
+
+$(BUILD)/libflamewatch.a: $(LIB_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@
+	$(Q)ar rcs $@ $^
+
+$(BUILD)/flamewatch: $(BUILD)/obj/main.o $(BUILD)/libflamewatch.a
+	$(call msg,LINK,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+all: $(BUILD)/flamewatch
+
+# ---- tests -----------------------------------------------------------------
+UNIT_SRCS := $(wildcard tests/unit/test_*.c)
+UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libflamewatch.a
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -Itests/unit -DFW_TEST_DATA='"tests"' -o $@ $< \
+		$(BUILD)/libflamewatch.a -lcmocka $(LDLIBS)
+
+# Workload programs with known call chains, profiled by the system tests.
+include tests/workloads/workloads.mk
+
+unit: $(UNIT_BINS)
+	$(Q)set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+
+system: $(BUILD)/flamewatch workloads
+	$(Q)/usr/bin/python3 -m pytest -q tests/integration
+
+test: unit system
+
+run: $(BUILD)/flamewatch
+	$(BUILD)/flamewatch record -a
+
+clean:
+	rm -rf $(BUILD)
+
+.PHONY: all unit system test run clean workloads
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,28 @@
+# Workloads for the system tests: small programs whose call chains are known.
+WL := $(BUILD)/workloads
+WL_CFLAGS := -O1 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer -fno-inline
+
+$(WL)/%: tests/workloads/%.c | $(DEPS_STAMP)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(WL_CFLAGS) -o $@ $<
+
+$(WL)/%: tests/workloads/%.cpp | $(DEPS_STAMP)
+	$(call msg,CXX,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)g++ $(WL_CFLAGS) -o $@ $<
+
+$(WL)/%: tests/workloads/%.go | $(DEPS_STAMP)
+	$(call msg,GO,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)GOCACHE=$(abspath $(BUILD))/gocache GOFLAGS=-mod=mod go build -o $@ $<
+
+RUSTC := $(shell command -v rustc 2>/dev/null || echo $(HOME)/.cargo/bin/rustc)
+$(WL)/%: tests/workloads/%.rs | $(DEPS_STAMP)
+	$(call msg,RUSTC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(RUSTC) -C opt-level=1 -C force-frame-pointers=yes -g -o $@ $<
+
+WORKLOAD_SRCS := $(wildcard tests/workloads/*.c tests/workloads/*.cpp tests/workloads/*.go tests/workloads/*.rs)
+WORKLOADS := $(addprefix $(WL)/,$(basename $(notdir $(WORKLOAD_SRCS))))
+workloads: $(WORKLOADS)
