@@ -2,6 +2,8 @@
 # every test, `make run` starts the main job. V=1 shows the commands.
 
 .DELETE_ON_ERROR:
+# Generated headers and BPF objects are products, not throwaway intermediates.
+.SECONDARY:
 .SUFFIXES:
 .DEFAULT_GOAL := all
 

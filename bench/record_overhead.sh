@@ -1,0 +1,180 @@
+#!/bin/bash
+# Overhead of `flamewatch record -a` next to `perf record -a -g`, both sampling
+# the same CPU-bound load at the same rate for the same time, concurrently.
+#
+#   sudo bench/record_overhead.sh [SECONDS]        # default 60
+#
+# Environment: HZ (default 19), LOAD (CPU-bound load processes, default
+# nproc), FLAMEWATCH (binary, default build/flamewatch), KEEP=1 keeps the
+# scratch directory. See bench/README.md for how to read the table.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+DUR=${1:-${DURATION:-60}}
+HZ=${HZ:-19}
+NLOAD=${LOAD:-$(nproc)}
+FW=${FLAMEWATCH:-build/flamewatch}
+# Names of the programs in src/agent/bpf/sample.bpf.c, used only when
+# bpftool cannot tell which process holds a program.
+FW_PROGS=${FW_PROGS:-on_cpu_sample,on_exec,on_exit,on_fork}
+
+die() { echo "record_overhead: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "needs root (BPF, perf -a, sysctl)"
+[ -x "$FW" ] || die "$FW not found: run make"
+[ -x /usr/bin/time ] || die "/usr/bin/time not found: apt-get install time"
+command -v perf >/dev/null || die "perf not found: apt-get install linux-perf"
+command -v bpftool >/dev/null || die "bpftool not found: apt-get install bpftool"
+command -v python3 >/dev/null || die "python3 not found"
+[ -x build/workloads/cpu_split ] || make -s workloads
+
+OUT=$(mktemp -d /tmp/fw-bench.XXXXXX)
+OLD_STATS=$(cat /proc/sys/kernel/bpf_stats_enabled)
+LOAD_PIDS=()
+TOOL_PIDS=()
+
+cleanup() {
+	# Only what this script started, by pid.
+	for p in "${TOOL_PIDS[@]}" "${LOAD_PIDS[@]}"; do
+		kill "$p" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
+	sysctl -q -w kernel.bpf_stats_enabled="$OLD_STATS" >/dev/null || true
+	if [ "${KEEP:-0}" = 1 ]; then
+		echo "scratch files kept in $OUT" >&2
+	else
+		rm -rf "$OUT"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Run-time accounting of BPF programs costs a few ns per run, so it is off by
+# default; turn it on for the measurement and put it back afterwards.
+sysctl -q -w kernel.bpf_stats_enabled=1
+
+echo "load: $NLOAD x cpu_split on $(nproc) CPUs; sampling at $HZ Hz for $DUR s" >&2
+for _ in $(seq "$NLOAD"); do
+	build/workloads/cpu_split $((DUR + 30)) &
+	LOAD_PIDS+=($!)
+done
+sleep 2
+
+/usr/bin/time -v -o "$OUT/fw.time" \
+	"$FW" record -a -F "$HZ" -d "$DUR" --quiet -o "$OUT/fw.pb.gz" >"$OUT/fw.log" 2>&1 &
+FW_TIME=$!
+TOOL_PIDS+=($FW_TIME)
+/usr/bin/time -v -o "$OUT/perf.time" \
+	perf record -q -e cpu-clock -F "$HZ" -a -g -o "$OUT/perf.data" -- sleep "$DUR" >"$OUT/perf.log" 2>&1 &
+PERF_TIME=$!
+TOOL_PIDS+=($PERF_TIME)
+T0=$(date +%s.%N)
+
+# /usr/bin/time forks the tool; the tool's pid is time's only child.
+FW_PID=""
+for _ in $(seq 50); do
+	FW_PID=$(ps -o pid= --ppid "$FW_TIME" | tr -d ' ' | head -n1)
+	[ -n "$FW_PID" ] && break
+	sleep 0.1
+done
+[ -n "$FW_PID" ] || die "could not find the flamewatch process under /usr/bin/time"
+TOOL_PIDS+=("$FW_PID")
+PERF_PID=$(ps -o pid= --ppid "$PERF_TIME" | tr -d ' ' | head -n1)
+[ -z "$PERF_PID" ] || TOOL_PIDS+=("$PERF_PID")
+
+# The programs' counters vanish when flamewatch exits and unloads them, so
+# snapshot them until then; the last snapshot that still holds them is used
+# (it misses at most the final half second). bpftool finds the holders of a
+# program with a BPF iterator of its own, so poll sparsely until the end.
+sleep $((DUR > 6 ? DUR - 5 : 1))
+n=0
+while kill -0 "$FW_PID" 2>/dev/null; do
+	if bpftool prog show -j >"$OUT/progs.tmp" 2>/dev/null; then
+		n=$((n + 1))
+		ts=$(date +%s.%N)
+		mv "$OUT/progs.tmp" "$OUT/progs.$n.json"
+		echo "$ts" >"$OUT/progs.$n.ts"
+	fi
+	sleep 0.5
+done
+
+wait "$FW_TIME" || true
+wait "$PERF_TIME" || true
+TOOL_PIDS=()
+
+python3 - "$OUT" "$FW_PID" "$FW_PROGS" "$T0" "$DUR" <<'EOF'
+import glob, json, os, re, sys
+
+out, fw_pid, names, t0, dur = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), float(sys.argv[4]), float(sys.argv[5])
+
+def gnu_time(path):
+    r = {}
+    try:
+        text = open(path).read()
+    except OSError:
+        return None
+    for key, pat in (("user", r"User time \(seconds\): ([\d.]+)"), ("sys", r"System time \(seconds\): ([\d.]+)"),
+                     ("rss_kb", r"Maximum resident set size \(kbytes\): (\d+)"), ("exit", r"Exit status: (\d+)"),
+                     ("wall", r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)")):
+        m = re.search(pat, text)
+        r[key] = m.group(1) if m else None
+    if r["wall"]:
+        secs = 0.0
+        for part in r["wall"].split(":"):
+            secs = secs * 60 + float(part)
+        r["wall"] = secs
+    m = re.search(r'Command exited with non-zero status (\d+)', text)
+    if m:
+        r["exit"] = m.group(1)
+    return r
+
+def bpf_stats():
+    """(run_time_ns, run_cnt, [names], seconds since start) from the last
+    snapshot holding flamewatch's programs."""
+    snaps = sorted(glob.glob(os.path.join(out, "progs.*.json")), key=lambda p: int(p.split(".")[-2]))
+    for path in reversed(snaps):
+        try:
+            progs = json.load(open(path))
+        except ValueError:
+            continue
+        by_pid = [p for p in progs if any(h.get("pid") == fw_pid for h in p.get("pids", []))]
+        mine = by_pid or [p for p in progs if p.get("name") in names and not p.get("pids")]
+        if mine:
+            ts = float(open(path[:-5] + ".ts").read())
+            return (sum(p.get("run_time_ns", 0) for p in mine), sum(p.get("run_cnt", 0) for p in mine),
+                    sorted(p.get("name", "?") for p in mine), ts - t0)
+    return None
+
+rows = []
+for tool, f in (("flamewatch", "fw.time"), ("perf", "perf.time")):
+    t = gnu_time(os.path.join(out, f))
+    if not t or t["user"] is None:
+        rows.append((tool, "-", "-", "-", "-", "-", "-", "no /usr/bin/time output"))
+        continue
+    cpu = float(t["user"]) + float(t["sys"])
+    wall = t["wall"] or dur
+    note = "" if t["exit"] in (None, "0") else f"exit status {t['exit']}"
+    bpf = ("-", "-", "-")
+    if tool == "flamewatch":
+        s = bpf_stats()
+        if s:
+            ns, cnt, progs, age = s
+            bpf = (f"{ns:,}", f"{cnt:,}", f"{ns / cnt:,.0f}" if cnt else "-")
+            note = (note + "; " if note else "") + f"BPF at {age:.1f} s: {','.join(progs)}"
+        else:
+            note = (note + "; " if note else "") + "no BPF stats (programs not found)"
+    rows.append((tool, f"{cpu:.2f}", f"{100 * cpu / wall:.2f}", f"{int(t['rss_kb']) / 1024:.1f}", *bpf, note))
+
+head = ("tool", "CPU s", "% of one core", "peak RSS MB", "BPF ns", "BPF runs", "ns/run", "notes")
+w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+for r in [head] + rows:
+    print("  ".join(str(c).rjust(w[i]) if 0 < i < 7 else str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip())
+EOF
+
+for f in fw.log perf.log; do
+	if [ -s "$OUT/$f" ]; then
+		echo "--- $f" >&2
+		tail -n 5 "$OUT/$f" >&2
+	fi
+done
+ls -l "$OUT/fw.pb.gz" "$OUT/perf.data" 2>/dev/null | awk '{print "output: " $9 " " $5 " bytes"}' >&2

@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/cpu_profile.h"
+#include "agent/proc_table.h"
+#include "common/log.h"
+#include "common/profile.h"
+#include "symbolize/elf_file.h"
+#include "symbolize/kallsyms.h"
+#include "symbolize/perfmap.h"
+
+/* What a profile mapping stands for, indexed by mapping id. */
+struct mapping_source {
+	struct binary *bin;	/* file-backed code, or NULL */
+	char *perfmap;		/* JIT code: the perf map to read, or NULL */
+};
+
+struct cpu_profile {
+	struct proc_table *procs;
+	struct profile *p;
+	struct mapping_source *sources;
+	uint32_t nsources;
+	int64_t kernel_mapping;
+	uint64_t samples;
+	uint64_t unresolved;
+	uint32_t *frames;	/* scratch for one stack */
+};
+
+struct cpu_profile *cpu_profile__new(struct proc_table *procs, uint64_t period_ns,
+				     uint64_t start_ns)
+{
+	struct cpu_profile *cp = calloc(1, sizeof(*cp));
+
+	if (!cp)
+		return NULL;
+	cp->procs = procs;
+	cp->p = profile__new(period_ns, start_ns);
+	cp->frames = calloc(FW_MAX_FRAMES, sizeof(*cp->frames));
+	if (!cp->p || !cp->frames)
+		goto fail;
+	cp->kernel_mapping = profile__intern_mapping(cp->p, "[kernel.kallsyms]", NULL);
+	if (cp->kernel_mapping < 0)
+		goto fail;
+	return cp;
+fail:
+	cpu_profile__free(cp);
+	errno = ENOMEM;
+	return NULL;
+}
+
+void cpu_profile__free(struct cpu_profile *cp)
+{
+	if (!cp)
+		return;
+	for (uint32_t i = 0; i < cp->nsources; i++)
+		free(cp->sources[i].perfmap);
+	free(cp->sources);
+	free(cp->frames);
+	profile__free(cp->p);
+	free(cp);
+}
+
+struct profile *cpu_profile__profile(struct cpu_profile *cp)
+{
+	return cp->p;
+}
+
+/* Returns the source slot of a mapping id, growing the table as needed. */
+static struct mapping_source *_source(struct cpu_profile *cp, uint32_t mapping)
+{
+	if (mapping >= cp->nsources) {
+		uint32_t n = mapping + 16;
+		struct mapping_source *s = realloc(cp->sources, n * sizeof(*s));
+
+		if (!s)
+			return NULL;
+		memset(s + cp->nsources, 0, (n - cp->nsources) * sizeof(*s));
+		cp->sources = s;
+		cp->nsources = n;
+	}
+	return &cp->sources[mapping];
+}
+
+static int64_t _binary_mapping(struct cpu_profile *cp, struct binary *bin)
+{
+	struct mapping_source *src;
+	int64_t id;
+
+	if (bin->user_id >= 0)
+		return bin->user_id;
+	id = profile__intern_mapping(cp->p, bin->path,
+				     bin->elf ? elf_file__build_id(bin->elf) : NULL);
+	if (id < 0)
+		return id;
+	src = _source(cp, id);
+	if (!src)
+		return -ENOMEM;
+	src->bin = bin;
+	bin->user_id = id;
+	return id;
+}
+
+static int64_t _jit_mapping(struct cpu_profile *cp, pid_t pid)
+{
+	char name[32], path[PATH_MAX];
+	struct mapping_source *src;
+	int64_t id;
+
+	snprintf(name, sizeof(name), "[jit pid %d]", pid);
+	id = profile__intern_mapping(cp->p, name, NULL);
+	if (id < 0)
+		return id;
+	src = _source(cp, id);
+	if (!src)
+		return -ENOMEM;
+	if (!src->perfmap && proc_table__perfmap_path(cp->procs, pid, path, sizeof(path)) == 0) {
+		src->perfmap = strdup(path);
+		if (!src->perfmap)
+			return -ENOMEM;
+	}
+	return id;
+}
+
+/*
+ * Places one user address. Return addresses point after the call; the call
+ * instruction itself is one byte earlier, and that is the address whose
+ * function and line the user wants to see.
+ */
+static int64_t _user_frame(struct cpu_profile *cp, pid_t pid, uint64_t addr, bool is_return)
+{
+	struct addr_info info;
+	int64_t mapping;
+
+	if (is_return && addr)
+		addr--;
+	proc_table__lookup(cp->procs, pid, addr, &info);
+	switch (info.kind) {
+	case ADDR_FILE:
+		mapping = _binary_mapping(cp, info.bin);
+		if (mapping < 0)
+			return mapping;
+		return profile__intern_frame(cp->p, FRAME_NATIVE, mapping, info.vaddr);
+	case ADDR_ANON:
+		mapping = _jit_mapping(cp, pid);
+		if (mapping < 0)
+			return mapping;
+		return profile__intern_frame(cp->p, FRAME_JIT, mapping, addr);
+	case ADDR_SPECIAL:
+		mapping = profile__intern_mapping(cp->p, info.name, NULL);
+		if (mapping < 0)
+			return mapping;
+		return profile__intern_frame(cp->p, FRAME_NATIVE, mapping, info.vaddr);
+	case ADDR_UNKNOWN:
+	default:
+		mapping = profile__intern_mapping(cp->p, "[unknown]", NULL);
+		if (mapping < 0)
+			return mapping;
+		return profile__intern_frame(cp->p, FRAME_NATIVE, mapping, addr);
+	}
+}
+
+int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t unix_ns)
+{
+	const __u64 *kstack = s->addrs, *ustack = s->addrs + s->kstack_len;
+	char comm[FW_COMM_LEN + 1];
+	uint32_t n = 0;
+	int64_t id, comm_id;
+
+	(void)unix_ns;	/* record aggregates; the continuous agent keeps timestamps */
+
+	/* Root first: the user stack from its outermost frame, then the kernel's. */
+	for (int i = s->ustack_len - 1; i >= 0; i--) {
+		id = _user_frame(cp, s->pid, ustack[i], i > 0);
+		if (id < 0)
+			return id;
+		cp->frames[n++] = id;
+	}
+	for (int i = s->kstack_len - 1; i >= 0; i--) {
+		id = profile__intern_frame(cp->p, FRAME_KERNEL, cp->kernel_mapping,
+					   i > 0 ? kstack[i] - 1 : kstack[i]);
+		if (id < 0)
+			return id;
+		cp->frames[n++] = id;
+	}
+
+	memcpy(comm, s->comm, FW_COMM_LEN);
+	comm[FW_COMM_LEN] = '\0';
+	comm_id = profile__intern_string(cp->p, comm);
+	id = profile__intern_stack(cp->p, cp->frames, n);
+	if (comm_id < 0 || id < 0)
+		return -ENOMEM;
+	cp->samples++;
+	return profile__add_sample(cp->p, id, s->pid, s->tid, s->cpu, comm_id, 1);
+}
+
+/* The frames of one mapping that still need a name, and their addresses. */
+struct batch {
+	struct cpu_profile *cp;
+	uint32_t *frames;
+	uint64_t *addrs;
+	size_t n;
+};
+
+static void _name_frame(void *ctx, size_t i, const char *name, uint64_t offset)
+{
+	struct batch *b = ctx;
+	struct profile *p = b->cp->p;
+	uint32_t frame = b->frames[i];
+
+	(void)offset;
+	if (name)
+		profile__set_frame_name(p, frame, name, NULL, 0);
+}
+
+/* Unresolved frames read `binary+0xaddr`: they never disappear. */
+static void _name_unresolved(struct cpu_profile *cp, uint32_t frame)
+{
+	const struct profile_frame *f = &cp->p->frames[frame];
+	const char *path = "[unknown]", *base;
+	char name[PATH_MAX + 32];
+
+	if (f->mapping != PROFILE_NO_MAPPING)
+		path = profile__string(cp->p, cp->p->mappings[f->mapping].path);
+	base = strrchr(path, '/');
+	base = base ? base + 1 : path;
+	snprintf(name, sizeof(name), "%s+0x%" PRIx64, base, f->addr);
+	profile__set_frame_name(cp->p, frame, name, NULL, 0);
+	cp->unresolved++;
+}
+
+/* Sorts frame ids by mapping so that each mapping's frames form one run. */
+static int _by_mapping(const void *a, const void *b, void *profile)
+{
+	const struct profile *p = profile;
+	const struct profile_frame *x = &p->frames[*(const uint32_t *)a];
+	const struct profile_frame *y = &p->frames[*(const uint32_t *)b];
+
+	return x->mapping < y->mapping ? -1 : x->mapping > y->mapping;
+}
+
+static void _resolve_mapping(struct cpu_profile *cp, uint32_t m, struct batch *b)
+{
+	struct profile *p = cp->p;
+	struct mapping_source *src = m < cp->nsources ? &cp->sources[m] : NULL;
+	int ret = 0;
+
+	if (m == cp->kernel_mapping)
+		ret = kallsyms__resolve("/proc/kallsyms", b->addrs, b->n, _name_frame, b);
+	else if (src && src->bin && src->bin->elf)
+		ret = elf_file__resolve(src->bin->elf, b->addrs, b->n, _name_frame, b);
+	else if (src && src->perfmap)
+		ret = perfmap__resolve(src->perfmap, b->addrs, b->n, _name_frame, b);
+	if (ret < 0)
+		pr_debug("cannot symbolize %s: %s\n",
+			 profile__string(p, p->mappings[m].path), strerror(-ret));
+}
+
+int cpu_profile__symbolize(struct cpu_profile *cp)
+{
+	struct profile *p = cp->p;
+	struct batch b = { .cp = cp };
+	uint32_t *order, n = 0;
+	int err = 0;
+
+	order = malloc((size_t)p->nframes * sizeof(*order) + 1);
+	b.addrs = malloc((size_t)p->nframes * sizeof(*b.addrs) + 1);
+	if (!order || !b.addrs) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t f = 0; f < p->nframes; f++)
+		if (!p->frames[f].function)
+			order[n++] = f;
+	qsort_r(order, n, sizeof(*order), _by_mapping, p);
+
+	for (uint32_t i = 0, j; i < n; i = j) {
+		uint32_t m = p->frames[order[i]].mapping;
+
+		for (j = i; j < n && p->frames[order[j]].mapping == m; j++)
+			b.addrs[j - i] = p->frames[order[j]].addr;
+		b.frames = order + i;
+		b.n = j - i;
+		_resolve_mapping(cp, m, &b);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (!p->frames[order[i]].function)
+			_name_unresolved(cp, order[i]);
+out:
+	free(order);
+	free(b.addrs);
+	return err;
+}
+
+void cpu_profile__counts(const struct cpu_profile *cp, struct cpu_profile_counts *out)
+{
+	out->samples = cp->samples;
+	out->frames_unresolved = cp->unresolved;
+	out->pids = proc_table__nprocs(cp->procs);
+}

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_AGENT_CPU_PROFILE_H
+#define FW_AGENT_CPU_PROFILE_H
+
+#include <stdint.h>
+
+#include "agent/bpf/sample.h"
+
+/*
+ * Turns raw BPF samples into a struct profile: every address is placed in
+ * its binary (as an ELF virtual address) while the process is alive, and
+ * the distinct frames are named in one batch per binary at the end, so no
+ * symbol table stays in memory between batches.
+ */
+struct cpu_profile;
+struct proc_table;
+struct profile;
+
+/* Borrows procs. Returns NULL with errno set. */
+struct cpu_profile *cpu_profile__new(struct proc_table *procs, uint64_t period_ns,
+				     uint64_t start_ns);
+/* Accepts NULL. Frees the profile too unless it was taken. */
+void cpu_profile__free(struct cpu_profile *cp);
+
+/* Adds one sample. Returns 0 or -ENOMEM. */
+int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t unix_ns);
+/* Names every frame that has no name yet. Returns 0 or -ENOMEM. */
+int cpu_profile__symbolize(struct cpu_profile *cp);
+
+/* Borrows the profile. */
+struct profile *cpu_profile__profile(struct cpu_profile *cp);
+
+struct cpu_profile_counts {
+	uint64_t samples;
+	uint64_t frames_unresolved;
+	uint64_t pids;
+};
+void cpu_profile__counts(const struct cpu_profile *cp, struct cpu_profile_counts *out);
+
+#endif

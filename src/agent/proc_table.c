@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/proc_table.h"
+#include "agent/procmaps.h"
+#include "common/log.h"
+#include "symbolize/elf_file.h"
+
+#define PROC_BUCKETS 1024
+#define BIN_BUCKETS 256
+
+struct proc {
+	pid_t pid;
+	struct proc_maps *maps;	/* NULL until read, or after exec */
+	uint64_t refreshed_round;
+	struct proc *next;
+};
+
+struct proc_table {
+	char *proc_root;
+	struct proc *procs[PROC_BUCKETS];
+	struct binary *bins[BIN_BUCKETS];
+	uint64_t round;
+	uint32_t nprocs;
+};
+
+struct proc_table *proc_table__new(const char *proc_root)
+{
+	struct proc_table *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return NULL;
+	t->proc_root = strdup(proc_root);
+	if (!t->proc_root) {
+		free(t);
+		errno = ENOMEM;
+		return NULL;
+	}
+	t->round = 1;
+	return t;
+}
+
+static void _binary_free(struct binary *b)
+{
+	elf_file__close(b->elf);
+	if (b->fd >= 0)
+		close(b->fd);
+	free(b->path);
+	free(b->root);
+	free(b);
+}
+
+void proc_table__free(struct proc_table *t)
+{
+	if (!t)
+		return;
+	for (int i = 0; i < PROC_BUCKETS; i++) {
+		struct proc *p, *next;
+
+		for (p = t->procs[i]; p; p = next) {
+			next = p->next;
+			free(p->maps);
+			free(p);
+		}
+	}
+	for (int i = 0; i < BIN_BUCKETS; i++) {
+		struct binary *b, *next;
+
+		for (b = t->bins[i]; b; b = next) {
+			next = b->next;
+			_binary_free(b);
+		}
+	}
+	free(t->proc_root);
+	free(t);
+}
+
+static struct proc **_proc_slot(struct proc_table *t, pid_t pid)
+{
+	struct proc **pp = &t->procs[(uint32_t)pid % PROC_BUCKETS];
+
+	while (*pp && (*pp)->pid != pid)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+static struct proc *_proc_get(struct proc_table *t, pid_t pid)
+{
+	struct proc **pp = _proc_slot(t, pid);
+
+	if (!*pp) {
+		*pp = calloc(1, sizeof(**pp));
+		if (!*pp)
+			return NULL;
+		(*pp)->pid = pid;
+		t->nprocs++;
+	}
+	return *pp;
+}
+
+static void _proc_refresh(struct proc_table *t, struct proc *p)
+{
+	char path[PATH_MAX];
+
+	if (p->refreshed_round == t->round)
+		return;
+	p->refreshed_round = t->round;
+	snprintf(path, sizeof(path), "%s/%d/maps", t->proc_root, p->pid);
+	free(p->maps);
+	p->maps = procmaps__read(path);
+	if (!p->maps)
+		pr_debug("cannot read %s: %s\n", path, strerror(errno));
+}
+
+/*
+ * Opens a binary through the process's root so that a process in a
+ * container resolves its own files. When the path no longer leads to the
+ * mapped file (deleted or replaced on disk), map_files still does.
+ */
+static int _open_binary(struct proc_table *t, pid_t pid, const struct proc_mapping *m)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%d/root%s", t->proc_root, pid, m->path);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && fstat(fd, &st) == 0 && st.st_ino == m->inode)
+		return fd;
+	if (fd >= 0)
+		close(fd);
+	snprintf(path, sizeof(path), "%s/%d/map_files/%" PRIx64 "-%" PRIx64,
+		 t->proc_root, pid, m->start, m->end);
+	return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/*
+ * The root directory to look for a binary's debug files under. A process
+ * that shares the host's root gets "", so its symbols still resolve after
+ * it has exited and /proc/PID/root has gone with it.
+ */
+static void _debug_root(struct proc_table *t, pid_t pid, char *buf, size_t len)
+{
+	struct stat host, proc;
+
+	snprintf(buf, len, "%s/%d/root", t->proc_root, pid);
+	if (stat("/", &host) == 0 && stat(buf, &proc) == 0 &&
+	    host.st_dev == proc.st_dev && host.st_ino == proc.st_ino)
+		buf[0] = '\0';
+}
+
+static struct binary *_binary_get(struct proc_table *t, pid_t pid, const struct proc_mapping *m)
+{
+	uint64_t dev = ((uint64_t)m->dev_major << 32) | m->dev_minor;
+	struct binary **bb = &t->bins[(dev ^ m->inode) % BIN_BUCKETS];
+	struct binary *b;
+	char root[64];
+
+	for (b = *bb; b; b = b->next)
+		if (b->dev == dev && b->inode == m->inode)
+			return b;
+
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	_debug_root(t, pid, root, sizeof(root));
+	b->dev = dev;
+	b->inode = m->inode;
+	b->user_id = -1;
+	b->path = strdup(m->path);
+	b->root = strdup(root);
+	if (!b->path || !b->root) {
+		_binary_free(b);
+		return NULL;
+	}
+	b->fd = _open_binary(t, pid, m);
+	if (b->fd < 0) {
+		pr_debug("cannot open %s of pid %d: %s\n", m->path, pid, strerror(errno));
+	} else {
+		b->elf = elf_file__open(b->fd, b->root);
+		if (!b->elf)
+			pr_debug("cannot read %s as ELF: %s\n", m->path, strerror(errno));
+		else if (elf_file__set_path(b->elf, b->path))
+			pr_debug("no debug-file lookup by debuglink for %s\n", m->path);
+	}
+	b->next = *bb;
+	*bb = b;
+	return b;
+}
+
+void proc_table__lookup(struct proc_table *t, pid_t pid, uint64_t addr, struct addr_info *out)
+{
+	const struct proc_mapping *m = NULL;
+	struct proc *p = _proc_get(t, pid);
+
+	memset(out, 0, sizeof(*out));
+	if (!p)
+		return;
+	if (p->maps)
+		m = procmaps__find(p->maps, addr);
+	if (!m) {
+		_proc_refresh(t, p);
+		if (p->maps)
+			m = procmaps__find(p->maps, addr);
+	}
+	if (!m)
+		return;
+
+	if (m->path[0] == '[') {
+		out->kind = ADDR_SPECIAL;
+		out->name = m->path;
+		out->vaddr = addr - m->start;
+		return;
+	}
+	if (m->inode == 0) {
+		out->kind = ADDR_ANON;
+		return;
+	}
+	out->kind = ADDR_FILE;
+	out->bin = _binary_get(t, pid, m);
+	if (!out->bin) {
+		out->kind = ADDR_UNKNOWN;
+		return;
+	}
+	/* Without ELF program headers, the file offset is the best address we have. */
+	out->vaddr = addr - m->start + m->offset;
+	if (out->bin->elf)
+		elf_file__offset_to_vaddr(out->bin->elf, addr - m->start + m->offset, &out->vaddr);
+}
+
+void proc_table__exec(struct proc_table *t, pid_t pid)
+{
+	struct proc *p = *_proc_slot(t, pid);
+
+	if (p) {
+		free(p->maps);
+		p->maps = NULL;
+		p->refreshed_round = 0;
+	}
+}
+
+void proc_table__exit(struct proc_table *t, pid_t pid)
+{
+	struct proc **pp = _proc_slot(t, pid), *p = *pp;
+
+	if (!p)
+		return;
+	*pp = p->next;
+	free(p->maps);
+	free(p);
+	t->nprocs--;
+}
+
+void proc_table__next_round(struct proc_table *t)
+{
+	t->round++;
+}
+
+int proc_table__perfmap_path(struct proc_table *t, pid_t pid, char *buf, size_t len)
+{
+	char path[PATH_MAX], *line = NULL;
+	size_t cap = 0;
+	pid_t nspid = pid;
+	FILE *f;
+
+	/* The JIT names the file with its own pid, which differs inside a pid namespace. */
+	snprintf(path, sizeof(path), "%s/%d/status", t->proc_root, pid);
+	f = fopen(path, "re");
+	if (f) {
+		while (getline(&line, &cap, f) > 0) {
+			char *last;
+
+			if (strncmp(line, "NSpid:", 6))
+				continue;
+			last = strrchr(line, '\t');
+			if (last)
+				nspid = atoi(last + 1);
+			break;
+		}
+		free(line);
+		fclose(f);
+	}
+	if (snprintf(buf, len, "%s/%d/root/tmp/perf-%d.map", t->proc_root, pid, nspid) >= (int)len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+void proc_table__for_each_binary(struct proc_table *t, void (*fn)(void *ctx, struct binary *b),
+				 void *ctx)
+{
+	for (int i = 0; i < BIN_BUCKETS; i++)
+		for (struct binary *b = t->bins[i]; b; b = b->next)
+			fn(ctx, b);
+}
+
+uint32_t proc_table__nprocs(const struct proc_table *t)
+{
+	return t->nprocs;
+}

@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_AGENT_PROC_TABLE_H
+#define FW_AGENT_PROC_TABLE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/*
+ * Process tracking: each process's executable mappings, read from
+ * /proc/PID/maps when the process is first seen, re-read on a lookup miss
+ * and dropped on exec and exit; and the binaries those mappings point at,
+ * opened once through /proc/PID/root (so containers work) and shared by all
+ * processes that map the same (device, inode).
+ */
+struct elf_file;
+
+struct binary {
+	uint64_t dev, inode;
+	char *path;		/* as the process sees it */
+	char *root;		/* debug-file root: "" for the host's, else /proc/PID/root */
+	int fd;			/* -1 if the file could not be opened */
+	struct elf_file *elf;	/* NULL if not a readable ELF file */
+	int64_t user_id;	/* free for the caller; -1 until set */
+	struct binary *next;
+};
+
+enum addr_kind {
+	ADDR_UNKNOWN = 0,	/* not in any executable mapping we know */
+	ADDR_FILE,		/* in a file-backed mapping: bin and vaddr are set */
+	ADDR_ANON,		/* anonymous executable memory: JIT code */
+	ADDR_SPECIAL,		/* [vdso], [vsyscall], ...: name is set */
+};
+
+struct addr_info {
+	enum addr_kind kind;
+	struct binary *bin;	/* borrowed; valid until proc_table__free() */
+	uint64_t vaddr;		/* ELF virtual address in bin */
+	const char *name;	/* ADDR_SPECIAL: the mapping's name (borrowed, short-lived) */
+};
+
+struct proc_table;
+
+/*
+ * proc_root is the procfs mount to read ("/proc", or a fixture directory
+ * for tests). Returns NULL with errno set.
+ */
+struct proc_table *proc_table__new(const char *proc_root);
+/* Closes every binary. Accepts NULL. */
+void proc_table__free(struct proc_table *t);
+
+/* Describes addr in process pid. Never fails: unknown addresses are ADDR_UNKNOWN. */
+void proc_table__lookup(struct proc_table *t, pid_t pid, uint64_t addr, struct addr_info *out);
+/* The process replaced its image: forget its mappings. */
+void proc_table__exec(struct proc_table *t, pid_t pid);
+/* The process exited: forget it. */
+void proc_table__exit(struct proc_table *t, pid_t pid);
+/*
+ * Starts a new lookup round (one ring-buffer drain): a process's maps are
+ * re-read on a miss at most once per round, so a stream of unknown
+ * addresses costs one read per drain, not one per sample.
+ */
+void proc_table__next_round(struct proc_table *t);
+
+/* Writes the perf map path of a process (through its root, with its namespaced pid). */
+int proc_table__perfmap_path(struct proc_table *t, pid_t pid, char *buf, size_t len);
+
+/* Calls fn for every binary. */
+void proc_table__for_each_binary(struct proc_table *t, void (*fn)(void *ctx, struct binary *b),
+				 void *ctx);
+
+uint32_t proc_table__nprocs(const struct proc_table *t);
+
+#endif

@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <errno.h>
+#include <linux/perf_event.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "agent/sampler.h"
+#include "bpf/sample.skel.h"
+#include "common/log.h"
+
+#define FW_MAX_CPUS 8192
+
+struct sampler {
+	struct sample_bpf *skel;
+	struct ring_buffer *rb;
+	struct bpf_link **links;	/* one per CPU; own the perf event fds */
+	int nlinks;
+	uint64_t decode_errors;
+	sampler_sample_fn on_sample;
+	sampler_proc_fn on_proc;
+	void *ctx;
+};
+
+static const char *const _stat_names[FW_STAT_MAX] = {
+	[FW_STAT_SAMPLES] = "samples",
+	[FW_STAT_IDLE] = "idle_skipped",
+	[FW_STAT_FILTERED] = "filtered",
+	[FW_STAT_RINGBUF_FULL] = "ringbuf_full",
+	[FW_STAT_KSTACK_ERROR] = "kernel_stack_errors",
+	[FW_STAT_USTACK_TRUNCATED] = "user_stack_truncated",
+	[FW_STAT_USTACK_FAULT] = "user_stack_faults",
+	[FW_STAT_NO_SCRATCH] = "no_scratch",
+	[FW_STAT_PROC_EVENTS] = "proc_events",
+	[FW_STAT_PROC_RINGBUF_FULL] = "proc_ringbuf_full",
+	[FW_STAT_FOLLOW_FULL] = "follow_map_full",
+};
+
+const char *fw_stat__name(enum fw_stat stat)
+{
+	return stat < FW_STAT_MAX ? _stat_names[stat] : "unknown";
+}
+
+static int _libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	enum log_level l = level == LIBBPF_WARN ? LOG_WARN :
+			   level == LIBBPF_INFO ? LOG_DEBUG : LOG_DEBUG + 1;
+
+	if (l <= log__level)
+		log__vprintf(l, fmt, ap);
+	return 0;
+}
+
+uint64_t sampler__boot_to_unix_ns(uint64_t boot_ns)
+{
+	struct timespec rt, bt;
+
+	clock_gettime(CLOCK_REALTIME, &rt);
+	clock_gettime(CLOCK_BOOTTIME, &bt);
+	return boot_ns + ((uint64_t)rt.tv_sec * 1000000000ULL + rt.tv_nsec) -
+	       ((uint64_t)bt.tv_sec * 1000000000ULL + bt.tv_nsec);
+}
+
+static int _on_record(void *ctx, void *data, size_t size)
+{
+	struct sampler *s = ctx;
+	uint32_t type;
+
+	if (size < sizeof(type)) {
+		s->decode_errors++;
+		return 0;
+	}
+	memcpy(&type, data, sizeof(type));
+	switch (type) {
+	case FW_EVENT_SAMPLE: {
+		const struct fw_sample *smp = data;
+
+		if (size < offsetof(struct fw_sample, addrs) ||
+		    smp->kstack_len > FW_MAX_KSTACK || smp->ustack_len > FW_MAX_USTACK ||
+		    size < offsetof(struct fw_sample, addrs) +
+			   (smp->kstack_len + smp->ustack_len) * sizeof(__u64)) {
+			s->decode_errors++;
+			return 0;
+		}
+		if (s->on_sample)
+			s->on_sample(s->ctx, smp);
+		break;
+	}
+	case FW_EVENT_EXEC:
+	case FW_EVENT_EXIT:
+	case FW_EVENT_FORK:
+		if (size < sizeof(struct fw_proc_event)) {
+			s->decode_errors++;
+			return 0;
+		}
+		if (s->on_proc)
+			s->on_proc(s->ctx, data);
+		break;
+	default:
+		s->decode_errors++;
+	}
+	return 0;
+}
+
+/*
+ * Sizes the ring buffer for about a second of samples at the worst case of
+ * full-depth stacks, so that a drain period of 100 ms has ten times headroom.
+ * Typical records are much smaller than the worst case.
+ */
+static uint32_t _ringbuf_size(unsigned int freq_hz, int ncpus)
+{
+	uint64_t want = (uint64_t)freq_hz * ncpus * sizeof(struct fw_sample) / 4;
+	uint32_t size = 64 * 1024;
+
+	while (size < want && size < (64u << 20))
+		size <<= 1;
+	return size;
+}
+
+/*
+ * Reads a CPU list such as "0-3,8,10-11" (the format of
+ * /sys/devices/system/cpu/online) into a bitmap of *n entries.
+ */
+static int _read_cpu_list(const char *path, bool **mask, int *n)
+{
+	char buf[4096], *p = buf, *end;
+	bool *m = NULL;
+	int max = -1;
+	ssize_t len;
+	FILE *f;
+
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	len = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	if (len <= 0)
+		return -EINVAL;
+	buf[len] = '\0';
+
+	m = calloc(FW_MAX_CPUS, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	while (*p && *p != '\n') {
+		long lo = strtol(p, &end, 10), hi = lo;
+
+		if (end == p)
+			goto bad;
+		if (*end == '-') {
+			p = end + 1;
+			hi = strtol(p, &end, 10);
+			if (end == p)
+				goto bad;
+		}
+		if (lo < 0 || hi < lo || hi >= FW_MAX_CPUS)
+			goto bad;
+		for (long c = lo; c <= hi; c++)
+			m[c] = true;
+		if (hi > max)
+			max = hi;
+		p = end;
+		if (*p == ',')
+			p++;
+	}
+	*mask = m;
+	*n = max + 1;
+	return 0;
+bad:
+	free(m);
+	return -EINVAL;
+}
+
+static int _open_cpu_event(unsigned int freq_hz, int cpu)
+{
+	struct perf_event_attr attr = {
+		.type = PERF_TYPE_SOFTWARE,
+		.config = PERF_COUNT_SW_CPU_CLOCK,
+		.size = sizeof(attr),
+		.freq = 1,
+		.sample_freq = freq_hz,
+	};
+
+	return syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+}
+
+struct sampler *sampler__open(const struct sampler_opts *opts)
+{
+	int ncpus = libbpf_num_possible_cpus();
+	bool *online = NULL;
+	int nonline = 0, err = 0;
+	struct sampler *s;
+
+	libbpf_set_print(_libbpf_print);
+	if (ncpus < 0) {
+		errno = -ncpus;
+		return NULL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->on_sample = opts->on_sample;
+	s->on_proc = opts->on_proc;
+	s->ctx = opts->ctx;
+
+	s->skel = sample_bpf__open();
+	if (!s->skel) {
+		err = -errno;
+		pr_warn("cannot open the BPF object: %s\n", strerror(errno));
+		goto fail;
+	}
+	s->skel->rodata->follow_only = opts->follow_only;
+	s->skel->rodata->follow_children = opts->follow_children;
+	bpf_map__set_max_entries(s->skel->maps.events, _ringbuf_size(opts->freq_hz, ncpus));
+	if (!opts->follow_only) {
+		/* The followed map is unused: don't pay for it. */
+		bpf_map__set_max_entries(s->skel->maps.followed, 1);
+	}
+
+	err = sample_bpf__load(s->skel);
+	if (err) {
+		pr_warn("cannot load the BPF programs: %s\n", strerror(-err));
+		goto fail;
+	}
+
+	err = _read_cpu_list("/sys/devices/system/cpu/online", &online, &nonline);
+	if (err) {
+		pr_warn("cannot read the online CPUs: %s\n", strerror(-err));
+		goto fail;
+	}
+	s->links = calloc(nonline, sizeof(*s->links));
+	if (!s->links) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	for (int cpu = 0; cpu < nonline; cpu++) {
+		int fd;
+
+		if (!online[cpu])
+			continue;
+		fd = _open_cpu_event(opts->freq_hz, cpu);
+		if (fd < 0) {
+			err = -errno;
+			pr_warn("cannot open a cpu-clock perf event on CPU %d: %s\n",
+				cpu, strerror(errno));
+			goto fail;
+		}
+		s->links[s->nlinks] = bpf_program__attach_perf_event(s->skel->progs.on_cpu_sample, fd);
+		if (!s->links[s->nlinks]) {
+			err = -errno;
+			close(fd);
+			pr_warn("cannot attach the sampler on CPU %d: %s\n", cpu, strerror(errno));
+			goto fail;
+		}
+		s->nlinks++;
+	}
+
+	err = sample_bpf__attach(s->skel);
+	if (err) {
+		pr_warn("cannot attach the process tracepoints: %s\n", strerror(-err));
+		goto fail;
+	}
+	s->rb = ring_buffer__new(bpf_map__fd(s->skel->maps.events), _on_record, s, NULL);
+	if (!s->rb) {
+		err = -errno;
+		pr_warn("cannot map the ring buffer: %s\n", strerror(errno));
+		goto fail;
+	}
+	free(online);
+	return s;
+
+fail:
+	free(online);
+	sampler__close(s);
+	errno = err ? -err : EINVAL;
+	return NULL;
+}
+
+void sampler__close(struct sampler *s)
+{
+	if (!s)
+		return;
+	ring_buffer__free(s->rb);
+	for (int i = 0; i < s->nlinks; i++)
+		bpf_link__destroy(s->links[i]);
+	free(s->links);
+	sample_bpf__destroy(s->skel);
+	free(s);
+}
+
+int sampler__follow(struct sampler *s, pid_t tgid)
+{
+	__u32 key = tgid;
+	__u8 one = 1;
+
+	if (bpf_map__update_elem(s->skel->maps.followed, &key, sizeof(key), &one,
+				 sizeof(one), BPF_ANY))
+		return -errno;
+	return 0;
+}
+
+void sampler__unfollow(struct sampler *s, pid_t tgid)
+{
+	__u32 key = tgid;
+
+	bpf_map__delete_elem(s->skel->maps.followed, &key, sizeof(key), 0);
+}
+
+int sampler__drain(struct sampler *s)
+{
+	return ring_buffer__consume(s->rb);
+}
+
+int sampler__stats(struct sampler *s, struct sampler_stats *out)
+{
+	int ncpus = libbpf_num_possible_cpus();
+	__u64 *values;
+
+	memset(out, 0, sizeof(*out));
+	out->decode_errors = s->decode_errors;
+	values = calloc(ncpus, sizeof(*values));
+	if (!values)
+		return -ENOMEM;
+	for (__u32 key = 0; key < FW_STAT_MAX; key++) {
+		if (bpf_map__lookup_elem(s->skel->maps.stats, &key, sizeof(key), values,
+					 ncpus * sizeof(*values), 0))
+			continue;
+		for (int cpu = 0; cpu < ncpus; cpu++)
+			out->counters[key] += values[cpu];
+	}
+	free(values);
+	return 0;
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_AGENT_SAMPLER_H
+#define FW_AGENT_SAMPLER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "agent/bpf/sample.h"
+
+/*
+ * The CPU sampler: a cpu-clock perf event per online CPU with the BPF
+ * program attached, plus the exec/exit/fork tracepoints, all writing into
+ * one ring buffer. The ring buffer is never woken up by the kernel; the
+ * caller drains it on its own timer with sampler__drain().
+ */
+struct sampler;
+
+/* Called for each record, in ring-buffer order; the record is borrowed. */
+typedef void (*sampler_sample_fn)(void *ctx, const struct fw_sample *s);
+typedef void (*sampler_proc_fn)(void *ctx, const struct fw_proc_event *e);
+
+struct sampler_opts {
+	unsigned int freq_hz;		/* samples per second per CPU */
+	bool follow_only;		/* only processes added with sampler__follow() */
+	bool follow_children;		/* ... and the processes they fork */
+	sampler_sample_fn on_sample;
+	sampler_proc_fn on_proc;
+	void *ctx;
+};
+
+struct sampler_stats {
+	uint64_t counters[FW_STAT_MAX];	/* summed over CPUs */
+	uint64_t decode_errors;		/* records user space could not parse */
+};
+
+/* Loads and attaches everything; returns NULL with errno set and a logged reason. */
+struct sampler *sampler__open(const struct sampler_opts *opts);
+/* Detaches and frees. Accepts NULL. */
+void sampler__close(struct sampler *s);
+/* Adds a thread group to the followed set. Returns 0 or -errno. */
+int sampler__follow(struct sampler *s, pid_t tgid);
+/* Removes a thread group from the followed set (it exited). */
+void sampler__unfollow(struct sampler *s, pid_t tgid);
+/* Consumes every record in the ring buffer. Returns the number consumed or -errno. */
+int sampler__drain(struct sampler *s);
+/* Reads the counters of the BPF stats map. Returns 0 or -errno. */
+int sampler__stats(struct sampler *s, struct sampler_stats *out);
+const char *fw_stat__name(enum fw_stat stat);
+
+/*
+ * Converts a CLOCK_BOOTTIME timestamp from BPF to Unix nanoseconds, using
+ * the offset between the two clocks measured now (it moves with NTP steps
+ * and suspend, so it is re-read rather than cached).
+ */
+uint64_t sampler__boot_to_unix_ns(uint64_t boot_ns);
+
+#endif

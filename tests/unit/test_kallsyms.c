@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "symbolize/kallsyms.h"
+
+#define BASIC FW_TEST_DATA "/fixtures/kallsyms_basic"
+#define ZERO FW_TEST_DATA "/fixtures/kallsyms_zero"
+#define MAXQ 32
+
+struct results {
+	int calls[MAXQ];
+	char *name[MAXQ];
+	uint64_t off[MAXQ];
+};
+
+static void collect(void *ctx, size_t i, const char *name, uint64_t off)
+{
+	struct results *r = ctx;
+
+	assert_true(i < MAXQ);
+	r->calls[i]++;
+	free(r->name[i]);
+	r->name[i] = name ? strdup(name) : NULL;
+	r->off[i] = off;
+}
+
+static void results_check_once(const struct results *r, size_t n)
+{
+	for (size_t i = 0; i < MAXQ; i++)
+		assert_int_equal(r->calls[i], i < n ? 1 : 0);
+}
+
+static void results_free(struct results *r)
+{
+	for (size_t i = 0; i < MAXQ; i++)
+		free(r->name[i]);
+	memset(r, 0, sizeof(*r));
+}
+
+struct q {
+	uint64_t addr;
+	const char *name;	/* NULL: must stay unresolved */
+	uint64_t off;
+};
+
+static void check(const char *path, const struct q *qs, size_t n)
+{
+	struct results r = { 0 };
+	uint64_t addrs[MAXQ];
+
+	assert_true(n <= MAXQ);
+	for (size_t i = 0; i < n; i++)
+		addrs[i] = qs[i].addr;
+	assert_int_equal(kallsyms__resolve(path, addrs, n, collect, &r), 0);
+	results_check_once(&r, n);
+	for (size_t i = 0; i < n; i++) {
+		if (!qs[i].name) {
+			if (r.name[i])
+				fail_msg("%#llx: got %s, want unresolved",
+					 (unsigned long long)qs[i].addr, r.name[i]);
+			continue;
+		}
+		if (!r.name[i])
+			fail_msg("%#llx: unresolved, want %s", (unsigned long long)qs[i].addr,
+				 qs[i].name);
+		assert_string_equal(r.name[i], qs[i].name);
+		assert_int_equal(r.off[i], qs[i].off);
+	}
+	results_free(&r);
+}
+
+/* The fixture is deliberately unsorted, with modules first. */
+static void test_core_text(void **state)
+{
+	static const struct q qs[] = {
+		/* Aliases: the name with the fewest leading underscores. */
+		{ 0xffffffff81000005, "srso_alias_untrain_ret", 5 },
+		{ 0xffffffff81000110, "do_one", 0 },
+		{ 0xffffffff8100010f, "__pfx_do_one", 0xf },
+		{ 0xffffffff81000250, "do_two", 0x50 },
+		{ 0xffffffff81000290, "r::inner::work", 0x10 },	/* Rust v0, demangled */
+		{ 0xffffffff810003ff, "last_core_fn", 0xff },
+		{ 0xffffffff81000110, "do_one", 0 },			/* duplicate */
+		{ 0xffffffff80000000, NULL, 0 },			/* below everything */
+	};
+
+	check(BASIC, qs, sizeof(qs) / sizeof(qs[0]));
+}
+
+static void test_region_ends(void **state)
+{
+	static const struct q qs[] = {
+		{ 0xffffffff81000400, NULL, 0 },	/* at _etext */
+		{ 0xffffffff81000700, NULL, 0 },	/* between _etext and rodata */
+		{ 0xffffffff81000900, NULL, 0 },	/* after a data symbol */
+		{ 0xffffffff81100000, "start_kernel_init", 0 },
+		{ 0xffffffff811003ff, "start_kernel_init", 0x3ff },
+		{ 0xffffffff81100400, NULL, 0 },	/* at _einittext */
+		{ 0xffffffffc0a013ff, "bar [mod]", 0x1ff },
+		{ 0xffffffffc0a01400, NULL, 0 },	/* module data follows */
+		/* The last symbol of all: bounded by KALLSYMS_MAX_OFFSET. */
+		{ 0xffffffffc0b00000 + KALLSYMS_MAX_OFFSET - 1,
+		  "ftrace_trampoline [__builtin__ftrace]", KALLSYMS_MAX_OFFSET - 1 },
+		{ 0xffffffffc0b00000 + KALLSYMS_MAX_OFFSET, NULL, 0 },
+		{ UINT64_MAX, NULL, 0 },
+	};
+
+	check(BASIC, qs, sizeof(qs) / sizeof(qs[0]));
+}
+
+static void test_modules(void **state)
+{
+	static const struct q qs[] = {
+		{ 0xffffffffc0a01000, "foo [mod]", 0 },
+		{ 0xffffffffc0a01010, "foo [mod]", 0x10 },
+		{ 0xffffffffc0a011ff, "foo [mod]", 0x1ff },
+		{ 0xffffffffc0a01200, "bar [mod]", 0 },
+		{ 0xffffffffc0a02004, "bpf_prog_6deef7357e7b4530_sd_fw_ingress [bpf]", 4 },
+		{ 0xffffffffc0b00010, "ftrace_trampoline [__builtin__ftrace]", 0x10 },
+	};
+
+	check(BASIC, qs, sizeof(qs) / sizeof(qs[0]));
+}
+
+static void test_zero_addresses(void **state)
+{
+	uint64_t addrs[2] = { 0xffffffff81000110, 0 };
+	struct results r = { 0 };
+
+	/* Twice: the second call must fail the same way (and warn no more). */
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(kallsyms__resolve(ZERO, addrs, 2, collect, &r), -EPERM);
+		results_check_once(&r, 2);
+		assert_null(r.name[0]);
+		assert_null(r.name[1]);
+		results_free(&r);
+	}
+}
+
+static void test_missing_and_invalid(void **state)
+{
+	uint64_t addrs[3] = { 1, 2, 3 };
+	struct results r = { 0 };
+
+	assert_int_equal(kallsyms__resolve(FW_TEST_DATA "/fixtures/no_such_file", addrs, 3,
+					   collect, &r), -ENOENT);
+	results_check_once(&r, 3);
+	for (int i = 0; i < 3; i++)
+		assert_null(r.name[i]);
+	results_free(&r);
+
+	assert_int_equal(kallsyms__resolve(BASIC, addrs, 0, collect, &r), 0);
+	assert_int_equal(kallsyms__resolve(BASIC, NULL, 3, collect, &r), -EINVAL);
+	assert_int_equal(kallsyms__resolve(BASIC, addrs, 3, NULL, &r), -EINVAL);
+	assert_int_equal(kallsyms__resolve(NULL, addrs, 3, collect, &r), -EINVAL);
+	results_check_once(&r, 0);
+}
+
+/*
+ * The real table, when this process may read it: a unique, well-known
+ * function must come back by name. Skipped without kallsyms or privileges.
+ */
+static void test_proc_kallsyms(void **state)
+{
+	FILE *fp = fopen("/proc/kallsyms", "r");
+	unsigned long long addr = 0, a;
+	struct results r = { 0 };
+	char line[512], name[256], type;
+	uint64_t q[1];
+	int rc;
+
+	if (!fp)
+		skip();
+	while (fgets(line, sizeof(line), fp)) {
+		if (sscanf(line, "%llx %c %255s", &a, &type, name) == 3 &&
+		    (type == 'T' || type == 't') && !strcmp(name, "schedule")) {
+			addr = a;
+			break;
+		}
+	}
+	fclose(fp);
+	if (!addr)
+		skip();
+	q[0] = addr + 1;
+	rc = kallsyms__resolve("/proc/kallsyms", q, 1, collect, &r);
+	if (rc == -EPERM)
+		skip();
+	assert_int_equal(rc, 0);
+	results_check_once(&r, 1);
+	assert_non_null(r.name[0]);
+	assert_string_equal(r.name[0], "schedule");
+	assert_int_equal(r.off[0], 1);
+	results_free(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_core_text),
+		cmocka_unit_test(test_region_ends),
+		cmocka_unit_test(test_modules),
+		cmocka_unit_test(test_zero_addresses),
+		cmocka_unit_test(test_missing_and_invalid),
+		cmocka_unit_test(test_proc_kallsyms),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
