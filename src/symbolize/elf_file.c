@@ -42,9 +42,10 @@ struct elf_file {
 };
 
 /*
- * ELF_C_READ_MMAP lets libelf hand out symbol and string tables as pointers
- * into a private file mapping instead of malloc'd copies: the pages count
- * against RSS only while a resolve call runs and go away with elf_end().
+ * ELF_C_READ_MMAP lets libelf serve headers, notes and .gnu_debuglink from a
+ * private file mapping, touching only those pages, where ELF_C_READ would
+ * copy whole sections into malloc'd memory. Symbol tables do not go through
+ * libelf at all (see "resolving" below).
  */
 static int _elf_begin(int fd, Elf **out)
 {

@@ -87,13 +87,14 @@ int elf_file__offset_to_vaddr(const struct elf_file *f, uint64_t file_offset,
  * executable sections, which hand-written assembly often leaves. An address
  * resolves to the sized symbol containing it; failing that, to the nearest
  * symbol below it if that one has size 0, no other symbol starts in between
- * and its section reaches the address. Among aliases the name with the fewest leading underscores wins,
- * then global over weak over local binding ("malloc", not "__libc_malloc").
- * Names are demangled.
+ * and its section reaches the address. Among aliases the name with the
+ * fewest leading underscores wins ("malloc", not "__libc_malloc"; glibc's
+ * "__GI_" aliases never), then global over weak over local binding. Names
+ * are demangled.
  *
  * Memory is proportional to n, not to the symbol tables: the requested
- * addresses are sorted and the tables scanned once each through mmap, which
- * is unmapped before returning. Returns 0 (also when addresses stay
+ * addresses are sorted, each table is streamed once with pread() in small
+ * chunks, and only the names of hits and of tied aliases are read. Returns 0 (also when addresses stay
  * unresolved), -EINVAL, -ENOMEM, or the -errno of reading the binary.
  */
 int elf_file__resolve(struct elf_file *f, const uint64_t *vaddrs, size_t n,

@@ -22,7 +22,7 @@ struct kreq {
 	bool found;
 };
 
-/* Pass-1 slot, see the prefix-maximum note in kallsyms__resolve(). */
+/* Pass-1 slot, see the prefix-maximum note at _pass1(). */
 struct kslot {
 	uint64_t start;
 	enum kind kind;
@@ -303,7 +303,7 @@ int kallsyms__resolve(const char *path, const uint64_t *addrs, size_t n,
 	fp = fopen(path, "re");
 	if (!fp) {
 		err = -errno;
-		pr_debug("kallsyms: cannot open %s: %s\n", path, strerror(errno));
+		pr_debug("kallsyms: cannot open %s: %s\n", path, strerror(-err));
 		goto out;
 	}
 	if (_pass1(fp, reqs, n, slots, &nonzero) && !nonzero) {

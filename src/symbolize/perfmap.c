@@ -191,7 +191,7 @@ int perfmap__resolve(const char *path, const uint64_t *addrs, size_t n,
 	fp = fopen(path, "re");
 	if (!fp) {
 		err = -errno;
-		pr_debug("perfmap: cannot open %s: %s\n", path, strerror(errno));
+		pr_debug("perfmap: cannot open %s: %s\n", path, strerror(-err));
 		goto out;
 	}
 	_pass1(fp, reqs, n);
