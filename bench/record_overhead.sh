@@ -14,9 +14,6 @@ DUR=${1:-${DURATION:-60}}
 HZ=${HZ:-19}
 NLOAD=${LOAD:-$(nproc)}
 FW=${FLAMEWATCH:-build/flamewatch}
-# Names of the programs in src/agent/bpf/sample.bpf.c, used only when
-# bpftool cannot tell which process holds a program.
-FW_PROGS=${FW_PROGS:-on_cpu_sample,on_exec,on_exit,on_fork}
 
 die() { echo "record_overhead: $*" >&2; exit 1; }
 
@@ -83,29 +80,39 @@ PERF_PID=$(ps -o pid= --ppid "$PERF_TIME" | tr -d ' ' | head -n1)
 [ -z "$PERF_PID" ] || TOOL_PIDS+=("$PERF_PID")
 
 # The programs' counters vanish when flamewatch exits and unloads them, so
-# snapshot them until then; the last snapshot that still holds them is used
-# (it misses at most the final half second). bpftool finds the holders of a
-# program with a BPF iterator of its own, so poll sparsely until the end.
+# they are read until then and the last reading is used. They are read from
+# flamewatch's own /proc fdinfo (prog_id, run_time_ns, run_cnt: the same
+# kernel counters `bpftool prog show` prints), which picks out exactly the
+# programs this process holds even when bpftool cannot fill in "pids" or
+# another flamewatch has programs of the same names loaded, and costs little
+# enough to poll every 0.2 s. bpftool, which takes seconds per call on a busy
+# machine, is run once to name the programs.
+prog_counters() {
+	local f
+	for f in /proc/"$FW_PID"/fdinfo/*; do
+		awk '/^prog_id:/ {id = $2} /^run_time_ns:/ {t = $2} /^run_cnt:/ {c = $2}
+		     END {if (id != "" && c != "") print id, t, c}' "$f" 2>/dev/null || true
+	done | sort -un
+}
 sleep $((DUR > 6 ? DUR - 5 : 1))
-n=0
+bpftool prog show -j >"$OUT/progs.json" 2>/dev/null || echo '[]' >"$OUT/progs.json"
 while kill -0 "$FW_PID" 2>/dev/null; do
-	if bpftool prog show -j >"$OUT/progs.tmp" 2>/dev/null; then
-		n=$((n + 1))
-		ts=$(date +%s.%N)
-		mv "$OUT/progs.tmp" "$OUT/progs.$n.json"
-		echo "$ts" >"$OUT/progs.$n.ts"
+	snap=$(prog_counters)
+	if [ -n "$snap" ]; then
+		{ date +%s.%N; echo "$snap"; } >"$OUT/bpf.tmp"
+		mv "$OUT/bpf.tmp" "$OUT/bpf.last"
 	fi
-	sleep 0.5
+	sleep 0.2
 done
 
 wait "$FW_TIME" || true
 wait "$PERF_TIME" || true
 TOOL_PIDS=()
 
-python3 - "$OUT" "$FW_PID" "$FW_PROGS" "$T0" "$DUR" <<'EOF'
+python3 - "$OUT" "$T0" "$DUR" <<'EOF'
 import glob, json, os, re, sys
 
-out, fw_pid, names, t0, dur = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), float(sys.argv[4]), float(sys.argv[5])
+out, t0, dur = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 
 def gnu_time(path):
     r = {}
@@ -129,21 +136,25 @@ def gnu_time(path):
     return r
 
 def bpf_stats():
-    """(run_time_ns, run_cnt, [names], seconds since start) from the last
-    snapshot holding flamewatch's programs."""
-    snaps = sorted(glob.glob(os.path.join(out, "progs.*.json")), key=lambda p: int(p.split(".")[-2]))
-    for path in reversed(snaps):
-        try:
-            progs = json.load(open(path))
-        except ValueError:
-            continue
-        by_pid = [p for p in progs if any(h.get("pid") == fw_pid for h in p.get("pids", []))]
-        mine = by_pid or [p for p in progs if p.get("name") in names and not p.get("pids")]
-        if mine:
-            ts = float(open(path[:-5] + ".ts").read())
-            return (sum(p.get("run_time_ns", 0) for p in mine), sum(p.get("run_cnt", 0) for p in mine),
-                    sorted(p.get("name", "?") for p in mine), ts - t0)
-    return None
+    """(run_time_ns, run_cnt, {name: (ns, runs)}, seconds since start) from
+    the last reading of flamewatch's programs, or None."""
+    try:
+        ts, *lines = open(os.path.join(out, "bpf.last")).read().splitlines()
+    except (OSError, ValueError):
+        return None
+    try:
+        names_by_id = {p["id"]: p.get("name", "?") for p in json.load(open(os.path.join(out, "progs.json")))}
+    except (OSError, ValueError, KeyError, TypeError):
+        names_by_id = {}
+    per = {}
+    for line in lines:
+        pid_, ns, cnt = (int(x) for x in line.split())
+        name = names_by_id.get(pid_, f"id {pid_}")
+        a, b = per.get(name, (0, 0))
+        per[name] = (a + ns, b + cnt)
+    if not per:
+        return None
+    return sum(v[0] for v in per.values()), sum(v[1] for v in per.values()), per, float(ts) - t0
 
 rows = []
 for tool, f in (("flamewatch", "fw.time"), ("perf", "perf.time")):
@@ -158,9 +169,9 @@ for tool, f in (("flamewatch", "fw.time"), ("perf", "perf.time")):
     if tool == "flamewatch":
         s = bpf_stats()
         if s:
-            ns, cnt, progs, age = s
+            ns, cnt, per_prog, age = s
             bpf = (f"{ns:,}", f"{cnt:,}", f"{ns / cnt:,.0f}" if cnt else "-")
-            note = (note + "; " if note else "") + f"BPF at {age:.1f} s: {','.join(progs)}"
+            note = (note + "; " if note else "") + f"BPF read at {age:.1f} s"
         else:
             note = (note + "; " if note else "") + "no BPF stats (programs not found)"
     rows.append((tool, f"{cpu:.2f}", f"{100 * cpu / wall:.2f}", f"{int(t['rss_kb']) / 1024:.1f}", *bpf, note))
@@ -169,6 +180,12 @@ head = ("tool", "CPU s", "% of one core", "peak RSS MB", "BPF ns", "BPF runs", "
 w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
 for r in [head] + rows:
     print("  ".join(str(c).rjust(w[i]) if 0 < i < 7 else str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip())
+
+s = bpf_stats()
+if s:
+    print("\nflamewatch BPF programs (run time is charged to the interrupted tasks, not to flamewatch):")
+    for name, (ns, cnt) in sorted(s[2].items(), key=lambda kv: -kv[1][0]):
+        print(f"  {name:<16} {ns:>14,} ns  {cnt:>10,} runs  {ns / cnt if cnt else 0:>8,.0f} ns/run")
 EOF
 
 for f in fw.log perf.log; do

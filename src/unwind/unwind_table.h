@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_UNWIND_UNWIND_TABLE_H
+#define FW_UNWIND_UNWIND_TABLE_H
+
+/*
+ * Compact unwind tables for code built without frame pointers (Debian's
+ * libc, most -O2 builds). User space turns a file's .eh_frame/.debug_frame
+ * into a sorted array of 8-byte rows, one per change of the unwind rule;
+ * the BPF unwinder binary-searches it by the file-relative pc. The row
+ * layout below is shared with BPF, hence fixed-width types only.
+ *
+ * Only the three things an x86-64 unwinder needs are kept: how to compute
+ * the CFA, where the caller's rbp was saved, and whether this is a frame
+ * the generic rule cannot handle. The return address is always at CFA - 8;
+ * rows where the CFI says otherwise become UNWIND_NO_CFI.
+ */
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+enum unwind_cfa_type {            /* in unwind_row.cfa_type */
+	UNWIND_CFA_RSP = 1,       /* CFA = rsp + cfa_offset */
+	UNWIND_CFA_RBP = 2,       /* CFA = rbp + cfa_offset */
+	/*
+	 * Lazy PLT entry: CFA = rsp + 8, or rsp + 16 when ((rip & 15) >= 11),
+	 * i.e. once the entry's push has run. This is binutils' .plt CFA
+	 * expression; cfa_offset and rbp_slot are 0.
+	 */
+	UNWIND_CFA_PLT = 3,
+	/*
+	 * Signal trampoline (__restore_rt): the interrupted registers are in
+	 * the ucontext that starts at rsp. cfa_offset and rbp_slot are 0.
+	 */
+	UNWIND_CFA_SIGNAL = 4,
+	/*
+	 * No usable rule here (gap between FDEs, or a rule a row cannot
+	 * express): the caller falls back to frame pointers.
+	 */
+	UNWIND_NO_CFI = 5,
+	/* Outermost frame (return address undefined: _start, clone's child): stop. */
+	UNWIND_END = 6,
+};
+
+struct unwind_row {
+	__u32 pc;          /* ELF virtual address where this row starts; the row lasts until the next row's pc */
+	__s16 cfa_offset;  /* bytes; 0 unless cfa_type is UNWIND_CFA_RSP or UNWIND_CFA_RBP */
+	__u8  cfa_type;    /* enum unwind_cfa_type */
+	__u8  rbp_slot;    /* 0: rbp keeps its value (same value / not saved); k > 0: the caller's rbp is saved at CFA - 8*k */
+};
+
+_Static_assert(sizeof(struct unwind_row) == 8, "unwind_row is shared with BPF");
+
+#ifndef __VMLINUX_H__
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * What one build produced. Type counts are over the final (merged) rows;
+ * unsupported_rows counts rows from the CFI whose rules a row cannot express
+ * (CFA in another register or an unknown expression, rbp not saved at
+ * CFA - 8k, return address not at CFA - 8, offset beyond s16); they became
+ * UNWIND_NO_CFI.
+ */
+struct unwind_table_stats {
+	size_t fdes;             /* FDEs (and synthesized PLT ranges) that produced rows */
+	size_t rows_raw;         /* rows before adjacent identical rows were merged */
+	size_t rows;             /* rows in the table (== *nrows) */
+	size_t no_cfi_rows;
+	size_t unsupported_rows;
+	size_t signal_rows;
+	size_t plt_rows;
+};
+
+/*
+ * Builds the unwind table of the x86-64 ELF file behind fd from its
+ * .eh_frame, merged with its .debug_frame where that covers code .eh_frame
+ * does not; when debug_fd >= 0, the .debug_frame (and, if fd has no
+ * .eh_frame, the .eh_frame) of that separate debug file are merged in the
+ * same way, at lower priority. PLT sections that no FDE covers get
+ * synthesized rows. Both fds are borrowed; their file offsets are not used.
+ *
+ * On success *rows is an owned, malloc'd array (free() it) of *nrows rows,
+ * sorted by pc with strictly increasing pcs, adjacent identical rows merged,
+ * gaps between FDEs filled with UNWIND_NO_CFI rows, and a final
+ * UNWIND_NO_CFI row after the last FDE. stats may be NULL. Nothing else is
+ * retained once the call returns.
+ *
+ * Returns 0, -EBADF (bad fd), -ENOEXEC (not an ELF file), -ENOTSUP (not
+ * x86-64 ELF64), -ENOENT (no CFI at all), -E2BIG (a virtual address does
+ * not fit u32), -ENOMEM, or -EIO when the ELF or CFI cannot be read.
+ * On error *rows is NULL and *nrows 0.
+ */
+int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows,
+			size_t *nrows, struct unwind_table_stats *stats);
+
+/*
+ * The row covering pc: the last row whose pc <= pc, or NULL when pc is
+ * below the first row (or nrows is 0). rows is borrowed; so is the result.
+ */
+const struct unwind_row *unwind_table__find(const struct unwind_row *rows,
+					    size_t nrows, uint64_t pc);
+
+/* A short name for an enum unwind_cfa_type ("rsp", "plt", ...), for logs and tests. */
+const char *unwind_cfa_type__name(unsigned int type);
+#endif
+
+#endif
