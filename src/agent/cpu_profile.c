@@ -29,6 +29,7 @@ struct cpu_profile {
 	uint64_t samples;
 	uint64_t unresolved;
 	uint32_t *frames;	/* scratch for one stack */
+	uint32_t jit_named_upto;	/* frames below this id had their JIT names looked up */
 };
 
 struct cpu_profile *cpu_profile__new(struct proc_table *procs, uint64_t period_ns,
@@ -260,21 +261,26 @@ static void _resolve_mapping(struct cpu_profile *cp, uint32_t m, struct batch *b
 			 profile__string(p, p->mappings[m].path), strerror(-ret));
 }
 
-int cpu_profile__symbolize(struct cpu_profile *cp)
+/*
+ * Names the unnamed frames among [first, nframes) whose kind is in kinds (a
+ * bit mask of 1 << FRAME_*), one batch per mapping. With final set, frames
+ * left unresolved get their `binary+0xaddr` name.
+ */
+static int _symbolize(struct cpu_profile *cp, uint32_t first, uint32_t kinds, bool final)
 {
 	struct profile *p = cp->p;
 	struct batch b = { .cp = cp };
 	uint32_t *order, n = 0;
 	int err = 0;
 
-	order = malloc((size_t)p->nframes * sizeof(*order) + 1);
-	b.addrs = malloc((size_t)p->nframes * sizeof(*b.addrs) + 1);
+	order = malloc((size_t)(p->nframes - first) * sizeof(*order) + 1);
+	b.addrs = malloc((size_t)(p->nframes - first) * sizeof(*b.addrs) + 1);
 	if (!order || !b.addrs) {
 		err = -ENOMEM;
 		goto out;
 	}
-	for (uint32_t f = 0; f < p->nframes; f++)
-		if (!p->frames[f].function)
+	for (uint32_t f = first; f < p->nframes; f++)
+		if (!p->frames[f].function && (kinds & (1u << p->frames[f].kind)))
 			order[n++] = f;
 	qsort_r(order, n, sizeof(*order), _by_mapping, p);
 
@@ -287,12 +293,31 @@ int cpu_profile__symbolize(struct cpu_profile *cp)
 		b.n = j - i;
 		_resolve_mapping(cp, m, &b);
 	}
-	for (uint32_t i = 0; i < n; i++)
-		if (!p->frames[order[i]].function)
-			_name_unresolved(cp, order[i]);
+	if (final)
+		for (uint32_t i = 0; i < n; i++)
+			if (!p->frames[order[i]].function)
+				_name_unresolved(cp, order[i]);
 out:
 	free(order);
 	free(b.addrs);
+	return err;
+}
+
+int cpu_profile__symbolize(struct cpu_profile *cp)
+{
+	return _symbolize(cp, 0, ~0u, true);
+}
+
+int cpu_profile__symbolize_jit(struct cpu_profile *cp)
+{
+	uint32_t first = cp->jit_named_upto;
+	int err;
+
+	if (first == cp->p->nframes)
+		return 0;
+	err = _symbolize(cp, first, 1u << FRAME_JIT, false);
+	if (!err)
+		cp->jit_named_upto = cp->p->nframes;
 	return err;
 }
 

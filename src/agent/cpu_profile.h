@@ -27,6 +27,13 @@ int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t
 /* Names every frame that has no name yet. Returns 0 or -ENOMEM. */
 int cpu_profile__symbolize(struct cpu_profile *cp);
 
+/*
+ * Names the JIT frames added since the last call from their processes'
+ * perf maps. JITs rewrite and delete those files while they run, so this
+ * is done on every drain, while the code is still there. Returns 0 or -ENOMEM.
+ */
+int cpu_profile__symbolize_jit(struct cpu_profile *cp);
+
 /* Borrows the profile. */
 struct profile *cpu_profile__profile(struct cpu_profile *cp);
 

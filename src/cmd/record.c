@@ -539,6 +539,7 @@ int cmd_record(int argc, char **argv)
 		nanosleep(&tick, NULL);
 		proc_table__next_round(r.procs);
 		sampler__drain(r.sampler);
+		cpu_profile__symbolize_jit(r.cp);
 		elapsed = (_now_ns(CLOCK_MONOTONIC) - start_mono) / 1e9;
 		if (progress)
 			_progress(&r, elapsed, false);
@@ -547,6 +548,7 @@ int cmd_record(int argc, char **argv)
 	}
 	proc_table__next_round(r.procs);
 	sampler__drain(r.sampler);
+	cpu_profile__symbolize_jit(r.cp);
 	if (progress)
 		_progress(&r, elapsed, true);
 	_report(&r, elapsed);

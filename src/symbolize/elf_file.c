@@ -465,6 +465,22 @@ static void _symsrc_close(struct symsrc *src)
  * returned pointer is valid until the next read into nb. NULL when the index
  * is out of range or the file cannot be read.
  */
+/*
+ * Cuts a symbol version ("clock_gettime@@GLIBC_2.17" in a debug file's
+ * .symtab): users know the function by its plain name. buf is the
+ * writable buffer name points into.
+ */
+static void _strip_version(char *buf, const char *name)
+{
+	char *at;
+
+	if (!name || name != buf)
+		return;
+	at = strchr(buf, '@');
+	if (at && at != buf)
+		*at = '\0';
+}
+
 static const char *_read_name(const struct symsrc *src, uint32_t idx, struct namebuf *nb)
 {
 	size_t len = 0;
@@ -691,6 +707,7 @@ static void _search_emit(struct search *s, const struct symsrc *src, symbol_cb c
 		if (hit && hit->st_name != last) {
 			free(dem);
 			name = _read_name(src, hit->st_name, &s->nb);
+			_strip_version(s->nb.buf, name);
 			dem = demangle(name);
 			last = hit->st_name;
 		}

@@ -404,3 +404,15 @@ def test_error_not_root(fw):
     assert re.search(r"root|privilege|permission|CAP_|not permitted", res.stderr, re.I), (
         "message does not say that root (or capabilities) are needed\n" + res.describe()
     )
+
+
+def test_jit_frames_from_perf_map(fw, workloads):
+    """Anonymous executable code is named from /tmp/perf-PID.map. The workload
+    deletes its map file when it exits, so this also checks that the map is
+    read while the process is alive... or, failing that, that the frame keeps
+    its address instead of vanishing."""
+    _, prof = fw.record_folded(["--", workloads / "jit_perfmap", "3"], duration=3)
+    w = prof.for_comm("jit_perfmap")
+    require(w.total > 0, "no samples of jit_perfmap", prof)
+    jit = w.count_frame("jit_spin_loop")
+    require(jit >= 0.8 * w.total, f"jit_spin_loop in only {jit} of {w.total} samples", w)
