@@ -45,13 +45,13 @@ BPF_SRCS  := $(wildcard src/agent/bpf/*.bpf.c)
 BPF_OBJS  := $(patsubst src/agent/bpf/%.bpf.c,$(BUILD)/bpf/%.bpf.o,$(BPF_SRCS))
 BPF_SKELS := $(patsubst src/agent/bpf/%.bpf.c,$(BUILD)/bpf/%.skel.h,$(BPF_SRCS))
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
-	-I$(BUILD) -Isrc/agent/bpf
+	-I$(BUILD) -Isrc/agent/bpf -Isrc
 
 $(BUILD)/vmlinux.h: | $(DEPS_STAMP)
 	$(call msg,GEN,$@)
 	$(Q)$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
 
-$(BUILD)/bpf/%.bpf.o: src/agent/bpf/%.bpf.c $(BUILD)/vmlinux.h $(wildcard src/agent/bpf/*.h)
+$(BUILD)/bpf/%.bpf.o: src/agent/bpf/%.bpf.c $(BUILD)/vmlinux.h $(wildcard src/agent/bpf/*.h) src/unwind/unwind_table.h
 	$(call msg,BPF,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@.tmp

@@ -236,6 +236,33 @@ void proc_table__lookup(struct proc_table *t, pid_t pid, uint64_t addr, struct a
 		elf_file__offset_to_vaddr(out->bin->elf, addr - m->start + m->offset, &out->vaddr);
 }
 
+int proc_table__for_each_mapping(struct proc_table *t, pid_t pid,
+				 int (*fn)(void *ctx, const struct proc_mapping *m,
+					   struct binary *b),
+				 void *ctx)
+{
+	struct proc *p = _proc_get(t, pid);
+
+	if (!p)
+		return -ENOMEM;
+	if (!p->maps)
+		_proc_refresh(t, p);
+	if (!p->maps)
+		return -ESRCH;
+	for (size_t i = 0; i < p->maps->n; i++) {
+		const struct proc_mapping *m = &p->maps->m[i];
+		struct binary *b = NULL;
+		int ret;
+
+		if (m->inode && m->path[0] != '[')
+			b = _binary_get(t, pid, m);
+		ret = fn(ctx, m, b);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
 void proc_table__exec(struct proc_table *t, pid_t pid)
 {
 	struct proc *p = *_proc_slot(t, pid);

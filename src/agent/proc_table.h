@@ -62,6 +62,19 @@ void proc_table__exit(struct proc_table *t, pid_t pid);
  */
 void proc_table__next_round(struct proc_table *t);
 
+struct proc_mapping;
+
+/*
+ * Calls fn for every executable mapping of pid, reading its maps if they
+ * are not cached; b is NULL for anonymous and special mappings. Stops at
+ * the first non-zero return of fn and returns it. Returns -ESRCH when the
+ * maps cannot be read (the process is gone).
+ */
+int proc_table__for_each_mapping(struct proc_table *t, pid_t pid,
+				 int (*fn)(void *ctx, const struct proc_mapping *m,
+					   struct binary *b),
+				 void *ctx);
+
 /* Writes the perf map path of a process (through its root, with its namespaced pid). */
 int proc_table__perfmap_path(struct proc_table *t, pid_t pid, char *buf, size_t len);
 

@@ -39,6 +39,11 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_PROC_EVENTS] = "proc_events",
 	[FW_STAT_PROC_RINGBUF_FULL] = "proc_ringbuf_full",
 	[FW_STAT_FOLLOW_FULL] = "follow_map_full",
+	[FW_STAT_UNWIND_NO_TABLES] = "unwind_no_tables",
+	[FW_STAT_UNWIND_FP_FRAMES] = "unwind_fp_frames",
+	[FW_STAT_UNWIND_CFI_FRAMES] = "unwind_cfi_frames",
+	[FW_STAT_UNWIND_ROW_MISS] = "unwind_row_miss",
+	[FW_STAT_UNWIND_BAD_FRAME] = "unwind_bad_frame",
 };
 
 const char *fw_stat__name(enum fw_stat stat)
@@ -215,6 +220,7 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	}
 	s->skel->rodata->follow_only = opts->follow_only;
 	s->skel->rodata->follow_children = opts->follow_children;
+	s->skel->rodata->wakeup_on_exec = opts->wakeup_on_exec;
 	bpf_map__set_max_entries(s->skel->maps.events, _ringbuf_size(opts->freq_hz, ncpus));
 	if (!opts->follow_only) {
 		/* The followed map is unused: don't pay for it. */
@@ -310,9 +316,22 @@ void sampler__unfollow(struct sampler *s, pid_t tgid)
 	bpf_map__delete_elem(s->skel->maps.followed, &key, sizeof(key), 0);
 }
 
+void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd)
+{
+	*files_fd = bpf_map__fd(s->skel->maps.unwind_files);
+	*procs_fd = bpf_map__fd(s->skel->maps.proc_mappings);
+}
+
 int sampler__drain(struct sampler *s)
 {
 	return ring_buffer__consume(s->rb);
+}
+
+int sampler__poll(struct sampler *s, int timeout_ms)
+{
+	int n = ring_buffer__poll(s->rb, timeout_ms);
+
+	return n == -EINTR ? 0 : n;
 }
 
 int sampler__stats(struct sampler *s, struct sampler_stats *out)

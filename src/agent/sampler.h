@@ -24,6 +24,7 @@ struct sampler_opts {
 	unsigned int freq_hz;		/* samples per second per CPU */
 	bool follow_only;		/* only processes added with sampler__follow() */
 	bool follow_children;		/* ... and the processes they fork */
+	bool wakeup_on_exec;		/* exec events wake sampler__poll() */
 	sampler_sample_fn on_sample;
 	sampler_proc_fn on_proc;
 	void *ctx;
@@ -44,6 +45,13 @@ int sampler__follow(struct sampler *s, pid_t tgid);
 void sampler__unfollow(struct sampler *s, pid_t tgid);
 /* Consumes every record in the ring buffer. Returns the number consumed or -errno. */
 int sampler__drain(struct sampler *s);
+/*
+ * Waits up to timeout_ms for a record that asks for a wakeup (samples never
+ * do), then consumes every record. Returns the number consumed or -errno.
+ */
+int sampler__poll(struct sampler *s, int timeout_ms);
+/* The unwinder's maps (unwind_files, proc_mappings); borrowed fds. */
+void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd);
 /* Reads the counters of the BPF stats map. Returns 0 or -errno. */
 int sampler__stats(struct sampler *s, struct sampler_stats *out);
 const char *fw_stat__name(enum fw_stat stat);

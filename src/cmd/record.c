@@ -19,6 +19,7 @@
 #include "agent/cpu_profile.h"
 #include "agent/proc_table.h"
 #include "agent/sampler.h"
+#include "agent/unwinder.h"
 #include "cmd/cmd.h"
 #include "common/log.h"
 #include "common/profile.h"
@@ -39,6 +40,7 @@ struct record_opts {
 	const char *output;
 	enum out_format format;
 	bool quiet;
+	unsigned long unwind_mb;	/* cap on the unwind tables loaded into BPF */
 	char **cmd;			/* NULL-terminated, or NULL */
 };
 
@@ -47,6 +49,7 @@ struct record {
 	struct sampler *sampler;
 	struct proc_table *procs;
 	struct cpu_profile *cp;
+	struct unwinder *unwinder;
 	pid_t child;
 	int child_status;
 	bool child_done;
@@ -77,6 +80,8 @@ static void _usage(FILE *out)
 "      --format FMT     pprof (gzipped profile.proto) or folded (FlameGraph's collapsed\n"
 "                       stacks); by default from FILE's extension (.folded, .txt), else pprof\n"
 "  -q, --quiet          no progress line\n"
+"      --unwind-table-mb N  cap on the unwind tables loaded into the kernel\n"
+"                       (default 64 MiB; beyond, frame pointers)\n"
 "  -v, --verbose        debug messages\n"
 "  -- CMD ARGS...       start CMD and profile it and its children until it exits\n");
 }
@@ -153,6 +158,7 @@ static int _parse_args(struct record_opts *o, int argc, char **argv)
 		{ "format", required_argument, NULL, 'f' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "unwind-table-mb", required_argument, NULL, 'U' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
@@ -161,6 +167,7 @@ static int _parse_args(struct record_opts *o, int argc, char **argv)
 	int c;
 
 	o->freq_hz = 19;
+	o->unwind_mb = 64;
 	o->output = "profile.pb.gz";
 	optind = 1;
 	/* '+': stop at the first non-option, so the command's own flags stay its own. */
@@ -207,6 +214,14 @@ static int _parse_args(struct record_opts *o, int argc, char **argv)
 			break;
 		case 'q':
 			o->quiet = true;
+			log__set_level(LOG_WARN);
+			break;
+		case 'U':
+			if (_parse_uint(optarg, 1 << 20, &o->unwind_mb)) {
+				fprintf(stderr, "flamewatch: error: --unwind-table-mb: '%s' is not "
+					"a size in MiB\n", optarg);
+				return -1;
+			}
 			break;
 		case 'v':
 			log__set_level(LOG_DEBUG);
@@ -318,6 +333,7 @@ static void _on_sample(void *ctx, const struct fw_sample *s)
 
 	if (cpu_profile__add(r->cp, s, sampler__boot_to_unix_ns(s->boot_ns)))
 		r->add_errors++;
+	unwinder__note_sample(r->unwinder, s->pid, s->flags);
 }
 
 static void _on_proc(void *ctx, const struct fw_proc_event *e)
@@ -327,12 +343,16 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 	switch (e->type) {
 	case FW_EVENT_EXEC:
 		proc_table__exec(r->procs, e->pid);
+		unwinder__remove_pid(r->unwinder, e->pid);
+		if (r->opts.npids || r->opts.cmd)
+			unwinder__queue(r->unwinder, e->pid);
 		break;
 	case FW_EVENT_FORK:
 		r->followed_alive++;
 		break;
 	case FW_EVENT_EXIT:
 		proc_table__exit(r->procs, e->pid);
+		unwinder__remove_pid(r->unwinder, e->pid);
 		if (r->opts.npids || r->opts.cmd) {
 			sampler__unfollow(r->sampler, e->pid);
 			r->followed_alive--;
@@ -434,7 +454,19 @@ static bool _should_stop(struct record *r, double elapsed)
 	return false;
 }
 
-static void _report(struct record *r, double elapsed)
+static void _report_unwinder(struct record *r)
+{
+	struct unwinder_stats u;
+
+	unwinder__stats(r->unwinder, &u);
+	pr_info("unwind tables: %llu files, %llu rows, %.1f KiB of BPF maps "
+		"(cap %llu MiB); %llu files without CFI, %llu over the cap; built in %.0f ms\n",
+		(unsigned long long)u.files, (unsigned long long)u.rows, u.table_bytes / 1024.0,
+		(unsigned long long)(u.cap_bytes >> 20), (unsigned long long)u.files_without_cfi,
+		(unsigned long long)u.files_over_cap, u.build_ns / 1e6);
+}
+
+static void _report(struct record *r)
 {
 	struct sampler_stats st;
 	struct cpu_profile_counts c;
@@ -454,7 +486,7 @@ static void _report(struct record *r, double elapsed)
 	}
 	if (r->add_errors)
 		pr_warn("%d samples dropped: out of memory\n", r->add_errors);
-	(void)elapsed;
+	_report_unwinder(r);
 }
 
 int cmd_record(int argc, char **argv)
@@ -464,7 +496,7 @@ int cmd_record(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = _on_signal };
 	struct sampler_opts so = { 0 };
 	struct cpu_profile_counts counts;
-	uint64_t start_mono, start_unix;
+	uint64_t start_mono, start_unix, next_tick;
 	int gate_fd = -1, report_fd = -1, ret = 1, err;
 	bool progress;
 	double elapsed = 0;
@@ -501,6 +533,7 @@ int cmd_record(int argc, char **argv)
 	so.freq_hz = r.opts.freq_hz;
 	so.follow_only = !r.opts.all;
 	so.follow_children = r.opts.cmd != NULL;
+	so.wakeup_on_exec = !r.opts.all;
 	so.on_sample = _on_sample;
 	so.on_proc = _on_proc;
 	so.ctx = &r;
@@ -510,6 +543,17 @@ int cmd_record(int argc, char **argv)
 			strerror(errno));
 		goto out;
 	}
+	{
+		int files_fd, procs_fd;
+
+		sampler__unwind_fds(r.sampler, &files_fd, &procs_fd);
+		r.unwinder = unwinder__new(files_fd, procs_fd, r.procs,
+					   (uint64_t)r.opts.unwind_mb << 20);
+		if (!r.unwinder) {
+			fprintf(stderr, "flamewatch: error: out of memory\n");
+			goto out;
+		}
+	}
 	for (int i = 0; i < r.opts.npids; i++) {
 		err = sampler__follow(r.sampler, r.opts.pids[i]);
 		if (err) {
@@ -518,6 +562,8 @@ int cmd_record(int argc, char **argv)
 			goto out;
 		}
 		r.followed_alive++;
+		/* Describe them now so that even the first samples unwind fully. */
+		unwinder__add_pid(r.unwinder, r.opts.pids[i]);
 	}
 	if (r.opts.cmd) {
 		err = sampler__follow(r.sampler, r.child);
@@ -533,14 +579,28 @@ int cmd_record(int argc, char **argv)
 	}
 
 	start_mono = _now_ns(CLOCK_MONOTONIC);
+	next_tick = start_mono + DRAIN_INTERVAL_MS * 1000000ULL;
 	for (;;) {
-		struct timespec tick = { 0, DRAIN_INTERVAL_MS * 1000000L };
+		uint64_t now = _now_ns(CLOCK_MONOTONIC);
 
-		nanosleep(&tick, NULL);
+		/*
+		 * Samples never wake us; exec events of followed processes
+		 * do, so their tables load at once. Everything else waits
+		 * for the tick.
+		 */
+		if (now < next_tick && !_stop_signal) {
+			sampler__poll(r.sampler, (next_tick - now + 999999) / 1000000);
+			unwinder__add_pending(r.unwinder);
+			continue;
+		}
+		next_tick += DRAIN_INTERVAL_MS * 1000000ULL;
+		if (next_tick < now)
+			next_tick = now + DRAIN_INTERVAL_MS * 1000000ULL;
 		proc_table__next_round(r.procs);
 		sampler__drain(r.sampler);
+		unwinder__add_pending(r.unwinder);
 		cpu_profile__symbolize_jit(r.cp);
-		elapsed = (_now_ns(CLOCK_MONOTONIC) - start_mono) / 1e9;
+		elapsed = (now - start_mono) / 1e9;
 		if (progress)
 			_progress(&r, elapsed, false);
 		if (_should_stop(&r, elapsed))
@@ -551,9 +611,11 @@ int cmd_record(int argc, char **argv)
 	cpu_profile__symbolize_jit(r.cp);
 	if (progress)
 		_progress(&r, elapsed, true);
-	_report(&r, elapsed);
+	_report(&r);
 	sampler__close(r.sampler);
 	r.sampler = NULL;
+	unwinder__free(r.unwinder);
+	r.unwinder = NULL;
 
 	cpu_profile__profile(r.cp)->duration_ns = (uint64_t)(elapsed * 1e9);
 	if (cpu_profile__symbolize(r.cp)) {
@@ -591,6 +653,7 @@ out:
 	}
 	_output_abort(&out);
 	sampler__close(r.sampler);
+	unwinder__free(r.unwinder);
 	cpu_profile__free(r.cp);
 	proc_table__free(r.procs);
 	return ret;

@@ -11,12 +11,14 @@
 #include <bpf/bpf_core_read.h>
 
 #include "sample.h"
+#include "unwind.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 /* Set by the loader before load. */
 const volatile bool follow_only = false;	/* sample only tgids in `followed` */
 const volatile bool follow_children = false;	/* add forked children of followed tgids */
+const volatile bool wakeup_on_exec = false;	/* wake user space for exec events */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -59,47 +61,234 @@ static __always_inline bool is_followed(__u32 tgid)
 }
 
 /*
- * Walks the user stack through the saved frame pointers: [bp] holds the
- * caller's bp and [bp + 8] the return address. The walk stops at a zero or
- * non-increasing bp (stacks grow down, so callers live at higher addresses),
- * or at unreadable memory.
+ * The unwinder's view of processes: each file's rows live once, in an
+ * array map of exactly their size under the file's id, and each process's
+ * executable mappings point at them. BPF_F_INNER_MAP lets the inner arrays
+ * differ in size from this template.
  */
-static __always_inline void walk_user_stack(struct fw_sample *s, __u64 ip, __u64 bp)
+struct unwind_rows {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__type(key, __u32);
+	/*
+	 * struct unwind_row; declared by size because clang emits a struct
+	 * reached only through an inner map's definition as a forward
+	 * declaration, which libbpf cannot size.
+	 */
+	__type(value, __u64);
+};
+
+_Static_assert(sizeof(struct unwind_row) == sizeof(__u64), "inner map value is an unwind_row");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__array(values, struct unwind_rows);
+} unwind_files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct fw_proc_mappings);
+} proc_mappings SEC(".maps");
+
+/* Where the x86-64 signal frame keeps the interrupted registers, from rsp at __restore_rt. */
+#define UCONTEXT_MCONTEXT 40
+#define SIGCONTEXT_RBP (UCONTEXT_MCONTEXT + 10 * 8)
+#define SIGCONTEXT_RSP (UCONTEXT_MCONTEXT + 15 * 8)
+#define SIGCONTEXT_RIP (UCONTEXT_MCONTEXT + 16 * 8)
+
+struct fw_unwind_state {
+	__u64 ip, sp, bp;
+	struct fw_proc_mappings *procmaps;	/* NULL: frame pointers only */
+	__u32 n;				/* user frames written */
+	__u32 k;				/* kernel frames before them */
+	__u32 exact_ip;				/* ip is not a return address (leaf, signal) */
+	__u32 flags;
+};
+
+static __always_inline struct fw_mapping *find_mapping(struct fw_proc_mappings *pm, __u64 pc)
 {
-	__u32 k = s->kstack_len, n = 0;
+	__u32 lo = 0, hi = pm->n;
 
-	if (k > FW_MAX_KSTACK)
-		return;
-	s->addrs[k] = ip;
-	n = 1;
+	if (hi > FW_MAX_PROC_MAPPINGS)
+		return NULL;
+	for (int i = 0; i < 9 && lo < hi; i++) {	/* 2^9 > FW_MAX_PROC_MAPPINGS */
+		__u32 mid = (lo + hi) / 2;
+		struct fw_mapping *m = &pm->m[mid & (FW_MAX_PROC_MAPPINGS - 1)];
 
-	for (int i = 0; i < FW_MAX_USTACK - 1; i++) {
-		__u64 frame[2];		/* saved bp, return address */
-		__u32 idx = k + n;
-
-		if (!bp)
-			goto out;
-		if (bpf_probe_read_user(frame, sizeof(frame), (void *)bp)) {
-			s->flags |= FW_SAMPLE_USTACK_FAULT;
-			stat_inc(FW_STAT_USTACK_FAULT);
-			goto out;
-		}
-		if (!frame[1])
-			goto out;
-		if (idx >= FW_MAX_FRAMES)
-			goto out;
-		s->addrs[idx] = frame[1];
-		n++;
-		if (frame[0] <= bp)
-			goto out;
-		bp = frame[0];
+		if (pc < m->start)
+			hi = mid;
+		else if (pc >= m->end)
+			lo = mid + 1;
+		else
+			return m;
 	}
-	if (bp) {
-		s->flags |= FW_SAMPLE_USTACK_TRUNCATED;
+	return NULL;
+}
+
+/* The last row at or below pc among the count rows of a file's table. */
+static __always_inline struct unwind_row *find_row(__u32 file_id, __u32 count, __u32 pc)
+{
+	__u32 lo = 0, hi = count, idx;
+	void *rows;
+
+	rows = bpf_map_lookup_elem(&unwind_files, &file_id);
+	if (!rows)
+		return NULL;
+	for (int i = 0; i < 25 && lo < hi; i++) {	/* tables up to 2^24 rows */
+		__u32 mid = (lo + hi) / 2;
+		struct unwind_row *r;
+
+		idx = mid;
+		r = bpf_map_lookup_elem(rows, &idx);
+		if (!r)
+			return NULL;
+		if (r->pc <= pc)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0 || lo < hi)
+		return NULL;
+	idx = lo - 1;
+	return bpf_map_lookup_elem(rows, &idx);
+}
+
+static __always_inline int read_user_u64(__u64 *dst, __u64 addr)
+{
+	return bpf_probe_read_user(dst, sizeof(*dst), (void *)addr);
+}
+
+/*
+ * One frame: records ip, then computes the caller's ip, sp and bp from the
+ * row covering ip in its file's table, or from the frame pointer chain when
+ * there is no table or no rule for this code. Returns 1 to stop.
+ */
+static long unwind_step(__u32 i, void *ctx)
+{
+	struct fw_unwind_state *st = ctx;
+	__u64 pc, cfa, ip = 0, sp, bp = st->bp;
+	struct unwind_row *row = NULL;
+	struct fw_mapping *m = NULL;
+	struct fw_sample *s;
+	__u32 zero = 0, idx;
+
+	s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return 1;
+	idx = st->k + st->n;
+	if (idx >= FW_MAX_FRAMES || st->n >= FW_MAX_USTACK) {
+		st->flags |= FW_SAMPLE_USTACK_TRUNCATED;
 		stat_inc(FW_STAT_USTACK_TRUNCATED);
+		return 1;
 	}
-out:
-	s->ustack_len = n;
+	s->addrs[idx] = st->ip;
+	st->n++;
+
+	/* A return address is one past the call; the call is what we must look up. */
+	pc = st->exact_ip ? st->ip : st->ip - 1;
+	st->exact_ip = 0;
+	if (st->procmaps) {
+		m = find_mapping(st->procmaps, pc);
+		if (!m)
+			st->flags |= FW_SAMPLE_UNKNOWN_MAPPING;
+		else if (m->row_count && pc - m->bias <= 0xffffffffULL)
+			row = find_row(m->file_id, m->row_count, pc - m->bias);
+		if (m && m->row_count && !row)
+			stat_inc(FW_STAT_UNWIND_ROW_MISS);
+	}
+
+	if (!row || row->cfa_type == UNWIND_NO_CFI) {
+		__u64 frame[2];		/* saved bp, return address */
+
+		if (!st->bp)
+			return 1;
+		if (bpf_probe_read_user(frame, sizeof(frame), (void *)st->bp))
+			goto fault;
+		stat_inc(FW_STAT_UNWIND_FP_FRAMES);
+		ip = frame[1];
+		bp = frame[0];
+		sp = st->bp + 16;
+		/* Frame pointers must climb the stack, or this is not a frame chain. */
+		if (bp && bp <= st->bp)
+			bp = 0;
+		goto next;
+	}
+
+	stat_inc(FW_STAT_UNWIND_CFI_FRAMES);
+	switch (row->cfa_type) {
+	case UNWIND_END:
+		return 1;
+	case UNWIND_CFA_RSP:
+		cfa = st->sp + row->cfa_offset;
+		break;
+	case UNWIND_CFA_RBP:
+		cfa = st->bp + row->cfa_offset;
+		break;
+	case UNWIND_CFA_PLT:
+		cfa = st->sp + 8 + ((st->ip & 15) >= 11 ? 8 : 0);
+		break;
+	case UNWIND_CFA_SIGNAL:
+		if (read_user_u64(&ip, st->sp + SIGCONTEXT_RIP) ||
+		    read_user_u64(&sp, st->sp + SIGCONTEXT_RSP) ||
+		    read_user_u64(&bp, st->sp + SIGCONTEXT_RBP))
+			goto fault;
+		/* The interrupted instruction itself, not a return address. */
+		st->exact_ip = 1;
+		st->ip = ip;
+		st->sp = sp;
+		st->bp = bp;
+		return ip ? 0 : 1;
+	default:
+		return 1;
+	}
+	if (read_user_u64(&ip, cfa - 8))
+		goto fault;
+	if (row->rbp_slot && read_user_u64(&bp, cfa - 8 * (__u64)row->rbp_slot))
+		goto fault;
+	sp = cfa;
+
+next:
+	if (!ip)
+		return 1;
+	/* Callers live higher on the stack; anything else would loop. */
+	if (sp <= st->sp) {
+		stat_inc(FW_STAT_UNWIND_BAD_FRAME);
+		return 1;
+	}
+	st->ip = ip;
+	st->sp = sp;
+	st->bp = bp;
+	return 0;
+
+fault:
+	st->flags |= FW_SAMPLE_USTACK_FAULT;
+	stat_inc(FW_STAT_USTACK_FAULT);
+	return 1;
+}
+
+static __always_inline void walk_user_stack(struct fw_sample *s, __u32 tgid,
+					    __u64 ip, __u64 sp, __u64 bp)
+{
+	struct fw_unwind_state st = {
+		.ip = ip, .sp = sp, .bp = bp,
+		.k = s->kstack_len,
+		.exact_ip = 1,
+	};
+
+	st.procmaps = bpf_map_lookup_elem(&proc_mappings, &tgid);
+	if (!st.procmaps) {
+		st.flags |= FW_SAMPLE_NO_TABLES;
+		stat_inc(FW_STAT_UNWIND_NO_TABLES);
+	}
+	bpf_loop(FW_MAX_USTACK, unwind_step, &st, 0);
+	s->ustack_len = st.n;
+	s->flags |= st.flags;
 }
 
 SEC("perf_event")
@@ -153,10 +342,11 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	if (!task->mm) {
 		s->flags |= FW_SAMPLE_KERNEL_THREAD;
 	} else if ((__s64)ctx->regs.ip >= 0) {
-		walk_user_stack(s, ctx->regs.ip, ctx->regs.bp);
+		walk_user_stack(s, tgid, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp);
 	} else {
 		regs = (struct pt_regs *)bpf_task_pt_regs(task);
-		walk_user_stack(s, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, bp));
+		walk_user_stack(s, tgid, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp),
+				BPF_CORE_READ(regs, bp));
 	}
 
 	size = offsetof(struct fw_sample, addrs) +
@@ -171,7 +361,8 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
-static __always_inline void emit_proc_event(__u32 type, struct task_struct *p, __u32 ppid)
+static __always_inline void emit_proc_event(__u32 type, struct task_struct *p, __u32 ppid,
+					    __u64 submit_flags)
 {
 	struct fw_proc_event *e;
 
@@ -186,7 +377,7 @@ static __always_inline void emit_proc_event(__u32 type, struct task_struct *p, _
 	e->pad = 0;
 	e->boot_ns = bpf_ktime_get_boot_ns();
 	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), p->comm);
-	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	bpf_ringbuf_submit(e, submit_flags);
 	stat_inc(FW_STAT_PROC_EVENTS);
 }
 
@@ -194,7 +385,12 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p)
 {
 	if (is_followed(p->tgid))
-		emit_proc_event(FW_EVENT_EXEC, p, 0);
+		/*
+		 * Waking user space lets it describe the new image to the
+		 * unwinder within milliseconds instead of at the next drain,
+		 * so a profiled command's first samples unwind fully too.
+		 */
+		emit_proc_event(FW_EVENT_EXEC, p, 0, wakeup_on_exec ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 	return 0;
 }
 
@@ -203,7 +399,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 {
 	/* Only the thread group leader's exit ends the process's address space. */
 	if (p->pid == p->tgid && is_followed(p->tgid))
-		emit_proc_event(FW_EVENT_EXIT, p, 0);
+		emit_proc_event(FW_EVENT_EXIT, p, 0, BPF_RB_NO_WAKEUP);
 	return 0;
 }
 
@@ -222,6 +418,6 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 		stat_inc(FW_STAT_FOLLOW_FULL);
 		return 0;
 	}
-	emit_proc_event(FW_EVENT_FORK, child, ptgid);
+	emit_proc_event(FW_EVENT_FORK, child, ptgid, BPF_RB_NO_WAKEUP);
 	return 0;
 }

@@ -26,6 +26,8 @@ enum fw_event_type {
 #define FW_SAMPLE_USTACK_TRUNCATED (1u << 0)	/* hit FW_MAX_USTACK */
 #define FW_SAMPLE_USTACK_FAULT     (1u << 1)	/* a frame pointer pointed at unreadable memory */
 #define FW_SAMPLE_KERNEL_THREAD    (1u << 2)	/* no user space to walk */
+#define FW_SAMPLE_NO_TABLES        (1u << 3)	/* process unknown to the unwinder: frame pointers only */
+#define FW_SAMPLE_UNKNOWN_MAPPING  (1u << 4)	/* a pc outside every known mapping: maps changed */
 
 /*
  * One CPU sample. addrs holds kstack_len kernel addresses and then
@@ -74,6 +76,11 @@ enum fw_stat {
 	FW_STAT_PROC_EVENTS,
 	FW_STAT_PROC_RINGBUF_FULL,
 	FW_STAT_FOLLOW_FULL,		/* a child could not be added to the followed set */
+	FW_STAT_UNWIND_NO_TABLES,	/* samples of processes whose tables were not loaded yet */
+	FW_STAT_UNWIND_FP_FRAMES,	/* frames unwound through frame pointers */
+	FW_STAT_UNWIND_CFI_FRAMES,	/* frames unwound through unwind tables */
+	FW_STAT_UNWIND_ROW_MISS,	/* a table lookup found no row (corrupt or racing table) */
+	FW_STAT_UNWIND_BAD_FRAME,	/* a step went nowhere (sp did not grow): walk stopped */
 	FW_STAT_MAX,
 };
 

@@ -1,0 +1,436 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+
+#include "agent/bpf/sample.h"
+#include "agent/bpf/unwind.h"
+#include "agent/proc_table.h"
+#include "agent/procmaps.h"
+#include "agent/unwinder.h"
+#include "common/intern.h"
+#include "common/log.h"
+#include "symbolize/elf_file.h"
+#include "unwind/unwind_table.h"
+
+#define PID_BUCKETS 1024
+#define UPDATE_CHUNK 8192	/* rows per bpf_map_update_batch() */
+
+enum file_state { FILE_NEW, FILE_LOADED, FILE_NO_CFI, FILE_OVER_CAP };
+
+struct unwind_file {
+	enum file_state state;
+	uint32_t rows;
+	uint32_t refs;		/* processes whose description uses this table */
+	uint64_t last_used;	/* unwinder clock at the last reference */
+};
+
+/* The files a described process references, to drop on exit. */
+struct unwind_pid {
+	pid_t pid;
+	uint64_t described_ns;	/* when its mappings were last read */
+	uint32_t redescribed;	/* times its maps changed under us since exec */
+	uint32_t nfiles;
+	uint32_t *files;	/* file ids (index + 1 in files[]) */
+	struct unwind_pid *next;
+};
+
+struct unwinder {
+	int files_fd, procs_fd;
+	struct proc_table *procs;
+	struct intern *file_keys;	/* key -> index in files[] */
+	struct unwind_file *files;
+	uint32_t cap_files;
+	struct unwind_pid *pids[PID_BUCKETS];
+	uint64_t clock;
+	struct unwinder_stats stats;
+	pid_t *pending;		/* processes to (re-)describe after this drain */
+	uint32_t npending, cap_pending;
+	struct fw_proc_mappings *scratch;	/* one process's description being built */
+	uint32_t *scratch_files;
+};
+
+struct unwinder *unwinder__new(int files_fd, int procs_fd, struct proc_table *procs,
+			       uint64_t cap_bytes)
+{
+	struct unwinder *u = calloc(1, sizeof(*u));
+
+	if (!u)
+		return NULL;
+	u->files_fd = files_fd;
+	u->procs_fd = procs_fd;
+	u->procs = procs;
+	u->stats.cap_bytes = cap_bytes;
+	u->file_keys = intern__new();
+	u->scratch = calloc(1, sizeof(*u->scratch));
+	u->scratch_files = calloc(FW_MAX_PROC_MAPPINGS, sizeof(*u->scratch_files));
+	if (!u->file_keys || !u->scratch || !u->scratch_files) {
+		unwinder__free(u);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return u;
+}
+
+void unwinder__free(struct unwinder *u)
+{
+	if (!u)
+		return;
+	for (int i = 0; i < PID_BUCKETS; i++) {
+		struct unwind_pid *p, *next;
+
+		for (p = u->pids[i]; p; p = next) {
+			next = p->next;
+			free(p->files);
+			free(p);
+		}
+	}
+	intern__free(u->file_keys);
+	free(u->pending);
+	free(u->files);
+	free(u->scratch);
+	free(u->scratch_files);
+	free(u);
+}
+
+static uint64_t _now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+/* Opens the binary's separate debug file by build id, or returns -1. */
+static int _open_debug_file(const struct binary *b)
+{
+	const char *bid = b->elf ? elf_file__build_id(b->elf) : "";
+	char path[PATH_MAX];
+
+	if (strlen(bid) < 3)
+		return -1;
+	snprintf(path, sizeof(path), "%s/usr/lib/debug/.build-id/%.2s/%s.debug",
+		 b->root, bid, bid + 2);
+	return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/* Drops unreferenced tables, least recently used first, until need bytes fit. */
+static bool _make_room(struct unwinder *u, uint64_t need)
+{
+	while (u->stats.table_bytes + need > u->stats.cap_bytes) {
+		uint32_t victim = UINT32_MAX;
+		uint64_t oldest = UINT64_MAX;
+
+		for (uint32_t i = 0; i < intern__count(u->file_keys); i++) {
+			struct unwind_file *f = &u->files[i];
+
+			if (f->state == FILE_LOADED && !f->refs && f->last_used < oldest) {
+				oldest = f->last_used;
+				victim = i;
+			}
+		}
+		if (victim == UINT32_MAX)
+			return false;
+		{
+			__u32 id = victim + 1;
+
+			bpf_map_delete_elem(u->files_fd, &id);
+		}
+		u->stats.table_bytes -= (uint64_t)u->files[victim].rows * sizeof(struct unwind_row);
+		u->stats.rows -= u->files[victim].rows;
+		u->stats.files--;
+		u->stats.evictions++;
+		u->files[victim].state = FILE_NEW;
+		u->files[victim].rows = 0;
+	}
+	return true;
+}
+
+/* Creates the file's row array, fills it and publishes it under id. */
+static int _publish(struct unwinder *u, uint32_t id, const struct unwind_row *rows, size_t n)
+{
+	LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_INNER_MAP);
+	LIBBPF_OPTS(bpf_map_batch_opts, bopts);
+	__u32 keys[UPDATE_CHUNK];
+	__u32 key = id;
+	int fd, err = 0;
+
+	fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "fw_unwind_rows", sizeof(__u32),
+			    sizeof(struct unwind_row), n, &opts);
+	if (fd < 0)
+		return -errno;
+	for (size_t at = 0; at < n; at += UPDATE_CHUNK) {
+		__u32 count = n - at < UPDATE_CHUNK ? n - at : UPDATE_CHUNK;
+
+		for (__u32 i = 0; i < count; i++)
+			keys[i] = at + i;
+		if (bpf_map_update_batch(fd, keys, rows + at, &count, &bopts)) {
+			err = -errno;
+			goto out;
+		}
+	}
+	if (bpf_map_update_elem(u->files_fd, &key, &fd, BPF_ANY))
+		err = -errno;
+out:
+	/* The outer map holds its own reference to the array. */
+	close(fd);
+	return err;
+}
+
+static int _load_file(struct unwinder *u, uint32_t idx, struct binary *b)
+{
+	struct unwind_file *f = &u->files[idx];
+	struct unwind_table_stats st;
+	struct unwind_row *rows = NULL;
+	size_t n = 0;
+	uint64_t t0 = _now_ns();
+	int debug_fd, err;
+
+	debug_fd = _open_debug_file(b);
+	err = unwind_table__build(b->fd, debug_fd, &rows, &n, &st);
+	if (debug_fd >= 0)
+		close(debug_fd);
+	u->stats.build_ns += _now_ns() - t0;
+	if (err || n == 0 || n > UINT32_MAX) {
+		pr_debug("no unwind table for %s: %s\n", b->path, strerror(err ? -err : ENOENT));
+		f->state = FILE_NO_CFI;
+		u->stats.files_without_cfi++;
+		goto out;
+	}
+	if (!_make_room(u, n * sizeof(*rows))) {
+		pr_debug("unwind table of %s (%zu rows) is over the cap\n", b->path, n);
+		f->state = FILE_OVER_CAP;
+		u->stats.files_over_cap++;
+		goto out;
+	}
+	err = _publish(u, idx + 1, rows, n);
+	if (err) {
+		pr_warn("cannot load the unwind table of %s: %s\n", b->path, strerror(-err));
+		f->state = FILE_NO_CFI;
+		u->stats.files_without_cfi++;
+		goto out;
+	}
+	f->state = FILE_LOADED;
+	f->rows = n;
+	u->stats.files++;
+	u->stats.rows += n;
+	u->stats.table_bytes += n * sizeof(*rows);
+	pr_debug("unwind table of %s: %zu rows from %zu FDEs\n", b->path, n, st.fdes);
+out:
+	free(rows);
+	return 0;
+}
+
+/* The file id (index + 1) of b's table, loading it if needed; 0 when b has none. */
+static uint32_t _file_for(struct unwinder *u, struct binary *b, uint32_t *rows)
+{
+	const char *bid = b->elf ? elf_file__build_id(b->elf) : "";
+	char key[96];
+	bool added;
+	int64_t idx;
+
+	*rows = 0;
+	if (b->fd < 0 || !b->elf)
+		return 0;
+	if (bid[0])
+		snprintf(key, sizeof(key), "b:%s", bid);
+	else
+		snprintf(key, sizeof(key), "i:%" PRIx64 ":%" PRIu64, b->dev, b->inode);
+	idx = intern__add(u->file_keys, key, strlen(key), &added);
+	if (idx < 0)
+		return 0;
+	if (idx >= u->cap_files) {
+		uint32_t cap = u->cap_files ? u->cap_files * 2 : 64;
+		struct unwind_file *nf = realloc(u->files, cap * sizeof(*nf));
+
+		if (!nf)
+			return 0;
+		memset(nf + u->cap_files, 0, (cap - u->cap_files) * sizeof(*nf));
+		u->files = nf;
+		u->cap_files = cap;
+	}
+	/* Over-cap files are retried: space may have been freed since. */
+	if (u->files[idx].state == FILE_NEW || u->files[idx].state == FILE_OVER_CAP) {
+		if (u->files[idx].state == FILE_OVER_CAP)
+			u->stats.files_over_cap--;
+		_load_file(u, idx, b);
+	}
+	if (u->files[idx].state != FILE_LOADED)
+		return 0;
+	u->files[idx].last_used = ++u->clock;
+	*rows = u->files[idx].rows;
+	return idx + 1;
+}
+
+static int _describe_mapping(void *ctx, const struct proc_mapping *m, struct binary *b)
+{
+	struct unwinder *u = ctx;
+	struct fw_proc_mappings *pm = u->scratch;
+	struct fw_mapping *e;
+	uint64_t vaddr;
+
+	if (pm->n == FW_MAX_PROC_MAPPINGS)
+		return 0;
+	e = &pm->m[pm->n++];
+	*e = (struct fw_mapping){ .start = m->start, .end = m->end };
+	/*
+	 * Anonymous (JIT) and special mappings are described too, without a
+	 * table, so BPF knows their pcs are expected and walks frame pointers.
+	 */
+	if (!b || !b->elf || elf_file__offset_to_vaddr(b->elf, m->offset, &vaddr))
+		return 0;
+	e->bias = m->start - vaddr;
+	e->file_id = _file_for(u, b, &e->row_count);
+	if (e->file_id)
+		u->scratch_files[pm->n - 1] = e->file_id;
+	return 0;
+}
+
+static struct unwind_pid **_pid_slot(struct unwinder *u, pid_t pid)
+{
+	struct unwind_pid **pp = &u->pids[(uint32_t)pid % PID_BUCKETS];
+
+	while (*pp && (*pp)->pid != pid)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+static void _release_files(struct unwinder *u, struct unwind_pid *p)
+{
+	for (uint32_t i = 0; i < p->nfiles; i++)
+		if (u->files[p->files[i] - 1].refs)
+			u->files[p->files[i] - 1].refs--;
+	free(p->files);
+	p->files = NULL;
+	p->nfiles = 0;
+}
+
+int unwinder__add_pid(struct unwinder *u, pid_t pid)
+{
+	struct unwind_pid **pp = _pid_slot(u, pid), *p = *pp;
+	__u32 key = pid;
+	uint32_t nfiles = 0;
+	int err;
+
+	memset(u->scratch, 0, sizeof(*u->scratch));
+	memset(u->scratch_files, 0, FW_MAX_PROC_MAPPINGS * sizeof(*u->scratch_files));
+	err = proc_table__for_each_mapping(u->procs, pid, _describe_mapping, u);
+	if (err)
+		return err;
+
+	if (!p) {
+		p = calloc(1, sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		p->pid = pid;
+		*pp = p;
+		u->stats.pids++;
+	} else {
+		_release_files(u, p);
+	}
+	p->files = calloc(u->scratch->n + 1, sizeof(*p->files));
+	if (!p->files)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < u->scratch->n; i++) {
+		uint32_t id = u->scratch_files[i];
+
+		if (id) {
+			u->files[id - 1].refs++;
+			p->files[nfiles++] = id;
+		}
+	}
+	p->nfiles = nfiles;
+	p->described_ns = _now_ns();
+	if (bpf_map_update_elem(u->procs_fd, &key, u->scratch, BPF_ANY))
+		return -errno;
+	return 0;
+}
+
+void unwinder__remove_pid(struct unwinder *u, pid_t pid)
+{
+	struct unwind_pid **pp = _pid_slot(u, pid), *p = *pp;
+	__u32 key = pid;
+
+	bpf_map_delete_elem(u->procs_fd, &key);
+	if (!p)
+		return;
+	*pp = p->next;
+	_release_files(u, p);
+	free(p);
+	u->stats.pids--;
+}
+
+/*
+ * A process whose pcs keep falling outside its known mappings (ld.so
+ * mapping libraries right after exec, dlopen, a JIT that maps code all the
+ * time) is re-read at once the first time, then after 100 ms, 200 ms, ...
+ * up to every 5 s.
+ */
+static uint64_t _redescribe_interval_ns(const struct unwind_pid *p)
+{
+	uint32_t shift = p->redescribed < 7 ? p->redescribed : 7;
+	uint64_t ns = shift ? 100000000ULL << (shift - 1) : 0;
+
+	return ns < 5000000000ULL ? ns : 5000000000ULL;
+}
+
+void unwinder__note_sample(struct unwinder *u, pid_t pid, uint32_t flags)
+{
+	struct unwind_pid *p;
+
+	if (!(flags & (FW_SAMPLE_NO_TABLES | FW_SAMPLE_UNKNOWN_MAPPING)))
+		return;
+	p = *_pid_slot(u, pid);
+	if (p && _now_ns() - p->described_ns < _redescribe_interval_ns(p))
+		return;
+	unwinder__queue(u, pid);
+}
+
+void unwinder__queue(struct unwinder *u, pid_t pid)
+{
+	for (uint32_t i = 0; i < u->npending; i++)
+		if (u->pending[i] == pid)
+			return;
+	if (u->npending == u->cap_pending) {
+		uint32_t cap = u->cap_pending ? u->cap_pending * 2 : 64;
+		pid_t *np = realloc(u->pending, cap * sizeof(*np));
+
+		if (!np)
+			return;
+		u->pending = np;
+		u->cap_pending = cap;
+	}
+	u->pending[u->npending++] = pid;
+}
+
+void unwinder__add_pending(struct unwinder *u)
+{
+	for (uint32_t i = 0; i < u->npending; i++) {
+		struct unwind_pid *p = *_pid_slot(u, u->pending[i]);
+		int err;
+
+		/* Known processes come back here because their maps changed. */
+		if (p) {
+			proc_table__exec(u->procs, u->pending[i]);
+			p->redescribed++;
+		}
+		err = unwinder__add_pid(u, u->pending[i]);
+		if (err && err != -ESRCH)
+			pr_debug("cannot describe pid %d to the unwinder: %s\n",
+				 u->pending[i], strerror(-err));
+	}
+	u->npending = 0;
+}
+
+void unwinder__stats(const struct unwinder *u, struct unwinder_stats *out)
+{
+	*out = u->stats;
+}
