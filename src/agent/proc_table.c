@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -6,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +29,8 @@ struct proc {
 
 struct proc_table {
 	char *proc_root;
+	struct binary *vdso;	/* this kernel's vDSO image, shared by every process */
+	bool vdso_tried;
 	struct proc *procs[PROC_BUCKETS];
 	struct binary *bins[BIN_BUCKETS];
 	uint64_t round;
@@ -79,6 +84,8 @@ void proc_table__free(struct proc_table *t)
 			_binary_free(b);
 		}
 	}
+	if (t->vdso)
+		_binary_free(t->vdso);
 	free(t->proc_root);
 	free(t);
 }
@@ -196,6 +203,59 @@ static struct binary *_binary_get(struct proc_table *t, pid_t pid, const struct 
 	return b;
 }
 
+/*
+ * Every process maps the same vDSO, the kernel's, and ours is readable at
+ * AT_SYSINFO_EHDR. A copy in a memfd makes it a binary like any other, so
+ * its frames get names (__vdso_clock_gettime) and unwind through its own
+ * .eh_frame instead of losing their caller.
+ */
+static struct binary *_vdso(struct proc_table *t)
+{
+	const unsigned char *image = (const void *)getauxval(AT_SYSINFO_EHDR);
+	const Elf64_Ehdr *eh = (const void *)image;
+	struct binary *b;
+	size_t size = 0;
+	int fd;
+
+	if (t->vdso || t->vdso_tried)
+		return t->vdso;
+	t->vdso_tried = true;
+	if (!image || memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_ident[EI_CLASS] != ELFCLASS64)
+		return NULL;
+	/* The image is the span of its section headers: they come last. */
+	size = eh->e_shoff + (size_t)eh->e_shnum * eh->e_shentsize;
+	if (size > (1 << 20))
+		return NULL;
+	fd = memfd_create("fw-vdso", MFD_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	if (write(fd, image, size) != (ssize_t)size) {
+		close(fd);
+		return NULL;
+	}
+	b = calloc(1, sizeof(*b));
+	if (!b) {
+		close(fd);
+		return NULL;
+	}
+	b->fd = fd;
+	b->user_id = -1;
+	b->path = strdup("[vdso]");
+	b->root = strdup("");
+	b->elf = elf_file__open(fd, "");
+	if (!b->path || !b->root || !b->elf) {
+		_binary_free(b);
+		return NULL;
+	}
+	t->vdso = b;
+	return b;
+}
+
+static bool _is_vdso(const struct proc_mapping *m)
+{
+	return !strcmp(m->path, "[vdso]");
+}
+
 void proc_table__lookup(struct proc_table *t, pid_t pid, uint64_t addr, struct addr_info *out)
 {
 	const struct proc_mapping *m = NULL;
@@ -214,6 +274,13 @@ void proc_table__lookup(struct proc_table *t, pid_t pid, uint64_t addr, struct a
 	if (!m)
 		return;
 
+	if (_is_vdso(m) && _vdso(t)) {
+		out->kind = ADDR_FILE;
+		out->bin = t->vdso;
+		out->vaddr = addr - m->start;
+		elf_file__offset_to_vaddr(out->bin->elf, addr - m->start, &out->vaddr);
+		return;
+	}
 	if (m->path[0] == '[') {
 		out->kind = ADDR_SPECIAL;
 		out->name = m->path;
@@ -256,6 +323,8 @@ int proc_table__for_each_mapping(struct proc_table *t, pid_t pid,
 
 		if (m->inode && m->path[0] != '[')
 			b = _binary_get(t, pid, m);
+		else if (_is_vdso(m))
+			b = _vdso(t);
 		ret = fn(ctx, m, b);
 		if (ret)
 			return ret;

@@ -416,3 +416,26 @@ def test_jit_frames_from_perf_map(fw, workloads):
     require(w.total > 0, "no samples of jit_perfmap", prof)
     jit = w.count_frame("jit_spin_loop")
     require(jit >= 0.8 * w.total, f"jit_spin_loop in only {jit} of {w.total} samples", w)
+
+
+def test_vdso_frames_named_and_unwound(fw, workloads):
+    """The vDSO is symbolized from the kernel's image and unwound through its
+    .eh_frame: clock_gettime's caller is not lost although the vDSO has no
+    frame pointers."""
+    _, prof = fw.record_folded(["--", workloads / "vdso_loop", "3"], duration=3)
+    w = prof.for_comm("vdso_loop")
+    # The vDSO's internal helpers have no symbols: they read [vdso]+0x...
+    in_vdso = {
+        s: c for s, c in w.stacks.items()
+        if any(f == "clock_gettime" or f.startswith("[vdso]+") for f in s.split(";")[-2:])
+    }
+    total = sum(in_vdso.values())
+    require(total >= 0.3 * w.total, f"only {total} of {w.total} samples are in the vDSO", w)
+    named = sum(c for s, c in in_vdso.items() if "clock_gettime;clock_gettime" in s)
+    require(named >= 0.5 * total, f"only {named} of {total} vDSO samples name the vDSO's clock_gettime", w)
+    with_caller = sum(c for s, c in in_vdso.items() if contains_run(s.split(";"), ["main", "poll_clock"]))
+    require(
+        with_caller >= 0.9 * total,
+        f"only {with_caller} of {total} vDSO samples keep main;poll_clock above the vDSO frame",
+        w,
+    )

@@ -25,4 +25,27 @@ $(WL)/%: tests/workloads/%.rs | $(DEPS_STAMP)
 
 WORKLOAD_SRCS := $(wildcard tests/workloads/*.c tests/workloads/*.cpp tests/workloads/*.go tests/workloads/*.rs)
 WORKLOADS := $(addprefix $(WL)/,$(basename $(notdir $(WORKLOAD_SRCS))))
+
+# Workloads built the way most binaries in the wild are: optimised, without
+# frame pointers. Their stacks can only be complete through unwind tables.
+NOFP_CFLAGS := -O2 -g -fomit-frame-pointer -fasynchronous-unwind-tables
+
+$(WL)/nofp/%: tests/workloads/nofp/%.c | $(DEPS_STAMP)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(NOFP_CFLAGS) -o $@ $<
+
+$(WL)/nofp/%: tests/workloads/nofp/%.cpp | $(DEPS_STAMP)
+	$(call msg,CXX,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)g++ $(NOFP_CFLAGS) -o $@ $<
+
+$(WL)/nofp/%: tests/workloads/nofp/%.rs | $(DEPS_STAMP)
+	$(call msg,RUSTC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(RUSTC) -C opt-level=3 -C force-frame-pointers=no -g -o $@ $<
+
+NOFP_SRCS := $(wildcard tests/workloads/nofp/*.c tests/workloads/nofp/*.cpp tests/workloads/nofp/*.rs)
+WORKLOADS += $(addprefix $(WL)/nofp/,$(basename $(notdir $(NOFP_SRCS))))
+
 workloads: $(WORKLOADS)
