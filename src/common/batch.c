@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch.h"
+#include "intern.h"
+#include "profile.h"
+
+struct batch *batch__new(uint64_t period_ns)
+{
+	struct batch *b = calloc(1, sizeof(*b));
+
+	if (!b)
+		return NULL;
+	b->period_ns = period_ns;
+	b->dict = profile__new(period_ns, 0);
+	b->series = intern__new();
+	if (!b->dict || !b->series) {
+		batch__free(b);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return b;
+}
+
+void batch__free(struct batch *b)
+{
+	if (!b)
+		return;
+	profile__free(b->dict);
+	intern__free(b->series);
+	free(b->samples);
+	free(b);
+}
+
+int batch__reset(struct batch *b)
+{
+	struct profile *dict = profile__new(b->period_ns, 0);
+	struct intern *series = intern__new();
+
+	if (!dict || !series) {
+		profile__free(dict);
+		intern__free(series);
+		return -ENOMEM;
+	}
+	profile__free(b->dict);
+	intern__free(b->series);
+	b->dict = dict;
+	b->series = series;
+	b->nsamples = 0;
+	return 0;
+}
+
+struct label_text {
+	const char *name, *value;
+};
+
+static int _by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct label_text *)a)->name, ((const struct label_text *)b)->name);
+}
+
+int64_t batch__intern_series(struct batch *b, const char *const *names,
+			     const char *const *values, size_t n)
+{
+	struct label_text *sorted = NULL;
+	struct batch_label *key = NULL;
+	int64_t id = -ENOMEM;
+
+	sorted = calloc(n + 1, sizeof(*sorted));
+	key = calloc(n + 1, sizeof(*key));
+	if (!sorted || !key)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		if (!names[i] || !names[i][0] || !values[i]) {
+			id = -EINVAL;
+			goto out;
+		}
+		sorted[i] = (struct label_text){ names[i], values[i] };
+	}
+	qsort(sorted, n, sizeof(*sorted), _by_name);
+	for (size_t i = 0; i < n; i++) {
+		int64_t name, value;
+
+		if (i && !strcmp(sorted[i - 1].name, sorted[i].name)) {
+			id = -EINVAL;
+			goto out;
+		}
+		name = profile__intern_string(b->dict, sorted[i].name);
+		value = profile__intern_string(b->dict, sorted[i].value);
+		if (name < 0 || value < 0)
+			goto out;
+		key[i] = (struct batch_label){ (uint32_t)name, (uint32_t)value };
+	}
+	id = intern__add(b->series, key, n * sizeof(*key), NULL);
+out:
+	free(sorted);
+	free(key);
+	return id;
+}
+
+const struct batch_label *batch__series(const struct batch *b, uint32_t series, size_t *n)
+{
+	size_t len;
+	const struct batch_label *labels = intern__key(b->series, series, &len);
+
+	*n = len / sizeof(*labels);
+	return labels;
+}
+
+uint32_t batch__nseries(const struct batch *b)
+{
+	return intern__count(b->series);
+}
+
+const char *batch__series_label(const struct batch *b, uint32_t series, const char *name)
+{
+	size_t n;
+	const struct batch_label *labels = batch__series(b, series, &n);
+
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(profile__string(b->dict, labels[i].name), name))
+			return profile__string(b->dict, labels[i].value);
+	return NULL;
+}
+
+int batch__add_sample(struct batch *b, const struct batch_sample *s)
+{
+	if (b->nsamples == b->cap_samples) {
+		uint32_t cap = b->cap_samples ? b->cap_samples * 2 : 256;
+		struct batch_sample *ns = realloc(b->samples, (size_t)cap * sizeof(*ns));
+
+		if (!ns)
+			return -ENOMEM;
+		b->samples = ns;
+		b->cap_samples = cap;
+	}
+	b->samples[b->nsamples++] = *s;
+	return 0;
+}
