@@ -130,4 +130,4 @@ clean:
 
 .PHONY: all unit system test run clean workloads
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/tests -name '*.d' 2>/dev/null)
