@@ -8,6 +8,8 @@
 
 #include "agent/cpu_profile.h"
 #include "agent/proc_table.h"
+#include "common/batch.h"
+#include "common/intern.h"
 #include "common/log.h"
 #include "common/profile.h"
 #include "symbolize/elf_file.h"
@@ -22,7 +24,11 @@ struct mapping_source {
 
 struct cpu_profile {
 	struct proc_table *procs;
-	struct profile *p;
+	struct profile *p;		/* the dictionary; batch->dict in timed mode */
+	struct batch *batch;		/* timed mode: every sample with its timestamp */
+	struct intern *pids;		/* timed mode: pid -> index in pid_series */
+	uint32_t *pid_series;
+	uint32_t cap_pid_series;
 	struct mapping_source *sources;
 	uint32_t nsources;
 	int64_t kernel_mapping;
@@ -32,26 +38,77 @@ struct cpu_profile {
 	uint32_t jit_named_upto;	/* frames below this id had their JIT names looked up */
 };
 
+/* Starts a fresh dictionary (and batch); the caller has dropped the old one. */
+static int _start(struct cpu_profile *cp, uint64_t period_ns, uint64_t start_ns)
+{
+	if (cp->batch) {
+		if (batch__reset(cp->batch))
+			return -ENOMEM;
+		cp->p = cp->batch->dict;
+		cp->p->start_ns = start_ns;
+		intern__free(cp->pids);
+		cp->pids = intern__new();
+		if (!cp->pids)
+			return -ENOMEM;
+	} else {
+		cp->p = profile__new(period_ns, start_ns);
+		if (!cp->p)
+			return -ENOMEM;
+	}
+	cp->kernel_mapping = profile__intern_mapping(cp->p, "[kernel.kallsyms]", NULL);
+	return cp->kernel_mapping < 0 ? -ENOMEM : 0;
+}
+
 struct cpu_profile *cpu_profile__new(struct proc_table *procs, uint64_t period_ns,
-				     uint64_t start_ns)
+				     uint64_t start_ns, bool timed)
 {
 	struct cpu_profile *cp = calloc(1, sizeof(*cp));
 
 	if (!cp)
 		return NULL;
 	cp->procs = procs;
-	cp->p = profile__new(period_ns, start_ns);
 	cp->frames = calloc(FW_MAX_FRAMES, sizeof(*cp->frames));
-	if (!cp->p || !cp->frames)
+	if (!cp->frames)
 		goto fail;
-	cp->kernel_mapping = profile__intern_mapping(cp->p, "[kernel.kallsyms]", NULL);
-	if (cp->kernel_mapping < 0)
+	if (timed) {
+		cp->batch = batch__new(period_ns);
+		if (!cp->batch)
+			goto fail;
+	}
+	if (_start(cp, period_ns, start_ns))
 		goto fail;
 	return cp;
 fail:
 	cpu_profile__free(cp);
 	errno = ENOMEM;
 	return NULL;
+}
+
+static void _forget_mapping_id(void *ctx, struct binary *b)
+{
+	(void)ctx;
+	b->user_id = -1;
+}
+
+int cpu_profile__reset(struct cpu_profile *cp, uint64_t start_ns)
+{
+	for (uint32_t i = 0; i < cp->nsources; i++)
+		free(cp->sources[i].perfmap);
+	free(cp->sources);
+	cp->sources = NULL;
+	cp->nsources = 0;
+	cp->jit_named_upto = 0;
+	/* Binaries cache their mapping id in the old dictionary. */
+	proc_table__for_each_binary(cp->procs, _forget_mapping_id, NULL);
+	if (!cp->batch)
+		profile__free(cp->p);
+	cp->p = NULL;
+	return _start(cp, cp->batch ? cp->batch->period_ns : 0, start_ns);
+}
+
+struct batch *cpu_profile__batch(struct cpu_profile *cp)
+{
+	return cp->batch;
 }
 
 void cpu_profile__free(struct cpu_profile *cp)
@@ -62,7 +119,12 @@ void cpu_profile__free(struct cpu_profile *cp)
 		free(cp->sources[i].perfmap);
 	free(cp->sources);
 	free(cp->frames);
-	profile__free(cp->p);
+	if (cp->batch)
+		batch__free(cp->batch);
+	else
+		profile__free(cp->p);
+	intern__free(cp->pids);
+	free(cp->pid_series);
 	free(cp);
 }
 
@@ -165,14 +227,74 @@ static int64_t _user_frame(struct cpu_profile *cp, pid_t pid, uint64_t addr, boo
 	}
 }
 
+/*
+ * The series of a process: its labels, read once per batch. A process that
+ * is already gone is labelled from the sample itself.
+ */
+static int64_t _series_of(struct cpu_profile *cp, const struct fw_sample *s, const char *comm)
+{
+	const char *names[5] = { "pid", "comm", "exe", "container", "pod" };
+	const char *values[5];
+	const struct proc_info *info;
+	uint32_t key = s->pid;
+	char pid[16];
+	bool added;
+	int64_t idx, series;
+	size_t n = 3;
+
+	idx = intern__add(cp->pids, &key, sizeof(key), &added);
+	if (idx < 0)
+		return idx;
+	if (!added)
+		return cp->pid_series[idx];
+	if ((uint32_t)idx >= cp->cap_pid_series) {
+		uint32_t cap = cp->cap_pid_series ? cp->cap_pid_series * 2 : 64;
+		uint32_t *ns = realloc(cp->pid_series, cap * sizeof(*ns));
+
+		if (!ns)
+			return -ENOMEM;
+		cp->pid_series = ns;
+		cp->cap_pid_series = cap;
+	}
+	info = proc_table__info(cp->procs, s->pid);
+	snprintf(pid, sizeof(pid), "%u", s->pid);
+	values[0] = pid;
+	values[1] = info && info->comm[0] ? info->comm : comm;
+	values[2] = info ? info->exe : "";
+	if (info && info->container[0])
+		values[n++] = info->container;
+	if (info && info->pod[0]) {
+		names[n] = "pod";
+		values[n++] = info->pod;
+	}
+	series = batch__intern_series(cp->batch, names, values, n);
+	if (series < 0)
+		return series;
+	cp->pid_series[idx] = series;
+	return series;
+}
+
+static int _add_timed(struct cpu_profile *cp, const struct fw_sample *s, const char *comm,
+		      uint32_t stack, uint64_t unix_ns)
+{
+	int64_t series = _series_of(cp, s, comm);
+	struct batch_sample bs;
+
+	if (series < 0)
+		return series;
+	bs = (struct batch_sample){
+		.ts_ns = unix_ns, .stack = stack, .series = series, .tid = s->tid,
+		.cpu = s->cpu, .type = SAMPLE_CPU, .value = 1,
+	};
+	return batch__add_sample(cp->batch, &bs);
+}
+
 int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t unix_ns)
 {
 	const __u64 *kstack = s->addrs, *ustack = s->addrs + s->kstack_len;
 	char comm[FW_COMM_LEN + 1];
 	uint32_t n = 0;
 	int64_t id, comm_id;
-
-	(void)unix_ns;	/* record aggregates; the continuous agent keeps timestamps */
 
 	/* Root first: the user stack from its outermost frame, then the kernel's. */
 	for (int i = s->ustack_len - 1; i >= 0; i--) {
@@ -191,16 +313,20 @@ int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t
 
 	memcpy(comm, s->comm, FW_COMM_LEN);
 	comm[FW_COMM_LEN] = '\0';
-	comm_id = profile__intern_string(cp->p, comm);
 	id = profile__intern_stack(cp->p, cp->frames, n);
-	if (comm_id < 0 || id < 0)
+	if (id < 0)
 		return -ENOMEM;
 	cp->samples++;
+	if (cp->batch)
+		return _add_timed(cp, s, comm, id, unix_ns);
+	comm_id = profile__intern_string(cp->p, comm);
+	if (comm_id < 0)
+		return -ENOMEM;
 	return profile__add_sample(cp->p, id, s->pid, s->tid, s->cpu, comm_id, 1);
 }
 
 /* The frames of one mapping that still need a name, and their addresses. */
-struct batch {
+struct name_batch {
 	struct cpu_profile *cp;
 	uint32_t *frames;
 	uint64_t *addrs;
@@ -209,7 +335,7 @@ struct batch {
 
 static void _name_frame(void *ctx, size_t i, const char *name, uint64_t offset)
 {
-	struct batch *b = ctx;
+	struct name_batch *b = ctx;
 	struct profile *p = b->cp->p;
 	uint32_t frame = b->frames[i];
 
@@ -244,7 +370,7 @@ static int _by_mapping(const void *a, const void *b, void *profile)
 	return x->mapping < y->mapping ? -1 : x->mapping > y->mapping;
 }
 
-static void _resolve_mapping(struct cpu_profile *cp, uint32_t m, struct batch *b)
+static void _resolve_mapping(struct cpu_profile *cp, uint32_t m, struct name_batch *b)
 {
 	struct profile *p = cp->p;
 	struct mapping_source *src = m < cp->nsources ? &cp->sources[m] : NULL;
@@ -269,7 +395,7 @@ static void _resolve_mapping(struct cpu_profile *cp, uint32_t m, struct batch *b
 static int _symbolize(struct cpu_profile *cp, uint32_t first, uint32_t kinds, bool final)
 {
 	struct profile *p = cp->p;
-	struct batch b = { .cp = cp };
+	struct name_batch b = { .cp = cp };
 	uint32_t *order, n = 0;
 	int err = 0;
 

@@ -2,6 +2,7 @@
 #ifndef FW_AGENT_CPU_PROFILE_H
 #define FW_AGENT_CPU_PROFILE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "agent/bpf/sample.h"
@@ -16,9 +17,21 @@ struct cpu_profile;
 struct proc_table;
 struct profile;
 
-/* Borrows procs. Returns NULL with errno set. */
+/*
+ * Borrows procs. Aggregated (timed false) for `record`: samples are counted
+ * per stack, pid, tid, cpu and comm. Timed for agents: every sample is kept
+ * in a batch with its timestamp and its process's labels (pid, comm, exe,
+ * container, pod). Returns NULL with errno set.
+ */
 struct cpu_profile *cpu_profile__new(struct proc_table *procs, uint64_t period_ns,
-				     uint64_t start_ns);
+				     uint64_t start_ns, bool timed);
+/* Timed mode: the batch being filled (its dict is the profile). Borrowed. */
+struct batch *cpu_profile__batch(struct cpu_profile *cp);
+/*
+ * Starts over with an empty dictionary (and batch) once the previous one has
+ * been handed on. Returns 0 or -ENOMEM.
+ */
+int cpu_profile__reset(struct cpu_profile *cp, uint64_t start_ns);
 /* Accepts NULL. Frees the profile too unless it was taken. */
 void cpu_profile__free(struct cpu_profile *cp);
 

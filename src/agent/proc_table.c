@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/cgroup.h"
 #include "agent/proc_table.h"
 #include "agent/procmaps.h"
 #include "common/log.h"
@@ -23,6 +24,7 @@
 struct proc {
 	pid_t pid;
 	struct proc_maps *maps;	/* NULL until read, or after exec */
+	struct proc_info *info;	/* NULL until read, or after exec */
 	uint64_t refreshed_round;
 	struct proc *next;
 };
@@ -73,6 +75,7 @@ void proc_table__free(struct proc_table *t)
 		for (p = t->procs[i]; p; p = next) {
 			next = p->next;
 			free(p->maps);
+			free(p->info);
 			free(p);
 		}
 	}
@@ -339,6 +342,8 @@ void proc_table__exec(struct proc_table *t, pid_t pid)
 	if (p) {
 		free(p->maps);
 		p->maps = NULL;
+		free(p->info);
+		p->info = NULL;
 		p->refreshed_round = 0;
 	}
 }
@@ -351,6 +356,7 @@ void proc_table__exit(struct proc_table *t, pid_t pid)
 		return;
 	*pp = p->next;
 	free(p->maps);
+	free(p->info);
 	free(p);
 	t->nprocs--;
 }
@@ -358,6 +364,49 @@ void proc_table__exit(struct proc_table *t, pid_t pid)
 void proc_table__next_round(struct proc_table *t)
 {
 	t->round++;
+}
+
+/* Reads a small /proc file into buf, NUL-terminated, newline cut. Returns its length or -1. */
+static ssize_t _read_small(const char *path, char *buf, size_t len)
+{
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	if (n && buf[n - 1] == '\n')
+		buf[--n] = '\0';
+	return n;
+}
+
+const struct proc_info *proc_table__info(struct proc_table *t, pid_t pid)
+{
+	struct proc *p = _proc_get(t, pid);
+	char path[PATH_MAX], cgroup[4096];
+	ssize_t n;
+
+	if (!p)
+		return NULL;
+	if (p->info)
+		return p->info;
+	p->info = calloc(1, sizeof(*p->info));
+	if (!p->info)
+		return NULL;
+	snprintf(path, sizeof(path), "%s/%d/comm", t->proc_root, pid);
+	_read_small(path, p->info->comm, sizeof(p->info->comm));
+	snprintf(path, sizeof(path), "%s/%d/exe", t->proc_root, pid);
+	n = readlink(path, p->info->exe, sizeof(p->info->exe) - 1);
+	p->info->exe[n > 0 ? n : 0] = '\0';
+	snprintf(path, sizeof(path), "%s/%d/cgroup", t->proc_root, pid);
+	if (_read_small(path, cgroup, sizeof(cgroup)) > 0)
+		cgroup__parse(cgroup, p->info->container, sizeof(p->info->container),
+			      p->info->pod, sizeof(p->info->pod));
+	return p->info;
 }
 
 int proc_table__perfmap_path(struct proc_table *t, pid_t pid, char *buf, size_t len)

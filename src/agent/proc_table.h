@@ -62,6 +62,20 @@ void proc_table__exit(struct proc_table *t, pid_t pid);
  */
 void proc_table__next_round(struct proc_table *t);
 
+/* What labels a process's samples: read once per process image from /proc. */
+struct proc_info {
+	char comm[17];		/* the process's (main thread's) name */
+	char exe[256];		/* path of its executable, as the process sees it */
+	char container[65];	/* container id, or "" */
+	char pod[37];		/* Kubernetes pod uid, or "" */
+};
+
+/*
+ * Borrows pid's labels, reading them on first use and again after exec.
+ * Fields are "" when unknown (the process is gone). NULL only without memory.
+ */
+const struct proc_info *proc_table__info(struct proc_table *t, pid_t pid);
+
 struct proc_mapping;
 
 /*

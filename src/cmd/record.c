@@ -515,7 +515,7 @@ int cmd_record(int argc, char **argv)
 
 	r.procs = proc_table__new("/proc");
 	start_unix = _now_ns(CLOCK_REALTIME);
-	r.cp = cpu_profile__new(r.procs, 1000000000ULL / r.opts.freq_hz, start_unix);
+	r.cp = cpu_profile__new(r.procs, 1000000000ULL / r.opts.freq_hz, start_unix, false);
 	if (!r.procs || !r.cp) {
 		fprintf(stderr, "flamewatch: error: out of memory\n");
 		goto out;

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <ctype.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "agent/cgroup.h"
+
+#define CONTAINER_ID_LEN 64
+#define POD_UID_LEN 36
+
+static size_t _hex_run(const char *p)
+{
+	size_t n = 0;
+
+	while (isxdigit((unsigned char)p[n]) && !isupper((unsigned char)p[n]))
+		n++;
+	return n;
+}
+
+/* A pod uid: 8-4-4-4-12 hex digits separated by '-' or '_'. */
+static bool _is_uid(const char *p)
+{
+	static const int groups[] = { 8, 4, 4, 4, 12 };
+
+	for (int g = 0; g < 5; g++) {
+		for (int i = 0; i < groups[g]; i++, p++)
+			if (!isxdigit((unsigned char)*p))
+				return false;
+		if (g < 4 && *p != '-' && *p != '_')
+			return false;
+		if (g < 4)
+			p++;
+	}
+	return true;
+}
+
+int cgroup__parse(const char *text, char *container, size_t container_len, char *pod,
+		  size_t pod_len)
+{
+	const char *p;
+
+	if (container_len)
+		container[0] = '\0';
+	if (pod_len)
+		pod[0] = '\0';
+	for (p = text; *p; p++) {
+		size_t run;
+
+		if (!strncmp(p, "pod", 3) && _is_uid(p + 3) && pod_len > POD_UID_LEN) {
+			for (int i = 0; i < POD_UID_LEN; i++)
+				pod[i] = p[3 + i] == '_' ? '-' : p[3 + i];
+			pod[POD_UID_LEN] = '\0';
+			p += 3 + POD_UID_LEN - 1;
+			continue;
+		}
+		/* Only a run that starts at a separator counts, not the tail of a longer word. */
+		if (p != text && isxdigit((unsigned char)p[-1]))
+			continue;
+		run = _hex_run(p);
+		if (run == CONTAINER_ID_LEN && container_len > CONTAINER_ID_LEN) {
+			memcpy(container, p, CONTAINER_ID_LEN);
+			container[CONTAINER_ID_LEN] = '\0';
+		}
+		if (run)
+			p += run - 1;
+	}
+	return 0;
+}

@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_AGENT_CGROUP_H
+#define FW_AGENT_CGROUP_H
+
+#include <stddef.h>
+
+/*
+ * Finds the container id and Kubernetes pod uid in the text of
+ * /proc/PID/cgroup. Runtimes name cgroups differently:
+ *   0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1b2c_..._9.slice/cri-containerd-<64 hex>.scope
+ *   0::/kubepods/burstable/pod1b2c-...-9/<64 hex>
+ *   0::/system.slice/docker-<64 hex>.scope
+ *   12:cpu,cpuacct:/docker/<64 hex>
+ *   0::/machine.slice/libpod-<64 hex>.scope
+ * The container id is the last run of 64 hex digits; the pod uid follows
+ * "pod" and is written with dashes (systemd's underscores are converted).
+ * Either is "" when absent. Always returns 0.
+ */
+int cgroup__parse(const char *text, char *container, size_t container_len, char *pod,
+		  size_t pod_len);
+
+#endif

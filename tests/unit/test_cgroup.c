@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "agent/cgroup.h"
+
+#define CID "4f1d2c3b4a5968778695a4b3c2d1e0f0f1e2d3c4b5a69788796a5b4c3d2e1f00"
+
+static void check(const char *text, const char *want_container, const char *want_pod)
+{
+	char container[80], pod[48];
+
+	assert_int_equal(cgroup__parse(text, container, sizeof(container), pod, sizeof(pod)), 0);
+	assert_string_equal(container, want_container);
+	assert_string_equal(pod, want_pod);
+}
+
+static void test_kubernetes_systemd(void **state)
+{
+	check("0::/kubepods.slice/kubepods-burstable.slice/"
+	      "kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/"
+	      "cri-containerd-" CID ".scope\n",
+	      CID, "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+}
+
+static void test_kubernetes_cgroupfs(void **state)
+{
+	check("0::/kubepods/besteffort/pod1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901/" CID "\n",
+	      CID, "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+}
+
+static void test_docker_and_podman(void **state)
+{
+	check("0::/system.slice/docker-" CID ".scope\n", CID, "");
+	check("12:cpu,cpuacct:/docker/" CID "\n11:memory:/docker/" CID "\n", CID, "");
+	check("0::/machine.slice/libpod-" CID ".scope/container\n", CID, "");
+}
+
+static void test_host_processes(void **state)
+{
+	check("0::/user.slice/user-0.slice/session-3.scope\n", "", "");
+	check("0::/init.scope\n", "", "");
+	check("", "", "");
+	/* 63 or 65 hex digits are not a container id. */
+	check("0::/docker/" "4f1d2c3b4a5968778695a4b3c2d1e0f0f1e2d3c4b5a69788796a5b4c3d2e1f0" "\n", "", "");
+	check("0::/docker/" CID "a\n", "", "");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_kubernetes_systemd),
+		cmocka_unit_test(test_kubernetes_cgroupfs),
+		cmocka_unit_test(test_docker_and_podman),
+		cmocka_unit_test(test_host_processes),
+	};
+
+	return cmocka_run_group_tests_name("cgroup", tests, NULL, NULL);
+}
