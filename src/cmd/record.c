@@ -16,17 +16,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/collector.h"
 #include "agent/cpu_profile.h"
-#include "agent/proc_table.h"
-#include "agent/sampler.h"
-#include "agent/unwinder.h"
 #include "cmd/cmd.h"
 #include "common/log.h"
 #include "common/profile.h"
 #include "format/folded.h"
 #include "format/pprof.h"
 
-#define DRAIN_INTERVAL_MS 100
 #define MAX_PIDS 1024
 
 enum out_format { OUT_AUTO, OUT_PPROF, OUT_FOLDED };
@@ -46,15 +43,12 @@ struct record_opts {
 
 struct record {
 	struct record_opts opts;
-	struct sampler *sampler;
-	struct proc_table *procs;
-	struct cpu_profile *cp;
-	struct unwinder *unwinder;
+	struct collector *collector;
+	struct cpu_profile *cp;		/* the collector's */
 	pid_t child;
 	int child_status;
 	bool child_done;
-	int followed_alive;		/* -p and command modes: processes still running */
-	int add_errors;
+	int followed_alive;		/* -p mode: processes still running */
 };
 
 static volatile sig_atomic_t _stop_signal;
@@ -327,38 +321,12 @@ static int _output_commit(struct output *out)
 	return 0;
 }
 
-static void _on_sample(void *ctx, const struct fw_sample *s)
+static void _on_followed_exit(void *ctx, pid_t pid)
 {
 	struct record *r = ctx;
 
-	if (cpu_profile__add(r->cp, s, sampler__boot_to_unix_ns(s->boot_ns)))
-		r->add_errors++;
-	unwinder__note_sample(r->unwinder, s->pid, s->flags);
-}
-
-static void _on_proc(void *ctx, const struct fw_proc_event *e)
-{
-	struct record *r = ctx;
-
-	switch (e->type) {
-	case FW_EVENT_EXEC:
-		proc_table__exec(r->procs, e->pid);
-		unwinder__remove_pid(r->unwinder, e->pid);
-		if (r->opts.npids || r->opts.cmd)
-			unwinder__queue(r->unwinder, e->pid);
-		break;
-	case FW_EVENT_FORK:
-		r->followed_alive++;
-		break;
-	case FW_EVENT_EXIT:
-		proc_table__exit(r->procs, e->pid);
-		unwinder__remove_pid(r->unwinder, e->pid);
-		if (r->opts.npids || r->opts.cmd) {
-			sampler__unfollow(r->sampler, e->pid);
-			r->followed_alive--;
-		}
-		break;
-	}
+	(void)pid;
+	r->followed_alive--;
 }
 
 /*
@@ -454,49 +422,14 @@ static bool _should_stop(struct record *r, double elapsed)
 	return false;
 }
 
-static void _report_unwinder(struct record *r)
-{
-	struct unwinder_stats u;
-
-	unwinder__stats(r->unwinder, &u);
-	pr_info("unwind tables: %llu files, %llu rows, %.1f KiB of BPF maps "
-		"(cap %llu MiB); %llu files without CFI, %llu over the cap; built in %.0f ms\n",
-		(unsigned long long)u.files, (unsigned long long)u.rows, u.table_bytes / 1024.0,
-		(unsigned long long)(u.cap_bytes >> 20), (unsigned long long)u.files_without_cfi,
-		(unsigned long long)u.files_over_cap, u.build_ns / 1e6);
-}
-
-static void _report(struct record *r)
-{
-	struct sampler_stats st;
-	struct cpu_profile_counts c;
-
-	cpu_profile__counts(r->cp, &c);
-	if (sampler__stats(r->sampler, &st) == 0) {
-		uint64_t lost = st.counters[FW_STAT_RINGBUF_FULL] +
-				st.counters[FW_STAT_PROC_RINGBUF_FULL];
-
-		if (lost || st.decode_errors)
-			pr_warn("%llu samples lost: the ring buffer was full "
-				"(%llu undecodable records)\n",
-				(unsigned long long)lost, (unsigned long long)st.decode_errors);
-		for (int i = 0; i < FW_STAT_MAX; i++)
-			pr_debug("bpf stat %s = %llu\n", fw_stat__name(i),
-				 (unsigned long long)st.counters[i]);
-	}
-	if (r->add_errors)
-		pr_warn("%d samples dropped: out of memory\n", r->add_errors);
-	_report_unwinder(r);
-}
-
 int cmd_record(int argc, char **argv)
 {
 	struct record r = { 0 };
 	struct output out = { 0 };
 	struct sigaction sa = { .sa_handler = _on_signal };
-	struct sampler_opts so = { 0 };
+	struct collector_opts co = { 0 };
 	struct cpu_profile_counts counts;
-	uint64_t start_mono, start_unix, next_tick;
+	uint64_t start_mono, next_tick;
 	int gate_fd = -1, report_fd = -1, ret = 1, err;
 	bool progress;
 	double elapsed = 0;
@@ -513,14 +446,6 @@ int cmd_record(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 
-	r.procs = proc_table__new("/proc");
-	start_unix = _now_ns(CLOCK_REALTIME);
-	r.cp = cpu_profile__new(r.procs, 1000000000ULL / r.opts.freq_hz, start_unix, false);
-	if (!r.procs || !r.cp) {
-		fprintf(stderr, "flamewatch: error: out of memory\n");
-		goto out;
-	}
-
 	if (r.opts.cmd) {
 		report_fd = _spawn(&r, &gate_fd);
 		if (report_fd < 0) {
@@ -530,92 +455,64 @@ int cmd_record(int argc, char **argv)
 		}
 	}
 
-	so.freq_hz = r.opts.freq_hz;
-	so.follow_only = !r.opts.all;
-	so.follow_children = r.opts.cmd != NULL;
-	so.wakeup_on_exec = !r.opts.all;
-	so.on_sample = _on_sample;
-	so.on_proc = _on_proc;
-	so.ctx = &r;
-	r.sampler = sampler__open(&so);
-	if (!r.sampler) {
+	co.freq_hz = r.opts.freq_hz;
+	co.follow_only = !r.opts.all;
+	co.follow_children = r.opts.cmd != NULL;
+	co.unwind_mb = r.opts.unwind_mb;
+	co.on_followed_exit = _on_followed_exit;
+	co.ctx = &r;
+	r.collector = collector__new(&co, _now_ns(CLOCK_REALTIME));
+	if (!r.collector) {
 		fprintf(stderr, "flamewatch: error: cannot start the BPF sampler: %s\n",
 			strerror(errno));
 		goto out;
 	}
-	{
-		int files_fd, procs_fd;
-
-		sampler__unwind_fds(r.sampler, &files_fd, &procs_fd);
-		r.unwinder = unwinder__new(files_fd, procs_fd, r.procs,
-					   (uint64_t)r.opts.unwind_mb << 20);
-		if (!r.unwinder) {
-			fprintf(stderr, "flamewatch: error: out of memory\n");
-			goto out;
-		}
-	}
+	r.cp = collector__profile(r.collector);
 	for (int i = 0; i < r.opts.npids; i++) {
-		err = sampler__follow(r.sampler, r.opts.pids[i]);
+		err = collector__follow(r.collector, r.opts.pids[i]);
 		if (err) {
 			fprintf(stderr, "flamewatch: error: cannot follow pid %d: %s\n",
 				r.opts.pids[i], strerror(-err));
 			goto out;
 		}
 		r.followed_alive++;
-		/* Describe them now so that even the first samples unwind fully. */
-		unwinder__add_pid(r.unwinder, r.opts.pids[i]);
 	}
 	if (r.opts.cmd) {
-		err = sampler__follow(r.sampler, r.child);
+		err = collector__follow(r.collector, r.child);
 		if (err) {
 			fprintf(stderr, "flamewatch: error: cannot follow pid %d: %s\n",
 				r.child, strerror(-err));
 			goto out;
 		}
-		r.followed_alive++;
 		if (_release(&r, gate_fd, report_fd))
 			goto out;
 		gate_fd = report_fd = -1;
 	}
 
 	start_mono = _now_ns(CLOCK_MONOTONIC);
-	next_tick = start_mono + DRAIN_INTERVAL_MS * 1000000ULL;
+	next_tick = start_mono + COLLECTOR_TICK_MS * 1000000ULL;
 	for (;;) {
 		uint64_t now = _now_ns(CLOCK_MONOTONIC);
 
-		/*
-		 * Samples never wake us; exec events of followed processes
-		 * do, so their tables load at once. Everything else waits
-		 * for the tick.
-		 */
 		if (now < next_tick && !_stop_signal) {
-			sampler__poll(r.sampler, (next_tick - now + 999999) / 1000000);
-			unwinder__add_pending(r.unwinder);
+			collector__wait(r.collector, (next_tick - now + 999999) / 1000000);
 			continue;
 		}
-		next_tick += DRAIN_INTERVAL_MS * 1000000ULL;
+		next_tick += COLLECTOR_TICK_MS * 1000000ULL;
 		if (next_tick < now)
-			next_tick = now + DRAIN_INTERVAL_MS * 1000000ULL;
-		proc_table__next_round(r.procs);
-		sampler__drain(r.sampler);
-		unwinder__add_pending(r.unwinder);
-		cpu_profile__symbolize_jit(r.cp);
+			next_tick = now + COLLECTOR_TICK_MS * 1000000ULL;
+		collector__tick(r.collector);
 		elapsed = (now - start_mono) / 1e9;
 		if (progress)
 			_progress(&r, elapsed, false);
 		if (_should_stop(&r, elapsed))
 			break;
 	}
-	proc_table__next_round(r.procs);
-	sampler__drain(r.sampler);
-	cpu_profile__symbolize_jit(r.cp);
+	collector__tick(r.collector);
 	if (progress)
 		_progress(&r, elapsed, true);
-	_report(&r);
-	sampler__close(r.sampler);
-	r.sampler = NULL;
-	unwinder__free(r.unwinder);
-	r.unwinder = NULL;
+	collector__report(r.collector);
+	collector__stop(r.collector);
 
 	cpu_profile__profile(r.cp)->duration_ns = (uint64_t)(elapsed * 1e9);
 	if (cpu_profile__symbolize(r.cp)) {
@@ -652,9 +549,6 @@ out:
 		waitpid(r.child, &r.child_status, 0);
 	}
 	_output_abort(&out);
-	sampler__close(r.sampler);
-	unwinder__free(r.unwinder);
-	cpu_profile__free(r.cp);
-	proc_table__free(r.procs);
+	collector__free(r.collector);
 	return ret;
 }

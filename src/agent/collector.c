@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/collector.h"
+#include "agent/cpu_profile.h"
+#include "agent/proc_table.h"
+#include "agent/sampler.h"
+#include "agent/unwinder.h"
+#include "common/log.h"
+
+struct collector {
+	struct collector_opts opts;
+	struct sampler *sampler;
+	struct proc_table *procs;
+	struct unwinder *unwinder;
+	struct cpu_profile *cp;
+	uint64_t add_errors;
+};
+
+static void _on_sample(void *ctx, const struct fw_sample *s)
+{
+	struct collector *c = ctx;
+
+	if (cpu_profile__add(c->cp, s, sampler__boot_to_unix_ns(s->boot_ns)))
+		c->add_errors++;
+	unwinder__note_sample(c->unwinder, s->pid, s->flags);
+}
+
+static void _on_proc(void *ctx, const struct fw_proc_event *e)
+{
+	struct collector *c = ctx;
+
+	switch (e->type) {
+	case FW_EVENT_EXEC:
+		proc_table__exec(c->procs, e->pid);
+		unwinder__remove_pid(c->unwinder, e->pid);
+		if (c->opts.follow_only)
+			unwinder__queue(c->unwinder, e->pid);
+		break;
+	case FW_EVENT_EXIT:
+		proc_table__exit(c->procs, e->pid);
+		unwinder__remove_pid(c->unwinder, e->pid);
+		if (c->opts.follow_only) {
+			sampler__unfollow(c->sampler, e->pid);
+			if (c->opts.on_followed_exit)
+				c->opts.on_followed_exit(c->opts.ctx, e->pid);
+		}
+		break;
+	}
+}
+
+struct collector *collector__new(const struct collector_opts *o, uint64_t start_unix_ns)
+{
+	struct collector *c = calloc(1, sizeof(*c));
+	struct sampler_opts so = {
+		.freq_hz = o->freq_hz,
+		.follow_only = o->follow_only,
+		.follow_children = o->follow_children,
+		/* Followed processes are few: waking for their execs is cheap. */
+		.wakeup_on_exec = o->follow_only,
+		.on_sample = _on_sample,
+		.on_proc = _on_proc,
+	};
+	int files_fd, procs_fd, err;
+
+	if (!c)
+		return NULL;
+	c->opts = *o;
+	so.ctx = c;
+	c->procs = proc_table__new("/proc");
+	c->cp = c->procs ? cpu_profile__new(c->procs, 1000000000ULL / o->freq_hz, start_unix_ns,
+					    o->timed) : NULL;
+	if (!c->procs || !c->cp) {
+		err = ENOMEM;
+		goto fail;
+	}
+	c->sampler = sampler__open(&so);
+	if (!c->sampler) {
+		err = errno;
+		goto fail;
+	}
+	sampler__unwind_fds(c->sampler, &files_fd, &procs_fd);
+	c->unwinder = unwinder__new(files_fd, procs_fd, c->procs, (uint64_t)o->unwind_mb << 20);
+	if (!c->unwinder) {
+		err = ENOMEM;
+		goto fail;
+	}
+	return c;
+fail:
+	collector__free(c);
+	errno = err;
+	return NULL;
+}
+
+void collector__stop(struct collector *c)
+{
+	if (!c->sampler)
+		return;
+	collector__tick(c);
+	sampler__close(c->sampler);
+	c->sampler = NULL;
+	unwinder__free(c->unwinder);
+	c->unwinder = NULL;
+}
+
+void collector__free(struct collector *c)
+{
+	if (!c)
+		return;
+	sampler__close(c->sampler);
+	unwinder__free(c->unwinder);
+	cpu_profile__free(c->cp);
+	proc_table__free(c->procs);
+	free(c);
+}
+
+int collector__follow(struct collector *c, pid_t pid)
+{
+	int err = sampler__follow(c->sampler, pid);
+
+	if (err)
+		return err;
+	/* Describe it now so that even the first samples unwind fully. */
+	unwinder__add_pid(c->unwinder, pid);
+	return 0;
+}
+
+void collector__wait(struct collector *c, int timeout_ms)
+{
+	/*
+	 * Samples never wake us; exec events of followed processes do, so
+	 * their tables load at once. Everything else waits for the tick.
+	 */
+	sampler__poll(c->sampler, timeout_ms);
+	unwinder__add_pending(c->unwinder);
+}
+
+void collector__tick(struct collector *c)
+{
+	if (!c->sampler)
+		return;
+	proc_table__next_round(c->procs);
+	sampler__drain(c->sampler);
+	unwinder__add_pending(c->unwinder);
+	cpu_profile__symbolize_jit(c->cp);
+}
+
+struct cpu_profile *collector__profile(struct collector *c)
+{
+	return c->cp;
+}
+
+void collector__report(struct collector *c)
+{
+	struct sampler_stats st;
+	struct unwinder_stats u;
+
+	if (c->sampler && sampler__stats(c->sampler, &st) == 0) {
+		uint64_t lost = st.counters[FW_STAT_RINGBUF_FULL] +
+				st.counters[FW_STAT_PROC_RINGBUF_FULL];
+
+		if (lost || st.decode_errors)
+			pr_warn("%llu samples lost: the ring buffer was full "
+				"(%llu undecodable records)\n",
+				(unsigned long long)lost, (unsigned long long)st.decode_errors);
+		for (int i = 0; i < FW_STAT_MAX; i++)
+			pr_debug("bpf stat %s = %llu\n", fw_stat__name(i),
+				 (unsigned long long)st.counters[i]);
+	}
+	if (c->add_errors)
+		pr_warn("%llu samples dropped: out of memory\n", (unsigned long long)c->add_errors);
+	if (!c->unwinder)
+		return;
+	unwinder__stats(c->unwinder, &u);
+	pr_info("unwind tables: %llu files, %llu rows, %.1f KiB of BPF maps "
+		"(cap %llu MiB); %llu files without CFI, %llu over the cap; built in %.0f ms\n",
+		(unsigned long long)u.files, (unsigned long long)u.rows, u.table_bytes / 1024.0,
+		(unsigned long long)(u.cap_bytes >> 20), (unsigned long long)u.files_without_cfi,
+		(unsigned long long)u.files_over_cap, u.build_ns / 1e6);
+}

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_AGENT_COLLECTOR_H
+#define FW_AGENT_COLLECTOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/*
+ * The CPU collector shared by `record`, `agent` and `run`: the BPF sampler,
+ * process tracking, the unwinder's tables and the profile being filled,
+ * wired together. The caller owns the clock: it calls collector__wait()
+ * while it has nothing else to do and collector__tick() every 100 ms.
+ */
+struct collector;
+struct cpu_profile;
+
+struct collector_opts {
+	unsigned int freq_hz;
+	bool follow_only;	/* only processes given to collector__follow() ... */
+	bool follow_children;	/* ... and their children */
+	bool timed;		/* keep every sample with its timestamp (agents) */
+	unsigned long unwind_mb;
+	/* Called when a followed process exits; may be NULL. */
+	void (*on_followed_exit)(void *ctx, pid_t pid);
+	void *ctx;
+};
+
+#define COLLECTOR_TICK_MS 100
+
+/* Loads BPF and starts sampling. Returns NULL with errno set and the reason logged. */
+struct collector *collector__new(const struct collector_opts *o, uint64_t start_unix_ns);
+/* Stops sampling (if still running) and frees everything. Accepts NULL. */
+void collector__free(struct collector *c);
+
+/* Follows a process and its threads; describes it to the unwinder at once. */
+int collector__follow(struct collector *c, pid_t pid);
+/* Sleeps up to timeout_ms, waking early to describe newly exec'd followed processes. */
+void collector__wait(struct collector *c, int timeout_ms);
+/* Drains the samples, loads new unwind tables, names JIT frames. */
+void collector__tick(struct collector *c);
+/* Final drain, then detaches BPF: sampling costs nothing from here on. */
+void collector__stop(struct collector *c);
+
+/* The profile (or batch) being filled. Borrowed. */
+struct cpu_profile *collector__profile(struct collector *c);
+/* Logs lost samples (always) and the BPF and unwinder counters (info/debug). */
+void collector__report(struct collector *c);
+
+#endif
