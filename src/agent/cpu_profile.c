@@ -25,6 +25,8 @@ struct mapping_source {
 struct cpu_profile {
 	struct proc_table *procs;
 	struct profile *p;		/* the dictionary; batch->dict in timed mode */
+	bool timed;
+	uint64_t period_ns;
 	struct batch *batch;		/* timed mode: every sample with its timestamp */
 	struct intern *pids;		/* timed mode: pid -> index in pid_series */
 	uint32_t *pid_series;
@@ -41,8 +43,12 @@ struct cpu_profile {
 /* Starts a fresh dictionary (and batch); the caller has dropped the old one. */
 static int _start(struct cpu_profile *cp, uint64_t period_ns, uint64_t start_ns)
 {
-	if (cp->batch) {
-		if (batch__reset(cp->batch))
+	if (cp->timed) {
+		if (!cp->batch)
+			cp->batch = batch__new(period_ns);
+		else if (batch__reset(cp->batch))
+			return -ENOMEM;
+		if (!cp->batch)
 			return -ENOMEM;
 		cp->p = cp->batch->dict;
 		cp->p->start_ns = start_ns;
@@ -70,11 +76,8 @@ struct cpu_profile *cpu_profile__new(struct proc_table *procs, uint64_t period_n
 	cp->frames = calloc(FW_MAX_FRAMES, sizeof(*cp->frames));
 	if (!cp->frames)
 		goto fail;
-	if (timed) {
-		cp->batch = batch__new(period_ns);
-		if (!cp->batch)
-			goto fail;
-	}
+	cp->timed = timed;
+	cp->period_ns = period_ns;
 	if (_start(cp, period_ns, start_ns))
 		goto fail;
 	return cp;
@@ -90,7 +93,7 @@ static void _forget_mapping_id(void *ctx, struct binary *b)
 	b->user_id = -1;
 }
 
-int cpu_profile__reset(struct cpu_profile *cp, uint64_t start_ns)
+static void _forget_dictionary(struct cpu_profile *cp)
 {
 	for (uint32_t i = 0; i < cp->nsources; i++)
 		free(cp->sources[i].perfmap);
@@ -100,10 +103,33 @@ int cpu_profile__reset(struct cpu_profile *cp, uint64_t start_ns)
 	cp->jit_named_upto = 0;
 	/* Binaries cache their mapping id in the old dictionary. */
 	proc_table__for_each_binary(cp->procs, _forget_mapping_id, NULL);
-	if (!cp->batch)
+}
+
+struct batch *cpu_profile__take_batch(struct cpu_profile *cp, uint64_t start_ns)
+{
+	struct batch *b = cp->batch;
+
+	_forget_dictionary(cp);
+	cp->batch = NULL;
+	cp->p = NULL;
+	if (_start(cp, cp->period_ns, start_ns)) {
+		/* Keep filling the old batch rather than lose samples. */
+		batch__free(cp->batch);
+		cp->batch = b;
+		cp->p = b->dict;
+		errno = ENOMEM;
+		return NULL;
+	}
+	return b;
+}
+
+int cpu_profile__reset(struct cpu_profile *cp, uint64_t start_ns)
+{
+	_forget_dictionary(cp);
+	if (!cp->timed)
 		profile__free(cp->p);
 	cp->p = NULL;
-	return _start(cp, cp->batch ? cp->batch->period_ns : 0, start_ns);
+	return _start(cp, cp->period_ns, start_ns);
 }
 
 struct batch *cpu_profile__batch(struct cpu_profile *cp)

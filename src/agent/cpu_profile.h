@@ -32,6 +32,12 @@ struct batch *cpu_profile__batch(struct cpu_profile *cp);
  * been handed on. Returns 0 or -ENOMEM.
  */
 int cpu_profile__reset(struct cpu_profile *cp, uint64_t start_ns);
+/*
+ * Timed mode: hands over the batch filled so far (the caller frees it; its
+ * frames are named only if cpu_profile__symbolize() ran first) and starts a
+ * new one. NULL with errno set when out of memory: the old batch goes on.
+ */
+struct batch *cpu_profile__take_batch(struct cpu_profile *cp, uint64_t start_ns);
 /* Accepts NULL. Frees the profile too unless it was taken. */
 void cpu_profile__free(struct cpu_profile *cp);
 

@@ -28,7 +28,7 @@ enum file_state { FILE_NEW, FILE_LOADED, FILE_NO_CFI, FILE_OVER_CAP };
 
 struct unwind_file {
 	enum file_state state;
-	uint32_t rows;
+	uint32_t rows;		/* FILE_OVER_CAP: the rows it would need */
 	uint32_t refs;		/* processes whose description uses this table */
 	uint64_t last_used;	/* unwinder clock at the last reference */
 };
@@ -51,6 +51,7 @@ struct unwinder {
 	uint32_t cap_files;
 	struct unwind_pid *pids[PID_BUCKETS];
 	uint64_t clock;
+	uint64_t describing_since;	/* clock when the current description began */
 	struct unwinder_stats stats;
 	pid_t *pending;		/* processes to (re-)describe after this drain */
 	uint32_t npending, cap_pending;
@@ -122,28 +123,45 @@ static int _open_debug_file(const struct binary *b)
 	return open(path, O_RDONLY | O_CLOEXEC);
 }
 
-/* Drops unreferenced tables, least recently used first, until need bytes fit. */
+/*
+ * Drops unreferenced tables, least recently used first, until need bytes
+ * fit. Tables the description in progress already uses are not references
+ * yet but must stay; and nothing is dropped when even dropping every
+ * candidate would not make room.
+ */
 static bool _make_room(struct unwinder *u, uint64_t need)
 {
+	uint64_t evictable = 0;
+
+	if (u->stats.table_bytes + need <= u->stats.cap_bytes)
+		return true;
+	for (uint32_t i = 0; i < intern__count(u->file_keys); i++) {
+		struct unwind_file *f = &u->files[i];
+
+		if (f->state == FILE_LOADED && !f->refs && f->last_used < u->describing_since)
+			evictable += (uint64_t)f->rows * sizeof(struct unwind_row);
+	}
+	if (u->stats.table_bytes - evictable + need > u->stats.cap_bytes)
+		return false;
+
 	while (u->stats.table_bytes + need > u->stats.cap_bytes) {
 		uint32_t victim = UINT32_MAX;
 		uint64_t oldest = UINT64_MAX;
+		__u32 id;
 
 		for (uint32_t i = 0; i < intern__count(u->file_keys); i++) {
 			struct unwind_file *f = &u->files[i];
 
-			if (f->state == FILE_LOADED && !f->refs && f->last_used < oldest) {
+			if (f->state == FILE_LOADED && !f->refs &&
+			    f->last_used < u->describing_since && f->last_used < oldest) {
 				oldest = f->last_used;
 				victim = i;
 			}
 		}
 		if (victim == UINT32_MAX)
 			return false;
-		{
-			__u32 id = victim + 1;
-
-			bpf_map_delete_elem(u->files_fd, &id);
-		}
+		id = victim + 1;
+		bpf_map_delete_elem(u->files_fd, &id);
 		u->stats.table_bytes -= (uint64_t)u->files[victim].rows * sizeof(struct unwind_row);
 		u->stats.rows -= u->files[victim].rows;
 		u->stats.files--;
@@ -208,6 +226,7 @@ static int _load_file(struct unwinder *u, uint32_t idx, struct binary *b)
 	if (!_make_room(u, n * sizeof(*rows))) {
 		pr_debug("unwind table of %s (%zu rows) is over the cap\n", b->path, n);
 		f->state = FILE_OVER_CAP;
+		f->rows = n;
 		u->stats.files_over_cap++;
 		goto out;
 	}
@@ -257,12 +276,18 @@ static uint32_t _file_for(struct unwinder *u, struct binary *b, uint32_t *rows)
 		u->files = nf;
 		u->cap_files = cap;
 	}
-	/* Over-cap files are retried: space may have been freed since. */
-	if (u->files[idx].state == FILE_NEW || u->files[idx].state == FILE_OVER_CAP) {
-		if (u->files[idx].state == FILE_OVER_CAP)
-			u->stats.files_over_cap--;
-		_load_file(u, idx, b);
+	/*
+	 * An over-cap file is built again only once its known size fits, so
+	 * that re-describing a process does not re-parse it every time.
+	 */
+	if (u->files[idx].state == FILE_OVER_CAP &&
+	    u->stats.table_bytes + (uint64_t)u->files[idx].rows * sizeof(struct unwind_row) <=
+	    u->stats.cap_bytes) {
+		u->stats.files_over_cap--;
+		u->files[idx].state = FILE_NEW;
 	}
+	if (u->files[idx].state == FILE_NEW)
+		_load_file(u, idx, b);
 	if (u->files[idx].state != FILE_LOADED)
 		return 0;
 	u->files[idx].last_used = ++u->clock;
@@ -275,7 +300,7 @@ static int _describe_mapping(void *ctx, const struct proc_mapping *m, struct bin
 	struct unwinder *u = ctx;
 	struct fw_proc_mappings *pm = u->scratch;
 	struct fw_mapping *e;
-	uint64_t vaddr;
+	uint64_t bias;
 
 	if (pm->n == FW_MAX_PROC_MAPPINGS)
 		return 0;
@@ -285,9 +310,9 @@ static int _describe_mapping(void *ctx, const struct proc_mapping *m, struct bin
 	 * Anonymous (JIT) and special mappings are described too, without a
 	 * table, so BPF knows their pcs are expected and walks frame pointers.
 	 */
-	if (!b || !b->elf || elf_file__offset_to_vaddr(b->elf, m->offset, &vaddr))
+	if (!b || !b->elf || elf_file__load_bias(b->elf, m->start, m->end, m->offset, &bias))
 		return 0;
-	e->bias = m->start - vaddr;
+	e->bias = bias;
 	e->file_id = _file_for(u, b, &e->row_count);
 	if (e->file_id)
 		u->scratch_files[pm->n - 1] = e->file_id;
@@ -322,6 +347,7 @@ int unwinder__add_pid(struct unwinder *u, pid_t pid)
 
 	memset(u->scratch, 0, sizeof(*u->scratch));
 	memset(u->scratch_files, 0, FW_MAX_PROC_MAPPINGS * sizeof(*u->scratch_files));
+	u->describing_since = ++u->clock;
 	err = proc_table__for_each_mapping(u->procs, pid, _describe_mapping, u);
 	if (err)
 		return err;

@@ -303,6 +303,31 @@ int elf_file__offset_to_vaddr(const struct elf_file *f, uint64_t file_offset,
 	return 0;
 }
 
+int elf_file__load_bias(const struct elf_file *f, uint64_t map_start, uint64_t map_end,
+			uint64_t map_offset, uint64_t *bias)
+{
+	const struct elf_segment *hit = NULL;
+	uint64_t map_len = map_end - map_start;
+
+	/*
+	 * The mapping starts at a page boundary, which may lie in the segment
+	 * before the code (lld leaves no gap between them): pick the segment
+	 * whose bytes the mapping holds, the executable one first.
+	 */
+	for (size_t i = 0; i < f->nsegs; i++) {
+		const struct elf_segment *s = &f->segs[i];
+
+		if (s->offset + s->filesz <= map_offset || s->offset >= map_offset + map_len)
+			continue;
+		if (!hit || (!(hit->flags & PF_X) && (s->flags & PF_X)))
+			hit = s;
+	}
+	if (!hit)
+		return -ENOENT;
+	*bias = map_start - map_offset + hit->offset - hit->vaddr;
+	return 0;
+}
+
 /* ---- resolving ------------------------------------------------------------ */
 
 /*

@@ -72,6 +72,14 @@ int elf_file__offset_to_vaddr(const struct elf_file *f, uint64_t file_offset,
 			      uint64_t *vaddr);
 
 /*
+ * The load bias of a mapping of this file ([map_start, map_end) at
+ * map_offset): ELF virtual address = address - bias, for every address in
+ * the segment the mapping holds. Returns 0, or -ENOENT.
+ */
+int elf_file__load_bias(const struct elf_file *f, uint64_t map_start, uint64_t map_end,
+			uint64_t map_offset, uint64_t *bias);
+
+/*
  * Resolves n link-time virtual addresses to function names, calling cb once
  * for each index (see symbol_cb). Borrows vaddrs.
  *
