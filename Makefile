@@ -37,7 +37,7 @@ LDFLAGS ?=
 
 # Everything but glibc links statically so the binary runs unchanged on other
 # distributions. Order matters for static archives: users before providers.
-STATIC_LIBS := -lbpf -ldw -lelf -lprotobuf-c -liberty -lzstd -llzma -lbz2 -lz
+STATIC_LIBS := -lbpf -ldw -lelf -lprotobuf-c -liberty -levent_extra -levent_core -lsqlite3 -lzstd -llzma -lbz2 -lz
 LDLIBS := -Wl,-Bstatic $(STATIC_LIBS) -Wl,-Bdynamic -lpthread -ldl -lm
 
 # ---- BPF -------------------------------------------------------------------

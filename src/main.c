@@ -14,7 +14,10 @@ static const struct {
 	int (*fn)(int argc, char **argv);
 	const char *help;
 } _commands[] = {
+	{ "run", cmd_run, "profile this host continuously and serve the UI on localhost" },
+	{ "agent", cmd_agent, "profile this host continuously and ship to a server" },
 	{ "record", cmd_record, "profile a command, processes or the whole host; write pprof or folded stacks" },
+	{ "server", cmd_server, "store what agents send; serve the query API and /metrics" },
 };
 
 static void _usage(FILE *out)

@@ -2,12 +2,14 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agent/collector.h"
 #include "agent/cpu_profile.h"
 #include "agent/proc_table.h"
 #include "agent/sampler.h"
 #include "agent/unwinder.h"
+#include "common/batch.h"
 #include "common/log.h"
 
 struct collector {
@@ -145,6 +147,19 @@ void collector__tick(struct collector *c)
 	sampler__drain(c->sampler);
 	unwinder__add_pending(c->unwinder);
 	cpu_profile__symbolize_jit(c->cp);
+}
+
+struct batch *collector__take_batch(struct collector *c)
+{
+	struct batch *b = cpu_profile__batch(c->cp);
+	struct timespec now;
+
+	if (!b || !b->nsamples)
+		return NULL;
+	if (cpu_profile__symbolize(c->cp))
+		return NULL;
+	clock_gettime(CLOCK_REALTIME, &now);
+	return cpu_profile__take_batch(c->cp, (uint64_t)now.tv_sec * 1000000000ULL + now.tv_nsec);
 }
 
 struct cpu_profile *collector__profile(struct collector *c)

@@ -42,6 +42,13 @@ void collector__tick(struct collector *c);
 /* Final drain, then detaches BPF: sampling costs nothing from here on. */
 void collector__stop(struct collector *c);
 
+/*
+ * Timed mode: names the frames of the batch filled so far and hands it over
+ * (the caller frees it); a new batch starts. NULL when out of memory (the
+ * samples stay for the next call) or when there is nothing to hand over.
+ */
+struct batch *collector__take_batch(struct collector *c);
+
 /* The profile (or batch) being filled. Borrowed. */
 struct cpu_profile *collector__profile(struct collector *c);
 /* Logs lost samples (always) and the BPF and unwinder counters (info/debug). */

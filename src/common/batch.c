@@ -139,3 +139,16 @@ int batch__add_sample(struct batch *b, const struct batch_sample *s)
 	b->samples[b->nsamples++] = *s;
 	return 0;
 }
+
+size_t batch__memory(const struct batch *b)
+{
+	const struct profile *d = b->dict;
+
+	return sizeof(*b) + sizeof(*d) + intern__memory(d->strings) +
+	       intern__memory(d->mapping_keys) + intern__memory(d->frame_keys) +
+	       intern__memory(d->stacks) + intern__memory(d->sample_keys) +
+	       (size_t)d->cap_mappings * sizeof(*d->mappings) +
+	       (size_t)d->cap_frames * sizeof(*d->frames) +
+	       (size_t)d->cap_samples * sizeof(*d->samples) +
+	       intern__memory(b->series) + (size_t)b->cap_samples * sizeof(*b->samples);
+}

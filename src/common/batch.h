@@ -71,6 +71,9 @@ uint32_t batch__nseries(const struct batch *b);
 /* Returns the value of label name in series, or NULL. Borrowed. */
 const char *batch__series_label(const struct batch *b, uint32_t series, const char *name);
 
+/* Bytes the batch holds: dictionary, series and samples. */
+size_t batch__memory(const struct batch *b);
+
 /* Appends a sample. Returns 0 or -ENOMEM. */
 int batch__add_sample(struct batch *b, const struct batch_sample *s);
 

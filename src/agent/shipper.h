@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_AGENT_SHIPPER_H
+#define FW_AGENT_SHIPPER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Ships batches to a server (POST /api/v1/ingest, zstd, bearer token), one
+ * request at a time, oldest first. Batches wait in memory in their decoded
+ * form, so that they can be encoded again after the server has lost our
+ * session (a restart): nothing kept is ever made unreadable. While the
+ * server is unreachable the queue grows up to its cap, then the oldest
+ * batches are dropped and counted; retries back off from 1 s to 60 s.
+ */
+struct batch;
+struct event_base;
+struct shipper;
+
+struct shipper_opts {
+	const char *url;	/* http://HOST:PORT (a path prefix is allowed) */
+	const char *token;	/* NULL: no Authorization header */
+	const char *node;
+	size_t max_buffer;	/* bytes of queued batches */
+};
+
+struct shipper_stats {
+	uint64_t batches_sent, samples_sent, bytes_sent;
+	uint64_t batches_dropped, samples_dropped;	/* over the buffer cap */
+	uint64_t batches_rejected;			/* the server refused them (4xx) */
+	uint64_t failures;				/* requests that will be retried */
+	uint64_t sessions_reset;
+	uint64_t queued_batches, queued_bytes;
+};
+
+/* Borrows base. Returns NULL with errno set and a message in err. */
+struct shipper *shipper__new(struct event_base *base, const struct shipper_opts *o,
+			     char *err, size_t err_len);
+/* Drops whatever is still queued. Accepts NULL. */
+void shipper__free(struct shipper *s);
+/* Consumes b: queues it and sends when the connection is free. */
+void shipper__push(struct shipper *s, struct batch *b);
+/* True when nothing is queued or in flight. */
+int shipper__idle(const struct shipper *s);
+void shipper__stats(const struct shipper *s, struct shipper_stats *out);
+
+#endif

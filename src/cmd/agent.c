@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: Apache-2.0
+/* flamewatch agent: sample the whole host and ship batches to a server. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "agent/shipper.h"
+#include "cmd/cmd.h"
+#include "cmd/continuous.h"
+#include "common/batch.h"
+#include "common/log.h"
+#include "store/timeparse.h"
+
+#define DRAIN_ON_EXIT_S 5
+
+static void _usage(FILE *out)
+{
+	fprintf(out,
+"usage: flamewatch agent --server URL [--token T] [--node NAME] [-F HZ]\n"
+"                        [--interval 10s] [--buffer-mb 16] [--unwind-table-mb 64]\n"
+"\n"
+"Samples every CPU of this host and ships the stacks to a flamewatch server.\n"
+"Runs in the host's pid namespace (pids are the host's, as NVML reports them).\n"
+"\n"
+"  --server URL         http://HOST:PORT of the server\n"
+"  --token T            bearer token (or FLAMEWATCH_TOKEN in the environment)\n"
+"  --node NAME          this host's name in the data (default: the hostname)\n"
+"  -F, --freq HZ        samples per second per CPU (default 19)\n"
+"  --interval DUR       how often to ship a batch (default 10s)\n"
+"  --buffer-mb N        memory kept while the server is unreachable (default 16)\n"
+"  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 64)\n");
+}
+
+struct agent {
+	struct event_base *base;
+	struct shipper *shipper;
+	struct continuous cont;
+};
+
+static void _deliver(void *ctx, struct batch *b)
+{
+	struct agent *a = ctx;
+
+	shipper__push(a->shipper, b);
+}
+
+static void _on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	(void)sig;
+	(void)what;
+	event_base_loopexit(arg, NULL);
+}
+
+static int _parse_ul(const char *opt, const char *arg, unsigned long max, unsigned long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoul(arg, &end, 10);
+	if (errno || *end || !arg[0] || arg[0] == '-' || *out == 0 || *out > max) {
+		fprintf(stderr, "flamewatch: error: %s: '%s' is not a number between 1 and %lu\n",
+			opt, arg, max);
+		return -1;
+	}
+	return 0;
+}
+
+int cmd_agent(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "server", required_argument, NULL, 's' },
+		{ "token", required_argument, NULL, 't' },
+		{ "node", required_argument, NULL, 'n' },
+		{ "freq", required_argument, NULL, 'F' },
+		{ "interval", required_argument, NULL, 'i' },
+		{ "buffer-mb", required_argument, NULL, 'b' },
+		{ "unwind-table-mb", required_argument, NULL, 'U' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{}
+	};
+	struct shipper_opts so = { .max_buffer = 16u << 20 };
+	struct continuous_opts co = {
+		.freq_hz = 19, .unwind_mb = 64, .interval_ns = 10000000000ULL,
+		.max_samples = 200000, .deliver = _deliver,
+	};
+	struct agent a = { 0 };
+	struct event *sigint = NULL, *sigterm = NULL;
+	struct shipper_stats st;
+	char host[256], err[512];
+	unsigned long v;
+	int64_t ns;
+	int c, rc = 1;
+
+	so.token = getenv("FLAMEWATCH_TOKEN");
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "F:vh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			so.url = optarg;
+			break;
+		case 't':
+			so.token = optarg;
+			break;
+		case 'n':
+			so.node = optarg;
+			break;
+		case 'F':
+			if (_parse_ul("-F", optarg, 100000, &v))
+				return 2;
+			co.freq_hz = v;
+			break;
+		case 'i':
+			if (duration__parse(optarg, &ns) || ns < 100000000LL) {
+				fprintf(stderr, "flamewatch: error: --interval: '%s' is not a duration "
+					"of 100ms or more\n", optarg);
+				return 2;
+			}
+			co.interval_ns = ns;
+			break;
+		case 'b':
+			if (_parse_ul("--buffer-mb", optarg, 1 << 16, &v))
+				return 2;
+			so.max_buffer = v << 20;
+			break;
+		case 'U':
+			if (_parse_ul("--unwind-table-mb", optarg, 1 << 20, &v))
+				return 2;
+			co.unwind_mb = v;
+			break;
+		case 'v':
+			log__set_level(LOG_DEBUG);
+			break;
+		case 'h':
+			_usage(stdout);
+			return 0;
+		default:
+			_usage(stderr);
+			return 2;
+		}
+	}
+	if (!so.url) {
+		fprintf(stderr, "flamewatch: error: --server URL is required\n");
+		_usage(stderr);
+		return 2;
+	}
+	if (!so.node) {
+		if (gethostname(host, sizeof(host)))
+			snprintf(host, sizeof(host), "unknown");
+		host[sizeof(host) - 1] = '\0';
+		so.node = host;
+	}
+	if (cmd__check_bpf_privileges() || cmd__check_btf())
+		return 1;
+
+	a.base = event_base_new();
+	if (!a.base)
+		return 1;
+	a.shipper = shipper__new(a.base, &so, err, sizeof(err));
+	if (!a.shipper) {
+		fprintf(stderr, "flamewatch: error: %s\n", err);
+		goto out;
+	}
+	co.ctx = &a;
+	if (continuous__start(&a.cont, a.base, &co))
+		goto out;
+	sigint = evsignal_new(a.base, SIGINT, _on_signal, a.base);
+	sigterm = evsignal_new(a.base, SIGTERM, _on_signal, a.base);
+	if (!sigint || !sigterm || event_add(sigint, NULL) || event_add(sigterm, NULL))
+		goto out;
+	signal(SIGPIPE, SIG_IGN);
+	pr_info("sampling at %u Hz, shipping to %s as node %s\n", co.freq_hz, so.url, so.node);
+	event_base_dispatch(a.base);
+
+	/* Deliver the last batch, giving the server a few seconds to take it. */
+	continuous__stop(&a.cont);
+	for (int i = 0; i < DRAIN_ON_EXIT_S * 10 && !shipper__idle(a.shipper); i++) {
+		struct timeval tv = { 0, 100000 };
+
+		event_base_loopexit(a.base, &tv);
+		event_base_dispatch(a.base);
+	}
+	shipper__stats(a.shipper, &st);
+	pr_info("shipped %llu batches (%llu samples, %.1f MiB); dropped %llu samples; "
+		"%llu batches left undelivered\n",
+		(unsigned long long)st.batches_sent, (unsigned long long)st.samples_sent,
+		st.bytes_sent / 1048576.0, (unsigned long long)st.samples_dropped,
+		(unsigned long long)st.queued_batches);
+	rc = 0;
+out:
+	continuous__stop(&a.cont);
+	if (sigint)
+		event_free(sigint);
+	if (sigterm)
+		event_free(sigterm);
+	shipper__free(a.shipper);
+	event_base_free(a.base);
+	return rc;
+}

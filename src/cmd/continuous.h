@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_CMD_CONTINUOUS_H
+#define FW_CMD_CONTINUOUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Continuous host-wide collection on an event loop, for `agent` and `run`:
+ * drains the sampler every 100 ms and hands a named batch of timestamped
+ * samples to deliver() every interval, or sooner once it holds max_samples.
+ */
+struct batch;
+struct collector;
+struct event;
+struct event_base;
+
+struct continuous {
+	struct collector *collector;
+	struct event *tick;
+	uint64_t interval_ns, last_flush_ns;
+	uint32_t max_samples;
+	void (*deliver)(void *ctx, struct batch *b);	/* consumes b */
+	void *ctx;
+};
+
+struct continuous_opts {
+	unsigned int freq_hz;
+	unsigned long unwind_mb;
+	uint64_t interval_ns;
+	uint32_t max_samples;
+	void (*deliver)(void *ctx, struct batch *b);
+	void *ctx;
+};
+
+/* Starts sampling the whole host. Prints the reason and returns -1 on failure. */
+int continuous__start(struct continuous *c, struct event_base *base,
+		      const struct continuous_opts *o);
+/* Hands over what was collected so far. */
+void continuous__flush(struct continuous *c);
+/* Stops sampling, delivers the last batch and frees. */
+void continuous__stop(struct continuous *c);
+
+#endif

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * flamewatch run: agent and server in one process, on this host. Batches
+ * go straight into the store; nothing crosses the network.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "cmd/cmd.h"
+#include "cmd/continuous.h"
+#include "common/batch.h"
+#include "common/log.h"
+#include "server/server.h"
+#include "store/store.h"
+#include "store/timeparse.h"
+
+static void _usage(FILE *out)
+{
+	fprintf(out,
+"usage: flamewatch run [--listen HOST:PORT] [--data DIR] [-F HZ] [--token T]\n"
+"                      [--retention 7d] [--insecure] [--node NAME]\n"
+"\n"
+"Profiles this host continuously and serves the UI and API, all in one process.\n"
+"\n"
+"  --listen HOST:PORT   where to serve (default 127.0.0.1:7171)\n"
+"  --data DIR           where to keep the data (default /var/lib/flamewatch)\n"
+"  -F, --freq HZ        samples per second per CPU (default 19)\n"
+"  --token T            bearer token for the API (needed off loopback)\n"
+"  --retention DUR      drop data older than this (default 7d)\n"
+"  --node NAME          this host's name in the data (default: the hostname)\n"
+"  --interval DUR       how often samples are written to the store (default 10s)\n"
+"  --insecure           allow a non-loopback --listen without a token\n");
+}
+
+struct run {
+	struct store *store;
+	const char *node;
+	uint64_t dropped;
+};
+
+static void _deliver(void *ctx, struct batch *b)
+{
+	struct run *r = ctx;
+	int err = store__write(r->store, r->node, b);
+
+	if (err) {
+		r->dropped += b->nsamples;
+		pr_warn("cannot store %u samples: %s\n", b->nsamples, strerror(-err));
+	}
+	batch__free(b);
+}
+
+int cmd_run(int argc, char **argv)
+{
+	static const struct option extra[] = {
+		{ "freq", required_argument, NULL, 'F' },
+		{ "node", required_argument, NULL, 'n' },
+		{ "interval", required_argument, NULL, 'i' },
+	};
+	struct option longopts[32];
+	struct cmd_server_opts so;
+	struct continuous_opts co = {
+		.freq_hz = 19, .unwind_mb = 64, .interval_ns = 10000000000ULL,
+		.max_samples = 200000, .deliver = _deliver,
+	};
+	struct run r = { 0 };
+	struct continuous cont = { 0 };
+	struct event_base *base = NULL;
+	struct server *srv = NULL;
+	char host[256];
+	size_t n = 0;
+	int c, rc = 1;
+
+	for (const struct option *o = cmd__server_longopts; o->name; o++)
+		longopts[n++] = *o;
+	for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++)
+		longopts[n++] = extra[i];
+	memset(&longopts[n], 0, sizeof(longopts[n]));
+
+	cmd__server_defaults(&so, "/var/lib/flamewatch");
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "F:vh", longopts, NULL)) != -1) {
+		char *end;
+		unsigned long v;
+
+		if (c == 'h') {
+			_usage(stdout);
+			return 0;
+		}
+		if (c == 'v') {
+			log__set_level(LOG_DEBUG);
+			continue;
+		}
+		if (c == 'F') {
+			errno = 0;
+			v = strtoul(optarg, &end, 10);
+			if (errno || *end || !optarg[0] || v == 0 || v > 100000) {
+				fprintf(stderr, "flamewatch: error: -F: '%s' is not a frequency\n",
+					optarg);
+				return 2;
+			}
+			co.freq_hz = v;
+			continue;
+		}
+		if (c == 'n') {
+			r.node = optarg;
+			continue;
+		}
+		if (c == 'i') {
+			int64_t ns;
+
+			if (duration__parse(optarg, &ns) || ns < 100000000LL) {
+				fprintf(stderr, "flamewatch: error: --interval: '%s' is not a duration "
+					"of 100ms or more\n", optarg);
+				return 2;
+			}
+			co.interval_ns = ns;
+			continue;
+		}
+		if (c == '?' || cmd__parse_server_opt(&so, c, optarg)) {
+			if (c == '?')
+				_usage(stderr);
+			return 2;
+		}
+	}
+	if (!r.node) {
+		if (gethostname(host, sizeof(host)))
+			snprintf(host, sizeof(host), "localhost");
+		host[sizeof(host) - 1] = '\0';
+		r.node = host;
+	}
+	if (cmd__check_bpf_privileges() || cmd__check_btf())
+		return 1;
+	base = event_base_new();
+	if (!base)
+		return 1;
+	if (cmd__serve(&so, base, &r.store, &srv))
+		goto out;
+	co.ctx = &r;
+	if (continuous__start(&cont, base, &co))
+		goto out;
+	fprintf(stderr, "flamewatch: profiling this host at %u Hz; open http://%s:%u/ "
+		"(data in %s; Ctrl-C stops)\n", co.freq_hz, cmd__listen_host(&so), server__port(srv),
+		so.store_uri ? so.store_uri : so.data_dir);
+	rc = cmd__run_loop(base, r.store, so.retention_ns) ? 1 : 0;
+out:
+	continuous__stop(&cont);
+	server__free(srv);
+	store__close(r.store);
+	if (base)
+		event_base_free(base);
+	return rc;
+}

@@ -1,0 +1,1827 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zlib.h>
+#include <zstd.h>
+#include <zstd_errors.h>
+
+#include "common/batch.h"
+#include "common/intern.h"
+#include "common/profile.h"
+#include "format/wire.h"
+#include "wire.pb-c.h"
+
+/*
+ * The five dictionary kinds, in the order a batch lists them: each may only
+ * refer to kinds before it.
+ */
+enum { K_STRING, K_MAPPING, K_FRAME, K_STACK, K_SERIES, K_MAX };
+
+static const char *const kind_names[K_MAX] = {
+	"string", "mapping", "frame", "stack", "series",
+};
+
+/*
+ * A frame as both ends key and keep it. The name is part of the key: a JIT
+ * can put another function at the same address later, and that must become
+ * another global frame rather than rename the old one under the server.
+ */
+struct wire_frame {
+	uint32_t kind;
+	uint32_t mapping;	/* mapping id + 1; 0: none */
+	uint64_t addr;
+	uint32_t function, file, line, pad;
+};
+
+/* Keys come out of byte arenas that do not keep them aligned. */
+static uint32_t _u32_at(const void *p, size_t i)
+{
+	uint32_t v;
+
+	memcpy(&v, (const uint8_t *)p + i * sizeof(v), sizeof(v));
+	return v;
+}
+
+/* ======================================================================== */
+/* Encoder                                                                   */
+/* ======================================================================== */
+
+#define PENDING_MAX 1024
+
+/* The dictionary sizes right after batch seq was encoded. */
+struct pending {
+	uint64_t seq;
+	uint32_t count[K_MAX];
+};
+
+struct wire_encoder {
+	uint64_t session;
+	uint64_t seq;			/* last encoded */
+	struct intern *tab[K_MAX];	/* NULL after a reset until the next encode */
+	uint32_t acked[K_MAX];		/* entries the server holds */
+	struct pending *pending;	/* unacked batches, oldest first */
+	size_t npending, cap_pending;
+	size_t max_bytes;
+};
+
+/* splitmix64's finaliser: a new session id that no other agent's collides with. */
+static uint64_t _next_session(uint64_t id)
+{
+	uint64_t z = id + 0x9e3779b97f4a7c15ULL;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static void _tables_free(struct wire_encoder *e)
+{
+	for (int k = 0; k < K_MAX; k++) {
+		intern__free(e->tab[k]);
+		e->tab[k] = NULL;
+	}
+}
+
+static int _tables_new(struct wire_encoder *e)
+{
+	for (int k = 0; k < K_MAX; k++) {
+		e->tab[k] = intern__new();
+		if (!e->tab[k]) {
+			_tables_free(e);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+struct wire_encoder *wire_encoder__new(uint64_t session_id)
+{
+	struct wire_encoder *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	e->session = session_id;
+	e->max_bytes = WIRE_ENCODER_MAX_BYTES;
+	if (_tables_new(e)) {
+		free(e);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return e;
+}
+
+void wire_encoder__free(struct wire_encoder *e)
+{
+	if (!e)
+		return;
+	_tables_free(e);
+	free(e->pending);
+	free(e);
+}
+
+/*
+ * Tables are freed now, so memory drops at once, and created again by the
+ * next encode, which can report failing to.
+ */
+void wire_encoder__reset(struct wire_encoder *e)
+{
+	_tables_free(e);
+	e->session = _next_session(e->session);
+	memset(e->acked, 0, sizeof(e->acked));
+	e->npending = 0;
+}
+
+void wire_encoder__set_max_bytes(struct wire_encoder *e, size_t max_bytes)
+{
+	e->max_bytes = max_bytes;
+}
+
+uint64_t wire_encoder__session(const struct wire_encoder *e)
+{
+	return e->session;
+}
+
+uint64_t wire_encoder__seq(const struct wire_encoder *e)
+{
+	return e->seq;
+}
+
+size_t wire_encoder__memory(const struct wire_encoder *e)
+{
+	size_t bytes = sizeof(*e) + e->cap_pending * sizeof(*e->pending);
+
+	for (int k = 0; k < K_MAX; k++)
+		if (e->tab[k])
+			bytes += intern__memory(e->tab[k]);
+	return bytes;
+}
+
+/*
+ * Counts only grow within a session and seq only grows, so the newest
+ * record at or before seq is the most the server is known to hold. Older
+ * records are subsumed by it and dropped.
+ */
+void wire_encoder__ack(struct wire_encoder *e, uint64_t seq)
+{
+	size_t n = 0;
+
+	while (n < e->npending && e->pending[n].seq <= seq)
+		n++;
+	if (!n)
+		return;
+	for (int k = 0; k < K_MAX; k++)
+		if (e->pending[n - 1].count[k] > e->acked[k])
+			e->acked[k] = e->pending[n - 1].count[k];
+	memmove(e->pending, e->pending + n, (e->npending - n) * sizeof(*e->pending));
+	e->npending -= n;
+}
+
+/* Forgetting the oldest record only means a later ack advances less. */
+static int _remember(struct wire_encoder *e, uint64_t seq)
+{
+	struct pending *p;
+
+	if (e->npending == PENDING_MAX) {
+		memmove(e->pending, e->pending + 1, (e->npending - 1) * sizeof(*e->pending));
+		e->npending--;
+	}
+	if (e->npending == e->cap_pending) {
+		size_t cap = e->cap_pending ? e->cap_pending * 2 : 16;
+
+		p = realloc(e->pending, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		e->pending = p;
+		e->cap_pending = cap;
+	}
+	p = &e->pending[e->npending++];
+	p->seq = seq;
+	for (int k = 0; k < K_MAX; k++)
+		p->count[k] = intern__count(e->tab[k]);
+	return 0;
+}
+
+/* Translation of one batch's local ids into global ones, memoised. */
+struct xlate {
+	struct wire_encoder *e;
+	const struct batch *b;
+	uint32_t n[K_MAX];		/* local counts */
+	uint32_t *map[K_MAX];		/* local id -> global id, UINT32_MAX: not yet */
+	uint32_t *scratch;
+	size_t cap_scratch;
+};
+
+static int64_t _global_add(struct xlate *x, int k, const void *key, size_t len)
+{
+	int64_t id;
+
+	if (intern__count(x->e->tab[k]) == UINT32_MAX)
+		return -E2BIG;
+	id = intern__add(x->e->tab[k], key, len, NULL);
+	return id;
+}
+
+static int _scratch(struct xlate *x, size_t n)
+{
+	uint32_t *s;
+
+	if (n <= x->cap_scratch)
+		return 0;
+	s = realloc(x->scratch, n * sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	x->scratch = s;
+	x->cap_scratch = n;
+	return 0;
+}
+
+static int64_t _x_string(struct xlate *x, uint32_t l)
+{
+	const char *s;
+	int64_t id;
+
+	if (l >= x->n[K_STRING])
+		return -EINVAL;
+	if (x->map[K_STRING][l] != UINT32_MAX)
+		return x->map[K_STRING][l];
+	s = profile__string(x->b->dict, l);
+	id = _global_add(x, K_STRING, s, strlen(s) + 1);
+	if (id >= 0)
+		x->map[K_STRING][l] = id;
+	return id;
+}
+
+static int64_t _x_mapping(struct xlate *x, uint32_t l)
+{
+	const struct profile_mapping *m;
+	int64_t path, bid, id;
+	uint32_t key[2];
+
+	if (l >= x->n[K_MAPPING])
+		return -EINVAL;
+	if (x->map[K_MAPPING][l] != UINT32_MAX)
+		return x->map[K_MAPPING][l];
+	m = &x->b->dict->mappings[l];
+	path = _x_string(x, m->path);
+	if (path < 0)
+		return path;
+	bid = _x_string(x, m->build_id);
+	if (bid < 0)
+		return bid;
+	key[0] = path;
+	key[1] = bid;
+	id = _global_add(x, K_MAPPING, key, sizeof(key));
+	if (id >= 0)
+		x->map[K_MAPPING][l] = id;
+	return id;
+}
+
+static int64_t _x_frame(struct xlate *x, uint32_t l)
+{
+	const struct profile_frame *f;
+	struct wire_frame key = { 0 };
+	int64_t id;
+
+	if (l >= x->n[K_FRAME])
+		return -EINVAL;
+	if (x->map[K_FRAME][l] != UINT32_MAX)
+		return x->map[K_FRAME][l];
+	f = &x->b->dict->frames[l];
+	key.kind = f->kind;
+	key.addr = f->addr;
+	key.line = f->line;
+	if (f->mapping != PROFILE_NO_MAPPING) {
+		id = _x_mapping(x, f->mapping);
+		if (id < 0)
+			return id;
+		key.mapping = id + 1;
+	}
+	id = _x_string(x, f->function);
+	if (id < 0)
+		return id;
+	key.function = id;
+	id = _x_string(x, f->file);
+	if (id < 0)
+		return id;
+	key.file = id;
+	id = _global_add(x, K_FRAME, &key, sizeof(key));
+	if (id >= 0)
+		x->map[K_FRAME][l] = id;
+	return id;
+}
+
+static int64_t _x_stack(struct xlate *x, uint32_t l)
+{
+	const uint32_t *frames;
+	uint32_t n;
+	int64_t id;
+
+	if (l >= x->n[K_STACK])
+		return -EINVAL;
+	if (x->map[K_STACK][l] != UINT32_MAX)
+		return x->map[K_STACK][l];
+	frames = profile__stack(x->b->dict, l, &n);
+	/* At least one element: an empty stack's key must not be NULL either. */
+	if (_scratch(x, n ? n : 1))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		id = _x_frame(x, _u32_at(frames, i));
+		if (id < 0)
+			return id;
+		x->scratch[i] = id;
+	}
+	id = _global_add(x, K_STACK, x->scratch, (size_t)n * sizeof(uint32_t));
+	if (id >= 0)
+		x->map[K_STACK][l] = id;
+	return id;
+}
+
+static int64_t _x_series(struct xlate *x, uint32_t l)
+{
+	const struct batch_label *labels;
+	size_t n;
+	int64_t id;
+
+	if (l >= x->n[K_SERIES])
+		return -EINVAL;
+	if (x->map[K_SERIES][l] != UINT32_MAX)
+		return x->map[K_SERIES][l];
+	labels = batch__series(x->b, l, &n);
+	if (_scratch(x, n ? 2 * n : 1))
+		return -ENOMEM;
+	/* Label pairs are uint32_t name, value: read them as a flat array. */
+	for (size_t i = 0; i < 2 * n; i++) {
+		id = _x_string(x, _u32_at(labels, i));
+		if (id < 0)
+			return id;
+		x->scratch[i] = id;
+	}
+	id = _global_add(x, K_SERIES, x->scratch, 2 * n * sizeof(uint32_t));
+	if (id >= 0)
+		x->map[K_SERIES][l] = id;
+	return id;
+}
+
+struct ts_index {
+	int64_t ts;
+	uint32_t i;
+};
+
+static int _by_ts(const void *a, const void *b)
+{
+	const struct ts_index *x = a, *y = b;
+
+	if (x->ts != y->ts)
+		return x->ts < y->ts ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* Everything the message points to that is not in the encoder's tables. */
+struct enc_msg {
+	Flamewatch__Wire__Batch m;
+	Flamewatch__Wire__Mapping *mappings, **mapping_ptrs;
+	Flamewatch__Wire__Frame *frames, **frame_ptrs;
+	Flamewatch__Wire__Stack *stacks, **stack_ptrs;
+	Flamewatch__Wire__Series *series, **series_ptrs;
+	uint32_t *ids;			/* frame ids of stacks, then label ids of series */
+	struct ts_index *order;
+};
+
+static void _enc_msg_free(struct enc_msg *em)
+{
+	free(em->m.strings);
+	free(em->mappings);
+	free(em->mapping_ptrs);
+	free(em->frames);
+	free(em->frame_ptrs);
+	free(em->stacks);
+	free(em->stack_ptrs);
+	free(em->series);
+	free(em->series_ptrs);
+	free(em->ids);
+	free(em->order);
+	free(em->m.ts_delta);
+	free(em->m.sample_stack);
+	free(em->m.sample_series);
+	free(em->m.sample_tid);
+	free(em->m.sample_cpu);
+	free(em->m.sample_type);
+	free(em->m.sample_value);
+}
+
+/* n elements of size each, at least one so that NULL always means failure. */
+static void *_alloc_n(size_t n, size_t size)
+{
+	return calloc(n ? n : 1, size);
+}
+
+/* The unacknowledged part of every table. */
+static int _enc_dict(struct wire_encoder *e, struct enc_msg *em)
+{
+	Flamewatch__Wire__Batch *m = &em->m;
+	uint32_t base[K_MAX], n[K_MAX];
+	size_t nids = 0, len, at = 0;
+
+	for (int k = 0; k < K_MAX; k++) {
+		base[k] = e->acked[k];
+		n[k] = intern__count(e->tab[k]) - base[k];
+	}
+	m->dict_base_strings = base[K_STRING];
+	m->dict_base_mappings = base[K_MAPPING];
+	m->dict_base_frames = base[K_FRAME];
+	m->dict_base_stacks = base[K_STACK];
+	m->dict_base_series = base[K_SERIES];
+	for (uint32_t i = 0; i < n[K_STACK]; i++) {
+		intern__key(e->tab[K_STACK], base[K_STACK] + i, &len);
+		nids += len / sizeof(uint32_t);
+	}
+	for (uint32_t i = 0; i < n[K_SERIES]; i++) {
+		intern__key(e->tab[K_SERIES], base[K_SERIES] + i, &len);
+		nids += len / sizeof(uint32_t);
+	}
+
+	m->strings = _alloc_n(n[K_STRING], sizeof(*m->strings));
+	em->mappings = _alloc_n(n[K_MAPPING], sizeof(*em->mappings));
+	em->mapping_ptrs = _alloc_n(n[K_MAPPING], sizeof(*em->mapping_ptrs));
+	em->frames = _alloc_n(n[K_FRAME], sizeof(*em->frames));
+	em->frame_ptrs = _alloc_n(n[K_FRAME], sizeof(*em->frame_ptrs));
+	em->stacks = _alloc_n(n[K_STACK], sizeof(*em->stacks));
+	em->stack_ptrs = _alloc_n(n[K_STACK], sizeof(*em->stack_ptrs));
+	em->series = _alloc_n(n[K_SERIES], sizeof(*em->series));
+	em->series_ptrs = _alloc_n(n[K_SERIES], sizeof(*em->series_ptrs));
+	em->ids = _alloc_n(nids, sizeof(*em->ids));
+	if (!m->strings || !em->mappings || !em->mapping_ptrs || !em->frames ||
+	    !em->frame_ptrs || !em->stacks || !em->stack_ptrs || !em->series ||
+	    !em->series_ptrs || !em->ids)
+		return -ENOMEM;
+
+	/* Strings are kept NUL-terminated in the table: no copies needed. */
+	for (uint32_t i = 0; i < n[K_STRING]; i++)
+		m->strings[i] = (char *)intern__key(e->tab[K_STRING], base[K_STRING] + i, NULL);
+	m->n_strings = n[K_STRING];
+
+	for (uint32_t i = 0; i < n[K_MAPPING]; i++) {
+		const void *key = intern__key(e->tab[K_MAPPING], base[K_MAPPING] + i, NULL);
+
+		flamewatch__wire__mapping__init(&em->mappings[i]);
+		em->mappings[i].path = _u32_at(key, 0);
+		em->mappings[i].build_id = _u32_at(key, 1);
+		em->mapping_ptrs[i] = &em->mappings[i];
+	}
+	m->mappings = em->mapping_ptrs;
+	m->n_mappings = n[K_MAPPING];
+
+	for (uint32_t i = 0; i < n[K_FRAME]; i++) {
+		Flamewatch__Wire__Frame *f = &em->frames[i];
+		struct wire_frame key;
+
+		memcpy(&key, intern__key(e->tab[K_FRAME], base[K_FRAME] + i, NULL), sizeof(key));
+		flamewatch__wire__frame__init(f);
+		f->kind = key.kind;
+		f->mapping = key.mapping;
+		f->addr = key.addr;
+		f->function = key.function;
+		f->file = key.file;
+		f->line = key.line;
+		em->frame_ptrs[i] = f;
+	}
+	m->frames = em->frame_ptrs;
+	m->n_frames = n[K_FRAME];
+
+	for (uint32_t i = 0; i < n[K_STACK]; i++) {
+		const void *key = intern__key(e->tab[K_STACK], base[K_STACK] + i, &len);
+
+		flamewatch__wire__stack__init(&em->stacks[i]);
+		memcpy(em->ids + at, key, len);
+		em->stacks[i].frames = em->ids + at;
+		em->stacks[i].n_frames = len / sizeof(uint32_t);
+		at += len / sizeof(uint32_t);
+		em->stack_ptrs[i] = &em->stacks[i];
+	}
+	m->stacks = em->stack_ptrs;
+	m->n_stacks = n[K_STACK];
+
+	for (uint32_t i = 0; i < n[K_SERIES]; i++) {
+		const void *key = intern__key(e->tab[K_SERIES], base[K_SERIES] + i, &len);
+
+		flamewatch__wire__series__init(&em->series[i]);
+		memcpy(em->ids + at, key, len);
+		em->series[i].labels = em->ids + at;
+		em->series[i].n_labels = len / sizeof(uint32_t);
+		at += len / sizeof(uint32_t);
+		em->series_ptrs[i] = &em->series[i];
+	}
+	m->series = em->series_ptrs;
+	m->n_series = n[K_SERIES];
+	return 0;
+}
+
+/* Translates and orders the samples into columns, interning as it goes. */
+static int _enc_samples(struct xlate *x, struct enc_msg *em)
+{
+	const struct batch *b = x->b;
+	Flamewatch__Wire__Batch *m = &em->m;
+	size_t n = b->nsamples;
+	bool all_cpu = true, all_one = true;
+	int64_t prev = 0;
+
+	em->order = _alloc_n(n, sizeof(*em->order));
+	m->ts_delta = _alloc_n(n, sizeof(*m->ts_delta));
+	m->sample_stack = _alloc_n(n, sizeof(*m->sample_stack));
+	m->sample_series = _alloc_n(n, sizeof(*m->sample_series));
+	m->sample_tid = _alloc_n(n, sizeof(*m->sample_tid));
+	m->sample_cpu = _alloc_n(n, sizeof(*m->sample_cpu));
+	m->sample_type = _alloc_n(n, sizeof(*m->sample_type));
+	m->sample_value = _alloc_n(n, sizeof(*m->sample_value));
+	if (!em->order || !m->ts_delta || !m->sample_stack || !m->sample_series ||
+	    !m->sample_tid || !m->sample_cpu || !m->sample_type || !m->sample_value)
+		return -ENOMEM;
+
+	for (size_t i = 0; i < n; i++)
+		em->order[i] = (struct ts_index){ b->samples[i].ts_ns, i };
+	qsort(em->order, n, sizeof(*em->order), _by_ts);
+
+	for (size_t i = 0; i < n; i++) {
+		const struct batch_sample *s = &b->samples[em->order[i].i];
+		int64_t stack = _x_stack(x, s->stack);
+		int64_t series = _x_series(x, s->series);
+
+		if (stack < 0)
+			return stack;
+		if (series < 0)
+			return series;
+		/* Wraps only for absurd timestamps; the receiver rejects those. */
+		m->ts_delta[i] = (int64_t)((uint64_t)s->ts_ns - (uint64_t)prev);
+		prev = s->ts_ns;
+		m->sample_stack[i] = stack;
+		m->sample_series[i] = series;
+		m->sample_tid[i] = s->tid;
+		m->sample_cpu[i] = s->cpu;
+		m->sample_type[i] = s->type;
+		m->sample_value[i] = s->value;
+		all_cpu &= s->type == SAMPLE_CPU;
+		all_one &= s->value == 1;
+	}
+	m->n_ts_delta = m->n_sample_stack = m->n_sample_series = n;
+	m->n_sample_tid = m->n_sample_cpu = n;
+	m->n_sample_type = all_cpu ? 0 : n;
+	m->n_sample_value = all_one ? 0 : n;
+	return 0;
+}
+
+/* Consumes in; on success *out is in itself (WIRE_NONE) or a new buffer. */
+static int _compress(enum wire_compression c, uint8_t *in, size_t len, void **out, size_t *out_len)
+{
+	uint8_t *buf = NULL;
+	z_stream zs = { 0 };
+	bool zinit = false;
+	size_t cap;
+	int err = 0;
+
+	if (c == WIRE_NONE) {
+		*out = in;
+		*out_len = len;
+		in = NULL;
+		goto out;
+	}
+	if (c == WIRE_ZSTD) {
+		cap = ZSTD_compressBound(len);
+		buf = malloc(cap);
+		if (!buf) {
+			err = -ENOMEM;
+			goto out;
+		}
+		/* Level 3: higher levels gain under 2 % on batches and cost CPU on every node. */
+		cap = ZSTD_compress(buf, cap, in, len, 3);
+		if (ZSTD_isError(cap)) {
+			err = -ENOMEM;
+			goto out;
+		}
+		*out = buf;
+		*out_len = cap;
+		buf = NULL;
+		goto out;
+	}
+	if (len > UINT_MAX) {
+		err = -E2BIG;
+		goto out;
+	}
+	/* windowBits 15 + 16: a gzip wrapper, as Content-Encoding: gzip means. */
+	if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8,
+			 Z_DEFAULT_STRATEGY) != Z_OK) {
+		err = -ENOMEM;
+		goto out;
+	}
+	zinit = true;
+	cap = deflateBound(&zs, len);
+	buf = cap <= UINT_MAX ? malloc(cap) : NULL;
+	if (!buf) {
+		err = -ENOMEM;
+		goto out;
+	}
+	zs.next_in = in;
+	zs.avail_in = len;
+	zs.next_out = buf;
+	zs.avail_out = cap;
+	/* deflateBound() room: one call finishes the stream. */
+	if (deflate(&zs, Z_FINISH) != Z_STREAM_END) {
+		err = -ENOMEM;
+		goto out;
+	}
+	*out = buf;
+	*out_len = zs.total_out;
+	buf = NULL;
+out:
+	if (zinit)
+		deflateEnd(&zs);
+	free(buf);
+	free(in);
+	return err;
+}
+
+int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct batch *b,
+			 enum wire_compression c, void **out, size_t *out_len)
+{
+	struct enc_msg em = { .m = FLAMEWATCH__WIRE__BATCH__INIT };
+	struct xlate x = { .e = e, .b = b };
+	uint8_t *packed = NULL;
+	size_t len;
+	int err;
+
+	*out = NULL;
+	*out_len = 0;
+	if (c != WIRE_NONE && c != WIRE_GZIP && c != WIRE_ZSTD)
+		return -EINVAL;
+	if (wire_encoder__memory(e) > e->max_bytes)
+		wire_encoder__reset(e);
+	if (!e->tab[0]) {
+		err = _tables_new(e);
+		if (err)
+			goto out;
+	}
+
+	x.n[K_STRING] = intern__count(b->dict->strings);
+	x.n[K_MAPPING] = b->dict->nmappings;
+	x.n[K_FRAME] = b->dict->nframes;
+	x.n[K_STACK] = profile__nstacks(b->dict);
+	x.n[K_SERIES] = batch__nseries(b);
+	for (int k = 0; k < K_MAX; k++) {
+		x.map[k] = _alloc_n(x.n[k], sizeof(uint32_t));
+		if (!x.map[k]) {
+			err = -ENOMEM;
+			goto out;
+		}
+		memset(x.map[k], 0xff, (size_t)x.n[k] * sizeof(uint32_t));
+	}
+
+	/*
+	 * Samples first: they add to the tables what the dictionary part sends.
+	 * Should anything fail from here on, what was added stays in the
+	 * tables unacknowledged, and the next batch simply carries it.
+	 */
+	err = _enc_samples(&x, &em);
+	if (err)
+		goto out;
+	err = _enc_dict(e, &em);
+	if (err)
+		goto out;
+	em.m.version = WIRE_VERSION;
+	em.m.session = e->session;
+	em.m.seq = e->seq + 1;
+	em.m.node = (char *)(node ? node : "");
+	em.m.period_ns = b->period_ns;
+
+	len = flamewatch__wire__batch__get_packed_size(&em.m);
+	packed = malloc(len ? len : 1);
+	if (!packed) {
+		err = -ENOMEM;
+		goto out;
+	}
+	flamewatch__wire__batch__pack(&em.m, packed);
+	/* Remembered before compressing: a failed _remember() leaves nothing to undo. */
+	err = _remember(e, e->seq + 1);
+	if (err)
+		goto out;
+	err = _compress(c, packed, len, out, out_len);
+	packed = NULL;
+	if (err) {
+		e->npending--;
+		goto out;
+	}
+	e->seq++;
+out:
+	free(packed);
+	_enc_msg_free(&em);
+	for (int k = 0; k < K_MAX; k++)
+		free(x.map[k]);
+	free(x.scratch);
+	return err;
+}
+
+/* ======================================================================== */
+/* Session table                                                             */
+/* ======================================================================== */
+
+/*
+ * A session's tables on the server: append-only byte entries that can be
+ * cut back to an earlier length, which is how a batch that fails
+ * validation half way leaves no trace. Nothing is deduplicated here; the
+ * encoder never sends an entry twice, and the batches handed out are
+ * deduplicated by the profile they are built in.
+ */
+struct dtab {
+	uint8_t *data;
+	size_t len, cap;
+	size_t *end;		/* end[i]: offset just past entry i */
+	uint32_t n;
+	size_t cap_end;
+};
+
+static void _dtab_free(struct dtab *t)
+{
+	free(t->data);
+	free(t->end);
+}
+
+static int _dtab_append(struct dtab *t, const void *p, size_t len)
+{
+	if (t->n == UINT32_MAX)
+		return -E2BIG;
+	if (!t->data || len > t->cap - t->len) {
+		size_t cap = t->cap ? t->cap : 4096;
+		uint8_t *d;
+
+		while (cap - t->len < len)
+			cap *= 2;
+		d = realloc(t->data, cap);
+		if (!d)
+			return -ENOMEM;
+		t->data = d;
+		t->cap = cap;
+	}
+	if (t->n == t->cap_end) {
+		size_t cap = t->cap_end ? t->cap_end * 2 : 64;
+		size_t *end = realloc(t->end, cap * sizeof(*end));
+
+		if (!end)
+			return -ENOMEM;
+		t->end = end;
+		t->cap_end = cap;
+	}
+	if (len)
+		memcpy(t->data + t->len, p, len);
+	t->len += len;
+	t->end[t->n++] = t->len;
+	return 0;
+}
+
+static const void *_dtab_get(const struct dtab *t, uint32_t i, size_t *len)
+{
+	size_t start = i ? t->end[i - 1] : 0;
+
+	*len = t->end[i] - start;
+	return t->data + start;
+}
+
+static void _dtab_truncate(struct dtab *t, uint32_t n)
+{
+	t->n = n;
+	t->len = n ? t->end[n - 1] : 0;
+}
+
+struct wire_session {
+	uint64_t id;
+	char *node;
+	struct dtab tab[K_MAX];
+	size_t bytes;			/* as counted in the table's total */
+	struct wire_session *newer, *older;
+	struct wire_session *hnext;
+};
+
+struct wire_session_table {
+	struct wire_session **buckets;
+	size_t nbuckets;		/* power of two */
+	struct wire_session *newest, *oldest;
+	size_t count, max_sessions;
+	size_t bytes, max_bytes;
+};
+
+static size_t _session_memory(const struct wire_session *s)
+{
+	size_t bytes = sizeof(*s) + strlen(s->node) + 1;
+
+	for (int k = 0; k < K_MAX; k++)
+		bytes += s->tab[k].cap + s->tab[k].cap_end * sizeof(size_t);
+	return bytes;
+}
+
+static void _session_free(struct wire_session *s)
+{
+	if (!s)
+		return;
+	for (int k = 0; k < K_MAX; k++)
+		_dtab_free(&s->tab[k]);
+	free(s->node);
+	free(s);
+}
+
+struct wire_session_table *wire_sessions__new(size_t max_sessions, size_t max_bytes)
+{
+	struct wire_session_table *t;
+
+	if (!max_sessions || max_sessions > (1u << 24)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->max_sessions = max_sessions;
+	t->max_bytes = max_bytes;
+	for (t->nbuckets = 16; t->nbuckets < max_sessions; t->nbuckets *= 2)
+		;
+	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
+	if (!t->buckets) {
+		free(t);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return t;
+}
+
+void wire_sessions__free(struct wire_session_table *t)
+{
+	struct wire_session *s, *next;
+
+	if (!t)
+		return;
+	for (s = t->newest; s; s = next) {
+		next = s->older;
+		_session_free(s);
+	}
+	free(t->buckets);
+	free(t);
+}
+
+size_t wire_sessions__count(const struct wire_session_table *t)
+{
+	return t->count;
+}
+
+size_t wire_sessions__memory(const struct wire_session_table *t)
+{
+	return t->bytes;
+}
+
+static struct wire_session **_bucket(struct wire_session_table *t, uint64_t id)
+{
+	return &t->buckets[hash__bytes(&id, sizeof(id)) & (t->nbuckets - 1)];
+}
+
+static struct wire_session *_session_find(struct wire_session_table *t, uint64_t id)
+{
+	struct wire_session *s;
+
+	for (s = *_bucket(t, id); s; s = s->hnext)
+		if (s->id == id)
+			return s;
+	return NULL;
+}
+
+static void _lru_unlink(struct wire_session_table *t, struct wire_session *s)
+{
+	if (s->newer)
+		s->newer->older = s->older;
+	else
+		t->newest = s->older;
+	if (s->older)
+		s->older->newer = s->newer;
+	else
+		t->oldest = s->newer;
+	s->newer = s->older = NULL;
+}
+
+static void _lru_push(struct wire_session_table *t, struct wire_session *s)
+{
+	s->newer = NULL;
+	s->older = t->newest;
+	if (t->newest)
+		t->newest->newer = s;
+	else
+		t->oldest = s;
+	t->newest = s;
+}
+
+static void _session_remove(struct wire_session_table *t, struct wire_session *s)
+{
+	struct wire_session **p;
+
+	for (p = _bucket(t, s->id); *p != s; p = &(*p)->hnext)
+		;
+	*p = s->hnext;
+	_lru_unlink(t, s);
+	t->count--;
+	t->bytes -= s->bytes;
+	_session_free(s);
+}
+
+/*
+ * Called once a batch is accepted. The session just used goes last: it is
+ * only evicted when it alone is over max_bytes, and then its agent starts a
+ * smaller session after the next -ESTALE.
+ */
+static void _session_commit(struct wire_session_table *t, struct wire_session *s, bool is_new)
+{
+	if (is_new) {
+		struct wire_session **b = _bucket(t, s->id);
+
+		s->hnext = *b;
+		*b = s;
+		t->count++;
+	} else {
+		_lru_unlink(t, s);
+		t->bytes -= s->bytes;
+	}
+	_lru_push(t, s);
+	s->bytes = _session_memory(s);
+	t->bytes += s->bytes;
+	while ((t->count > t->max_sessions || t->bytes > t->max_bytes) && t->oldest != s)
+		_session_remove(t, t->oldest);
+	if (t->bytes > t->max_bytes)
+		_session_remove(t, s);
+}
+
+/* ======================================================================== */
+/* Decoder                                                                   */
+/* ======================================================================== */
+
+/* 2000-01-01T00:00:00Z: anything earlier is a clock that was never set. */
+#define MIN_TS_NS 946684800000000000LL
+
+struct wire_limits wire_limits__default(void)
+{
+	return (struct wire_limits){
+		.max_body = 8u << 20,
+		.max_decompressed = 32u << 20,
+		.max_unpacked = 256u << 20,
+		.max_samples = 1000000,
+		.max_stack_depth = 1024,
+		.max_labels = 64,
+		.max_string = 16 << 10,
+		.max_future_ns = 86400LL * 1000000000LL,
+	};
+}
+
+__attribute__((format(printf, 4, 5)))
+static int _fail(char *err, size_t err_len, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && err_len) {
+		va_start(ap, fmt);
+		vsnprintf(err, err_len, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+/*
+ * Output is grown by doubling up to cap + 1 bytes: having one byte more
+ * than allowed is how an over-long body is told from one exactly at the cap,
+ * without ever inflating further than that.
+ */
+static int _grow(uint8_t **buf, size_t *size, size_t cap)
+{
+	size_t n = *size * 2;
+	uint8_t *b;
+
+	if (n > cap + 1 || n < *size)
+		n = cap + 1;
+	b = realloc(*buf, n);
+	if (!b)
+		return -ENOMEM;
+	*buf = b;
+	*size = n;
+	return 0;
+}
+
+static int _gunzip(const uint8_t *in, size_t len, size_t cap, uint8_t **out, size_t *out_len,
+		   char *err, size_t err_len)
+{
+	z_stream zs = { 0 };
+	bool zinit = false;
+	uint8_t *buf = NULL;
+	size_t size, have = 0;
+	int ret, rc = 0;
+
+	if (len > UINT_MAX) {
+		rc = _fail(err, err_len, -E2BIG, "body too large");
+		goto out;
+	}
+	size = len < (cap + 1) / 4 ? len * 4 : cap + 1;
+	if (size < 4096)
+		size = cap + 1 < 4096 ? cap + 1 : 4096;
+	buf = malloc(size);
+	/* 16 + MAX_WBITS: gzip wrapper only, as Content-Encoding: gzip says. */
+	if (!buf || inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) {
+		rc = _fail(err, err_len, -ENOMEM, "out of memory");
+		goto out;
+	}
+	zinit = true;
+	zs.next_in = (Bytef *)in;
+	zs.avail_in = len;
+	for (;;) {
+		size_t room;
+
+		if (have == size) {
+			if (size > cap) {
+				rc = _fail(err, err_len, -E2BIG,
+					   "decompressed body exceeds %zu bytes", cap);
+				goto out;
+			}
+			rc = _grow(&buf, &size, cap);
+			if (rc) {
+				rc = _fail(err, err_len, rc, "out of memory");
+				goto out;
+			}
+		}
+		room = size - have;
+		zs.next_out = buf + have;
+		zs.avail_out = room > UINT_MAX ? UINT_MAX : room;
+		room = zs.avail_out;
+		ret = inflate(&zs, Z_NO_FLUSH);
+		have += room - zs.avail_out;
+		if (ret == Z_STREAM_END)
+			break;
+		if (ret == Z_MEM_ERROR) {
+			rc = _fail(err, err_len, -ENOMEM, "out of memory");
+			goto out;
+		}
+		if (ret != Z_OK && ret != Z_BUF_ERROR) {
+			rc = _fail(err, err_len, -EBADMSG, "bad gzip data: %s",
+				   zs.msg ? zs.msg : "corrupt stream");
+			goto out;
+		}
+		/* Output left over and no input left: the stream was cut short. */
+		if (zs.avail_out && !zs.avail_in) {
+			rc = _fail(err, err_len, -EBADMSG, "truncated gzip data");
+			goto out;
+		}
+	}
+	if (have > cap) {
+		rc = _fail(err, err_len, -E2BIG, "decompressed body exceeds %zu bytes", cap);
+		goto out;
+	}
+	if (zs.avail_in) {
+		rc = _fail(err, err_len, -EBADMSG, "%u bytes after the end of the gzip stream",
+			   zs.avail_in);
+		goto out;
+	}
+	*out = buf;
+	*out_len = have;
+	buf = NULL;
+out:
+	if (zinit)
+		inflateEnd(&zs);
+	free(buf);
+	return rc;
+}
+
+static int _unzstd(const uint8_t *in, size_t len, size_t cap, uint8_t **out, size_t *out_len,
+		   char *err, size_t err_len)
+{
+	ZSTD_inBuffer ib = { in, len, 0 };
+	ZSTD_DCtx *dctx = NULL;
+	unsigned long long declared;
+	uint8_t *buf = NULL;
+	size_t size, have = 0, ret;
+	int wlog, rc = 0;
+
+	/* A frame that says how big it is can be refused before any work. */
+	declared = ZSTD_getFrameContentSize(in, len);
+	if (declared != ZSTD_CONTENTSIZE_ERROR && declared != ZSTD_CONTENTSIZE_UNKNOWN &&
+	    declared > cap) {
+		rc = _fail(err, err_len, -E2BIG, "decompressed body exceeds %zu bytes", cap);
+		goto out;
+	}
+
+	size = len < (cap + 1) / 4 ? len * 4 : cap + 1;
+	if (size < 4096)
+		size = cap + 1 < 4096 ? cap + 1 : 4096;
+	buf = malloc(size);
+	dctx = ZSTD_createDCtx();
+	if (!buf || !dctx) {
+		rc = _fail(err, err_len, -ENOMEM, "out of memory");
+		goto out;
+	}
+	/*
+	 * The window is decoder memory the sender chooses. No window larger
+	 * than the largest body we accept is needed, so refuse larger ones.
+	 */
+	for (wlog = 10; wlog < 27 && ((size_t)1 << wlog) < cap; wlog++)
+		;
+	ZSTD_DCtx_setParameter(dctx, ZSTD_d_windowLogMax, wlog);
+	for (;;) {
+		ZSTD_outBuffer ob;
+
+		if (have == size) {
+			if (size > cap) {
+				rc = _fail(err, err_len, -E2BIG,
+					   "decompressed body exceeds %zu bytes", cap);
+				goto out;
+			}
+			rc = _grow(&buf, &size, cap);
+			if (rc) {
+				rc = _fail(err, err_len, rc, "out of memory");
+				goto out;
+			}
+		}
+		ob = (ZSTD_outBuffer){ buf, size, have };
+		ret = ZSTD_decompressStream(dctx, &ob, &ib);
+		have = ob.pos;
+		if (ZSTD_isError(ret)) {
+			if (ZSTD_getErrorCode(ret) == ZSTD_error_frameParameter_windowTooLarge)
+				rc = _fail(err, err_len, -E2BIG, "zstd window too large");
+			else
+				rc = _fail(err, err_len, -EBADMSG, "bad zstd data: %s",
+					   ZSTD_getErrorName(ret));
+			goto out;
+		}
+		/* 0: a frame ended and everything it held is out. */
+		if (ret == 0 && ib.pos == ib.size)
+			break;
+		if (ib.pos == ib.size && ob.pos < ob.size) {
+			rc = _fail(err, err_len, -EBADMSG, "truncated zstd data");
+			goto out;
+		}
+	}
+	if (have > cap) {
+		rc = _fail(err, err_len, -E2BIG, "decompressed body exceeds %zu bytes", cap);
+		goto out;
+	}
+	*out = buf;
+	*out_len = have;
+	buf = NULL;
+out:
+	ZSTD_freeDCtx(dctx);
+	free(buf);
+	return rc;
+}
+
+/*
+ * protobuf-c allocates per element and per submessage, so a small message
+ * can unpack into many times its size: 2 bytes of empty Frame become a
+ * 48-byte struct and a pointer. Counting what it allocates bounds that
+ * whatever the message holds.
+ */
+struct capped_alloc {
+	size_t used, max;
+	bool over;
+};
+
+#define ALLOC_HDR 16	/* keeps max_align_t alignment */
+
+static void *_ca_alloc(void *data, size_t size)
+{
+	struct capped_alloc *a = data;
+	size_t *p;
+
+	if (size > a->max || size + ALLOC_HDR > a->max - a->used) {
+		a->over = true;
+		return NULL;
+	}
+	p = malloc(size + ALLOC_HDR);
+	if (!p)
+		return NULL;
+	p[0] = size;
+	a->used += size + ALLOC_HDR;
+	return (uint8_t *)p + ALLOC_HDR;
+}
+
+static void _ca_free(void *data, void *ptr)
+{
+	struct capped_alloc *a = data;
+	size_t *p;
+
+	if (!ptr)
+		return;
+	p = (size_t *)((uint8_t *)ptr - ALLOC_HDR);
+	a->used -= p[0] + ALLOC_HDR;
+	free(p);
+}
+
+/* Global id -> id in the batch being built, for one kind. */
+struct outmap {
+	struct intern *ix;	/* global id -> ordinal */
+	uint32_t *local;	/* ordinal -> local id */
+	uint32_t cap;
+};
+
+struct dec {
+	const struct wire_limits *lim;
+	char *err;
+	size_t err_len;
+	const Flamewatch__Wire__Batch *m;
+	struct wire_session *s;
+	struct batch *out;
+	struct outmap om[K_MAX];
+	uint32_t *scratch;
+	const char **names, **values;
+	size_t cap_scratch, cap_labels;
+};
+
+/*
+ * Sized per use rather than from the limits: entries the session accepted
+ * earlier were checked against the limits of their own call.
+ */
+static int _d_reserve(struct dec *d, size_t frames, size_t labels)
+{
+	if (frames > d->cap_scratch) {
+		uint32_t *s = realloc(d->scratch, frames * sizeof(*s));
+
+		if (!s)
+			return -ENOMEM;
+		d->scratch = s;
+		d->cap_scratch = frames;
+	}
+	if (labels > d->cap_labels) {
+		const char **n = realloc(d->names, labels * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		d->names = n;
+		n = realloc(d->values, labels * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		d->values = n;
+		d->cap_labels = labels;
+	}
+	return 0;
+}
+
+static int _om_find(struct outmap *m, uint32_t gid, int64_t *ord)
+{
+	bool added;
+
+	*ord = intern__add(m->ix, &gid, sizeof(gid), &added);
+	if (*ord < 0)
+		return *ord;
+	if (*ord >= m->cap) {
+		uint32_t cap = m->cap ? m->cap * 2 : 64;
+		uint32_t *l = realloc(m->local, cap * sizeof(*l));
+
+		if (!l)
+			return -ENOMEM;
+		m->local = l;
+		m->cap = cap;
+	}
+	return added;
+}
+
+static const char *_d_string(struct dec *d, uint32_t gid)
+{
+	size_t len;
+
+	return _dtab_get(&d->s->tab[K_STRING], gid, &len);
+}
+
+static int64_t _out_mapping(struct dec *d, uint32_t gid)
+{
+	struct outmap *m = &d->om[K_MAPPING];
+	const void *key;
+	int64_t ord, id;
+	size_t len;
+	int rc = _om_find(m, gid, &ord);
+
+	if (rc <= 0)
+		return rc < 0 ? (int64_t)rc : (int64_t)m->local[ord];
+	key = _dtab_get(&d->s->tab[K_MAPPING], gid, &len);
+	id = profile__intern_mapping(d->out->dict, _d_string(d, _u32_at(key, 0)),
+				     _d_string(d, _u32_at(key, 1)));
+	if (id < 0)
+		return id;
+	m->local[ord] = id;
+	return id;
+}
+
+static int64_t _out_frame(struct dec *d, uint32_t gid)
+{
+	struct outmap *m = &d->om[K_FRAME];
+	struct wire_frame f;
+	uint32_t mapping = PROFILE_NO_MAPPING;
+	int64_t ord, id;
+	size_t len;
+	int rc = _om_find(m, gid, &ord);
+
+	if (rc <= 0)
+		return rc < 0 ? (int64_t)rc : (int64_t)m->local[ord];
+	memcpy(&f, _dtab_get(&d->s->tab[K_FRAME], gid, &len), sizeof(f));
+	if (f.mapping) {
+		id = _out_mapping(d, f.mapping - 1);
+		if (id < 0)
+			return id;
+		mapping = id;
+	}
+	id = profile__intern_frame(d->out->dict, f.kind, mapping, f.addr);
+	if (id < 0)
+		return id;
+	rc = profile__set_frame_name(d->out->dict, id, _d_string(d, f.function),
+				     _d_string(d, f.file), f.line);
+	if (rc)
+		return rc;
+	m->local[ord] = id;
+	return id;
+}
+
+static int64_t _out_stack(struct dec *d, uint32_t gid)
+{
+	struct outmap *m = &d->om[K_STACK];
+	const void *key;
+	int64_t ord, id;
+	size_t len;
+	int rc = _om_find(m, gid, &ord);
+
+	if (rc <= 0)
+		return rc < 0 ? (int64_t)rc : (int64_t)m->local[ord];
+	key = _dtab_get(&d->s->tab[K_STACK], gid, &len);
+	len /= sizeof(uint32_t);
+	/* At least one element: an empty stack's key must not be NULL either. */
+	if (_d_reserve(d, len ? len : 1, 0))
+		return -ENOMEM;
+	/* _out_frame() does not touch scratch, so it can be filled in place. */
+	for (size_t i = 0; i < len; i++) {
+		id = _out_frame(d, _u32_at(key, i));
+		if (id < 0)
+			return id;
+		d->scratch[i] = id;
+	}
+	id = profile__intern_stack(d->out->dict, d->scratch, len);
+	if (id < 0)
+		return id;
+	m->local[ord] = id;
+	return id;
+}
+
+static int64_t _out_series(struct dec *d, uint32_t gid)
+{
+	struct outmap *m = &d->om[K_SERIES];
+	const void *key;
+	int64_t ord, id;
+	size_t len;
+	int rc = _om_find(m, gid, &ord);
+
+	if (rc <= 0)
+		return rc < 0 ? (int64_t)rc : (int64_t)m->local[ord];
+	key = _dtab_get(&d->s->tab[K_SERIES], gid, &len);
+	len /= 2 * sizeof(uint32_t);
+	if (_d_reserve(d, 0, len))
+		return -ENOMEM;
+	for (size_t i = 0; i < len; i++) {
+		d->names[i] = _d_string(d, _u32_at(key, 2 * i));
+		d->values[i] = _d_string(d, _u32_at(key, 2 * i + 1));
+	}
+	id = batch__intern_series(d->out, d->names, d->values, len);
+	if (id < 0)
+		return id;
+	m->local[ord] = id;
+	return id;
+}
+
+/*
+ * Entries below what the session holds are repeats of ones the receiver
+ * already accepted (an old batch sent again): they must be byte-equal.
+ * Every other entry is appended. Either way *gid ends up as its global id.
+ */
+static int _d_put(struct dec *d, int k, uint32_t gid, const void *key, size_t len)
+{
+	struct dtab *t = &d->s->tab[k];
+	const void *have;
+	size_t hlen;
+	int rc;
+
+	if (gid < t->n) {
+		have = _dtab_get(t, gid, &hlen);
+		if (hlen != len || (len && memcmp(have, key, len)))
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "%s %u differs from the one the session holds",
+				     kind_names[k], gid);
+		return 0;
+	}
+	rc = _dtab_append(t, key, len);
+	if (rc)
+		return _fail(d->err, d->err_len, rc, "cannot grow the %s table", kind_names[k]);
+	return 0;
+}
+
+static int _d_strings(struct dec *d, uint32_t base)
+{
+	for (size_t i = 0; i < d->m->n_strings; i++) {
+		const char *s = d->m->strings[i] ? d->m->strings[i] : "";
+		size_t len = strlen(s);
+		int rc;
+
+		if (len > d->lim->max_string)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "string %zu is %zu bytes long, more than %zu",
+				     base + i, len, d->lim->max_string);
+		rc = _d_put(d, K_STRING, base + i, s, len + 1);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int _d_string_id(struct dec *d, const char *kind, size_t gid, const char *field, uint32_t id)
+{
+	if (id < d->s->tab[K_STRING].n)
+		return 0;
+	return _fail(d->err, d->err_len, -EINVAL, "%s %zu: %s string id %u out of range (%u strings)",
+		     kind, gid, field, id, d->s->tab[K_STRING].n);
+}
+
+static int _d_mappings(struct dec *d, uint32_t base)
+{
+	for (size_t i = 0; i < d->m->n_mappings; i++) {
+		const Flamewatch__Wire__Mapping *wm = d->m->mappings[i];
+		uint32_t key[2] = { wm->path, wm->build_id };
+		int rc;
+
+		rc = _d_string_id(d, "mapping", base + i, "path", wm->path);
+		if (!rc)
+			rc = _d_string_id(d, "mapping", base + i, "build_id", wm->build_id);
+		if (!rc)
+			rc = _d_put(d, K_MAPPING, base + i, key, sizeof(key));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int _d_frames(struct dec *d, uint32_t base)
+{
+	for (size_t i = 0; i < d->m->n_frames; i++) {
+		const Flamewatch__Wire__Frame *wf = d->m->frames[i];
+		struct wire_frame key = {
+			.kind = wf->kind, .mapping = wf->mapping, .addr = wf->addr,
+			.function = wf->function, .file = wf->file, .line = wf->line,
+		};
+		int rc;
+
+		if (wf->kind >= FRAME_KIND_MAX)
+			return _fail(d->err, d->err_len, -EINVAL, "frame %zu: unknown kind %u",
+				     base + i, wf->kind);
+		if (wf->mapping > d->s->tab[K_MAPPING].n)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "frame %zu: mapping id %u out of range (%u mappings)",
+				     base + i, wf->mapping - 1, d->s->tab[K_MAPPING].n);
+		rc = _d_string_id(d, "frame", base + i, "function", wf->function);
+		if (!rc)
+			rc = _d_string_id(d, "frame", base + i, "file", wf->file);
+		if (!rc)
+			rc = _d_put(d, K_FRAME, base + i, &key, sizeof(key));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int _d_stacks(struct dec *d, uint32_t base)
+{
+	for (size_t i = 0; i < d->m->n_stacks; i++) {
+		const Flamewatch__Wire__Stack *ws = d->m->stacks[i];
+		int rc;
+
+		if (ws->n_frames > d->lim->max_stack_depth)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "stack %zu has %zu frames, more than %zu",
+				     base + i, ws->n_frames, d->lim->max_stack_depth);
+		for (size_t j = 0; j < ws->n_frames; j++)
+			if (ws->frames[j] >= d->s->tab[K_FRAME].n)
+				return _fail(d->err, d->err_len, -EINVAL,
+					     "stack %zu: frame id %u out of range (%u frames)",
+					     base + i, ws->frames[j], d->s->tab[K_FRAME].n);
+		rc = _d_put(d, K_STACK, base + i, ws->frames, ws->n_frames * sizeof(uint32_t));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int _d_series(struct dec *d, uint32_t base)
+{
+	for (size_t i = 0; i < d->m->n_series; i++) {
+		const Flamewatch__Wire__Series *ws = d->m->series[i];
+		size_t n = ws->n_labels / 2;
+		int rc;
+
+		if (ws->n_labels % 2)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "series %zu: odd number of label ids", base + i);
+		if (n > d->lim->max_labels)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "series %zu has %zu labels, more than %zu",
+				     base + i, n, d->lim->max_labels);
+		for (size_t j = 0; j < ws->n_labels; j++) {
+			rc = _d_string_id(d, "series", base + i, j % 2 ? "value" : "name",
+					  ws->labels[j]);
+			if (rc)
+				return rc;
+		}
+		for (size_t j = 0; j < n; j++) {
+			const char *name = _d_string(d, ws->labels[2 * j]);
+
+			if (!name[0])
+				return _fail(d->err, d->err_len, -EINVAL,
+					     "series %zu: empty label name", base + i);
+			for (size_t l = 0; l < j; l++)
+				if (!strcmp(name, _d_string(d, ws->labels[2 * l])))
+					return _fail(d->err, d->err_len, -EINVAL,
+						     "series %zu: label %s appears twice",
+						     base + i, name);
+		}
+		rc = _d_put(d, K_SERIES, base + i, ws->labels, ws->n_labels * sizeof(uint32_t));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int _d_samples(struct dec *d)
+{
+	const Flamewatch__Wire__Batch *m = d->m;
+	const struct wire_limits *lim = d->lim;
+	size_t n = m->n_ts_delta;
+	struct timespec now;
+	int64_t ts = 0, max_ts;
+
+	if (n > lim->max_samples)
+		return _fail(d->err, d->err_len, -E2BIG, "%zu samples, more than %zu",
+			     n, lim->max_samples);
+	if (m->n_sample_stack != n || m->n_sample_series != n || m->n_sample_tid != n ||
+	    m->n_sample_cpu != n || (m->n_sample_type && m->n_sample_type != n) ||
+	    (m->n_sample_value && m->n_sample_value != n))
+		return _fail(d->err, d->err_len, -EINVAL,
+			     "sample columns differ in length (%zu timestamps)", n);
+	clock_gettime(CLOCK_REALTIME, &now);
+	max_ts = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+	max_ts = lim->max_future_ns > INT64_MAX - max_ts ? INT64_MAX : max_ts + lim->max_future_ns;
+
+	for (size_t i = 0; i < n; i++) {
+		uint32_t type = m->n_sample_type ? m->sample_type[i] : SAMPLE_CPU;
+		int64_t value = m->n_sample_value ? m->sample_value[i] : 1;
+
+		if (__builtin_add_overflow(ts, m->ts_delta[i], &ts) || ts < MIN_TS_NS ||
+		    ts > max_ts)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "sample %zu: timestamp out of range", i);
+		if (m->sample_stack[i] >= d->s->tab[K_STACK].n)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "sample %zu: stack id %u out of range (%u stacks)",
+				     i, m->sample_stack[i], d->s->tab[K_STACK].n);
+		if (m->sample_series[i] >= d->s->tab[K_SERIES].n)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "sample %zu: series id %u out of range (%u series)",
+				     i, m->sample_series[i], d->s->tab[K_SERIES].n);
+		if (type >= SAMPLE_TYPE_MAX)
+			return _fail(d->err, d->err_len, -EINVAL, "sample %zu: unknown type %u",
+				     i, type);
+		if (value < 0)
+			return _fail(d->err, d->err_len, -EINVAL, "sample %zu: negative value", i);
+	}
+	return 0;
+}
+
+/* Builds the self-contained batch from the now-validated message. */
+static int _d_build(struct dec *d)
+{
+	const Flamewatch__Wire__Batch *m = d->m;
+	int64_t ts = 0;
+	int rc = -ENOMEM;
+
+	d->out = batch__new(m->period_ns);
+	if (!d->out)
+		goto out;
+	for (int k = 0; k < K_MAX; k++) {
+		d->om[k].ix = intern__new();
+		if (!d->om[k].ix)
+			goto out;
+	}
+	for (size_t i = 0; i < m->n_ts_delta; i++) {
+		struct batch_sample s = { 0 };
+		int64_t stack, series;
+
+		stack = _out_stack(d, m->sample_stack[i]);
+		if (stack < 0) {
+			rc = stack;
+			goto out;
+		}
+		series = _out_series(d, m->sample_series[i]);
+		if (series < 0) {
+			rc = series;
+			goto out;
+		}
+		ts += m->ts_delta[i];
+		s.ts_ns = ts;
+		s.stack = stack;
+		s.series = series;
+		s.tid = m->sample_tid[i];
+		s.cpu = m->sample_cpu[i];
+		s.type = m->n_sample_type ? m->sample_type[i] : SAMPLE_CPU;
+		s.value = m->n_sample_value ? m->sample_value[i] : 1;
+		rc = batch__add_sample(d->out, &s);
+		if (rc)
+			goto out;
+	}
+	rc = 0;
+out:
+	if (rc)
+		_fail(d->err, d->err_len, rc, rc == -ENOMEM ? "out of memory" :
+		      "cannot build the batch: %s", strerror(-rc));
+	return rc;
+}
+
+int wire__decode(struct wire_session_table *t, const void *body, size_t len,
+		 enum wire_compression c, const struct wire_limits *lim,
+		 struct batch **out, char *node, size_t node_len, uint64_t *seq,
+		 char *err, size_t err_len)
+{
+	struct wire_limits deflim = wire_limits__default();
+	struct capped_alloc ca = { 0 };
+	ProtobufCAllocator pa = { _ca_alloc, _ca_free, &ca };
+	Flamewatch__Wire__Batch *m = NULL;
+	struct dec d = { .err = err, .err_len = err_len };
+	uint32_t base[K_MAX], saved[K_MAX] = { 0 };
+	uint8_t *plain = NULL;
+	const uint8_t *msg_bytes = body;
+	size_t msg_len = len, node_strlen, max_decompressed;
+	bool is_new = false;
+	int rc;
+
+	*out = NULL;
+	if (err && err_len)
+		err[0] = '\0';
+	if (!lim)
+		lim = &deflim;
+	d.lim = lim;
+
+	if (len > lim->max_body) {
+		rc = _fail(err, err_len, -E2BIG, "body of %zu bytes exceeds %zu", len, lim->max_body);
+		goto out;
+	}
+	/* The decompressors keep cap + 1 bytes; keep that from wrapping. */
+	max_decompressed = lim->max_decompressed > SIZE_MAX / 4 ? SIZE_MAX / 4 :
+			   lim->max_decompressed;
+	switch (c) {
+	case WIRE_NONE:
+		if (len > lim->max_decompressed) {
+			rc = _fail(err, err_len, -E2BIG, "body of %zu bytes exceeds %zu",
+				   len, lim->max_decompressed);
+			goto out;
+		}
+		break;
+	case WIRE_GZIP:
+		rc = _gunzip(body, len, max_decompressed, &plain, &msg_len, err, err_len);
+		if (rc)
+			goto out;
+		msg_bytes = plain;
+		break;
+	case WIRE_ZSTD:
+		rc = _unzstd(body, len, max_decompressed, &plain, &msg_len, err, err_len);
+		if (rc)
+			goto out;
+		msg_bytes = plain;
+		break;
+	default:
+		rc = _fail(err, err_len, -EINVAL, "unknown compression %d", (int)c);
+		goto out;
+	}
+
+	ca.max = lim->max_unpacked > SIZE_MAX / 2 ? SIZE_MAX / 2 : lim->max_unpacked;
+	m = flamewatch__wire__batch__unpack(&pa, msg_len, msg_bytes);
+	if (!m) {
+		if (ca.over)
+			rc = _fail(err, err_len, -E2BIG, "unpacked batch exceeds %zu bytes",
+				   lim->max_unpacked);
+		else
+			rc = _fail(err, err_len, -EBADMSG, "not a valid protobuf batch");
+		goto out;
+	}
+	d.m = m;
+	if (m->version != WIRE_VERSION) {
+		rc = _fail(err, err_len, -EPROTONOSUPPORT, "batch version %u, expected %u",
+			   m->version, WIRE_VERSION);
+		goto out;
+	}
+	node_strlen = strlen(m->node);
+	if (!node_strlen || node_strlen > lim->max_string || (node && node_strlen >= node_len)) {
+		rc = _fail(err, err_len, -EINVAL, "node name empty or too long (%zu bytes)",
+			   node_strlen);
+		goto out;
+	}
+
+	base[K_STRING] = m->dict_base_strings;
+	base[K_MAPPING] = m->dict_base_mappings;
+	base[K_FRAME] = m->dict_base_frames;
+	base[K_STACK] = m->dict_base_stacks;
+	base[K_SERIES] = m->dict_base_series;
+	d.s = _session_find(t, m->session);
+	if (d.s && strcmp(d.s->node, m->node)) {
+		rc = _fail(err, err_len, -ESTALE, "session %016llx belongs to another node",
+			   (unsigned long long)m->session);
+		d.s = NULL;
+		goto out;
+	}
+	if (!d.s) {
+		for (int k = 0; k < K_MAX; k++) {
+			if (base[k]) {
+				rc = _fail(err, err_len, -ESTALE,
+					   "unknown session %016llx with a dictionary base",
+					   (unsigned long long)m->session);
+				goto out;
+			}
+		}
+		d.s = calloc(1, sizeof(*d.s));
+		if (d.s) {
+			is_new = true;
+			d.s->id = m->session;
+			d.s->node = strdup(m->node);
+		}
+		if (!d.s || !d.s->node) {
+			rc = _fail(err, err_len, -ENOMEM, "out of memory");
+			goto out;
+		}
+	}
+	for (int k = 0; k < K_MAX; k++)
+		saved[k] = d.s->tab[k].n;
+
+	{
+		size_t nk[K_MAX] = { m->n_strings, m->n_mappings, m->n_frames, m->n_stacks,
+				     m->n_series };
+
+		for (int k = 0; k < K_MAX; k++) {
+			if (base[k] > d.s->tab[k].n) {
+				rc = _fail(err, err_len, -ESTALE,
+					   "session %016llx holds %u %s entries, batch builds on %u",
+					   (unsigned long long)m->session, d.s->tab[k].n,
+					   kind_names[k], base[k]);
+				goto out;
+			}
+			if (nk[k] > UINT32_MAX - base[k]) {
+				rc = _fail(err, err_len, -EINVAL, "too many %s entries",
+					   kind_names[k]);
+				goto out;
+			}
+		}
+	}
+
+	rc = _d_strings(&d, base[K_STRING]);
+	if (!rc)
+		rc = _d_mappings(&d, base[K_MAPPING]);
+	if (!rc)
+		rc = _d_frames(&d, base[K_FRAME]);
+	if (!rc)
+		rc = _d_stacks(&d, base[K_STACK]);
+	if (!rc)
+		rc = _d_series(&d, base[K_SERIES]);
+	if (!rc)
+		rc = _d_samples(&d);
+	if (!rc)
+		rc = _d_build(&d);
+	if (rc)
+		goto out;
+
+	if (node)
+		memcpy(node, m->node, node_strlen + 1);
+	if (seq)
+		*seq = m->seq;
+	*out = d.out;
+	d.out = NULL;
+	_session_commit(t, d.s, is_new);
+	d.s = NULL;
+	is_new = false;
+out:
+	if (rc && d.s) {
+		for (int k = 0; k < K_MAX; k++)
+			_dtab_truncate(&d.s->tab[k], saved[k]);
+	}
+	if (is_new)
+		_session_free(d.s);
+	batch__free(d.out);
+	for (int k = 0; k < K_MAX; k++) {
+		intern__free(d.om[k].ix);
+		free(d.om[k].local);
+	}
+	free(d.scratch);
+	free(d.names);
+	free(d.values);
+	if (m)
+		flamewatch__wire__batch__free_unpacked(m, &pa);
+	free(plain);
+	return rc;
+}

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Shared by the server's route files: one request's context and replies. */
+#ifndef FW_SERVER_REQUEST_H
+#define FW_SERVER_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "server/metrics.h"
+
+struct store;
+struct strbuf;
+struct wire_session_table;
+
+struct server {
+	struct event_base *base;
+	struct evhttp *http;
+	struct evhttp_bound_socket *sock;
+	struct store *store;
+	struct wire_session_table *sessions;
+	char *write_token, *read_token;
+	size_t max_body;
+	uint16_t port;
+	struct server_metrics metrics;
+};
+
+struct request {
+	struct server *srv;
+	struct evhttp_request *req;
+	struct evkeyvalq params;
+	enum server_route route;
+	int status;
+};
+
+/* Replies; each records the status for /metrics. body is borrowed. */
+void request__reply(struct request *r, int status, const char *content_type,
+		    const void *body, size_t len);
+void request__reply_json(struct request *r, int status, struct strbuf *body);
+/* {"error": msg} with the status. */
+void request__error(struct request *r, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* A query parameter, or NULL. Borrowed. */
+const char *request__param(struct request *r, const char *name);
+/*
+ * The query window from `from` and `to` (Unix seconds with fractions,
+ * RFC 3339, or now-1h style); defaults: the last hour. Replies 400 and
+ * returns -1 on a bad value.
+ */
+int request__window(struct request *r, int64_t *from, int64_t *to);
+
+void routes__ingest(struct request *r);
+void routes__ingest_pprof(struct request *r);
+void routes__ingest_folded(struct request *r);
+void routes__profile(struct request *r);
+void routes__flamechart(struct request *r);
+void routes__series(struct request *r);
+void routes__labels(struct request *r);
+void routes__label_values(struct request *r, const char *name);
+
+#endif

@@ -1,0 +1,300 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The write side of the API: agent batches, and folded stacks from other
+ * tools. Nothing is stored unless the whole request is valid; the reply is
+ * sent only once the store has made the data durable.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+
+#include "common/batch.h"
+#include "common/intern.h"
+#include "common/log.h"
+#include "common/profile.h"
+#include "common/strbuf.h"
+#include "format/wire.h"
+#include "server/request.h"
+#include "store/selector.h"
+#include "store/store.h"
+
+#define MAX_LABELS 32
+#define MAX_FOLDED_DEPTH 1024
+
+static int _body(struct request *r, const void **data, size_t *len)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(r->req);
+
+	*len = evbuffer_get_length(in);
+	*data = *len ? (const void *)evbuffer_pullup(in, -1) : (const void *)"";
+	if (!*data) {
+		request__error(r, 500, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+static int _compression(struct request *r, enum wire_compression *c)
+{
+	const char *enc = evhttp_find_header(evhttp_request_get_input_headers(r->req),
+					     "Content-Encoding");
+
+	if (!enc || !strcmp(enc, "identity"))
+		*c = WIRE_NONE;
+	else if (!strcmp(enc, "gzip"))
+		*c = WIRE_GZIP;
+	else if (!strcmp(enc, "zstd"))
+		*c = WIRE_ZSTD;
+	else {
+		request__error(r, 415, "Content-Encoding '%s' is not one of gzip, zstd, identity", enc);
+		return -1;
+	}
+	return 0;
+}
+
+static int _store(struct request *r, const char *node, const struct batch *b, size_t body_len)
+{
+	int err = store__write(r->srv->store, node, b);
+
+	if (err) {
+		pr_warn("store: cannot write a batch of %u samples from %s: %s\n", b->nsamples,
+			node, strerror(-err));
+		request__error(r, err == -ENOSPC ? 507 : 503, "store: %s", strerror(-err));
+		return -1;
+	}
+	r->srv->metrics.ingest_bytes += body_len;
+	r->srv->metrics.ingest_samples += b->nsamples;
+	r->srv->metrics.ingest_batches++;
+	return 0;
+}
+
+void routes__ingest(struct request *r)
+{
+	struct wire_limits lim = wire_limits__default();
+	enum wire_compression comp;
+	struct batch *b = NULL;
+	struct strbuf sb = STRBUF_INIT;
+	char node[256], err[256];
+	const void *body;
+	uint64_t seq = 0;
+	size_t len;
+	int ret;
+
+	if (_compression(r, &comp) || _body(r, &body, &len))
+		return;
+	lim.max_body = r->srv->max_body;
+	ret = wire__decode(r->srv->sessions, body, len, comp, &lim, &b, node, sizeof(node), &seq,
+			   err, sizeof(err));
+	if (ret) {
+		if (ret == -E2BIG) {
+			r->srv->metrics.ingest_rejected_limits++;
+			request__error(r, 413, "%s", err);
+		} else if (ret == -ESTALE) {
+			request__error(r, 409, "%s", err);
+		} else {
+			r->srv->metrics.ingest_rejected_invalid++;
+			request__error(r, 400, "%s", err);
+		}
+		return;
+	}
+	if (_store(r, node, b, len) == 0) {
+		strbuf__printf(&sb, "{\"seq\":%llu,\"samples\":%u}\n", (unsigned long long)seq,
+			       b->nsamples);
+		request__reply_json(r, 200, &sb);
+	}
+	strbuf__release(&sb);
+	batch__free(b);
+}
+
+/*
+ * ?labels={service="api",region="eu"}: the series every ingested sample
+ * belongs to. Only equality matchers make sense here.
+ */
+static int _labels(struct request *r, const char **names, const char **values, size_t *n,
+		   struct selector **sel)
+{
+	const char *text = evhttp_find_header(&r->params, "labels");
+	char err[256];
+
+	*n = 0;
+	*sel = NULL;
+	if (!text)
+		return 0;
+	*sel = selector__parse(text, err, sizeof(err));
+	if (!*sel) {
+		request__error(r, 400, "labels: %s", err);
+		return -1;
+	}
+	if (selector__count(*sel) > MAX_LABELS - 2) {
+		request__error(r, 400, "labels: at most %d labels", MAX_LABELS - 2);
+		return -1;
+	}
+	for (size_t i = 0; i < selector__count(*sel); i++) {
+		const struct selector_matcher *m = selector__matcher(*sel, i);
+
+		if (m->op != SEL_EQ) {
+			request__error(r, 400, "labels: only name=\"value\" pairs, not matchers");
+			return -1;
+		}
+		if (!strcmp(m->name, "comm") || !strcmp(m->name, "node")) {
+			request__error(r, 400, "labels: '%s' is set by the server", m->name);
+			return -1;
+		}
+		names[*n] = m->name;
+		values[*n] = m->value;
+		(*n)++;
+	}
+	return 0;
+}
+
+/* Folded frames have no address: a hash of the name keeps them distinct. */
+static int64_t _folded_frame(struct batch *b, const char *name, size_t len)
+{
+	char buf[1024];
+	int64_t id;
+
+	if (len >= sizeof(buf))
+		len = sizeof(buf) - 1;
+	memcpy(buf, name, len);
+	buf[len] = '\0';
+	id = profile__intern_frame(b->dict, FRAME_NATIVE, PROFILE_NO_MAPPING,
+				   hash__bytes(buf, len));
+	if (id >= 0 && profile__set_frame_name(b->dict, id, buf, NULL, 0))
+		return -ENOMEM;
+	return id;
+}
+
+/*
+ * One line of FlameGraph's collapsed format: "comm;root;...;leaf COUNT".
+ * Returns 0, or -EINVAL with a message for a malformed line.
+ */
+static int _folded_line(struct batch *b, char *line, size_t lineno, const char **names,
+			const char **values, size_t nlabels, int64_t ts, uint32_t *frames,
+			char *err, size_t err_len)
+{
+	char *sp = strrchr(line, ' '), *end, *p, *semi;
+	unsigned long long count;
+	uint32_t depth = 0;
+	int64_t series, stack;
+	struct batch_sample s;
+
+	if (!sp || sp == line) {
+		snprintf(err, err_len, "line %zu: expected 'frames COUNT'", lineno);
+		return -EINVAL;
+	}
+	errno = 0;
+	count = strtoull(sp + 1, &end, 10);
+	if (errno || *end || !sp[1] || count == 0 || count > (1ULL << 40)) {
+		snprintf(err, err_len, "line %zu: '%s' is not a positive count", lineno, sp + 1);
+		return -EINVAL;
+	}
+	*sp = '\0';
+	semi = strchr(line, ';');
+	if (!semi || semi == line) {
+		snprintf(err, err_len, "line %zu: expected a process name and frames", lineno);
+		return -EINVAL;
+	}
+	*semi = '\0';
+	names[nlabels] = "comm";
+	values[nlabels] = line;
+	series = batch__intern_series(b, names, values, nlabels + 1);
+	if (series < 0) {
+		snprintf(err, err_len, "line %zu: bad labels", lineno);
+		return series;
+	}
+	for (p = semi + 1; *p; ) {
+		char *next = strchr(p, ';');
+		size_t len = next ? (size_t)(next - p) : strlen(p);
+		int64_t f;
+
+		if (depth == MAX_FOLDED_DEPTH) {
+			snprintf(err, err_len, "line %zu: deeper than %d frames", lineno,
+				 MAX_FOLDED_DEPTH);
+			return -E2BIG;
+		}
+		if (len == 0) {
+			snprintf(err, err_len, "line %zu: empty frame", lineno);
+			return -EINVAL;
+		}
+		f = _folded_frame(b, p, len);
+		if (f < 0)
+			return f;
+		frames[depth++] = f;
+		p = next ? next + 1 : p + len;
+	}
+	stack = profile__intern_stack(b->dict, frames, depth);
+	if (stack < 0)
+		return stack;
+	s = (struct batch_sample){
+		.ts_ns = ts, .stack = stack, .series = series, .type = SAMPLE_CPU,
+		.value = (int64_t)count,
+	};
+	return batch__add_sample(b, &s);
+}
+
+void routes__ingest_folded(struct request *r)
+{
+	const char *names[MAX_LABELS], *values[MAX_LABELS];
+	const char *node = evhttp_find_header(&r->params, "node");
+	struct selector *sel = NULL;
+	struct strbuf sb = STRBUF_INIT;
+	uint32_t *frames = NULL;
+	struct batch *b = NULL;
+	char *text = NULL, *line, *save = NULL, err[256];
+	const void *body;
+	size_t len, nlabels, lineno = 0;
+	struct timespec now;
+	int ret;
+
+	if (_labels(r, names, values, &nlabels, &sel) || _body(r, &body, &len))
+		goto out;
+	text = malloc(len + 1);
+	frames = calloc(MAX_FOLDED_DEPTH, sizeof(*frames));
+	b = batch__new(1000000000ULL / 19);
+	if (!text || !frames || !b) {
+		request__error(r, 500, "out of memory");
+		goto out;
+	}
+	memcpy(text, body, len);
+	text[len] = '\0';
+	if (memchr(text, '\0', len)) {
+		request__error(r, 400, "folded stacks are text; the body has a NUL byte");
+		goto out;
+	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	for (line = strtok_r(text, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
+		lineno++;
+		if (!line[0] || line[0] == '#')
+			continue;
+		ret = _folded_line(b, line, lineno, names, values, nlabels,
+				   (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec, frames,
+				   err, sizeof(err));
+		if (ret) {
+			r->srv->metrics.ingest_rejected_invalid++;
+			request__error(r, ret == -ENOMEM ? 500 : 400, "%s",
+				       ret == -ENOMEM ? "out of memory" : err);
+			goto out;
+		}
+	}
+	if (_store(r, node && node[0] ? node : "folded", b, len) == 0) {
+		strbuf__printf(&sb, "{\"samples\":%u}\n", b->nsamples);
+		request__reply_json(r, 200, &sb);
+	}
+out:
+	strbuf__release(&sb);
+	selector__free(sel);
+	batch__free(b);
+	free(frames);
+	free(text);
+}
+
+void routes__ingest_pprof(struct request *r)
+{
+	request__error(r, 501, "pprof ingest is not implemented yet; send folded stacks to "
+		       "/api/v1/ingest/folded");
+}

@@ -1,0 +1,449 @@
+// SPDX-License-Identifier: Apache-2.0
+/* The read side of the API: flame graphs, flame charts, series and labels. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/batch.h"
+#include "common/intern.h"
+#include "common/profile.h"
+#include "common/strbuf.h"
+#include "format/flamegraph.h"
+#include "format/folded.h"
+#include "format/pprof.h"
+#include "server/request.h"
+#include "store/selector.h"
+#include "store/store.h"
+#include "store/timeparse.h"
+
+#define DEFAULT_MAX_NODES 20000
+#define DEFAULT_MAX_SAMPLES 200000
+#define DEFAULT_HZ 19
+
+static int _type(struct request *r, uint32_t *type)
+{
+	const char *t = request__param(r, "type");
+
+	if (!t || !strcmp(t, "cpu")) {
+		*type = SAMPLE_CPU;
+	} else if (!strcmp(t, "gpu_time")) {
+		*type = SAMPLE_GPU_TIME;
+	} else {
+		request__error(r, 400, "type: '%s' is not one of cpu, gpu_time", t);
+		return -1;
+	}
+	return 0;
+}
+
+/* Parses ?query=; *sel is NULL for "everything". Replies 400 on error. */
+static int _selector(struct request *r, struct selector **sel)
+{
+	const char *q = request__param(r, "query");
+	char err[256];
+
+	*sel = NULL;
+	if (!q || !q[0])
+		return 0;
+	*sel = selector__parse(q, err, sizeof(err));
+	if (!*sel) {
+		request__error(r, 400, "query: %s", err);
+		return -1;
+	}
+	return 0;
+}
+
+static int _uint_param(struct request *r, const char *name, unsigned long def,
+		       unsigned long max, unsigned long *out)
+{
+	const char *v = request__param(r, name);
+	char *end;
+
+	*out = def;
+	if (!v)
+		return 0;
+	errno = 0;
+	*out = strtoul(v, &end, 10);
+	if (errno || *end || !v[0] || v[0] == '-' || *out == 0 || *out > max) {
+		request__error(r, 400, "%s: '%s' is not a number between 1 and %lu", name, v, max);
+		return -1;
+	}
+	return 0;
+}
+
+/* Runs a FILE-based writer into memory and replies with its bytes. */
+static void _reply_file_writer(struct request *r, const char *content_type,
+			       int (*write)(const struct profile *, FILE *),
+			       const struct profile *p)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	int err;
+
+	if (!f) {
+		request__error(r, 500, "out of memory");
+		return;
+	}
+	err = write(p, f);
+	if (fclose(f) && !err)
+		err = -EIO;
+	if (err)
+		request__error(r, 500, "cannot encode the profile: %s", strerror(-err));
+	else
+		request__reply(r, 200, content_type, buf, len);
+	free(buf);
+}
+
+void routes__profile(struct request *r)
+{
+	const char *format = request__param(r, "format");
+	struct selector *sel = NULL;
+	struct profile *p = NULL;
+	unsigned long max_nodes, hz;
+	int64_t from, to;
+	uint32_t type;
+	int err;
+
+	if (!format)
+		format = "json";
+	if (strcmp(format, "json") && strcmp(format, "folded") && strcmp(format, "pprof")) {
+		request__error(r, 400, "format: '%s' is not one of json, folded, pprof", format);
+		return;
+	}
+	if (_type(r, &type) || request__window(r, &from, &to) || _selector(r, &sel) ||
+	    _uint_param(r, "max_nodes", DEFAULT_MAX_NODES, 1000000, &max_nodes) ||
+	    _uint_param(r, "hz", DEFAULT_HZ, 100000, &hz))
+		goto out;
+	p = profile__new(type == SAMPLE_CPU ? 1000000000ULL / hz : 1, from);
+	if (!p) {
+		request__error(r, 500, "out of memory");
+		goto out;
+	}
+	p->duration_ns = to - from;
+	err = store__profile(r->srv->store, from, to, sel, type, p);
+	if (err) {
+		request__error(r, 500, "store: %s", strerror(-err));
+		goto out;
+	}
+	if (!strcmp(format, "folded")) {
+		_reply_file_writer(r, "text/plain", folded__write, p);
+	} else if (!strcmp(format, "pprof")) {
+		_reply_file_writer(r, "application/octet-stream", pprof__write, p);
+	} else {
+		struct strbuf sb = STRBUF_INIT;
+
+		err = flamegraph__write_json(p, type == SAMPLE_CPU ? "samples" : "nanoseconds",
+					     max_nodes, &sb);
+		if (err)
+			request__error(r, 500, "cannot build the flame graph: %s", strerror(-err));
+		else
+			request__reply_json(r, 200, &sb);
+		strbuf__release(&sb);
+	}
+out:
+	profile__free(p);
+	selector__free(sel);
+}
+
+/*
+ * A flame chart lane per thread: consecutive samples of one thread with the
+ * same stack become one event [start, end), ending where the next sample of
+ * that thread starts (or one period later for the last).
+ */
+struct lane {
+	uint32_t pid, tid;
+	uint32_t comm;		/* string id in the chart's names */
+	struct strbuf events;
+	int64_t start, last;
+	uint32_t stack;
+	bool open;
+	uint64_t nevents;
+};
+
+struct chart {
+	struct request *r;
+	struct profile *dict;
+	struct intern *lane_keys;	/* (pid, tid) -> lane */
+	struct lane *lanes;
+	uint32_t nlanes, cap;
+	struct intern *comms;
+	struct strbuf comm_list;
+	int64_t period;
+	uint64_t samples;
+	int err;
+};
+
+static void _close_event(struct lane *l, int64_t end)
+{
+	if (!l->open)
+		return;
+	strbuf__printf(&l->events, "%s[%lld,%lld,%u]", l->nevents ? "," : "",
+		       (long long)l->start, (long long)end, l->stack);
+	l->nevents++;
+	l->open = false;
+}
+
+static int _chart_sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t cpu,
+			 int64_t value, const char *comm, uint32_t pid)
+{
+	struct chart *c = ctx;
+	uint32_t key[2] = { pid, tid };
+	struct lane *l;
+	bool added;
+	int64_t id;
+
+	(void)cpu;
+	(void)value;
+	c->samples++;
+	id = intern__add(c->lane_keys, key, sizeof(key), &added);
+	if (id < 0)
+		return -ENOMEM;
+	if (added) {
+		int64_t cid;
+
+		if (c->nlanes == c->cap) {
+			uint32_t cap = c->cap ? c->cap * 2 : 16;
+			struct lane *nl = realloc(c->lanes, cap * sizeof(*nl));
+
+			if (!nl)
+				return -ENOMEM;
+			c->lanes = nl;
+			c->cap = cap;
+		}
+		cid = intern__add(c->comms, comm, strlen(comm), &added);
+		if (cid < 0)
+			return -ENOMEM;
+		if (added) {
+			if (cid)
+				strbuf__putc(&c->comm_list, ',');
+			strbuf__json_string(&c->comm_list, comm);
+		}
+		c->lanes[c->nlanes++] = (struct lane){ .pid = pid, .tid = tid, .comm = cid };
+	}
+	l = &c->lanes[id];
+	/* A gap longer than two periods means the thread was off CPU. */
+	if (l->open && (l->stack != stack || ts - l->last > 2 * c->period))
+		_close_event(l, l->stack != stack && ts - l->last <= 2 * c->period ?
+				ts : l->last + c->period);
+	if (!l->open) {
+		l->open = true;
+		l->start = ts;
+		l->stack = stack;
+	}
+	l->last = ts;
+	return 0;
+}
+
+static void _write_stacks(struct strbuf *sb, const struct profile *d)
+{
+	uint32_t nstacks = profile__nstacks(d);
+
+	strbuf__puts(sb, "\"frames\":[");
+	for (uint32_t f = 0; f < d->nframes; f++) {
+		const struct profile_frame *fr = &d->frames[f];
+
+		if (f)
+			strbuf__putc(sb, ',');
+		strbuf__putc(sb, '[');
+		strbuf__json_string(sb, profile__string(d, fr->function));
+		strbuf__putc(sb, ',');
+		strbuf__json_string(sb, fr->mapping == PROFILE_NO_MAPPING ? "" :
+				    profile__string(d, d->mappings[fr->mapping].path));
+		strbuf__printf(sb, ",%u]", fr->kind);
+	}
+	strbuf__puts(sb, "],\"stacks\":[");
+	for (uint32_t s = 0; s < nstacks; s++) {
+		uint32_t n;
+		const uint32_t *frames = profile__stack(d, s, &n);
+
+		strbuf__puts(sb, s ? ",[" : "[");
+		for (uint32_t i = 0; i < n; i++)
+			strbuf__printf(sb, "%s%u", i ? "," : "", frames[i]);
+		strbuf__putc(sb, ']');
+	}
+	strbuf__putc(sb, ']');
+}
+
+void routes__flamechart(struct request *r)
+{
+	struct chart c = { .r = r };
+	struct strbuf sb = STRBUF_INIT;
+	struct selector *sel = NULL;
+	unsigned long max_samples, hz;
+	uint32_t type, stride = 1;
+	int64_t from, to;
+	int err;
+
+	if (_type(r, &type) || request__window(r, &from, &to) || _selector(r, &sel) ||
+	    _uint_param(r, "max_samples", DEFAULT_MAX_SAMPLES, 5000000, &max_samples) ||
+	    _uint_param(r, "hz", DEFAULT_HZ, 100000, &hz))
+		goto out;
+	c.dict = profile__new(0, from);
+	c.lane_keys = intern__new();
+	c.comms = intern__new();
+	if (!c.dict || !c.lane_keys || !c.comms) {
+		request__error(r, 500, "out of memory");
+		goto out;
+	}
+	c.period = 1000000000LL / hz;
+	err = store__samples(r->srv->store, from, to, sel, type, max_samples, c.dict,
+			     _chart_sample, &c, &stride);
+	if (err) {
+		request__error(r, 500, "store: %s", strerror(-err));
+		goto out;
+	}
+	c.period *= stride;
+	strbuf__printf(&sb, "{\"from\":%lld,\"to\":%lld,\"stride\":%u,\"samples\":%llu,",
+		       (long long)from, (long long)to, stride, (unsigned long long)c.samples);
+	_write_stacks(&sb, c.dict);
+	strbuf__printf(&sb, ",\"comms\":[%s],\"lanes\":[", c.comm_list.buf ? c.comm_list.buf : "");
+	for (uint32_t i = 0; i < c.nlanes; i++) {
+		struct lane *l = &c.lanes[i];
+
+		_close_event(l, l->last + c.period);
+		strbuf__printf(&sb, "%s{\"pid\":%u,\"tid\":%u,\"comm\":%u,\"events\":[%s]}",
+			       i ? "," : "", l->pid, l->tid, l->comm,
+			       l->events.buf ? l->events.buf : "");
+	}
+	strbuf__puts(&sb, "]}\n");
+	request__reply_json(r, 200, &sb);
+out:
+	for (uint32_t i = 0; i < c.nlanes; i++)
+		strbuf__release(&c.lanes[i].events);
+	free(c.lanes);
+	intern__free(c.lane_keys);
+	intern__free(c.comms);
+	strbuf__release(&c.comm_list);
+	profile__free(c.dict);
+	strbuf__release(&sb);
+	selector__free(sel);
+}
+
+struct series_out {
+	struct strbuf *sb;
+	char *group;
+	uint64_t points;
+	uint32_t groups;
+};
+
+static int _series_point(void *ctx, const char *group, int64_t bucket, int64_t sum)
+{
+	struct series_out *o = ctx;
+
+	if (!o->group || strcmp(o->group, group)) {
+		free(o->group);
+		o->group = strdup(group);
+		if (!o->group)
+			return -ENOMEM;
+		strbuf__puts(o->sb, o->groups ? "]},{\"group\":" : "{\"group\":");
+		strbuf__json_string(o->sb, group);
+		strbuf__puts(o->sb, ",\"points\":[");
+		o->groups++;
+		o->points = 0;
+	}
+	strbuf__printf(o->sb, "%s[%lld,%lld]", o->points ? "," : "", (long long)bucket,
+		       (long long)sum);
+	o->points++;
+	return 0;
+}
+
+void routes__series(struct request *r)
+{
+	const char *step_s = request__param(r, "step"), *by = request__param(r, "by");
+	struct strbuf sb = STRBUF_INIT;
+	struct series_out o = { .sb = &sb };
+	struct selector *sel = NULL;
+	int64_t from, to, step;
+	uint32_t type;
+	int err;
+
+	if (_type(r, &type) || request__window(r, &from, &to) || _selector(r, &sel))
+		goto out;
+	if (step_s) {
+		if (duration__parse(step_s, &step)) {
+			request__error(r, 400, "step: '%s' is not a duration (10s, 1m, 500ms)", step_s);
+			goto out;
+		}
+	} else {
+		/* About 300 points across the window, at least one second each. */
+		step = (to - from) / 300;
+		if (step < 1000000000LL)
+			step = 1000000000LL;
+	}
+	if ((to - from) / step > 100000) {
+		request__error(r, 400, "step: %s makes more than 100000 points", step_s);
+		goto out;
+	}
+	strbuf__printf(&sb, "{\"from\":%lld,\"to\":%lld,\"step\":%lld,\"series\":[",
+		       (long long)from, (long long)to, (long long)step);
+	err = store__series(r->srv->store, from, to, step, sel, type, by && by[0] ? by : NULL,
+			    _series_point, &o);
+	if (err) {
+		request__error(r, 500, "store: %s", strerror(-err));
+		goto out;
+	}
+	strbuf__puts(&sb, o.groups ? "]}]}\n" : "]}\n");
+	request__reply_json(r, 200, &sb);
+out:
+	free(o.group);
+	strbuf__release(&sb);
+	selector__free(sel);
+}
+
+struct list_out {
+	struct strbuf *sb;
+	uint64_t n;
+};
+
+static int _list_item(void *ctx, const char *item)
+{
+	struct list_out *o = ctx;
+
+	if (o->n++)
+		strbuf__putc(o->sb, ',');
+	strbuf__json_string(o->sb, item);
+	return 0;
+}
+
+void routes__labels(struct request *r)
+{
+	struct strbuf sb = STRBUF_INIT;
+	struct list_out o = { .sb = &sb };
+	int64_t from, to;
+	int err;
+
+	if (request__window(r, &from, &to))
+		goto out;
+	strbuf__puts(&sb, "{\"names\":[");
+	err = store__label_names(r->srv->store, from, to, _list_item, &o);
+	if (err) {
+		request__error(r, 500, "store: %s", strerror(-err));
+		goto out;
+	}
+	strbuf__puts(&sb, "]}\n");
+	request__reply_json(r, 200, &sb);
+out:
+	strbuf__release(&sb);
+}
+
+void routes__label_values(struct request *r, const char *name)
+{
+	struct strbuf sb = STRBUF_INIT;
+	struct list_out o = { .sb = &sb };
+	int64_t from, to;
+	int err;
+
+	if (request__window(r, &from, &to))
+		goto out;
+	strbuf__puts(&sb, "{\"values\":[");
+	err = store__label_values(r->srv->store, name, from, to, _list_item, &o);
+	if (err) {
+		request__error(r, 500, "store: %s", strerror(-err));
+		goto out;
+	}
+	strbuf__puts(&sb, "]}\n");
+	request__reply_json(r, 200, &sb);
+out:
+	strbuf__release(&sb);
+}

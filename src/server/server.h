@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_SERVER_SERVER_H
+#define FW_SERVER_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * The HTTP side of `flamewatch server` and `flamewatch run`: ingest from
+ * agents and other tools, the query API, /healthz and /metrics, on
+ * libevent's evhttp. Single-threaded: every request runs on the event
+ * loop the caller drives.
+ */
+struct event_base;
+struct server;
+struct store;
+
+struct server_opts {
+	const char *listen;		/* "HOST:PORT"; port 0 picks a free one */
+	const char *write_token;	/* bearer token for ingest; NULL: none needed */
+	const char *read_token;		/* bearer token for the API; NULL: none needed */
+	size_t max_body;		/* bytes; larger requests get 413 */
+};
+
+/*
+ * Binds and starts serving on base. Borrows base and store. Returns NULL
+ * with errno set and a message in err.
+ */
+struct server *server__new(struct event_base *base, struct store *store,
+			   const struct server_opts *opts, char *err, size_t err_len);
+/* Stops listening and frees. Accepts NULL. */
+void server__free(struct server *s);
+/* The port actually bound. */
+uint16_t server__port(const struct server *s);
+
+/* Splits "HOST:PORT" ("[v6]:PORT" too). Returns 0 or -EINVAL. */
+int server__parse_listen(const char *listen, char *host, size_t host_len, uint16_t *port);
+/* True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost). */
+int server__is_loopback(const char *host);
+
+#endif

@@ -1,0 +1,2699 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * SQLite backend.
+ *
+ * Layout (see SCHEMA below):
+ *   - Dictionaries, deduplicated across batches: strings, mappings, frames
+ *     and stacks (a stack is a blob of varint frame ids, found by a hash of
+ *     its frames). In-memory caches keyed by content translate a batch's
+ *     local ids into store ids without asking SQLite for known entries.
+ *   - series: one row per label set (its canonical text as key) and its
+ *     labels as rows of series_labels.
+ *   - sample_blocks: the samples of one (series, type) within one aligned
+ *     5-minute window, encoded by blockcodec. A block never crosses a window
+ *     boundary, so t_max - t_min < BLOCK_SPAN: time queries use the index on
+ *     t_max alone, and a window's blocks can be merged later. Each write adds
+ *     one small block per (series, type, window); once a window has closed,
+ *     its small blocks are merged into one (compaction), which is what keeps
+ *     a sample at about 5-6 bytes.
+ *   - rollup_1m, rollup_1h: per (bucket, series) the (stack, type, sum)
+ *     triples of the bucket, merged into (read, add, write back) in the same
+ *     transaction as the samples, so they always agree with the raw data,
+ *     also after a crash.
+ *
+ * A profile over [from, to) reads whole hours from rollup_1h, whole minutes
+ * at the edges from rollup_1m and decodes blocks only for the partial
+ * minutes at both ends.
+ *
+ * Timestamps must lie in [0, TS_LIMIT): Unix nanoseconds, with room for
+ * bucket arithmetic never to overflow.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <sqlite3.h>
+
+#include "common/batch.h"
+#include "common/intern.h"
+#include "common/log.h"
+#include "common/profile.h"
+#include "blockcodec.h"
+#include "selector.h"
+#include "sqlite.h"
+
+#define NS_MIN		(60LL * 1000000000LL)
+#define NS_HOUR		(60 * NS_MIN)
+#define SPAN		STORE_SQLITE_BLOCK_SPAN_NS
+#define TS_LIMIT	(INT64_MAX / 2)
+
+#define SCHEMA_VERSION	1
+#define ZSTD_LEVEL	1
+/* A compaction never builds a block larger than this. */
+#define MAX_BLOCK	(1u << 20)
+/* Bytes a content cache may hold before it is dropped and refilled. */
+#define CACHE_BYTES	(32u << 20)
+#define SERIES_CACHE_MAX 100000
+
+enum { RU_MIN, RU_HOUR, RU_NTABLES };
+static const int64_t _ru_unit[RU_NTABLES] = { NS_MIN, NS_HOUR };
+
+static const char SCHEMA[] =
+	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"
+	"INSERT OR IGNORE INTO meta VALUES('samples', 0), ('batches', 0);"
+	"CREATE TABLE IF NOT EXISTS strings(id INTEGER PRIMARY KEY, text TEXT NOT NULL UNIQUE);"
+	/* mapping 0 in frames: none; string ids for path and build id */
+	"CREATE TABLE IF NOT EXISTS mappings(id INTEGER PRIMARY KEY, path INTEGER NOT NULL,"
+	" build_id INTEGER NOT NULL, UNIQUE(path, build_id));"
+	"CREATE TABLE IF NOT EXISTS frames(id INTEGER PRIMARY KEY, kind INTEGER NOT NULL,"
+	" mapping INTEGER NOT NULL, addr INTEGER NOT NULL, function INTEGER NOT NULL,"
+	" file INTEGER NOT NULL, line INTEGER NOT NULL,"
+	" UNIQUE(kind, mapping, addr, function, file, line));"
+	"CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, hash INTEGER NOT NULL UNIQUE,"
+	" frames BLOB NOT NULL);"
+	"CREATE TABLE IF NOT EXISTS series(id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE);"
+	"CREATE TABLE IF NOT EXISTS series_labels(series INTEGER NOT NULL, name TEXT NOT NULL,"
+	" value TEXT NOT NULL, PRIMARY KEY(series, name)) WITHOUT ROWID;"
+	"CREATE INDEX IF NOT EXISTS series_labels_name ON series_labels(name, value);"
+	"CREATE TABLE IF NOT EXISTS sample_blocks(id INTEGER PRIMARY KEY, series INTEGER NOT NULL,"
+	" type INTEGER NOT NULL, t_min INTEGER NOT NULL, t_max INTEGER NOT NULL,"
+	" n INTEGER NOT NULL, data BLOB NOT NULL);"
+	"CREATE INDEX IF NOT EXISTS sample_blocks_t_max ON sample_blocks(t_max);"
+	"CREATE INDEX IF NOT EXISTS sample_blocks_series ON sample_blocks(series, t_min);"
+	"CREATE TABLE IF NOT EXISTS rollup_1m(bucket INTEGER NOT NULL, series INTEGER NOT NULL,"
+	" data BLOB NOT NULL, UNIQUE(bucket, series));"
+	"CREATE TABLE IF NOT EXISTS rollup_1h(bucket INTEGER NOT NULL, series INTEGER NOT NULL,"
+	" data BLOB NOT NULL, UNIQUE(bucket, series));";
+
+enum stmt_id {
+	ST_BEGIN, ST_BEGIN_READ, ST_COMMIT, ST_ROLLBACK,
+	ST_STR_GET, ST_STR_INS, ST_STR_TEXT,
+	ST_MAP_GET, ST_MAP_INS, ST_MAP_ROW,
+	ST_FRAME_GET, ST_FRAME_INS, ST_FRAME_ROW,
+	ST_STACK_GET, ST_STACK_INS, ST_STACK_ROW,
+	ST_SERIES_GET, ST_SERIES_INS, ST_LABEL_INS, ST_SERIES_LABELS,
+	ST_BLOCK_INS, ST_BLOCKS_RANGE, ST_BLOCKS_WINDOW, ST_BLOCK_DEL, ST_NEXT_T_MAX,
+	ST_BLOCKS_SWEEP, ST_MAX_T_MAX,
+	ST_RU_GET_M, ST_RU_GET_H, ST_RU_PUT_M, ST_RU_PUT_H, ST_RU_RANGE_M, ST_RU_RANGE_H,
+	ST_META_ADD, ST_META_GET,
+	ST_RETAIN_BLOCKS, ST_RETAIN_M, ST_RETAIN_H, ST_RU_DEL_H,
+	ST_MAX_SERIES, ST_MAX_STACK, ST_MAX_FRAME,
+	ST_COUNT,
+};
+
+static const char *const _sql[ST_COUNT] = {
+	[ST_BEGIN] = "BEGIN IMMEDIATE",
+	[ST_BEGIN_READ] = "BEGIN",
+	[ST_COMMIT] = "COMMIT",
+	[ST_ROLLBACK] = "ROLLBACK",
+	[ST_STR_GET] = "SELECT id FROM strings WHERE text = ?1",
+	[ST_STR_INS] = "INSERT INTO strings(text) VALUES(?1)",
+	[ST_STR_TEXT] = "SELECT text FROM strings WHERE id = ?1",
+	[ST_MAP_GET] = "SELECT id FROM mappings WHERE path = ?1 AND build_id = ?2",
+	[ST_MAP_INS] = "INSERT INTO mappings(path, build_id) VALUES(?1, ?2)",
+	[ST_MAP_ROW] = "SELECT path, build_id FROM mappings WHERE id = ?1",
+	[ST_FRAME_GET] = "SELECT id FROM frames WHERE kind = ?1 AND mapping = ?2 AND addr = ?3"
+			 " AND function = ?4 AND file = ?5 AND line = ?6",
+	[ST_FRAME_INS] = "INSERT INTO frames(kind, mapping, addr, function, file, line)"
+			 " VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+	[ST_FRAME_ROW] = "SELECT kind, mapping, addr, function, file, line FROM frames WHERE id = ?1",
+	[ST_STACK_GET] = "SELECT id, frames FROM stacks WHERE hash = ?1",
+	[ST_STACK_INS] = "INSERT INTO stacks(hash, frames) VALUES(?1, ?2)",
+	[ST_STACK_ROW] = "SELECT frames FROM stacks WHERE id = ?1",
+	[ST_SERIES_GET] = "SELECT id FROM series WHERE key = ?1",
+	[ST_SERIES_INS] = "INSERT INTO series(key) VALUES(?1)",
+	[ST_LABEL_INS] = "INSERT INTO series_labels(series, name, value) VALUES(?1, ?2, ?3)",
+	[ST_SERIES_LABELS] = "SELECT name, value FROM series_labels WHERE series = ?1 ORDER BY name",
+	[ST_BLOCK_INS] = "INSERT INTO sample_blocks(series, type, t_min, t_max, n, data)"
+			 " VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+	/*
+	 * Blocks overlapping [?1, ?2): t_max >= from and t_min < to; as a
+	 * block spans less than SPAN, t_max < to + SPAN (?3) bounds the index
+	 * range. ?4 < 0 takes every type. data comes last so that SQLite only
+	 * reads a blob's overflow pages when we ask for it.
+	 */
+	[ST_BLOCKS_RANGE] = "SELECT id, series, t_min, t_max, n, data FROM sample_blocks"
+			    " WHERE t_max >= ?1 AND t_max < ?3 AND t_min < ?2"
+			    " AND (?4 < 0 OR type = ?4)",
+	[ST_BLOCKS_WINDOW] = "SELECT id, n, data FROM sample_blocks"
+			     " WHERE series = ?1 AND t_min >= ?2 AND t_min < ?3 AND type = ?4",
+	[ST_BLOCK_DEL] = "DELETE FROM sample_blocks WHERE id = ?1",
+	[ST_NEXT_T_MAX] = "SELECT min(t_max) FROM sample_blocks WHERE t_max >= ?1",
+	[ST_BLOCKS_SWEEP] = "SELECT series, type, t_min - t_min % ?3 AS w FROM sample_blocks"
+			    " WHERE t_max >= ?1 AND t_max < ?2 GROUP BY series, type, w"
+			    " HAVING count(*) > 1",
+	[ST_MAX_T_MAX] = "SELECT max(t_max) FROM sample_blocks",
+	[ST_RU_GET_M] = "SELECT data FROM rollup_1m WHERE bucket = ?1 AND series = ?2",
+	[ST_RU_GET_H] = "SELECT data FROM rollup_1h WHERE bucket = ?1 AND series = ?2",
+	[ST_RU_PUT_M] = "INSERT INTO rollup_1m(bucket, series, data) VALUES(?1, ?2, ?3)"
+			" ON CONFLICT(bucket, series) DO UPDATE SET data = excluded.data",
+	[ST_RU_PUT_H] = "INSERT INTO rollup_1h(bucket, series, data) VALUES(?1, ?2, ?3)"
+			" ON CONFLICT(bucket, series) DO UPDATE SET data = excluded.data",
+	[ST_RU_RANGE_M] = "SELECT bucket, series, data FROM rollup_1m WHERE bucket >= ?1 AND bucket < ?2",
+	[ST_RU_RANGE_H] = "SELECT bucket, series, data FROM rollup_1h WHERE bucket >= ?1 AND bucket < ?2",
+	[ST_META_ADD] = "UPDATE meta SET value = value + ?2 WHERE key = ?1",
+	[ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
+	[ST_RETAIN_BLOCKS] = "DELETE FROM sample_blocks WHERE t_max < ?1",
+	[ST_RETAIN_M] = "DELETE FROM rollup_1m WHERE bucket < ?1",
+	[ST_RETAIN_H] = "DELETE FROM rollup_1h WHERE bucket <= ?1",
+	[ST_RU_DEL_H] = "DELETE FROM rollup_1h WHERE bucket = ?1",
+	[ST_MAX_SERIES] = "SELECT max(id) FROM series",
+	[ST_MAX_STACK] = "SELECT max(id) FROM stacks",
+	[ST_MAX_FRAME] = "SELECT max(id) FROM frames",
+};
+
+/* ---- small containers ----------------------------------------------------- */
+
+/* Open addressing, u64 keys to u64 values; small and only what this file needs. */
+struct u64map {
+	struct u64slot { uint64_t key, val; bool used; } *slots;
+	uint32_t cap, count;
+};
+
+static inline uint32_t _u64hash(uint64_t k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdULL;
+	k ^= k >> 33;
+	return (uint32_t)k;
+}
+
+static void _map_free(struct u64map *m)
+{
+	free(m->slots);
+	memset(m, 0, sizeof(*m));
+}
+
+static uint64_t *_map_get(const struct u64map *m, uint64_t key)
+{
+	if (!m->cap)
+		return NULL;
+	for (uint32_t i = _u64hash(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+		if (!m->slots[i].used)
+			return NULL;
+		if (m->slots[i].key == key)
+			return &m->slots[i].val;
+	}
+}
+
+/* Returns the value slot of key, inserting it with value 0, or NULL for ENOMEM. */
+static uint64_t *_map_upsert(struct u64map *m, uint64_t key, bool *added)
+{
+	uint32_t i;
+
+	if ((m->count + 1) * 2 > m->cap) {
+		uint32_t cap = m->cap ? m->cap * 2 : 64;
+		struct u64slot *slots = calloc(cap, sizeof(*slots));
+
+		if (!slots)
+			return NULL;
+		for (uint32_t j = 0; j < m->cap; j++) {
+			if (!m->slots[j].used)
+				continue;
+			for (i = _u64hash(m->slots[j].key) & (cap - 1); slots[i].used; i = (i + 1) & (cap - 1))
+				;
+			slots[i] = m->slots[j];
+		}
+		free(m->slots);
+		m->slots = slots;
+		m->cap = cap;
+	}
+	for (i = _u64hash(key) & (m->cap - 1); m->slots[i].used; i = (i + 1) & (m->cap - 1)) {
+		if (m->slots[i].key == key) {
+			if (added)
+				*added = false;
+			return &m->slots[i].val;
+		}
+	}
+	m->slots[i] = (struct u64slot){ .key = key, .used = true };
+	m->count++;
+	if (added)
+		*added = true;
+	return &m->slots[i].val;
+}
+
+/* Byte-string keys to store ids; dropped whole when it outgrows CACHE_BYTES. */
+struct cache {
+	struct intern *keys;
+	uint32_t *ids;
+	uint32_t cap;
+};
+
+static void _cache_free(struct cache *c)
+{
+	intern__free(c->keys);
+	free(c->ids);
+	memset(c, 0, sizeof(*c));
+}
+
+static int64_t _cache_find(const struct cache *c, const void *key, size_t len)
+{
+	int64_t i;
+
+	if (!c->keys)
+		return -ENOENT;
+	i = intern__find(c->keys, key, len);
+	return i < 0 ? i : c->ids[i];
+}
+
+static void _cache_put(struct cache *c, const void *key, size_t len, uint32_t id)
+{
+	int64_t i;
+
+	/* A cache is an optimization: failing to fill it is not an error. */
+	if (c->keys && intern__memory(c->keys) > CACHE_BYTES)
+		_cache_free(c);
+	if (!c->keys && !(c->keys = intern__new()))
+		return;
+	i = intern__add(c->keys, key, len, NULL);
+	if (i < 0)
+		return;
+	if ((uint32_t)i >= c->cap) {
+		uint32_t cap = c->cap ? c->cap * 2 : 1024;
+		uint32_t *ids = realloc(c->ids, cap * sizeof(*ids));
+
+		if (!ids) {
+			_cache_free(c);
+			return;
+		}
+		c->ids = ids;
+		c->cap = cap;
+	}
+	c->ids[i] = id;
+}
+
+struct range {
+	int64_t a, b;
+};
+
+struct ranges {
+	struct range *r;
+	uint32_t n, cap;
+};
+
+static int _ranges_add(struct ranges *rs, int64_t a, int64_t b)
+{
+	if (a >= b)
+		return 0;
+	if (rs->n && rs->r[rs->n - 1].b == a) {
+		rs->r[rs->n - 1].b = b;
+		return 0;
+	}
+	if (rs->n == rs->cap) {
+		uint32_t cap = rs->cap ? rs->cap * 2 : 16;
+		struct range *r = realloc(rs->r, cap * sizeof(*r));
+
+		if (!r)
+			return -ENOMEM;
+		rs->r = r;
+		rs->cap = cap;
+	}
+	rs->r[rs->n++] = (struct range){ a, b };
+	return 0;
+}
+
+static inline int64_t _floor_to(int64_t t, int64_t unit)
+{
+	return t - t % unit;	/* t >= 0 */
+}
+
+static inline int64_t _ceil_to(int64_t t, int64_t unit)
+{
+	int64_t f = _floor_to(t, unit);
+
+	return f == t ? t : f + unit;
+}
+
+static inline void _put_varint(uint8_t *buf, size_t *len, uint64_t v)
+{
+	while (v >= 0x80) {
+		buf[(*len)++] = (uint8_t)v | 0x80;
+		v >>= 7;
+	}
+	buf[(*len)++] = (uint8_t)v;
+}
+
+/* Decodes a stack blob into frames (cap entries). Returns the count or -EIO. */
+static int64_t _stack_decode(const uint8_t *p, size_t len, uint32_t *frames, size_t cap)
+{
+	size_t n = 0, i = 0;
+
+	while (i < len) {
+		uint64_t v = 0;
+		int shift = 0;
+
+		for (;;) {
+			if (i >= len || shift > 28)
+				return -EIO;
+			v |= (uint64_t)(p[i] & 0x7f) << shift;
+			shift += 7;
+			if (!(p[i++] & 0x80))
+				break;
+		}
+		if (v > UINT32_MAX || n >= cap)
+			return -EIO;
+		frames[n++] = (uint32_t)v;
+	}
+	return (int64_t)n;
+}
+
+/* ---- the store ------------------------------------------------------------ */
+
+struct series_info {
+	uint32_t nlabels;
+	const char **names, **values;	/* sorted by name */
+	const char *comm;		/* "" when absent */
+	uint32_t pid;
+};
+
+/* Work due on (series, type, window): merging its small blocks. */
+struct due {
+	int64_t series, window;
+	uint32_t type;
+};
+
+struct sqlite_store {
+	sqlite3 *db;
+	char *db_path, *wal_path;
+	sqlite3_stmt *st[ST_COUNT];
+	struct blockcodec *codec;
+
+	struct cache strings, mappings, frames, stacks, series;
+
+	/* series id -> struct series_info *, for queries */
+	struct u64map series_info;
+	struct series_info **infos;
+	uint32_t ninfos, cap_infos;
+
+	/* (series << 32 | type) -> the newest window written, for compaction */
+	struct u64map open_window;
+	int64_t sweep_from;
+
+	/* scratch */
+	uint32_t *fbuf;
+	size_t cap_fbuf;
+	struct rollup_entry *merge;
+	uint32_t cap_merge;
+};
+
+static int _sq_errno(int rc)
+{
+	switch (rc & 0xff) {
+	case SQLITE_NOMEM:
+		return -ENOMEM;
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED:
+		return -EBUSY;
+	case SQLITE_FULL:
+		return -ENOSPC;
+	case SQLITE_READONLY:
+		return -EROFS;
+	case SQLITE_PERM:
+	case SQLITE_AUTH:
+		return -EPERM;
+	case SQLITE_CANTOPEN:
+		return -EACCES;
+	case SQLITE_TOOBIG:
+		return -E2BIG;
+	case SQLITE_CONSTRAINT:
+	case SQLITE_MISMATCH:
+	case SQLITE_RANGE:
+		return -EINVAL;
+	default:
+		return -EIO;
+	}
+}
+
+static int _sq_fail(struct sqlite_store *st, int rc, const char *what)
+{
+	pr_warn("store: sqlite: %s: %s (%d)\n", what, sqlite3_errmsg(st->db), rc);
+	return _sq_errno(rc);
+}
+
+/* Runs a statement that returns no rows. */
+static int _exec(struct sqlite_store *st, enum stmt_id id)
+{
+	int rc = sqlite3_step(st->st[id]);
+
+	sqlite3_reset(st->st[id]);
+	if (rc != SQLITE_DONE)
+		return _sq_fail(st, rc, _sql[id]);
+	return 0;
+}
+
+/* Runs a statement returning one integer (NULL or no row: dflt). */
+static int _exec_int(struct sqlite_store *st, enum stmt_id id, int64_t dflt, int64_t *out)
+{
+	sqlite3_stmt *s = st->st[id];
+	int rc = sqlite3_step(s);
+
+	*out = dflt;
+	if (rc == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL)
+		*out = sqlite3_column_int64(s, 0);
+	if (rc == SQLITE_ROW)
+		rc = SQLITE_DONE;
+	sqlite3_reset(s);
+	if (rc != SQLITE_DONE)
+		return _sq_fail(st, rc, _sql[id]);
+	return 0;
+}
+
+static void _drop_caches(struct sqlite_store *st)
+{
+	_cache_free(&st->strings);
+	_cache_free(&st->mappings);
+	_cache_free(&st->frames);
+	_cache_free(&st->stacks);
+	_cache_free(&st->series);
+}
+
+static void _drop_series_info(struct sqlite_store *st)
+{
+	for (uint32_t i = 0; i < st->ninfos; i++)
+		free(st->infos[i]);
+	st->ninfos = 0;
+	_map_free(&st->series_info);
+}
+
+static void _sqlite_close(void *impl)
+{
+	struct sqlite_store *st = impl;
+
+	if (!st)
+		return;
+	for (int i = 0; i < ST_COUNT; i++)
+		sqlite3_finalize(st->st[i]);
+	if (st->db && sqlite3_close(st->db) != SQLITE_OK)
+		pr_warn("store: sqlite: close: %s\n", sqlite3_errmsg(st->db));
+	blockcodec__free(st->codec);
+	_drop_caches(st);
+	_drop_series_info(st);
+	free(st->infos);
+	_map_free(&st->open_window);
+	free(st->fbuf);
+	free(st->merge);
+	free(st->db_path);
+	free(st->wal_path);
+	free(st);
+}
+
+/* mkdir -p */
+static int _mkdirs(const char *dir)
+{
+	char *p = strdup(dir);
+	int err = 0;
+
+	if (!p)
+		return -ENOMEM;
+	for (char *q = p + 1;; q++) {
+		bool end = !*q;
+
+		if (*q != '/' && !end)
+			continue;
+		*q = '\0';
+		if (mkdir(p, 0755) && errno != EEXIST) {
+			err = -errno;
+			break;
+		}
+		if (end)
+			break;
+		*q = '/';
+	}
+	free(p);
+	return err;
+}
+
+static void *_sqlite_open(const char *dir, char *err, size_t err_len)
+{
+	struct sqlite_store *st = calloc(1, sizeof(*st));
+	int64_t version;
+	int rc, e = ENOMEM;
+
+	if (!st)
+		goto err;
+	if (asprintf(&st->db_path, "%s/flamewatch.db", dir) < 0 ||
+	    asprintf(&st->wal_path, "%s/flamewatch.db-wal", dir) < 0) {
+		st->db_path = st->wal_path = NULL;
+		goto err;
+	}
+	st->sweep_from = 0;
+	st->codec = blockcodec__new(ZSTD_LEVEL);
+	if (!st->codec)
+		goto err;
+	rc = _mkdirs(dir);
+	if (rc) {
+		e = -rc;
+		snprintf(err, err_len, "cannot create %s: %s", dir, strerror(e));
+		goto err;
+	}
+	rc = sqlite3_open_v2(st->db_path, &st->db,
+			     SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK)
+		goto sqlerr;
+	sqlite3_extended_result_codes(st->db, 1);
+	sqlite3_busy_timeout(st->db, 5000);
+	/*
+	 * WAL with synchronous=NORMAL may lose the last transactions on power
+	 * loss; FULL syncs the log at every commit, which is what makes an
+	 * acknowledged batch durable. journal_size_limit keeps the log from
+	 * staying large after a burst.
+	 */
+	rc = sqlite3_exec(st->db,
+			  "PRAGMA journal_mode=WAL;"
+			  "PRAGMA synchronous=FULL;"
+			  "PRAGMA journal_size_limit=67108864;"
+			  "PRAGMA cache_size=-65536;"
+			  "PRAGMA temp_store=MEMORY;"
+			  "PRAGMA foreign_keys=OFF;", NULL, NULL, NULL);
+	if (rc != SQLITE_OK)
+		goto sqlerr;
+	{
+		sqlite3_stmt *s;
+
+		rc = sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &s, NULL);
+		if (rc != SQLITE_OK)
+			goto sqlerr;
+		rc = sqlite3_step(s);
+		version = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+		sqlite3_finalize(s);
+	}
+	if (version > SCHEMA_VERSION) {
+		snprintf(err, err_len, "%s has schema version %lld, newer than this program's %d",
+			 st->db_path, (long long)version, SCHEMA_VERSION);
+		e = EPROTO;
+		goto err;
+	}
+	rc = sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(st->db, SCHEMA, NULL, NULL, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(st->db, "PRAGMA user_version=1; COMMIT", NULL, NULL, NULL);
+	if (rc != SQLITE_OK) {
+		sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+		goto sqlerr;
+	}
+	for (int i = 0; i < ST_COUNT; i++) {
+		rc = sqlite3_prepare_v3(st->db, _sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->st[i], NULL);
+		if (rc != SQLITE_OK)
+			goto sqlerr;
+	}
+	return st;
+sqlerr:
+	e = -_sq_errno(rc);
+	snprintf(err, err_len, "sqlite: %s: %s", st->db_path,
+		 st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+	pr_warn("store: %s\n", err);
+err:
+	if (e == ENOMEM && err && err_len && !err[0])
+		snprintf(err, err_len, "out of memory");
+	_sqlite_close(st);
+	errno = e;
+	return NULL;
+}
+
+/* ---- writing: dictionaries ------------------------------------------------ */
+
+/*
+ * Batch-local ids to store ids for one write, filled lazily; 0 means not
+ * yet translated (store ids start at 1).
+ */
+struct xlate {
+	const struct batch *b;
+	const struct profile *d;
+	uint32_t *strings, *mappings, *frames, *stacks, *series;
+	uint32_t nstrings;
+};
+
+static int _id32(int64_t id)
+{
+	return id > 0 && id <= UINT32_MAX ? 0 : -EOVERFLOW;
+}
+
+static int64_t _store_string(struct sqlite_store *st, const char *text)
+{
+	size_t len = strlen(text);
+	sqlite3_stmt *s;
+	int64_t id = _cache_find(&st->strings, text, len);
+	int rc;
+
+	if (id >= 0)
+		return id;
+	s = st->st[ST_STR_GET];
+	sqlite3_bind_text(s, 1, text, (int)len, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	id = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+	sqlite3_reset(s);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return _sq_fail(st, rc, "strings");
+	if (!id) {
+		s = st->st[ST_STR_INS];
+		sqlite3_bind_text(s, 1, text, (int)len, SQLITE_STATIC);
+		rc = sqlite3_step(s);
+		sqlite3_reset(s);
+		if (rc != SQLITE_DONE)
+			return _sq_fail(st, rc, "strings");
+		id = sqlite3_last_insert_rowid(st->db);
+	}
+	if (_id32(id))
+		return -EOVERFLOW;
+	_cache_put(&st->strings, text, len, (uint32_t)id);
+	return id;
+}
+
+static int64_t _x_string(struct sqlite_store *st, struct xlate *x, uint32_t local)
+{
+	int64_t id;
+
+	if (local >= x->nstrings)
+		return -EINVAL;
+	if (x->strings[local])
+		return x->strings[local];
+	id = _store_string(st, profile__string(x->d, local));
+	if (id > 0)
+		x->strings[local] = (uint32_t)id;
+	return id;
+}
+
+/* Looks up or inserts a dictionary row keyed by n integer columns. */
+static int64_t _store_row(struct sqlite_store *st, struct cache *c, enum stmt_id get,
+			  enum stmt_id ins, const int64_t *cols, int n)
+{
+	int64_t id = _cache_find(c, cols, n * sizeof(*cols));
+	sqlite3_stmt *s;
+	int rc;
+
+	if (id >= 0)
+		return id;
+	s = st->st[get];
+	for (int i = 0; i < n; i++)
+		sqlite3_bind_int64(s, i + 1, cols[i]);
+	rc = sqlite3_step(s);
+	id = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+	sqlite3_reset(s);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return _sq_fail(st, rc, _sql[get]);
+	if (!id) {
+		s = st->st[ins];
+		for (int i = 0; i < n; i++)
+			sqlite3_bind_int64(s, i + 1, cols[i]);
+		rc = sqlite3_step(s);
+		sqlite3_reset(s);
+		if (rc != SQLITE_DONE)
+			return _sq_fail(st, rc, _sql[ins]);
+		id = sqlite3_last_insert_rowid(st->db);
+	}
+	if (_id32(id))
+		return -EOVERFLOW;
+	_cache_put(c, cols, n * sizeof(*cols), (uint32_t)id);
+	return id;
+}
+
+static int64_t _x_mapping(struct sqlite_store *st, struct xlate *x, uint32_t local)
+{
+	const struct profile_mapping *m;
+	int64_t cols[2], id;
+
+	if (local == PROFILE_NO_MAPPING)
+		return 0;
+	if (local >= x->d->nmappings)
+		return -EINVAL;
+	if (x->mappings[local])
+		return x->mappings[local];
+	m = &x->d->mappings[local];
+	if ((cols[0] = _x_string(st, x, m->path)) < 0)
+		return cols[0];
+	if ((cols[1] = _x_string(st, x, m->build_id)) < 0)
+		return cols[1];
+	id = _store_row(st, &st->mappings, ST_MAP_GET, ST_MAP_INS, cols, 2);
+	if (id > 0)
+		x->mappings[local] = (uint32_t)id;
+	return id;
+}
+
+static int64_t _x_frame(struct sqlite_store *st, struct xlate *x, uint32_t local)
+{
+	const struct profile_frame *f;
+	int64_t cols[6], id;
+
+	if (local >= x->d->nframes)
+		return -EINVAL;
+	if (x->frames[local])
+		return x->frames[local];
+	f = &x->d->frames[local];
+	cols[0] = f->kind;
+	if ((cols[1] = _x_mapping(st, x, f->mapping)) < 0)
+		return cols[1];
+	cols[2] = (int64_t)f->addr;
+	if ((cols[3] = _x_string(st, x, f->function)) < 0)
+		return cols[3];
+	if ((cols[4] = _x_string(st, x, f->file)) < 0)
+		return cols[4];
+	cols[5] = f->line;
+	id = _store_row(st, &st->frames, ST_FRAME_GET, ST_FRAME_INS, cols, 6);
+	if (id > 0)
+		x->frames[local] = (uint32_t)id;
+	return id;
+}
+
+static int _fbuf_reserve(struct sqlite_store *st, size_t n)
+{
+	uint32_t *f;
+
+	if (n <= st->cap_fbuf)
+		return 0;
+	f = realloc(st->fbuf, n * sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	st->fbuf = f;
+	st->cap_fbuf = n;
+	return 0;
+}
+
+/*
+ * Stacks are found by a 64-bit hash of their frame ids; on the (unlikely)
+ * collision of two different stacks the next hash value is tried, so a
+ * collision costs a probe, never a wrong stack.
+ */
+static int64_t _x_stack(struct sqlite_store *st, struct xlate *x, uint32_t local)
+{
+	const uint32_t *lf;
+	uint32_t n, *frames;
+	uint8_t *blob = NULL;
+	size_t blen = 0;
+	int64_t id = 0;
+	uint64_t hash;
+	int rc;
+
+	if (x->stacks[local])
+		return x->stacks[local];
+	lf = profile__stack(x->d, local, &n);
+	if (_fbuf_reserve(st, n + 1))
+		return -ENOMEM;
+	frames = st->fbuf;
+	for (uint32_t i = 0; i < n; i++) {
+		int64_t f = _x_frame(st, x, lf[i]);
+
+		if (f < 0)
+			return f;
+		frames[i] = (uint32_t)f;
+	}
+	id = _cache_find(&st->stacks, frames, n * sizeof(*frames));
+	if (id >= 0)
+		goto out;
+	blob = malloc((size_t)n * 5 + 1);
+	if (!blob)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		_put_varint(blob, &blen, frames[i]);
+	for (hash = hash__bytes(frames, n * sizeof(*frames));; hash++) {
+		sqlite3_stmt *s = st->st[ST_STACK_GET];
+		bool same = false;
+
+		sqlite3_bind_int64(s, 1, (int64_t)hash);
+		rc = sqlite3_step(s);
+		if (rc == SQLITE_ROW) {
+			const void *b = sqlite3_column_blob(s, 1);
+			size_t len = sqlite3_column_bytes(s, 1);
+
+			id = sqlite3_column_int64(s, 0);
+			same = len == blen && (!len || !memcmp(b, blob, len));
+		}
+		sqlite3_reset(s);
+		if (rc == SQLITE_DONE)
+			break;
+		if (rc != SQLITE_ROW) {
+			id = _sq_fail(st, rc, "stacks");
+			goto out;
+		}
+		if (same)
+			goto cache;
+	}
+	{
+		sqlite3_stmt *s = st->st[ST_STACK_INS];
+
+		sqlite3_bind_int64(s, 1, (int64_t)hash);
+		sqlite3_bind_blob(s, 2, blob, (int)blen, SQLITE_STATIC);
+		rc = sqlite3_step(s);
+		sqlite3_reset(s);
+		if (rc != SQLITE_DONE) {
+			id = _sq_fail(st, rc, "stacks");
+			goto out;
+		}
+		id = sqlite3_last_insert_rowid(st->db);
+	}
+cache:
+	if (_id32(id)) {
+		id = -EOVERFLOW;
+		goto out;
+	}
+	_cache_put(&st->stacks, frames, n * sizeof(*frames), (uint32_t)id);
+out:
+	free(blob);
+	if (id > 0)
+		x->stacks[local] = (uint32_t)id;
+	return id;
+}
+
+struct label_pair {
+	const char *name, *value;
+};
+
+static int _by_label_name(const void *a, const void *b)
+{
+	return strcmp(((const struct label_pair *)a)->name, ((const struct label_pair *)b)->name);
+}
+
+struct sbuf {
+	char *p;
+	size_t len, cap;
+	bool oom;
+};
+
+static void _sb_put(struct sbuf *b, const char *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		char *p;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+/* Appends s quoted like a Prometheus label value. */
+static void _sb_quoted(struct sbuf *b, const char *s)
+{
+	_sb_put(b, "\"", 1);
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			_sb_put(b, "\\", 1);
+		if (*s == '\n')
+			_sb_put(b, "\\n", 2);
+		else
+			_sb_put(b, s, 1);
+	}
+	_sb_put(b, "\"", 1);
+}
+
+/*
+ * The canonical text of a label set, {a="x",b="y"} sorted by name, is the
+ * series' identity; node replaces any node label of the batch.
+ */
+static int64_t _x_series(struct sqlite_store *st, struct xlate *x, const char *node, uint32_t local)
+{
+	const struct batch_label *bl;
+	struct label_pair *labels;
+	struct sbuf key = { 0 };
+	size_t n, nl = 0, len;
+	int64_t id;
+	int rc;
+
+	if (x->series[local])
+		return x->series[local];
+	bl = batch__series(x->b, local, &n);
+	labels = calloc(n + 1, sizeof(*labels));
+	if (!labels)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		if (bl[i].name >= x->nstrings || bl[i].value >= x->nstrings) {
+			id = -EINVAL;
+			goto out;
+		}
+		labels[nl].name = profile__string(x->d, bl[i].name);
+		labels[nl].value = profile__string(x->d, bl[i].value);
+		if (strcmp(labels[nl].name, "node"))
+			nl++;
+	}
+	labels[nl++] = (struct label_pair){ "node", node };
+	qsort(labels, nl, sizeof(*labels), _by_label_name);
+	_sb_put(&key, "{", 1);
+	for (size_t i = 0; i < nl; i++) {
+		if (i)
+			_sb_put(&key, ",", 1);
+		_sb_put(&key, labels[i].name, strlen(labels[i].name));
+		_sb_put(&key, "=", 1);
+		_sb_quoted(&key, labels[i].value);
+	}
+	_sb_put(&key, "}", 1);
+	id = -ENOMEM;
+	if (key.oom)
+		goto out;
+	len = key.len;
+	id = _cache_find(&st->series, key.p, len);
+	if (id >= 0)
+		goto done;
+	{
+		sqlite3_stmt *s = st->st[ST_SERIES_GET];
+
+		sqlite3_bind_text(s, 1, key.p, (int)len, SQLITE_STATIC);
+		rc = sqlite3_step(s);
+		id = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+		sqlite3_reset(s);
+		if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+			id = _sq_fail(st, rc, "series");
+			goto out;
+		}
+	}
+	if (!id) {
+		sqlite3_stmt *s = st->st[ST_SERIES_INS];
+
+		sqlite3_bind_text(s, 1, key.p, (int)len, SQLITE_STATIC);
+		rc = sqlite3_step(s);
+		sqlite3_reset(s);
+		if (rc != SQLITE_DONE) {
+			id = _sq_fail(st, rc, "series");
+			goto out;
+		}
+		id = sqlite3_last_insert_rowid(st->db);
+		s = st->st[ST_LABEL_INS];
+		for (size_t i = 0; i < nl; i++) {
+			sqlite3_bind_int64(s, 1, id);
+			sqlite3_bind_text(s, 2, labels[i].name, -1, SQLITE_STATIC);
+			sqlite3_bind_text(s, 3, labels[i].value, -1, SQLITE_STATIC);
+			rc = sqlite3_step(s);
+			sqlite3_reset(s);
+			if (rc != SQLITE_DONE) {
+				id = _sq_fail(st, rc, "series_labels");
+				goto out;
+			}
+		}
+	}
+	if (_id32(id)) {
+		id = -EOVERFLOW;
+		goto out;
+	}
+	_cache_put(&st->series, key.p, len, (uint32_t)id);
+done:
+	x->series[local] = (uint32_t)id;
+out:
+	free(labels);
+	free(key.p);
+	return id;
+}
+
+/* ---- writing: samples and rollups ----------------------------------------- */
+
+struct wsample {
+	int64_t ts, value;
+	uint32_t series, type, stack, tid, cpu;
+};
+
+static int _by_block(const void *pa, const void *pb)
+{
+	const struct wsample *a = pa, *b = pb;
+	int64_t wa = _floor_to(a->ts, SPAN), wb = _floor_to(b->ts, SPAN);
+
+	if (a->series != b->series)
+		return a->series < b->series ? -1 : 1;
+	if (a->type != b->type)
+		return a->type < b->type ? -1 : 1;
+	if (wa != wb)
+		return wa < wb ? -1 : 1;
+	return (a->ts > b->ts) - (a->ts < b->ts);
+}
+
+static int _insert_block(struct sqlite_store *st, uint32_t series, uint32_t type,
+			 const struct block_sample *bs, uint32_t n)
+{
+	sqlite3_stmt *s = st->st[ST_BLOCK_INS];
+	int64_t t_min = INT64_MAX, t_max = INT64_MIN;
+	const uint8_t *enc;
+	size_t len;
+	int rc = SQLITE_DONE, err;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (bs[i].ts_ns < t_min)
+			t_min = bs[i].ts_ns;
+		if (bs[i].ts_ns > t_max)
+			t_max = bs[i].ts_ns;
+	}
+	err = blockcodec__encode(st->codec, bs, n, &enc, &len);
+	if (err)
+		return err;
+	sqlite3_bind_int64(s, 1, series);
+	sqlite3_bind_int64(s, 2, type);
+	sqlite3_bind_int64(s, 3, t_min);
+	sqlite3_bind_int64(s, 4, t_max);
+	sqlite3_bind_int64(s, 5, n);
+	rc = sqlite3_bind_blob(s, 6, enc, (int)len, SQLITE_STATIC);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+	if (rc != SQLITE_DONE)
+		return _sq_fail(st, rc, "sample_blocks");
+	return 0;
+}
+
+static int _due_add(struct due **due, uint32_t *n, uint32_t *cap, int64_t series,
+		    uint32_t type, int64_t window)
+{
+	if (window < 0)
+		return 0;
+	if (*n == *cap) {
+		uint32_t ncap = *cap ? *cap * 2 : 16;
+		struct due *d = realloc(*due, ncap * sizeof(*d));
+
+		if (!d)
+			return -ENOMEM;
+		*due = d;
+		*cap = ncap;
+	}
+	(*due)[(*n)++] = (struct due){ series, window, type };
+	return 0;
+}
+
+/*
+ * Which windows of this (series, type) have closed, now that a block went
+ * into window w: the one that was open before, or w itself when it is
+ * older than the open one (late data). The first write after open also
+ * checks the window before w, which a restart may have left unmerged.
+ */
+static int _note_window(struct sqlite_store *st, uint32_t series, uint32_t type, int64_t w,
+			struct due **due, uint32_t *ndue, uint32_t *cap_due)
+{
+	uint64_t key = (uint64_t)series << 32 | type;
+	bool added;
+	uint64_t *open = _map_upsert(&st->open_window, key, &added);
+	int64_t cur;
+
+	if (!open)
+		return -ENOMEM;
+	if (added) {
+		*open = (uint64_t)w;
+		return _due_add(due, ndue, cap_due, series, type, w - SPAN);
+	}
+	cur = (int64_t)*open;
+	if (w > cur) {
+		*open = (uint64_t)w;
+		return _due_add(due, ndue, cap_due, series, type, cur);
+	}
+	if (w < cur)
+		return _due_add(due, ndue, cap_due, series, type, w);
+	return 0;
+}
+
+static int _write_blocks(struct sqlite_store *st, struct wsample *ws, uint32_t n,
+			 struct due **due, uint32_t *ndue, uint32_t *cap_due)
+{
+	struct block_sample *bs = malloc((n ? n : 1) * sizeof(*bs));
+	int err = 0;
+
+	if (!bs)
+		return -ENOMEM;
+	qsort(ws, n, sizeof(*ws), _by_block);
+	for (uint32_t i = 0, j; i < n; i = j) {
+		int64_t w = _floor_to(ws[i].ts, SPAN);
+		uint32_t m = 0;
+
+		for (j = i; j < n && ws[j].series == ws[i].series && ws[j].type == ws[i].type &&
+			    _floor_to(ws[j].ts, SPAN) == w && m < MAX_BLOCK; j++, m++)
+			bs[m] = (struct block_sample){
+				.ts_ns = ws[j].ts, .value = ws[j].value, .stack = ws[j].stack,
+				.tid = ws[j].tid, .cpu = ws[j].cpu, .type = ws[j].type,
+			};
+		err = _insert_block(st, ws[i].series, ws[i].type, bs, m);
+		if (!err)
+			err = _note_window(st, ws[i].series, ws[i].type, w, due, ndue, cap_due);
+		if (err)
+			break;
+	}
+	free(bs);
+	return err;
+}
+
+struct rsample {
+	int64_t bucket;
+	uint32_t series, type, stack;
+	int64_t sum;
+};
+
+static int _by_rollup(const void *pa, const void *pb)
+{
+	const struct rsample *a = pa, *b = pb;
+
+	if (a->series != b->series)
+		return a->series < b->series ? -1 : 1;
+	if (a->bucket != b->bucket)
+		return a->bucket < b->bucket ? -1 : 1;
+	if (a->type != b->type)
+		return a->type < b->type ? -1 : 1;
+	return (a->stack > b->stack) - (a->stack < b->stack);
+}
+
+/* Adds entries (sorted by type, stack) into the rollup row (table, bucket, series). */
+static int _rollup_merge(struct sqlite_store *st, int table, int64_t bucket, uint32_t series,
+			 const struct rollup_entry *add, uint32_t nadd)
+{
+	sqlite3_stmt *s = st->st[table == RU_MIN ? ST_RU_GET_M : ST_RU_GET_H];
+	const struct rollup_entry *old = NULL;
+	uint32_t nold = 0, n = 0, i = 0, j = 0;
+	const uint8_t *enc;
+	size_t len;
+	int rc = SQLITE_DONE, err = 0;
+
+	sqlite3_bind_int64(s, 1, bucket);
+	sqlite3_bind_int64(s, 2, series);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		err = blockcodec__decode_rollup(st->codec, sqlite3_column_blob(s, 0),
+						sqlite3_column_bytes(s, 0), &old, &nold);
+		if (err) {
+			pr_warn("store: sqlite: corrupt rollup (table %d, bucket %lld, series %u): %s\n",
+				table, (long long)bucket, series, strerror(-err));
+			err = err == -ENOMEM ? err : -EIO;
+		}
+	} else if (rc != SQLITE_DONE) {
+		err = _sq_fail(st, rc, "rollup");
+	}
+	sqlite3_reset(s);
+	if (err)
+		return err;
+	if (nold + nadd > st->cap_merge) {
+		struct rollup_entry *m = realloc(st->merge, (size_t)(nold + nadd) * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		st->merge = m;
+		st->cap_merge = nold + nadd;
+	}
+	while (i < nold || j < nadd) {
+		int c;
+
+		if (i == nold)
+			c = 1;
+		else if (j == nadd)
+			c = -1;
+		else if (old[i].type != add[j].type)
+			c = old[i].type < add[j].type ? -1 : 1;
+		else
+			c = (old[i].stack > add[j].stack) - (old[i].stack < add[j].stack);
+		if (c < 0) {
+			st->merge[n++] = old[i++];
+		} else if (c > 0) {
+			st->merge[n++] = add[j++];
+		} else {
+			st->merge[n] = old[i++];
+			st->merge[n++].sum += add[j++].sum;
+		}
+	}
+	err = blockcodec__encode_rollup(st->codec, st->merge, n, &enc, &len);
+	if (err)
+		return err;
+	s = st->st[table == RU_MIN ? ST_RU_PUT_M : ST_RU_PUT_H];
+	sqlite3_bind_int64(s, 1, bucket);
+	sqlite3_bind_int64(s, 2, series);
+	rc = sqlite3_bind_blob(s, 3, enc, (int)len, SQLITE_STATIC);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+	if (rc != SQLITE_DONE)
+		return _sq_fail(st, rc, "rollup");
+	return 0;
+}
+
+/*
+ * Sums the batch by (series, minute, type, stack), merges each minute into
+ * rollup_1m, then re-buckets the sums by hour and merges them into rollup_1h.
+ */
+static int _write_rollups(struct sqlite_store *st, const struct wsample *ws, uint32_t n)
+{
+	struct rsample *rs = malloc((n ? n : 1) * sizeof(*rs));
+	struct rollup_entry *e = malloc((n ? n : 1) * sizeof(*e));
+	uint32_t m = n;
+	int err = -ENOMEM;
+
+	if (!rs || !e)
+		goto out;
+	for (uint32_t i = 0; i < n; i++)
+		rs[i] = (struct rsample){ _floor_to(ws[i].ts, NS_MIN), ws[i].series, ws[i].type,
+					  ws[i].stack, ws[i].value };
+	for (int table = RU_MIN; table < RU_NTABLES; table++) {
+		uint32_t k = 0;
+
+		for (uint32_t i = 0; i < m; i++)
+			rs[i].bucket = _floor_to(rs[i].bucket, _ru_unit[table]);
+		qsort(rs, m, sizeof(*rs), _by_rollup);
+		/* Reduce equal (series, bucket, type, stack) in place. */
+		for (uint32_t i = 0; i < m; i++) {
+			if (k && !_by_rollup(&rs[k - 1], &rs[i]))
+				rs[k - 1].sum += rs[i].sum;
+			else
+				rs[k++] = rs[i];
+		}
+		m = k;
+		for (uint32_t i = 0, j; i < m; i = j) {
+			uint32_t ne = 0;
+
+			for (j = i; j < m && rs[j].series == rs[i].series && rs[j].bucket == rs[i].bucket; j++)
+				e[ne++] = (struct rollup_entry){ rs[j].stack, rs[j].type, rs[j].sum };
+			err = _rollup_merge(st, table, rs[i].bucket, rs[i].series, e, ne);
+			if (err)
+				goto out;
+		}
+	}
+	err = 0;
+out:
+	free(rs);
+	free(e);
+	return err;
+}
+
+static int _meta_add(struct sqlite_store *st, const char *key, int64_t v)
+{
+	sqlite3_stmt *s = st->st[ST_META_ADD];
+
+	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, v);
+	return _exec(st, ST_META_ADD);
+}
+
+static int _by_due(const void *pa, const void *pb)
+{
+	const struct due *a = pa, *b = pb;
+
+	if (a->series != b->series)
+		return a->series < b->series ? -1 : 1;
+	if (a->type != b->type)
+		return a->type < b->type ? -1 : 1;
+	return (a->window > b->window) - (a->window < b->window);
+}
+
+static int _by_ts(const void *pa, const void *pb)
+{
+	const struct block_sample *a = pa, *b = pb;
+
+	return (a->ts_ns > b->ts_ns) - (a->ts_ns < b->ts_ns);
+}
+
+/*
+ * Merges the blocks of one (series, type, window) into one. A window whose
+ * blocks would exceed MAX_BLOCK samples, or holds a corrupt block, is left
+ * alone (and logged): compaction only saves space.
+ */
+static int _compact_window(struct sqlite_store *st, const struct due *d)
+{
+	sqlite3_stmt *s = st->st[ST_BLOCKS_WINDOW];
+	struct block_sample *all = NULL;
+	int64_t *ids = NULL;
+	uint32_t nall = 0, cap = 0, nids = 0, capids = 0;
+	int rc = SQLITE_DONE, err = 0;
+
+	sqlite3_bind_int64(s, 1, d->series);
+	sqlite3_bind_int64(s, 2, d->window);
+	sqlite3_bind_int64(s, 3, d->window + SPAN);
+	sqlite3_bind_int64(s, 4, d->type);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		const struct block_sample *bs;
+		uint32_t n;
+
+		if (nall + (uint64_t)sqlite3_column_int64(s, 1) > MAX_BLOCK) {
+			err = 1;
+			break;
+		}
+		err = blockcodec__decode(st->codec, sqlite3_column_blob(s, 2),
+					 sqlite3_column_bytes(s, 2), &bs, &n);
+		if (err) {
+			pr_warn("store: sqlite: corrupt sample block %lld: not compacting its window\n",
+				(long long)sqlite3_column_int64(s, 0));
+			break;
+		}
+		if (nall + n > cap || nids == capids) {
+			uint32_t ncap = (nall + n) * 2, ncapids = capids ? capids * 2 : 16;
+			struct block_sample *a = realloc(all, ncap * sizeof(*a));
+			int64_t *ni;
+
+			if (!a) {
+				err = -ENOMEM;
+				break;
+			}
+			all = a;
+			cap = ncap;
+			ni = realloc(ids, ncapids * sizeof(*ni));
+			if (!ni) {
+				err = -ENOMEM;
+				break;
+			}
+			ids = ni;
+			capids = ncapids;
+		}
+		memcpy(all + nall, bs, n * sizeof(*bs));
+		nall += n;
+		ids[nids++] = sqlite3_column_int64(s, 0);
+	}
+	sqlite3_reset(s);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		err = _sq_fail(st, rc, "compaction");
+	if (err || nids < 2)
+		goto out;
+	qsort(all, nall, sizeof(*all), _by_ts);
+	err = _insert_block(st, (uint32_t)d->series, d->type, all, nall);
+	for (uint32_t i = 0; !err && i < nids; i++) {
+		sqlite3_bind_int64(st->st[ST_BLOCK_DEL], 1, ids[i]);
+		err = _exec(st, ST_BLOCK_DEL);
+	}
+out:
+	free(all);
+	free(ids);
+	return err < 0 ? err : 0;
+}
+
+/* Compacts the due windows in a transaction of their own. */
+static void _compact(struct sqlite_store *st, struct due *due, uint32_t n)
+{
+	int err;
+
+	if (!n)
+		return;
+	qsort(due, n, sizeof(*due), _by_due);
+	err = _exec(st, ST_BEGIN);
+	for (uint32_t i = 0; !err && i < n; i++) {
+		if (i && !_by_due(&due[i - 1], &due[i]))
+			continue;
+		err = _compact_window(st, &due[i]);
+	}
+	if (!err)
+		err = _exec(st, ST_COMMIT);
+	if (err) {
+		_exec(st, ST_ROLLBACK);
+		pr_warn("store: sqlite: compaction failed: %s\n", strerror(-err));
+	}
+}
+
+static int _sqlite_write(void *impl, const char *node, const struct batch *b)
+{
+	struct sqlite_store *st = impl;
+	const struct profile *d = b->dict;
+	uint32_t nstacks = profile__nstacks(d), nseries = batch__nseries(b);
+	struct xlate x = { .b = b, .d = d };
+	struct wsample *ws = NULL;
+	struct due *due = NULL;
+	uint32_t ndue = 0, cap_due = 0;
+	bool in_txn = false;
+	int err = -EINVAL;
+
+	/* Everything that can be checked without the database, first. */
+	for (uint32_t i = 0; i < b->nsamples; i++) {
+		const struct batch_sample *bs = &b->samples[i];
+
+		if (bs->stack >= nstacks || bs->series >= nseries || bs->ts_ns < 0 ||
+		    bs->ts_ns >= TS_LIMIT) {
+			pr_warn("store: sqlite: batch from %s: sample %u has stack %u/%u, series %u/%u, ts %lld\n",
+				node, i, bs->stack, nstacks, bs->series, nseries, (long long)bs->ts_ns);
+			return -EINVAL;
+		}
+	}
+	if (!b->nsamples)
+		return 0;
+	err = -ENOMEM;
+	x.nstrings = intern__count(d->strings);
+	x.strings = calloc(x.nstrings + 1, sizeof(uint32_t));
+	x.mappings = calloc(d->nmappings + 1, sizeof(uint32_t));
+	x.frames = calloc(d->nframes + 1, sizeof(uint32_t));
+	x.stacks = calloc(nstacks + 1, sizeof(uint32_t));
+	x.series = calloc(nseries + 1, sizeof(uint32_t));
+	ws = malloc(b->nsamples * sizeof(*ws));
+	if (!x.strings || !x.mappings || !x.frames || !x.stacks || !x.series || !ws)
+		goto out;
+
+	err = _exec(st, ST_BEGIN);
+	if (err)
+		goto out;
+	in_txn = true;
+	for (uint32_t i = 0; i < b->nsamples; i++) {
+		const struct batch_sample *bs = &b->samples[i];
+		int64_t series = _x_series(st, &x, node, bs->series);
+		int64_t stack = series < 0 ? series : _x_stack(st, &x, bs->stack);
+
+		if (series < 0 || stack < 0) {
+			err = (int)(series < 0 ? series : stack);
+			goto out;
+		}
+		ws[i] = (struct wsample){
+			.ts = bs->ts_ns, .value = bs->value, .series = (uint32_t)series,
+			.type = bs->type, .stack = (uint32_t)stack, .tid = bs->tid, .cpu = bs->cpu,
+		};
+	}
+	err = _write_blocks(st, ws, b->nsamples, &due, &ndue, &cap_due);
+	if (!err)
+		err = _write_rollups(st, ws, b->nsamples);
+	if (!err)
+		err = _meta_add(st, "samples", b->nsamples);
+	if (!err)
+		err = _meta_add(st, "batches", 1);
+	if (!err)
+		err = _exec(st, ST_COMMIT);
+	if (!err) {
+		in_txn = false;
+		_compact(st, due, ndue);
+	}
+out:
+	if (err && in_txn) {
+		_exec(st, ST_ROLLBACK);
+		/*
+		 * Rows the caches learned in this transaction are gone, and
+		 * their ids may be handed out again.
+		 */
+		_drop_caches(st);
+		/* So are the windows noted, which would only cost a check. */
+	}
+	free(x.strings);
+	free(x.mappings);
+	free(x.frames);
+	free(x.stacks);
+	free(x.series);
+	free(ws);
+	free(due);
+	return err;
+}
+
+/* ---- reading: series, selection, dictionaries ----------------------------- */
+
+static const char *_info_get(void *ctx, const char *name)
+{
+	const struct series_info *si = ctx;
+
+	for (uint32_t i = 0; i < si->nlabels; i++)
+		if (!strcmp(si->names[i], name))
+			return si->values[i];
+	return NULL;
+}
+
+/* Borrowed series labels, loaded on first use. */
+static int _series_info(struct sqlite_store *st, int64_t series, const struct series_info **out)
+{
+	sqlite3_stmt *s = st->st[ST_SERIES_LABELS];
+	struct series_info *si = NULL;
+	uint64_t *slot;
+	size_t bytes = 0, nl = 0;
+	bool added;
+	char *p;
+	int rc = SQLITE_DONE, err = 0;
+
+	slot = _map_get(&st->series_info, (uint64_t)series);
+	if (slot) {
+		*out = st->infos[*slot];
+		return 0;
+	}
+	/* Two passes over a handful of labels: sizes, then copies. */
+	sqlite3_bind_int64(s, 1, series);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		bytes += sqlite3_column_bytes(s, 0) + sqlite3_column_bytes(s, 1) + 2;
+		nl++;
+	}
+	sqlite3_reset(s);
+	if (rc != SQLITE_DONE)
+		return _sq_fail(st, rc, "series_labels");
+	si = calloc(1, sizeof(*si) + 2 * nl * sizeof(char *) + bytes);
+	if (!si)
+		return -ENOMEM;
+	si->names = (const char **)(si + 1);
+	si->values = si->names + nl;
+	p = (char *)(si->values + nl);
+	si->comm = "";
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW && si->nlabels < nl) {
+		for (int c = 0; c < 2; c++) {
+			size_t len = sqlite3_column_bytes(s, c);
+			const unsigned char *t = sqlite3_column_text(s, c);
+
+			if (!t)
+				t = (const unsigned char *)"";
+			memcpy(p, t, len);
+			p[len] = '\0';
+			(c ? si->values : si->names)[si->nlabels] = p;
+			p += len + 1;
+		}
+		if (!strcmp(si->names[si->nlabels], "comm"))
+			si->comm = si->values[si->nlabels];
+		else if (!strcmp(si->names[si->nlabels], "pid"))
+			si->pid = (uint32_t)strtoul(si->values[si->nlabels], NULL, 10);
+		si->nlabels++;
+	}
+	sqlite3_reset(s);
+	if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+		err = _sq_fail(st, rc, "series_labels");
+		goto err;
+	}
+	if (st->ninfos == st->cap_infos) {
+		uint32_t cap = st->cap_infos ? st->cap_infos * 2 : 256;
+		struct series_info **a = realloc(st->infos, cap * sizeof(*a));
+
+		if (!a) {
+			err = -ENOMEM;
+			goto err;
+		}
+		st->infos = a;
+		st->cap_infos = cap;
+	}
+	slot = _map_upsert(&st->series_info, (uint64_t)series, &added);
+	if (!slot) {
+		err = -ENOMEM;
+		goto err;
+	}
+	*slot = st->ninfos;
+	st->infos[st->ninfos++] = si;
+	*out = si;
+	return 0;
+err:
+	free(si);
+	return err;
+}
+
+/* What a query knows about one series: whether it matches, and a tag. */
+struct qseries {
+	const struct series_info *info;
+	uint32_t tag;
+	bool match;
+};
+
+struct query {
+	struct sqlite_store *st;
+	const struct selector *sel;
+	int64_t type;
+	struct u64map smap;		/* series id -> index in qs */
+	struct qseries *qs;
+	uint32_t nqs, cap_qs;
+	/* Sets the tag of a newly matched series. */
+	int (*tag)(struct query *q, struct qseries *s);
+
+	/* profile */
+	struct profile *out;
+	struct u64map agg;		/* stack << 32 | comm -> sum */
+	/* series */
+	int64_t from, step;
+	struct intern *groups;
+	const char *by;
+};
+
+static void _query_free(struct query *q)
+{
+	_map_free(&q->smap);
+	_map_free(&q->agg);
+	free(q->qs);
+	intern__free(q->groups);
+}
+
+/*
+ * Returns the query's view of series (NULL when it does not match), or an
+ * error through *err.
+ */
+static struct qseries *_qseries(struct query *q, int64_t series, int *err)
+{
+	bool added;
+	uint64_t *slot = _map_upsert(&q->smap, (uint64_t)series, &added);
+	struct qseries *qs;
+
+	*err = 0;
+	if (!slot) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	if (!added) {
+		qs = &q->qs[*slot];
+		return qs->match ? qs : NULL;
+	}
+	if (q->nqs == q->cap_qs) {
+		uint32_t cap = q->cap_qs ? q->cap_qs * 2 : 64;
+		struct qseries *a = realloc(q->qs, cap * sizeof(*a));
+
+		if (!a) {
+			*err = -ENOMEM;
+			return NULL;
+		}
+		q->qs = a;
+		q->cap_qs = cap;
+	}
+	qs = &q->qs[q->nqs];
+	memset(qs, 0, sizeof(*qs));
+	/* On error the query ends, so the half-made entry does not matter. */
+	*err = _series_info(q->st, series, &qs->info);
+	if (*err)
+		return NULL;
+	qs->match = !q->sel || selector__matches(q->sel, _info_get, (void *)qs->info);
+	if (qs->match && q->tag) {
+		*err = q->tag(q, qs);
+		if (*err)
+			return NULL;
+	}
+	*slot = q->nqs++;
+	return qs->match ? qs : NULL;
+}
+
+/*
+ * Copies store dictionary entries into an output profile, each once per
+ * query.
+ */
+struct exporter {
+	struct sqlite_store *st;
+	struct profile *out;
+	struct u64map strings, mappings, frames, stacks;
+};
+
+static void _exporter_free(struct exporter *ex)
+{
+	_map_free(&ex->strings);
+	_map_free(&ex->mappings);
+	_map_free(&ex->frames);
+	_map_free(&ex->stacks);
+}
+
+/* Fetches the text of a store string into the output profile. */
+static int64_t _ex_string(struct exporter *ex, int64_t id)
+{
+	sqlite3_stmt *s = ex->st->st[ST_STR_TEXT];
+	uint64_t *slot = _map_get(&ex->strings, (uint64_t)id);
+	int64_t out;
+	int rc;
+
+	if (slot)
+		return (int64_t)*slot;
+	sqlite3_bind_int64(s, 1, id);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		const char *t = (const char *)sqlite3_column_text(s, 0);
+
+		out = profile__intern_string(ex->out, t ? t : "");
+	} else {
+		out = rc == SQLITE_DONE ? -EIO : _sq_fail(ex->st, rc, "strings");
+		if (rc == SQLITE_DONE)
+			pr_warn("store: sqlite: string %lld is missing\n", (long long)id);
+	}
+	sqlite3_reset(s);
+	if (out >= 0) {
+		slot = _map_upsert(&ex->strings, (uint64_t)id, NULL);
+		if (!slot)
+			return -ENOMEM;
+		*slot = (uint64_t)out;
+	}
+	return out;
+}
+
+static int64_t _ex_mapping(struct exporter *ex, int64_t id)
+{
+	sqlite3_stmt *s = ex->st->st[ST_MAP_ROW];
+	uint64_t *slot;
+	int64_t path, bid, out;
+	int rc;
+
+	if (!id)
+		return PROFILE_NO_MAPPING;
+	slot = _map_get(&ex->mappings, (uint64_t)id);
+	if (slot)
+		return (int64_t)*slot;
+	sqlite3_bind_int64(s, 1, id);
+	rc = sqlite3_step(s);
+	path = sqlite3_column_int64(s, 0);
+	bid = sqlite3_column_int64(s, 1);
+	sqlite3_reset(s);
+	if (rc != SQLITE_ROW) {
+		pr_warn("store: sqlite: mapping %lld is missing\n", (long long)id);
+		return rc == SQLITE_DONE ? -EIO : _sq_fail(ex->st, rc, "mappings");
+	}
+	if ((path = _ex_string(ex, path)) < 0)
+		return path;
+	if ((bid = _ex_string(ex, bid)) < 0)
+		return bid;
+	out = profile__intern_mapping(ex->out, profile__string(ex->out, (uint32_t)path),
+				      profile__string(ex->out, (uint32_t)bid));
+	if (out >= 0) {
+		slot = _map_upsert(&ex->mappings, (uint64_t)id, NULL);
+		if (!slot)
+			return -ENOMEM;
+		*slot = (uint64_t)out;
+	}
+	return out;
+}
+
+static int64_t _ex_frame(struct exporter *ex, int64_t id)
+{
+	sqlite3_stmt *s = ex->st->st[ST_FRAME_ROW];
+	uint64_t *slot = _map_get(&ex->frames, (uint64_t)id);
+	int64_t kind, mapping, addr, fn, file, line, out;
+	int rc = SQLITE_DONE, err;
+
+	if (slot)
+		return (int64_t)*slot;
+	sqlite3_bind_int64(s, 1, id);
+	rc = sqlite3_step(s);
+	kind = sqlite3_column_int64(s, 0);
+	mapping = sqlite3_column_int64(s, 1);
+	addr = sqlite3_column_int64(s, 2);
+	fn = sqlite3_column_int64(s, 3);
+	file = sqlite3_column_int64(s, 4);
+	line = sqlite3_column_int64(s, 5);
+	sqlite3_reset(s);
+	if (rc != SQLITE_ROW) {
+		pr_warn("store: sqlite: frame %lld is missing\n", (long long)id);
+		return rc == SQLITE_DONE ? -EIO : _sq_fail(ex->st, rc, "frames");
+	}
+	if ((mapping = _ex_mapping(ex, mapping)) < 0)
+		return mapping;
+	if ((fn = _ex_string(ex, fn)) < 0)
+		return fn;
+	if ((file = _ex_string(ex, file)) < 0)
+		return file;
+	out = profile__intern_frame(ex->out, (enum frame_kind)kind, (uint32_t)mapping, (uint64_t)addr);
+	if (out < 0)
+		return out;
+	err = profile__set_frame_name(ex->out, (uint32_t)out, profile__string(ex->out, (uint32_t)fn),
+				      profile__string(ex->out, (uint32_t)file), (uint32_t)line);
+	if (err)
+		return err;
+	slot = _map_upsert(&ex->frames, (uint64_t)id, NULL);
+	if (!slot)
+		return -ENOMEM;
+	*slot = (uint64_t)out;
+	return out;
+}
+
+static int64_t _ex_stack(struct exporter *ex, uint32_t id)
+{
+	struct sqlite_store *st = ex->st;
+	sqlite3_stmt *s = st->st[ST_STACK_ROW];
+	uint64_t *slot = _map_get(&ex->stacks, id);
+	int64_t n, out;
+	int rc;
+
+	if (slot)
+		return (int64_t)*slot;
+	sqlite3_bind_int64(s, 1, id);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		size_t len = sqlite3_column_bytes(s, 0);
+
+		n = _fbuf_reserve(st, len + 1);
+		if (!n)
+			n = _stack_decode(sqlite3_column_blob(s, 0), len, st->fbuf, len + 1);
+	} else {
+		n = rc == SQLITE_DONE ? -EIO : _sq_fail(st, rc, "stacks");
+	}
+	sqlite3_reset(s);
+	if (n < 0) {
+		pr_warn("store: sqlite: stack %u is missing or corrupt\n", id);
+		return n;
+	}
+	/*
+	 * _ex_frame() does not touch fbuf, so the frame ids can be rewritten
+	 * in place into output ids.
+	 */
+	for (int64_t i = 0; i < n; i++) {
+		int64_t f = _ex_frame(ex, st->fbuf[i]);
+
+		if (f < 0)
+			return f;
+		st->fbuf[i] = (uint32_t)f;
+	}
+	out = profile__intern_stack(ex->out, st->fbuf, (uint32_t)n);
+	if (out < 0)
+		return out;
+	slot = _map_upsert(&ex->stacks, id, NULL);
+	if (!slot)
+		return -ENOMEM;
+	*slot = (uint64_t)out;
+	return out;
+}
+
+/* ---- reading: the time plan ----------------------------------------------- */
+
+/*
+ * How [from, to), cut into buckets of step, is read: whole hours from
+ * rollup_1h, whole minutes from rollup_1m, the rest from raw blocks. Each
+ * range lies within one bucket, so a rollup row or a sample finds its
+ * bucket from its own start time.
+ */
+struct plan {
+	struct ranges hours, minutes, raw;
+};
+
+static void _plan_free(struct plan *p)
+{
+	free(p->hours.r);
+	free(p->minutes.r);
+	free(p->raw.r);
+}
+
+static int _plan_bucket(struct plan *p, int64_t a, int64_t b)
+{
+	int64_t m0 = _ceil_to(a, NS_MIN), m1 = _floor_to(b, NS_MIN);
+	int64_t h0 = _ceil_to(a, NS_HOUR), h1 = _floor_to(b, NS_HOUR);
+	int err;
+
+	if (m0 >= m1)
+		return _ranges_add(&p->raw, a, b);
+	if (h0 >= h1)
+		h0 = h1 = m1;
+	err = _ranges_add(&p->raw, a, m0);
+	err = err ?: _ranges_add(&p->minutes, m0, h0);
+	err = err ?: _ranges_add(&p->hours, h0, h1);
+	err = err ?: _ranges_add(&p->minutes, h1, m1);
+	err = err ?: _ranges_add(&p->raw, m1, b);
+	return err;
+}
+
+/* Called for every rollup entry and raw sample of the plan, matched series only. */
+struct visitor {
+	int (*rollup)(struct query *q, struct qseries *s, int64_t bucket,
+		      const struct rollup_entry *e, uint32_t n);
+	int (*sample)(struct query *q, struct qseries *s, const struct block_sample *bs);
+};
+
+static int _scan_rollups(struct query *q, int table, const struct ranges *rs,
+			 const struct visitor *v)
+{
+	struct sqlite_store *st = q->st;
+	sqlite3_stmt *s = st->st[table == RU_MIN ? ST_RU_RANGE_M : ST_RU_RANGE_H];
+	int rc = SQLITE_DONE, err = 0;
+
+	for (uint32_t i = 0; !err && i < rs->n; i++) {
+		sqlite3_bind_int64(s, 1, rs->r[i].a);
+		sqlite3_bind_int64(s, 2, rs->r[i].b);
+		while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+			int64_t bucket = sqlite3_column_int64(s, 0);
+			int64_t series = sqlite3_column_int64(s, 1);
+			struct qseries *qs = _qseries(q, series, &err);
+			const struct rollup_entry *e;
+			uint32_t n;
+
+			if (!qs)
+				continue;
+			err = blockcodec__decode_rollup(st->codec, sqlite3_column_blob(s, 2),
+							sqlite3_column_bytes(s, 2), &e, &n);
+			if (err) {
+				pr_warn("store: sqlite: corrupt %s row (bucket %lld, series %lld)\n",
+					table == RU_MIN ? "rollup_1m" : "rollup_1h",
+					(long long)bucket, (long long)series);
+				err = err == -ENOMEM ? err : -EIO;
+				break;
+			}
+			err = v->rollup(q, qs, bucket, e, n);
+		}
+		sqlite3_reset(s);
+		if (!err && rc != SQLITE_DONE)
+			err = _sq_fail(st, rc, "rollup");
+	}
+	return err;
+}
+
+static inline int64_t _sat_add(int64_t a, int64_t b)
+{
+	int64_t r;
+
+	return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+static int _decode_row(struct sqlite_store *st, sqlite3_stmt *s, int col, int64_t id,
+		       const struct block_sample **bs, uint32_t *n)
+{
+	int err = blockcodec__decode(st->codec, sqlite3_column_blob(s, col),
+				     sqlite3_column_bytes(s, col), bs, n);
+
+	if (err) {
+		pr_warn("store: sqlite: corrupt sample block %lld\n", (long long)id);
+		return err == -ENOMEM ? err : -EIO;
+	}
+	return 0;
+}
+
+/* Every sample of type in [a, b) of matched series, block by block, unordered. */
+static int _scan_raw(struct query *q, int64_t a, int64_t b, const struct visitor *v)
+{
+	struct sqlite_store *st = q->st;
+	sqlite3_stmt *s = st->st[ST_BLOCKS_RANGE];
+	int rc = SQLITE_DONE, err = 0;
+
+	sqlite3_bind_int64(s, 1, a);
+	sqlite3_bind_int64(s, 2, b);
+	sqlite3_bind_int64(s, 3, _sat_add(b, SPAN));
+	sqlite3_bind_int64(s, 4, q->type);
+	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct qseries *qs = _qseries(q, sqlite3_column_int64(s, 1), &err);
+		const struct block_sample *bs;
+		uint32_t n;
+
+		if (!qs)
+			continue;
+		err = _decode_row(st, s, 5, sqlite3_column_int64(s, 0), &bs, &n);
+		for (uint32_t i = 0; !err && i < n; i++)
+			if (bs[i].ts_ns >= a && bs[i].ts_ns < b && bs[i].type == q->type)
+				err = v->sample(q, qs, &bs[i]);
+	}
+	sqlite3_reset(s);
+	if (!err && rc != SQLITE_DONE)
+		err = _sq_fail(st, rc, "sample_blocks");
+	return err;
+}
+
+static int _scan_plan(struct query *q, const struct plan *p, const struct visitor *v)
+{
+	int err = _scan_rollups(q, RU_HOUR, &p->hours, v);
+
+	err = err ?: _scan_rollups(q, RU_MIN, &p->minutes, v);
+	for (uint32_t i = 0; !err && i < p->raw.n; i++)
+		err = _scan_raw(q, p->raw.r[i].a, p->raw.r[i].b, v);
+	return err;
+}
+
+static int _begin_read(struct sqlite_store *st)
+{
+	return _exec(st, ST_BEGIN_READ);
+}
+
+static int _end_read(struct sqlite_store *st, int err)
+{
+	int e = _exec(st, ST_COMMIT);
+
+	if (e)
+		_exec(st, ST_ROLLBACK);
+	return err ?: e;
+}
+
+/* Clamps a window to the timestamps a store can hold; false when empty. */
+static bool _clamp(int64_t *from, int64_t *to)
+{
+	if (*from < 0)
+		*from = 0;
+	if (*to > TS_LIMIT)
+		*to = TS_LIMIT;
+	return *from < *to;
+}
+
+static void _query_begin(struct sqlite_store *st)
+{
+	/* Bounded between queries, never during one: qseries borrow from it. */
+	if (st->ninfos > SERIES_CACHE_MAX)
+		_drop_series_info(st);
+}
+
+/* ---- store__profile -------------------------------------------------------- */
+
+static int _tag_comm(struct query *q, struct qseries *s)
+{
+	int64_t id = profile__intern_string(q->out, s->info->comm);
+
+	if (id < 0)
+		return (int)id;
+	s->tag = (uint32_t)id;
+	return 0;
+}
+
+static int _agg_add(struct query *q, uint64_t key, int64_t v)
+{
+	uint64_t *slot = _map_upsert(&q->agg, key, NULL);
+
+	if (!slot)
+		return -ENOMEM;
+	*slot += (uint64_t)v;
+	return 0;
+}
+
+static int _profile_rollup(struct query *q, struct qseries *s, int64_t bucket,
+			   const struct rollup_entry *e, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		int err;
+
+		if (e[i].type != q->type)
+			continue;
+		err = _agg_add(q, (uint64_t)e[i].stack << 32 | s->tag, e[i].sum);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+static int _profile_sample(struct query *q, struct qseries *s, const struct block_sample *bs)
+{
+	return _agg_add(q, (uint64_t)bs->stack << 32 | s->tag, bs->value);
+}
+
+static int _sqlite_profile(void *impl, int64_t from, int64_t to, const struct selector *sel,
+			   uint32_t type, struct profile *out)
+{
+	static const struct visitor v = { _profile_rollup, _profile_sample };
+	struct sqlite_store *st = impl;
+	struct query q = { .st = st, .sel = sel, .type = type, .tag = _tag_comm, .out = out };
+	struct exporter ex = { .st = st, .out = out };
+	struct plan p = { 0 };
+	int err;
+
+	if (!_clamp(&from, &to))
+		return 0;
+	_query_begin(st);
+	err = _plan_bucket(&p, from, to);
+	if (err)
+		goto out;
+	err = _begin_read(st);
+	if (err)
+		goto out;
+	err = _scan_plan(&q, &p, &v);
+	for (uint32_t i = 0; !err && i < q.agg.cap; i++) {
+		const struct u64slot *slot = &q.agg.slots[i];
+		int64_t stack;
+
+		if (!slot->used || !slot->val)
+			continue;
+		stack = _ex_stack(&ex, (uint32_t)(slot->key >> 32));
+		if (stack < 0)
+			err = (int)stack;
+		else
+			err = profile__add_sample(out, (uint32_t)stack, 0, 0, 0,
+						  (uint32_t)slot->key, slot->val);
+	}
+	err = _end_read(st, err);
+out:
+	_plan_free(&p);
+	_query_free(&q);
+	_exporter_free(&ex);
+	return err;
+}
+
+/* ---- store__series --------------------------------------------------------- */
+
+static int _tag_group(struct query *q, struct qseries *s)
+{
+	const char *v = q->by ? _info_get((void *)s->info, q->by) : NULL;
+	int64_t id;
+
+	if (!v)
+		v = "";
+	id = intern__add(q->groups, v, strlen(v) + 1, NULL);
+	if (id < 0)
+		return (int)id;
+	s->tag = (uint32_t)id;
+	return 0;
+}
+
+static inline uint64_t _bucket_of(const struct query *q, int64_t t)
+{
+	return (uint64_t)((t - q->from) / q->step);
+}
+
+static int _series_rollup(struct query *q, struct qseries *s, int64_t bucket,
+			  const struct rollup_entry *e, uint32_t n)
+{
+	int64_t sum = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (e[i].type == q->type)
+			sum += e[i].sum;
+	if (!sum)
+		return 0;
+	return _agg_add(q, (uint64_t)s->tag << 32 | _bucket_of(q, bucket), sum);
+}
+
+static int _series_sample(struct query *q, struct qseries *s, const struct block_sample *bs)
+{
+	return _agg_add(q, (uint64_t)s->tag << 32 | _bucket_of(q, bs->ts_ns), bs->value);
+}
+
+struct series_out {
+	const char *group;
+	uint64_t bucket;
+	int64_t sum;
+};
+
+static int _by_group_bucket(const void *pa, const void *pb)
+{
+	const struct series_out *a = pa, *b = pb;
+	int c = strcmp(a->group, b->group);
+
+	if (c)
+		return c;
+	return (a->bucket > b->bucket) - (a->bucket < b->bucket);
+}
+
+static int _sqlite_series(void *impl, int64_t from, int64_t to, int64_t step,
+			  const struct selector *sel, uint32_t type, const char *by,
+			  int (*cb)(void *ctx, const char *group, int64_t bucket_start, int64_t sum),
+			  void *ctx)
+{
+	static const struct visitor v = { _series_rollup, _series_sample };
+	struct sqlite_store *st = impl;
+	struct query q = { .st = st, .sel = sel, .type = type, .tag = _tag_group,
+			   .from = from, .step = step, .by = by };
+	struct series_out *res = NULL;
+	struct plan p = { 0 };
+	int64_t cfrom = from, cto = to;
+	uint32_t nres = 0;
+	int err = -ENOMEM;
+
+	if (!_clamp(&cfrom, &cto))
+		return 0;
+	_query_begin(st);
+	q.groups = intern__new();
+	if (!q.groups)
+		goto out;
+	/* Buckets keep their places relative to from; only their reading is clamped. */
+	for (int64_t a = from; a < to; a = _sat_add(a, step)) {
+		int64_t b = _sat_add(a, step) < to ? _sat_add(a, step) : to;
+
+		if (b <= cfrom || a >= cto)
+			continue;
+		err = _plan_bucket(&p, a > cfrom ? a : cfrom, b < cto ? b : cto);
+		if (err)
+			goto out;
+		if (b == INT64_MAX)
+			break;
+	}
+	err = _begin_read(st);
+	if (err)
+		goto out;
+	err = _scan_plan(&q, &p, &v);
+	err = _end_read(st, err);
+	if (err)
+		goto out;
+	res = malloc((q.agg.count + 1) * sizeof(*res));
+	if (!res) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < q.agg.cap; i++) {
+		const struct u64slot *slot = &q.agg.slots[i];
+
+		if (!slot->used || !slot->val)
+			continue;
+		res[nres++] = (struct series_out){
+			.group = intern__key(q.groups, (uint32_t)(slot->key >> 32), NULL),
+			.bucket = (uint32_t)slot->key,
+			.sum = (int64_t)slot->val,
+		};
+	}
+	qsort(res, nres, sizeof(*res), _by_group_bucket);
+	for (uint32_t i = 0; !err && i < nres; i++)
+		err = cb(ctx, res[i].group, from + (int64_t)res[i].bucket * step, res[i].sum);
+out:
+	free(res);
+	_plan_free(&p);
+	_query_free(&q);
+	return err;
+}
+
+/* ---- store__samples -------------------------------------------------------- */
+
+struct srec {
+	int64_t ts, value;
+	uint32_t stack, tid, cpu;
+	uint32_t qs;		/* index in query.qs */
+	int64_t series;
+};
+
+static int _by_srec(const void *pa, const void *pb)
+{
+	const struct srec *a = pa, *b = pb;
+
+	if (a->ts != b->ts)
+		return a->ts < b->ts ? -1 : 1;
+	if (a->series != b->series)
+		return a->series < b->series ? -1 : 1;
+	if (a->tid != b->tid)
+		return a->tid < b->tid ? -1 : 1;
+	if (a->cpu != b->cpu)
+		return a->cpu < b->cpu ? -1 : 1;
+	if (a->stack != b->stack)
+		return a->stack < b->stack ? -1 : 1;
+	return (a->value > b->value) - (a->value < b->value);
+}
+
+/* Exact count of the matching samples in [from, to): decodes only edge blocks. */
+static int _count_samples(struct query *q, int64_t from, int64_t to, uint64_t *count)
+{
+	struct sqlite_store *st = q->st;
+	sqlite3_stmt *s = st->st[ST_BLOCKS_RANGE];
+	int rc = SQLITE_DONE, err = 0;
+
+	*count = 0;
+	sqlite3_bind_int64(s, 1, from);
+	sqlite3_bind_int64(s, 2, to);
+	sqlite3_bind_int64(s, 3, _sat_add(to, SPAN));
+	sqlite3_bind_int64(s, 4, q->type);
+	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct qseries *qs = _qseries(q, sqlite3_column_int64(s, 1), &err);
+		const struct block_sample *bs;
+		uint32_t n;
+
+		if (!qs)
+			continue;
+		if (sqlite3_column_int64(s, 2) >= from && sqlite3_column_int64(s, 3) < to) {
+			*count += (uint64_t)sqlite3_column_int64(s, 4);
+			continue;
+		}
+		err = _decode_row(st, s, 5, sqlite3_column_int64(s, 0), &bs, &n);
+		for (uint32_t i = 0; !err && i < n; i++)
+			*count += bs[i].ts_ns >= from && bs[i].ts_ns < to && bs[i].type == q->type;
+	}
+	sqlite3_reset(s);
+	if (!err && rc != SQLITE_DONE)
+		err = _sq_fail(st, rc, "sample_blocks");
+	return err;
+}
+
+/* Appends the samples of one window's blocks that fall in [from, to). */
+static int _collect_window(struct query *q, int64_t w, int64_t from, int64_t to,
+			   struct srec **recs, uint32_t *n, uint32_t *cap)
+{
+	struct sqlite_store *st = q->st;
+	sqlite3_stmt *s = st->st[ST_BLOCKS_RANGE];
+	int rc = SQLITE_DONE, err = 0;
+
+	/* Blocks of window w: t_max in [w, w + SPAN), and t_max >= from, t_min < to. */
+	sqlite3_bind_int64(s, 1, w > from ? w : from);
+	sqlite3_bind_int64(s, 2, to);
+	sqlite3_bind_int64(s, 3, w + SPAN);
+	sqlite3_bind_int64(s, 4, q->type);
+	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		int64_t series = sqlite3_column_int64(s, 1);
+		struct qseries *qs = _qseries(q, series, &err);
+		const struct block_sample *bs;
+		uint32_t nb;
+
+		if (!qs)
+			continue;
+		err = _decode_row(st, s, 5, sqlite3_column_int64(s, 0), &bs, &nb);
+		if (!err && *n + (uint64_t)nb > *cap) {
+			uint64_t ncap = (*n + (uint64_t)nb) * 2;
+			struct srec *r;
+
+			if (ncap > UINT32_MAX) {
+				err = -E2BIG;
+				break;
+			}
+			r = realloc(*recs, ncap * sizeof(*r));
+			if (!r) {
+				err = -ENOMEM;
+				break;
+			}
+			*recs = r;
+			*cap = (uint32_t)ncap;
+		}
+		for (uint32_t i = 0; !err && i < nb; i++) {
+			if (bs[i].ts_ns < from || bs[i].ts_ns >= to || bs[i].type != q->type)
+				continue;
+			(*recs)[(*n)++] = (struct srec){
+				.ts = bs[i].ts_ns, .value = bs[i].value, .stack = bs[i].stack,
+				.tid = bs[i].tid, .cpu = bs[i].cpu, .qs = (uint32_t)(qs - q->qs),
+				.series = series,
+			};
+		}
+	}
+	sqlite3_reset(s);
+	if (!err && rc != SQLITE_DONE)
+		err = _sq_fail(st, rc, "sample_blocks");
+	return err;
+}
+
+static int _sqlite_samples(void *impl, int64_t from, int64_t to, const struct selector *sel,
+			   uint32_t type, uint32_t max_samples, struct profile *dict,
+			   int (*cb)(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t cpu,
+				     int64_t value, const char *comm, uint32_t pid),
+			   void *ctx, uint32_t *stride)
+{
+	struct sqlite_store *st = impl;
+	struct query q = { .st = st, .sel = sel, .type = type };
+	struct exporter ex = { .st = st, .out = dict };
+	struct srec *recs = NULL;
+	uint32_t cap = 0;
+	uint64_t count, k = 1, idx = 0;
+	int64_t w;
+	int err;
+
+	if (!_clamp(&from, &to))
+		return 0;
+	_query_begin(st);
+	err = _begin_read(st);
+	if (err)
+		return err;
+	err = _count_samples(&q, from, to, &count);
+	if (err)
+		goto out;
+	if (max_samples && count > max_samples)
+		k = (count + max_samples - 1) / max_samples;
+	if (k > UINT32_MAX)
+		k = UINT32_MAX;
+	*stride = (uint32_t)k;
+	/*
+	 * Blocks never cross a window, so window by window the samples can
+	 * be sorted and passed on in order, holding one window at a time.
+	 * Empty windows are skipped through the t_max index.
+	 */
+	for (w = _floor_to(from, SPAN); !err && w < to; w += SPAN) {
+		sqlite3_stmt *s = st->st[ST_NEXT_T_MAX];
+		int64_t next;
+		uint32_t n = 0;
+
+		sqlite3_bind_int64(s, 1, w);
+		err = _exec_int(st, ST_NEXT_T_MAX, -1, &next);
+		if (err || next < 0 || _floor_to(next, SPAN) >= to)
+			break;
+		w = _floor_to(next, SPAN);
+		err = _collect_window(&q, w, from, to, &recs, &n, &cap);
+		if (err)
+			break;
+		if (n > 1)
+			qsort(recs, n, sizeof(*recs), _by_srec);
+		for (uint32_t i = 0; !err && i < n; i++, idx++) {
+			const struct srec *r = &recs[i];
+			const struct series_info *si;
+			int64_t stack;
+
+			if (idx % k)
+				continue;
+			stack = _ex_stack(&ex, r->stack);
+			if (stack < 0) {
+				err = (int)stack;
+				break;
+			}
+			si = q.qs[r->qs].info;
+			err = cb(ctx, r->ts, (uint32_t)stack, r->tid, r->cpu, r->value, si->comm, si->pid);
+		}
+	}
+out:
+	err = _end_read(st, err);
+	free(recs);
+	_query_free(&q);
+	_exporter_free(&ex);
+	return err;
+}
+
+/* ---- labels ---------------------------------------------------------------- */
+
+/* The series with at least one sample (any type) in [from, to), into active. */
+static int _active_series(struct sqlite_store *st, int64_t from, int64_t to, struct u64map *active)
+{
+	sqlite3_stmt *s = st->st[ST_BLOCKS_RANGE];
+	int rc = SQLITE_DONE, err = 0;
+
+	sqlite3_bind_int64(s, 1, from);
+	sqlite3_bind_int64(s, 2, to);
+	sqlite3_bind_int64(s, 3, _sat_add(to, SPAN));
+	sqlite3_bind_int64(s, 4, -1);
+	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		uint64_t series = (uint64_t)sqlite3_column_int64(s, 1);
+		const struct block_sample *bs;
+		bool inside = false;
+		uint32_t n;
+
+		if (_map_get(active, series))
+			continue;
+		if (sqlite3_column_int64(s, 2) >= from && sqlite3_column_int64(s, 3) < to) {
+			inside = true;
+		} else {
+			err = _decode_row(st, s, 5, sqlite3_column_int64(s, 0), &bs, &n);
+			for (uint32_t i = 0; !err && i < n && !inside; i++)
+				inside = bs[i].ts_ns >= from && bs[i].ts_ns < to;
+		}
+		if (inside && !_map_upsert(active, series, NULL))
+			err = -ENOMEM;
+	}
+	sqlite3_reset(s);
+	if (!err && rc != SQLITE_DONE)
+		err = _sq_fail(st, rc, "sample_blocks");
+	return err;
+}
+
+static int _by_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Label names (name == NULL) or the values of label name over active series. */
+static int _labels(struct sqlite_store *st, const char *name, int64_t from, int64_t to,
+		   int (*cb)(void *ctx, const char *s), void *ctx)
+{
+	struct u64map active = { 0 };
+	struct intern *set = intern__new();
+	const char **sorted = NULL;
+	uint32_t n;
+	int err;
+
+	if (!set)
+		return -ENOMEM;
+	if (!_clamp(&from, &to)) {
+		intern__free(set);
+		return 0;
+	}
+	_query_begin(st);
+	err = _begin_read(st);
+	if (err)
+		goto out;
+	err = _active_series(st, from, to, &active);
+	for (uint32_t i = 0; !err && i < active.cap; i++) {
+		const struct series_info *si;
+
+		if (!active.slots[i].used)
+			continue;
+		err = _series_info(st, (int64_t)active.slots[i].key, &si);
+		for (uint32_t j = 0; !err && j < si->nlabels; j++) {
+			const char *t = name ? (strcmp(si->names[j], name) ? NULL : si->values[j])
+					     : si->names[j];
+
+			if (t && intern__add(set, t, strlen(t) + 1, NULL) < 0)
+				err = -ENOMEM;
+		}
+	}
+	err = _end_read(st, err);
+	if (err)
+		goto out;
+	n = intern__count(set);
+	sorted = malloc((n + 1) * sizeof(*sorted));
+	if (!sorted) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		sorted[i] = intern__key(set, i, NULL);
+	qsort(sorted, n, sizeof(*sorted), _by_str);
+	for (uint32_t i = 0; !err && i < n; i++)
+		err = cb(ctx, sorted[i]);
+out:
+	free(sorted);
+	intern__free(set);
+	_map_free(&active);
+	return err;
+}
+
+static int _sqlite_label_names(void *impl, int64_t from, int64_t to,
+			       int (*cb)(void *ctx, const char *name), void *ctx)
+{
+	return _labels(impl, NULL, from, to, cb, ctx);
+}
+
+static int _sqlite_label_values(void *impl, const char *name, int64_t from, int64_t to,
+				int (*cb)(void *ctx, const char *value), void *ctx)
+{
+	return _labels(impl, name, from, to, cb, ctx);
+}
+
+/* ---- retention and stats --------------------------------------------------- */
+
+/*
+ * Windows a restart or a quiet series left with several blocks: merged here,
+ * from where the last sweep stopped to the window before the newest data.
+ */
+static int _sweep(struct sqlite_store *st)
+{
+	sqlite3_stmt *s = st->st[ST_BLOCKS_SWEEP];
+	struct due *due = NULL;
+	uint32_t n = 0, cap = 0;
+	int64_t newest, limit;
+	int rc = SQLITE_DONE, err;
+
+	err = _exec_int(st, ST_MAX_T_MAX, -1, &newest);
+	if (err || newest < 0)
+		return err;
+	limit = _floor_to(newest, SPAN);
+	if (limit <= st->sweep_from)
+		return 0;
+	sqlite3_bind_int64(s, 1, st->sweep_from);
+	sqlite3_bind_int64(s, 2, limit);
+	sqlite3_bind_int64(s, 3, SPAN);
+	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW)
+		err = _due_add(&due, &n, &cap, sqlite3_column_int64(s, 0),
+			       (uint32_t)sqlite3_column_int64(s, 1), sqlite3_column_int64(s, 2));
+	sqlite3_reset(s);
+	if (!err && rc != SQLITE_DONE)
+		err = _sq_fail(st, rc, "sweep");
+	if (!err) {
+		_compact(st, due, n);
+		st->sweep_from = limit;
+	}
+	free(due);
+	return err;
+}
+
+/*
+ * The hour bucket that straddles the cutoff still sums samples that are now
+ * gone: rebuilt from the minute rollups that remain, so that rollups and raw
+ * data keep agreeing exactly.
+ */
+static int _rebuild_hour(struct sqlite_store *st, int64_t cutoff)
+{
+	int64_t hour = _floor_to(cutoff, NS_HOUR);
+	sqlite3_stmt *s = st->st[ST_RU_RANGE_M];
+	struct rsample *rs = NULL;
+	struct rollup_entry *e = NULL;
+	uint32_t n = 0, cap = 0, k = 0;
+	int rc = SQLITE_DONE, err = 0;
+
+	if (hour == cutoff)
+		return 0;
+	sqlite3_bind_int64(s, 1, cutoff);
+	sqlite3_bind_int64(s, 2, hour + NS_HOUR);
+	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		const struct rollup_entry *re;
+		uint32_t nre;
+
+		err = blockcodec__decode_rollup(st->codec, sqlite3_column_blob(s, 2),
+						sqlite3_column_bytes(s, 2), &re, &nre);
+		if (err) {
+			pr_warn("store: sqlite: corrupt rollup_1m row (bucket %lld, series %lld)\n",
+				(long long)sqlite3_column_int64(s, 0), (long long)sqlite3_column_int64(s, 1));
+			err = err == -ENOMEM ? err : -EIO;
+			break;
+		}
+		if (n + nre > cap) {
+			uint32_t ncap = (n + nre) * 2;
+			struct rsample *a = realloc(rs, ncap * sizeof(*a));
+
+			if (!a) {
+				err = -ENOMEM;
+				break;
+			}
+			rs = a;
+			cap = ncap;
+		}
+		for (uint32_t i = 0; i < nre; i++)
+			rs[n++] = (struct rsample){ hour, (uint32_t)sqlite3_column_int64(s, 1),
+						    re[i].type, re[i].stack, re[i].sum };
+	}
+	sqlite3_reset(s);
+	if (!err && rc != SQLITE_DONE)
+		err = _sq_fail(st, rc, "rollup_1m");
+	if (!err) {
+		sqlite3_bind_int64(st->st[ST_RU_DEL_H], 1, hour);
+		err = _exec(st, ST_RU_DEL_H);
+	}
+	if (err)
+		goto out;
+	if (n > 1)
+		qsort(rs, n, sizeof(*rs), _by_rollup);
+	for (uint32_t i = 0; i < n; i++) {
+		if (k && !_by_rollup(&rs[k - 1], &rs[i]))
+			rs[k - 1].sum += rs[i].sum;
+		else
+			rs[k++] = rs[i];
+	}
+	e = malloc((k + 1) * sizeof(*e));
+	if (!e) {
+		err = -ENOMEM;
+		goto out;
+	}
+	/* The bucket's rows are gone, so merging into it writes them afresh. */
+	for (uint32_t i = 0, j; !err && i < k; i = j) {
+		uint32_t ne = 0;
+
+		for (j = i; j < k && rs[j].series == rs[i].series; j++)
+			e[ne++] = (struct rollup_entry){ rs[j].stack, rs[j].type, rs[j].sum };
+		err = _rollup_merge(st, RU_HOUR, hour, rs[i].series, e, ne);
+	}
+out:
+	free(rs);
+	free(e);
+	return err;
+}
+
+static int _sqlite_retain(void *impl, int64_t cutoff)
+{
+	struct sqlite_store *st = impl;
+	int err;
+
+	/*
+	 * Blocks are the unit of deletion: rounding the cutoff down to their
+	 * span makes "older than the cutoff" exact for blocks and rollups
+	 * alike.
+	 */
+	if (cutoff > TS_LIMIT)
+		cutoff = TS_LIMIT;
+	cutoff = _floor_to(cutoff, SPAN);
+	if (cutoff <= 0)
+		return 0;
+	err = _exec(st, ST_BEGIN);
+	if (err)
+		return err;
+	sqlite3_bind_int64(st->st[ST_RETAIN_BLOCKS], 1, cutoff);
+	sqlite3_bind_int64(st->st[ST_RETAIN_M], 1, cutoff);
+	sqlite3_bind_int64(st->st[ST_RETAIN_H], 1, cutoff - NS_HOUR);
+	err = _exec(st, ST_RETAIN_BLOCKS);
+	err = err ?: _exec(st, ST_RETAIN_M);
+	err = err ?: _exec(st, ST_RETAIN_H);
+	err = err ?: _rebuild_hour(st, cutoff);
+	err = err ?: _exec(st, ST_COMMIT);
+	if (err) {
+		_exec(st, ST_ROLLBACK);
+		return err;
+	}
+	return _sweep(st);
+}
+
+static uint64_t _file_size(const char *path)
+{
+	struct stat sb;
+
+	return stat(path, &sb) ? 0 : (uint64_t)sb.st_size;
+}
+
+static int _sqlite_stats(void *impl, struct store_stats *out)
+{
+	struct sqlite_store *st = impl;
+	int64_t v;
+	int err;
+
+	err = _begin_read(st);
+	if (err)
+		return err;
+	sqlite3_bind_text(st->st[ST_META_GET], 1, "samples", -1, SQLITE_STATIC);
+	err = _exec_int(st, ST_META_GET, 0, &v);
+	out->samples_written = (uint64_t)v;
+	sqlite3_bind_text(st->st[ST_META_GET], 1, "batches", -1, SQLITE_STATIC);
+	err = err ?: _exec_int(st, ST_META_GET, 0, &v);
+	out->batches_written = (uint64_t)v;
+	err = err ?: _exec_int(st, ST_MAX_SERIES, 0, &v);
+	out->series = (uint64_t)v;
+	err = err ?: _exec_int(st, ST_MAX_STACK, 0, &v);
+	out->stacks = (uint64_t)v;
+	err = err ?: _exec_int(st, ST_MAX_FRAME, 0, &v);
+	out->frames = (uint64_t)v;
+	err = _end_read(st, err);
+	out->bytes_on_disk = _file_size(st->db_path) + _file_size(st->wal_path);
+	return err;
+}
+
+const struct store_backend store_sqlite_backend = {
+	.name = "sqlite",
+	.open = _sqlite_open,
+	.close = _sqlite_close,
+	.write = _sqlite_write,
+	.profile = _sqlite_profile,
+	.samples = _sqlite_samples,
+	.series = _sqlite_series,
+	.label_names = _sqlite_label_names,
+	.label_values = _sqlite_label_values,
+	.retain = _sqlite_retain,
+	.stats = _sqlite_stats,
+};

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "sqlite.h"
+#include "store.h"
+
+/*
+ * Arguments are checked here once for every backend, and calls serialized
+ * here, so that backends may keep unsynchronized caches.
+ */
+struct store {
+	const struct store_backend *ops;
+	void *impl;
+	pthread_mutex_t lock;
+};
+
+static void _set_err(char *err, size_t err_len, const char *fmt, const char *arg)
+{
+	if (err && err_len)
+		snprintf(err, err_len, fmt, arg);
+}
+
+struct store *store__open(const char *uri, char *err, size_t err_len)
+{
+	const struct store_backend *ops = &store_sqlite_backend;
+	const char *location = uri;
+	struct store *s = NULL;
+	int e;
+
+	if (err && err_len)
+		err[0] = '\0';
+	if (!uri || !uri[0]) {
+		_set_err(err, err_len, "%sempty store URI", "");
+		e = EINVAL;
+		goto err;
+	}
+	if (!strncmp(uri, "sqlite:", 7)) {
+		location = uri + 7;
+		if (!strncmp(location, "//", 2))
+			location += 2;
+	} else if (strstr(uri, "://")) {
+		_set_err(err, err_len, "unsupported store URI scheme in \"%s\"", uri);
+		e = EPROTONOSUPPORT;
+		goto err;
+	}
+	if (!location[0]) {
+		_set_err(err, err_len, "no directory in store URI \"%s\"", uri);
+		e = EINVAL;
+		goto err;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		_set_err(err, err_len, "%sout of memory", "");
+		e = ENOMEM;
+		goto err;
+	}
+	s->ops = ops;
+	pthread_mutex_init(&s->lock, NULL);
+	s->impl = ops->open(location, err, err_len);
+	if (!s->impl) {
+		e = errno ? errno : EIO;
+		pthread_mutex_destroy(&s->lock);
+		free(s);
+		s = NULL;
+		goto err;
+	}
+	return s;
+err:
+	pr_warn("store: cannot open %s: %s\n", uri ? uri : "(null)", err && err_len ? err : "");
+	errno = e;
+	return NULL;
+}
+
+void store__close(struct store *s)
+{
+	if (!s)
+		return;
+	s->ops->close(s->impl);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+#define LOCKED(s, call)                         \
+	({                                      \
+		int __r;                        \
+		pthread_mutex_lock(&(s)->lock); \
+		__r = (call);                   \
+		pthread_mutex_unlock(&(s)->lock); \
+		__r;                            \
+	})
+
+int store__write(struct store *s, const char *node, const struct batch *b)
+{
+	if (!s || !node || !node[0] || !b)
+		return -EINVAL;
+	return LOCKED(s, s->ops->write(s->impl, node, b));
+}
+
+int store__profile(struct store *s, int64_t from, int64_t to, const struct selector *sel,
+		   uint32_t type, struct profile *out)
+{
+	if (!s || !out)
+		return -EINVAL;
+	if (from >= to)
+		return 0;
+	return LOCKED(s, s->ops->profile(s->impl, from, to, sel, type, out));
+}
+
+int store__samples(struct store *s, int64_t from, int64_t to, const struct selector *sel,
+		   uint32_t type, uint32_t max_samples, struct profile *dict,
+		   int (*cb)(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t cpu,
+			     int64_t value, const char *comm, uint32_t pid),
+		   void *ctx, uint32_t *stride)
+{
+	uint32_t k = 1;
+
+	if (!stride)
+		stride = &k;
+	*stride = 1;
+	if (!s || !dict || !cb)
+		return -EINVAL;
+	if (from >= to)
+		return 0;
+	return LOCKED(s, s->ops->samples(s->impl, from, to, sel, type, max_samples, dict,
+					 cb, ctx, stride));
+}
+
+int store__series(struct store *s, int64_t from, int64_t to, int64_t step,
+		  const struct selector *sel, uint32_t type, const char *by,
+		  int (*cb)(void *ctx, const char *group, int64_t bucket_start, int64_t sum),
+		  void *ctx)
+{
+	if (!s || !cb || step <= 0)
+		return -EINVAL;
+	if (from >= to)
+		return 0;
+	if (((uint64_t)to - (uint64_t)from) / (uint64_t)step >= STORE_MAX_BUCKETS)
+		return -E2BIG;
+	return LOCKED(s, s->ops->series(s->impl, from, to, step, sel, type, by, cb, ctx));
+}
+
+int store__label_names(struct store *s, int64_t from, int64_t to,
+		       int (*cb)(void *ctx, const char *name), void *ctx)
+{
+	if (!s || !cb)
+		return -EINVAL;
+	if (from >= to)
+		return 0;
+	return LOCKED(s, s->ops->label_names(s->impl, from, to, cb, ctx));
+}
+
+int store__label_values(struct store *s, const char *name, int64_t from, int64_t to,
+			int (*cb)(void *ctx, const char *value), void *ctx)
+{
+	if (!s || !name || !name[0] || !cb)
+		return -EINVAL;
+	if (from >= to)
+		return 0;
+	return LOCKED(s, s->ops->label_values(s->impl, name, from, to, cb, ctx));
+}
+
+int store__retain(struct store *s, int64_t cutoff_ns)
+{
+	if (!s)
+		return -EINVAL;
+	return LOCKED(s, s->ops->retain(s->impl, cutoff_ns));
+}
+
+int store__stats(struct store *s, struct store_stats *out)
+{
+	if (!s || !out)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	return LOCKED(s, s->ops->stats(s->impl, out));
+}

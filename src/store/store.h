@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_STORE_STORE_H
+#define FW_STORE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Where timestamped samples live once the server has them, and the queries
+ * the UI and the exporters ask of them. One interface, several backends
+ * chosen by URI: SQLite (embedded, the default) now, ClickHouse later.
+ *
+ * Time is Unix nanoseconds; windows are half open, [from, to). Every call
+ * returns 0 or -errno (-EINVAL for bad arguments, -EIO for corrupt stored
+ * data, -ENOMEM, ...). Callbacks returning non-zero stop the iteration and
+ * their value is returned. A store may be shared between threads: calls are
+ * serialized inside it.
+ */
+
+struct store;
+struct batch;
+struct profile;
+struct selector;
+
+/*
+ * uri: "sqlite:DIR", "sqlite://DIR" or a plain directory path (SQLite in
+ * DIR/flamewatch.db; DIR is created when missing); "clickhouse://..." is
+ * reserved (-EPROTONOSUPPORT until that backend exists). uri is borrowed.
+ * Returns an owned store, or NULL with errno set and a one-line message in
+ * err (when err_len > 0).
+ */
+struct store *store__open(const char *uri, char *err, size_t err_len);
+/* Accepts NULL. */
+void store__close(struct store *s);
+
+/*
+ * Writes every sample of b (borrowed) under node (borrowed, non-empty):
+ * the label node=NODE is added to each series, replacing one the batch may
+ * carry. Atomic: all samples or none (an out-of-range stack or series id is
+ * -EINVAL with nothing written). Durable on return: an acknowledged batch
+ * survives kill -9 and power loss.
+ */
+int store__write(struct store *s, const char *node, const struct batch *b);
+
+/*
+ * Merged profile of every sample of type with from <= ts < to whose series
+ * matches sel (NULL: all), added to out (borrowed; normally fresh from
+ * profile__new) by (stack, comm label) as
+ * profile__add_sample(out, stack, 0, 0, 0, comm, sum of values). Frames
+ * carry kinds, addresses, names, files, lines and mappings. Long windows are
+ * answered from rollups; totals equal those of the raw samples exactly.
+ */
+int store__profile(struct store *s, int64_t from, int64_t to, const struct selector *sel,
+		   uint32_t type, struct profile *out);
+
+/*
+ * Time-ordered samples for a flame chart: cb runs for each sample of type
+ * in [from, to) matching sel, in ts order (ties in a fixed order), with its
+ * stack id in dict (borrowed; the store adds the stacks it references) and
+ * its series' comm (borrowed for the call) and pid labels (0 if absent).
+ * When the window holds more than max_samples samples (0: no limit), only
+ * every k-th is passed on, k the smallest that keeps the count within
+ * max_samples; *stride (may be NULL) receives k. Never refuses a window:
+ * memory is bounded by the samples of one SQLite block span (5 minutes).
+ */
+int store__samples(struct store *s, int64_t from, int64_t to, const struct selector *sel,
+		   uint32_t type, uint32_t max_samples, struct profile *dict,
+		   int (*cb)(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t cpu,
+			     int64_t value, const char *comm, uint32_t pid),
+		   void *ctx, uint32_t *stride);
+
+/*
+ * Sums of values in buckets [from + i * step, from + (i + 1) * step) clipped
+ * to [from, to), grouped by the value of label `by` (NULL: one group "";
+ * series without the label fall in group ""). cb runs once per (group,
+ * bucket) with a non-zero sum, ordered by group, then bucket; group is
+ * borrowed for the call. -E2BIG for more than STORE_MAX_BUCKETS buckets.
+ */
+#define STORE_MAX_BUCKETS (1 << 20)
+int store__series(struct store *s, int64_t from, int64_t to, int64_t step,
+		  const struct selector *sel, uint32_t type, const char *by,
+		  int (*cb)(void *ctx, const char *group, int64_t bucket_start, int64_t sum),
+		  void *ctx);
+
+/*
+ * Label names, or the values of label name, of the series with samples in
+ * [from, to): each once, in byte order, borrowed for the call.
+ */
+int store__label_names(struct store *s, int64_t from, int64_t to,
+		       int (*cb)(void *ctx, const char *name), void *ctx);
+int store__label_values(struct store *s, const char *name, int64_t from, int64_t to,
+			int (*cb)(void *ctx, const char *value), void *ctx);
+
+/*
+ * Drops in bulk the samples older than cutoff_ns, which a backend may round
+ * down to its unit of deletion (SQLite: 5-minute blocks), and their rollups.
+ * Queries then agree with what is kept, exactly. Dictionaries (stacks,
+ * frames, strings) and series are kept.
+ */
+int store__retain(struct store *s, int64_t cutoff_ns);
+
+struct store_stats {
+	uint64_t samples_written;	/* since the store was created */
+	uint64_t batches_written;
+	uint64_t bytes_on_disk;		/* database files, the write-ahead log included */
+	uint64_t series, stacks, frames;
+};
+
+int store__stats(struct store *s, struct store_stats *out);
+
+/*
+ * For backends only: what store.c dispatches to. Each backend exports one
+ * of these; open returns the backend's own state, which the others receive.
+ */
+struct store_backend {
+	const char *name;
+	void *(*open)(const char *location, char *err, size_t err_len);
+	void (*close)(void *impl);
+	int (*write)(void *impl, const char *node, const struct batch *b);
+	int (*profile)(void *impl, int64_t from, int64_t to, const struct selector *sel,
+		       uint32_t type, struct profile *out);
+	int (*samples)(void *impl, int64_t from, int64_t to, const struct selector *sel,
+		       uint32_t type, uint32_t max_samples, struct profile *dict,
+		       int (*cb)(void *ctx, int64_t ts, uint32_t stack, uint32_t tid,
+				 uint32_t cpu, int64_t value, const char *comm, uint32_t pid),
+		       void *ctx, uint32_t *stride);
+	int (*series)(void *impl, int64_t from, int64_t to, int64_t step,
+		      const struct selector *sel, uint32_t type, const char *by,
+		      int (*cb)(void *ctx, const char *group, int64_t bucket_start, int64_t sum),
+		      void *ctx);
+	int (*label_names)(void *impl, int64_t from, int64_t to,
+			   int (*cb)(void *ctx, const char *name), void *ctx);
+	int (*label_values)(void *impl, const char *name, int64_t from, int64_t to,
+			    int (*cb)(void *ctx, const char *value), void *ctx);
+	int (*retain)(void *impl, int64_t cutoff_ns);
+	int (*stats)(void *impl, struct store_stats *out);
+};
+
+#endif
