@@ -123,7 +123,7 @@ system: $(BUILD)/flamewatch workloads
 test: unit system
 
 run: $(BUILD)/flamewatch
-	$(BUILD)/flamewatch record -a
+	$(BUILD)/flamewatch run
 
 clean:
 	rm -rf $(BUILD)
