@@ -92,7 +92,7 @@ static uint8_t *_arena_alloc(struct intern *t, size_t len)
 	if (!c || c->size - c->used < len) {
 		size_t size = len > ARENA_CHUNK ? len : ARENA_CHUNK;
 
-		c = malloc(sizeof(*c) + size);
+		c = aligned_alloc(8, (sizeof(*c) + size + 7) & ~(size_t)7);
 		if (!c)
 			return NULL;
 		c->size = size;
@@ -184,7 +184,11 @@ int64_t intern__add(struct intern *t, const void *key, size_t len, bool *added)
 		t->entries = e;
 		t->capacity = cap;
 	}
-	copy = _arena_alloc(t, len ? len : 1);
+	/*
+	 * Keys are handed back as typed arrays (uint32_t stacks, label
+	 * pairs): keep every key 8-byte aligned, even after an odd-sized one.
+	 */
+	copy = _arena_alloc(t, len ? (len + 7) & ~(size_t)7 : 8);
 	if (!copy)
 		return -ENOMEM;
 	memcpy(copy, key, len);

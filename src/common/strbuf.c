@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,36 @@ void strbuf__printf(struct strbuf *sb, const char *fmt, ...)
 	sb->len += n;
 }
 
+/* Length of the well-formed UTF-8 sequence at p (lead byte >= 0x80), or 0. */
+static size_t _utf8_len(const unsigned char *p)
+{
+	size_t n;
+	uint32_t cp;
+
+	if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+		n = 2;
+		cp = p[0] & 0x1f;
+	} else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+		n = 3;
+		cp = p[0] & 0x0f;
+	} else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+		n = 4;
+		cp = p[0] & 0x07;
+	} else {
+		return 0;
+	}
+	for (size_t i = 1; i < n; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (p[i] & 0x3f);
+	}
+	/* Overlong forms, surrogates and values past U+10FFFF are not UTF-8. */
+	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
 void strbuf__json_string(struct strbuf *sb, const char *s)
 {
 	const unsigned char *p = (const unsigned char *)s;
@@ -85,10 +116,21 @@ void strbuf__json_string(struct strbuf *sb, const char *s)
 			strbuf__puts(sb, "\\r");
 			break;
 		default:
-			if (*p < 0x20)
+			if (*p < 0x20) {
 				strbuf__printf(sb, "\\u%04x", *p);
-			else
+			} else if (*p < 0x80) {
 				strbuf__putc(sb, *p);
+			} else {
+				size_t n = _utf8_len(p);
+
+				/* Symbol names are bytes: invalid UTF-8 becomes U+FFFD. */
+				if (n) {
+					strbuf__append(sb, p, n);
+					p += n - 1;
+				} else {
+					strbuf__puts(sb, "\xef\xbf\xbd");
+				}
+			}
 		}
 	}
 	strbuf__putc(sb, '"');

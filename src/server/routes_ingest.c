@@ -96,6 +96,9 @@ void routes__ingest(struct request *r)
 			request__error(r, 413, "%s", err);
 		} else if (ret == -ESTALE) {
 			request__error(r, 409, "%s", err);
+		} else if (ret == -ENOMEM) {
+			/* Ours, not the agent's: it should try again later. */
+			request__error(r, 503, "%s", err);
 		} else {
 			r->srv->metrics.ingest_rejected_invalid++;
 			request__error(r, 400, "%s", err);
