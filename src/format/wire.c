@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include "common/batch.h"
 #include "common/intern.h"
