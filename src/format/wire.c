@@ -14,6 +14,7 @@
 #include "common/intern.h"
 #include "common/profile.h"
 #include "common/decompress.h"
+#include "format/pb_alloc.h"
 #include "format/wire.h"
 #include "wire.pb-c.h"
 
@@ -991,48 +992,6 @@ static int _fail(char *err, size_t err_len, int code, const char *fmt, ...)
 	return code;
 }
 
-/*
- * protobuf-c allocates per element and per submessage, so a small message
- * can unpack into many times its size: 2 bytes of empty Frame become a
- * 48-byte struct and a pointer. Counting what it allocates bounds that
- * whatever the message holds.
- */
-struct capped_alloc {
-	size_t used, max;
-	bool over;
-};
-
-#define ALLOC_HDR 16	/* keeps max_align_t alignment */
-
-static void *_ca_alloc(void *data, size_t size)
-{
-	struct capped_alloc *a = data;
-	size_t *p;
-
-	if (size > a->max || size + ALLOC_HDR > a->max - a->used) {
-		a->over = true;
-		return NULL;
-	}
-	p = malloc(size + ALLOC_HDR);
-	if (!p)
-		return NULL;
-	p[0] = size;
-	a->used += size + ALLOC_HDR;
-	return (uint8_t *)p + ALLOC_HDR;
-}
-
-static void _ca_free(void *data, void *ptr)
-{
-	struct capped_alloc *a = data;
-	size_t *p;
-
-	if (!ptr)
-		return;
-	p = (size_t *)((uint8_t *)ptr - ALLOC_HDR);
-	a->used -= p[0] + ALLOC_HDR;
-	free(p);
-}
-
 /* Global id -> id in the batch being built, for one kind. */
 struct outmap {
 	struct intern *ix;	/* global id -> ordinal */
@@ -1469,8 +1428,8 @@ int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 		 char *err, size_t err_len)
 {
 	struct wire_limits deflim = wire_limits__default();
-	struct capped_alloc ca = { 0 };
-	ProtobufCAllocator pa = { _ca_alloc, _ca_free, &ca };
+	struct pb_capped_alloc ca = { 0 };
+	ProtobufCAllocator pa = pb_capped_alloc__allocator(&ca);
 	Flamewatch__Wire__Batch *m = NULL;
 	struct dec d = { .err = err, .err_len = err_len };
 	uint32_t base[K_MAX], saved[K_MAX] = { 0 };

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/profile.h"
 #include "common/strbuf.h"
+#include "format/pprof_read.h"
 #include "format/wire.h"
 #include "server/request.h"
 #include "store/selector.h"
@@ -298,6 +299,47 @@ out:
 
 void routes__ingest_pprof(struct request *r)
 {
-	request__error(r, 501, "pprof ingest is not implemented yet; send folded stacks to "
-		       "/api/v1/ingest/folded");
+	const char *names[MAX_LABELS], *values[MAX_LABELS];
+	const char *node = evhttp_find_header(&r->params, "node");
+	struct pprof_read_limits lim = {
+		.max_decompressed = 64u << 20,
+		.max_unpacked = 512u << 20,
+		.max_samples = 1000000,
+		.max_stack_depth = 1024,
+	};
+	struct selector *sel = NULL;
+	struct strbuf sb = STRBUF_INIT;
+	struct batch *b = NULL;
+	struct timespec now;
+	char err[256];
+	const void *body;
+	size_t len, nlabels;
+	int ret;
+
+	if (_labels(r, names, values, &nlabels, &sel) || _body(r, &body, &len))
+		goto out;
+	b = batch__new(1000000000ULL / 19);
+	if (!b) {
+		request__error(r, 500, "out of memory");
+		goto out;
+	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	ret = pprof__read(body, len, &lim, names, values, nlabels,
+			  (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec, b, err, sizeof(err));
+	if (ret) {
+		if (ret == -E2BIG)
+			r->srv->metrics.ingest_rejected_limits++;
+		else
+			r->srv->metrics.ingest_rejected_invalid++;
+		request__error(r, ret == -E2BIG ? 413 : ret == -ENOMEM ? 503 : 400, "%s", err);
+		goto out;
+	}
+	if (_store(r, node && node[0] ? node : "pprof", b, len) == 0) {
+		strbuf__printf(&sb, "{\"samples\":%u}\n", b->nsamples);
+		request__reply_json(r, 200, &sb);
+	}
+out:
+	strbuf__release(&sb);
+	selector__free(sel);
+	batch__free(b);
 }

@@ -48,4 +48,11 @@ $(WL)/nofp/%: tests/workloads/nofp/%.rs | $(DEPS_STAMP)
 NOFP_SRCS := $(wildcard tests/workloads/nofp/*.c tests/workloads/nofp/*.cpp tests/workloads/nofp/*.rs)
 WORKLOADS += $(addprefix $(WL)/nofp/,$(basename $(notdir $(NOFP_SRCS))))
 
+# A Go program writing its own CPU profile with runtime/pprof.
+$(WL)/go_pprof: tests/workloads/go_pprof/main.go | $(DEPS_STAMP)
+	$(call msg,GO,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)GOCACHE=$(abspath $(BUILD))/gocache go build -o $@ $<
+WORKLOADS += $(WL)/go_pprof
+
 workloads: $(WORKLOADS)
