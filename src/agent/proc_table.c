@@ -444,6 +444,8 @@ void proc_table__for_each_binary(struct proc_table *t, void (*fn)(void *ctx, str
 	for (int i = 0; i < BIN_BUCKETS; i++)
 		for (struct binary *b = t->bins[i]; b; b = b->next)
 			fn(ctx, b);
+	if (t->vdso)
+		fn(ctx, t->vdso);
 }
 
 uint32_t proc_table__nprocs(const struct proc_table *t)

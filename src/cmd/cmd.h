@@ -21,6 +21,7 @@ struct cmd_server_opts {
 	const char *write_token, *read_token;
 	int64_t retention_ns;
 	size_t max_body;
+	unsigned int hz;	/* the agents' sampling rate, for CPU time in exports */
 	bool insecure;
 };
 

@@ -137,6 +137,8 @@ int cmd_run(int argc, char **argv)
 	}
 	if (cmd__check_bpf_privileges() || cmd__check_btf())
 		return 1;
+	/* Exports turn sample counts into CPU time at the rate we sample. */
+	so.hz = co.freq_hz;
 	base = event_base_new();
 	if (!base)
 		return 1;

@@ -36,7 +36,8 @@ static void _usage(FILE *out)
 "  --read-token T       bearer token for the API only\n"
 "  --retention DUR      drop data older than this (default 7d)\n"
 "  --max-body BYTES     largest request accepted (default 64 MiB)\n"
-"  --insecure           allow a non-loopback --listen without tokens\n");
+"  --insecure           allow a non-loopback --listen without tokens\n"
+"  --agent-hz HZ        the agents' -F, for CPU time in exports (default 19)\n");
 }
 
 static void _on_signal(evutil_socket_t sig, short what, void *arg)
@@ -73,6 +74,7 @@ int cmd__serve(const struct cmd_server_opts *o, struct event_base *base, struct 
 		.write_token = o->write_token,
 		.read_token = o->read_token,
 		.max_body = o->max_body,
+		.default_hz = o->hz,
 	};
 	char host[256], err[512], uri[4096];
 	struct store *store;
@@ -167,6 +169,17 @@ int cmd__parse_server_opt(struct cmd_server_opts *o, int c, const char *arg)
 	case 'I':
 		o->insecure = true;
 		return 0;
+	case 'H': {
+		char *end;
+		unsigned long v = strtoul(arg, &end, 10);
+
+		if (*end || !arg[0] || v == 0 || v > 100000) {
+			fprintf(stderr, "flamewatch: error: --agent-hz: '%s' is not a frequency\n", arg);
+			return -1;
+		}
+		o->hz = v;
+		return 0;
+	}
 	}
 	return 1;
 }
@@ -178,6 +191,7 @@ void cmd__server_defaults(struct cmd_server_opts *o, const char *data_dir)
 	o->data_dir = data_dir;
 	o->retention_ns = 7LL * 24 * 3600 * 1000000000LL;
 	o->max_body = 64u << 20;
+	o->hz = 19;
 }
 
 int cmd__run_loop(struct event_base *base, struct store *store, int64_t retention_ns)
@@ -219,6 +233,7 @@ const struct option cmd__server_longopts[] = {
 	{ "retention", required_argument, NULL, 'r' },
 	{ "max-body", required_argument, NULL, 'B' },
 	{ "insecure", no_argument, NULL, 'I' },
+	{ "agent-hz", required_argument, NULL, 'H' },
 	{ "verbose", no_argument, NULL, 'v' },
 	{ "help", no_argument, NULL, 'h' },
 	{}

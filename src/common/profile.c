@@ -111,6 +111,39 @@ int64_t profile__intern_frame(struct profile *p, enum frame_kind kind,
 	return id;
 }
 
+int64_t profile__intern_named_frame(struct profile *p, enum frame_kind kind, uint32_t mapping,
+				    uint64_t addr, const char *function, const char *file,
+				    uint32_t line)
+{
+	int64_t fn = profile__intern_string(p, function);
+	int64_t fl = profile__intern_string(p, file ? file : "");
+	/* A different size from the unnamed key, so the two never collide. */
+	struct { uint32_t kind, mapping; uint64_t addr; uint32_t function, file, line, pad; } key;
+	bool added;
+	int64_t id;
+
+	if (fn < 0 || fl < 0)
+		return -ENOMEM;
+	memset(&key, 0, sizeof(key));
+	key.kind = kind;
+	key.mapping = mapping;
+	key.addr = addr;
+	key.function = fn;
+	key.file = fl;
+	key.line = line;
+	if (_reserve((void **)&p->frames, &p->cap_frames, p->nframes, sizeof(*p->frames)))
+		return -ENOMEM;
+	id = intern__add(p->frame_keys, &key, sizeof(key), &added);
+	if (id >= 0 && added) {
+		p->frames[id] = (struct profile_frame){
+			.kind = kind, .mapping = mapping, .addr = addr,
+			.function = fn, .file = fl, .line = line,
+		};
+		p->nframes++;
+	}
+	return id;
+}
+
 int profile__set_frame_name(struct profile *p, uint32_t frame, const char *function,
 			    const char *file, uint32_t line)
 {

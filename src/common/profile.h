@@ -86,6 +86,16 @@ int64_t profile__intern_mapping(struct profile *p, const char *path, const char 
  */
 int64_t profile__intern_frame(struct profile *p, enum frame_kind kind,
 			      uint32_t mapping, uint64_t addr);
+/*
+ * Returns the id of the frame (kind, mapping, addr) with this name, file and
+ * line, or -ENOMEM. For frames that arrive already named (from a store, an
+ * agent, another tool): the name is part of the identity, because the same
+ * address can hold different functions on different hosts (kernel text under
+ * KASLR, JIT code) or at different times.
+ */
+int64_t profile__intern_named_frame(struct profile *p, enum frame_kind kind, uint32_t mapping,
+				    uint64_t addr, const char *function, const char *file,
+				    uint32_t line);
 /* Names a frame; file may be NULL. Returns 0 or -ENOMEM. */
 int profile__set_frame_name(struct profile *p, uint32_t frame, const char *function,
 			    const char *file, uint32_t line);

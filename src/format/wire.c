@@ -1104,13 +1104,10 @@ static int64_t _out_frame(struct dec *d, uint32_t gid)
 			return id;
 		mapping = id;
 	}
-	id = profile__intern_frame(d->out->dict, f.kind, mapping, f.addr);
+	id = profile__intern_named_frame(d->out->dict, f.kind, mapping, f.addr,
+					 _d_string(d, f.function), _d_string(d, f.file), f.line);
 	if (id < 0)
 		return id;
-	rc = profile__set_frame_name(d->out->dict, id, _d_string(d, f.function),
-				     _d_string(d, f.file), f.line);
-	if (rc)
-		return rc;
 	m->local[ord] = id;
 	return id;
 }

@@ -24,6 +24,7 @@ struct server {
 	struct wire_session_table *sessions;
 	char *write_token, *read_token;
 	size_t max_body;
+	unsigned int default_hz;
 	uint16_t port;
 	struct server_metrics metrics;
 };

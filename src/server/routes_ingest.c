@@ -14,6 +14,7 @@
 #include <event2/http.h>
 
 #include "common/batch.h"
+#include "common/decompress.h"
 #include "common/intern.h"
 #include "common/log.h"
 #include "common/profile.h"
@@ -26,6 +27,7 @@
 
 #define MAX_LABELS 32
 #define MAX_FOLDED_DEPTH 1024
+#define MAX_FOLDED_BYTES (64u << 20)	/* decompressed */
 
 static int _body(struct request *r, const void **data, size_t *len)
 {
@@ -250,13 +252,27 @@ void routes__ingest_folded(struct request *r)
 	uint32_t *frames = NULL;
 	struct batch *b = NULL;
 	char *text = NULL, *line, *save = NULL, err[256];
+	enum wire_compression comp;
+	uint8_t *plain = NULL;
 	const void *body;
 	size_t len, nlabels, lineno = 0;
 	struct timespec now;
 	int ret;
 
-	if (_labels(r, names, values, &nlabels, &sel) || _body(r, &body, &len))
+	if (_labels(r, names, values, &nlabels, &sel) || _compression(r, &comp) ||
+	    _body(r, &body, &len))
 		goto out;
+	if (comp != WIRE_NONE) {
+		ret = comp == WIRE_GZIP ?
+		      decompress__gzip(body, len, MAX_FOLDED_BYTES, &plain, &len, err, sizeof(err)) :
+		      decompress__zstd(body, len, MAX_FOLDED_BYTES, &plain, &len, err, sizeof(err));
+		if (ret) {
+			r->srv->metrics.ingest_rejected_limits += ret == -E2BIG;
+			request__error(r, ret == -E2BIG ? 413 : 400, "%s", err);
+			goto out;
+		}
+		body = plain;
+	}
 	text = malloc(len + 1);
 	frames = calloc(MAX_FOLDED_DEPTH, sizeof(*frames));
 	b = batch__new(1000000000ULL / 19);
@@ -295,6 +311,7 @@ out:
 	batch__free(b);
 	free(frames);
 	free(text);
+	free(plain);
 }
 
 void routes__ingest_pprof(struct request *r)

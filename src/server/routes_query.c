@@ -21,7 +21,6 @@
 
 #define DEFAULT_MAX_NODES 20000
 #define DEFAULT_MAX_SAMPLES 200000
-#define DEFAULT_HZ 19
 
 static int _type(struct request *r, uint32_t *type)
 {
@@ -127,7 +126,7 @@ void routes__profile(struct request *r)
 	}
 	if (_type(r, &type) || request__window(r, &from, &to) || _selector(r, &sel) ||
 	    _uint_param(r, "max_nodes", DEFAULT_MAX_NODES, 1000000, &max_nodes) ||
-	    _uint_param(r, "hz", DEFAULT_HZ, 100000, &hz))
+	    _uint_param(r, "hz", r->srv->default_hz, 100000, &hz))
 		goto out;
 	p = profile__new(type == SAMPLE_CPU ? 1000000000ULL / hz : 1, from);
 	if (!p) {
@@ -359,7 +358,7 @@ void routes__flamechart(struct request *r)
 	}
 	if (_type(r, &type) || request__window(r, &from, &to) || _selector(r, &sel) ||
 	    _uint_param(r, "max_samples", DEFAULT_MAX_SAMPLES, 5000000, &max_samples) ||
-	    _uint_param(r, "hz", DEFAULT_HZ, 100000, &hz))
+	    _uint_param(r, "hz", r->srv->default_hz, 100000, &hz))
 		goto out;
 	c.dict = profile__new(0, from);
 	c.lane_keys = intern__new();

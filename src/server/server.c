@@ -311,6 +311,7 @@ struct server *server__new(struct event_base *base, struct store *store,
 	s->base = base;
 	s->store = store;
 	s->max_body = opts->max_body;
+	s->default_hz = opts->default_hz ? opts->default_hz : 19;
 	s->write_token = opts->write_token ? strdup(opts->write_token) : NULL;
 	s->read_token = opts->read_token ? strdup(opts->read_token) : NULL;
 	s->sessions = wire_sessions__new(MAX_SESSIONS, MAX_SESSION_BYTES);

@@ -20,6 +20,7 @@ struct server_opts {
 	const char *write_token;	/* bearer token for ingest; NULL: none needed */
 	const char *read_token;		/* bearer token for the API; NULL: none needed */
 	size_t max_body;		/* bytes; larger requests get 413 */
+	unsigned int default_hz;	/* sampling rate of stored CPU samples, for ?hz= */
 };
 
 /*

@@ -14,7 +14,7 @@
  * returns 0 or -errno (-EINVAL for bad arguments, -EIO for corrupt stored
  * data, -ENOMEM, ...). Callbacks returning non-zero stop the iteration and
  * their value is returned. A store may be shared between threads: calls are
- * serialized inside it.
+ * serialized inside it, so a callback must not call into the same store.
  */
 
 struct store;

@@ -87,11 +87,33 @@ static void test_profile_aggregates(void **state)
 	profile__free(NULL);
 }
 
+static void test_named_frames_keep_their_names(void **state)
+{
+	struct profile *p = profile__new(1, 0);
+	int64_t k = profile__intern_mapping(p, "[kernel.kallsyms]", NULL);
+	int64_t a, b, again, unnamed;
+
+	/* One KASLR address, two hosts, two functions: two frames. */
+	a = profile__intern_named_frame(p, FRAME_KERNEL, k, 0xffffffff81000000ULL, "kfunc_a", NULL, 0);
+	b = profile__intern_named_frame(p, FRAME_KERNEL, k, 0xffffffff81000000ULL, "kfunc_b", NULL, 0);
+	again = profile__intern_named_frame(p, FRAME_KERNEL, k, 0xffffffff81000000ULL, "kfunc_a", NULL, 0);
+	unnamed = profile__intern_frame(p, FRAME_KERNEL, k, 0xffffffff81000000ULL);
+	assert_true(a >= 0 && b >= 0);
+	assert_int_not_equal(a, b);
+	assert_int_equal(a, again);
+	assert_int_not_equal(unnamed, a);
+	assert_int_not_equal(unnamed, b);
+	assert_string_equal(profile__string(p, p->frames[a].function), "kfunc_a");
+	assert_string_equal(profile__string(p, p->frames[b].function), "kfunc_b");
+	profile__free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_intern_dedups_and_grows),
 		cmocka_unit_test(test_profile_aggregates),
+		cmocka_unit_test(test_named_frames_keep_their_names),
 	};
 
 	return cmocka_run_group_tests_name("profile", tests, NULL, NULL);
