@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hex.h"
 #include "common/log.h"
 #include "demangle.h"
 #include "kallsyms.h"
@@ -44,40 +45,10 @@ struct kline {
 
 static bool _warned_zero;
 
-static int _hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-/* strtoull() would also take signs and leading blanks; this takes only hex. */
-static const char *_parse_hex(const char *p, uint64_t *out)
-{
-	uint64_t v = 0;
-	int d, digits = 0;
-
-	if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X'))
-		p += 2;
-	for (; (d = _hexval(*p)) >= 0; p++) {
-		if (++digits > 16)
-			return NULL;
-		v = v << 4 | (uint64_t)d;
-	}
-	if (!digits)
-		return NULL;
-	*out = v;
-	return p;
-}
-
 /* "ADDR TYPE NAME" or "ADDR TYPE NAME\t[MODULE]", newline optional. */
 static bool _parse_line(const char *line, struct kline *k)
 {
-	const char *p = _parse_hex(line, &k->addr), *q;
+	const char *p = hex__parse_u64(line, &k->addr), *q;
 
 	if (!p || p[0] != ' ' || !p[1] || p[2] != ' ')
 		return false;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "common/hex.h"
 #include "common/log.h"
 #include "demangle.h"
 #include "perfmap.h"
@@ -17,36 +18,6 @@ struct preq {
 	bool done;		/* cb called */
 };
 
-static int _hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-/* strtoull() would also take signs and leading blanks; this takes only hex. */
-static const char *_parse_hex(const char *p, uint64_t *out)
-{
-	uint64_t v = 0;
-	int d, digits = 0;
-
-	if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X'))
-		p += 2;
-	for (; (d = _hexval(*p)) >= 0; p++) {
-		if (++digits > 16)
-			return NULL;
-		v = v << 4 | (uint64_t)d;
-	}
-	if (!digits)
-		return NULL;
-	*out = v;
-	return p;
-}
-
 /*
  * Parses "START SIZE NAME\n" in place (the line ending is cut off). Returns
  * false for anything else, and for empty entries, which cover no address.
@@ -57,11 +28,11 @@ static bool _parse_line(char *line, uint64_t *start, uint64_t *end, char **name)
 	uint64_t size;
 	size_t len;
 
-	p = _parse_hex(line, start);
+	p = hex__parse_u64(line, start);
 	if (!p || (*p != ' ' && *p != '\t'))
 		return false;
 	p += strspn(p, " \t");
-	p = _parse_hex(p, &size);
+	p = hex__parse_u64(p, &size);
 	if (!p || (*p != ' ' && *p != '\t') || size == 0)
 		return false;
 	p += strspn(p, " \t");
