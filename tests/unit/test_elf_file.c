@@ -70,39 +70,7 @@ int main(void);
 
 /* ---- helpers ------------------------------------------------------------- */
 
-#define MAXQ 16
-
-struct results {
-	int calls[MAXQ];
-	char *name[MAXQ];
-	uint64_t off[MAXQ];
-};
-
-static void collect(void *ctx, size_t i, const char *name, uint64_t off)
-{
-	struct results *r = ctx;
-
-	assert_true(i < MAXQ);
-	r->calls[i]++;
-	free(r->name[i]);
-	r->name[i] = name ? strdup(name) : NULL;
-	r->off[i] = off;
-}
-
-static void results_check_once(const struct results *r, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		assert_int_equal(r->calls[i], 1);
-	for (size_t i = n; i < MAXQ; i++)
-		assert_int_equal(r->calls[i], 0);
-}
-
-static void results_free(struct results *r)
-{
-	for (size_t i = 0; i < MAXQ; i++)
-		free(r->name[i]);
-	memset(r, 0, sizeof(*r));
-}
+#include "symbol_results.h"
 
 static void expect_name(const struct results *r, size_t i, const char *want, uint64_t off)
 {

@@ -14,68 +14,11 @@
 #include "symbolize/perfmap.h"
 
 #define BASIC FW_TEST_DATA "/fixtures/perfmap_basic.map"
-#define MAXQ 32
-
-struct results {
-	int calls[MAXQ];
-	char *name[MAXQ];
-	uint64_t off[MAXQ];
-};
-
-static void collect(void *ctx, size_t i, const char *name, uint64_t off)
-{
-	struct results *r = ctx;
-
-	assert_true(i < MAXQ);
-	r->calls[i]++;
-	free(r->name[i]);
-	r->name[i] = name ? strdup(name) : NULL;
-	r->off[i] = off;
-}
-
-static void results_check_once(const struct results *r, size_t n)
-{
-	for (size_t i = 0; i < MAXQ; i++)
-		assert_int_equal(r->calls[i], i < n ? 1 : 0);
-}
-
-static void results_free(struct results *r)
-{
-	for (size_t i = 0; i < MAXQ; i++)
-		free(r->name[i]);
-	memset(r, 0, sizeof(*r));
-}
-
-struct q {
-	uint64_t addr;
-	const char *name;	/* NULL: must stay unresolved */
-	uint64_t off;
-};
+#include "symbol_results.h"
 
 static void check(const char *path, const struct q *qs, size_t n)
 {
-	struct results r = { 0 };
-	uint64_t addrs[MAXQ];
-
-	assert_true(n <= MAXQ);
-	for (size_t i = 0; i < n; i++)
-		addrs[i] = qs[i].addr;
-	assert_int_equal(perfmap__resolve(path, addrs, n, collect, &r), 0);
-	results_check_once(&r, n);
-	for (size_t i = 0; i < n; i++) {
-		if (!qs[i].name) {
-			if (r.name[i])
-				fail_msg("%#llx: got %s, want unresolved",
-					 (unsigned long long)qs[i].addr, r.name[i]);
-			continue;
-		}
-		if (!r.name[i])
-			fail_msg("%#llx: unresolved, want %s", (unsigned long long)qs[i].addr,
-				 qs[i].name);
-		assert_string_equal(r.name[i], qs[i].name);
-		assert_int_equal(r.off[i], qs[i].off);
-	}
-	results_free(&r);
+	check_resolver(perfmap__resolve, path, qs, n);
 }
 
 static void test_entries_and_boundaries(void **state)
