@@ -38,6 +38,13 @@ struct cpu_profile {
 	uint64_t unresolved;
 	uint32_t *frames;	/* scratch for one stack */
 	uint32_t jit_named_upto;	/* frames below this id had their JIT names looked up */
+	uint64_t *ktext;		/* sorted kernel text symbol starts */
+	size_t nktext;
+	bool ktext_tried;
+	struct intern *sym_keys;	/* symbol cache: (owner, addr) -> index in sym_name_of */
+	struct intern *sym_names;
+	uint32_t *sym_name_of;
+	uint32_t sym_cap;
 };
 
 /* Starts a fresh dictionary (and batch); the caller has dropped the old one. */
@@ -151,6 +158,10 @@ void cpu_profile__free(struct cpu_profile *cp)
 		profile__free(cp->p);
 	intern__free(cp->pids);
 	free(cp->pid_series);
+	intern__free(cp->sym_keys);
+	intern__free(cp->sym_names);
+	free(cp->sym_name_of);
+	free(cp->ktext);
 	free(cp);
 }
 
@@ -354,10 +365,92 @@ int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t
 /* The frames of one mapping that still need a name, and their addresses. */
 struct name_batch {
 	struct cpu_profile *cp;
+	const void *owner;	/* symbol cache owner of these addresses, or NULL */
 	uint32_t *frames;
 	uint64_t *addrs;
+	uint64_t *cache_addrs;	/* what each address is cached under */
 	size_t n;
 };
+
+/*
+ * Names found in earlier batches, by (binary or kernel, address): an agent
+ * names the same hot frames every 10 s, and reading /proc/kallsyms or a
+ * symbol table again each time would be most of its CPU. JIT frames are
+ * not cached: their code is replaced under the same addresses. The cache
+ * is dropped whole when it grows past SYMCACHE_MAX entries.
+ */
+#define SYMCACHE_MAX 200000
+#define SYMCACHE_UNRESOLVED UINT32_MAX
+
+struct symcache_key {
+	const void *owner;
+	uint64_t addr;
+};
+
+static int _symcache_init(struct cpu_profile *cp)
+{
+	intern__free(cp->sym_keys);
+	intern__free(cp->sym_names);
+	free(cp->sym_name_of);
+	cp->sym_keys = intern__new();
+	cp->sym_names = intern__new();
+	cp->sym_name_of = NULL;
+	cp->sym_cap = 0;
+	return cp->sym_keys && cp->sym_names ? 0 : -ENOMEM;
+}
+
+/* The cached name of (owner, addr): NULL if not cached; *unresolved if known to have none. */
+static const char *_symcache_get(struct cpu_profile *cp, const void *owner, uint64_t addr,
+				 bool *unresolved)
+{
+	struct symcache_key key = { owner, addr };
+	int64_t id;
+
+	*unresolved = false;
+	if (!cp->sym_keys)
+		return NULL;
+	id = intern__find(cp->sym_keys, &key, sizeof(key));
+	if (id < 0)
+		return NULL;
+	if (cp->sym_name_of[id] == SYMCACHE_UNRESOLVED) {
+		*unresolved = true;
+		return NULL;
+	}
+	return intern__key(cp->sym_names, cp->sym_name_of[id], NULL);
+}
+
+static void _symcache_put(struct cpu_profile *cp, const void *owner, uint64_t addr,
+			  const char *name)
+{
+	struct symcache_key key = { owner, addr };
+	bool added;
+	int64_t id, nid = SYMCACHE_UNRESOLVED;
+
+	if (!cp->sym_keys || intern__count(cp->sym_keys) >= SYMCACHE_MAX) {
+		if (_symcache_init(cp))
+			return;
+	}
+	if (name) {
+		nid = intern__add(cp->sym_names, name, strlen(name) + 1, NULL);
+		if (nid < 0)
+			return;
+	}
+	id = intern__add(cp->sym_keys, &key, sizeof(key), &added);
+	if (id < 0 || !added)
+		return;
+	if ((uint32_t)id >= cp->sym_cap) {
+		uint32_t cap = cp->sym_cap ? cp->sym_cap * 2 : 1024;
+		uint32_t *n = realloc(cp->sym_name_of, cap * sizeof(*n));
+
+		if (!n) {
+			_symcache_init(cp);
+			return;
+		}
+		cp->sym_name_of = n;
+		cp->sym_cap = cap;
+	}
+	cp->sym_name_of[id] = nid;
+}
 
 static void _name_frame(void *ctx, size_t i, const char *name, uint64_t offset)
 {
@@ -368,6 +461,12 @@ static void _name_frame(void *ctx, size_t i, const char *name, uint64_t offset)
 	(void)offset;
 	if (name)
 		profile__set_frame_name(p, frame, name, NULL, 0);
+	/*
+	 * A kernel address without a name says nothing about the function
+	 * start it is keyed under (it may lie past the end of kernel text).
+	 */
+	if (b->owner && (name || b->owner != &b->cp->sym_keys))
+		_symcache_put(b->cp, b->owner, b->cache_addrs[i], name);
 }
 
 /* Unresolved frames read `binary+0xaddr`: they never disappear. */
@@ -396,12 +495,57 @@ static int _by_mapping(const void *a, const void *b, void *profile)
 	return x->mapping < y->mapping ? -1 : x->mapping > y->mapping;
 }
 
+/*
+ * Kernel frames are cached by the start of the function they lie in, found
+ * in an index of text symbol starts read once: hot kernel paths produce new
+ * return addresses all the time, but rarely new functions, so after a
+ * warm-up /proc/kallsyms (expensive to read: the kernel formats every
+ * line) is read again only for functions never seen before.
+ */
+static uint64_t _kernel_cache_addr(struct cpu_profile *cp, uint64_t addr)
+{
+	size_t lo = 0, hi;
+
+	if (!cp->ktext_tried) {
+		cp->ktext_tried = true;
+		if (kallsyms__text_starts("/proc/kallsyms", &cp->ktext, &cp->nktext))
+			cp->nktext = 0;
+	}
+	hi = cp->nktext;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (cp->ktext[mid] <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo ? cp->ktext[lo - 1] : addr;
+}
+
+/* The address a frame is cached under: its own, or its kernel function's start. */
+static uint64_t _cache_addr(struct cpu_profile *cp, uint32_t mapping, uint64_t addr)
+{
+	return mapping == cp->kernel_mapping ? _kernel_cache_addr(cp, addr) : addr;
+}
+
+/* Whose symbols a mapping's frames are, for the cache: NULL for JIT code. */
+static const void *_cache_owner(struct cpu_profile *cp, uint32_t m)
+{
+	struct mapping_source *src = m < cp->nsources ? &cp->sources[m] : NULL;
+
+	if (m == cp->kernel_mapping)
+		return &cp->sym_keys;	/* any stable pointer of ours stands for the kernel */
+	return src && src->bin && src->bin->elf ? src->bin : NULL;
+}
+
 static void _resolve_mapping(struct cpu_profile *cp, uint32_t m, struct name_batch *b)
 {
 	struct profile *p = cp->p;
 	struct mapping_source *src = m < cp->nsources ? &cp->sources[m] : NULL;
 	int ret = 0;
 
+	b->owner = _cache_owner(cp, m);
 	if (m == cp->kernel_mapping)
 		ret = kallsyms__resolve("/proc/kallsyms", b->addrs, b->n, _name_frame, b);
 	else if (src && src->bin && src->bin->elf)
@@ -422,12 +566,14 @@ static int _symbolize(struct cpu_profile *cp, uint32_t first, uint32_t kinds, bo
 {
 	struct profile *p = cp->p;
 	struct name_batch b = { .cp = cp };
-	uint32_t *order, n = 0;
+	uint32_t *order, *pending = NULL, n = 0;
 	int err = 0;
 
 	order = malloc((size_t)(p->nframes - first) * sizeof(*order) + 1);
+	pending = malloc((size_t)(p->nframes - first) * sizeof(*pending) + 1);
 	b.addrs = malloc((size_t)(p->nframes - first) * sizeof(*b.addrs) + 1);
-	if (!order || !b.addrs) {
+	b.cache_addrs = malloc((size_t)(p->nframes - first) * sizeof(*b.cache_addrs) + 1);
+	if (!order || !pending || !b.addrs || !b.cache_addrs) {
 		err = -ENOMEM;
 		goto out;
 	}
@@ -438,12 +584,28 @@ static int _symbolize(struct cpu_profile *cp, uint32_t first, uint32_t kinds, bo
 
 	for (uint32_t i = 0, j; i < n; i = j) {
 		uint32_t m = p->frames[order[i]].mapping;
+		const void *owner = _cache_owner(cp, m);
 
-		for (j = i; j < n && p->frames[order[j]].mapping == m; j++)
-			b.addrs[j - i] = p->frames[order[j]].addr;
-		b.frames = order + i;
-		b.n = j - i;
-		_resolve_mapping(cp, m, &b);
+		/* Names cached from earlier batches first; the rest in one batch. */
+		b.n = 0;
+		for (j = i; j < n && p->frames[order[j]].mapping == m; j++) {
+			uint32_t f = order[j];
+			uint64_t key = owner ? _cache_addr(cp, m, p->frames[f].addr) : 0;
+			bool unresolved = false;
+			const char *name = owner ? _symcache_get(cp, owner, key, &unresolved) : NULL;
+
+			if (name) {
+				profile__set_frame_name(p, f, name, NULL, 0);
+			} else if (!unresolved) {
+				b.addrs[b.n] = p->frames[f].addr;
+				b.cache_addrs[b.n] = key;
+				pending[b.n++] = f;
+			}
+		}
+		if (b.n) {
+			b.frames = pending;
+			_resolve_mapping(cp, m, &b);
+		}
 	}
 	if (final)
 		for (uint32_t i = 0; i < n; i++)
@@ -451,7 +613,9 @@ static int _symbolize(struct cpu_profile *cp, uint32_t first, uint32_t kinds, bo
 				_name_unresolved(cp, order[i]);
 out:
 	free(order);
+	free(pending);
 	free(b.addrs);
+	free(b.cache_addrs);
 	return err;
 }
 

@@ -352,3 +352,53 @@ out:
 	free(reqs);
 	return err;
 }
+
+static int _u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int kallsyms__text_starts(const char *path, uint64_t **starts, size_t *n)
+{
+	uint64_t *v = NULL;
+	size_t nv = 0, cap = 0, line_cap = 0;
+	char *line = NULL;
+	struct kline k;
+	FILE *fp;
+	int err = 0;
+
+	fp = fopen(path, "re");
+	if (!fp)
+		return -errno;
+	while (getline(&line, &line_cap, fp) > 0) {
+		if (!_parse_line(line, &k) || !_is_text(k.type) || !k.addr)
+			continue;
+		if (nv == cap) {
+			size_t ncap = cap ? cap * 2 : 4096;
+			uint64_t *nvv = realloc(v, ncap * sizeof(*v));
+
+			if (!nvv) {
+				err = -ENOMEM;
+				goto out;
+			}
+			v = nvv;
+			cap = ncap;
+		}
+		v[nv++] = k.addr;
+	}
+	if (ferror(fp))
+		err = -EIO;
+out:
+	fclose(fp);
+	free(line);
+	if (err || !nv) {
+		free(v);
+		return err ? err : -EPERM;
+	}
+	qsort(v, nv, sizeof(*v), _u64_cmp);
+	*starts = v;
+	*n = nv;
+	return 0;
+}

@@ -40,4 +40,12 @@
 int kallsyms__resolve(const char *path, const uint64_t *addrs, size_t n,
 		      symbol_cb cb, void *ctx);
 
+/*
+ * Reads the start addresses of the kernel's text symbols, sorted: an index
+ * small enough to keep (8 bytes a symbol) that tells which function an
+ * address lies in without reading kallsyms again. Returns 0 and an owned
+ * array, -EPERM when the addresses are hidden (all zero), or -errno.
+ */
+int kallsyms__text_starts(const char *path, uint64_t **starts, size_t *n);
+
 #endif
