@@ -58,6 +58,7 @@
 /* Bytes a content cache may hold before it is dropped and refilled. */
 #define CACHE_BYTES	(32u << 20)
 #define SERIES_CACHE_MAX 100000
+#define OPEN_WINDOWS_MAX (1u << 20)
 
 enum { RU_MIN, RU_HOUR, RU_NTABLES };
 static const int64_t _ru_unit[RU_NTABLES] = { NS_MIN, NS_HOUR };
@@ -85,9 +86,9 @@ static const char SCHEMA[] =
 	"CREATE INDEX IF NOT EXISTS sample_blocks_t_max ON sample_blocks(t_max);"
 	"CREATE INDEX IF NOT EXISTS sample_blocks_series ON sample_blocks(series, t_min);"
 	"CREATE TABLE IF NOT EXISTS rollup_1m(bucket INTEGER NOT NULL, series INTEGER NOT NULL,"
-	" data BLOB NOT NULL, UNIQUE(bucket, series));"
+	" totals BLOB NOT NULL, data BLOB NOT NULL, UNIQUE(bucket, series));"
 	"CREATE TABLE IF NOT EXISTS rollup_1h(bucket INTEGER NOT NULL, series INTEGER NOT NULL,"
-	" data BLOB NOT NULL, UNIQUE(bucket, series));";
+	" totals BLOB NOT NULL, data BLOB NOT NULL, UNIQUE(bucket, series));";
 
 enum stmt_id {
 	ST_BEGIN, ST_BEGIN_READ, ST_COMMIT, ST_ROLLBACK,
@@ -149,12 +150,16 @@ static const char *const _sql[ST_COUNT] = {
 	[ST_MAX_T_MAX] = "SELECT max(t_max) FROM sample_blocks",
 	[ST_RU_GET_M] = "SELECT data FROM rollup_1m WHERE bucket = ?1 AND series = ?2",
 	[ST_RU_GET_H] = "SELECT data FROM rollup_1h WHERE bucket = ?1 AND series = ?2",
-	[ST_RU_PUT_M] = "INSERT INTO rollup_1m(bucket, series, data) VALUES(?1, ?2, ?3)"
-			" ON CONFLICT(bucket, series) DO UPDATE SET data = excluded.data",
-	[ST_RU_PUT_H] = "INSERT INTO rollup_1h(bucket, series, data) VALUES(?1, ?2, ?3)"
-			" ON CONFLICT(bucket, series) DO UPDATE SET data = excluded.data",
-	[ST_RU_RANGE_M] = "SELECT bucket, series, data FROM rollup_1m WHERE bucket >= ?1 AND bucket < ?2",
-	[ST_RU_RANGE_H] = "SELECT bucket, series, data FROM rollup_1h WHERE bucket >= ?1 AND bucket < ?2",
+	[ST_RU_PUT_M] = "INSERT INTO rollup_1m(bucket, series, totals, data) VALUES(?1, ?2, ?3, ?4)"
+			" ON CONFLICT(bucket, series) DO UPDATE SET totals = excluded.totals,"
+			" data = excluded.data",
+	[ST_RU_PUT_H] = "INSERT INTO rollup_1h(bucket, series, totals, data) VALUES(?1, ?2, ?3, ?4)"
+			" ON CONFLICT(bucket, series) DO UPDATE SET totals = excluded.totals,"
+			" data = excluded.data",
+	[ST_RU_RANGE_M] = "SELECT bucket, series, totals, data FROM rollup_1m"
+			  " WHERE bucket >= ?1 AND bucket < ?2",
+	[ST_RU_RANGE_H] = "SELECT bucket, series, totals, data FROM rollup_1h"
+			  " WHERE bucket >= ?1 AND bucket < ?2",
 	[ST_META_ADD] = "UPDATE meta SET value = value + ?2 WHERE key = ?1",
 	[ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
 	[ST_RETAIN_BLOCKS] = "DELETE FROM sample_blocks WHERE t_max < ?1",
@@ -399,7 +404,7 @@ struct sqlite_store {
 	void *kbuf;
 	size_t cap_kbuf;
 	struct rollup_entry *merge;
-	uint32_t cap_merge;
+	size_t cap_merge;
 };
 
 static int _sq_errno(int rc)
@@ -565,8 +570,21 @@ static void *_sqlite_open(const char *dir, char *err, size_t err_len)
 	 * acknowledged batch durable. journal_size_limit keeps the log from
 	 * staying large after a burst.
 	 */
+	{
+		sqlite3_stmt *s;
+		const char *mode;
+
+		rc = sqlite3_prepare_v2(st->db, "PRAGMA journal_mode=WAL", -1, &s, NULL);
+		if (rc != SQLITE_OK)
+			goto sqlerr;
+		rc = sqlite3_step(s);
+		mode = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(s, 0) : NULL;
+		if (!mode || strcmp(mode, "wal"))
+			pr_warn("store: sqlite: %s: no write-ahead log on this file system (%s); "
+				"writes will be slower\n", st->db_path, mode ? mode : sqlite3_errmsg(st->db));
+		sqlite3_finalize(s);
+	}
 	rc = sqlite3_exec(st->db,
-			  "PRAGMA journal_mode=WAL;"
 			  "PRAGMA synchronous=FULL;"
 			  "PRAGMA journal_size_limit=67108864;"
 			  "PRAGMA cache_size=-65536;"
@@ -609,7 +627,6 @@ sqlerr:
 	e = -_sq_errno(rc);
 	snprintf(err, err_len, "sqlite: %s: %s", st->db_path,
 		 st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
-	pr_warn("store: %s\n", err);
 err:
 	if (e == ENOMEM && err && err_len && !err[0])
 		snprintf(err, err_len, "out of memory");
@@ -1139,8 +1156,13 @@ static int _note_window(struct sqlite_store *st, uint32_t series, uint32_t type,
 {
 	uint64_t key = (uint64_t)series << 32 | type;
 	bool added;
-	uint64_t *open = _map_upsert(&st->open_window, key, &added);
+	uint64_t *open;
 	int64_t cur;
+
+	/* Series come and go with processes: forgetting costs one check each. */
+	if (st->open_window.count > OPEN_WINDOWS_MAX)
+		_map_free(&st->open_window);
+	open = _map_upsert(&st->open_window, key, &added);
 
 	if (!open)
 		return -ENOMEM;
@@ -1234,13 +1256,15 @@ static int _rollup_merge(struct sqlite_store *st, int table, int64_t bucket, uin
 	sqlite3_reset(s);
 	if (err)
 		return err;
-	if (nold + nadd > st->cap_merge) {
-		struct rollup_entry *m = realloc(st->merge, (size_t)(nold + nadd) * sizeof(*m));
+	/* Twice: merged entries, then at most as many per-type totals. */
+	if (2 * ((size_t)nold + nadd) > st->cap_merge) {
+		size_t cap = 2 * ((size_t)nold + nadd);
+		struct rollup_entry *m = realloc(st->merge, cap * sizeof(*m));
 
 		if (!m)
 			return -ENOMEM;
 		st->merge = m;
-		st->cap_merge = nold + nadd;
+		st->cap_merge = cap;
 	}
 	while (i < nold || j < nadd) {
 		int c;
@@ -1262,13 +1286,36 @@ static int _rollup_merge(struct sqlite_store *st, int table, int64_t bucket, uin
 			st->merge[n++].sum += add[j++].sum;
 		}
 	}
-	err = blockcodec__encode_rollup(st->codec, st->merge, n, &enc, &len);
-	if (err)
-		return err;
 	s = st->st[table == RU_MIN ? ST_RU_PUT_M : ST_RU_PUT_H];
 	sqlite3_bind_int64(s, 1, bucket);
 	sqlite3_bind_int64(s, 2, series);
-	rc = sqlite3_bind_blob(s, 3, enc, (int)len, SQLITE_STATIC);
+	/*
+	 * Per-type totals in a column of their own: series queries over long
+	 * windows need only them, not every stack of every minute.
+	 */
+	{
+		/* The merge buffer has room for this after its n entries. */
+		struct rollup_entry *totals = st->merge + n;
+		uint32_t nt = 0;
+
+		for (uint32_t k = 0; k < n; k++) {
+			if (nt && totals[nt - 1].type == st->merge[k].type)
+				totals[nt - 1].sum += st->merge[k].sum;
+			else
+				totals[nt++] = (struct rollup_entry){ 0, st->merge[k].type, st->merge[k].sum };
+		}
+		err = blockcodec__encode_rollup(st->codec, totals, nt, &enc, &len);
+		if (err)
+			return err;
+		rc = sqlite3_bind_blob(s, 3, enc, (int)len, SQLITE_TRANSIENT);
+	}
+	err = blockcodec__encode_rollup(st->codec, st->merge, n, &enc, &len);
+	if (err) {
+		sqlite3_clear_bindings(s);
+		return err;
+	}
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_blob(s, 4, enc, (int)len, SQLITE_STATIC);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_step(s);
 	sqlite3_reset(s);
@@ -1916,8 +1963,10 @@ static int _plan_bucket(struct plan *p, int64_t a, int64_t b)
 
 /* Called for every rollup entry and raw sample of the plan, matched series only. */
 struct visitor {
+	/* Gets per-type totals with stack 0 when totals is set, else every stack. */
 	int (*rollup)(struct query *q, struct qseries *s, int64_t bucket,
 		      const struct rollup_entry *e, uint32_t n);
+	bool totals;
 	int (*sample)(struct query *q, struct qseries *s, const struct block_sample *bs);
 };
 
@@ -1926,6 +1975,7 @@ static int _scan_rollups(struct query *q, int table, const struct ranges *rs,
 {
 	struct sqlite_store *st = q->st;
 	sqlite3_stmt *s = st->st[table == RU_MIN ? ST_RU_RANGE_M : ST_RU_RANGE_H];
+	int col = v->totals ? 2 : 3;
 	int rc = SQLITE_DONE, err = 0;
 
 	for (uint32_t i = 0; !err && i < rs->n; i++) {
@@ -1940,8 +1990,8 @@ static int _scan_rollups(struct query *q, int table, const struct ranges *rs,
 
 			if (!qs)
 				continue;
-			err = blockcodec__decode_rollup(st->codec, sqlite3_column_blob(s, 2),
-							sqlite3_column_bytes(s, 2), &e, &n);
+			err = blockcodec__decode_rollup(st->codec, sqlite3_column_blob(s, col),
+							sqlite3_column_bytes(s, col), &e, &n);
 			if (err) {
 				pr_warn("store: sqlite: corrupt %s row (bucket %lld, series %lld)\n",
 					table == RU_MIN ? "rollup_1m" : "rollup_1h",
@@ -2093,7 +2143,7 @@ static int _profile_sample(struct query *q, struct qseries *s, const struct bloc
 static int _sqlite_profile(void *impl, int64_t from, int64_t to, const struct selector *sel,
 			   uint32_t type, struct profile *out)
 {
-	static const struct visitor v = { _profile_rollup, _profile_sample };
+	static const struct visitor v = { .rollup = _profile_rollup, .sample = _profile_sample };
 	struct sqlite_store *st = impl;
 	struct query q = { .st = st, .sel = sel, .type = type, .tag = _tag_comm, .out = out };
 	struct exporter ex = { .st = st, .out = out };
@@ -2191,7 +2241,8 @@ static int _sqlite_series(void *impl, int64_t from, int64_t to, int64_t step,
 			  int (*cb)(void *ctx, const char *group, int64_t bucket_start, int64_t sum),
 			  void *ctx)
 {
-	static const struct visitor v = { _series_rollup, _series_sample };
+	static const struct visitor v = { .rollup = _series_rollup, .totals = true,
+					  .sample = _series_sample };
 	struct sqlite_store *st = impl;
 	struct query q = { .st = st, .sel = sel, .type = type, .tag = _tag_group,
 			   .from = from, .step = step, .by = by };
@@ -2726,8 +2777,8 @@ static int _rebuild_hour(struct sqlite_store *st, int64_t cutoff)
 		const struct rollup_entry *re;
 		uint32_t nre;
 
-		err = blockcodec__decode_rollup(st->codec, sqlite3_column_blob(s, 2),
-						sqlite3_column_bytes(s, 2), &re, &nre);
+		err = blockcodec__decode_rollup(st->codec, sqlite3_column_blob(s, 3),
+						sqlite3_column_bytes(s, 3), &re, &nre);
 		if (err) {
 			pr_warn("store: sqlite: corrupt rollup_1m row (bucket %lld, series %lld)\n",
 				(long long)sqlite3_column_int64(s, 0), (long long)sqlite3_column_int64(s, 1));

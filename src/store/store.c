@@ -19,23 +19,16 @@ struct store {
 	pthread_mutex_t lock;
 };
 
-static void _set_err(char *err, size_t err_len, const char *fmt, const char *arg)
-{
-	if (err && err_len)
-		snprintf(err, err_len, fmt, arg);
-}
-
 struct store *store__open(const char *uri, char *err, size_t err_len)
 {
 	const struct store_backend *ops = &store_sqlite_backend;
 	const char *location = uri;
 	struct store *s = NULL;
+	char msg[256] = "";
 	int e;
 
-	if (err && err_len)
-		err[0] = '\0';
 	if (!uri || !uri[0]) {
-		_set_err(err, err_len, "%sempty store URI", "");
+		snprintf(msg, sizeof(msg), "empty store URI");
 		e = EINVAL;
 		goto err;
 	}
@@ -44,34 +37,38 @@ struct store *store__open(const char *uri, char *err, size_t err_len)
 		if (!strncmp(location, "//", 2))
 			location += 2;
 	} else if (strstr(uri, "://")) {
-		_set_err(err, err_len, "unsupported store URI scheme in \"%s\"", uri);
+		snprintf(msg, sizeof(msg), "unsupported store URI scheme in \"%s\"", uri);
 		e = EPROTONOSUPPORT;
 		goto err;
 	}
 	if (!location[0]) {
-		_set_err(err, err_len, "no directory in store URI \"%s\"", uri);
+		snprintf(msg, sizeof(msg), "no directory in store URI \"%s\"", uri);
 		e = EINVAL;
 		goto err;
 	}
 	s = calloc(1, sizeof(*s));
 	if (!s) {
-		_set_err(err, err_len, "%sout of memory", "");
+		snprintf(msg, sizeof(msg), "out of memory");
 		e = ENOMEM;
 		goto err;
 	}
 	s->ops = ops;
 	pthread_mutex_init(&s->lock, NULL);
-	s->impl = ops->open(location, err, err_len);
+	errno = 0;
+	s->impl = ops->open(location, msg, sizeof(msg));
 	if (!s->impl) {
 		e = errno ? errno : EIO;
 		pthread_mutex_destroy(&s->lock);
 		free(s);
-		s = NULL;
 		goto err;
 	}
+	if (err && err_len)
+		err[0] = '\0';
 	return s;
 err:
-	pr_warn("store: cannot open %s: %s\n", uri ? uri : "(null)", err && err_len ? err : "");
+	pr_warn("store: cannot open %s: %s\n", uri ? uri : "(null)", msg);
+	if (err && err_len)
+		snprintf(err, err_len, "%s", msg);
 	errno = e;
 	return NULL;
 }
