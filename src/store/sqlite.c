@@ -17,9 +17,10 @@
  *     its small blocks are merged into one (compaction), which is what keeps
  *     a sample at about 5-6 bytes.
  *   - rollup_1m, rollup_1h: per (bucket, series) the (stack, type, sum)
- *     triples of the bucket, merged into (read, add, write back) in the same
- *     transaction as the samples, so they always agree with the raw data,
- *     also after a crash.
+ *     triples of the bucket and, apart, its per-type totals; merged into
+ *     (read, add, write back) in the same transaction as the samples, so they
+ *     always agree with the raw data, also after a crash. Retention rebuilds
+ *     the hour it cuts through from the minutes that remain.
  *
  * A profile over [from, to) reads whole hours from rollup_1h, whole minutes
  * at the edges from rollup_1m and decodes blocks only for the partial
