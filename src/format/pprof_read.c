@@ -60,36 +60,18 @@ static int _by_fn_id(const void *a, const void *b)
 
 static const Location *_location(Location **sorted, size_t n, uint64_t id)
 {
-	size_t lo = 0, hi = n;
+	Location key = { .id = id }, *kp = &key, **hit;
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (sorted[mid]->id < id)
-			lo = mid + 1;
-		else if (sorted[mid]->id > id)
-			hi = mid;
-		else
-			return sorted[mid];
-	}
-	return NULL;
+	hit = bsearch(&kp, sorted, n, sizeof(*sorted), _by_loc_id);
+	return hit ? *hit : NULL;
 }
 
 static const Function *_function(Function **sorted, size_t n, uint64_t id)
 {
-	size_t lo = 0, hi = n;
+	Function key = { .id = id }, *kp = &key, **hit;
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (sorted[mid]->id < id)
-			lo = mid + 1;
-		else if (sorted[mid]->id > id)
-			hi = mid;
-		else
-			return sorted[mid];
-	}
-	return NULL;
+	hit = bsearch(&kp, sorted, n, sizeof(*sorted), _by_fn_id);
+	return hit ? *hit : NULL;
 }
 
 static uint64_t _frame_key(const char *name, const char *file)
