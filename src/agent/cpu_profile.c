@@ -38,9 +38,8 @@ struct cpu_profile {
 	uint64_t unresolved;
 	uint32_t *frames;	/* scratch for one stack */
 	uint32_t jit_named_upto;	/* frames below this id had their JIT names looked up */
-	uint64_t *ktext;		/* sorted kernel text symbol starts */
-	size_t nktext;
-	bool ktext_tried;
+	struct kallsyms_table ksyms;	/* kernel text symbols, loaded on first use */
+	bool ksyms_tried;
 	struct intern *sym_keys;	/* symbol cache: (owner, addr) -> index in sym_name_of */
 	struct intern *sym_names;
 	uint32_t *sym_name_of;
@@ -161,7 +160,7 @@ void cpu_profile__free(struct cpu_profile *cp)
 	intern__free(cp->sym_keys);
 	intern__free(cp->sym_names);
 	free(cp->sym_name_of);
-	free(cp->ktext);
+	kallsyms__table_free(&cp->ksyms);
 	free(cp);
 }
 
@@ -368,15 +367,15 @@ struct name_batch {
 	const void *owner;	/* symbol cache owner of these addresses, or NULL */
 	uint32_t *frames;
 	uint64_t *addrs;
-	uint64_t *cache_addrs;	/* what each address is cached under */
 	size_t n;
 };
 
 /*
- * Names found in earlier batches, by (binary or kernel, address): an agent
- * names the same hot frames every 10 s, and reading /proc/kallsyms or a
- * symbol table again each time would be most of its CPU. JIT frames are
- * not cached: their code is replaced under the same addresses. The cache
+ * Names found in earlier batches, by (binary, address): an agent names the
+ * same hot frames every 10 s, and reading symbol tables again each time
+ * would cost most of its CPU. JIT frames are not cached: their code is
+ * replaced under the same addresses. Kernel frames need no cache: the
+ * kernel's symbols are held in memory. The cache
  * is dropped whole when it grows past SYMCACHE_MAX entries.
  */
 #define SYMCACHE_MAX 200000
@@ -461,12 +460,8 @@ static void _name_frame(void *ctx, size_t i, const char *name, uint64_t offset)
 	(void)offset;
 	if (name)
 		profile__set_frame_name(p, frame, name, NULL, 0);
-	/*
-	 * A kernel address without a name says nothing about the function
-	 * start it is keyed under (it may lie past the end of kernel text).
-	 */
-	if (b->owner && (name || b->owner != &b->cp->sym_keys))
-		_symcache_put(b->cp, b->owner, b->cache_addrs[i], name);
+	if (b->owner)
+		_symcache_put(b->cp, b->owner, b->addrs[i], name);
 }
 
 /* Unresolved frames read `binary+0xaddr`: they never disappear. */
@@ -495,48 +490,12 @@ static int _by_mapping(const void *a, const void *b, void *profile)
 	return x->mapping < y->mapping ? -1 : x->mapping > y->mapping;
 }
 
-/*
- * Kernel frames are cached by the start of the function they lie in, found
- * in an index of text symbol starts read once: hot kernel paths produce new
- * return addresses all the time, but rarely new functions, so after a
- * warm-up /proc/kallsyms (expensive to read: the kernel formats every
- * line) is read again only for functions never seen before.
- */
-static uint64_t _kernel_cache_addr(struct cpu_profile *cp, uint64_t addr)
-{
-	size_t lo = 0, hi;
-
-	if (!cp->ktext_tried) {
-		cp->ktext_tried = true;
-		if (kallsyms__text_starts("/proc/kallsyms", &cp->ktext, &cp->nktext))
-			cp->nktext = 0;
-	}
-	hi = cp->nktext;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (cp->ktext[mid] <= addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo ? cp->ktext[lo - 1] : addr;
-}
-
-/* The address a frame is cached under: its own, or its kernel function's start. */
-static uint64_t _cache_addr(struct cpu_profile *cp, uint32_t mapping, uint64_t addr)
-{
-	return mapping == cp->kernel_mapping ? _kernel_cache_addr(cp, addr) : addr;
-}
-
 /* Whose symbols a mapping's frames are, for the cache: NULL for JIT code. */
 static const void *_cache_owner(struct cpu_profile *cp, uint32_t m)
 {
 	struct mapping_source *src = m < cp->nsources ? &cp->sources[m] : NULL;
 
-	if (m == cp->kernel_mapping)
-		return &cp->sym_keys;	/* any stable pointer of ours stands for the kernel */
-	return src && src->bin && src->bin->elf ? src->bin : NULL;
+	return m != cp->kernel_mapping && src && src->bin && src->bin->elf ? src->bin : NULL;
 }
 
 static void _resolve_mapping(struct cpu_profile *cp, uint32_t m, struct name_batch *b)
@@ -546,12 +505,28 @@ static void _resolve_mapping(struct cpu_profile *cp, uint32_t m, struct name_bat
 	int ret = 0;
 
 	b->owner = _cache_owner(cp, m);
-	if (m == cp->kernel_mapping)
-		ret = kallsyms__resolve("/proc/kallsyms", b->addrs, b->n, _name_frame, b);
-	else if (src && src->bin && src->bin->elf)
+	if (m == cp->kernel_mapping) {
+		/*
+		 * The kernel's text symbols are kept in memory: an agent names
+		 * kernel frames every batch, and reading /proc/kallsyms (the
+		 * kernel formats every line) each time was most of its CPU.
+		 */
+		if (!cp->ksyms_tried) {
+			cp->ksyms_tried = true;
+			ret = kallsyms__load("/proc/kallsyms", &cp->ksyms);
+		}
+		for (size_t i = 0; i < b->n && cp->ksyms.n; i++) {
+			uint64_t off;
+			const char *name = kallsyms__lookup(&cp->ksyms, b->addrs[i], &off);
+
+			if (name)
+				profile__set_frame_name(p, b->frames[i], name, NULL, 0);
+		}
+	} else if (src && src->bin && src->bin->elf) {
 		ret = elf_file__resolve(src->bin->elf, b->addrs, b->n, _name_frame, b);
-	else if (src && src->perfmap)
+	} else if (src && src->perfmap) {
 		ret = perfmap__resolve(src->perfmap, b->addrs, b->n, _name_frame, b);
+	}
 	if (ret < 0)
 		pr_debug("cannot symbolize %s: %s\n",
 			 profile__string(p, p->mappings[m].path), strerror(-ret));
@@ -572,8 +547,7 @@ static int _symbolize(struct cpu_profile *cp, uint32_t first, uint32_t kinds, bo
 	order = malloc((size_t)(p->nframes - first) * sizeof(*order) + 1);
 	pending = malloc((size_t)(p->nframes - first) * sizeof(*pending) + 1);
 	b.addrs = malloc((size_t)(p->nframes - first) * sizeof(*b.addrs) + 1);
-	b.cache_addrs = malloc((size_t)(p->nframes - first) * sizeof(*b.cache_addrs) + 1);
-	if (!order || !pending || !b.addrs || !b.cache_addrs) {
+	if (!order || !pending || !b.addrs) {
 		err = -ENOMEM;
 		goto out;
 	}
@@ -590,15 +564,14 @@ static int _symbolize(struct cpu_profile *cp, uint32_t first, uint32_t kinds, bo
 		b.n = 0;
 		for (j = i; j < n && p->frames[order[j]].mapping == m; j++) {
 			uint32_t f = order[j];
-			uint64_t key = owner ? _cache_addr(cp, m, p->frames[f].addr) : 0;
 			bool unresolved = false;
-			const char *name = owner ? _symcache_get(cp, owner, key, &unresolved) : NULL;
+			const char *name = owner ? _symcache_get(cp, owner, p->frames[f].addr,
+								 &unresolved) : NULL;
 
 			if (name) {
 				profile__set_frame_name(p, f, name, NULL, 0);
 			} else if (!unresolved) {
 				b.addrs[b.n] = p->frames[f].addr;
-				b.cache_addrs[b.n] = key;
 				pending[b.n++] = f;
 			}
 		}
@@ -615,7 +588,6 @@ out:
 	free(order);
 	free(pending);
 	free(b.addrs);
-	free(b.cache_addrs);
 	return err;
 }
 

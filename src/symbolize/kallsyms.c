@@ -353,40 +353,87 @@ out:
 	return err;
 }
 
-static int _u64_cmp(const void *a, const void *b)
+struct ksym_entry {
+	uint64_t addr;
+	uint32_t name;		/* offset in the names blob */
+};
+
+static int _entry_cmp(const void *a, const void *b)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	uint64_t x = ((const struct ksym_entry *)a)->addr, y = ((const struct ksym_entry *)b)->addr;
 
 	return x < y ? -1 : x > y;
 }
 
-int kallsyms__text_starts(const char *path, uint64_t **starts, size_t *n)
+int kallsyms__load(const char *path, struct kallsyms_table *t)
 {
-	uint64_t *v = NULL;
-	size_t nv = 0, cap = 0, line_cap = 0;
-	char *line = NULL;
+	struct ksym_entry *v = NULL;
+	size_t nv = 0, cap = 0, line_cap = 0, nlen = 0, ncap = 0;
+	char *line = NULL, *names = NULL;
 	struct kline k;
 	FILE *fp;
 	int err = 0;
 
+	memset(t, 0, sizeof(*t));
 	fp = fopen(path, "re");
 	if (!fp)
 		return -errno;
 	while (getline(&line, &line_cap, fp) > 0) {
-		if (!_parse_line(line, &k) || !_is_text(k.type) || !k.addr)
-			continue;
-		if (nv == cap) {
-			size_t ncap = cap ? cap * 2 : 4096;
-			uint64_t *nvv = realloc(v, ncap * sizeof(*v));
+		size_t need;
 
-			if (!nvv) {
+		if (!_parse_line(line, &k) || !k.addr || !(_is_text(k.type) || _is_text_end(&k)))
+			continue;
+		need = (size_t)k.name_len + (k.mod_len ? (size_t)k.mod_len + 3 : 0) + 1;
+		if (nv == cap) {
+			size_t c2 = cap ? cap * 2 : 8192;
+			struct ksym_entry *vv = realloc(v, c2 * sizeof(*v));
+
+			if (!vv) {
 				err = -ENOMEM;
 				goto out;
 			}
-			v = nvv;
-			cap = ncap;
+			v = vv;
+			cap = c2;
 		}
-		v[nv++] = k.addr;
+		if (nlen + need > ncap) {
+			size_t n2 = ncap ? ncap * 2 : 1 << 18;
+			char *nn;
+
+			while (n2 < nlen + need)
+				n2 *= 2;
+			nn = realloc(names, n2);
+			if (!nn) {
+				err = -ENOMEM;
+				goto out;
+			}
+			names = nn;
+			ncap = n2;
+		}
+		v[nv].addr = k.addr;
+		v[nv].name = nlen;
+		/* The end of text is an entry with an empty name: nothing resolves past it. */
+		if (_is_text_end(&k)) {
+			names[nlen++] = '\0';
+		} else {
+			memcpy(names + nlen, k.name, k.name_len);
+			nlen += k.name_len;
+			if (k.mod_len)
+				nlen += sprintf(names + nlen, " [%.*s]", k.mod_len, k.mod);
+			names[nlen++] = '\0';
+		}
+		nv++;
+		/* Rust kernel code: demangled, as the resolver does. */
+		if (k.name_len > 2 && k.name[0] == '_' && (k.name[1] == 'R' || k.name[1] == 'Z')) {
+			char *dem = demangle(names + v[nv - 1].name);
+			size_t dl = dem ? strlen(dem) + 1 : 0;
+
+			/* The raw name is the last thing in the blob: replace it in place. */
+			if (dem && v[nv - 1].name + dl <= ncap) {
+				memcpy(names + v[nv - 1].name, dem, dl);
+				nlen = v[nv - 1].name + dl;
+			}
+			free(dem);
+		}
 	}
 	if (ferror(fp))
 		err = -EIO;
@@ -395,10 +442,54 @@ out:
 	free(line);
 	if (err || !nv) {
 		free(v);
+		free(names);
 		return err ? err : -EPERM;
 	}
-	qsort(v, nv, sizeof(*v), _u64_cmp);
-	*starts = v;
-	*n = nv;
+	qsort(v, nv, sizeof(*v), _entry_cmp);
+	/* Aliases at one address: keep the name with the fewest leading underscores. */
+	{
+		size_t out = 0;
+
+		for (size_t i = 0; i < nv; i++) {
+			if (out && v[out - 1].addr == v[i].addr) {
+				const char *a = names + v[out - 1].name, *b = names + v[i].name;
+
+				if (a[0] && b[0] && strspn(b, "_") < strspn(a, "_"))
+					v[out - 1] = v[i];
+				continue;
+			}
+			v[out++] = v[i];
+		}
+		nv = out;
+	}
+	t->entries = v;
+	t->n = nv;
+	t->names = names;
 	return 0;
+}
+
+const char *kallsyms__lookup(const struct kallsyms_table *t, uint64_t addr, uint64_t *offset)
+{
+	const struct ksym_entry *e = t->entries;
+	size_t lo = 0, hi = t->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (e[mid].addr <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (!lo || !t->names[e[lo - 1].name] || addr - e[lo - 1].addr >= KALLSYMS_MAX_OFFSET)
+		return NULL;
+	*offset = addr - e[lo - 1].addr;
+	return t->names + e[lo - 1].name;
+}
+
+void kallsyms__table_free(struct kallsyms_table *t)
+{
+	free(t->entries);
+	free(t->names);
+	memset(t, 0, sizeof(*t));
 }

@@ -41,11 +41,21 @@ int kallsyms__resolve(const char *path, const uint64_t *addrs, size_t n,
 		      symbol_cb cb, void *ctx);
 
 /*
- * Reads the start addresses of the kernel's text symbols, sorted: an index
- * small enough to keep (8 bytes a symbol) that tells which function an
- * address lies in without reading kallsyms again. Returns 0 and an owned
- * array, -EPERM when the addresses are hidden (all zero), or -errno.
+ * The kernel's text symbols held in memory (about 30 bytes a symbol): for a
+ * long-running agent, which names kernel frames every few seconds, reading
+ * /proc/kallsyms each time (the kernel formats every line) costs far more.
  */
-int kallsyms__text_starts(const char *path, uint64_t **starts, size_t *n);
+struct ksym_entry;
+struct kallsyms_table {
+	struct ksym_entry *entries;
+	size_t n;
+	char *names;
+};
+
+/* Loads the table. Returns 0, -EPERM when the addresses are hidden, or -errno. */
+int kallsyms__load(const char *path, struct kallsyms_table *t);
+/* The name of the function holding addr (borrowed), or NULL; *offset from its start. */
+const char *kallsyms__lookup(const struct kallsyms_table *t, uint64_t addr, uint64_t *offset);
+void kallsyms__table_free(struct kallsyms_table *t);
 
 #endif

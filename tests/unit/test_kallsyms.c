@@ -145,9 +145,41 @@ static void test_proc_kallsyms(void **state)
 	results_free(&r);
 }
 
+/* The in-memory table agents keep names what the two-pass resolver names. */
+static void test_table_agrees(void **state)
+{
+	static const struct { uint64_t addr; const char *name; uint64_t off; } qs[] = {
+		{ 0xffffffff81000005, "srso_alias_untrain_ret", 5 },
+		{ 0xffffffff81000110, "do_one", 0 },
+		{ 0xffffffff8100010f, "__pfx_do_one", 0xf },
+		{ 0xffffffff81000250, "do_two", 0x50 },
+		{ 0xffffffff81000290, "r::inner::work", 0x10 },
+		{ 0xffffffff810003ff, "last_core_fn", 0xff },
+		{ 0xffffffff81000400, NULL, 0 },	/* at _etext */
+	};
+	struct kallsyms_table t;
+	uint64_t off;
+
+	assert_int_equal(kallsyms__load(FW_TEST_DATA "/fixtures/kallsyms_basic", &t), 0);
+	for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+		const char *name = kallsyms__lookup(&t, qs[i].addr, &off);
+
+		if (!qs[i].name) {
+			assert_null(name);
+			continue;
+		}
+		assert_non_null(name);
+		assert_string_equal(name, qs[i].name);
+		assert_int_equal(off, qs[i].off);
+	}
+	kallsyms__table_free(&t);
+	assert_int_equal(kallsyms__load(ZERO, &t), -EPERM);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_table_agrees),
 		cmocka_unit_test(test_core_text),
 		cmocka_unit_test(test_region_ends),
 		cmocka_unit_test(test_modules),
