@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -1415,7 +1414,6 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' }, {}
 	};
 	struct worker *workers;
-	struct agent *agents;
 	double wall0, wall, cpu0 = -1, cpu1 = -1, qcpu0, qcpu1, qcpu = -1, last = 0;
 	uint64_t samples = 0, batches = 0, body = 0, wire = 0, errors = 0, resets = 0;
 	double client_cpu = 0, gen_s = 0, enc_s = 0, http_s = 0;
@@ -1491,14 +1489,15 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	agents = calloc((size_t)opt.nodes, sizeof(*agents));
 	workers = calloc((size_t)opt.conns, sizeof(*workers));
-	if (!agents || !workers)
+	if (!workers)
 		return 1;
 	/* Nodes are interleaved over workers: worker i has nodes i, i + conns, ... */
 	for (int w = 0; w < opt.conns; w++) {
 		workers[w].idx = w;
 		workers[w].agents = calloc((size_t)opt.nodes, sizeof(struct agent));
+		if (!workers[w].agents)
+			return 1;
 		workers[w].c = (struct conn){ .fd = -1, .port = srv.port };
 		snprintf(workers[w].c.host, sizeof(workers[w].c.host), "%s", srv.host);
 	}
@@ -1518,7 +1517,6 @@ int main(int argc, char **argv)
 			a->pid[p] = 1000 + (uint32_t)(_mix((uint64_t)n * 64 + (uint64_t)p) % 3000000);
 		}
 	}
-	free(agents);
 
 	fprintf(stderr, "ingest_bench: %d nodes x %d CPUs x %d Hz%s, %g h = %lld batches per node, "
 		"server pid %d on %s:%u%s%s\n",
@@ -1628,7 +1626,7 @@ int main(int argc, char **argv)
 		char path[1024], sel[128], lab[96];
 		long long e = (run.end_ns + SEC - 1) / SEC, st = run.start_ns / SEC;
 		long long h1 = e - 3600 > st ? e - 3600 : st;
-		long long all_h = 0, n3 = -1, n3_h = -1;
+		long long all_h = 0, n3 = 0, n3_h = 0;
 
 		for (int w = 0; w < opt.conns; w++)
 			for (int i = 0; i < workers[w].nagents; i++) {
