@@ -31,6 +31,9 @@ void batch__free(struct batch *b)
 	profile__free(b->dict);
 	intern__free(b->series);
 	free(b->samples);
+	free(b->metrics);
+	free(b->cpu_intervals);
+	free(b->gpu_intervals);
 	free(b);
 }
 
@@ -49,6 +52,9 @@ int batch__reset(struct batch *b)
 	b->dict = dict;
 	b->series = series;
 	b->nsamples = 0;
+	b->nmetrics = 0;
+	b->ncpu_intervals = 0;
+	b->ngpu_intervals = 0;
 	return 0;
 }
 
@@ -125,19 +131,76 @@ const char *batch__series_label(const struct batch *b, uint32_t series, const ch
 	return NULL;
 }
 
+/* Makes room for one more element of size elem in *arr (n used of *cap). */
+static int _reserve(void **arr, uint32_t n, uint32_t *cap, size_t elem)
+{
+	uint32_t ncap;
+	void *na;
+
+	if (n < *cap)
+		return 0;
+	if (*cap >= UINT32_MAX / 2)
+		return -ENOMEM;
+	ncap = *cap ? *cap * 2 : 256;
+	na = realloc(*arr, (size_t)ncap * elem);
+	if (!na)
+		return -ENOMEM;
+	*arr = na;
+	*cap = ncap;
+	return 0;
+}
+
 int batch__add_sample(struct batch *b, const struct batch_sample *s)
 {
-	if (b->nsamples == b->cap_samples) {
-		uint32_t cap = b->cap_samples ? b->cap_samples * 2 : 256;
-		struct batch_sample *ns = realloc(b->samples, (size_t)cap * sizeof(*ns));
-
-		if (!ns)
-			return -ENOMEM;
-		b->samples = ns;
-		b->cap_samples = cap;
-	}
+	if (_reserve((void **)&b->samples, b->nsamples, &b->cap_samples, sizeof(*s)))
+		return -ENOMEM;
 	b->samples[b->nsamples++] = *s;
 	return 0;
+}
+
+int batch__add_metric(struct batch *b, const struct batch_metric *m)
+{
+	if (_reserve((void **)&b->metrics, b->nmetrics, &b->cap_metrics, sizeof(*m)))
+		return -ENOMEM;
+	b->metrics[b->nmetrics++] = *m;
+	return 0;
+}
+
+int batch__add_cpu_interval(struct batch *b, const struct batch_cpu_interval *iv)
+{
+	if (_reserve((void **)&b->cpu_intervals, b->ncpu_intervals, &b->cap_cpu_intervals,
+		     sizeof(*iv)))
+		return -ENOMEM;
+	b->cpu_intervals[b->ncpu_intervals++] = *iv;
+	return 0;
+}
+
+int batch__add_gpu_interval(struct batch *b, const struct batch_gpu_interval *iv)
+{
+	if (_reserve((void **)&b->gpu_intervals, b->ngpu_intervals, &b->cap_gpu_intervals,
+		     sizeof(*iv)))
+		return -ENOMEM;
+	b->gpu_intervals[b->ngpu_intervals++] = *iv;
+	return 0;
+}
+
+int batch__empty(const struct batch *b)
+{
+	return !b->nsamples && !b->nmetrics && !b->ncpu_intervals && !b->ngpu_intervals;
+}
+
+const char *gpu_activity_kind__name(uint32_t kind)
+{
+	static const char *const names[GPU_ACTIVITY_KIND_MAX] = {
+		[GPU_KERNEL] = "kernel",
+		[GPU_MEMCPY_HTOD] = "memcpy HtoD",
+		[GPU_MEMCPY_DTOH] = "memcpy DtoH",
+		[GPU_MEMCPY_DTOD] = "memcpy DtoD",
+		[GPU_MEMCPY_OTHER] = "memcpy",
+		[GPU_MEMSET] = "memset",
+	};
+
+	return kind < GPU_ACTIVITY_KIND_MAX ? names[kind] : "unknown";
 }
 
 size_t batch__memory(const struct batch *b)
@@ -150,5 +213,8 @@ size_t batch__memory(const struct batch *b)
 	       (size_t)d->cap_mappings * sizeof(*d->mappings) +
 	       (size_t)d->cap_frames * sizeof(*d->frames) +
 	       (size_t)d->cap_samples * sizeof(*d->samples) +
-	       intern__memory(b->series) + (size_t)b->cap_samples * sizeof(*b->samples);
+	       intern__memory(b->series) + (size_t)b->cap_samples * sizeof(*b->samples) +
+	       (size_t)b->cap_metrics * sizeof(*b->metrics) +
+	       (size_t)b->cap_cpu_intervals * sizeof(*b->cpu_intervals) +
+	       (size_t)b->cap_gpu_intervals * sizeof(*b->gpu_intervals);
 }

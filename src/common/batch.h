@@ -40,6 +40,61 @@ struct batch_label {
 	uint32_t value;		/* string id in dict */
 };
 
+/*
+ * A metric point: one value of one gauge or counter at one instant, e.g. a
+ * GPU's utilisation. The series says whose it is (node is added by the
+ * store; NVML points carry gpu, uuid, name, and per process pid and comm).
+ * name is the Prometheus name, e.g. "flamewatch_gpu_power_watts".
+ */
+struct batch_metric {
+	int64_t ts_ns;
+	uint32_t series;	/* series id in the batch */
+	uint32_t name;		/* string id in dict */
+	double value;
+};
+
+/*
+ * A CPU busy interval: thread tid of the series' process ran on cpu during
+ * [start_ns, end_ns). Idle time is the gaps; pid 0 never appears.
+ */
+struct batch_cpu_interval {
+	int64_t start_ns, end_ns;
+	uint32_t series;	/* the process's labels, as for its CPU samples */
+	uint32_t cpu;
+	uint32_t tid;
+	uint32_t comm;		/* string id in dict: the thread's comm */
+};
+
+enum gpu_activity_kind {
+	GPU_KERNEL = 0,
+	GPU_MEMCPY_HTOD = 1,
+	GPU_MEMCPY_DTOH = 2,
+	GPU_MEMCPY_DTOD = 3,
+	GPU_MEMCPY_OTHER = 4,	/* peer, array, host to host, ... */
+	GPU_MEMSET = 5,
+	GPU_ACTIVITY_KIND_MAX,
+};
+
+#define BATCH_NO_STACK UINT32_MAX
+
+/*
+ * A GPU activity interval: a kernel, copy or set that ran on device/stream
+ * during [start_ns, end_ns) (GPU clock converted to Unix ns), launched by
+ * the series' process from the CPU stack `stack`.
+ */
+struct batch_gpu_interval {
+	int64_t start_ns, end_ns;
+	uint32_t series;	/* the launching process's labels */
+	uint32_t device, stream;
+	uint32_t kind;		/* enum gpu_activity_kind */
+	uint32_t name;		/* string id in dict: demangled kernel name, "[memcpy HtoD]", ... */
+	uint32_t stack;		/* launching stack id in dict, or BATCH_NO_STACK */
+	uint64_t correlation;	/* CUPTI correlation id */
+	uint64_t bytes;		/* copies and sets; 0 for kernels */
+	uint32_t weight;	/* 1, or N when one launch in N was recorded */
+	uint32_t pad;
+};
+
 struct profile;
 struct intern;
 
@@ -49,13 +104,19 @@ struct batch {
 	uint64_t period_ns;		/* of SAMPLE_CPU samples */
 	struct batch_sample *samples;
 	uint32_t nsamples, cap_samples;
+	struct batch_metric *metrics;
+	uint32_t nmetrics, cap_metrics;
+	struct batch_cpu_interval *cpu_intervals;
+	uint32_t ncpu_intervals, cap_cpu_intervals;
+	struct batch_gpu_interval *gpu_intervals;
+	uint32_t ngpu_intervals, cap_gpu_intervals;
 };
 
 /* Returns an empty batch, or NULL with errno set. */
 struct batch *batch__new(uint64_t period_ns);
 /* Accepts NULL. */
 void batch__free(struct batch *b);
-/* Forgets samples and series but keeps nothing else either: a fresh batch. Returns 0 or -ENOMEM. */
+/* Forgets every record, series and the dictionary: a fresh batch. Returns 0 or -ENOMEM. */
 int batch__reset(struct batch *b);
 
 /*
@@ -71,10 +132,19 @@ uint32_t batch__nseries(const struct batch *b);
 /* Returns the value of label name in series, or NULL. Borrowed. */
 const char *batch__series_label(const struct batch *b, uint32_t series, const char *name);
 
-/* Bytes the batch holds: dictionary, series and samples. */
+/* Bytes the batch holds: dictionary, series and every record. */
 size_t batch__memory(const struct batch *b);
 
-/* Appends a sample. Returns 0 or -ENOMEM. */
+/* Append one record (copied). Each returns 0 or -ENOMEM. */
 int batch__add_sample(struct batch *b, const struct batch_sample *s);
+int batch__add_metric(struct batch *b, const struct batch_metric *m);
+int batch__add_cpu_interval(struct batch *b, const struct batch_cpu_interval *iv);
+int batch__add_gpu_interval(struct batch *b, const struct batch_gpu_interval *iv);
+
+/* True when the batch holds no record of any kind. */
+int batch__empty(const struct batch *b);
+
+/* "kernel", "memcpy HtoD", ...; "unknown" out of range. */
+const char *gpu_activity_kind__name(uint32_t kind);
 
 #endif
