@@ -154,7 +154,7 @@ struct batch *collector__take_batch(struct collector *c)
 	struct batch *b = cpu_profile__batch(c->cp);
 	struct timespec now;
 
-	if (!b || !b->nsamples)
+	if (!b || batch__empty(b))
 		return NULL;
 	if (cpu_profile__symbolize(c->cp))
 		return NULL;
