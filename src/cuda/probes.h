@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The contract between libflamewatch-cuda.so (which fires these USDT probes
+ * inside a CUDA application) and the agent (whose BPF programs attach to
+ * them). Fixed-width types only: the BPF side includes this file too. It is
+ * a stable contract: add fields only at the end of a record, in a new
+ * FW_CUDA_ABI version.
+ *
+ * USDT provider "flamewatch", every probe with a semaphore, so that with no
+ * agent attached the library does no work beyond CUPTI's own:
+ *
+ *   flamewatch:launch(u64 correlation, u32 weight)
+ *     Fired on the exit of a launch API call (kernel, cooperative, graph;
+ *     runtime or driver, counted once when one wraps the other), in the
+ *     launching thread, so the CPU stack at the probe is the stack that
+ *     launched the work. weight: this launch stands for `weight` launches
+ *     (1 unless launches are being sampled).
+ *
+ *   flamewatch:activity(const struct fw_cuda_record *recs, u32 count)
+ *     A batch of completed GPU work, count <= FW_CUDA_MAX_BATCH. The
+ *     records live in the library's memory only for the duration of the
+ *     probe: the BPF program copies them.
+ *
+ *   flamewatch:conflict(const char *what)
+ *     Another CUPTI subscriber holds the process (torch.profiler, Nsight):
+ *     GPU time is not collected; what says so in one NUL-terminated line.
+ *
+ * A record's correlation matches the launch probe's: the agent joins the
+ * two per pid, either may arrive first. Copies and sets have a correlation
+ * of their own API call but no launch probe; the agent may still attribute
+ * them (the library fires launch for memcpy/memset API exits too, so they
+ * join the same way).
+ */
+#ifndef FW_CUDA_PROBES_H
+#define FW_CUDA_PROBES_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>	/* BPF programs get these types from vmlinux.h */
+#endif
+
+#define FW_CUDA_ABI 1
+#define FW_CUDA_MAX_BATCH 64
+#define FW_CUDA_PROVIDER "flamewatch"
+
+/* fw_cuda_record.kind: the values of enum gpu_activity_kind (common/batch.h). */
+#define FW_CUDA_KERNEL       0
+#define FW_CUDA_MEMCPY_HTOD  1
+#define FW_CUDA_MEMCPY_DTOH  2
+#define FW_CUDA_MEMCPY_DTOD  3
+#define FW_CUDA_MEMCPY_OTHER 4
+#define FW_CUDA_MEMSET       5
+
+struct fw_cuda_record {
+	__u64 correlation;	/* CUPTI correlation id of the launching API call */
+	__u64 start_ns;		/* Unix ns: the library converts CUPTI's clock */
+	__u64 end_ns;
+	__u64 bytes;		/* copies and sets; 0 for kernels */
+	/*
+	 * Kernels: address in the application of the NUL-terminated mangled
+	 * name, owned by the library and never freed while it is loaded (the
+	 * agent reads it with process_vm_readv and caches it by (pid, address)).
+	 * 0 for copies and sets.
+	 */
+	__u64 name_addr;
+	__u32 device;
+	__u32 stream;
+	__u32 kind;		/* FW_CUDA_* */
+	__u32 weight;		/* as for the launch probe; 1 unless sampled */
+};
+
+_Static_assert(sizeof(struct fw_cuda_record) == 56, "fw_cuda_record is part of the ABI");
+
+#endif
