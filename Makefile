@@ -158,8 +158,11 @@ fuzz: $(FUZZ_BINS)
 		echo "== $$f for $(FUZZ_SECONDS) s"; \
 		$$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 		    -artifact_prefix=$(BUILD)/fuzz/crash/$$n/ -print_final_stats=1 \
-		    $(BUILD)/fuzz/corpus/$$n tests/fuzz/corpus/$$n 2>&1 | tail -n 12; \
-	done
+		    $(BUILD)/fuzz/corpus/$$n tests/fuzz/corpus/$$n > $(BUILD)/fuzz/$$n.fuzz.log 2>&1 || true; \
+		grep -E '^(stat::|SUMMARY|artifact_prefix)' $(BUILD)/fuzz/$$n.fuzz.log || true; \
+	done; \
+	crashes=$$(find $(BUILD)/fuzz/crash -type f | wc -l); \
+	echo "fuzz: $$crashes crasher(s) under $(BUILD)/fuzz/crash"; [ "$$crashes" = 0 ]
 
 fuzz-regress: $(FUZZ_BINS)
 	$(Q)set -e; for f in $(FUZZ_BINS); do n=$${f##*/fuzz_}; \

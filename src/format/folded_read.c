@@ -84,6 +84,10 @@ static int _line(struct batch *b, char *line, size_t lineno, const char **names,
 		frames[depth++] = (uint32_t)f;
 		p = next ? next + 1 : p + len;
 	}
+	if (depth == 0) {
+		snprintf(err, err_len, "line %zu: no frames after the process name", lineno);
+		return -EINVAL;
+	}
 	stack = profile__intern_stack(b->dict, frames, depth);
 	if (stack < 0)
 		return stack;

@@ -79,6 +79,7 @@ static void test_rejects_bad_lines(void **state)
 	_expect_error("a;b 1\na;b 0\n", 12, -EINVAL, "positive count");
 	_expect_error("a;b 1\nlonely 3\n", 15, -EINVAL, "process name");
 	_expect_error("a;b 1\na;;b 3\n", 13, -EINVAL, "empty frame");
+	_expect_error("a;b 1\napp; 7\n", 13, -EINVAL, "no frames");
 	_expect_error("a;b 1\na;b\0 3\n", 13, -EINVAL, "NUL");
 	off += (size_t)snprintf(deep, sizeof(deep), "a");
 	for (int i = 0; i <= FOLDED_MAX_DEPTH; i++)
