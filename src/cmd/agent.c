@@ -11,6 +11,7 @@
 
 #include <event2/event.h>
 
+#include "agent/privileges.h"
 #include "agent/shipper.h"
 #include "cmd/cmd.h"
 #include "cmd/continuous.h"
@@ -97,6 +98,7 @@ int cmd_agent(int argc, char **argv)
 	char host[256], err[512];
 	unsigned long v;
 	int64_t ns;
+	int err_no;
 	int c, rc = 1;
 
 	so.token = getenv("FLAMEWATCH_TOKEN");
@@ -176,6 +178,14 @@ int cmd_agent(int argc, char **argv)
 	if (!sigint || !sigterm || event_add(sigint, NULL) || event_add(sigterm, NULL))
 		goto out;
 	signal(SIGPIPE, SIG_IGN);
+	/*
+	 * Loaded and attached: from here on the agent reads processes and binaries,
+	 * makes unwind-table maps and ships over a connected socket. A bug in
+	 * any of that must not hand out the rest of root's powers.
+	 */
+	err_no = privileges__drop(privileges__agent_set());
+	if (err_no)
+		pr_warn("cannot drop capabilities: %s\n", strerror(-err_no));
 	pr_info("sampling at %u Hz, shipping to %s as node %s\n", co.freq_hz, so.url, so.node);
 	event_base_dispatch(a.base);
 
