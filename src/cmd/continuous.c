@@ -11,6 +11,7 @@
 #include "cmd/continuous.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "gpu/nvml.h"
 
 static uint64_t _mono_ns(void)
 {
@@ -37,6 +38,24 @@ void continuous__flush(struct continuous *c)
 		c->deliver(c->ctx, b);
 }
 
+/* Rounds keep to the interval on average; the 100 ms tick may run late. */
+static void _gpu_round(struct continuous *c, struct batch *b)
+{
+	uint64_t now = _mono_ns();
+	uint32_t first = b->nmetrics;
+	int rc;
+
+	if (now - c->last_gpu_ns + COLLECTOR_TICK_MS * 1000000ULL / 2 < c->gpu_interval_ns)
+		return;
+	c->last_gpu_ns = now - c->last_gpu_ns > 2 * c->gpu_interval_ns ? now :
+			 c->last_gpu_ns + c->gpu_interval_ns;
+	rc = nvml__collect(c->nvml, b, (int64_t)_unix_ns());
+	if (rc < 0)
+		pr_warn("nvml: cannot record GPU metrics: %s\n", strerror(-rc));
+	if (c->on_gpu_round)
+		c->on_gpu_round(c->ctx, b, first);
+}
+
 static void _on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	struct continuous *c = arg;
@@ -46,6 +65,8 @@ static void _on_tick(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	collector__tick(c->collector);
 	b = cpu_profile__batch(collector__profile(c->collector));
+	if (c->nvml && b)
+		_gpu_round(c, b);
 	if (_mono_ns() - c->last_flush_ns >= c->interval_ns ||
 	    (b && b->nsamples >= c->max_samples))
 		continuous__flush(c);
@@ -79,6 +100,12 @@ int continuous__start(struct continuous *c, struct event_base *base,
 		return -1;
 	}
 	c->last_flush_ns = _mono_ns();
+	if (o->gpu_interval_ns) {
+		c->gpu_interval_ns = o->gpu_interval_ns;
+		c->on_gpu_round = o->on_gpu_round;
+		c->nvml = nvml__open(NULL);
+		c->last_gpu_ns = _mono_ns() - c->gpu_interval_ns;
+	}
 	return 0;
 }
 
@@ -96,4 +123,15 @@ void continuous__stop(struct continuous *c)
 	continuous__flush(c);
 	collector__free(c->collector);
 	c->collector = NULL;
+	if (c->nvml) {
+		struct nvml_stats st;
+
+		nvml__stats(c->nvml, &st);
+		if (st.rounds)
+			pr_info("nvml: %llu rounds, %llu points, %.1f us CPU per round\n",
+				(unsigned long long)st.rounds, (unsigned long long)st.points,
+				st.cpu_ns / 1e3 / st.rounds);
+		nvml__close(c->nvml);
+		c->nvml = NULL;
+	}
 }

@@ -22,6 +22,10 @@ struct continuous {
 	uint32_t max_samples;
 	void (*deliver)(void *ctx, struct batch *b);	/* consumes b */
 	void *ctx;
+	/* GPU metrics (NVML), NULL when off or no library */
+	struct nvml *nvml;
+	uint64_t gpu_interval_ns, last_gpu_ns;
+	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 };
 
 struct continuous_opts {
@@ -31,6 +35,10 @@ struct continuous_opts {
 	uint32_t max_samples;
 	void (*deliver)(void *ctx, struct batch *b);
 	void *ctx;
+	/* NVML metrics every gpu_interval_ns; 0: none */
+	uint64_t gpu_interval_ns;
+	/* Called after each GPU round with the batch and its first new metric; may be NULL. */
+	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 };
 
 /* Starts sampling the whole host. Prints the reason and returns -1 on failure. */
