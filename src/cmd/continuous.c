@@ -11,6 +11,7 @@
 #include "cmd/continuous.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "store/timeparse.h"
 #include "gpu/nvml.h"
 
 static uint64_t _mono_ns(void)
@@ -36,6 +37,23 @@ void continuous__flush(struct continuous *c)
 	c->last_flush_ns = _mono_ns();
 	if (b)
 		c->deliver(c->ctx, b);
+}
+
+int continuous__parse_gpu_interval(const char *arg, uint64_t *ns)
+{
+	int64_t v;
+
+	if (!strcmp(arg, "off") || !strcmp(arg, "0")) {
+		*ns = 0;
+		return 0;
+	}
+	if (duration__parse(arg, &v) || v < 100000000LL) {
+		fprintf(stderr, "flamewatch: error: --gpu-interval: '%s' is not a duration of "
+			"100ms or more, nor off\n", arg);
+		return -1;
+	}
+	*ns = (uint64_t)v;
+	return 0;
 }
 
 /* Rounds keep to the interval on average; the 100 ms tick may run late. */

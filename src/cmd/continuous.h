@@ -41,6 +41,13 @@ struct continuous_opts {
 	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 };
 
+/*
+ * --gpu-interval: a duration of 100ms or more, or "off" (0). Prints the
+ * reason and returns -1 on a bad value.
+ */
+int continuous__parse_gpu_interval(const char *arg, uint64_t *ns);
+#define CONTINUOUS_GPU_INTERVAL_NS 1000000000ULL
+
 /* Starts sampling the whole host. Prints the reason and returns -1 on failure. */
 int continuous__start(struct continuous *c, struct event_base *base,
 		      const struct continuous_opts *o);
