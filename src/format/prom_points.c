@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -177,6 +178,19 @@ int prom_points__expire(struct prom_points *p, int64_t before)
 	return 0;
 }
 
+/* The shortest text that reads back as exactly v (15 to 17 digits). */
+static void _shortest(struct strbuf *sb, double v)
+{
+	char buf[32];
+
+	for (int prec = 15; prec <= 17; prec++) {
+		snprintf(buf, sizeof(buf), "%.*g", prec, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	strbuf__puts(sb, buf);
+}
+
 static const struct prom_points *_sort_p;
 
 static int _by_key(const void *a, const void *b)
@@ -225,8 +239,11 @@ void prom_points__write(const struct prom_points *p, struct strbuf *out,
 			strbuf__append(out, labels, len - e->name_len - 1);
 			strbuf__putc(out, '}');
 		}
-		if (isfinite(e->value))
-			strbuf__printf(out, " %.17g\n", e->value);
+		if (isfinite(e->value)) {
+			strbuf__putc(out, ' ');
+			_shortest(out, e->value);
+			strbuf__putc(out, '\n');
+		}
 		else
 			strbuf__puts(out, isnan(e->value) ? " NaN\n" : e->value > 0 ? " +Inf\n" : " -Inf\n");
 	}

@@ -507,13 +507,14 @@ static void _utilization(struct round *r, struct gpu *g)
 		_point(r, r->gpu_series, NVML_M_MEM_UTIL, r->now_ns, u.memory);
 }
 
-static void _uint_metric(struct round *r, struct gpu *g, enum nvml_metric m,
-			 nvmlDeviceGetUInt_fn fn, double scale)
+/* Milliwatts to watts: divided, so that 250123 mW is exactly the double 250.123. */
+static void _milli_metric(struct round *r, struct gpu *g, enum nvml_metric m,
+			  nvmlDeviceGetUInt_fn fn)
 {
 	unsigned int v;
 
 	if (_want(g, m) && _check(r->n, g, m, fn(g->dev, &v)))
-		_point(r, r->gpu_series, m, r->now_ns, v * scale);
+		_point(r, r->gpu_series, m, r->now_ns, v / 1000.0);
 }
 
 static void _device(struct round *r, struct gpu *g)
@@ -545,9 +546,9 @@ static void _device(struct round *r, struct gpu *g)
 	    _check(n, g, NVML_M_MEM_CLOCK_MAX, n->f.max_clock_info(g->dev, NVML_CLOCK_MEM, &v)))
 		_point(r, r->gpu_series, NVML_M_MEM_CLOCK_MAX, r->now_ns, v * 1e6);
 	if (_want(g, NVML_M_POWER))
-		_uint_metric(r, g, NVML_M_POWER, n->f.power_usage, 1e-3);
+		_milli_metric(r, g, NVML_M_POWER, n->f.power_usage);
 	if (_want(g, NVML_M_POWER_LIMIT))
-		_uint_metric(r, g, NVML_M_POWER_LIMIT, n->f.power_limit, 1e-3);
+		_milli_metric(r, g, NVML_M_POWER_LIMIT, n->f.power_limit);
 	if (_want(g, NVML_M_TEMP) &&
 	    _check(n, g, NVML_M_TEMP, n->f.temperature(g->dev, NVML_TEMPERATURE_GPU, &v)))
 		_point(r, r->gpu_series, NVML_M_TEMP, r->now_ns, v);

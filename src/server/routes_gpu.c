@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -31,10 +32,23 @@ struct gm_out {
 	struct strbuf max;	/* the series' max column, appended at its end */
 };
 
+/* The shortest text that reads back as exactly v (15 to 17 digits). */
+static void _shortest(struct strbuf *sb, double v)
+{
+	char buf[32];
+
+	for (int prec = 15; prec <= 17; prec++) {
+		snprintf(buf, sizeof(buf), "%.*g", prec, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	strbuf__puts(sb, buf);
+}
+
 static void _json_double(struct strbuf *sb, double v)
 {
 	if (isfinite(v))
-		strbuf__printf(sb, "%.17g", v);
+		_shortest(sb, v);
 	else
 		strbuf__puts(sb, "null");
 }
