@@ -60,7 +60,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 		       "# TYPE flamewatch_agent_gpus gauge\n"
 		       "flamewatch_agent_gpus %u\n",
 		       (unsigned long long)st.rounds, st.cpu_ns / 1e9, nvml__ngpus(m->nvml));
-	prom_points__write(m->points, &sb, nvml_metric__help, nvml_metric__type);
+	prom_points__write(m->points, &sb, gpu_metric__help, gpu_metric__type);
 	if (sb.oom)
 		_reply(req, 500, "text/plain", "out of memory\n", 14);
 	else

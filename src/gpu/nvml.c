@@ -16,75 +16,6 @@
 #include "gpu/nvml.h"
 #include "gpu/nvml_api.h"
 
-static const struct {
-	const char *name, *type, *help;
-} _metrics[NVML_M_MAX] = {
-	[NVML_M_UTIL] = { "flamewatch_gpu_utilization_percent", "gauge",
-			  "Percent of time a kernel ran on the GPU (NVML samples)." },
-	[NVML_M_MEM_UTIL] = { "flamewatch_gpu_memory_utilization_percent", "gauge",
-			      "Percent of time device memory was read or written." },
-	[NVML_M_MEM_USED] = { "flamewatch_gpu_memory_used_bytes", "gauge",
-			      "Device memory in use, bytes." },
-	[NVML_M_MEM_TOTAL] = { "flamewatch_gpu_memory_total_bytes", "gauge",
-			       "Device memory installed, bytes." },
-	[NVML_M_SM_CLOCK] = { "flamewatch_gpu_sm_clock_hertz", "gauge", "SM clock, hertz." },
-	[NVML_M_MEM_CLOCK] = { "flamewatch_gpu_memory_clock_hertz", "gauge",
-			       "Memory clock, hertz." },
-	[NVML_M_SM_CLOCK_MAX] = { "flamewatch_gpu_sm_clock_max_hertz", "gauge",
-				  "Highest SM clock the GPU supports, hertz." },
-	[NVML_M_MEM_CLOCK_MAX] = { "flamewatch_gpu_memory_clock_max_hertz", "gauge",
-				   "Highest memory clock the GPU supports, hertz." },
-	[NVML_M_POWER] = { "flamewatch_gpu_power_watts", "gauge", "Power draw, watts." },
-	[NVML_M_POWER_LIMIT] = { "flamewatch_gpu_power_limit_watts", "gauge",
-				 "Enforced power limit, watts." },
-	[NVML_M_TEMP] = { "flamewatch_gpu_temperature_celsius", "gauge",
-			  "GPU core temperature, degrees Celsius." },
-	[NVML_M_TEMP_SLOWDOWN] = { "flamewatch_gpu_temperature_slowdown_celsius", "gauge",
-				   "Temperature at which the GPU slows down, degrees Celsius." },
-	[NVML_M_PCIE_TX] = { "flamewatch_gpu_pcie_tx_bytes_per_second", "gauge",
-			     "PCIe transmit throughput, bytes per second." },
-	[NVML_M_PCIE_RX] = { "flamewatch_gpu_pcie_rx_bytes_per_second", "gauge",
-			     "PCIe receive throughput, bytes per second." },
-	[NVML_M_THROTTLE] = { "flamewatch_gpu_throttle_reasons", "gauge",
-			      "Clock event (throttle) reasons, NVML's bit mask." },
-	[NVML_M_ENERGY] = { "flamewatch_gpu_energy_joules_total", "counter",
-			    "Energy used since the driver was loaded, joules." },
-	[NVML_M_MIG_MODE] = { "flamewatch_gpu_mig_mode", "gauge",
-			      "Multi-Instance GPU mode: 1 enabled, 0 disabled." },
-	[NVML_M_PROC_UTIL] = { "flamewatch_gpu_process_utilization_percent", "gauge",
-			       "Percent of time the process's kernels ran on the GPU's SMs." },
-	[NVML_M_PROC_MEM_UTIL] = { "flamewatch_gpu_process_memory_utilization_percent", "gauge",
-				   "Percent of time the process read or wrote device memory." },
-	[NVML_M_PROC_MEM_USED] = { "flamewatch_gpu_process_memory_used_bytes", "gauge",
-				   "Device memory the process uses, bytes." },
-};
-
-const char *nvml_metric__name(enum nvml_metric m)
-{
-	return (unsigned)m < NVML_M_MAX ? _metrics[m].name : NULL;
-}
-
-static int _metric_by_name(const char *name)
-{
-	for (int i = 0; name && i < NVML_M_MAX; i++)
-		if (!strcmp(_metrics[i].name, name))
-			return i;
-	return -1;
-}
-
-const char *nvml_metric__help(const char *name)
-{
-	int i = _metric_by_name(name);
-
-	return i < 0 ? "GPU metric." : _metrics[i].help;
-}
-
-const char *nvml_metric__type(const char *name)
-{
-	int i = _metric_by_name(name);
-
-	return i < 0 ? "gauge" : _metrics[i].type;
-}
 
 /* Per-process labels, looked up once while the process stays on a GPU. */
 struct proc_info {
@@ -158,7 +89,7 @@ static void _unavailable(struct nvml *n, struct gpu *g, enum nvml_metric m, cons
 	if (g->unavailable & (1u << m))
 		return;
 	g->unavailable |= 1u << m;
-	pr_info("nvml: GPU %s: %s unavailable (%s)\n", g->index, _metrics[m].name, why);
+	pr_info("nvml: GPU %s: %s unavailable (%s)\n", g->index, gpu_metric__name(m), why);
 }
 
 /* Whether the answer r to the query of metric m means "never ask again". */
@@ -170,7 +101,7 @@ static bool _check(struct nvml *n, struct gpu *g, enum nvml_metric m, nvmlReturn
 	    r == NVML_ERROR_INVALID_ARGUMENT)
 		_unavailable(n, g, m, _err(n, r));
 	else
-		pr_debug("nvml: GPU %s: %s: %s\n", g->index, _metrics[m].name, _err(n, r));
+		pr_debug("nvml: GPU %s: %s: %s\n", g->index, gpu_metric__name(m), _err(n, r));
 	return false;
 }
 
@@ -295,7 +226,7 @@ struct nvml *nvml__open(const char *path)
 				continue;
 			for (int j = 0; j < 4 && (j == 0 || need[k].m[j]); j++) {
 				pr_info("nvml: %s unavailable (%s has no such function)\n",
-					_metrics[need[k].m[j]].name, path);
+					gpu_metric__name(need[k].m[j]), path);
 				for (unsigned int i = 0; i < n->ngpus; i++)
 					n->gpus[i].unavailable |= 1u << need[k].m[j];
 			}
@@ -369,7 +300,7 @@ static void _point(struct round *r, int64_t series, enum nvml_metric m, int64_t 
 	if (r->err)
 		return;
 	if (r->names[m] == UINT32_MAX) {
-		int64_t id = profile__intern_string(r->b->dict, _metrics[m].name);
+		int64_t id = profile__intern_string(r->b->dict, gpu_metric__name(m));
 
 		if (id < 0) {
 			r->err = (int)id;

@@ -21,34 +21,7 @@
  * pid namespace (DaemonSet hostPID: true) for comm and cgroup lookups.
  */
 
-enum nvml_metric {
-	NVML_M_UTIL,		/* flamewatch_gpu_utilization_percent */
-	NVML_M_MEM_UTIL,	/* flamewatch_gpu_memory_utilization_percent */
-	NVML_M_MEM_USED,
-	NVML_M_MEM_TOTAL,
-	NVML_M_SM_CLOCK,
-	NVML_M_MEM_CLOCK,
-	NVML_M_SM_CLOCK_MAX,
-	NVML_M_MEM_CLOCK_MAX,
-	NVML_M_POWER,
-	NVML_M_POWER_LIMIT,
-	NVML_M_TEMP,
-	NVML_M_TEMP_SLOWDOWN,
-	NVML_M_PCIE_TX,
-	NVML_M_PCIE_RX,
-	NVML_M_THROTTLE,
-	NVML_M_ENERGY,
-	NVML_M_MIG_MODE,
-	NVML_M_PROC_UTIL,	/* per process */
-	NVML_M_PROC_MEM_UTIL,	/* per process */
-	NVML_M_PROC_MEM_USED,	/* per process */
-	NVML_M_MAX,
-};
-
-/* The Prometheus name, help text and type ("gauge"/"counter") of a metric. */
-const char *nvml_metric__name(enum nvml_metric m);
-const char *nvml_metric__help(const char *name);
-const char *nvml_metric__type(const char *name);
+#include "format/gpu_metrics.h"
 
 struct nvml;
 struct batch;

@@ -13,7 +13,7 @@
 
 #include "common/strbuf.h"
 #include "format/prom_points.h"
-#include "gpu/nvml.h"
+#include "format/gpu_metrics.h"
 #include "server/request.h"
 #include "server/routes_gpu.h"
 #include "store/selector.h"
@@ -243,6 +243,6 @@ void routes__gpu_prometheus(struct store *store, struct strbuf *out)
 	if (err)
 		strbuf__printf(out, "# flamewatch: GPU metrics unavailable: %s\n", strerror(-err));
 	else
-		prom_points__write(p, out, nvml_metric__help, nvml_metric__type);
+		prom_points__write(p, out, gpu_metric__help, gpu_metric__type);
 	prom_points__free(p);
 }
