@@ -15,13 +15,14 @@
 #include "common/strbuf.h"
 #include "format/prom_points.h"
 #include "gpu/nvml.h"
+#include "gpu/poller.h"
 #include "server/server.h"
 
 struct agent_metrics {
 	struct evhttp *http;
 	struct prom_points *points;
 	const char *node;
-	const struct nvml *nvml;
+	struct gpu_poller *gpu;
 	int64_t max_age_ns;
 };
 
@@ -49,7 +50,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 		_reply(req, 404, "text/plain", "only /metrics here\n", 19);
 		return;
 	}
-	nvml__stats(m->nvml, &st);
+	gpu_poller__stats(m->gpu, &st);
 	strbuf__printf(&sb, "# HELP flamewatch_agent_gpu_rounds_total NVML collection rounds.\n"
 		       "# TYPE flamewatch_agent_gpu_rounds_total counter\n"
 		       "flamewatch_agent_gpu_rounds_total %llu\n"
@@ -59,7 +60,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 		       "# HELP flamewatch_agent_gpus GPUs NVML reports.\n"
 		       "# TYPE flamewatch_agent_gpus gauge\n"
 		       "flamewatch_agent_gpus %u\n",
-		       (unsigned long long)st.rounds, st.cpu_ns / 1e9, nvml__ngpus(m->nvml));
+		       (unsigned long long)st.rounds, st.cpu_ns / 1e9, gpu_poller__ngpus(m->gpu));
 	prom_points__write(m->points, &sb, gpu_metric__help, gpu_metric__type);
 	if (sb.oom)
 		_reply(req, 500, "text/plain", "out of memory\n", 14);
@@ -70,7 +71,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 
 struct agent_metrics *agent_metrics__start(struct event_base *base, const char *listen,
 					   const char *node, uint64_t gpu_interval_ns,
-					   const struct nvml *nvml)
+					   struct gpu_poller *gpu)
 {
 	struct agent_metrics *m = calloc(1, sizeof(*m));
 	char host[256];
@@ -79,7 +80,7 @@ struct agent_metrics *agent_metrics__start(struct event_base *base, const char *
 	if (!m)
 		return NULL;
 	m->node = node;
-	m->nvml = nvml;
+	m->gpu = gpu;
 	/* A process that left the GPU stops showing after three rounds (at least 5 s). */
 	m->max_age_ns = 3 * (int64_t)gpu_interval_ns;
 	if (m->max_age_ns < 5000000000LL)

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "store/timeparse.h"
 #include "gpu/nvml.h"
+#include "gpu/poller.h"
 
 static uint64_t _mono_ns(void)
 {
@@ -56,21 +57,15 @@ int continuous__parse_gpu_interval(const char *arg, uint64_t *ns)
 	return 0;
 }
 
-/* Rounds keep to the interval on average; the 100 ms tick may run late. */
-static void _gpu_round(struct continuous *c, struct batch *b)
+/* Moves the points of the GPU thread's rounds into the batch being filled. */
+static void _gpu_drain(struct continuous *c, struct batch *b)
 {
-	uint64_t now = _mono_ns();
 	uint32_t first = b->nmetrics;
-	int rc;
+	int rc = gpu_poller__drain(c->gpu, b);
 
-	if (now - c->last_gpu_ns + COLLECTOR_TICK_MS * 1000000ULL / 2 < c->gpu_interval_ns)
-		return;
-	c->last_gpu_ns = now - c->last_gpu_ns > 2 * c->gpu_interval_ns ? now :
-			 c->last_gpu_ns + c->gpu_interval_ns;
-	rc = nvml__collect(c->nvml, b, (int64_t)_unix_ns());
 	if (rc < 0)
 		pr_warn("nvml: cannot record GPU metrics: %s\n", strerror(-rc));
-	if (c->on_gpu_round)
+	if (c->on_gpu_round && b->nmetrics > first)
 		c->on_gpu_round(c->ctx, b, first);
 }
 
@@ -83,8 +78,8 @@ static void _on_tick(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	collector__tick(c->collector);
 	b = cpu_profile__batch(collector__profile(c->collector));
-	if (c->nvml && b)
-		_gpu_round(c, b);
+	if (c->gpu && b)
+		_gpu_drain(c, b);
 	if (_mono_ns() - c->last_flush_ns >= c->interval_ns ||
 	    (b && b->nsamples >= c->max_samples))
 		continuous__flush(c);
@@ -121,8 +116,7 @@ int continuous__start(struct continuous *c, struct event_base *base,
 	if (o->gpu_interval_ns) {
 		c->gpu_interval_ns = o->gpu_interval_ns;
 		c->on_gpu_round = o->on_gpu_round;
-		c->nvml = nvml__open(NULL);
-		c->last_gpu_ns = _mono_ns() - c->gpu_interval_ns;
+		c->gpu = gpu_poller__start(NULL, o->gpu_interval_ns);
 	}
 	return 0;
 }
@@ -138,18 +132,26 @@ void continuous__stop(struct continuous *c)
 	collector__tick(c->collector);
 	collector__report(c->collector);
 	collector__stop(c->collector);
+	if (c->gpu) {
+		struct batch *b = cpu_profile__batch(collector__profile(c->collector));
+
+		if (b)
+			_gpu_drain(c, b);
+	}
 	continuous__flush(c);
 	collector__free(c->collector);
 	c->collector = NULL;
-	if (c->nvml) {
+	if (c->gpu) {
 		struct nvml_stats st;
 
-		nvml__stats(c->nvml, &st);
+		gpu_poller__stats(c->gpu, &st);
 		if (st.rounds)
-			pr_info("nvml: %llu rounds, %llu points, %.1f us CPU per round\n",
+			pr_info("nvml: %llu rounds, %llu points, %.1f us CPU per round, "
+				"%.2f ms wall per round (max %.2f)\n",
 				(unsigned long long)st.rounds, (unsigned long long)st.points,
-				st.cpu_ns / 1e3 / st.rounds);
-		nvml__close(c->nvml);
-		c->nvml = NULL;
+				st.cpu_ns / 1e3 / st.rounds, st.wall_ns / 1e6 / st.rounds,
+				st.max_wall_ns / 1e6);
+		gpu_poller__free(c->gpu);
+		c->gpu = NULL;
 	}
 }

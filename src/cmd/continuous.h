@@ -22,9 +22,9 @@ struct continuous {
 	uint32_t max_samples;
 	void (*deliver)(void *ctx, struct batch *b);	/* consumes b */
 	void *ctx;
-	/* GPU metrics (NVML), NULL when off or no library */
-	struct nvml *nvml;
-	uint64_t gpu_interval_ns, last_gpu_ns;
+	/* GPU metrics (NVML, on their own thread), NULL when off or no library */
+	struct gpu_poller *gpu;
+	uint64_t gpu_interval_ns;
 	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 };
 

@@ -125,10 +125,12 @@ int cmd_gpu(int argc, char **argv)
 		printf("} %.17g %lld\n", m->value, (long long)m->ts_ns);
 	}
 	nvml__stats(n, &st);
-	printf("# rounds %llu gpus %u points %llu cpu_us_per_round %.1f cpu_us_per_gpu_round %.1f\n",
+	printf("# rounds %llu gpus %u points %llu cpu_us_per_round %.1f cpu_us_per_gpu_round %.1f "
+	       "wall_ms_per_round %.2f max_wall_ms %.2f\n",
 	       (unsigned long long)st.rounds, nvml__ngpus(n), (unsigned long long)st.points,
 	       st.cpu_ns / 1e3 / st.rounds,
-	       nvml__ngpus(n) ? st.cpu_ns / 1e3 / st.rounds / nvml__ngpus(n) : 0.0);
+	       nvml__ngpus(n) ? st.cpu_ns / 1e3 / st.rounds / nvml__ngpus(n) : 0.0,
+	       st.wall_ns / 1e6 / st.rounds, st.max_wall_ns / 1e6);
 	rc = 0;
 out:
 	batch__free(b);

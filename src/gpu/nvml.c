@@ -728,10 +728,18 @@ static uint64_t _thread_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
+static uint64_t _mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
 int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns)
 {
 	struct round r = { .n = n, .b = b, .now_ns = now_ns };
-	uint64_t t0 = _thread_cpu_ns();
+	uint64_t t0 = _thread_cpu_ns(), w0 = _mono_ns(), w;
 	size_t k = 0;
 
 	if (!n || !b)
@@ -761,5 +769,9 @@ int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns)
 	n->nprocs = k;
 	n->stats.points += r.added;
 	n->stats.cpu_ns += _thread_cpu_ns() - t0;
+	w = _mono_ns() - w0;
+	n->stats.wall_ns += w;
+	if (w > n->stats.max_wall_ns)
+		n->stats.max_wall_ns = w;
 	return r.err ? r.err : r.added;
 }

@@ -52,6 +52,8 @@ struct nvml_stats {
 	uint64_t rounds;
 	uint64_t points;
 	uint64_t cpu_ns;	/* thread CPU time spent in rounds */
+	uint64_t wall_ns;	/* elapsed time in rounds (some NVML queries sleep) */
+	uint64_t max_wall_ns;	/* the longest round */
 };
 void nvml__stats(const struct nvml *n, struct nvml_stats *out);
 

@@ -23,6 +23,7 @@
 #include "common/batch.h"
 #include "common/profile.h"
 #include "gpu/nvml.h"
+#include "gpu/poller.h"
 
 #define FAKE "build/fakes/libnvidia-ml.so.1"
 #define FAKE_NOSAMPLES "build/fakes/nosamples/libnvidia-ml.so.1"
@@ -243,6 +244,43 @@ static void test_round_cost(void **state)
 	nvml__close(n);
 }
 
+static int _count(const struct batch *b, const char *name, const char *gpu)
+{
+	return _find(b, name, gpu, 0, NULL, NULL);
+}
+
+/* The thread: rounds at the interval, drained without waiting for a round. */
+static void test_poller(void **state)
+{
+	struct gpu_poller *p = gpu_poller__start(FAKE, 100000000ULL);
+	struct batch *b = batch__new(1);
+	struct timespec d = { 0, 550000000 };
+	struct nvml_stats st;
+	int64_t t0, t1;
+	int n, k;
+
+	assert_non_null(p);
+	assert_int_equal(gpu_poller__ngpus(p), 2);
+	nanosleep(&d, NULL);
+	t0 = _now();
+	n = gpu_poller__drain(p, b);
+	t1 = _now();
+	assert_true(n > 0);
+	assert_true(t1 - t0 < 20000000LL);
+	k = _count(b, "flamewatch_gpu_power_watts", "1");
+	if (k < 4 || k > 7)
+		fail_msg("%d rounds in 550 ms at 100 ms", k);
+	for (uint32_t i = 0; i < b->nmetrics; i++)
+		if (!strcmp(profile__string(b->dict, b->metrics[i].name), "flamewatch_gpu_power_watts") &&
+		    !strcmp(batch__series_label(b, b->metrics[i].series, "gpu"), "0"))
+			assert_true(b->metrics[i].value == 312.456);
+	gpu_poller__stats(p, &st);
+	assert_true(st.rounds >= (uint64_t)k);
+	gpu_poller__free(p);
+	batch__free(b);
+	assert_null(gpu_poller__start("/nonexistent/libnvidia-ml.so.1", 100000000ULL));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -250,6 +288,7 @@ int main(void)
 		cmocka_unit_test(test_fallback_without_samples),
 		cmocka_unit_test(test_no_library),
 		cmocka_unit_test(test_round_cost),
+		cmocka_unit_test(test_poller),
 	};
 
 	return cmocka_run_group_tests(tests, _setup, _teardown);
