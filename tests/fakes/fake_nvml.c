@@ -18,6 +18,9 @@
  * -DFAKE_NO_SAMPLES it also lacks nvmlDeviceGetSamples, so the collector
  * falls back to nvmlDeviceGetUtilizationRates.
  *
+ * FAKE_NVML_PCIE_SLEEP_MS=20 makes nvmlDeviceGetPcieThroughput take as long
+ * as the real one, which measures over 20 ms.
+ *
  * FAKE_NVML_CALLS names a file that gets one line per call: "name gpu".
  */
 #include <stdio.h>
@@ -46,7 +49,7 @@ static const char *const _fields[NFIELDS] = {
 
 static struct fake_gpu _gpus[NGPU];
 static struct { unsigned int gpu, pid, sm, mem; unsigned long long used; } _procs[NPROC];
-static int _nprocs, _inited;
+static int _nprocs, _inited, _pcie_sleep_ms;
 static FILE *_calls;
 
 static void _defaults(void)
@@ -80,6 +83,7 @@ static void _load(void)
 
 	_defaults();
 	_nprocs = 0;
+	_pcie_sleep_ms = getenv("FAKE_NVML_PCIE_SLEEP_MS") ? atoi(getenv("FAKE_NVML_PCIE_SLEEP_MS")) : 0;
 	if (getenv("FAKE_NVML_CALLS"))
 		_calls = fopen(getenv("FAKE_NVML_CALLS"), "w");
 	if (!path || !(f = fopen(path, "r")))
@@ -285,6 +289,11 @@ EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t d, nvmlPcieUtilCoun
 						unsigned int *v)
 {
 	GPU(d);
+	if (_pcie_sleep_ms) {
+		struct timespec ts = { 0, _pcie_sleep_ms * 1000000L };
+
+		nanosleep(&ts, NULL);
+	}
 	*v = (unsigned int)_gpus[g].v[c == NVML_PCIE_UTIL_TX_BYTES ? TX : RX];
 	return NVML_SUCCESS;
 }
