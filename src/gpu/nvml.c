@@ -41,6 +41,7 @@ struct nvml {
 		nvmlDeviceGetUtilizationRates_fn utilization_rates;
 		nvmlDeviceGetSamples_fn samples;
 		nvmlDeviceGetMemoryInfo_fn memory_info;
+		nvmlDeviceGetMemoryInfo_v2_fn memory_info_v2;
 		nvmlDeviceGetClock_fn clock_info, max_clock_info;
 		nvmlDeviceGetUInt_fn power_usage, power_limit;
 		nvmlDeviceGetTemperature_fn temperature;
@@ -147,6 +148,7 @@ struct nvml *nvml__open(const char *path)
 	n->f.utilization_rates = SYM(n->lib, "nvmlDeviceGetUtilizationRates");
 	n->f.samples = SYM(n->lib, "nvmlDeviceGetSamples");
 	n->f.memory_info = SYM(n->lib, "nvmlDeviceGetMemoryInfo");
+	n->f.memory_info_v2 = SYM(n->lib, "nvmlDeviceGetMemoryInfo_v2");
 	n->f.clock_info = SYM(n->lib, "nvmlDeviceGetClockInfo");
 	n->f.max_clock_info = SYM(n->lib, "nvmlDeviceGetMaxClockInfo");
 	n->f.power_usage = SYM(n->lib, "nvmlDeviceGetPowerUsage");
@@ -206,7 +208,7 @@ struct nvml *nvml__open(const char *path)
 			enum nvml_metric m[4];
 		} need[] = {
 #define F(x) offsetof(struct nvml, f.x)
-			{ F(memory_info), { NVML_M_MEM_USED, NVML_M_MEM_TOTAL } },
+			{ F(memory_info), { NVML_M_MEM_USED, NVML_M_MEM_TOTAL } }, /* v1 always exists */
 			{ F(clock_info), { NVML_M_SM_CLOCK, NVML_M_MEM_CLOCK } },
 			{ F(max_clock_info), { NVML_M_SM_CLOCK_MAX, NVML_M_MEM_CLOCK_MAX } },
 			{ F(power_usage), { NVML_M_POWER } },
@@ -457,7 +459,21 @@ static void _device(struct round *r, struct gpu *g)
 	_utilization(r, g);
 	if (_want(g, NVML_M_MEM_USED) || _want(g, NVML_M_MEM_TOTAL)) {
 		nvmlMemory_t mem;
-		nvmlReturn_t ret = n->f.memory_info(g->dev, &mem);
+		nvmlMemory_v2_t m2 = { .version = nvmlMemory_v2 };
+		nvmlReturn_t ret = NVML_ERROR_NOT_SUPPORTED;
+
+		/*
+		 * v2 leaves the driver's reserved memory out of used, as
+		 * nvidia-smi does; v1's used includes it.
+		 */
+		if (n->f.memory_info_v2 && n->f.memory_info_v2(g->dev, &m2) == NVML_SUCCESS &&
+		    m2.total && m2.used <= m2.total) {
+			mem.total = m2.total;
+			mem.used = m2.used;
+			ret = NVML_SUCCESS;
+		} else if (n->f.memory_info) {
+			ret = n->f.memory_info(g->dev, &mem);
+		}
 
 		if (_want(g, NVML_M_MEM_USED) && _check(n, g, NVML_M_MEM_USED, ret))
 			_point(r, r->gpu_series, NVML_M_MEM_USED, r->now_ns, (double)mem.used);

@@ -40,6 +40,16 @@ typedef struct {
 	unsigned long long total, free, used;	/* bytes */
 } nvmlMemory_t;
 
+/*
+ * Since driver 510: reserved memory apart, as nvidia-smi shows it; version
+ * is the struct's size | 2 << 24.
+ */
+typedef struct {
+	unsigned int version;
+	unsigned long long total, reserved, free, used;	/* bytes */
+} nvmlMemory_v2_t;
+#define nvmlMemory_v2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | 2u << 24))
+
 typedef enum {
 	NVML_CLOCK_GRAPHICS = 0,
 	NVML_CLOCK_SM = 1,
@@ -112,6 +122,7 @@ typedef nvmlReturn_t (*nvmlDeviceGetSamples_fn)(nvmlDevice_t, nvmlSamplingType_t
 						unsigned long long, nvmlValueType_t *,
 						unsigned int *, nvmlSample_t *);
 typedef nvmlReturn_t (*nvmlDeviceGetMemoryInfo_fn)(nvmlDevice_t, nvmlMemory_t *);
+typedef nvmlReturn_t (*nvmlDeviceGetMemoryInfo_v2_fn)(nvmlDevice_t, nvmlMemory_v2_t *);
 typedef nvmlReturn_t (*nvmlDeviceGetClock_fn)(nvmlDevice_t, nvmlClockType_t, unsigned int *);
 typedef nvmlReturn_t (*nvmlDeviceGetUInt_fn)(nvmlDevice_t, unsigned int *);
 typedef nvmlReturn_t (*nvmlDeviceGetULL_fn)(nvmlDevice_t, unsigned long long *);

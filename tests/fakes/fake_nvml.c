@@ -232,11 +232,27 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
 {
 	GPU(d);
 	m->total = _gpus[g].v[MEM_TOTAL];
-	m->used = _gpus[g].v[MEM_USED];
+	m->used = _gpus[g].v[MEM_USED] + (512ULL << 20);
 	m->free = m->total - m->used;
 	return NVML_SUCCESS;
 }
 
+#ifndef FAKE_NO_SAMPLES
+/* v2: 512 MiB of the total reserved by the driver, not counted as used. */
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m)
+{
+	GPU(d);
+	if (m->version != nvmlMemory_v2)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	m->total = _gpus[g].v[MEM_TOTAL];
+	m->reserved = 512ULL << 20;
+	m->used = _gpus[g].v[MEM_USED];
+	m->free = m->total - m->used - m->reserved;
+	return NVML_SUCCESS;
+}
+#endif
+
+/* v1: used includes what the driver reserved. */
 EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, nvmlClockType_t t, unsigned int *v)
 {
 	GPU(d);

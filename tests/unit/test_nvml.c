@@ -208,6 +208,8 @@ static void test_fallback_without_samples(void **state)
 	_expect(b, "flamewatch_gpu_memory_utilization_percent", "0", 23);
 	_find(b, "flamewatch_gpu_utilization_percent", "0", 0, NULL, &ts);
 	assert_true(ts == t0);
+	/* nvmlDeviceGetMemoryInfo (v1): used includes the reserved 512 MiB. */
+	_expect(b, "flamewatch_gpu_memory_used_bytes", "0", 5368709120.0 + (512 << 20));
 	batch__free(b);
 	nvml__close(n);
 }
