@@ -122,7 +122,17 @@ int cmd_gpu(int argc, char **argv)
 		for (size_t k = 0; k < nl; k++)
 			printf("%s%s=\"%s\"", k ? "," : "", profile__string(b->dict, l[k].name),
 			       profile__string(b->dict, l[k].value));
-		printf("} %.17g %lld\n", m->value, (long long)m->ts_ns);
+		{
+			char v[32];
+
+			/* The shortest text that reads back as the same double. */
+			for (int prec = 15; prec <= 17; prec++) {
+				snprintf(v, sizeof(v), "%.*g", prec, m->value);
+				if (strtod(v, NULL) == m->value)
+					break;
+			}
+			printf("} %s %lld\n", v, (long long)m->ts_ns);
+		}
 	}
 	nvml__stats(n, &st);
 	printf("# rounds %llu gpus %u points %llu cpu_us_per_round %.1f cpu_us_per_gpu_round %.1f "
