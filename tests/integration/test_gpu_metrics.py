@@ -337,3 +337,41 @@ def test_no_nvml_library(flamewatch, procs, tmp_path):
     assert not re.search(r"^flamewatch_gpu_.*node=\"no-gpu\"", text, re.M)
     r = c.get("/api/v1/gpu/metrics", {"from": "now-5m", "query": '{node="no-gpu"}'})
     assert r.status == 200 and r.json()["series"] == []
+
+
+CONTAINER = "ab" * 32
+POD = "1b2c3d4e-0000-4000-8000-00000000abcd"
+
+
+def test_process_container_and_pod_labels(flamewatch, tmp_path):
+    """A GPU process in a Kubernetes-style cgroup gets container and pod
+    labels (read through `flamewatch gpu`: the collector alone, no BPF)."""
+    root = "/sys/fs/cgroup" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "/sys/fs/cgroup/pids"
+    top = f"{root}/fwtest-{os.getpid()}-kubepods"
+    leaf = f"{top}/burstable/pod{POD}/{CONTAINER}"
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        try:
+            os.makedirs(leaf)
+            with open(f"{leaf}/cgroup.procs", "w") as f:
+                f.write(str(sleeper.pid))
+        except OSError as e:
+            pytest.skip(f"cannot make a cgroup under {root}: {e}")
+        values = tmp_path / "values"
+        values.write_text(f"proc 1 {sleeper.pid} 9 3 4096\n")
+        env = dict(os.environ, LD_LIBRARY_PATH=str(FAKE_DIR), FAKE_NVML_VALUES=str(values))
+        out = subprocess.run([flamewatch, "gpu"], env=env, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        lines = [l for l in out.stdout.splitlines() if f'pid="{sleeper.pid}"' in l]
+        assert len(lines) == 3, out.stdout
+        for l in lines:
+            assert f'container="{CONTAINER}"' in l and f'pod="{POD}"' in l and 'comm="sleep"' in l, l
+            assert 'gpu="1"' in l, l
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for d in (leaf, f"{top}/burstable/pod{POD}", f"{top}/burstable", top):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
