@@ -93,6 +93,23 @@ def procs(tmp_path):
     ps.close_all()
 
 
+@pytest.fixture(autouse=True)
+def _close_clients(monkeypatch):
+    """Clients are diagnostics sources until closed: close ours after each test
+    so that other tests' failure reports do not show our HTTP exchanges."""
+    made = []
+    orig = Client.__init__
+
+    def init(self, *a, **kw):
+        orig(self, *a, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(Client, "__init__", init)
+    yield
+    for c in made:
+        c.close()
+
+
 @pytest.fixture
 def gpu_env(tmp_path):
     """Environment that makes flamewatch load the fake with our values; and
