@@ -190,3 +190,24 @@ clean:
 .PHONY: all unit system test run clean workloads fuzz fuzz-build fuzz-regress
 
 -include $(shell find $(BUILD)/obj $(BUILD)/tests $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)
+
+# ---- fake NVML (tests/fakes/fake_nvml.c) -------------------------------------
+# Stands in for libnvidia-ml.so.1 on machines without a GPU; tests load it
+# through LD_LIBRARY_PATH (build/fakes) or by path (the no-samples variant).
+FAKE_NVML := $(BUILD)/fakes/libnvidia-ml.so.1 $(BUILD)/fakes/nosamples/libnvidia-ml.so.1
+
+$(BUILD)/fakes/libnvidia-ml.so.1: tests/fakes/fake_nvml.c src/gpu/nvml_api.h
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -fPIC -shared \
+		-fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
+
+$(BUILD)/fakes/nosamples/libnvidia-ml.so.1: tests/fakes/fake_nvml.c src/gpu/nvml_api.h
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -fPIC -shared \
+		-fvisibility=hidden -DFAKE_NO_SAMPLES -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
+
+fakes: $(FAKE_NVML)
+unit system: fakes
+.PHONY: fakes

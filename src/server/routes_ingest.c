@@ -62,7 +62,19 @@ static int _compression(struct request *r, enum wire_compression *c)
 
 static int _store(struct request *r, const char *node, const struct batch *b, size_t body_len)
 {
-	int err = store__write(r->srv->store, node, b);
+	/*
+	 * Metric points first: their write is idempotent, so when the samples
+	 * then fail and the agent sends the batch again nothing is doubled.
+	 */
+	int err = store__write_metrics(r->srv->store, node, b);
+
+	if (err) {
+		pr_warn("store: cannot write %u metric points from %s: %s\n", b->nmetrics, node,
+			strerror(-err));
+		request__error(r, err == -ENOSPC ? 507 : 503, "store: %s", strerror(-err));
+		return -1;
+	}
+	err = store__write(r->srv->store, node, b);
 
 	if (err) {
 		pr_warn("store: cannot write a batch of %u samples from %s: %s\n", b->nsamples,
