@@ -64,12 +64,18 @@ def test_agent_drops_capabilities(flamewatch, workloads, tmp_path):
                 **window(t0 - 1, time.time() + 1)}).text)
         deadline = time.monotonic() + 20
         p = prof()
-        while p.total < 300 and time.monotonic() < deadline:
+        while p.total < 100 and time.monotonic() < deadline:
             time.sleep(1)
             p = prof()
-        require(p.total >= 300, f"only {p.total} samples of deep_chain stored", p)
+        require(p.total >= 100, f"only {p.total} samples of deep_chain stored", p)
+        # The first samples of a process may come before its table is loaded
+        # (frame pointers only, kept and counted); the rest must be complete.
         full = p.count(lambda f: contains_run(f, DEEP_CHAIN))
-        require(full >= 0.9 * p.total, f"{full}/{p.total} samples unwind main;f1..f12;leaf", p)
+        require(full >= 0.8 * p.total, f"{full}/{p.total} samples unwind main;f1..f12;leaf", p)
+        # Kernel frames are named: /proc/kallsyms still shows addresses (CAP_SYSLOG).
+        kernel = p.count(lambda f: any(x.endswith("_[k]") for x in f))
+        unnamed = p.count(lambda f: any(x.endswith("_[k]") and "[unknown]" in x for x in f))
+        assert unnamed <= kernel // 2, f"{unnamed} of {kernel} kernel stacks unnamed"
         assert agent.alive(), agent.describe()
         rc, _ = agent.stop()
         assert rc == 0, agent.describe()
