@@ -99,6 +99,28 @@ $(BUILD)/flamewatch: $(BUILD)/obj/main.o $(BUILD)/libflamewatch.a
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# ---- web UI ----------------------------------------------------------------
+# ui/ is TypeScript bundled by esbuild (npm ci installs the pinned packages from
+# ui/package-lock.json); ui/build.mjs writes the bundle as a C file, so the
+# binary serves the UI with no files on disk. npm writes the hidden lockfile
+# .package-lock.json on every install: it is the stamp.
+UI_NPM  := ui/node_modules/.package-lock.json
+UI_SRCS := $(wildcard ui/src/*.ts ui/src/*.css) ui/index.html ui/bench.html ui/favicon.svg ui/build.mjs
+
+$(UI_NPM): ui/package.json ui/package-lock.json | $(DEPS_STAMP)
+	$(call msg,NPM,ui)
+	$(Q)cd ui && npm ci --no-audit --no-fund --loglevel=error
+	$(Q)touch $@
+
+$(BUILD)/gen/ui_assets.c: $(UI_SRCS) $(UI_NPM)
+	$(call msg,UI,$@)
+	$(Q)node ui/build.mjs $(BUILD)/ui $@
+
+$(BUILD)/obj/gen/ui_assets.o: src/server/ui_assets.h
+$(BUILD)/libflamewatch.a: $(BUILD)/obj/gen/ui_assets.o
+
+ui: $(BUILD)/gen/ui_assets.c
+
 all: $(BUILD)/flamewatch
 
 # ---- tests -----------------------------------------------------------------
@@ -128,6 +150,6 @@ run: $(BUILD)/flamewatch
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit system test run clean workloads
+.PHONY: all unit system test run clean workloads ui
 
 -include $(shell find $(BUILD)/obj $(BUILD)/tests -name '*.d' 2>/dev/null)

@@ -1,0 +1,1 @@
+import "./style.css"; document.getElementById("app")!.textContent = "bench";
