@@ -142,7 +142,15 @@ unit: $(UNIT_BINS)
 system: $(BUILD)/flamewatch workloads
 	$(Q)/usr/bin/python3 -m pytest -q tests/integration
 
-test: unit system
+# The web UI in headless Chromium against the real `flamewatch run` (root: BPF).
+ui-test: $(BUILD)/flamewatch workloads
+	$(Q)node --test --test-concurrency=1 tests/ui/
+
+# Not a test: flame graph render time for 100k nodes (tests/ui/bench.mjs).
+ui-bench: $(BUILD)/flamewatch
+	$(Q)node tests/ui/bench.mjs
+
+test: unit system ui-test
 
 run: $(BUILD)/flamewatch
 	$(BUILD)/flamewatch run
@@ -150,6 +158,6 @@ run: $(BUILD)/flamewatch
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit system test run clean workloads ui
+.PHONY: all unit system test run clean workloads ui ui-test ui-bench
 
 -include $(shell find $(BUILD)/obj $(BUILD)/tests -name '*.d' 2>/dev/null)

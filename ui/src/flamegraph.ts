@@ -27,6 +27,7 @@ export class FlameGraph {
   private charW = 7;
   private mode: ColorMode = 'binary';
   lastRenderMs = 0;
+  lastDrawn = 0;
 
   constructor(private opts: FlameGraphOpts = {}) {
     this.el.className = 'flamegraph';
@@ -118,10 +119,19 @@ export class FlameGraph {
     const rects: number[][] = Array.from({ length: ncol * 2 }, () => []);
     const labels: number[] = [];
     const m = this.match;
+    // Rectangles snap to device pixels (no anti-aliasing to compute), and a
+    // pixel of a row that a node already covered is not painted again: a
+    // row costs at most its width in pixels, however many nodes it holds.
+    const lastPx = new Int32Array(rows).fill(-1);
     const push = (i: number, x: number, width: number) => {
+      const d = t.depth[i];
+      let p0 = Math.floor(x * dpr);
+      const p1 = Math.max(p0 + 1, Math.round((x + width) * dpr));
+      if (p0 < lastPx[d]) p0 = lastPx[d];
+      if (p0 >= p1) return;
+      lastPx[d] = p1;
       const dim = m && !m[i] ? ncol : 0;
-      const r = rects[this.colors[i] + dim];
-      r.push(x, yOf(t.depth[i]), width);
+      rects[this.colors[i] + dim].push(p0, yOf(d), p1 - p0 > 2 ? p1 - p0 - 1 : p1 - p0);
       if (width > 3 * this.charW) labels.push(i, x, width);
     };
     // Ancestors of the zoomed node span the whole width.
@@ -137,9 +147,7 @@ export class FlameGraph {
       const r = rects[k];
       if (!r.length) continue;
       ctx.fillStyle = k < ncol ? this.palette.colors[k] : this.palette.dim[k - ncol];
-      ctx.beginPath();
-      for (let j = 0; j < r.length; j += 3) ctx.rect(r[j], r[j + 1], Math.max(r[j + 2] - 0.5, 0.5), ROW - 1);
-      ctx.fill();
+      for (let j = 0; j < r.length; j += 3) ctx.fillRect(r[j] / dpr, r[j + 1], r[j + 2] / dpr, ROW - 1);
     }
     if (this.hover >= 0 && this.hover < t.n) {
       const i = this.hover;
@@ -157,6 +165,7 @@ export class FlameGraph {
       if (s.length > max) s = max > 2 ? s.slice(0, max - 1) + '…' : '';
       if (s) ctx.fillText(s, x + 3, yOf(t.depth[i]) + ROW / 2);
     }
+    this.lastDrawn = rects.reduce((a, r) => a + r.length / 3, 0);
     this.lastRenderMs = performance.now() - t0;
   }
 
