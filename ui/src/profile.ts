@@ -247,5 +247,7 @@ export function fmtValue(v: number, unit: string): string {
 }
 
 export function pct(v: number, of: number): string {
-  return of > 0 ? `${((100 * v) / of).toFixed(v / of < 0.001 ? 3 : 1)}%` : '–';
+  if (!(of > 0)) return '–';
+  if (v === 0) return '0%';
+  return `${((100 * v) / of).toFixed(v / of < 0.001 ? 3 : 1)}%`;
 }
