@@ -69,7 +69,7 @@ export class Palette {
   /* One colour per category, for legends. */
   categoryColor(cat: string): string {
     for (let i = 0; i < this.catOf.length; i++) if (this.catOf[i] === cat) return this.colors[i];
-    return '#999';
+    return KIND_COLORS[0];
   }
 }
 

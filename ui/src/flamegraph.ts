@@ -2,7 +2,7 @@
 // path and one fill per colour), subtrees narrower than half a pixel are
 // skipped whole (preorder: a subtree is a contiguous range), and labels
 // are cut by a measured character width instead of measureText per node.
-import { Palette, type ColorMode, basename } from './colors';
+import { Palette, type ColorMode, basename, category } from './colors';
 import { type Tree, KIND_NAMES, fmtValue, pct } from './profile';
 
 const ROW = 18;
@@ -81,12 +81,18 @@ export class FlameGraph {
   }
 
   /* The legend: categories with their colour and value in the zoomed subtree. */
-  legend(): { cat: string; color: string; value: number }[] {
-    const t = this.tree;
+  /*
+   * The legend: categories with their colour and self value. src is the
+   * tree to sum self over (the uninverted one when this one is inverted, so
+   * leaves are frames rather than processes).
+   */
+  legend(src?: Tree): { cat: string; color: string; value: number }[] {
+    const t = src ?? this.tree;
     if (!t) return [];
     const v = new Map<string, number>();
     for (let i = 0; i < t.n; i++) {
-      const cat = this.palette.catOf[this.colors[i]];
+      if (!t.self[i]) continue;
+      const cat = category(this.mode, t.kind[i], t.binaries[t.bin[i]] ?? '');
       v.set(cat, (v.get(cat) ?? 0) + t.self[i]);
     }
     return [...v].map(([cat, value]) => ({ cat, color: this.palette.categoryColor(cat), value }))

@@ -207,7 +207,8 @@ function drawLegend(): void {
   const leg = q('.legend');
   leg.innerHTML = '';
   if (state.view !== 'flame' && state.view !== 'sandwich') return;
-  for (const r of flame.legend().slice(0, 16)) {
+  const src = state.invert && profile ? applyFilters(profile, { ...state, invert: false }) : undefined;
+  for (const r of flame.legend(src).slice(0, 16)) {
     const s = $<HTMLSpanElement>(`<span class="item"><i style="background:${r.color}"></i></span>`);
     s.append(`${r.cat} ${shown ? pct(r.value, shown.total[0]) : ''}`);
     leg.append(s);
@@ -320,8 +321,10 @@ export async function load(): Promise<void> {
     shown = applyFilters(profile, state);
     if (j.total === 0) {
       showBanner('empty', `<b>No samples</b> ${state.q ? `match <code></code> ` : ''}between ${fmtTime(ctx.selection?.[0] ?? a)} and ${fmtTime(ctx.selection?.[1] ?? b)}. ` +
-        'If flamewatch has just started, samples show up after its first flush (10 s by default); otherwise pick a longer range or another selector.');
+        'If flamewatch has just started, samples show up after its first flush (10 s by default) and this page looks again every 5 s; otherwise pick a longer range or another selector.');
       const code = banner.querySelector('code'); if (code) code.textContent = state.q;
+      // A range that ends now fills up by itself: look again shortly.
+      if (state.to === 'now' && state.sf === undefined) retry = window.setTimeout(() => void load(), 5000);
     } else if (j.trimmed.nodes > 0) {
       notice.hidden = false;
       notice.innerHTML = '';
