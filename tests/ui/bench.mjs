@@ -15,7 +15,7 @@ try {
   const r = JSON.parse(await page.evaluate(() => document.body.dataset.result));
   for (const [name, x] of Object.entries(r))
     console.log(`flame graph (${name}): ${x.nodes} nodes, ${x.drawn} drawn, ${x.width} px wide: render median ` +
-      `${x.renderMedianMs} ms, max ${x.renderMaxMs} ms; search + render ${x.searchRenderMs} ms; tree from JSON ${x.treeMs} ms`);
+      `${x.renderMedianMs} ms, max ${x.renderMaxMs} ms; hover ${x.hoverMs} ms per move; search + render ${x.searchRenderMs} ms; tree from JSON ${x.treeMs} ms`);
   writeFileSync(join(OUT, 'bench.json'), JSON.stringify(r, null, 1) + '\n');
   await page.screenshot({ path: join(OUT, 'bench.png') });
 } finally {

@@ -29,15 +29,24 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /* Starts `flamewatch run`; returns { url, proc, dir, stop() }. */
 export async function startRun(extra = []) {
+  return start('run', ['-F', '99', '--interval', '1s', ...extra]);
+}
+
+/* Starts `flamewatch server` alone (no agent, so nothing else on its loop). */
+export async function startServer(extra = []) {
+  return start('server', extra);
+}
+
+async function start(cmd, extra) {
   const dir = mkdtempSync(join(tmpdir(), 'fw-ui-'));
   const port = await freePort();
-  const log = openSync(join(OUT, `run-${port}.log`), 'w');
+  const log = openSync(join(OUT, `${cmd}-${port}.log`), 'w');
   const proc = spawn(join(BUILD, 'flamewatch'),
-    ['run', '--listen', `127.0.0.1:${port}`, '--data', dir, '-F', '99', '--interval', '1s', ...extra],
+    [cmd, '--listen', `127.0.0.1:${port}`, '--data', dir, ...extra],
     { stdio: ['ignore', log, log] });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 200; i++) {
-    if (proc.exitCode !== null) throw new Error(`flamewatch run exited ${proc.exitCode}; see ${OUT}/run-${port}.log`);
+    if (proc.exitCode !== null) throw new Error(`flamewatch ${cmd} exited ${proc.exitCode}; see ${OUT}/${cmd}-${port}.log`);
     try { if ((await fetch(`${url}/healthz`)).ok) break; } catch { /* not yet */ }
     await sleep(100);
   }

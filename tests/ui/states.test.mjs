@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { OUT, startRun, launch } from './lib.mjs';
+import { OUT, startRun, startServer, launch } from './lib.mjs';
 
 let browser;
 before(async () => { browser = await launch(); });
@@ -65,6 +65,27 @@ test('a trimmed profile says what was trimmed', async () => {
     await page.locator('.notice', { hasText: 'Trimmed' }).waitFor();
     assert.match(await page.locator('.notice').textContent(), /Trimmed: [\d,]+ small nodes .* keep 3 nodes/);
     await page.screenshot({ path: join(OUT, 'state-trimmed.png') });
+  } finally {
+    await page.close();
+    await fw.stop();
+  }
+});
+
+test('a first visit loads in under 1 s from flamewatch server', async () => {
+  const fw = await startServer();
+  const page = await browser.newPage({ viewport: { width: 1200, height: 700 } });
+  try {
+    await page.goto(`${fw.url}/?from=now-5m`);
+    await page.waitForFunction(() => document.body.dataset.loaded);
+    const t = await page.evaluate(() => {
+      const n = performance.getEntriesByType('navigation')[0];
+      return { response: Math.round(n.responseEnd), domContentLoaded: Math.round(n.domContentLoadedEventEnd),
+        load: Math.round(n.loadEventEnd), firstDataMs: Number(document.body.dataset.loadMs) };
+    });
+    console.log(`first visit from flamewatch server: ${JSON.stringify(t)} ms`);
+    // The issue's target; FW_UI_LOAD_MS moves it for a machine known to be slow.
+    const limit = Number(process.env.FW_UI_LOAD_MS ?? 1000);
+    assert.ok(t.load < limit, `load event after ${t.load} ms (limit ${limit} ms)`);
   } finally {
     await page.close();
     await fw.stop();

@@ -15,6 +15,9 @@ export interface FlameGraphOpts {
 
 export class FlameGraph {
   readonly canvas = document.createElement('canvas');
+  // Hover outlines go on a canvas of their own: moving the mouse never
+  // repaints the graph.
+  private overlay = document.createElement('canvas');
   readonly el = document.createElement('div');
   private tip = document.createElement('div');
   private tree: Tree | null = null;
@@ -32,9 +35,10 @@ export class FlameGraph {
   constructor(private opts: FlameGraphOpts = {}) {
     this.el.className = 'flamegraph';
     this.tip.className = 'tooltip';
-    this.el.append(this.canvas, this.tip);
+    this.overlay.className = 'overlay';
+    this.el.append(this.canvas, this.overlay, this.tip);
     this.canvas.addEventListener('mousemove', (e) => this.onMove(e));
-    this.canvas.addEventListener('mouseleave', () => { this.hover = -1; this.tip.style.display = 'none'; this.render(); });
+    this.canvas.addEventListener('mouseleave', () => { this.hover = -1; this.tip.style.display = 'none'; this.drawHover(); });
     this.canvas.addEventListener('click', (e) => {
       const i = this.hit(e);
       if (i >= 0) { this.setZoom(i); this.opts.onZoom?.(i); }
@@ -149,19 +153,30 @@ export class FlameGraph {
       push(i, (t.x[i] - x0) * scale, width);
       i++;
     }
+    // The rectangles are written straight into pixels: with each row's
+    // pixels painted at most once, the cost is bounded by the canvas area
+    // however many nodes there are.
+    const W = c.width, H = c.height;
+    if (!this.pixels || this.pixels.width !== W || this.pixels.height !== H) this.pixels = ctx.createImageData(W, H);
+    const px = new Uint32Array(this.pixels.data.buffer);
+    px.fill(0);
+    const rowH = Math.max(1, Math.round((ROW - 1) * dpr));
+    // One line of pixels per row of the graph, then copied down the row's height.
+    const lines = new Uint32Array(W * rows);
     for (let k = 0; k < rects.length; k++) {
       const r = rects[k];
       if (!r.length) continue;
-      ctx.fillStyle = k < ncol ? this.palette.colors[k] : this.palette.dim[k - ncol];
-      for (let j = 0; j < r.length; j += 3) ctx.fillRect(r[j] / dpr, r[j + 1], r[j + 2] / dpr, ROW - 1);
+      const rgba = this.rgba(k < ncol ? this.palette.colors[k] : this.palette.dim[k - ncol]);
+      for (let j = 0; j < r.length; j += 3) {
+        const base = Math.round(r[j + 1] / ROW) * W;
+        lines.fill(rgba, base + r[j], base + Math.min(W, r[j] + r[j + 2]));
+      }
     }
-    if (this.hover >= 0 && this.hover < t.n) {
-      const i = this.hover;
-      const x = t.x[i] < x0 || i < z ? 0 : (t.x[i] - x0) * scale;
-      const width = i < z || t.depth[i] < zd ? w : t.total[i] * scale;
-      ctx.strokeStyle = '#222'; ctx.lineWidth = 1.5;
-      ctx.strokeRect(x + 0.5, yOf(t.depth[i]) + 0.5, Math.max(width - 1.5, 1), ROW - 2);
+    for (let L = 0; L < rows; L++) {
+      const line = lines.subarray(L * W, L * W + W), y0 = Math.round(L * ROW * dpr);
+      for (let y = y0, ye = Math.min(H, y0 + rowH); y < ye; y++) px.set(line, y * W);
     }
+    ctx.putImageData(this.pixels, 0, 0);
     ctx.fillStyle = '#1d1d1f';
     ctx.textBaseline = 'middle';
     for (let j = 0; j < labels.length; j += 3) {
@@ -171,8 +186,47 @@ export class FlameGraph {
       if (s.length > max) s = max > 2 ? s.slice(0, max - 1) + '…' : '';
       if (s) ctx.fillText(s, x + 3, yOf(t.depth[i]) + ROW / 2);
     }
+    this.drawHover();
     this.lastDrawn = rects.reduce((a, r) => a + r.length / 3, 0);
     this.lastRenderMs = performance.now() - t0;
+  }
+
+  private drawHover(): void {
+    const t = this.tree, o = this.overlay, c = this.canvas;
+    if (o.width !== c.width || o.height !== c.height) {
+      o.width = c.width; o.height = c.height; o.style.width = c.style.width; o.style.height = c.style.height;
+    }
+    const ctx = o.getContext('2d')!;
+    const dpr = window.devicePixelRatio || 1;
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, o.width, o.height);
+    if (!t || this.hover < 0 || this.hover >= t.n) return;
+    const i = this.hover, z = this.zoom, w = this.width;
+    const scale = w / (t.total[z] || 1);
+    const h = (t.maxDepth + 1) * ROW;
+    const y = this.opts.flame ? h - (t.depth[i] + 1) * ROW : t.depth[i] * ROW;
+    const ancestor = t.depth[i] < t.depth[z];
+    const x = ancestor ? 0 : (t.x[i] - t.x[z]) * scale;
+    const width = ancestor ? w : t.total[i] * scale;
+    ctx.strokeStyle = '#222'; ctx.lineWidth = 1.5;
+    ctx.strokeRect(x + 0.75, y + 0.75, Math.max(width - 2, 1), ROW - 2.5);
+  }
+
+  private pixels: ImageData | null = null;
+  private rgbaCache = new Map<string, number>();
+  /* A CSS colour as the little-endian RGBA word of an ImageData pixel. */
+  private rgba(css: string): number {
+    let v = this.rgbaCache.get(css);
+    if (v !== undefined) return v;
+    const c = document.createElement('canvas');
+    c.width = c.height = 1;
+    const x = c.getContext('2d', { willReadFrequently: true })!;
+    x.fillStyle = css;
+    x.fillRect(0, 0, 1, 1);
+    const d = x.getImageData(0, 0, 1, 1).data;
+    v = ((d[3] << 24) | (d[2] << 16) | (d[1] << 8) | d[0]) >>> 0;
+    this.rgbaCache.set(css, v);
+    return v;
   }
 
   /* The node under the mouse, or -1. */
@@ -199,7 +253,7 @@ export class FlameGraph {
 
   private onMove(e: MouseEvent): void {
     const i = this.hit(e);
-    if (i !== this.hover) { this.hover = i; this.render(); }
+    if (i !== this.hover) { this.hover = i; this.drawHover(); }
     const t = this.tree;
     if (!t || i < 0) { this.tip.style.display = 'none'; return; }
     const root = t.total[0], zt = t.total[this.zoom];
