@@ -157,6 +157,17 @@ test('filters: focus, invert and hiding frames', async () => {
   assert.match(await page.locator('.search-result').textContent(), /^0 matches/);
   await page.locator('.hide').fill('');
   await page.locator('.hide').press('Enter');
+  prev = await loaded(prev);
+  // Focus on work_loop: it becomes the root, hot_70 and cold_30 its children.
+  await page.locator('.focus').fill('work_loop');
+  await page.locator('.focus').press('Enter');
+  prev = await loaded(prev);
+  assert.match(await page.locator('.focus-chip').textContent(), /focus: work_loop/);
+  await page.locator('.search').fill('^(hot_70|cold_30)$');
+  const f = /matches: [\d,]+ samples \(([\d.]+)%\)/.exec(await page.locator('.search-result').textContent());
+  assert.ok(f && Number(f[1]) > 90, `under work_loop, hot_70 + cold_30: ${f}`);
+  await page.screenshot({ path: join(OUT, 'flamegraph-focus.png'), fullPage: true });
+  await page.locator('.focus-chip button').click();
   await loaded(prev);
   await page.locator('.search').fill('');
 });

@@ -55,6 +55,8 @@ app.innerHTML = `
   <label>hide names <input class="hide" placeholder="regex" spellcheck="false"></label>
   <label>hide binaries <input class="hidebin" placeholder="regex" spellcheck="false"></label>
   <label><input type="checkbox" class="cuda"> hide CUDA internals</label>
+  <label>focus <input class="focus" placeholder="function" spellcheck="false" list="focus-functions"></label>
+  <datalist id="focus-functions"></datalist>
   <label><input type="checkbox" class="invert"> invert stack</label>
   <span class="focus-chip" hidden></span>
 </div>
@@ -116,7 +118,7 @@ app.querySelectorAll<HTMLButtonElement>('.tabs button').forEach((b) =>
 const search = q<HTMLInputElement>('.search');
 search.addEventListener('input', () => { state.search = search.value; history.replaceState(null, '', encode(state)); applySearch(); });
 q<HTMLSelectElement>('.color').addEventListener('change', (e) => navigate({ color: (e.target as HTMLSelectElement).value as State['color'] }));
-for (const k of ['hide', 'hidebin'] as const) {
+for (const k of ['hide', 'hidebin', 'focus'] as const) {
   const el = q<HTMLInputElement>(`.${k}`);
   el.addEventListener('change', () => navigate({ [k]: el.value }));
 }
@@ -193,6 +195,10 @@ function drawBreadcrumb(): void {
     bc.append(a);
   });
   if (state.focus) bc.append(` (focused on ${state.focus})`);
+  const hint = document.createElement('span');
+  hint.className = 'hint';
+  hint.textContent = 'click: zoom · right-click: focus · Esc: reset zoom · /: search';
+  bc.append(hint);
 }
 
 function applySearch(): void {
@@ -225,6 +231,7 @@ function syncControls(): void {
   q<HTMLSelectElement>('.color').value = state.color;
   q<HTMLInputElement>('.hide').value = state.hide;
   q<HTMLInputElement>('.hidebin').value = state.hidebin;
+  q<HTMLInputElement>('.focus').value = state.focus;
   q<HTMLInputElement>('.cuda').checked = state.cuda;
   q<HTMLInputElement>('.invert').checked = state.invert;
   app.querySelectorAll<HTMLButtonElement>('.tabs button').forEach((t) => t.classList.toggle('active', t.dataset.view === state.view));
@@ -319,6 +326,8 @@ export async function load(): Promise<void> {
     notice.hidden = true;
     profile = fromJSON(j);
     shown = applyFilters(profile, state);
+    const top = [...new Set(Array.from({ length: Math.min(profile.n, 4000) }, (_, i) => profile!.names[profile!.name[i]]))].slice(0, 400);
+    q('#focus-functions').replaceChildren(...top.map((n) => { const o = document.createElement('option'); o.value = n; return o; }));
     if (j.total === 0) {
       showBanner('empty', `<b>No samples</b> ${state.q ? `match <code></code> ` : ''}between ${fmtTime(ctx.selection?.[0] ?? a)} and ${fmtTime(ctx.selection?.[1] ?? b)}. ` +
         'If flamewatch has just started, samples show up after its first flush (10 s by default) and this page looks again every 5 s; otherwise pick a longer range or another selector.');
