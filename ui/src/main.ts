@@ -313,11 +313,12 @@ export async function load(): Promise<void> {
   labels.resetCache({ from: a, to: b });
   const ctx = { from: a, to: b, query: state.q, by: state.by, selection: state.sf !== undefined ? [state.sf, state.st!] as [number, number] : null, signal: ac.signal };
   try {
-    const names = getJSON<{ names: string[] }>(url('/api/v1/labels', { from: a.toFixed(0), to: b.toFixed(0) }), ac.signal);
-    const prof = getJSON<ProfileJSON>(url('/api/v1/profile', apiParams({ max_nodes: state.mn })), ac.signal);
-    await Promise.all(tracks.map((t) => t.update(ctx)));
-    const j = await prof;
-    const ln = await names;
+    // All at once, and awaited together: an aborted load leaves no promise unhandled.
+    const [ln, j] = await Promise.all([
+      getJSON<{ names: string[] }>(url('/api/v1/labels', { from: a.toFixed(0), to: b.toFixed(0) }), ac.signal),
+      getJSON<ProfileJSON>(url('/api/v1/profile', apiParams({ max_nodes: state.mn })), ac.signal),
+      ...tracks.map((t) => t.update(ctx)),
+    ]) as [{ names: string[] }, ProfileJSON, ...boolean[]];
     if (id !== loads) return;
     const opts = [...new Set(['comm', ...ln.names])];
     bySel.replaceChildren(...opts.map((n) => { const o = document.createElement('option'); o.value = o.textContent = n; return o; }));
