@@ -99,6 +99,28 @@ $(BUILD)/flamewatch: $(BUILD)/obj/main.o $(BUILD)/libflamewatch.a
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# ---- web UI ----------------------------------------------------------------
+# ui/ is TypeScript bundled by esbuild (npm ci installs the pinned packages from
+# ui/package-lock.json); ui/build.mjs writes the bundle as a C file, so the
+# binary serves the UI with no files on disk. npm writes the hidden lockfile
+# .package-lock.json on every install: it is the stamp.
+UI_NPM  := ui/node_modules/.package-lock.json
+UI_SRCS := $(wildcard ui/src/*.ts ui/src/*.css) ui/index.html ui/bench.html ui/favicon.svg ui/build.mjs
+
+$(UI_NPM): ui/package.json ui/package-lock.json | $(DEPS_STAMP)
+	$(call msg,NPM,ui)
+	$(Q)cd ui && npm ci --no-audit --no-fund --loglevel=error
+	$(Q)touch $@
+
+$(BUILD)/gen/ui_assets.c: $(UI_SRCS) $(UI_NPM)
+	$(call msg,UI,$@)
+	$(Q)node ui/build.mjs $(BUILD)/ui $@
+
+$(BUILD)/obj/gen/ui_assets.o: src/server/ui_assets.h
+$(BUILD)/libflamewatch.a: $(BUILD)/obj/gen/ui_assets.o
+
+ui: $(BUILD)/gen/ui_assets.c
+
 all: $(BUILD)/flamewatch
 
 # ---- tests -----------------------------------------------------------------
@@ -125,7 +147,7 @@ FUZZ_SECONDS ?= 600
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 FUZZ_OBJS := $(patsubst src/%.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS)) \
-	     $(patsubst $(BUILD)/gen/%.c,$(BUILD)/fuzz/obj/gen/%.o,$(PROTO_SRCS))
+	     $(patsubst $(BUILD)/gen/%.c,$(BUILD)/fuzz/obj/gen/%.o,$(PROTO_SRCS) $(BUILD)/gen/ui_assets.c)
 FUZZ_CFLAGS := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer -Wall -std=gnu11 -D_GNU_SOURCE -Isrc -I$(BUILD) -I$(BUILD)/gen -MMD -MP
 FUZZ_LDLIBS := -lbpf -ldw -lelf -lprotobuf-c -Wl,-Bstatic -liberty -Wl,-Bdynamic \
@@ -179,7 +201,15 @@ unit: $(UNIT_BINS)
 system: $(BUILD)/flamewatch workloads
 	$(Q)/usr/bin/python3 -m pytest -q tests/integration
 
-test: unit fuzz-regress system
+# The web UI in headless Chromium against the real `flamewatch run` (root: BPF).
+ui-test: $(BUILD)/flamewatch workloads
+	$(Q)node --test --test-concurrency=1 tests/ui/
+
+# Not a test: flame graph render time for 100k nodes (tests/ui/bench.mjs).
+ui-bench: $(BUILD)/flamewatch
+	$(Q)node tests/ui/bench.mjs
+
+test: unit fuzz-regress system ui-test
 
 run: $(BUILD)/flamewatch
 	$(BUILD)/flamewatch run
@@ -187,7 +217,7 @@ run: $(BUILD)/flamewatch
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit system test run clean workloads fuzz fuzz-build fuzz-regress
+.PHONY: all unit system test run clean workloads fuzz fuzz-build fuzz-regress ui ui-test ui-bench
 
 -include $(shell find $(BUILD)/obj $(BUILD)/tests $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)
 

@@ -18,6 +18,7 @@
 #include "server/request.h"
 #include "server/routes_gpu.h"
 #include "server/server.h"
+#include "server/static.h"
 #include "store/store.h"
 #include "store/timeparse.h"
 
@@ -197,6 +198,15 @@ static void _dispatch(struct evhttp_request *req, void *arg)
 			routes__ingest_folded(&r);
 		else
 			request__error(&r, 404, "no such ingest endpoint: %s", path);
+		goto out;
+	}
+	/* The UI's own files need no token: the page is what asks for one. */
+	if (static__is_ui_path(path)) {
+		r.route = ROUTE_STATIC;
+		if (!is_get)
+			request__error(&r, 405, "%s takes GET", path);
+		else
+			static__serve(&r, path);
 		goto out;
 	}
 	if (!strcmp(path, "/metrics") || !strncmp(path, "/api/", 5)) {
