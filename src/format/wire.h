@@ -124,8 +124,11 @@ size_t wire_sessions__memory(const struct wire_session_table *t);
 
 /*
  * Decodes one ingest body compressed with c, checking it against lim (NULL:
- * the defaults). On success *out receives an owned, self-contained batch
- * whose ids are its own (batch__free() it), node its node name (node_len
+ * the defaults). On success *out receives an owned batch (batch__free()
+ * it) whose dictionary is the session's, shared by every batch of the
+ * session (struct batch's dict_id): append-only, so the batch stays valid
+ * after the session is evicted or grows, but it must not be read while
+ * another wire__decode() on t runs. Node receives its node name (node_len
  * bytes at most, NUL included) and *seq its sequence number; the batch's
  * dictionary additions become part of its session. On failure nothing
  * changes: no session is created, extended or evicted, *out is NULL, and

@@ -369,6 +369,22 @@ static int64_t _stack_decode(const uint8_t *p, size_t len, uint32_t *frames, siz
 
 /* ---- the store ------------------------------------------------------------ */
 
+/*
+ * How the ids of one shared dictionary (struct batch's dict_id: an agent's
+ * wire session) translate to store ids, kept across writes: a batch then
+ * costs lookups only for the entries it is the first to use. 0: not yet
+ * translated (store ids start at 1).
+ */
+struct dxlate {
+	uint64_t dict_id;
+	char *node;			/* series ids translate with the node label */
+	uint64_t used;			/* write counter at last use, for eviction */
+	uint32_t *ids[5];		/* strings, mappings, frames, stacks, series */
+	uint32_t n[5], cap[5];
+};
+#define DXLATE_MAX 4096
+#define DXLATE_BYTES (256u << 20)
+
 struct series_info {
 	uint32_t nlabels;
 	const char **names, **values;	/* sorted by name */
@@ -389,6 +405,10 @@ struct sqlite_store {
 	struct blockcodec *codec;
 
 	struct cache strings, mappings, frames, stacks, series;
+
+	struct dxlate **dx;
+	uint32_t ndx;
+	uint64_t dx_bytes, dx_clock;
 
 	/* series id -> struct series_info *, for queries */
 	struct u64map series_info;
@@ -470,8 +490,37 @@ static int _exec_int(struct sqlite_store *st, enum stmt_id id, int64_t dflt, int
 	return 0;
 }
 
+static void _dx_free(struct dxlate *d)
+{
+	if (!d)
+		return;
+	for (int k = 0; k < 5; k++)
+		free(d->ids[k]);
+	free(d->node);
+	free(d);
+}
+
+static uint64_t _dx_bytes(const struct dxlate *d)
+{
+	uint64_t n = sizeof(*d);
+
+	for (int k = 0; k < 5; k++)
+		n += (uint64_t)d->cap[k] * sizeof(uint32_t);
+	return n;
+}
+
+static void _dx_remove(struct sqlite_store *st, uint32_t i)
+{
+	st->dx_bytes -= _dx_bytes(st->dx[i]);
+	_dx_free(st->dx[i]);
+	st->dx[i] = st->dx[--st->ndx];
+}
+
 static void _drop_caches(struct sqlite_store *st)
 {
+	while (st->ndx)
+		_dx_remove(st, st->ndx - 1);
+
 	_cache_free(&st->strings);
 	_cache_free(&st->mappings);
 	_cache_free(&st->frames);
@@ -499,6 +548,7 @@ static void _sqlite_close(void *impl)
 		pr_warn("store: sqlite: close: %s\n", sqlite3_errmsg(st->db));
 	blockcodec__free(st->codec);
 	_drop_caches(st);
+	free(st->dx);
 	_drop_series_info(st);
 	free(st->infos);
 	_map_free(&st->open_window);
@@ -1494,12 +1544,89 @@ static void _compact(struct sqlite_store *st, struct due *due, uint32_t n)
 	}
 }
 
+/* Grows one translation array to n entries, the new ones untranslated. */
+static int _dx_grow(struct sqlite_store *st, struct dxlate *d, int k, uint32_t n)
+{
+	uint32_t *ids, cap;
+
+	if (n > d->cap[k]) {
+		for (cap = d->cap[k] ? d->cap[k] : 64; cap < n; cap *= 2)
+			;
+		ids = realloc(d->ids[k], (size_t)cap * sizeof(*ids));
+		if (!ids)
+			return -ENOMEM;
+		memset(ids + d->cap[k], 0, (size_t)(cap - d->cap[k]) * sizeof(*ids));
+		st->dx_bytes += (uint64_t)(cap - d->cap[k]) * sizeof(*ids);
+		d->ids[k] = ids;
+		d->cap[k] = cap;
+	}
+	if (n > d->n[k])
+		d->n[k] = n;
+	return 0;
+}
+
+/*
+ * The kept translation of dictionary dict_id written under node, grown to
+ * the dictionary's current size, in x; or NULL for ENOMEM. Least recently
+ * used ones go past DXLATE_MAX or DXLATE_BYTES: forgetting one costs its
+ * session one content lookup per entry, as for a batch of its own.
+ */
+static struct dxlate *_dx_get(struct sqlite_store *st, uint64_t dict_id, const char *node,
+			      struct xlate *x)
+{
+	const struct profile *p = x->d;
+	uint32_t n[5] = { x->nstrings + 1, p->nmappings + 1, p->nframes + 1,
+			  profile__nstacks(p) + 1, batch__nseries(x->b) + 1 };
+	struct dxlate *d = NULL;
+
+	for (uint32_t i = 0; i < st->ndx; i++) {
+		if (st->dx[i]->dict_id == dict_id && !strcmp(st->dx[i]->node, node)) {
+			d = st->dx[i];
+			break;
+		}
+	}
+	if (!d) {
+		while (st->ndx && (st->ndx >= DXLATE_MAX || st->dx_bytes > DXLATE_BYTES)) {
+			uint32_t old = 0;
+
+			for (uint32_t i = 1; i < st->ndx; i++)
+				if (st->dx[i]->used < st->dx[old]->used)
+					old = i;
+			_dx_remove(st, old);
+		}
+		if (!st->dx) {
+			st->dx = calloc(DXLATE_MAX, sizeof(*st->dx));
+			if (!st->dx)
+				return NULL;
+		}
+		d = calloc(1, sizeof(*d));
+		if (!d || !(d->node = strdup(node))) {
+			free(d);
+			return NULL;
+		}
+		d->dict_id = dict_id;
+		st->dx[st->ndx++] = d;
+		st->dx_bytes += sizeof(*d);
+	}
+	d->used = ++st->dx_clock;
+	for (int k = 0; k < 5; k++)
+		if (_dx_grow(st, d, k, n[k]))
+			return NULL;
+	x->strings = d->ids[0];
+	x->mappings = d->ids[1];
+	x->frames = d->ids[2];
+	x->stacks = d->ids[3];
+	x->series = d->ids[4];
+	return d;
+}
+
 static int _sqlite_write(void *impl, const char *node, const struct batch *b)
 {
 	struct sqlite_store *st = impl;
 	const struct profile *d = b->dict;
 	uint32_t nstacks = profile__nstacks(d), nseries = batch__nseries(b);
 	struct xlate x = { .b = b, .d = d };
+	struct dxlate *dx = NULL;
 	struct wsample *ws = NULL;
 	struct due *due = NULL;
 	uint32_t ndue = 0, cap_due = 0;
@@ -1521,11 +1648,17 @@ static int _sqlite_write(void *impl, const char *node, const struct batch *b)
 		return 0;
 	err = -ENOMEM;
 	x.nstrings = intern__count(d->strings);
-	x.strings = calloc(x.nstrings + 1, sizeof(uint32_t));
-	x.mappings = calloc(d->nmappings + 1, sizeof(uint32_t));
-	x.frames = calloc(d->nframes + 1, sizeof(uint32_t));
-	x.stacks = calloc(nstacks + 1, sizeof(uint32_t));
-	x.series = calloc(nseries + 1, sizeof(uint32_t));
+	if (b->dict_id) {
+		dx = _dx_get(st, b->dict_id, node, &x);
+		if (!dx)
+			goto out;
+	} else {
+		x.strings = calloc(x.nstrings + 1, sizeof(uint32_t));
+		x.mappings = calloc(d->nmappings + 1, sizeof(uint32_t));
+		x.frames = calloc(d->nframes + 1, sizeof(uint32_t));
+		x.stacks = calloc(nstacks + 1, sizeof(uint32_t));
+		x.series = calloc(nseries + 1, sizeof(uint32_t));
+	}
 	ws = malloc(b->nsamples * sizeof(*ws));
 	if (!x.strings || !x.mappings || !x.frames || !x.stacks || !x.series || !ws)
 		goto out;
@@ -1571,11 +1704,13 @@ out:
 		 */
 		_drop_caches(st);
 	}
-	free(x.strings);
-	free(x.mappings);
-	free(x.frames);
-	free(x.stacks);
-	free(x.series);
+	if (!dx) {
+		free(x.strings);
+		free(x.mappings);
+		free(x.frames);
+		free(x.stacks);
+		free(x.series);
+	}
 	free(ws);
 	free(due);
 	return err;
