@@ -156,10 +156,19 @@ static int64_t _intern_series(struct batch *b, uint32_t node, uint32_t proc)
  * tick busy with probability 3/4 running one of nproc processes. Every 25th
  * sample is followed by a GPU-time sample. Appends to ref when it is given.
  */
+static struct batch *_fill_batch(struct batch *b, struct ref *ref, uint32_t node, uint32_t ncpus,
+				 uint32_t nproc, uint32_t nstacks, int64_t t, int64_t len);
+
 static struct batch *_make_batch(struct ref *ref, uint32_t node, uint32_t ncpus, uint32_t nproc,
 				 uint32_t nstacks, int64_t t, int64_t len)
 {
-	struct batch *b = batch__new(PERIOD);
+	return _fill_batch(batch__new(PERIOD), ref, node, ncpus, nproc, nstacks, t, len);
+}
+
+/* The same into b, whose dictionary may already hold entries. */
+static struct batch *_fill_batch(struct batch *b, struct ref *ref, uint32_t node, uint32_t ncpus,
+				 uint32_t nproc, uint32_t nstacks, int64_t t, int64_t len)
+{
 	int64_t series[16], stacks[16][128];
 
 	assert_non_null(b);
@@ -864,6 +873,72 @@ static uint64_t _count_type(const struct batch *b, uint32_t type)
 	return n;
 }
 
+
+/*
+ * Batches sharing one append-only dictionary (dict_id, as the server's
+ * wire sessions hand them out) give the same answers as batches with their
+ * own, also after a write that failed: the ids it made are rolled back and
+ * handed out to others, and the kept translation must not point at them.
+ */
+static struct batch *_shared(struct batch *owner, uint64_t dict_id)
+{
+	struct batch *b = batch__new_shared(PERIOD, owner->dict, owner->series, dict_id, NULL, NULL);
+
+	assert_non_null(b);
+	return b;
+}
+
+static void test_shared_dictionary(void **state)
+{
+	struct store *st = _open_fresh();
+	struct batch *owner = batch__new(PERIOD), *b;
+	uint64_t id = batch__new_dict_id();
+	uint32_t bad_frames[] = { 0, 99999 };
+	int64_t t = T0;
+
+	assert_non_null(owner);
+	_rng = 99;
+	_ref.n = 0;
+	/* node0 shares one dictionary for all its batches; node1 does not. */
+	for (int i = 0; i < 5; i++, t += MIN) {
+		b = _fill_batch(_shared(owner, id), &_ref, 0, 4, 3, 10, t, MIN);
+		assert_int_equal(store__write(st, "node0", b), 0);
+		batch__free(b);
+		b = _make_batch(&_ref, 1, 4, 3, 10, t, MIN);
+		assert_int_equal(store__write(st, "node1", b), 0);
+		batch__free(b);
+	}
+	/* New processes and stacks, and one stack that cannot be written. */
+	b = _fill_batch(_shared(owner, id), NULL, 0, 4, NPROC, NSTACKS, t, MIN);
+	{
+		struct batch_sample bs = { .ts_ns = t + SEC, .series = 0, .value = 1 };
+		int64_t bad = profile__intern_stack(owner->dict, bad_frames, 2);
+
+		assert_true(bad >= 0);
+		bs.stack = (uint32_t)bad;
+		assert_int_equal(batch__add_sample(b, &bs), 0);
+	}
+	assert_int_equal(store__write(st, "node0", b), -EINVAL);
+	batch__free(b);
+	/* Other content takes the ids the failed write had. */
+	b = _make_batch(&_ref, 1, 4, NPROC, NSTACKS, t + 10 * SEC, 20 * SEC);
+	assert_int_equal(store__write(st, "node1", b), 0);
+	batch__free(b);
+	/* node0's new entries, written now. */
+	for (int i = 0; i < 3; i++, t += MIN) {
+		b = _fill_batch(_shared(owner, id), &_ref, 0, 4, NPROC, NSTACKS, t + 30 * SEC, 30 * SEC);
+		assert_int_equal(store__write(st, "node0", b), 0);
+		batch__free(b);
+	}
+	_check_profile(st, &_ref, 0, INT64_MAX, NULL, NULL, SAMPLE_CPU);
+	_check_profile(st, &_ref, 0, INT64_MAX, NULL, NULL, SAMPLE_GPU_TIME);
+	_check_profile(st, &_ref, 0, INT64_MAX, "{node=\"node1\",comm!=\"app0\"}",
+		       _is_node1_not_app0, SAMPLE_CPU);
+	batch__free(owner);
+	store__close(st);
+	_cleanup();
+}
+
 static void test_failed_write_leaves_nothing(void **state)
 {
 	struct store *st = _open_fresh();
@@ -1111,6 +1186,7 @@ int main(void)
 		cmocka_unit_test(test_open_errors),
 		cmocka_unit_test(test_profile_windows),
 		cmocka_unit_test(test_samples),
+		cmocka_unit_test(test_shared_dictionary),
 		cmocka_unit_test(test_series),
 		cmocka_unit_test(test_labels),
 		cmocka_unit_test(test_retain_and_reopen),

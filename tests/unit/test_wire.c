@@ -630,6 +630,74 @@ static void test_session_eviction(void **state)
 	batch__free(b);
 }
 
+
+/*
+ * The batches of one session share its dictionary (one dict_id, so a store
+ * can keep its translation); another session's have their own. A batch
+ * outlives its session, and a rejected batch leaves no translation behind:
+ * the same session id then carries other entries at the same ids.
+ */
+static void test_shared_dictionary(void **state)
+{
+	struct wire_session_table *t = wire_sessions__new(16, 64 << 20);
+	struct wire_encoder *e = wire_encoder__new(42), *f = wire_encoder__new(43);
+	struct batch *b1 = _make(3, 20, 500, 0, 1), *b2 = _make(3, 20, 500, 1, 2);
+	struct batch *o1, *o2, *o3;
+	struct body body;
+	Flamewatch__Wire__Batch *m;
+
+	body = _encode(e, b1, WIRE_NONE);
+	o1 = _decode_ok(t, body, WIRE_NONE);
+	free(body.data);
+	wire_encoder__ack(e, wire_encoder__seq(e));
+	body = _encode(e, b2, WIRE_NONE);
+	o2 = _decode_ok(t, body, WIRE_NONE);
+	free(body.data);
+	body = _encode(f, b1, WIRE_NONE);
+	o3 = _decode_ok(t, body, WIRE_NONE);
+	free(body.data);
+	assert_true(o1->dict_id != 0);
+	assert_true(o1->dict_id == o2->dict_id);
+	assert_true(o1->dict == o2->dict);
+	assert_true(o3->dict_id != o1->dict_id);
+	/* Both still read right after the session grew and after it is gone. */
+	_assert_same(b1, o1);
+	wire_sessions__free(t);
+	_assert_same(b1, o1);
+	_assert_same(b2, o2);
+	_assert_same(b1, o3);
+	batch__free(o1);
+	_assert_same(b2, o2);
+	batch__free(o2);
+	batch__free(o3);
+	wire_encoder__free(e);
+	wire_encoder__free(f);
+
+	/* Session 44's first batch is refused after its dictionary was read. */
+	t = wire_sessions__new(16, 64 << 20);
+	e = wire_encoder__new(44);
+	body = _encode(e, b1, WIRE_NONE);
+	m = _unpack(body);
+	free(body.data);
+	m->sample_stack[m->n_sample_stack - 1] = 1000000;
+	body = _pack(m);
+	flamewatch__wire__batch__free_unpacked(m, NULL);
+	_decode_err(t, body, WIRE_NONE, NULL, -EINVAL, "stack id");
+	free(body.data);
+	wire_encoder__free(e);
+	/* A new agent with that id sends b2's entries at b1's ids. */
+	e = wire_encoder__new(44);
+	body = _encode(e, b2, WIRE_NONE);
+	o2 = _decode_ok(t, body, WIRE_NONE);
+	free(body.data);
+	_assert_same(b2, o2);
+	batch__free(o2);
+	wire_encoder__free(e);
+	wire_sessions__free(t);
+	batch__free(b1);
+	batch__free(b2);
+}
+
 /* ---- validation ---------------------------------------------------------- */
 
 struct vfix {
@@ -1154,6 +1222,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_roundtrip_none),
+		cmocka_unit_test(test_shared_dictionary),
 		cmocka_unit_test(test_roundtrip_gzip),
 		cmocka_unit_test(test_roundtrip_zstd),
 		cmocka_unit_test(test_acked_entries_not_resent),
