@@ -114,6 +114,7 @@ void routes__profile(struct request *r)
 	unsigned long max_nodes, hz;
 	int64_t from, to;
 	uint32_t type;
+	bool cpu_ns;
 	int err;
 
 	if (!format)
@@ -139,17 +140,19 @@ void routes__profile(struct request *r)
 		request__error(r, 500, "store: %s", strerror(-err));
 		goto out;
 	}
+	/* The store's periods win over ?hz=; mixed ones come as nanoseconds. */
+	cpu_ns = type == SAMPLE_CPU && p->period_ns == 1;
 	if (!strcmp(format, "folded")) {
 		_reply_file_writer(r, "text/plain", folded__write, p);
 	} else if (!strcmp(format, "pprof")) {
 		_reply_file_writer(r, "application/octet-stream", pprof__write, p);
 	} else if (!strcmp(format, "speedscope")) {
-		_reply_file_writer(r, "application/json", type == SAMPLE_CPU ?
+		_reply_file_writer(r, "application/json", type == SAMPLE_CPU && !cpu_ns ?
 				   _speedscope_samples : _speedscope_ns, p);
 	} else {
 		struct strbuf sb = STRBUF_INIT;
 
-		err = flamegraph__write_json(p, type == SAMPLE_CPU ? "samples" : "nanoseconds",
+		err = flamegraph__write_json(p, type == SAMPLE_CPU && !cpu_ns ? "samples" : "nanoseconds",
 					     max_nodes, &sb);
 		if (err)
 			request__error(r, 500, "cannot build the flame graph: %s", strerror(-err));
@@ -427,6 +430,16 @@ static int _series_point(void *ctx, const char *group, int64_t bucket, int64_t s
 	return 0;
 }
 
+#define NS_PER_MIN (60LL * 1000000000LL)
+
+/* ?NAME=0 or false. */
+static bool _param_false(struct request *r, const char *name)
+{
+	const char *v = request__param(r, name);
+
+	return v && (!strcmp(v, "0") || !strcmp(v, "false"));
+}
+
 void routes__series(struct request *r)
 {
 	const char *step_s = request__param(r, "step"), *by = request__param(r, "by");
@@ -449,6 +462,21 @@ void routes__series(struct request *r)
 		step = (to - from) / 300;
 		if (step < 1000000000LL)
 			step = 1000000000LL;
+		/* Whole minutes from a minute on, rounded up: at most 300 points. */
+		if (step >= NS_PER_MIN)
+			step = (step + NS_PER_MIN - 1) / NS_PER_MIN * NS_PER_MIN;
+	}
+	/*
+	 * Buckets of whole minutes starting on a whole minute are answered from
+	 * the stores' minute rollups; any other grid decodes every raw sample
+	 * (seconds per day of data). So from a minute on, the step is rounded
+	 * to whole minutes and from down to a minute (the reply says which
+	 * grid was used); align=0 keeps the grid as asked.
+	 */
+	if (step >= NS_PER_MIN && !_param_false(r, "align")) {
+		step = (step + NS_PER_MIN / 2) / NS_PER_MIN * NS_PER_MIN;
+		from = from >= 0 ? from / NS_PER_MIN * NS_PER_MIN :
+		       -((-from + NS_PER_MIN - 1) / NS_PER_MIN) * NS_PER_MIN;
 	}
 	if ((to - from) / step > 100000) {
 		request__error(r, 400, "step: %s makes more than 100000 points", step_s);
