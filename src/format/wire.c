@@ -1192,12 +1192,34 @@ static int64_t _out_stack(struct dec *d, uint32_t gid)
 	/* At least one element: an empty stack's key must not be NULL either. */
 	if (_d_reserve(d, len ? len : 1, 0))
 		return -ENOMEM;
-	/* _out_frame() does not touch scratch, so it can be filled in place. */
-	for (size_t i = 0; i < len; i++) {
-		id = _out_frame(d, _u32_at(key, i));
+	/*
+	 * Deeper than the limit (runaway recursion, a bad unwind): the frames
+	 * nearest the root are kept and a "[truncated]" frame marks where the
+	 * rest was cut, so the flame graph shows it.
+	 */
+	if (len > d->lim->max_stack_depth) {
+		size_t keep = d->lim->max_stack_depth ? d->lim->max_stack_depth - 1 : 0;
+
+		for (size_t i = 0; i < keep; i++) {
+			id = _out_frame(d, _u32_at(key, i));
+			if (id < 0)
+				return id;
+			d->scratch[i] = id;
+		}
+		id = profile__intern_named_frame(d->out->dict, FRAME_NATIVE, PROFILE_NO_MAPPING, 0,
+						 "[truncated]", "", 0);
 		if (id < 0)
 			return id;
-		d->scratch[i] = id;
+		d->scratch[keep] = id;
+		len = keep + 1;
+	} else {
+		/* _out_frame() does not touch scratch, so it can be filled in place. */
+		for (size_t i = 0; i < len; i++) {
+			id = _out_frame(d, _u32_at(key, i));
+			if (id < 0)
+				return id;
+			d->scratch[i] = id;
+		}
 	}
 	id = profile__intern_stack(d->out->dict, d->scratch, len);
 	if (id < 0)
@@ -1335,10 +1357,6 @@ static int _d_stacks(struct dec *d, uint32_t base)
 		const Flamewatch__Wire__Stack *ws = d->m->stacks[i];
 		int rc;
 
-		if (ws->n_frames > d->lim->max_stack_depth)
-			return _fail(d->err, d->err_len, -EINVAL,
-				     "stack %zu has %zu frames, more than %zu",
-				     base + i, ws->n_frames, d->lim->max_stack_depth);
 		for (size_t j = 0; j < ws->n_frames; j++)
 			if (ws->frames[j] >= d->s->tab[K_FRAME].n)
 				return _fail(d->err, d->err_len, -EINVAL,

@@ -94,7 +94,9 @@ struct wire_limits {
 	size_t max_decompressed;	/* bytes after gzip/zstd */
 	size_t max_unpacked;		/* memory for the unpacked protobuf message */
 	size_t max_samples;		/* per batch */
-	size_t max_stack_depth;		/* frames per stack */
+	size_t max_stack_depth;		/* frames per stack; deeper ones are cut to their
+					 * max_stack_depth - 1 root-most frames and a
+					 * "[truncated]" leaf frame */
 	size_t max_labels;		/* label pairs per series */
 	size_t max_string;		/* bytes per string, and of the node name */
 	int64_t max_future_ns;		/* how far past the server's clock a sample may lie */
