@@ -218,10 +218,14 @@ static int _folded_line(struct batch *b, char *line, size_t lineno, const char *
 		size_t len = next ? (size_t)(next - p) : strlen(p);
 		int64_t f;
 
-		if (depth == MAX_FOLDED_DEPTH) {
-			snprintf(err, err_len, "line %zu: deeper than %d frames", lineno,
-				 MAX_FOLDED_DEPTH);
-			return -E2BIG;
+		/* Deeper: cut as agent batches are, root-most frames and a mark. */
+		if (depth == MAX_FOLDED_DEPTH - 1 && next && next[1]) {
+			f = profile__intern_named_frame(b->dict, FRAME_NATIVE, PROFILE_NO_MAPPING, 0,
+							"[truncated]", "", 0);
+			if (f < 0)
+				return f;
+			frames[depth++] = f;
+			break;
 		}
 		if (len == 0) {
 			snprintf(err, err_len, "line %zu: empty frame", lineno);

@@ -138,3 +138,34 @@ def test_mixed_periods(data):
     js = _series(c, by="node", step="60s", **w)
     sums = {s["group"]: sum(v for _, v in s["points"]) for s in js["series"]}
     assert sums == {"pa": len(TS_A), "pb": len(TS_B)}, sums
+
+
+def test_deep_stacks_truncated_and_flagged(server):
+    """Agent batches and folded text deeper than 1024 frames are kept, cut
+    to their 1023 root-most frames and a "[truncated]" leaf."""
+    c = server
+    t0 = time.time()
+    # Wire: one stack of 1500 frames, all distinct functions.
+    n = 1500
+    strings = ["", "comm", "deepproc", "pid", "88"] + [f"f{i}" for i in range(n)]
+    frames = [(0, 5 + i, 0x1000 + 16 * i) for i in range(n)]
+    now = time.time_ns()
+    body = wire_batch(0xDEE9, 1, "deep-n", strings, frames, [list(range(n))], [[1, 2, 3, 4]],
+                      [(now + i * SEC // 100, 0, 0, 88, 0) for i in range(3)], period_ns=SEC // 19)
+    r = c.post("/api/v1/ingest", body, headers={"Content-Type": "application/x-protobuf"})
+    assert r.status == 200, r.describe()
+    # Folded: 1200 frames.
+    line = "deepfold;" + ";".join(f"g{i}" for i in range(1200)) + " 5\n"
+    r = c.post("/api/v1/ingest/folded", line.encode(), params={"node": "deep-f"},
+               headers={"Content-Type": "text/plain"})
+    assert r.status == 200, r.describe()
+    w = window(t0 - 1, time.time() + 1)
+    for node, comm, prefix, count in (("deep-n", "deepproc", "f", 3), ("deep-f", "deepfold", "g", 5)):
+        text = c.get_ok("/api/v1/profile", {"format": "folded", "query": f'{{node="{node}"}}', **w}).text
+        lines = text.strip().split("\n")
+        assert len(lines) == 1, text[:300]
+        stack, v = lines[0].rsplit(" ", 1)
+        parts = stack.split(";")
+        assert int(v) == count
+        assert parts[0] == comm and parts[-1] == "[truncated]", parts[:3] + parts[-3:]
+        assert parts[1:-1] == [f"{prefix}{i}" for i in range(1023)], (len(parts), parts[-3:])
