@@ -69,10 +69,14 @@ static int _line(struct batch *b, char *line, size_t lineno, const char **names,
 		size_t len = next ? (size_t)(next - p) : strlen(p);
 		int64_t f;
 
-		if (depth == FOLDED_MAX_DEPTH) {
-			snprintf(err, err_len, "line %zu: deeper than %d frames", lineno,
-				 FOLDED_MAX_DEPTH);
-			return -E2BIG;
+		/* Deeper: cut as agent batches are, root-most frames and a mark. */
+		if (depth == FOLDED_MAX_DEPTH - 1 && next && next[1]) {
+			f = profile__intern_named_frame(b->dict, FRAME_NATIVE, PROFILE_NO_MAPPING, 0,
+							"[truncated]", "", 0);
+			if (f < 0)
+				return f;
+			frames[depth++] = (uint32_t)f;
+			break;
 		}
 		if (len == 0) {
 			snprintf(err, err_len, "line %zu: empty frame", lineno);

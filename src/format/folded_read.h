@@ -14,12 +14,14 @@ struct batch;
  * blank lines and lines starting with '#' are skipped) into b: one sample of
  * value COUNT per line, stamped ts_ns, in the series given by the n labels
  * plus comm = the line's first field. Frames have no address: each distinct
- * name is one frame. Names longer than 1023 bytes are cut.
+ * name is one frame. Names longer than 1023 bytes are cut; stacks deeper
+ * than FOLDED_MAX_DEPTH keep their FOLDED_MAX_DEPTH - 1 root-most frames
+ * and end in a "[truncated]" frame, as agent batches do.
  *
  * Borrows text (len bytes, need not be NUL-terminated), the labels and b.
  * All or nothing: on error b holds no sample (it is reset) and err says
  * which line was wrong. Returns 0, -EINVAL (malformed line, a NUL byte, bad
- * labels), -E2BIG (a stack deeper than FOLDED_MAX_DEPTH) or -ENOMEM.
+ * labels) or -ENOMEM.
  */
 int folded__read(const char *text, size_t len, const char *const *names,
 		 const char *const *values, size_t n, int64_t ts_ns, struct batch *b,

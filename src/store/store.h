@@ -49,6 +49,13 @@ int store__write(struct store *s, const char *node, const struct batch *b);
  * profile__add_sample(out, stack, 0, 0, 0, comm, sum of values). Frames
  * carry kinds, addresses, names, files, lines and mappings. Long windows are
  * answered from rollups; totals equal those of the raw samples exactly.
+ *
+ * SAMPLE_CPU: each batch's period_ns is kept with its samples. When every
+ * sample found has one period, values are sample counts and out->period_ns
+ * is set to it; when the window mixes periods (agents with different -F),
+ * values are nanoseconds of CPU time (count x period) and out->period_ns is
+ * set to 1. Samples of unknown period (stored before periods were kept)
+ * count with the out->period_ns the caller passed in.
  */
 int store__profile(struct store *s, int64_t from, int64_t to, const struct selector *sel,
 		   uint32_t type, struct profile *out);

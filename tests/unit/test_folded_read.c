@@ -71,9 +71,6 @@ static void _expect_error(const char *text, size_t len, int ret, const char *wor
 
 static void test_rejects_bad_lines(void **state)
 {
-	char deep[FOLDED_MAX_DEPTH * 2 + 64];
-	size_t off = 0;
-
 	_expect_error("a;b 1\nno_count\n", 15, -EINVAL, "line 2");
 	_expect_error("a;b 1\na;b -1\n", 13, -EINVAL, "line 2: '-1'");
 	_expect_error("a;b 1\na;b 0\n", 12, -EINVAL, "positive count");
@@ -81,11 +78,30 @@ static void test_rejects_bad_lines(void **state)
 	_expect_error("a;b 1\na;;b 3\n", 13, -EINVAL, "empty frame");
 	_expect_error("a;b 1\napp; 7\n", 13, -EINVAL, "no frames");
 	_expect_error("a;b 1\na;b\0 3\n", 13, -EINVAL, "NUL");
+}
+
+static void test_deep_stacks_are_truncated(void **state)
+{
+	char deep[FOLDED_MAX_DEPTH * 8 + 64];
+	struct batch *b = batch__new(1000);
+	const uint32_t *frames;
+	size_t off = 0;
+	char err[128];
+	uint32_t n;
+
+	assert_non_null(b);
 	off += (size_t)snprintf(deep, sizeof(deep), "a");
-	for (int i = 0; i <= FOLDED_MAX_DEPTH; i++)
-		off += (size_t)snprintf(deep + off, sizeof(deep) - off, ";f");
+	for (int i = 0; i < FOLDED_MAX_DEPTH + 10; i++)
+		off += (size_t)snprintf(deep + off, sizeof(deep) - off, ";f%d", i);
 	off += (size_t)snprintf(deep + off, sizeof(deep) - off, " 1\n");
-	_expect_error(deep, off, -E2BIG, "deeper");
+	assert_int_equal(folded__read(deep, off, names, values, 1, 1, b, err, sizeof(err)), 0);
+	assert_int_equal(b->nsamples, 1);
+	frames = profile__stack(b->dict, b->samples[0].stack, &n);
+	assert_int_equal(n, FOLDED_MAX_DEPTH);
+	assert_string_equal(profile__string(b->dict, b->dict->frames[frames[0]].function), "f0");
+	assert_string_equal(profile__string(b->dict, b->dict->frames[frames[n - 1]].function),
+			    "[truncated]");
+	batch__free(b);
 }
 
 static void test_long_names_are_cut(void **state)
@@ -112,6 +128,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_reads_lines),
 		cmocka_unit_test(test_rejects_bad_lines),
+		cmocka_unit_test(test_deep_stacks_are_truncated),
 		cmocka_unit_test(test_long_names_are_cut),
 	};
 
