@@ -35,7 +35,8 @@ static void _usage(FILE *out)
 "  -F, --freq HZ        samples per second per CPU (default 19)\n"
 "  --interval DUR       how often to ship a batch (default 10s)\n"
 "  --buffer-mb N        memory kept while the server is unreachable (default 16)\n"
-"  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 64)\n");
+"  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 64)\n"
+"  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n");
 }
 
 struct agent {
@@ -82,6 +83,7 @@ int cmd_agent(int argc, char **argv)
 		{ "interval", required_argument, NULL, 'i' },
 		{ "buffer-mb", required_argument, NULL, 'b' },
 		{ "unwind-table-mb", required_argument, NULL, 'U' },
+		{ "no-cpu-strips", no_argument, NULL, 'S' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -124,6 +126,9 @@ int cmd_agent(int argc, char **argv)
 				return 2;
 			}
 			co.interval_ns = ns;
+			break;
+		case 'S':
+			co.no_cpu_strips = 1;
 			break;
 		case 'b':
 			if (_parse_ul("--buffer-mb", optarg, 1 << 16, &v))

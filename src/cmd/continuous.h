@@ -12,6 +12,7 @@
  */
 struct batch;
 struct collector;
+struct cpu_strips;
 struct event;
 struct event_base;
 
@@ -22,6 +23,7 @@ struct continuous {
 	uint32_t max_samples;
 	void (*deliver)(void *ctx, struct batch *b);	/* consumes b */
 	void *ctx;
+	struct cpu_strips *strips;	/* NULL: CPU strips off or unavailable */
 };
 
 struct continuous_opts {
@@ -31,6 +33,7 @@ struct continuous_opts {
 	uint32_t max_samples;
 	void (*deliver)(void *ctx, struct batch *b);
 	void *ctx;
+	int no_cpu_strips;		/* --no-cpu-strips */
 };
 
 /* Starts sampling the whole host. Prints the reason and returns -1 on failure. */

@@ -35,7 +35,8 @@ static void _usage(FILE *out)
 "  --retention DUR      drop data older than this (default 7d)\n"
 "  --node NAME          this host's name in the data (default: the hostname)\n"
 "  --interval DUR       how often samples are written to the store (default 10s)\n"
-"  --insecure           allow a non-loopback --listen without a token\n");
+"  --insecure           allow a non-loopback --listen without a token\n"
+"  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n");
 }
 
 struct run {
@@ -62,6 +63,7 @@ int cmd_run(int argc, char **argv)
 		{ "freq", required_argument, NULL, 'F' },
 		{ "node", required_argument, NULL, 'n' },
 		{ "interval", required_argument, NULL, 'i' },
+		{ "no-cpu-strips", no_argument, NULL, 'S' },
 	};
 	struct option longopts[32];
 	struct cmd_server_opts so;
@@ -106,6 +108,10 @@ int cmd_run(int argc, char **argv)
 				return 2;
 			}
 			co.freq_hz = v;
+			continue;
+		}
+		if (c == 'S') {
+			co.no_cpu_strips = 1;
 			continue;
 		}
 		if (c == 'n') {
