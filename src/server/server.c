@@ -221,6 +221,9 @@ static void _dispatch(struct evhttp_request *req, void *arg)
 	} else if (!strcmp(path, "/api/v1/series")) {
 		r.route = ROUTE_SERIES;
 		routes__series(&r);
+	} else if (!strcmp(path, "/api/v1/cpu/strips")) {
+		r.route = ROUTE_CPU_STRIPS;
+		routes__cpu_strips(&r);
 	} else if (!strcmp(path, "/api/v1/labels")) {
 		r.route = ROUTE_LABELS;
 		routes__labels(&r);
