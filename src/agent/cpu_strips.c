@@ -156,6 +156,35 @@ int cpu_strips__drain(struct cpu_strips *s, struct cpu_profile *cp)
 	return (int)(s->intervals - before);
 }
 
+/* The two counters the program keeps in its per-CPU state (strips.bpf.c says why). */
+struct _state_head {
+	__u64 switches, coalesced;
+};
+
+static int _state_counts(struct cpu_strips *s, int ncpus, struct cpu_strips_stats *out)
+{
+	size_t vsize = bpf_map__value_size(s->skel->maps.state);
+	char *vals = calloc(ncpus, vsize);
+	__u32 k = 0;
+	int err = 0;
+
+	if (!vals)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.state), &k, vals)) {
+		err = -errno;
+	} else {
+		for (int c = 0; c < ncpus; c++) {
+			struct _state_head h;
+
+			memcpy(&h, vals + (size_t)c * vsize, sizeof(h));
+			out->bpf[FW_STRIP_SWITCHES] += h.switches;
+			out->bpf[FW_STRIP_COALESCED_IN] += h.coalesced;
+		}
+	}
+	free(vals);
+	return err;
+}
+
 int cpu_strips__stats(struct cpu_strips *s, struct cpu_strips_stats *out)
 {
 	int ncpus = libbpf_num_possible_cpus();
@@ -179,6 +208,8 @@ int cpu_strips__stats(struct cpu_strips *s, struct cpu_strips_stats *out)
 			out->bpf[k] += vals[c];
 	}
 	free(vals);
+	if (!err)
+		err = _state_counts(s, ncpus, out);
 	return err;
 }
 

@@ -35,12 +35,14 @@ struct {
 
 /* What runs now on a CPU, and its window of short intervals. */
 struct cpu_state {
+	__u64 switches;		/* FW_STRIP_SWITCHES and FW_STRIP_COALESCED_IN, kept */
+	__u64 coalesced;	/* here to save a map lookup per switch */
 	__u64 start;		/* when the running task got the CPU; 0: unknown */
 	__u64 win_start;	/* 0: window empty */
 	__u64 win_busy;
 	__u64 cand_weight;	/* majority vote over the window's busy time */
 	__u32 cand_pid, cand_tid;
-	char cand_comm[FW_STRIP_COMM_LEN];
+	__u64 cand_comm[FW_STRIP_COMM_LEN / 8];
 };
 
 struct {
@@ -67,7 +69,7 @@ static __always_inline void stat_inc(enum fw_strip_stat stat)
 }
 
 static __always_inline void emit(__u64 start, __u64 end, __u32 pid, __u32 tid, __u32 flags,
-				 const char *comm, bool kernel_comm)
+				 const __u64 *comm)
 {
 	struct fw_cpu_interval *r = bpf_ringbuf_reserve(&strips, sizeof(*r), 0);
 
@@ -81,10 +83,7 @@ static __always_inline void emit(__u64 start, __u64 end, __u32 pid, __u32 tid, _
 	r->tid = tid;
 	r->cpu = bpf_get_smp_processor_id();
 	r->flags = flags;
-	if (kernel_comm)
-		bpf_probe_read_kernel(r->comm, sizeof(r->comm), comm);
-	else
-		__builtin_memcpy(r->comm, comm, sizeof(r->comm));
+	__builtin_memcpy(r->comm, comm, sizeof(r->comm));
 	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 	stat_inc(FW_STRIP_EMITTED);
 }
@@ -94,7 +93,7 @@ static __always_inline void flush_window(struct cpu_state *st)
 	if (!st->win_start)
 		return;
 	emit(st->win_start, st->win_start + st->win_busy, st->cand_pid, st->cand_tid,
-	     FW_STRIP_COALESCED, st->cand_comm, false);
+	     FW_STRIP_COALESCED, st->cand_comm);
 	st->win_start = 0;
 	st->win_busy = 0;
 	st->cand_weight = 0;
@@ -105,12 +104,12 @@ int BPF_PROG(fw_sched_switch, bool preempt, struct task_struct *prev, struct tas
 {
 	__u32 key = 0;
 	struct cpu_state *st = bpf_map_lookup_elem(&state, &key);
-	__u64 now = bpf_ktime_get_boot_ns(), start, d;
+	__u64 now = bpf_ktime_get_boot_ns(), start, d, comm[FW_STRIP_COMM_LEN / 8];
 	__u32 pid, tid;
 
 	if (!st)
 		return 0;
-	stat_inc(FW_STRIP_SWITCHES);
+	st->switches++;
 	start = st->start;
 	st->start = now;
 	tid = prev->pid;
@@ -120,16 +119,18 @@ int BPF_PROG(fw_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	d = now - start;
 	if (d >= min_ns) {
 		flush_window(st);
-		emit(start, now, pid, tid, 0, prev->comm, true);
+		bpf_probe_read_kernel(comm, sizeof(comm), prev->comm);
+		emit(start, now, pid, tid, 0, comm);
 		return 0;
 	}
 	if (st->win_start && now - st->win_start > window_ns)
 		flush_window(st);
-	stat_inc(FW_STRIP_COALESCED_IN);
+	st->coalesced++;
 	if (!st->win_start)
 		st->win_start = start;
 	st->win_busy += d;
-	if (st->cand_weight && st->cand_tid == tid) {
+	/* The comm is copied only when the leader changes. */
+	if (st->cand_tid == tid) {
 		st->cand_weight += d;
 	} else if (st->cand_weight >= d) {
 		st->cand_weight -= d;
