@@ -32,17 +32,31 @@ cleanup() {
 trap cleanup EXIT
 
 cc -O2 -pthread -o "$OUT/pingpong" bench/pingpong.c
+[ -f build/vmlinux.h ] || die "build/vmlinux.h missing: run make"
+clang -g -O2 -target bpf -D__TARGET_ARCH_x86 -Ibuild -c bench/strips/null.bpf.c -o "$OUT/null.bpf.o"
+cc -O2 -o "$OUT/load" bench/strips/load.c -Wl,-Bstatic -lbpf -lelf -lz -lzstd -Wl,-Bdynamic
 sysctl -q -w kernel.bpf_stats_enabled=1
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-prog_stat() { # run_time_ns run_cnt of fw_sched_switch
+prog_stat() { # run_time_ns run_cnt of the program named $1 (default fw_sched_switch)
 	bpftool -j prog show | python3 -c '
 import json, sys
 for p in json.load(sys.stdin):
-    if p.get("name") == "fw_sched_switch":
+    if p.get("name") == sys.argv[1]:
         print(p.get("run_time_ns", 0), p.get("run_cnt", 0)); break
 else:
-    print(0, 0)'
+    print(0, 0)' "${1:-fw_sched_switch}"
+}
+
+calibrate() { # ns per run of the empty and the clock-only program, same storm
+	local lp b0 n0 c0 m0 b1 n1 c1 m1
+	"$OUT/load" "$OUT/null.bpf.o" $((DUR + 5)) & lp=$!
+	sleep 1
+	read -r b0 n0 < <(prog_stat fw_cal_empty); read -r c0 m0 < <(prog_stat fw_cal_clock)
+	taskset -c 1 "$OUT/pingpong" "$DUR" >/dev/null
+	read -r b1 n1 < <(prog_stat fw_cal_empty); read -r c1 m1 < <(prog_stat fw_cal_clock)
+	kill $lp 2>/dev/null; wait $lp 2>/dev/null || true
+	echo "$(( (b1 - b0) / ((n1 - n0) > 0 ? (n1 - n0) : 1) )) $(( (c1 - c0) / ((m1 - m0) > 0 ? (m1 - m0) : 1) ))"
 }
 
 one() { # $1: extra flag; prints: agent_cpu_s bpf_ns bpf_cnt trips
@@ -63,12 +77,14 @@ one() { # $1: extra flag; prints: agent_cpu_s bpf_ns bpf_cnt trips
 HZ_TICKS=$(getconf CLK_TCK)
 read -r ca ba na ta < <(one "")
 read -r cb _ _ tb < <(one "--no-cpu-strips")
+read -r cal_empty cal_clock < <(calibrate)
 EMITTED=$(grep -o 'cpu strips: [0-9]* switches, [0-9]* records' "$OUT/log" | tail -1 || true)
-python3 - "$DUR" "$HZ_TICKS" "$ca" "$ba" "$na" "$ta" "$cb" "$tb" "$EMITTED" <<'PY'
+python3 - "$DUR" "$HZ_TICKS" "$ca" "$ba" "$na" "$ta" "$cb" "$tb" "$EMITTED" "$cal_empty" "$cal_clock" <<'PY'
 import sys
 dur, hz = float(sys.argv[1]), int(sys.argv[2])
 ca, ba, na, ta, cb, tb = (int(x) for x in sys.argv[3:9])
 emitted = sys.argv[9]
+cal_empty, cal_clock = int(sys.argv[10]), int(sys.argv[11])
 print(f"duration                      {dur:.0f} s per run")
 print(f"context switches/s (BPF)      {na / dur:,.0f} (all CPUs; ping-pong round trips/s {ta / dur:,.0f})")
 print(f"BPF run time per switch       {ba / max(na, 1):.0f} ns")
@@ -77,4 +93,6 @@ print(f"agent CPU with strips         {ca / hz / dur:.3%} of a core")
 print(f"agent CPU without strips      {cb / hz / dur:.3%} of a core (round trips/s {tb / dur:,.0f})")
 print(f"strips total (BPF + agent delta) {(ba / 1e9 + (ca - cb) / hz) / dur:.3%} of a core")
 print(f"agent log (whole run)         {emitted}")
+print(f"calibration, same storm: an empty sched_switch program {cal_empty} ns/run, "
+      f"one clock read {cal_clock} ns/run (bpf_stats accounting included in both)")
 PY
