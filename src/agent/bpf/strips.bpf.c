@@ -16,6 +16,10 @@
  * second of that worst case and is drained every 100 ms; past that,
  * records are dropped and counted (FW_STRIP_RINGBUF_FULL). The per-switch
  * cost is a clock read, a per-CPU array lookup and a few compares.
+ *
+ * A task that keeps its CPU is only seen when it leaves; the agent reads
+ * start/cur_tid from `state` on every drain and reports such a run in
+ * pieces while it lasts (cpu_strips.c), trimming the final record.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -38,6 +42,7 @@ struct cpu_state {
 	__u64 switches;		/* FW_STRIP_SWITCHES and FW_STRIP_COALESCED_IN, kept */
 	__u64 coalesced;	/* here to save a map lookup per switch */
 	__u64 start;		/* when the running task got the CPU; 0: unknown */
+	__u32 cur_pid, cur_tid;	/* the running task: the agent reports long runs early */
 	__u64 win_start;	/* 0: window empty */
 	__u64 win_busy;
 	__u64 cand_weight;	/* majority vote over the window's busy time */
@@ -112,6 +117,8 @@ int BPF_PROG(fw_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	st->switches++;
 	start = st->start;
 	st->start = now;
+	st->cur_tid = next->pid;
+	st->cur_pid = next->tgid;
 	tid = prev->pid;
 	if (!tid || !start || now <= start)
 		return 0;	/* idle ended, or the first switch seen on this CPU */
