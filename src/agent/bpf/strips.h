@@ -30,6 +30,11 @@ struct fw_cpu_interval {
 
 _Static_assert(sizeof(struct fw_cpu_interval) == 48, "fw_cpu_interval layout");
 
+/*
+ * Counters. SWITCHES and COALESCED_IN live in the head of the per-CPU
+ * state (one map lookup per switch instead of three); the others in the
+ * strip_stats map. cpu_strips__stats() sums both.
+ */
 enum fw_strip_stat {
 	FW_STRIP_SWITCHES,	/* sched_switch events seen */
 	FW_STRIP_EMITTED,	/* records written to the ring buffer */
