@@ -93,7 +93,7 @@ struct wire_limits {
 	size_t max_body;		/* compressed bytes */
 	size_t max_decompressed;	/* bytes after gzip/zstd */
 	size_t max_unpacked;		/* memory for the unpacked protobuf message */
-	size_t max_samples;		/* per batch */
+	size_t max_samples;		/* per batch; also caps its CPU intervals */
 	size_t max_stack_depth;		/* frames per stack */
 	size_t max_labels;		/* label pairs per series */
 	size_t max_string;		/* bytes per string, and of the node name */
