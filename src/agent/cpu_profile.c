@@ -615,3 +615,12 @@ void cpu_profile__counts(const struct cpu_profile *cp, struct cpu_profile_counts
 	out->frames_unresolved = cp->unresolved;
 	out->pids = proc_table__nprocs(cp->procs);
 }
+
+int64_t cpu_profile__series(struct cpu_profile *cp, uint32_t pid, const char *comm)
+{
+	struct fw_sample s = { .pid = pid };
+
+	if (!cp->timed)
+		return -EINVAL;
+	return _series_of(cp, &s, comm);
+}

@@ -53,6 +53,13 @@ int cpu_profile__symbolize(struct cpu_profile *cp);
  */
 int cpu_profile__symbolize_jit(struct cpu_profile *cp);
 
+/*
+ * Timed mode: the id in the batch being filled of process pid's series, the
+ * same one its CPU samples get (comm names it when the process is gone).
+ * Returns the id, -EINVAL in aggregated mode, or -ENOMEM.
+ */
+int64_t cpu_profile__series(struct cpu_profile *cp, uint32_t pid, const char *comm);
+
 /* Borrows the profile. */
 struct profile *cpu_profile__profile(struct cpu_profile *cp);
 

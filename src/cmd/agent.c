@@ -40,7 +40,8 @@ static void _usage(FILE *out)
 "  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 64)\n"
 "  --gpu-interval DUR   how often GPU metrics are read from NVML (default 1s,\n"
 "                       at least 100ms; off: none)\n"
-"  --metrics-listen H:P serve /metrics (GPU metrics, Prometheus text) here\n");
+"  --metrics-listen H:P serve /metrics (GPU metrics, Prometheus text) here\n"
+"  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n");
 }
 
 struct agent {
@@ -97,6 +98,7 @@ int cmd_agent(int argc, char **argv)
 		{ "unwind-table-mb", required_argument, NULL, 'U' },
 		{ "gpu-interval", required_argument, NULL, 'g' },
 		{ "metrics-listen", required_argument, NULL, 'M' },
+		{ "no-cpu-strips", no_argument, NULL, 'S' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -142,6 +144,9 @@ int cmd_agent(int argc, char **argv)
 				return 2;
 			}
 			co.interval_ns = ns;
+			break;
+		case 'S':
+			co.no_cpu_strips = 1;
 			break;
 		case 'b':
 			if (_parse_ul("--buffer-mb", optarg, 1 << 16, &v))

@@ -8,6 +8,7 @@
 
 #include "agent/collector.h"
 #include "agent/cpu_profile.h"
+#include "agent/cpu_strips.h"
 #include "cmd/continuous.h"
 #include "common/batch.h"
 #include "common/log.h"
@@ -77,6 +78,8 @@ static void _on_tick(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	collector__tick(c->collector);
+	if (c->strips)
+		cpu_strips__drain(c->strips, collector__profile(c->collector));
 	b = cpu_profile__batch(collector__profile(c->collector));
 	if (c->gpu && b)
 		_gpu_drain(c, b);
@@ -106,6 +109,12 @@ int continuous__start(struct continuous *c, struct event_base *base,
 			strerror(errno));
 		return -1;
 	}
+	if (!o->no_cpu_strips) {
+		/* Strips are an addition: without them the profiler still runs. */
+		c->strips = cpu_strips__open(NULL);
+		if (!c->strips)
+			pr_warn("CPU strips are off: %s\n", strerror(errno));
+	}
 	c->tick = event_new(base, -1, EV_PERSIST, _on_tick, c);
 	if (!c->tick || event_add(c->tick, &every)) {
 		fprintf(stderr, "flamewatch: error: cannot set up the sampling timer\n");
@@ -130,6 +139,12 @@ void continuous__stop(struct continuous *c)
 	if (!c->collector)
 		return;
 	collector__tick(c->collector);
+	if (c->strips) {
+		cpu_strips__drain(c->strips, collector__profile(c->collector));
+		cpu_strips__report(c->strips);
+		cpu_strips__close(c->strips);
+		c->strips = NULL;
+	}
 	collector__report(c->collector);
 	collector__stop(c->collector);
 	if (c->gpu) {

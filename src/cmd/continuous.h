@@ -12,6 +12,7 @@
  */
 struct batch;
 struct collector;
+struct cpu_strips;
 struct event;
 struct event_base;
 
@@ -26,6 +27,7 @@ struct continuous {
 	struct gpu_poller *gpu;
 	uint64_t gpu_interval_ns;
 	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
+	struct cpu_strips *strips;	/* NULL: CPU strips off or unavailable */
 };
 
 struct continuous_opts {
@@ -39,6 +41,7 @@ struct continuous_opts {
 	uint64_t gpu_interval_ns;
 	/* Called after each GPU round with the batch and its first new metric; may be NULL. */
 	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
+	int no_cpu_strips;		/* --no-cpu-strips */
 };
 
 /*

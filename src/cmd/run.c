@@ -37,7 +37,8 @@ static void _usage(FILE *out)
 "  --interval DUR       how often samples are written to the store (default 10s)\n"
 "  --gpu-interval DUR   how often GPU metrics are read from NVML (default 1s,\n"
 "                       at least 100ms; off: none)\n"
-"  --insecure           allow a non-loopback --listen without a token\n");
+"  --insecure           allow a non-loopback --listen without a token\n"
+"  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n");
 }
 
 struct run {
@@ -69,6 +70,7 @@ int cmd_run(int argc, char **argv)
 		{ "node", required_argument, NULL, 'n' },
 		{ "interval", required_argument, NULL, 'i' },
 		{ "gpu-interval", required_argument, NULL, 'g' },
+		{ "no-cpu-strips", no_argument, NULL, 'S' },
 	};
 	struct option longopts[32];
 	struct cmd_server_opts so;
@@ -114,6 +116,10 @@ int cmd_run(int argc, char **argv)
 				return 2;
 			}
 			co.freq_hz = v;
+			continue;
+		}
+		if (c == 'S') {
+			co.no_cpu_strips = 1;
 			continue;
 		}
 		if (c == 'n') {

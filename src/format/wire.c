@@ -577,6 +577,85 @@ static int _enc_samples(struct xlate *x, struct enc_msg *em)
 	return 0;
 }
 
+/* ---- CPU busy intervals (fields 40-45) ------------------------------------ */
+
+static int _by_cpu_start(const void *a, const void *b)
+{
+	const struct batch_cpu_interval *x = *(const struct batch_cpu_interval *const *)a;
+	const struct batch_cpu_interval *y = *(const struct batch_cpu_interval *const *)b;
+
+	if (x->cpu != y->cpu)
+		return x->cpu < y->cpu ? -1 : 1;
+	if (x->start_ns != y->start_ns)
+		return x->start_ns < y->start_ns ? -1 : 1;
+	return (x->end_ns > y->end_ns) - (x->end_ns < y->end_ns);
+}
+
+static void _enc_cpu_intervals_free(struct enc_msg *em)
+{
+	free(em->m.cpu_iv_cpu);
+	free(em->m.cpu_iv_start_delta);
+	free(em->m.cpu_iv_duration);
+	free(em->m.cpu_iv_series);
+	free(em->m.cpu_iv_tid);
+	free(em->m.cpu_iv_comm);
+}
+
+/* Orders the intervals by (cpu, start) into columns, interning as it goes. */
+static int _enc_cpu_intervals(struct xlate *x, struct enc_msg *em)
+{
+	const struct batch *b = x->b;
+	Flamewatch__Wire__Batch *m = &em->m;
+	size_t n = b->ncpu_intervals;
+	const struct batch_cpu_interval **order;
+	int64_t prev = 0;
+	int err = 0;
+
+	if (!n)
+		return 0;
+	order = _alloc_n(n, sizeof(*order));
+	m->cpu_iv_cpu = _alloc_n(n, sizeof(*m->cpu_iv_cpu));
+	m->cpu_iv_start_delta = _alloc_n(n, sizeof(*m->cpu_iv_start_delta));
+	m->cpu_iv_duration = _alloc_n(n, sizeof(*m->cpu_iv_duration));
+	m->cpu_iv_series = _alloc_n(n, sizeof(*m->cpu_iv_series));
+	m->cpu_iv_tid = _alloc_n(n, sizeof(*m->cpu_iv_tid));
+	m->cpu_iv_comm = _alloc_n(n, sizeof(*m->cpu_iv_comm));
+	if (!order || !m->cpu_iv_cpu || !m->cpu_iv_start_delta || !m->cpu_iv_duration ||
+	    !m->cpu_iv_series || !m->cpu_iv_tid || !m->cpu_iv_comm) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		order[i] = &b->cpu_intervals[i];
+	qsort(order, n, sizeof(*order), _by_cpu_start);
+	for (size_t i = 0; i < n; i++) {
+		const struct batch_cpu_interval *iv = order[i];
+		int64_t series = _x_series(x, iv->series);
+		int64_t comm = series < 0 ? series : _x_string(x, iv->comm);
+
+		if (comm < 0) {
+			err = (int)comm;
+			goto out;
+		}
+		if (iv->end_ns < iv->start_ns) {
+			err = -EINVAL;
+			goto out;
+		}
+		m->cpu_iv_cpu[i] = iv->cpu;
+		m->cpu_iv_start_delta[i] = (int64_t)((uint64_t)iv->start_ns - (uint64_t)prev);
+		m->cpu_iv_duration[i] = (uint64_t)iv->end_ns - (uint64_t)iv->start_ns;
+		m->cpu_iv_series[i] = series;
+		m->cpu_iv_tid[i] = iv->tid;
+		m->cpu_iv_comm[i] = comm;
+		prev = iv->end_ns;
+	}
+	m->n_cpu_iv_cpu = m->n_cpu_iv_start_delta = m->n_cpu_iv_duration = n;
+	m->n_cpu_iv_series = m->n_cpu_iv_tid = m->n_cpu_iv_comm = n;
+out:
+	free(order);
+	return err;
+}
+
 /* Consumes in; on success *out is in itself (WIRE_NONE) or a new buffer. */
 static int _compress(enum wire_compression c, uint8_t *in, size_t len, void **out, size_t *out_len)
 {
@@ -749,6 +828,9 @@ int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct 
 	err = _enc_metrics(&x, &em);
 	if (err)
 		goto out;
+	err = _enc_cpu_intervals(&x, &em);
+	if (err)
+		goto out;
 	err = _enc_dict(e, &em);
 	if (err)
 		goto out;
@@ -778,6 +860,7 @@ int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct 
 	e->seq++;
 out:
 	free(packed);
+	_enc_cpu_intervals_free(&em);
 	_enc_msg_free(&em);
 	_enc_metrics_free(&em);
 	for (int k = 0; k < K_MAX; k++)
@@ -1648,6 +1731,79 @@ static int _d_build_metrics(struct dec *d)
 	return rc;
 }
 
+/* Checks the CPU interval columns (fields 40-45) against the session. */
+static int _d_cpu_intervals(struct dec *d)
+{
+	const Flamewatch__Wire__Batch *m = d->m;
+	size_t n = m->n_cpu_iv_cpu;
+	struct timespec now;
+	int64_t t = 0, end, max_ts;
+
+	if (n > d->lim->max_samples)
+		return _fail(d->err, d->err_len, -E2BIG, "%zu CPU intervals, more than %zu",
+			     n, d->lim->max_samples);
+	if (m->n_cpu_iv_start_delta != n || m->n_cpu_iv_duration != n ||
+	    m->n_cpu_iv_series != n || m->n_cpu_iv_tid != n || m->n_cpu_iv_comm != n)
+		return _fail(d->err, d->err_len, -EINVAL,
+			     "CPU interval columns differ in length (%zu CPUs)", n);
+	clock_gettime(CLOCK_REALTIME, &now);
+	max_ts = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+	max_ts = d->lim->max_future_ns > INT64_MAX - max_ts ? INT64_MAX :
+		 max_ts + d->lim->max_future_ns;
+	for (size_t i = 0; i < n; i++) {
+		if (__builtin_add_overflow(t, m->cpu_iv_start_delta[i], &t) || t < MIN_TS_NS ||
+		    m->cpu_iv_duration[i] > (uint64_t)(max_ts - MIN_TS_NS) ||
+		    __builtin_add_overflow(t, (int64_t)m->cpu_iv_duration[i], &end) || end > max_ts)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "CPU interval %zu: time out of range", i);
+		if (m->cpu_iv_series[i] >= d->s->tab[K_SERIES].n)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "CPU interval %zu: series id %u out of range (%u series)",
+				     i, m->cpu_iv_series[i], d->s->tab[K_SERIES].n);
+		if (m->cpu_iv_comm[i] >= d->s->tab[K_STRING].n)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "CPU interval %zu: comm string id %u out of range (%u strings)",
+				     i, m->cpu_iv_comm[i], d->s->tab[K_STRING].n);
+		t = end;
+	}
+	return 0;
+}
+
+/* Adds the validated CPU intervals to the batch being built. */
+static int _d_build_cpu_intervals(struct dec *d)
+{
+	const Flamewatch__Wire__Batch *m = d->m;
+	int64_t t = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < m->n_cpu_iv_cpu; i++) {
+		struct batch_cpu_interval iv = { 0 };
+		int64_t series = _out_series(d, m->cpu_iv_series[i]);
+		int64_t comm = series < 0 ? series :
+			       profile__intern_string(d->out->dict, _d_string(d, m->cpu_iv_comm[i]));
+
+		if (comm < 0) {
+			rc = (int)comm;
+			break;
+		}
+		t += m->cpu_iv_start_delta[i];
+		iv.start_ns = t;
+		iv.end_ns = t + (int64_t)m->cpu_iv_duration[i];
+		iv.series = series;
+		iv.cpu = m->cpu_iv_cpu[i];
+		iv.tid = m->cpu_iv_tid[i];
+		iv.comm = comm;
+		t = iv.end_ns;
+		rc = batch__add_cpu_interval(d->out, &iv);
+		if (rc)
+			break;
+	}
+	if (rc)
+		_fail(d->err, d->err_len, rc, rc == -ENOMEM ? "out of memory" :
+		      "cannot build the CPU intervals: %s", strerror(-rc));
+	return rc;
+}
+
 int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 		 enum wire_compression c, const struct wire_limits *lim,
 		 struct batch **out, char *node, size_t node_len, uint64_t *seq,
@@ -1796,9 +1952,13 @@ int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 	if (!rc)
 		rc = _d_metrics(&d);
 	if (!rc)
+		rc = _d_cpu_intervals(&d);
+	if (!rc)
 		rc = _d_build(&d);
 	if (!rc)
 		rc = _d_build_metrics(&d);
+	if (!rc)
+		rc = _d_build_cpu_intervals(&d);
 	if (rc)
 		goto out;
 

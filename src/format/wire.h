@@ -93,7 +93,7 @@ struct wire_limits {
 	size_t max_body;		/* compressed bytes */
 	size_t max_decompressed;	/* bytes after gzip/zstd */
 	size_t max_unpacked;		/* memory for the unpacked protobuf message */
-	size_t max_samples;		/* per batch */
+	size_t max_samples;		/* per batch; also caps its metric points and CPU intervals */
 	size_t max_stack_depth;		/* frames per stack; deeper ones are cut to their
 					 * max_stack_depth - 1 root-most frames and a
 					 * "[truncated]" leaf frame */

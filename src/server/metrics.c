@@ -10,6 +10,7 @@ static const char *const _route_names[ROUTE_MAX] = {
 	[ROUTE_PROFILE] = "profile",
 	[ROUTE_FLAMECHART] = "flamechart",
 	[ROUTE_SERIES] = "series",
+	[ROUTE_CPU_STRIPS] = "cpu_strips",
 	[ROUTE_LABELS] = "labels",
 	[ROUTE_LABEL_VALUES] = "label_values",
 	[ROUTE_HEALTHZ] = "healthz",

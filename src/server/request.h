@@ -62,5 +62,6 @@ void routes__flamechart(struct request *r);
 void routes__series(struct request *r);
 void routes__labels(struct request *r);
 void routes__label_values(struct request *r, const char *name);
+void routes__cpu_strips(struct request *r);
 
 #endif

@@ -236,6 +236,9 @@ static void _dispatch(struct evhttp_request *req, void *arg)
 	} else if (!strcmp(path, "/api/v1/gpu/metrics")) {
 		r.route = ROUTE_GPU_METRICS;
 		routes__gpu_metrics(&r);
+	} else if (!strcmp(path, "/api/v1/cpu/strips")) {
+		r.route = ROUTE_CPU_STRIPS;
+		routes__cpu_strips(&r);
 	} else if (!strcmp(path, "/api/v1/labels")) {
 		r.route = ROUTE_LABELS;
 		routes__labels(&r);

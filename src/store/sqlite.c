@@ -101,6 +101,19 @@ static const char SCHEMA[] =
 	"CREATE TABLE IF NOT EXISTS rollup_1h(bucket INTEGER NOT NULL, series INTEGER NOT NULL,"
 	" totals BLOB NOT NULL, data BLOB NOT NULL, UNIQUE(bucket, series));";
 
+/*
+ * CPU busy intervals: one row each, keyed by start first so that a time
+ * window and retention are one range of the primary key. An interval is
+ * kept in pieces of at most STORE_CPU_INTERVAL_CHUNK_NS, which bounds how
+ * far before a window an overlapping row can start; reads join the pieces.
+ * Integers only (node and comm are string ids): about 20 bytes a row.
+ */
+static const char SCHEMA_CPU_INTERVALS[] =
+	"CREATE TABLE IF NOT EXISTS cpu_intervals(start INTEGER NOT NULL, node INTEGER NOT NULL,"
+	" cpu INTEGER NOT NULL, dur INTEGER NOT NULL, series INTEGER NOT NULL,"
+	" tid INTEGER NOT NULL, comm INTEGER NOT NULL, PRIMARY KEY(start, node, cpu)) WITHOUT ROWID;"
+	"INSERT OR IGNORE INTO meta VALUES('cpu_intervals', 0);";
+
 enum stmt_id {
 	ST_BEGIN, ST_BEGIN_READ, ST_COMMIT, ST_ROLLBACK,
 	ST_STR_GET, ST_STR_INS, ST_STR_TEXT,
@@ -443,6 +456,7 @@ struct sqlite_store {
 
 	/* metric points: statements prepared on first use (see _mx_prepare) */
 	sqlite3_stmt *mx[6];
+	sqlite3_stmt *civ_st[3];	/* CPU intervals; prepared on first use */
 };
 
 static int _sq_errno(int rc)
@@ -563,6 +577,8 @@ static void _sqlite_close(void *impl)
 		sqlite3_finalize(st->st[i]);
 	for (size_t i = 0; i < sizeof(st->mx) / sizeof(st->mx[0]); i++)
 		sqlite3_finalize(st->mx[i]);
+	for (size_t i = 0; i < sizeof(st->civ_st) / sizeof(st->civ_st[0]); i++)
+		sqlite3_finalize(st->civ_st[i]);
 	if (st->db && sqlite3_close(st->db) != SQLITE_OK)
 		pr_warn("store: sqlite: close: %s\n", sqlite3_errmsg(st->db));
 	blockcodec__free(st->codec);
@@ -822,6 +838,8 @@ static void *_sqlite_open(const char *dir, char *err, size_t err_len)
 	}
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(st->db, SCHEMA, NULL, NULL, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(st->db, SCHEMA_CPU_INTERVALS, NULL, NULL, NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(st->db, "PRAGMA user_version=" FW_STR(SCHEMA_VERSION) "; COMMIT",
 				  NULL, NULL, NULL);
@@ -1789,6 +1807,9 @@ static struct dxlate *_dx_get(struct sqlite_store *st, uint64_t dict_id, const c
 	x->series = d->ids[4];
 	return d;
 }
+static int _civ_check(const char *node, const struct batch *b);
+static int _civ_write(struct sqlite_store *st, struct xlate *x, const char *node,
+		      const struct batch *b);
 
 static int _sqlite_write(void *impl, const char *node, const struct batch *b)
 {
@@ -1814,7 +1835,10 @@ static int _sqlite_write(void *impl, const char *node, const struct batch *b)
 			return -EINVAL;
 		}
 	}
-	if (!b->nsamples)
+	err = _civ_check(node, b);
+	if (err)
+		return err;
+	if (!b->nsamples && !b->ncpu_intervals)
 		return 0;
 	err = -ENOMEM;
 	x.nstrings = intern__count(d->strings);
@@ -1829,7 +1853,7 @@ static int _sqlite_write(void *impl, const char *node, const struct batch *b)
 		x.stacks = calloc(nstacks + 1, sizeof(uint32_t));
 		x.series = calloc(nseries + 1, sizeof(uint32_t));
 	}
-	ws = malloc(b->nsamples * sizeof(*ws));
+	ws = malloc((b->nsamples + 1) * sizeof(*ws));
 	if (!x.strings || !x.mappings || !x.frames || !x.stacks || !x.series || !ws)
 		goto out;
 
@@ -1851,7 +1875,9 @@ static int _sqlite_write(void *impl, const char *node, const struct batch *b)
 			.type = bs->type, .stack = (uint32_t)stack, .tid = bs->tid, .cpu = bs->cpu,
 		};
 	}
-	err = _write_blocks(st, ws, b->nsamples, &due, &ndue, &cap_due);
+	err = _civ_write(st, &x, node, b);
+	if (!err)
+		err = _write_blocks(st, ws, b->nsamples, &due, &ndue, &cap_due);
 	if (!err)
 		err = _write_rollups(st, ws, b->nsamples);
 	if (!err)
@@ -3227,6 +3253,16 @@ static int _sqlite_retain(void *impl, int64_t cutoff)
 	err = err ?: _exec(st, ST_RETAIN_M);
 	err = err ?: _exec(st, ST_RETAIN_H);
 	err = err ?: _rebuild_hour(st, cutoff);
+	if (!err) {
+		char *msg = NULL;
+		char sql[96];
+
+		snprintf(sql, sizeof(sql), "DELETE FROM cpu_intervals WHERE start < %lld",
+			 (long long)cutoff);
+		if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) != SQLITE_OK)
+			err = _sq_fail(st, sqlite3_errcode(st->db), "cpu_intervals retention");
+		sqlite3_free(msg);
+	}
 	err = err ?: _exec(st, ST_COMMIT);
 	if (err) {
 		_exec(st, ST_ROLLBACK);
@@ -3554,6 +3590,281 @@ static int _sqlite_retain_metrics(void *impl, int64_t cutoff)
 	return err;
 }
 
+/* ---- CPU busy intervals ----------------------------------------------------- */
+
+enum { CIV_INS, CIV_RANGE, CIV_TEXT };
+
+static const char *const _civ_sql[] = {
+	[CIV_INS] = "INSERT OR REPLACE INTO cpu_intervals(start, node, cpu, dur, series, tid, comm)"
+		    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+	/* ?1 = from - chunk: no piece starting earlier reaches the window. */
+	[CIV_RANGE] = "SELECT start, dur, node, cpu, series, tid, comm FROM cpu_intervals"
+		      " WHERE start >= ?1 AND start < ?2 AND start + dur > ?3"
+		      " AND (?4 < 0 OR cpu = ?4) ORDER BY node, cpu, start",
+	[CIV_TEXT] = "SELECT text FROM strings WHERE id = ?1",
+};
+
+static int _civ_stmt(struct sqlite_store *st, int i, sqlite3_stmt **out)
+{
+	int rc;
+
+	if (!st->civ_st[i]) {
+		rc = sqlite3_prepare_v3(st->db, _civ_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+					&st->civ_st[i], NULL);
+		if (rc != SQLITE_OK)
+			return _sq_fail(st, rc, _civ_sql[i]);
+	}
+	*out = st->civ_st[i];
+	return 0;
+}
+
+/* What can be checked without the database. */
+static int _civ_check(const char *node, const struct batch *b)
+{
+	uint32_t nseries = batch__nseries(b), nstrings = intern__count(b->dict->strings);
+
+	for (uint32_t i = 0; i < b->ncpu_intervals; i++) {
+		const struct batch_cpu_interval *iv = &b->cpu_intervals[i];
+
+		if (iv->series >= nseries || iv->comm >= nstrings || iv->start_ns < 0 ||
+		    iv->end_ns < iv->start_ns || iv->end_ns >= TS_LIMIT) {
+			pr_warn("store: sqlite: batch from %s: CPU interval %u has series %u/%u, "
+				"comm %u/%u, [%lld, %lld)\n", node, i, iv->series, nseries,
+				iv->comm, nstrings, (long long)iv->start_ns, (long long)iv->end_ns);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* Inside the caller's transaction. */
+static int _civ_write(struct sqlite_store *st, struct xlate *x, const char *node,
+		      const struct batch *b)
+{
+	sqlite3_stmt *s;
+	int64_t node_id;
+	uint64_t rows = 0;
+	int err, rc;
+
+	if (!b->ncpu_intervals)
+		return 0;
+	err = _civ_stmt(st, CIV_INS, &s);
+	if (err)
+		return err;
+	node_id = _store_string(st, node);
+	if (node_id < 0)
+		return (int)node_id;
+	for (uint32_t i = 0; i < b->ncpu_intervals; i++) {
+		const struct batch_cpu_interval *iv = &b->cpu_intervals[i];
+		int64_t series = _x_series(st, x, node, iv->series);
+		int64_t comm = series < 0 ? series : _x_string(st, x, iv->comm);
+
+		if (comm < 0)
+			return (int)comm;
+		for (int64_t a = iv->start_ns; a < iv->end_ns; a += STORE_CPU_INTERVAL_CHUNK_NS) {
+			int64_t d = iv->end_ns - a;
+
+			if (d > STORE_CPU_INTERVAL_CHUNK_NS)
+				d = STORE_CPU_INTERVAL_CHUNK_NS;
+			sqlite3_bind_int64(s, 1, a);
+			sqlite3_bind_int64(s, 2, node_id);
+			sqlite3_bind_int64(s, 3, iv->cpu);
+			sqlite3_bind_int64(s, 4, d);
+			sqlite3_bind_int64(s, 5, series);
+			sqlite3_bind_int64(s, 6, iv->tid);
+			sqlite3_bind_int64(s, 7, comm);
+			rc = sqlite3_step(s);
+			sqlite3_reset(s);
+			if (rc != SQLITE_DONE)
+				return _sq_fail(st, rc, "cpu_intervals");
+			rows++;
+		}
+	}
+	return _meta_add(st, "cpu_intervals", (int64_t)rows);
+}
+
+static int _sqlite_write_cpu_intervals(void *impl, const char *node, const struct batch *b)
+{
+	struct sqlite_store *st = impl;
+	struct xlate x = { .b = b, .d = b->dict };
+	int err = _civ_check(node, b);
+
+	if (err || !b->ncpu_intervals)
+		return err;
+	x.nstrings = intern__count(b->dict->strings);
+	x.strings = calloc(x.nstrings + 1, sizeof(uint32_t));
+	x.series = calloc(batch__nseries(b) + 1, sizeof(uint32_t));
+	err = -ENOMEM;
+	if (!x.strings || !x.series)
+		goto out;
+	err = _exec(st, ST_BEGIN);
+	if (err)
+		goto out;
+	err = _civ_write(st, &x, node, b);
+	if (!err)
+		err = _exec(st, ST_COMMIT);
+	if (err) {
+		_exec(st, ST_ROLLBACK);
+		_drop_caches(st);
+	}
+out:
+	free(x.strings);
+	free(x.series);
+	return err;
+}
+
+/* String ids to text for one query: each looked up once. */
+struct civ_texts {
+	struct u64map ix;	/* string id -> index in text */
+	char **text;
+	uint32_t n, cap;
+};
+
+static void _civ_texts_free(struct civ_texts *t)
+{
+	for (uint32_t i = 0; i < t->n; i++)
+		free(t->text[i]);
+	free(t->text);
+	_map_free(&t->ix);
+}
+
+static int _civ_text(struct sqlite_store *st, struct civ_texts *t, int64_t id, const char **out)
+{
+	sqlite3_stmt *s;
+	uint64_t *slot;
+	bool added;
+	char *text;
+	int rc, err;
+
+	slot = _map_upsert(&t->ix, (uint64_t)id, &added);
+	if (!slot)
+		return -ENOMEM;
+	if (!added) {
+		*out = t->text[*slot];
+		return 0;
+	}
+	err = _civ_stmt(st, CIV_TEXT, &s);
+	if (err)
+		return err;
+	sqlite3_bind_int64(s, 1, id);
+	rc = sqlite3_step(s);
+	text = strdup(rc == SQLITE_ROW && sqlite3_column_text(s, 0) ?
+		      (const char *)sqlite3_column_text(s, 0) : "");
+	sqlite3_reset(s);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+		free(text);
+		return _sq_fail(st, rc, "strings");
+	}
+	if (!text)
+		return -ENOMEM;
+	if (t->n == t->cap) {
+		uint32_t cap = t->cap ? t->cap * 2 : 64;
+		char **a = realloc(t->text, cap * sizeof(*a));
+
+		if (!a) {
+			free(text);
+			return -ENOMEM;
+		}
+		t->text = a;
+		t->cap = cap;
+	}
+	*slot = t->n;
+	t->text[t->n++] = text;
+	*out = text;
+	return 0;
+}
+
+struct civ_row {
+	int64_t start, end, node, series, comm;
+	uint32_t cpu, tid, pid;
+};
+
+static int _civ_emit(struct sqlite_store *st, struct civ_texts *t, const struct civ_row *r,
+		     int64_t from, int64_t to,
+		     int (*cb)(void *ctx, const struct store_cpu_interval *iv), void *ctx)
+{
+	struct store_cpu_interval iv = {
+		.start_ns = r->start < from ? from : r->start,
+		.end_ns = r->end > to ? to : r->end,
+		.cpu = r->cpu, .pid = r->pid, .tid = r->tid,
+	};
+	int err = _civ_text(st, t, r->node, &iv.node);
+
+	err = err ?: _civ_text(st, t, r->comm, &iv.comm);
+	if (err)
+		return err;
+	return cb(ctx, &iv);
+}
+
+static int _sqlite_cpu_intervals(void *impl, int64_t from, int64_t to, const struct selector *sel,
+				 int64_t cpu,
+				 int (*cb)(void *ctx, const struct store_cpu_interval *iv), void *ctx)
+{
+	struct sqlite_store *st = impl;
+	struct query q = { .st = st, .sel = sel };
+	struct civ_texts texts = { 0 };
+	struct civ_row pend = { 0 };
+	bool have = false;
+	sqlite3_stmt *s;
+	int err, rc;
+
+	if (!_clamp(&from, &to))
+		return 0;
+	_query_begin(st);
+	err = _civ_stmt(st, CIV_RANGE, &s);
+	if (err)
+		return err;
+	err = _begin_read(st);
+	if (err)
+		return err;
+	sqlite3_bind_int64(s, 1, from > STORE_CPU_INTERVAL_CHUNK_NS ?
+			   from - STORE_CPU_INTERVAL_CHUNK_NS : 0);
+	sqlite3_bind_int64(s, 2, to);
+	sqlite3_bind_int64(s, 3, from);
+	sqlite3_bind_int64(s, 4, cpu);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct civ_row r = {
+			.start = sqlite3_column_int64(s, 0),
+			.node = sqlite3_column_int64(s, 2),
+			.cpu = (uint32_t)sqlite3_column_int64(s, 3),
+			.series = sqlite3_column_int64(s, 4),
+			.tid = (uint32_t)sqlite3_column_int64(s, 5),
+			.comm = sqlite3_column_int64(s, 6),
+		};
+		struct qseries *qs;
+
+		r.end = r.start + sqlite3_column_int64(s, 1);
+		qs = _qseries(&q, r.series, &err);
+		if (err)
+			break;
+		if (!qs)
+			continue;
+		r.pid = qs->info->pid;
+		/* The pieces of one interval, written together, join up again. */
+		if (have && pend.end == r.start && pend.node == r.node && pend.cpu == r.cpu &&
+		    pend.series == r.series && pend.tid == r.tid && pend.comm == r.comm) {
+			pend.end = r.end;
+			continue;
+		}
+		if (have) {
+			err = _civ_emit(st, &texts, &pend, from, to, cb, ctx);
+			if (err)
+				break;
+		}
+		pend = r;
+		have = true;
+	}
+	if (!err && rc != SQLITE_ROW && rc != SQLITE_DONE)
+		err = _sq_fail(st, rc, "cpu_intervals");
+	sqlite3_reset(s);
+	if (!err && have)
+		err = _civ_emit(st, &texts, &pend, from, to, cb, ctx);
+	err = _end_read(st, err);
+	_civ_texts_free(&texts);
+	_query_free(&q);
+	return err;
+}
+
 const struct store_backend store_sqlite_backend = {
 	.name = "sqlite",
 	.open = _sqlite_open,
@@ -3570,4 +3881,6 @@ const struct store_backend store_sqlite_backend = {
 	.metrics = _sqlite_metrics,
 	.metrics_latest = _sqlite_metrics_latest,
 	.retain_metrics = _sqlite_retain_metrics,
+	.write_cpu_intervals = _sqlite_write_cpu_intervals,
+	.cpu_intervals = _sqlite_cpu_intervals,
 };

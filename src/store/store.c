@@ -220,3 +220,25 @@ int store__metrics_latest(struct store *s, int64_t since,
 		return -EOPNOTSUPP;
 	return LOCKED(s, s->ops->metrics_latest(s->impl, since, cb, ctx));
 }
+
+int store__write_cpu_intervals(struct store *s, const char *node, const struct batch *b)
+{
+	if (!s || !node || !node[0] || !b)
+		return -EINVAL;
+	if (!s->ops->write_cpu_intervals)
+		return -EOPNOTSUPP;
+	return LOCKED(s, s->ops->write_cpu_intervals(s->impl, node, b));
+}
+
+int store__cpu_intervals(struct store *s, int64_t from, int64_t to, const struct selector *sel,
+			 int64_t cpu,
+			 int (*cb)(void *ctx, const struct store_cpu_interval *iv), void *ctx)
+{
+	if (!s || !cb)
+		return -EINVAL;
+	if (from >= to)
+		return 0;
+	if (!s->ops->cpu_intervals)
+		return -EOPNOTSUPP;
+	return LOCKED(s, s->ops->cpu_intervals(s->impl, from, to, sel, cpu, cb, ctx));
+}

@@ -107,6 +107,37 @@ int store__label_values(struct store *s, const char *name, int64_t from, int64_t
  */
 int store__retain(struct store *s, int64_t cutoff_ns);
 
+/*
+ * CPU busy intervals (CPU strips). One as a query returns it: [start_ns,
+ * end_ns) on cpu of node, by thread tid of process pid (0 if the series has
+ * no pid label); comm is the thread's. Strings borrowed for the call.
+ */
+struct store_cpu_interval {
+	int64_t start_ns, end_ns;
+	uint32_t cpu, pid, tid;
+	const char *comm;
+	const char *node;
+};
+
+/*
+ * Writes the CPU intervals of b (borrowed) under node; store__write() does
+ * this in the same transaction as the samples, so this is for batches that
+ * go nowhere else. Atomic, durable; -EINVAL (nothing written) for a series
+ * or comm id out of range or end before start.
+ */
+int store__write_cpu_intervals(struct store *s, const char *node, const struct batch *b);
+
+/*
+ * cb runs for every CPU interval overlapping [from, to) whose series matches
+ * sel (NULL: all), clipped to [from, to), ordered by node, cpu, start.
+ * Intervals the store split (it keeps pieces of at most
+ * STORE_CPU_INTERVAL_CHUNK_NS) come back whole. cpu < 0: every CPU.
+ */
+#define STORE_CPU_INTERVAL_CHUNK_NS (10LL * 1000000000LL)
+int store__cpu_intervals(struct store *s, int64_t from, int64_t to, const struct selector *sel,
+			 int64_t cpu,
+			 int (*cb)(void *ctx, const struct store_cpu_interval *iv), void *ctx);
+
 struct store_stats {
 	uint64_t samples_written;	/* since the store was created */
 	uint64_t batches_written;
@@ -191,6 +222,10 @@ struct store_backend {
 					double value),
 			      void *ctx);
 	int (*retain_metrics)(void *impl, int64_t cutoff_ns);
+	int (*write_cpu_intervals)(void *impl, const char *node, const struct batch *b);
+	int (*cpu_intervals)(void *impl, int64_t from, int64_t to, const struct selector *sel,
+			     int64_t cpu,
+			     int (*cb)(void *ctx, const struct store_cpu_interval *iv), void *ctx);
 };
 
 #endif

@@ -122,7 +122,7 @@ def test_process_churn_memory_flat(flamewatch, workloads, procs, tmp_path):
     rate = int(m.group(1)) / float(m.group(2))
     # The machine has 2 CPUs shared with the agent and the server: accept a
     # spawner that got close to its target.
-    assert rate > 500, f"the spawner managed only {rate:.0f} processes/s"
+    assert rate > 300, f"the spawner managed only {rate:.0f} processes/s"
     assert agent.alive(), f"the agent died under process churn\n{agent.describe()}"
     # Bounded: after a warm-up of 8 s (tables for the spawner and libc,
     # caches), memory grows only by what the wire session keeps per process
