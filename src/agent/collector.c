@@ -7,6 +7,7 @@
 #include "agent/collector.h"
 #include "agent/cpu_profile.h"
 #include "agent/proc_table.h"
+#include "agent/python.h"
 #include "agent/sampler.h"
 #include "agent/unwinder.h"
 #include "common/batch.h"
@@ -18,6 +19,7 @@ struct collector {
 	struct proc_table *procs;
 	struct unwinder *unwinder;
 	struct cpu_profile *cp;
+	struct python *py;
 	uint64_t add_errors;
 };
 
@@ -25,6 +27,7 @@ static void _on_sample(void *ctx, const struct fw_sample *s)
 {
 	struct collector *c = ctx;
 
+	python__note_pid(c->py, s->pid);
 	if (cpu_profile__add(c->cp, s, sampler__boot_to_unix_ns(s->boot_ns)))
 		c->add_errors++;
 	unwinder__note_sample(c->unwinder, s->pid, s->flags);
@@ -36,12 +39,14 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 
 	switch (e->type) {
 	case FW_EVENT_EXEC:
+		python__forget(c->py, e->pid);
 		proc_table__exec(c->procs, e->pid);
 		unwinder__remove_pid(c->unwinder, e->pid);
 		if (c->opts.follow_only)
 			unwinder__queue(c->unwinder, e->pid);
 		break;
 	case FW_EVENT_EXIT:
+		python__forget(c->py, e->pid);
 		proc_table__exit(c->procs, e->pid);
 		unwinder__remove_pid(c->unwinder, e->pid);
 		if (c->opts.follow_only) {
@@ -85,10 +90,12 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 	}
 	sampler__unwind_fds(c->sampler, &files_fd, &procs_fd);
 	c->unwinder = unwinder__new(files_fd, procs_fd, c->procs, (uint64_t)o->unwind_mb << 20);
-	if (!c->unwinder) {
+	c->py = python__new(sampler__python_fd(c->sampler), c->procs);
+	if (!c->unwinder || !c->py) {
 		err = ENOMEM;
 		goto fail;
 	}
+	cpu_profile__set_python(c->cp, c->py);
 	return c;
 fail:
 	collector__free(c);
@@ -114,6 +121,7 @@ void collector__free(struct collector *c)
 	sampler__close(c->sampler);
 	unwinder__free(c->unwinder);
 	cpu_profile__free(c->cp);
+	python__free(c->py);
 	proc_table__free(c->procs);
 	free(c);
 }
@@ -126,6 +134,7 @@ int collector__follow(struct collector *c, pid_t pid)
 		return err;
 	/* Describe it now so that even the first samples unwind fully. */
 	unwinder__add_pid(c->unwinder, pid);
+	python__note_pid(c->py, pid);
 	return 0;
 }
 
@@ -186,6 +195,14 @@ void collector__report(struct collector *c)
 	}
 	if (c->add_errors)
 		pr_warn("%llu samples dropped: out of memory\n", (unsigned long long)c->add_errors);
+	if (c->py) {
+		struct python_stats ps;
+
+		python__stats(c->py, &ps);
+		pr_debug("python: %llu processes, %llu code objects read, %llu unreadable\n",
+			 (unsigned long long)ps.procs, (unsigned long long)ps.code_reads,
+			 (unsigned long long)ps.code_read_errors);
+	}
 	if (!c->unwinder)
 		return;
 	unwinder__stats(c->unwinder, &u);
