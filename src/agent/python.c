@@ -348,11 +348,26 @@ static int _debug_layout(pid_t pid, uint64_t runtime, struct fw_py_proc *bp,
 		return -EPROTO;
 	memcpy(v, t, sizeof(v));
 #define F(off) v[(off) / 8]
-	if (F(DBG_VERSION) < 0x030d0000) 
+	if (F(DBG_VERSION) < 0x030d0000)
 		return -EPROTO;
-	for (int off = DBG_RUNTIME_INTERP_HEAD; off < DBG_SIZE; off += 8)
-		if (F(off) > 0xffff && off != DBG_RUNTIME_INTERP_HEAD)
-			return -EPROTO;
+	{
+		/* The fields used, which must fit the 16-bit offsets BPF gets. */
+		static const int used[] = {
+			DBG_RUNTIME_INTERP_HEAD, DBG_INTERP_THREADS_HEAD, DBG_TSTATE_NEXT,
+			DBG_TSTATE_CURRENT_FRAME, DBG_TSTATE_THREAD_ID, DBG_FRAME_PREVIOUS,
+			DBG_FRAME_EXECUTABLE, DBG_FRAME_INSTR_PTR, DBG_FRAME_OWNER,
+			DBG_CODE_FILENAME, DBG_CODE_QUALNAME, DBG_CODE_LINETABLE,
+			DBG_CODE_FIRSTLINENO, DBG_CODE_ADAPTIVE,
+		};
+
+		for (size_t i = 0; i < sizeof(used) / sizeof(used[0]); i++)
+			if (F(used[i]) > 0xffff)
+				return -EPROTO;
+	}
+	/* Code objects are read 256 bytes at a time. */
+	if (F(DBG_CODE_FILENAME) > 248 || F(DBG_CODE_QUALNAME) > 248 ||
+	    F(DBG_CODE_LINETABLE) > 248 || F(DBG_CODE_FIRSTLINENO) > 252)
+		return -EPROTO;
 	*head_off = F(DBG_RUNTIME_INTERP_HEAD);
 	*bp = (struct fw_py_proc){
 		.layout = FW_PY_313,
