@@ -1,0 +1,147 @@
+"""System tests for CPython stacks: `flamewatch record` (real BPF) on the
+pyenv-installed CPython 3.10-3.13 running tests/workloads/python/chain.py,
+whose call chains are known. The interpreters are found through `pyenv root`
+(or $PYENV_ROOT); a missing version is skipped, saying which.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import contains_run, is_kernel, require
+
+HZ = 499
+SECONDS = 3
+VERSIONS = ["3.10", "3.11", "3.12", "3.13"]
+SCRIPT = Path(__file__).resolve().parent.parent / "workloads" / "python" / "chain.py"
+CHAIN = ["main", "outer", "middle", "inner"]
+
+
+def pyenv_root():
+    root = os.environ.get("PYENV_ROOT")
+    if not root and shutil.which("pyenv"):
+        try:
+            root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            root = None
+    return Path(root) if root else None
+
+
+def interpreter(version):
+    """The newest pyenv CPython `version`.x, or a skip saying what is missing."""
+    root = pyenv_root()
+    if root is None:
+        pytest.skip(f"CPython {version}: pyenv is not installed (no `pyenv root`, no $PYENV_ROOT)")
+    pat = re.compile(re.escape(version) + r"\.(\d+)$")
+    found = []
+    for d in (root / "versions").glob(version + ".*"):
+        m = pat.match(d.name)
+        exe = d / "bin" / f"python{version}"
+        if m and exe.exists():
+            found.append((int(m.group(1)), exe))
+    if not found:
+        pytest.skip(f"CPython {version}: not installed under {root}/versions")
+    return max(found)[1]
+
+
+def python_samples(prof):
+    """The interpreter's samples: its comm is python3 or python3.x."""
+    return type(prof)(
+        {s: n for s, n in prof.stacks.items() if s.split(";", 1)[0].startswith("python")},
+        source=f"{prof.source} [python]",
+    )
+
+
+def user(frames):
+    return [f for f in frames[1:] if not is_kernel(f)]
+
+
+def in_order(frames, names):
+    """names occur in frames in this order (not necessarily adjacent)."""
+    i = 0
+    for f in frames:
+        if i < len(names) and f == names[i]:
+            i += 1
+    return i == len(names)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_chain_and_split(fw, version):
+    exe = interpreter(version)
+    res, prof = fw.record_folded(["--", exe, SCRIPT, "chain", SECONDS], duration=SECONDS, hz=HZ)
+    w = python_samples(prof)
+    require(w.total >= 0.3 * SECONDS * HZ, f"only {w.total} samples of CPython {version}", prof)
+
+    full = {leaf: w.count(lambda f, leaf=leaf: contains_run(user(f), ["<module>"] + CHAIN + [leaf]))
+            for leaf in ("hot_70", "cold_30")}
+    chain_pct = (full["hot_70"] + full["cold_30"]) / w.total
+    print(f"CPython {version}: {w.total} samples, full chain in {chain_pct:.1%}")
+    require(
+        chain_pct >= 0.90,
+        f"CPython {version}: only {chain_pct:.1%} of {w.total} samples show "
+        f"<module>;main;outer;middle;inner;hot_70|cold_30; expected >= 90 %",
+        w,
+    )
+    hot, cold = w.count_frame("hot_70"), w.count_frame("cold_30")
+    ratio = hot / (hot + cold)
+    print(f"CPython {version}: hot_70 share {ratio:.1%} (hot_70 {hot}, cold_30 {cold})")
+    require(0.65 <= ratio <= 0.75, f"CPython {version}: hot_70 share is {ratio:.1%}; expected 70 % +- 5 %", w)
+    # The interpreter loop's own frames are replaced, not left beside the Python ones.
+    evals = w.count_frame("_PyEval_EvalFrameDefault")
+    require(evals <= 0.05 * w.total, f"CPython {version}: {evals} samples still show _PyEval_EvalFrameDefault", w)
+    # Native frames below the interpreter's root stay: the process starts in main().
+    native_root = w.count(lambda f: "Py_RunMain" in f or "Py_BytesMain" in f)
+    require(native_root >= 0.9 * w.total, f"CPython {version}: native start-up frames missing", w)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_thread(fw, version):
+    exe = interpreter(version)
+    res, prof = fw.record_folded(["--", exe, SCRIPT, "thread", SECONDS], duration=SECONDS, hz=HZ)
+    w = python_samples(prof)
+    require(w.total >= 0.3 * SECONDS * HZ, f"only {w.total} samples of CPython {version}", prof)
+    # The main thread sleeps in join(); the samples are the worker's.
+    worker = w.count(lambda f: "start_thread" in f and contains_run(user(f), CHAIN[1:]))
+    pct = worker / w.total
+    print(f"CPython {version}: worker thread chain in {pct:.1%} of {w.total} samples")
+    require(pct >= 0.90, f"CPython {version}: only {pct:.1%} of samples show start_thread..outer;middle;inner", w)
+    require(
+        w.count(lambda f: in_order(f, ["start_thread", "outer", "middle", "inner"])) == worker,
+        "Python frames must sit under the thread's native start frames",
+        w,
+    )
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_ctypes_native_under_python(fw, version):
+    exe = interpreter(version)
+    res, prof = fw.record_folded(["--", exe, SCRIPT, "ctypes", SECONDS], duration=SECONDS, hz=HZ)
+    w = python_samples(prof)
+    require(w.total >= 0.3 * SECONDS * HZ, f"only {w.total} samples of CPython {version}", prof)
+    # Python calls libc's qsort through ctypes, which calls back into Python.
+    mixed = w.count(
+        lambda f: in_order(user(f), ["main", "ctypes_inner", "qsort_r", "closure_fcn"])
+        and any(x.endswith("py_compare") for x in f)
+    )
+    under = w.count(lambda f: in_order(user(f), ["main", "ctypes_inner", "_ctypes_callproc", "ffi_call"]))
+    print(f"CPython {version}: python->qsort->python in {mixed / w.total:.1%}, "
+          f"native under ctypes_inner in {under / w.total:.1%} of {w.total} samples")
+    require(under >= 0.8 * w.total, f"CPython {version}: native ctypes frames are not under ctypes_inner", w)
+    require(mixed >= 0.5 * w.total, f"CPython {version}: too few main;ctypes_inner;..qsort_r;..;py_compare stacks", w)
+
+
+@pytest.mark.parametrize("version", ["3.12", "3.13"])
+def test_perf_trampoline_names(fw, version):
+    """`python -X perf` writes /tmp/perf-PID.map for its trampolines; the
+    existing perf map support names them."""
+    exe = interpreter(version)
+    res, prof = fw.record_folded(["--", exe, "-X", "perf", SCRIPT, "chain", 2], duration=2, hz=HZ)
+    w = python_samples(prof)
+    named = w.count(lambda f: any(x.startswith("py::inner:") and x.endswith("chain.py") for x in f))
+    require(named >= 0.8 * w.total, f"CPython {version} -X perf: only {named} of {w.total} samples name py::inner", w)
+    # The BPF walk still gives the real Python frames next to the trampolines.
+    require(w.count_run(["inner"]) >= 0.8 * w.total, "Python frames missing under -X perf", w)
