@@ -6,6 +6,7 @@
 
 #include "agent/collector.h"
 #include "agent/cpu_profile.h"
+#include "agent/java_perfmap.h"
 #include "agent/proc_table.h"
 #include "agent/python.h"
 #include "agent/sampler.h"
@@ -20,6 +21,7 @@ struct collector {
 	struct unwinder *unwinder;
 	struct cpu_profile *cp;
 	struct python *py;
+	struct java_perfmap *java;	/* NULL unless asked for */
 	uint64_t add_errors;
 };
 
@@ -28,6 +30,11 @@ static void _on_sample(void *ctx, const struct fw_sample *s)
 	struct collector *c = ctx;
 
 	python__note_pid(c->py, s->pid);
+	if (c->java) {
+		const struct proc_info *info = proc_table__info(c->procs, s->pid);
+
+		java_perfmap__note(c->java, s->pid, info ? info->exe : NULL);
+	}
 	if (cpu_profile__add(c->cp, s, sampler__boot_to_unix_ns(s->boot_ns)))
 		c->add_errors++;
 	unwinder__note_sample(c->unwinder, s->pid, s->flags);
@@ -47,6 +54,7 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 		break;
 	case FW_EVENT_EXIT:
 		python__forget(c->py, e->pid);
+		java_perfmap__forget(c->java, e->pid);
 		proc_table__exit(c->procs, e->pid);
 		unwinder__remove_pid(c->unwinder, e->pid);
 		if (c->opts.follow_only) {
@@ -96,6 +104,13 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		goto fail;
 	}
 	cpu_profile__set_python(c->cp, c->py);
+	if (o->java_perfmap_interval_ns) {
+		c->java = java_perfmap__new(o->java_perfmap_interval_ns);
+		if (!c->java) {
+			err = ENOMEM;
+			goto fail;
+		}
+	}
 	return c;
 fail:
 	collector__free(c);
@@ -122,6 +137,7 @@ void collector__free(struct collector *c)
 	unwinder__free(c->unwinder);
 	cpu_profile__free(c->cp);
 	python__free(c->py);
+	java_perfmap__free(c->java);
 	proc_table__free(c->procs);
 	free(c);
 }
@@ -155,6 +171,12 @@ void collector__tick(struct collector *c)
 	proc_table__next_round(c->procs);
 	sampler__drain(c->sampler);
 	unwinder__add_pending(c->unwinder);
+	if (c->java) {
+		struct timespec now;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		java_perfmap__tick(c->java, (uint64_t)now.tv_sec * 1000000000ULL + now.tv_nsec);
+	}
 	cpu_profile__symbolize_jit(c->cp);
 }
 

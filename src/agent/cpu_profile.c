@@ -39,6 +39,7 @@ struct cpu_profile {
 	uint64_t unresolved;
 	uint32_t *frames;	/* scratch for one stack */
 	uint32_t jit_named_upto;	/* frames below this id had their JIT names looked up */
+	uint32_t jit_calls;
 	struct kallsyms_table ksyms;	/* kernel text symbols, loaded on first use */
 	bool ksyms_tried;
 	struct intern *sym_keys;	/* symbol cache: (owner, addr) -> index in sym_name_of */
@@ -688,6 +689,13 @@ int cpu_profile__symbolize_jit(struct cpu_profile *cp)
 	uint32_t first = cp->jit_named_upto;
 	int err;
 
+	/*
+	 * Once a second, frames still unnamed are tried again: JVMs asked for
+	 * their map with jcmd write it after their code first ran, and a
+	 * process that has exited by the final naming can no longer be read.
+	 */
+	if (++cp->jit_calls % 10 == 0)
+		first = 0;
 	if (first == cp->p->nframes)
 		return 0;
 	err = _symbolize(cp, first, 1u << FRAME_JIT, false);
