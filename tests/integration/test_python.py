@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import contains_run, is_kernel, require
+from conftest import contains_run, go_binary, go_env, is_kernel, require
 
 HZ = 499
 SECONDS = 3
@@ -146,3 +146,40 @@ def test_perf_trampoline_names(fw, version):
     require(named >= 0.8 * w.total, f"CPython {version} -X perf: only {named} of {w.total} samples name py::spin", w)
     # The BPF walk still gives the real Python frames next to the trampolines.
     require(w.count_run(["inner"]) >= 0.8 * w.total, "Python frames missing under -X perf", w)
+
+
+def source_line(text):
+    """The line number of the first source line of chain.py containing text."""
+    for n, line in enumerate(SCRIPT.read_text().splitlines(), 1):
+        if text in line:
+            return n
+    raise AssertionError(f"{text!r} not in {SCRIPT}")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_lines(fw, version, tmp_path):
+    """Each Python frame's line is the line of its call site (or the leaf's
+    current line), computed from co_linetable/co_lnotab for that version;
+    checked through `go tool pprof -raw`, whose locations carry file:line."""
+    exe = interpreter(version)
+    go = go_binary()
+    res, out = fw.record(["--", exe, SCRIPT, "chain", 2], duration=2, out_name="py.pb.gz", fmt="pprof", hz=HZ)
+    res.check_ok()
+    raw = subprocess.run([go, "tool", "pprof", "-raw", str(out)], capture_output=True, text=True,
+                         env=go_env(tmp_path), timeout=120)
+    assert raw.returncode == 0, raw.stderr
+    want = {
+        "hot_70": source_line("return spin(7 * n)"),
+        "cold_30": source_line("return spin(3 * n)"),
+        "middle": source_line("    inner(deadline)"),
+        "outer": source_line("    middle(deadline)"),
+    }
+    seen = {}
+    for line in raw.stdout.splitlines():
+        m = re.search(r" (hot_70|cold_30|middle|outer) (\S+):(\d+)", line)
+        if m:
+            seen.setdefault(m.group(1), set()).add((m.group(2), int(m.group(3))))
+    for fn, ln in want.items():
+        assert seen.get(fn) == {(str(SCRIPT), ln)}, (
+            f"CPython {version}: {fn} at {sorted(seen.get(fn, []))}, expected {SCRIPT}:{ln}"
+        )
