@@ -183,3 +183,21 @@ def test_lines(fw, version, tmp_path):
         assert seen.get(fn) == {(str(SCRIPT), ln)}, (
             f"CPython {version}: {fn} at {sorted(seen.get(fn, []))}, expected {SCRIPT}:{ln}"
         )
+
+
+def test_statically_linked_python(fw):
+    """A python3 with the interpreter linked into the executable (Debian's
+    /usr/bin/python3), found through the executable's own symbols."""
+    exe = shutil.which("python3", path="/usr/bin:/bin")
+    if not exe:
+        pytest.skip("no system python3")
+    exe = os.path.realpath(exe)
+    ldd = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
+    ver = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                         capture_output=True, text=True).stdout.strip()
+    if "libpython" in ldd or ver not in VERSIONS:
+        pytest.skip(f"{exe} ({ver}) links libpython or is not 3.10-3.13")
+    res, prof = fw.record_folded(["--", exe, SCRIPT, "chain", 2], duration=2, hz=HZ)
+    w = python_samples(prof)
+    full = w.count(lambda f: contains_run(user(f), ["<module>"] + CHAIN))
+    require(full >= 0.9 * w.total, f"{exe}: only {full} of {w.total} samples show the full chain", w)
