@@ -203,3 +203,23 @@ def test_statically_linked_python(fw):
     w = python_samples(prof)
     full = w.count(lambda f: contains_run(user(f), ["<module>"] + CHAIN))
     require(full >= 0.9 * w.total, f"{exe}: only {full} of {w.total} samples show the full chain", w)
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.13"])
+def test_process_started_before(fw, version):
+    """`record -p` of an interpreter that was already running: its layout
+    is found from its live mappings and memory."""
+    exe = interpreter(version)
+    proc = subprocess.Popen([str(exe), str(SCRIPT), "chain", "6"])
+    try:
+        import time
+
+        time.sleep(1.0)
+        res, prof = fw.record_folded(["-p", str(proc.pid), "-d", "2"], duration=2, hz=HZ)
+    finally:
+        proc.kill()
+        proc.wait()
+    w = python_samples(prof)
+    require(w.total >= 100, f"only {w.total} samples of CPython {version}", prof)
+    full = w.count(lambda f: contains_run(user(f), ["<module>"] + CHAIN))
+    require(full >= 0.9 * w.total, f"CPython {version}: only {full} of {w.total} samples show the chain", w)
