@@ -148,9 +148,13 @@ int collector__follow(struct collector *c, pid_t pid)
 
 	if (err)
 		return err;
-	/* Describe it now so that even the first samples unwind fully. */
-	unwinder__add_pid(c->unwinder, pid);
+	/*
+	 * Describe it now so that even the first samples unwind fully. Python
+	 * first: it takes milliseconds, building unwind tables can take far
+	 * longer, and samples in between still get their Python frames.
+	 */
 	python__note_pid(c->py, pid);
+	unwinder__add_pid(c->unwinder, pid);
 	return 0;
 }
 
