@@ -319,6 +319,7 @@ static int _static_layout(int minor, struct fw_py_proc *bp, struct code_layout *
  */
 #define DBG_COOKIE "xdebugpy"
 #define DBG_VERSION 8
+#define DBG_FREE_THREADED 16
 #define DBG_RUNTIME_INTERP_HEAD 40
 #define DBG_INTERP_THREADS_HEAD 72
 #define DBG_TSTATE_NEXT 168
@@ -348,8 +349,9 @@ static int _debug_layout(pid_t pid, uint64_t runtime, struct fw_py_proc *bp,
 		return -EPROTO;
 	memcpy(v, t, sizeof(v));
 #define F(off) v[(off) / 8]
-	if (F(DBG_VERSION) < 0x030d0000)
-		return -EPROTO;
+	/* These field positions are 3.13's; free-threaded builds lay frames out differently. */
+	if (F(DBG_VERSION) >> 16 != 0x030d || F(DBG_FREE_THREADED))
+		return -ENOTSUP;
 	{
 		/* The fields used, which must fit the 16-bit offsets BPF gets. */
 		static const int used[] = {
