@@ -8,7 +8,14 @@ PKGS="clang llvm make gcc g++ pkg-config bpftool libbpf-dev libelf-dev libdw-dev
 libiberty-dev zlib1g-dev libzstd-dev liblzma-dev libbz2-dev libsqlite3-dev
 libevent-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler libcmocka-dev
 python3 python3-pytest systemtap-sdt-dev golang-go linux-perf procps time
-libc6-dbg prometheus"
+libc6-dbg prometheus libclang-rt-14-dev bpftrace chromium"
+
+# The web UI is built with npm (esbuild) and tested with headless Chromium.
+# A Node.js that is already on the PATH (for example from another packager)
+# is kept; otherwise Debian's nodejs and npm are installed.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+	PKGS="$PKGS nodejs npm"
+fi
 
 # The Rust workload needs a rustc; Debian's is fine when rustup's is absent.
 if ! command -v rustc >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/rustc" ]; then

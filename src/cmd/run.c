@@ -37,6 +37,8 @@ static void _usage(FILE *out)
 "  --interval DUR       how often samples are written to the store (default 10s)\n"
 "  --java-perfmap-interval SEC  run `jcmd PID Compiler.perfmap` for sampled JVMs\n"
 "                       this often, naming JIT-compiled Java frames (default off)\n"
+"  --gpu-interval DUR   how often GPU metrics are read from NVML (default 1s,\n"
+"                       at least 100ms; off: none)\n"
 "  --insecure           allow a non-loopback --listen without a token\n");
 }
 
@@ -49,7 +51,11 @@ struct run {
 static void _deliver(void *ctx, struct batch *b)
 {
 	struct run *r = ctx;
-	int err = store__write(r->store, r->node, b);
+	int err = store__write_metrics(r->store, r->node, b);
+
+	if (err)
+		pr_warn("cannot store %u GPU metric points: %s\n", b->nmetrics, strerror(-err));
+	err = store__write(r->store, r->node, b);
 
 	if (err) {
 		r->dropped += b->nsamples;
@@ -65,12 +71,14 @@ int cmd_run(int argc, char **argv)
 		{ "node", required_argument, NULL, 'n' },
 		{ "interval", required_argument, NULL, 'i' },
 		{ "java-perfmap-interval", required_argument, NULL, 'J' },
+		{ "gpu-interval", required_argument, NULL, 'g' },
 	};
 	struct option longopts[32];
 	struct cmd_server_opts so;
 	struct continuous_opts co = {
 		.freq_hz = 19, .unwind_mb = 64, .interval_ns = 10000000000ULL,
 		.max_samples = 200000, .deliver = _deliver,
+		.gpu_interval_ns = CONTINUOUS_GPU_INTERVAL_NS,
 	};
 	struct run r = { 0 };
 	struct continuous cont = { 0 };
@@ -116,7 +124,6 @@ int cmd_run(int argc, char **argv)
 			continue;
 		}
 		if (c == 'J') {
-		{
 			int64_t ns;
 
 			if (cmd__parse_java_interval(optarg, &ns)) {
@@ -125,7 +132,11 @@ int cmd_run(int argc, char **argv)
 				return 2;
 			}
 			co.java_perfmap_interval_ns = ns;
+			continue;
 		}
+		if (c == 'g') {
+			if (continuous__parse_gpu_interval(optarg, &co.gpu_interval_ns))
+				return 2;
 			continue;
 		}
 		if (c == 'i') {

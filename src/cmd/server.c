@@ -37,7 +37,8 @@ static void _usage(FILE *out)
 "  --retention DUR      drop data older than this (default 7d)\n"
 "  --max-body BYTES     largest request accepted (default 64 MiB)\n"
 "  --insecure           allow a non-loopback --listen without tokens\n"
-"  --agent-hz HZ        the agents' -F, for CPU time in exports (default 19)\n");
+"  --agent-hz HZ        -F assumed for CPU samples stored without their period\n"
+"                       (data from before schema version 2; default 19)\n");
 }
 
 static void _on_signal(evutil_socket_t sig, short what, void *arg)

@@ -24,12 +24,56 @@ struct batch *batch__new(uint64_t period_ns)
 	return b;
 }
 
+struct batch *batch__new_shared(uint64_t period_ns, struct profile *dict, struct intern *series,
+				uint64_t dict_id, void (*release)(void *owner), void *owner)
+{
+	struct batch *b;
+
+	if (!dict || !series || !dict_id) {
+		errno = EINVAL;
+		return NULL;
+	}
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	b->period_ns = period_ns;
+	b->dict = dict;
+	b->series = series;
+	b->dict_id = dict_id;
+	b->dict_release = release;
+	b->dict_owner = owner;
+	return b;
+}
+
+uint64_t batch__new_dict_id(void)
+{
+	static uint64_t next;
+
+	return __atomic_add_fetch(&next, 1, __ATOMIC_RELAXED);
+}
+
+/* Lets go of the dictionary, owned or shared. */
+static void _dict_drop(struct batch *b)
+{
+	if (b->dict_id) {
+		if (b->dict_release)
+			b->dict_release(b->dict_owner);
+	} else {
+		profile__free(b->dict);
+		intern__free(b->series);
+	}
+	b->dict = NULL;
+	b->series = NULL;
+	b->dict_id = 0;
+	b->dict_release = NULL;
+	b->dict_owner = NULL;
+}
+
 void batch__free(struct batch *b)
 {
 	if (!b)
 		return;
-	profile__free(b->dict);
-	intern__free(b->series);
+	_dict_drop(b);
 	free(b->samples);
 	free(b->metrics);
 	free(b->cpu_intervals);
@@ -47,8 +91,7 @@ int batch__reset(struct batch *b)
 		intern__free(series);
 		return -ENOMEM;
 	}
-	profile__free(b->dict);
-	intern__free(b->series);
+	_dict_drop(b);
 	b->dict = dict;
 	b->series = series;
 	b->nsamples = 0;

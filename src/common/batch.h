@@ -110,10 +110,32 @@ struct batch {
 	uint32_t ncpu_intervals, cap_cpu_intervals;
 	struct batch_gpu_interval *gpu_intervals;
 	uint32_t ngpu_intervals, cap_gpu_intervals;
+
+	/*
+	 * Non-zero when dict and series are not the batch's own but an
+	 * append-only dictionary that several batches share (a wire session's
+	 * on the server): every later batch with the same dict_id holds every
+	 * entry this one holds, at the same ids. A store may then remember how
+	 * it translated those ids instead of looking entries up again. Unique
+	 * within the process (batch__new_dict_id()). 0: the batch's own.
+	 */
+	uint64_t dict_id;
+	/* With dict_id: batch__free() calls this instead of freeing dict and series. */
+	void (*dict_release)(void *owner);
+	void *dict_owner;
 };
 
 /* Returns an empty batch, or NULL with errno set. */
 struct batch *batch__new(uint64_t period_ns);
+/*
+ * Returns an empty batch that borrows dict and series from their owner
+ * under dict_id (see struct batch); release(owner) runs when the batch is
+ * freed or reset. Or NULL with errno set (release is not called then).
+ */
+struct batch *batch__new_shared(uint64_t period_ns, struct profile *dict, struct intern *series,
+				uint64_t dict_id, void (*release)(void *owner), void *owner);
+/* A fresh process-unique dict_id (never 0). */
+uint64_t batch__new_dict_id(void);
 /* Accepts NULL. */
 void batch__free(struct batch *b);
 /* Forgets every record, series and the dictionary: a fresh batch. Returns 0 or -ENOMEM. */

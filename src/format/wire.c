@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -646,6 +647,62 @@ out:
 	return err;
 }
 
+/* ---- metric points (fields 30-33) ---------------------------------------- */
+
+static void _enc_metrics_free(struct enc_msg *em)
+{
+	free(em->m.metric_ts_delta);
+	free(em->m.metric_series);
+	free(em->m.metric_name);
+	free(em->m.metric_value);
+}
+
+/* Translates and orders the metric points into columns, as for samples. */
+static int _enc_metrics(struct xlate *x, struct enc_msg *em)
+{
+	const struct batch *b = x->b;
+	Flamewatch__Wire__Batch *m = &em->m;
+	size_t n = b->nmetrics;
+	struct ts_index *order;
+	int64_t prev = 0;
+	int err = 0;
+
+	if (!n)
+		return 0;
+	order = _alloc_n(n, sizeof(*order));
+	m->metric_ts_delta = _alloc_n(n, sizeof(*m->metric_ts_delta));
+	m->metric_series = _alloc_n(n, sizeof(*m->metric_series));
+	m->metric_name = _alloc_n(n, sizeof(*m->metric_name));
+	m->metric_value = _alloc_n(n, sizeof(*m->metric_value));
+	if (!order || !m->metric_ts_delta || !m->metric_series || !m->metric_name ||
+	    !m->metric_value) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		order[i] = (struct ts_index){ b->metrics[i].ts_ns, i };
+	qsort(order, n, sizeof(*order), _by_ts);
+	for (size_t i = 0; i < n; i++) {
+		const struct batch_metric *bm = &b->metrics[order[i].i];
+		int64_t series = _x_series(x, bm->series);
+		int64_t name = series < 0 ? series : _x_string(x, bm->name);
+
+		if (series < 0 || name < 0) {
+			err = (int)(series < 0 ? series : name);
+			goto out;
+		}
+		m->metric_ts_delta[i] = (int64_t)((uint64_t)bm->ts_ns - (uint64_t)prev);
+		prev = bm->ts_ns;
+		m->metric_series[i] = series;
+		m->metric_name[i] = name;
+		m->metric_value[i] = bm->value;
+	}
+	m->n_metric_ts_delta = m->n_metric_series = m->n_metric_name = m->n_metric_value = n;
+out:
+	free(order);
+	return err;
+}
+
 int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct batch *b,
 			 enum wire_compression c, void **out, size_t *out_len)
 {
@@ -689,6 +746,9 @@ int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct 
 	err = _enc_samples(&x, &em);
 	if (err)
 		goto out;
+	err = _enc_metrics(&x, &em);
+	if (err)
+		goto out;
 	err = _enc_dict(e, &em);
 	if (err)
 		goto out;
@@ -719,6 +779,7 @@ int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct 
 out:
 	free(packed);
 	_enc_msg_free(&em);
+	_enc_metrics_free(&em);
 	for (int k = 0; k < K_MAX; k++)
 		free(x.map[k]);
 	free(x.scratch);
@@ -796,10 +857,61 @@ static void _dtab_truncate(struct dtab *t, uint32_t n)
 	t->len = n ? t->end[n - 1] : 0;
 }
 
+/*
+ * Session global id -> id in the session's shared dictionary, for one
+ * kind; OM_UNSET until the first batch that refers to the entry.
+ */
+#define OM_UNSET UINT32_MAX
+struct outmap {
+	uint32_t *local;
+	uint32_t n, cap;
+};
+
+/*
+ * The session's dictionary as a struct profile and series table, which the
+ * batches handed out share (struct batch's dict_id): translating an entry
+ * costs once per session instead of once per batch, and a store can keep
+ * its own translation by dict_id. Reference counted, because a batch may
+ * outlive its session's eviction.
+ */
+struct wire_sdict {
+	unsigned refs;
+	uint64_t id;
+	struct batch *b;	/* owns dict and series; holds no records */
+};
+
+static void _sdict_unref(void *owner)
+{
+	struct wire_sdict *sd = owner;
+
+	if (!sd || __atomic_sub_fetch(&sd->refs, 1, __ATOMIC_ACQ_REL))
+		return;
+	batch__free(sd->b);
+	free(sd);
+}
+
+static struct wire_sdict *_sdict_new(void)
+{
+	struct wire_sdict *sd = calloc(1, sizeof(*sd));
+
+	if (!sd)
+		return NULL;
+	sd->refs = 1;
+	sd->id = batch__new_dict_id();
+	sd->b = batch__new(0);
+	if (!sd->b) {
+		free(sd);
+		return NULL;
+	}
+	return sd;
+}
+
 struct wire_session {
 	uint64_t id;
 	char *node;
 	struct dtab tab[K_MAX];
+	struct wire_sdict *sd;
+	struct outmap om[K_MAX];
 	size_t bytes;			/* as counted in the table's total */
 	struct wire_session *newer, *older;
 	struct wire_session *hnext;
@@ -818,7 +930,10 @@ static size_t _session_memory(const struct wire_session *s)
 	size_t bytes = sizeof(*s) + strlen(s->node) + 1;
 
 	for (int k = 0; k < K_MAX; k++)
-		bytes += s->tab[k].cap + s->tab[k].cap_end * sizeof(size_t);
+		bytes += s->tab[k].cap + s->tab[k].cap_end * sizeof(size_t) +
+			 (size_t)s->om[k].cap * sizeof(uint32_t);
+	if (s->sd)
+		bytes += sizeof(*s->sd) + batch__memory(s->sd->b);
 	return bytes;
 }
 
@@ -826,8 +941,11 @@ static void _session_free(struct wire_session *s)
 {
 	if (!s)
 		return;
-	for (int k = 0; k < K_MAX; k++)
+	for (int k = 0; k < K_MAX; k++) {
 		_dtab_free(&s->tab[k]);
+		free(s->om[k].local);
+	}
+	_sdict_unref(s->sd);
 	free(s->node);
 	free(s);
 }
@@ -992,13 +1110,6 @@ static int _fail(char *err, size_t err_len, int code, const char *fmt, ...)
 	return code;
 }
 
-/* Global id -> id in the batch being built, for one kind. */
-struct outmap {
-	struct intern *ix;	/* global id -> ordinal */
-	uint32_t *local;	/* ordinal -> local id */
-	uint32_t cap;
-};
-
 struct dec {
 	const struct wire_limits *lim;
 	char *err;
@@ -1006,7 +1117,7 @@ struct dec {
 	const Flamewatch__Wire__Batch *m;
 	struct wire_session *s;
 	struct batch *out;
-	struct outmap om[K_MAX];
+	struct outmap *om;	/* the session's */
 	uint32_t *scratch;
 	const char **names, **values;
 	size_t cap_scratch, cap_labels;
@@ -1041,23 +1152,38 @@ static int _d_reserve(struct dec *d, size_t frames, size_t labels)
 	return 0;
 }
 
-static int _om_find(struct outmap *m, uint32_t gid, int64_t *ord)
+/* Makes gids below n addressable, new ones untranslated. */
+static int _om_grow(struct outmap *m, uint32_t n)
 {
-	bool added;
+	if (n > m->cap) {
+		uint32_t cap = m->cap ? m->cap : 64;
+		uint32_t *l;
 
-	*ord = intern__add(m->ix, &gid, sizeof(gid), &added);
-	if (*ord < 0)
-		return *ord;
-	if (*ord >= m->cap) {
-		uint32_t cap = m->cap ? m->cap * 2 : 64;
-		uint32_t *l = realloc(m->local, cap * sizeof(*l));
-
+		while (cap < n)
+			cap = cap > UINT32_MAX / 2 ? UINT32_MAX : cap * 2;
+		l = realloc(m->local, (size_t)cap * sizeof(*l));
 		if (!l)
 			return -ENOMEM;
 		m->local = l;
 		m->cap = cap;
 	}
-	return added;
+	for (; m->n < n; m->n++)
+		m->local[m->n] = OM_UNSET;
+	return 0;
+}
+
+/* 1: gid is not translated yet (m->local[*ord] is to be set), 0: it is. */
+static int _om_find(struct outmap *m, uint32_t gid, int64_t *ord)
+{
+	*ord = gid;
+	if (gid >= m->n) {
+		int rc = _om_grow(m, gid + 1);
+
+		if (rc)
+			return rc;
+	}
+	*ord = gid;
+	return m->local[gid] == OM_UNSET;
 }
 
 static const char *_d_string(struct dec *d, uint32_t gid)
@@ -1127,12 +1253,34 @@ static int64_t _out_stack(struct dec *d, uint32_t gid)
 	/* At least one element: an empty stack's key must not be NULL either. */
 	if (_d_reserve(d, len ? len : 1, 0))
 		return -ENOMEM;
-	/* _out_frame() does not touch scratch, so it can be filled in place. */
-	for (size_t i = 0; i < len; i++) {
-		id = _out_frame(d, _u32_at(key, i));
+	/*
+	 * Deeper than the limit (runaway recursion, a bad unwind): the frames
+	 * nearest the root are kept and a "[truncated]" frame marks where the
+	 * rest was cut, so the flame graph shows it.
+	 */
+	if (len > d->lim->max_stack_depth) {
+		size_t keep = d->lim->max_stack_depth ? d->lim->max_stack_depth - 1 : 0;
+
+		for (size_t i = 0; i < keep; i++) {
+			id = _out_frame(d, _u32_at(key, i));
+			if (id < 0)
+				return id;
+			d->scratch[i] = id;
+		}
+		id = profile__intern_named_frame(d->out->dict, FRAME_NATIVE, PROFILE_NO_MAPPING, 0,
+						 "[truncated]", "", 0);
 		if (id < 0)
 			return id;
-		d->scratch[i] = id;
+		d->scratch[keep] = id;
+		len = keep + 1;
+	} else {
+		/* _out_frame() does not touch scratch, so it can be filled in place. */
+		for (size_t i = 0; i < len; i++) {
+			id = _out_frame(d, _u32_at(key, i));
+			if (id < 0)
+				return id;
+			d->scratch[i] = id;
+		}
 	}
 	id = profile__intern_stack(d->out->dict, d->scratch, len);
 	if (id < 0)
@@ -1270,10 +1418,6 @@ static int _d_stacks(struct dec *d, uint32_t base)
 		const Flamewatch__Wire__Stack *ws = d->m->stacks[i];
 		int rc;
 
-		if (ws->n_frames > d->lim->max_stack_depth)
-			return _fail(d->err, d->err_len, -EINVAL,
-				     "stack %zu has %zu frames, more than %zu",
-				     base + i, ws->n_frames, d->lim->max_stack_depth);
 		for (size_t j = 0; j < ws->n_frames; j++)
 			if (ws->frames[j] >= d->s->tab[K_FRAME].n)
 				return _fail(d->err, d->err_len, -EINVAL,
@@ -1370,20 +1514,35 @@ static int _d_samples(struct dec *d)
 	return 0;
 }
 
-/* Builds the self-contained batch from the now-validated message. */
+/*
+ * Builds the batch from the now-validated message: its samples, and the
+ * entries they refer to that the session's shared dictionary lacks.
+ */
 static int _d_build(struct dec *d)
 {
 	const Flamewatch__Wire__Batch *m = d->m;
 	int64_t ts = 0;
 	int rc = -ENOMEM;
 
-	d->out = batch__new(m->period_ns);
+	if (!d->s->sd && !(d->s->sd = _sdict_new()))
+		goto out;
+	d->om = d->s->om;
+	for (int k = 0; k < K_MAX; k++) {
+		if (_om_grow(&d->om[k], d->s->tab[k].n))
+			goto out;
+	}
+	d->out = batch__new_shared(m->period_ns, d->s->sd->b->dict, d->s->sd->b->series,
+				   d->s->sd->id, _sdict_unref, d->s->sd);
 	if (!d->out)
 		goto out;
-	for (int k = 0; k < K_MAX; k++) {
-		d->om[k].ix = intern__new();
-		if (!d->om[k].ix)
+	__atomic_add_fetch(&d->s->sd->refs, 1, __ATOMIC_ACQ_REL);
+	if (m->n_ts_delta > d->out->cap_samples) {
+		struct batch_sample *bs = malloc(m->n_ts_delta * sizeof(*bs));
+
+		if (!bs)
 			goto out;
+		d->out->samples = bs;
+		d->out->cap_samples = (uint32_t)m->n_ts_delta;
 	}
 	for (size_t i = 0; i < m->n_ts_delta; i++) {
 		struct batch_sample s = { 0 };
@@ -1416,6 +1575,76 @@ out:
 	if (rc)
 		_fail(d->err, d->err_len, rc, rc == -ENOMEM ? "out of memory" :
 		      "cannot build the batch: %s", strerror(-rc));
+	return rc;
+}
+
+/* ---- metric points (fields 30-33) ---------------------------------------- */
+
+static int _d_metrics(struct dec *d)
+{
+	const Flamewatch__Wire__Batch *m = d->m;
+	size_t n = m->n_metric_ts_delta;
+	struct timespec now;
+	int64_t ts = 0, max_ts;
+
+	if (n > d->lim->max_samples)
+		return _fail(d->err, d->err_len, -E2BIG, "%zu metric points, more than %zu",
+			     n, d->lim->max_samples);
+	if (m->n_metric_series != n || m->n_metric_name != n || m->n_metric_value != n)
+		return _fail(d->err, d->err_len, -EINVAL,
+			     "metric columns differ in length (%zu timestamps)", n);
+	clock_gettime(CLOCK_REALTIME, &now);
+	max_ts = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+	max_ts = d->lim->max_future_ns > INT64_MAX - max_ts ? INT64_MAX :
+		 max_ts + d->lim->max_future_ns;
+	for (size_t i = 0; i < n; i++) {
+		int rc;
+
+		if (__builtin_add_overflow(ts, m->metric_ts_delta[i], &ts) || ts < MIN_TS_NS ||
+		    ts > max_ts)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "metric point %zu: timestamp out of range", i);
+		if (m->metric_series[i] >= d->s->tab[K_SERIES].n)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "metric point %zu: series id %u out of range (%u series)",
+				     i, m->metric_series[i], d->s->tab[K_SERIES].n);
+		rc = _d_string_id(d, "metric point", i, "name", m->metric_name[i]);
+		if (rc)
+			return rc;
+		if (!_d_string(d, m->metric_name[i])[0])
+			return _fail(d->err, d->err_len, -EINVAL, "metric point %zu: empty name", i);
+		if (!isfinite(m->metric_value[i]))
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "metric point %zu: value is not a finite number", i);
+	}
+	return 0;
+}
+
+/* Appends the validated points to the batch _d_build() made. */
+static int _d_build_metrics(struct dec *d)
+{
+	const Flamewatch__Wire__Batch *m = d->m;
+	int64_t ts = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < m->n_metric_ts_delta && !rc; i++) {
+		int64_t series = _out_series(d, m->metric_series[i]);
+		int64_t name = series < 0 ? series :
+			       profile__intern_string(d->out->dict, _d_string(d, m->metric_name[i]));
+		struct batch_metric bm;
+
+		if (series < 0 || name < 0) {
+			rc = (int)(series < 0 ? series : name);
+			break;
+		}
+		ts += m->metric_ts_delta[i];
+		bm = (struct batch_metric){ .ts_ns = ts, .series = (uint32_t)series,
+					    .name = (uint32_t)name, .value = m->metric_value[i] };
+		rc = batch__add_metric(d->out, &bm);
+	}
+	if (rc)
+		_fail(d->err, d->err_len, rc, rc == -ENOMEM ? "out of memory" :
+		      "cannot build the batch's metric points: %s", strerror(-rc));
 	return rc;
 }
 
@@ -1565,7 +1794,11 @@ int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 	if (!rc)
 		rc = _d_samples(&d);
 	if (!rc)
+		rc = _d_metrics(&d);
+	if (!rc)
 		rc = _d_build(&d);
+	if (!rc)
+		rc = _d_build_metrics(&d);
 	if (rc)
 		goto out;
 
@@ -1580,16 +1813,20 @@ int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 	is_new = false;
 out:
 	if (rc && d.s) {
-		for (int k = 0; k < K_MAX; k++)
+		for (int k = 0; k < K_MAX; k++) {
 			_dtab_truncate(&d.s->tab[k], saved[k]);
+			/*
+			 * Entries translated for this batch may be replaced by
+			 * others at the same ids; the shared dictionary may keep
+			 * what they added, unreferenced.
+			 */
+			if (d.s->om[k].n > saved[k])
+				d.s->om[k].n = saved[k];
+		}
 	}
 	if (is_new)
 		_session_free(d.s);
 	batch__free(d.out);
-	for (int k = 0; k < K_MAX; k++) {
-		intern__free(d.om[k].ix);
-		free(d.om[k].local);
-	}
 	free(d.scratch);
 	free(d.names);
 	free(d.values);

@@ -94,7 +94,9 @@ struct wire_limits {
 	size_t max_decompressed;	/* bytes after gzip/zstd */
 	size_t max_unpacked;		/* memory for the unpacked protobuf message */
 	size_t max_samples;		/* per batch */
-	size_t max_stack_depth;		/* frames per stack */
+	size_t max_stack_depth;		/* frames per stack; deeper ones are cut to their
+					 * max_stack_depth - 1 root-most frames and a
+					 * "[truncated]" leaf frame */
 	size_t max_labels;		/* label pairs per series */
 	size_t max_string;		/* bytes per string, and of the node name */
 	int64_t max_future_ns;		/* how far past the server's clock a sample may lie */
@@ -124,8 +126,11 @@ size_t wire_sessions__memory(const struct wire_session_table *t);
 
 /*
  * Decodes one ingest body compressed with c, checking it against lim (NULL:
- * the defaults). On success *out receives an owned, self-contained batch
- * whose ids are its own (batch__free() it), node its node name (node_len
+ * the defaults). On success *out receives an owned batch (batch__free()
+ * it) whose dictionary is the session's, shared by every batch of the
+ * session (struct batch's dict_id): append-only, so the batch stays valid
+ * after the session is evicted or grows, but it must not be read while
+ * another wire__decode() on t runs. Node receives its node name (node_len
  * bytes at most, NUL included) and *seq its sequence number; the batch's
  * dictionary additions become part of its session. On failure nothing
  * changes: no session is created, extended or evicted, *out is NULL, and

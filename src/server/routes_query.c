@@ -114,6 +114,7 @@ void routes__profile(struct request *r)
 	unsigned long max_nodes, hz;
 	int64_t from, to;
 	uint32_t type;
+	bool cpu_ns;
 	int err;
 
 	if (!format)
@@ -139,17 +140,19 @@ void routes__profile(struct request *r)
 		request__error(r, 500, "store: %s", strerror(-err));
 		goto out;
 	}
+	/* The store's periods win over ?hz=; mixed ones come as nanoseconds. */
+	cpu_ns = type == SAMPLE_CPU && p->period_ns == 1;
 	if (!strcmp(format, "folded")) {
 		_reply_file_writer(r, "text/plain", folded__write, p);
 	} else if (!strcmp(format, "pprof")) {
 		_reply_file_writer(r, "application/octet-stream", pprof__write, p);
 	} else if (!strcmp(format, "speedscope")) {
-		_reply_file_writer(r, "application/json", type == SAMPLE_CPU ?
+		_reply_file_writer(r, "application/json", type == SAMPLE_CPU && !cpu_ns ?
 				   _speedscope_samples : _speedscope_ns, p);
 	} else {
 		struct strbuf sb = STRBUF_INIT;
 
-		err = flamegraph__write_json(p, type == SAMPLE_CPU ? "samples" : "nanoseconds",
+		err = flamegraph__write_json(p, type == SAMPLE_CPU && !cpu_ns ? "samples" : "nanoseconds",
 					     max_nodes, &sb);
 		if (err)
 			request__error(r, 500, "cannot build the flame graph: %s", strerror(-err));
@@ -427,15 +430,97 @@ static int _series_point(void *ctx, const char *group, int64_t bucket, int64_t s
 	return 0;
 }
 
+#define NS_PER_MIN (60LL * 1000000000LL)
+
+/*
+ * The first, partial bucket of an aligned grid: [from, next grid line) is
+ * asked apart (its samples only, decoded raw: at most one step of them) and
+ * its points merged, as the grid line before from, into the main answer.
+ */
+struct head_point {
+	char *group;
+	int64_t sum;
+};
+
+struct series_head {
+	struct series_out *o;
+	struct head_point *p;
+	size_t n, cap, next;
+	int64_t bucket;
+};
+
+static int _head_collect(void *ctx, const char *group, int64_t bucket, int64_t sum)
+{
+	struct series_head *h = ctx;
+
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? h->cap * 2 : 16;
+		struct head_point *p = realloc(h->p, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		h->p = p;
+		h->cap = cap;
+	}
+	h->p[h->n].group = strdup(group);
+	if (!h->p[h->n].group)
+		return -ENOMEM;
+	h->p[h->n++].sum = sum;
+	return 0;
+}
+
+static int _series_point(void *ctx, const char *group, int64_t bucket, int64_t sum);
+
+/* Emits the head points of groups before group (NULL: all that are left). */
+static int _head_flush(struct series_head *h, const char *group)
+{
+	while (h->next < h->n && (!group || strcmp(h->p[h->next].group, group) < 0)) {
+		int err = _series_point(h->o, h->p[h->next].group, h->bucket, h->p[h->next].sum);
+
+		if (err)
+			return err;
+		h->next++;
+	}
+	return 0;
+}
+
+static int _series_point_merged(void *ctx, const char *group, int64_t bucket, int64_t sum)
+{
+	struct series_head *h = ctx;
+	int err = _head_flush(h, group);
+
+	if (!err && h->next < h->n && !strcmp(h->p[h->next].group, group)) {
+		err = _series_point(h->o, group, h->bucket, h->p[h->next].sum);
+		h->next++;
+	}
+	return err ? err : _series_point(h->o, group, bucket, sum);
+}
+
+static void _head_free(struct series_head *h)
+{
+	for (size_t i = 0; i < h->n; i++)
+		free(h->p[i].group);
+	free(h->p);
+}
+
+/* ?NAME=0 or false. */
+static bool _param_false(struct request *r, const char *name)
+{
+	const char *v = request__param(r, name);
+
+	return v && (!strcmp(v, "0") || !strcmp(v, "false"));
+}
+
 void routes__series(struct request *r)
 {
 	const char *step_s = request__param(r, "step"), *by = request__param(r, "by");
 	struct strbuf sb = STRBUF_INIT;
 	struct series_out o = { .sb = &sb };
+	struct series_head h = { .o = &o };
 	struct selector *sel = NULL;
-	int64_t from, to, step;
+	int64_t from, to, step, grid, main_from;
 	uint32_t type;
-	int err;
+	int err = 0;
 
 	if (_type(r, &type) || request__window(r, &from, &to) || _selector(r, &sel))
 		goto out;
@@ -449,15 +534,43 @@ void routes__series(struct request *r)
 		step = (to - from) / 300;
 		if (step < 1000000000LL)
 			step = 1000000000LL;
+		/* Whole minutes from a minute on, rounded up: at most 300 points. */
+		if (step >= NS_PER_MIN)
+			step = (step + NS_PER_MIN - 1) / NS_PER_MIN * NS_PER_MIN;
+	}
+	/*
+	 * Buckets of whole minutes starting on a whole minute are answered from
+	 * the stores' minute rollups; any other grid decodes every raw sample
+	 * (seconds per day of data). So from a minute on, the step is rounded
+	 * to whole minutes and from down to a minute (the reply says which
+	 * grid was used). Samples before from still do not count: the first
+	 * bucket, which starts on the minute before from, holds those from
+	 * from on. align=0 keeps the grid as asked.
+	 */
+	grid = from;
+	if (step >= NS_PER_MIN && !_param_false(r, "align")) {
+		step = (step + NS_PER_MIN / 2) / NS_PER_MIN * NS_PER_MIN;
+		grid = from >= 0 ? from / NS_PER_MIN * NS_PER_MIN :
+		       -((-from + NS_PER_MIN - 1) / NS_PER_MIN) * NS_PER_MIN;
 	}
 	if ((to - from) / step > 100000) {
 		request__error(r, 400, "step: %s makes more than 100000 points", step_s);
 		goto out;
 	}
 	strbuf__printf(&sb, "{\"from\":%lld,\"to\":%lld,\"step\":%lld,\"series\":[",
-		       (long long)from, (long long)to, (long long)step);
-	err = store__series(r->srv->store, from, to, step, sel, type, by && by[0] ? by : NULL,
-			    _series_point, &o);
+		       (long long)grid, (long long)to, (long long)step);
+	main_from = from;
+	h.bucket = grid;
+	if (grid < from) {
+		main_from = to - grid > step ? grid + step : to;
+		err = store__series(r->srv->store, from, main_from, main_from - from, sel, type,
+				    by && by[0] ? by : NULL, _head_collect, &h);
+	}
+	if (!err && main_from < to)
+		err = store__series(r->srv->store, main_from, to, step, sel, type,
+				    by && by[0] ? by : NULL, _series_point_merged, &h);
+	if (!err)
+		err = _head_flush(&h, NULL);
 	if (err) {
 		request__error(r, 500, "store: %s", strerror(-err));
 		goto out;
@@ -465,6 +578,7 @@ void routes__series(struct request *r)
 	strbuf__puts(&sb, o.groups ? "]}]}\n" : "]}\n");
 	request__reply_json(r, 200, &sb);
 out:
+	_head_free(&h);
 	free(o.group);
 	strbuf__release(&sb);
 	selector__free(sel);

@@ -16,7 +16,9 @@
 #include "common/strbuf.h"
 #include "format/wire.h"
 #include "server/request.h"
+#include "server/routes_gpu.h"
 #include "server/server.h"
+#include "server/static.h"
 #include "store/store.h"
 #include "store/timeparse.h"
 
@@ -140,6 +142,7 @@ static void _serve_metrics(struct request *r)
 	struct strbuf sb = STRBUF_INIT;
 
 	server_metrics__write(&r->srv->metrics, r->srv->store, &sb);
+	routes__gpu_prometheus(r->srv->store, &sb);
 	if (sb.oom) {
 		request__error(r, 500, "out of memory");
 	} else {
@@ -197,6 +200,15 @@ static void _dispatch(struct evhttp_request *req, void *arg)
 			request__error(&r, 404, "no such ingest endpoint: %s", path);
 		goto out;
 	}
+	/* The UI's own files need no token: the page is what asks for one. */
+	if (static__is_ui_path(path)) {
+		r.route = ROUTE_STATIC;
+		if (!is_get)
+			request__error(&r, 405, "%s takes GET", path);
+		else
+			static__serve(&r, path);
+		goto out;
+	}
 	if (!strcmp(path, "/metrics") || !strncmp(path, "/api/", 5)) {
 		r.route = !strcmp(path, "/metrics") ? ROUTE_METRICS : ROUTE_OTHER;
 		if (!_token_ok(req, srv->read_token)) {
@@ -221,6 +233,9 @@ static void _dispatch(struct evhttp_request *req, void *arg)
 	} else if (!strcmp(path, "/api/v1/series")) {
 		r.route = ROUTE_SERIES;
 		routes__series(&r);
+	} else if (!strcmp(path, "/api/v1/gpu/metrics")) {
+		r.route = ROUTE_GPU_METRICS;
+		routes__gpu_metrics(&r);
 	} else if (!strcmp(path, "/api/v1/labels")) {
 		r.route = ROUTE_LABELS;
 		routes__labels(&r);

@@ -52,7 +52,11 @@
 #define SPAN		STORE_SQLITE_BLOCK_SPAN_NS
 #define TS_LIMIT	(INT64_MAX / 2)
 
-#define SCHEMA_VERSION	1
+/*
+ * 1: the first; rollup tables gained their totals column without a version
+ * change (such files are upgraded too). 2: series.period_ns.
+ */
+#define SCHEMA_VERSION	2
 #define ZSTD_LEVEL	1
 /* A compaction never builds a block larger than this. */
 #define MAX_BLOCK	(1u << 20)
@@ -77,7 +81,13 @@ static const char SCHEMA[] =
 	" UNIQUE(kind, mapping, addr, function, file, line));"
 	"CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, hash INTEGER NOT NULL UNIQUE,"
 	" frames BLOB NOT NULL);"
-	"CREATE TABLE IF NOT EXISTS series(id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE);"
+	/*
+	 * period_ns: the CPU time one SAMPLE_CPU sample of the series stands
+	 * for (0: unknown, data from before version 2); part of the key, so
+	 * agents with different -F never share a series.
+	 */
+	"CREATE TABLE IF NOT EXISTS series(id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE,"
+	" period_ns INTEGER NOT NULL DEFAULT 0);"
 	"CREATE TABLE IF NOT EXISTS series_labels(series INTEGER NOT NULL, name TEXT NOT NULL,"
 	" value TEXT NOT NULL, PRIMARY KEY(series, name)) WITHOUT ROWID;"
 	"CREATE INDEX IF NOT EXISTS series_labels_name ON series_labels(name, value);"
@@ -104,6 +114,7 @@ enum stmt_id {
 	ST_META_ADD, ST_META_GET,
 	ST_RETAIN_BLOCKS, ST_RETAIN_M, ST_RETAIN_H, ST_RU_DEL_H,
 	ST_MAX_SERIES, ST_MAX_STACK, ST_MAX_FRAME,
+	ST_SERIES_PERIOD,
 	ST_COUNT,
 };
 
@@ -127,7 +138,7 @@ static const char *const _sql[ST_COUNT] = {
 	[ST_STACK_INS] = "INSERT INTO stacks(hash, frames) VALUES(?1, ?2)",
 	[ST_STACK_ROW] = "SELECT frames FROM stacks WHERE id = ?1",
 	[ST_SERIES_GET] = "SELECT id FROM series WHERE key = ?1",
-	[ST_SERIES_INS] = "INSERT INTO series(key) VALUES(?1)",
+	[ST_SERIES_INS] = "INSERT INTO series(key, period_ns) VALUES(?1, ?2)",
 	[ST_LABEL_INS] = "INSERT INTO series_labels(series, name, value) VALUES(?1, ?2, ?3)",
 	[ST_SERIES_LABELS] = "SELECT name, value FROM series_labels WHERE series = ?1 ORDER BY name",
 	[ST_BLOCK_INS] = "INSERT INTO sample_blocks(series, type, t_min, t_max, n, data)"
@@ -170,6 +181,7 @@ static const char *const _sql[ST_COUNT] = {
 	[ST_MAX_SERIES] = "SELECT max(id) FROM series",
 	[ST_MAX_STACK] = "SELECT max(id) FROM stacks",
 	[ST_MAX_FRAME] = "SELECT max(id) FROM frames",
+	[ST_SERIES_PERIOD] = "SELECT period_ns FROM series WHERE id = ?1",
 };
 
 /* ---- small containers ----------------------------------------------------- */
@@ -369,11 +381,29 @@ static int64_t _stack_decode(const uint8_t *p, size_t len, uint32_t *frames, siz
 
 /* ---- the store ------------------------------------------------------------ */
 
+/*
+ * How the ids of one shared dictionary (struct batch's dict_id: an agent's
+ * wire session) translate to store ids, kept across writes: a batch then
+ * costs lookups only for the entries it is the first to use. 0: not yet
+ * translated (store ids start at 1).
+ */
+struct dxlate {
+	uint64_t dict_id;
+	char *node;			/* series ids translate with the node label */
+	uint64_t period_ns;		/* and the batch's period */
+	uint64_t used;			/* write counter at last use, for eviction */
+	uint32_t *ids[5];		/* strings, mappings, frames, stacks, series */
+	uint32_t n[5], cap[5];
+};
+#define DXLATE_MAX 4096
+#define DXLATE_BYTES (256u << 20)
+
 struct series_info {
 	uint32_t nlabels;
 	const char **names, **values;	/* sorted by name */
 	const char *comm;		/* "" when absent */
 	uint32_t pid;
+	uint64_t period_ns;		/* 0: unknown */
 };
 
 /* Work due on (series, type, window): merging its small blocks. */
@@ -389,6 +419,10 @@ struct sqlite_store {
 	struct blockcodec *codec;
 
 	struct cache strings, mappings, frames, stacks, series;
+
+	struct dxlate **dx;
+	uint32_t ndx;
+	uint64_t dx_bytes, dx_clock;
 
 	/* series id -> struct series_info *, for queries */
 	struct u64map series_info;
@@ -406,6 +440,9 @@ struct sqlite_store {
 	size_t cap_kbuf;
 	struct rollup_entry *merge;
 	size_t cap_merge;
+
+	/* metric points: statements prepared on first use (see _mx_prepare) */
+	sqlite3_stmt *mx[6];
 };
 
 static int _sq_errno(int rc)
@@ -470,8 +507,37 @@ static int _exec_int(struct sqlite_store *st, enum stmt_id id, int64_t dflt, int
 	return 0;
 }
 
+static void _dx_free(struct dxlate *d)
+{
+	if (!d)
+		return;
+	for (int k = 0; k < 5; k++)
+		free(d->ids[k]);
+	free(d->node);
+	free(d);
+}
+
+static uint64_t _dx_bytes(const struct dxlate *d)
+{
+	uint64_t n = sizeof(*d);
+
+	for (int k = 0; k < 5; k++)
+		n += (uint64_t)d->cap[k] * sizeof(uint32_t);
+	return n;
+}
+
+static void _dx_remove(struct sqlite_store *st, uint32_t i)
+{
+	st->dx_bytes -= _dx_bytes(st->dx[i]);
+	_dx_free(st->dx[i]);
+	st->dx[i] = st->dx[--st->ndx];
+}
+
 static void _drop_caches(struct sqlite_store *st)
 {
+	while (st->ndx)
+		_dx_remove(st, st->ndx - 1);
+
 	_cache_free(&st->strings);
 	_cache_free(&st->mappings);
 	_cache_free(&st->frames);
@@ -495,10 +561,13 @@ static void _sqlite_close(void *impl)
 		return;
 	for (int i = 0; i < ST_COUNT; i++)
 		sqlite3_finalize(st->st[i]);
+	for (size_t i = 0; i < sizeof(st->mx) / sizeof(st->mx[0]); i++)
+		sqlite3_finalize(st->mx[i]);
 	if (st->db && sqlite3_close(st->db) != SQLITE_OK)
 		pr_warn("store: sqlite: close: %s\n", sqlite3_errmsg(st->db));
 	blockcodec__free(st->codec);
 	_drop_caches(st);
+	free(st->dx);
 	_drop_series_info(st);
 	free(st->infos);
 	_map_free(&st->open_window);
@@ -533,6 +602,136 @@ static int _mkdirs(const char *dir)
 		*q = '/';
 	}
 	free(p);
+	return err;
+}
+
+#define FW_STR_(x) #x
+#define FW_STR(x) FW_STR_(x)
+
+/* Runs one statement of SQL text (no rows), or says why not. */
+static int _exec_sql(struct sqlite_store *st, const char *sql)
+{
+	int rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
+
+	return rc == SQLITE_OK ? 0 : _sq_fail(st, rc, sql);
+}
+
+/* 1 when table has the column, 0 when not, or -errno. */
+static int _has_column(struct sqlite_store *st, const char *table, const char *column)
+{
+	sqlite3_stmt *s;
+	int rc = sqlite3_prepare_v2(st->db, "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2",
+				    -1, &s, NULL);
+
+	if (rc != SQLITE_OK)
+		return _sq_fail(st, rc, "pragma_table_info");
+	sqlite3_bind_text(s, 1, table, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, column, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	sqlite3_finalize(s);
+	if (rc == SQLITE_ROW)
+		return 1;
+	return rc == SQLITE_DONE ? 0 : _sq_fail(st, rc, "pragma_table_info");
+}
+
+/*
+ * Version 1 files written before the rollups' totals column existed get it,
+ * filled from each row's entries (the series queries read only totals).
+ */
+static int _migrate_totals(struct sqlite_store *st, const char *table)
+{
+	char sql[160];
+	sqlite3_stmt *get = NULL, *put = NULL;
+	struct rollup_entry *tot = NULL;
+	size_t cap = 0;
+	int rc, err = _has_column(st, table, "totals");
+
+	if (err)
+		return err < 0 ? err : 0;
+	snprintf(sql, sizeof(sql), "ALTER TABLE %s ADD COLUMN totals BLOB NOT NULL DEFAULT x''",
+		 table);
+	err = _exec_sql(st, sql);
+	if (err)
+		return err;
+	snprintf(sql, sizeof(sql), "SELECT rowid, data FROM %s", table);
+	rc = sqlite3_prepare_v2(st->db, sql, -1, &get, NULL);
+	if (rc == SQLITE_OK) {
+		snprintf(sql, sizeof(sql), "UPDATE %s SET totals = ?2 WHERE rowid = ?1", table);
+		rc = sqlite3_prepare_v2(st->db, sql, -1, &put, NULL);
+	}
+	if (rc != SQLITE_OK) {
+		err = _sq_fail(st, rc, "migrating rollups");
+		goto out;
+	}
+	while ((rc = sqlite3_step(get)) == SQLITE_ROW) {
+		const struct rollup_entry *e;
+		const uint8_t *enc;
+		uint32_t n, nt = 0;
+		size_t len;
+
+		err = blockcodec__decode_rollup(st->codec, sqlite3_column_blob(get, 1),
+						sqlite3_column_bytes(get, 1), &e, &n);
+		if (err) {
+			err = err == -ENOMEM ? err : -EIO;
+			goto out;
+		}
+		if (n > cap) {
+			struct rollup_entry *t = realloc(tot, n * sizeof(*t));
+
+			if (!t) {
+				err = -ENOMEM;
+				goto out;
+			}
+			tot = t;
+			cap = n;
+		}
+		for (uint32_t k = 0; k < n; k++) {
+			if (nt && tot[nt - 1].type == e[k].type)
+				tot[nt - 1].sum += e[k].sum;
+			else
+				tot[nt++] = (struct rollup_entry){ 0, e[k].type, e[k].sum };
+		}
+		err = blockcodec__encode_rollup(st->codec, tot, nt, &enc, &len);
+		if (err)
+			goto out;
+		sqlite3_bind_int64(put, 1, sqlite3_column_int64(get, 0));
+		sqlite3_bind_blob(put, 2, enc, (int)len, SQLITE_STATIC);
+		rc = sqlite3_step(put);
+		sqlite3_reset(put);
+		if (rc != SQLITE_DONE) {
+			err = _sq_fail(st, rc, "migrating rollups");
+			goto out;
+		}
+	}
+	if (rc != SQLITE_DONE)
+		err = _sq_fail(st, rc, "migrating rollups");
+out:
+	sqlite3_finalize(get);
+	sqlite3_finalize(put);
+	free(tot);
+	return err;
+}
+
+/* Upgrades a file of an older schema version in the open transaction. */
+static int _migrate(struct sqlite_store *st, int64_t version)
+{
+	int err = 0;
+
+	if (version < 2) {
+		err = _migrate_totals(st, "rollup_1m");
+		if (!err)
+			err = _migrate_totals(st, "rollup_1h");
+		if (!err)
+			err = _has_column(st, "series", "period_ns");
+		if (err == 0)
+			err = _exec_sql(st, "ALTER TABLE series ADD COLUMN period_ns INTEGER NOT NULL"
+					" DEFAULT 0");
+		else if (err == 1)
+			err = 0;
+	}
+	if (!err)
+		pr_info("store: sqlite: %s upgraded from schema version %lld to %d\n",
+			st->db_path, (long long)version, SCHEMA_VERSION);
 	return err;
 }
 
@@ -610,10 +809,22 @@ static void *_sqlite_open(const char *dir, char *err, size_t err_len)
 		goto err;
 	}
 	rc = sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+	if (rc == SQLITE_OK && version > 0 && version < SCHEMA_VERSION) {
+		int merr = _migrate(st, version);
+
+		if (merr) {
+			sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+			snprintf(err, err_len, "%s: cannot upgrade schema version %lld to %d: %s",
+				 st->db_path, (long long)version, SCHEMA_VERSION, strerror(-merr));
+			e = -merr;
+			goto err;
+		}
+	}
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(st->db, SCHEMA, NULL, NULL, NULL);
 	if (rc == SQLITE_OK)
-		rc = sqlite3_exec(st->db, "PRAGMA user_version=1; COMMIT", NULL, NULL, NULL);
+		rc = sqlite3_exec(st->db, "PRAGMA user_version=" FW_STR(SCHEMA_VERSION) "; COMMIT",
+				  NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
 		sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
 		goto sqlerr;
@@ -1018,6 +1229,12 @@ static int64_t _x_series(struct sqlite_store *st, struct xlate *x, const char *n
 		_sb_quoted(&key, labels[i].value);
 	}
 	_sb_put(&key, "}", 1);
+	if (x->b->period_ns) {
+		char pbuf[32];
+
+		snprintf(pbuf, sizeof(pbuf), "@%llu", (unsigned long long)x->b->period_ns);
+		_sb_put(&key, pbuf, strlen(pbuf));
+	}
 	id = -ENOMEM;
 	if (key.oom)
 		goto out;
@@ -1041,6 +1258,7 @@ static int64_t _x_series(struct sqlite_store *st, struct xlate *x, const char *n
 		sqlite3_stmt *s = st->st[ST_SERIES_INS];
 
 		sqlite3_bind_text(s, 1, key.p, (int)len, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 2, x->b->period_ns > INT64_MAX ? 0 : (int64_t)x->b->period_ns);
 		rc = sqlite3_step(s);
 		sqlite3_reset(s);
 		if (rc != SQLITE_DONE) {
@@ -1494,12 +1712,91 @@ static void _compact(struct sqlite_store *st, struct due *due, uint32_t n)
 	}
 }
 
+/* Grows one translation array to n entries, the new ones untranslated. */
+static int _dx_grow(struct sqlite_store *st, struct dxlate *d, int k, uint32_t n)
+{
+	uint32_t *ids, cap;
+
+	if (n > d->cap[k]) {
+		for (cap = d->cap[k] ? d->cap[k] : 64; cap < n; cap *= 2)
+			;
+		ids = realloc(d->ids[k], (size_t)cap * sizeof(*ids));
+		if (!ids)
+			return -ENOMEM;
+		memset(ids + d->cap[k], 0, (size_t)(cap - d->cap[k]) * sizeof(*ids));
+		st->dx_bytes += (uint64_t)(cap - d->cap[k]) * sizeof(*ids);
+		d->ids[k] = ids;
+		d->cap[k] = cap;
+	}
+	if (n > d->n[k])
+		d->n[k] = n;
+	return 0;
+}
+
+/*
+ * The kept translation of dictionary dict_id written under node, grown to
+ * the dictionary's current size, in x; or NULL for ENOMEM. Least recently
+ * used ones go past DXLATE_MAX or DXLATE_BYTES: forgetting one costs its
+ * session one content lookup per entry, as for a batch of its own.
+ */
+static struct dxlate *_dx_get(struct sqlite_store *st, uint64_t dict_id, const char *node,
+			      struct xlate *x)
+{
+	const struct profile *p = x->d;
+	uint32_t n[5] = { x->nstrings + 1, p->nmappings + 1, p->nframes + 1,
+			  profile__nstacks(p) + 1, batch__nseries(x->b) + 1 };
+	struct dxlate *d = NULL;
+
+	for (uint32_t i = 0; i < st->ndx; i++) {
+		if (st->dx[i]->dict_id == dict_id && st->dx[i]->period_ns == x->b->period_ns &&
+		    !strcmp(st->dx[i]->node, node)) {
+			d = st->dx[i];
+			break;
+		}
+	}
+	if (!d) {
+		while (st->ndx && (st->ndx >= DXLATE_MAX || st->dx_bytes > DXLATE_BYTES)) {
+			uint32_t old = 0;
+
+			for (uint32_t i = 1; i < st->ndx; i++)
+				if (st->dx[i]->used < st->dx[old]->used)
+					old = i;
+			_dx_remove(st, old);
+		}
+		if (!st->dx) {
+			st->dx = calloc(DXLATE_MAX, sizeof(*st->dx));
+			if (!st->dx)
+				return NULL;
+		}
+		d = calloc(1, sizeof(*d));
+		if (!d || !(d->node = strdup(node))) {
+			free(d);
+			return NULL;
+		}
+		d->dict_id = dict_id;
+		d->period_ns = x->b->period_ns;
+		st->dx[st->ndx++] = d;
+		st->dx_bytes += sizeof(*d);
+	}
+	d->used = ++st->dx_clock;
+	for (int k = 0; k < 5; k++)
+		if (_dx_grow(st, d, k, n[k]))
+			return NULL;
+	x->strings = d->ids[0];
+	x->mappings = d->ids[1];
+	x->frames = d->ids[2];
+	x->stacks = d->ids[3];
+	x->series = d->ids[4];
+	return d;
+}
+
 static int _sqlite_write(void *impl, const char *node, const struct batch *b)
 {
 	struct sqlite_store *st = impl;
 	const struct profile *d = b->dict;
 	uint32_t nstacks = profile__nstacks(d), nseries = batch__nseries(b);
 	struct xlate x = { .b = b, .d = d };
+	struct dxlate *dx = NULL;
 	struct wsample *ws = NULL;
 	struct due *due = NULL;
 	uint32_t ndue = 0, cap_due = 0;
@@ -1521,11 +1818,17 @@ static int _sqlite_write(void *impl, const char *node, const struct batch *b)
 		return 0;
 	err = -ENOMEM;
 	x.nstrings = intern__count(d->strings);
-	x.strings = calloc(x.nstrings + 1, sizeof(uint32_t));
-	x.mappings = calloc(d->nmappings + 1, sizeof(uint32_t));
-	x.frames = calloc(d->nframes + 1, sizeof(uint32_t));
-	x.stacks = calloc(nstacks + 1, sizeof(uint32_t));
-	x.series = calloc(nseries + 1, sizeof(uint32_t));
+	if (b->dict_id) {
+		dx = _dx_get(st, b->dict_id, node, &x);
+		if (!dx)
+			goto out;
+	} else {
+		x.strings = calloc(x.nstrings + 1, sizeof(uint32_t));
+		x.mappings = calloc(d->nmappings + 1, sizeof(uint32_t));
+		x.frames = calloc(d->nframes + 1, sizeof(uint32_t));
+		x.stacks = calloc(nstacks + 1, sizeof(uint32_t));
+		x.series = calloc(nseries + 1, sizeof(uint32_t));
+	}
 	ws = malloc(b->nsamples * sizeof(*ws));
 	if (!x.strings || !x.mappings || !x.frames || !x.stacks || !x.series || !ws)
 		goto out;
@@ -1571,11 +1874,13 @@ out:
 		 */
 		_drop_caches(st);
 	}
-	free(x.strings);
-	free(x.mappings);
-	free(x.frames);
-	free(x.stacks);
-	free(x.series);
+	if (!dx) {
+		free(x.strings);
+		free(x.mappings);
+		free(x.frames);
+		free(x.stacks);
+		free(x.series);
+	}
 	free(ws);
 	free(due);
 	return err;
@@ -1648,6 +1953,15 @@ static int _series_info(struct sqlite_store *st, int64_t series, const struct se
 		err = _sq_fail(st, rc, "series_labels");
 		goto err;
 	}
+	{
+		int64_t period;
+
+		sqlite3_bind_int64(st->st[ST_SERIES_PERIOD], 1, series);
+		err = _exec_int(st, ST_SERIES_PERIOD, 0, &period);
+		if (err)
+			goto err;
+		si->period_ns = period > 0 ? (uint64_t)period : 0;
+	}
 	if (st->ninfos == st->cap_infos) {
 		uint32_t cap = st->cap_infos ? st->cap_infos * 2 : 256;
 		struct series_info **a = realloc(st->infos, cap * sizeof(*a));
@@ -1692,7 +2006,9 @@ struct query {
 
 	/* profile */
 	struct profile *out;
-	struct u64map agg;		/* stack << 32 | comm -> sum */
+	struct u64map agg;		/* stack << 32 | tag -> sum */
+	struct intern *ptags;		/* tag: struct ptag */
+	uint64_t fallback_period;	/* for series of unknown period */
 	/* series */
 	int64_t from, step;
 	struct intern *groups;
@@ -1703,6 +2019,7 @@ static void _query_free(struct query *q)
 {
 	_map_free(&q->smap);
 	_map_free(&q->agg);
+	intern__free(q->ptags);
 	free(q->qs);
 	intern__free(q->groups);
 }
@@ -2101,14 +2418,36 @@ static void _query_begin(struct sqlite_store *st)
 
 /* ---- store__profile -------------------------------------------------------- */
 
+/* What a profile query sums by besides the stack: comm, and for CPU the period. */
+struct ptag {
+	uint32_t comm, pad;
+	uint64_t period_ns;
+};
+
 static int _tag_comm(struct query *q, struct qseries *s)
 {
 	int64_t id = profile__intern_string(q->out, s->info->comm);
+	struct ptag t = { 0 };
 
+	if (id < 0)
+		return (int)id;
+	t.comm = (uint32_t)id;
+	if (q->type == SAMPLE_CPU)
+		t.period_ns = s->info->period_ns ? s->info->period_ns : q->fallback_period;
+	if (!q->ptags && !(q->ptags = intern__new()))
+		return -ENOMEM;
+	id = intern__add(q->ptags, &t, sizeof(t), NULL);
 	if (id < 0)
 		return (int)id;
 	s->tag = (uint32_t)id;
 	return 0;
+}
+
+static const struct ptag *_ptag(const struct query *q, uint32_t tag)
+{
+	size_t len;
+
+	return intern__key(q->ptags, tag, &len);
 }
 
 static int _agg_add(struct query *q, uint64_t key, int64_t v)
@@ -2146,9 +2485,12 @@ static int _sqlite_profile(void *impl, int64_t from, int64_t to, const struct se
 {
 	static const struct visitor v = { .rollup = _profile_rollup, .sample = _profile_sample };
 	struct sqlite_store *st = impl;
-	struct query q = { .st = st, .sel = sel, .type = type, .tag = _tag_comm, .out = out };
+	struct query q = { .st = st, .sel = sel, .type = type, .tag = _tag_comm, .out = out,
+			   .fallback_period = out->period_ns };
 	struct exporter ex = { .st = st, .out = out };
 	struct plan p = { 0 };
+	uint64_t first_period = 0;
+	bool any_period = false, mixed = false;
 	int err;
 
 	if (!_clamp(&from, &to))
@@ -2161,19 +2503,42 @@ static int _sqlite_profile(void *impl, int64_t from, int64_t to, const struct se
 	if (err)
 		goto out;
 	err = _scan_plan(&q, &p, &v);
+	/* The periods of what was found: one, or several (then nanoseconds). */
 	for (uint32_t i = 0; !err && i < q.agg.cap; i++) {
 		const struct u64slot *slot = &q.agg.slots[i];
+		uint64_t period;
+
+		if (!slot->used || !slot->val)
+			continue;
+		period = _ptag(&q, (uint32_t)slot->key)->period_ns;
+		if (!any_period) {
+			first_period = period;
+			any_period = true;
+		} else if (period != first_period) {
+			mixed = true;
+			break;
+		}
+	}
+	for (uint32_t i = 0; !err && i < q.agg.cap; i++) {
+		const struct u64slot *slot = &q.agg.slots[i];
+		const struct ptag *t;
+		uint64_t v;
 		int64_t stack;
 
 		if (!slot->used || !slot->val)
 			continue;
+		t = _ptag(&q, (uint32_t)slot->key);
+		v = slot->val;
+		if (mixed && __builtin_mul_overflow(v, t->period_ns, &v))
+			v = UINT64_MAX;
 		stack = _ex_stack(&ex, (uint32_t)(slot->key >> 32));
 		if (stack < 0)
 			err = (int)stack;
 		else
-			err = profile__add_sample(out, (uint32_t)stack, 0, 0, 0,
-						  (uint32_t)slot->key, slot->val);
+			err = profile__add_sample(out, (uint32_t)stack, 0, 0, 0, t->comm, v);
 	}
+	if (!err && type == SAMPLE_CPU && any_period)
+		out->period_ns = mixed ? 1 : first_period;
 	err = _end_read(st, err);
 out:
 	_plan_free(&p);
@@ -2903,6 +3268,292 @@ static int _sqlite_stats(void *impl, struct store_stats *out)
 	return err;
 }
 
+/* ---- metric points (struct batch_metric) ----------------------------------- */
+
+/*
+ * One row per point in metric_points, keyed by (series, name, ts) so that
+ * a batch written twice (an agent resending after a lost acknowledgement)
+ * stores each point once; metric_latest holds each (series, name)'s newest
+ * point for /metrics. Series are the same rows as for samples (the node
+ * label added); names are string ids. A point is about 40 bytes: at one
+ * second and ~20 metrics per GPU that is ~70 MB per GPU per day of
+ * retention, small next to samples.
+ */
+static const char MX_SCHEMA[] =
+	"CREATE TABLE IF NOT EXISTS metric_points(series INTEGER NOT NULL, name INTEGER NOT NULL,"
+	" ts INTEGER NOT NULL, value REAL NOT NULL, PRIMARY KEY(series, name, ts)) WITHOUT ROWID;"
+	"CREATE INDEX IF NOT EXISTS metric_points_ts ON metric_points(ts);"
+	"CREATE TABLE IF NOT EXISTS metric_latest(series INTEGER NOT NULL, name INTEGER NOT NULL,"
+	" ts INTEGER NOT NULL, value REAL NOT NULL, PRIMARY KEY(series, name)) WITHOUT ROWID;";
+
+enum { MX_INS, MX_LATEST_PUT, MX_RANGE, MX_LATEST, MX_RETAIN, MX_RETAIN_LATEST, MX_COUNT };
+
+static const char *const _mx_sql[MX_COUNT] = {
+	[MX_INS] = "INSERT OR REPLACE INTO metric_points(series, name, ts, value) VALUES(?1, ?2, ?3, ?4)",
+	[MX_LATEST_PUT] = "INSERT INTO metric_latest(series, name, ts, value) VALUES(?1, ?2, ?3, ?4)"
+			  " ON CONFLICT(series, name) DO UPDATE SET ts = excluded.ts,"
+			  " value = excluded.value WHERE excluded.ts >= metric_latest.ts",
+	[MX_RANGE] = "SELECT p.series, s.text, p.ts, p.value FROM metric_points p"
+		     " JOIN strings s ON s.id = p.name WHERE p.ts >= ?1 AND p.ts < ?2"
+		     " ORDER BY p.series, s.text, p.ts",
+	[MX_LATEST] = "SELECT l.series, s.text, l.ts, l.value FROM metric_latest l"
+		      " JOIN strings s ON s.id = l.name WHERE l.ts >= ?1 ORDER BY s.text, l.series",
+	[MX_RETAIN] = "DELETE FROM metric_points WHERE ts < ?1",
+	[MX_RETAIN_LATEST] = "DELETE FROM metric_latest WHERE ts < ?1",
+};
+
+_Static_assert(MX_COUNT <= sizeof(((struct sqlite_store *)0)->mx) /
+	       sizeof(((struct sqlite_store *)0)->mx[0]), "mx statements");
+
+static int _mx_prepare(struct sqlite_store *st)
+{
+	int rc;
+
+	if (st->mx[0])
+		return 0;
+	rc = sqlite3_exec(st->db, MX_SCHEMA, NULL, NULL, NULL);
+	if (rc != SQLITE_OK)
+		return _sq_fail(st, rc, "metric tables");
+	for (int i = 0; i < MX_COUNT; i++) {
+		rc = sqlite3_prepare_v3(st->db, _mx_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+					&st->mx[i], NULL);
+		if (rc != SQLITE_OK) {
+			int err = _sq_fail(st, rc, _mx_sql[i]);
+
+			for (int j = 0; j <= i; j++) {
+				sqlite3_finalize(st->mx[j]);
+				st->mx[j] = NULL;
+			}
+			return err;
+		}
+	}
+	return 0;
+}
+
+static int _mx_step(struct sqlite_store *st, int id)
+{
+	int rc = sqlite3_step(st->mx[id]);
+
+	sqlite3_reset(st->mx[id]);
+	return rc == SQLITE_DONE ? 0 : _sq_fail(st, rc, _mx_sql[id]);
+}
+
+static int _sqlite_write_metrics(void *impl, const char *node, const struct batch *b)
+{
+	struct sqlite_store *st = impl;
+	const struct profile *d = b->dict;
+	uint32_t nseries = batch__nseries(b), nstrings = intern__count(d->strings);
+	struct xlate x = { .b = b, .d = d, .nstrings = nstrings };
+	bool in_txn = false;
+	int err;
+
+	for (uint32_t i = 0; i < b->nmetrics; i++) {
+		const struct batch_metric *m = &b->metrics[i];
+
+		if (m->series >= nseries || m->name >= nstrings || m->ts_ns < 0 ||
+		    m->ts_ns >= TS_LIMIT || m->value != m->value ||
+		    !profile__string(d, m->name)[0]) {
+			pr_warn("store: sqlite: batch from %s: metric point %u has series %u/%u, "
+				"name %u/%u, ts %lld\n", node, i, m->series, nseries, m->name,
+				nstrings, (long long)m->ts_ns);
+			return -EINVAL;
+		}
+	}
+	if (!b->nmetrics)
+		return 0;
+	err = _mx_prepare(st);
+	if (err)
+		return err;
+	err = -ENOMEM;
+	x.strings = calloc(nstrings + 1, sizeof(uint32_t));
+	x.series = calloc(nseries + 1, sizeof(uint32_t));
+	if (!x.strings || !x.series)
+		goto out;
+	err = _exec(st, ST_BEGIN);
+	if (err)
+		goto out;
+	in_txn = true;
+	for (uint32_t i = 0; i < b->nmetrics && !err; i++) {
+		const struct batch_metric *m = &b->metrics[i];
+		int64_t series = _x_series(st, &x, node, m->series);
+		int64_t name = series < 0 ? series : _x_string(st, &x, m->name);
+
+		if (series < 0 || name < 0) {
+			err = (int)(series < 0 ? series : name);
+			break;
+		}
+		for (int k = MX_INS; k <= MX_LATEST_PUT && !err; k++) {
+			sqlite3_bind_int64(st->mx[k], 1, series);
+			sqlite3_bind_int64(st->mx[k], 2, name);
+			sqlite3_bind_int64(st->mx[k], 3, m->ts_ns);
+			sqlite3_bind_double(st->mx[k], 4, m->value);
+			err = _mx_step(st, k);
+		}
+	}
+	if (!err)
+		err = _exec(st, ST_COMMIT);
+	if (!err)
+		in_txn = false;
+out:
+	if (err && in_txn) {
+		_exec(st, ST_ROLLBACK);
+		_drop_caches(st);
+	}
+	free(x.strings);
+	free(x.series);
+	return err;
+}
+
+/* Label lookup for the selector: the series' labels plus __name__. */
+struct mx_get {
+	const struct series_info *si;
+	const char *name;
+};
+
+static const char *_mx_get(void *ctx, const char *label)
+{
+	const struct mx_get *g = ctx;
+
+	if (!strcmp(label, "__name__"))
+		return g->name;
+	return _info_get((void *)g->si, label);
+}
+
+static int _sqlite_metrics(void *impl, int64_t from, int64_t to, int64_t step,
+			   const struct selector *sel, const struct store_metric_visitor *v)
+{
+	struct sqlite_store *st = impl;
+	sqlite3_stmt *s;
+	char *cur_name = NULL;
+	int64_t cur_series = -1, bucket = 0;
+	double sum = 0, max = 0;
+	uint32_t count = 0;
+	bool match = false;
+	int rc = SQLITE_DONE, err;
+
+	err = _mx_prepare(st);
+	if (err)
+		return err;
+	err = _begin_read(st);
+	if (err)
+		return err;
+	s = st->mx[MX_RANGE];
+	sqlite3_bind_int64(s, 1, from);
+	sqlite3_bind_int64(s, 2, to);
+	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		int64_t series = sqlite3_column_int64(s, 0), ts = sqlite3_column_int64(s, 2), b;
+		const char *name = (const char *)sqlite3_column_text(s, 1);
+		double val = sqlite3_column_double(s, 3);
+
+		if (!name)
+			name = "";
+		if (series != cur_series || !cur_name || strcmp(name, cur_name)) {
+			const struct series_info *si;
+
+			if (match && count)
+				err = v->point(v->ctx, bucket, sum / count, max, count);
+			if (err)
+				break;
+			free(cur_name);
+			cur_name = strdup(name);
+			if (!cur_name) {
+				err = -ENOMEM;
+				break;
+			}
+			cur_series = series;
+			count = 0;
+			err = _series_info(st, series, &si);
+			if (err)
+				break;
+			{
+				struct mx_get g = { si, name };
+
+				match = !sel || selector__matches(sel, _mx_get, &g);
+			}
+			if (match)
+				err = v->series(v->ctx, name, si->names, si->values, si->nlabels);
+			if (err)
+				break;
+		}
+		if (!match)
+			continue;
+		b = step > 0 ? from + (ts - from) / step * step : ts;
+		if (count && b != bucket) {
+			err = v->point(v->ctx, bucket, sum / count, max, count);
+			count = 0;
+		}
+		if (!count) {
+			bucket = b;
+			sum = 0;
+			max = val;
+		}
+		sum += val;
+		if (val > max)
+			max = val;
+		count++;
+	}
+	if (!err && match && count)
+		err = v->point(v->ctx, bucket, sum / count, max, count);
+	sqlite3_reset(s);
+	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
+		err = _sq_fail(st, rc, "metric_points");
+	free(cur_name);
+	return _end_read(st, err);
+}
+
+static int _sqlite_metrics_latest(void *impl, int64_t since,
+				  int (*cb)(void *ctx, const char *name, const char *const *lnames,
+					    const char *const *lvalues, size_t n, int64_t ts,
+					    double value),
+				  void *ctx)
+{
+	struct sqlite_store *st = impl;
+	sqlite3_stmt *s;
+	int rc = SQLITE_DONE, err;
+
+	err = _mx_prepare(st);
+	if (err)
+		return err;
+	err = _begin_read(st);
+	if (err)
+		return err;
+	s = st->mx[MX_LATEST];
+	sqlite3_bind_int64(s, 1, since);
+	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		const struct series_info *si;
+		const char *name = (const char *)sqlite3_column_text(s, 1);
+
+		err = _series_info(st, sqlite3_column_int64(s, 0), &si);
+		if (!err)
+			err = cb(ctx, name ? name : "", si->names, si->values, si->nlabels,
+				 sqlite3_column_int64(s, 2), sqlite3_column_double(s, 3));
+	}
+	sqlite3_reset(s);
+	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
+		err = _sq_fail(st, rc, "metric_latest");
+	return _end_read(st, err);
+}
+
+static int _sqlite_retain_metrics(void *impl, int64_t cutoff)
+{
+	struct sqlite_store *st = impl;
+	int err = _mx_prepare(st);
+
+	if (err)
+		return err;
+	err = _exec(st, ST_BEGIN);
+	if (err)
+		return err;
+	sqlite3_bind_int64(st->mx[MX_RETAIN], 1, cutoff);
+	sqlite3_bind_int64(st->mx[MX_RETAIN_LATEST], 1, cutoff);
+	err = _mx_step(st, MX_RETAIN);
+	err = err ?: _mx_step(st, MX_RETAIN_LATEST);
+	err = err ?: _exec(st, ST_COMMIT);
+	if (err)
+		_exec(st, ST_ROLLBACK);
+	return err;
+}
+
 const struct store_backend store_sqlite_backend = {
 	.name = "sqlite",
 	.open = _sqlite_open,
@@ -2915,4 +3566,8 @@ const struct store_backend store_sqlite_backend = {
 	.label_values = _sqlite_label_values,
 	.retain = _sqlite_retain,
 	.stats = _sqlite_stats,
+	.write_metrics = _sqlite_write_metrics,
+	.metrics = _sqlite_metrics,
+	.metrics_latest = _sqlite_metrics_latest,
+	.retain_metrics = _sqlite_retain_metrics,
 };

@@ -156,10 +156,19 @@ static int64_t _intern_series(struct batch *b, uint32_t node, uint32_t proc)
  * tick busy with probability 3/4 running one of nproc processes. Every 25th
  * sample is followed by a GPU-time sample. Appends to ref when it is given.
  */
+static struct batch *_fill_batch(struct batch *b, struct ref *ref, uint32_t node, uint32_t ncpus,
+				 uint32_t nproc, uint32_t nstacks, int64_t t, int64_t len);
+
 static struct batch *_make_batch(struct ref *ref, uint32_t node, uint32_t ncpus, uint32_t nproc,
 				 uint32_t nstacks, int64_t t, int64_t len)
 {
-	struct batch *b = batch__new(PERIOD);
+	return _fill_batch(batch__new(PERIOD), ref, node, ncpus, nproc, nstacks, t, len);
+}
+
+/* The same into b, whose dictionary may already hold entries. */
+static struct batch *_fill_batch(struct batch *b, struct ref *ref, uint32_t node, uint32_t ncpus,
+				 uint32_t nproc, uint32_t nstacks, int64_t t, int64_t len)
+{
 	int64_t series[16], stacks[16][128];
 
 	assert_non_null(b);
@@ -864,6 +873,236 @@ static uint64_t _count_type(const struct batch *b, uint32_t type)
 	return n;
 }
 
+
+/*
+ * Batches sharing one append-only dictionary (dict_id, as the server's
+ * wire sessions hand them out) give the same answers as batches with their
+ * own, also after a write that failed: the ids it made are rolled back and
+ * handed out to others, and the kept translation must not point at them.
+ */
+static struct batch *_shared(struct batch *owner, uint64_t dict_id)
+{
+	struct batch *b = batch__new_shared(PERIOD, owner->dict, owner->series, dict_id, NULL, NULL);
+
+	assert_non_null(b);
+	return b;
+}
+
+static void test_shared_dictionary(void **state)
+{
+	struct store *st = _open_fresh();
+	struct batch *owner = batch__new(PERIOD), *b;
+	uint64_t id = batch__new_dict_id();
+	uint32_t bad_frames[] = { 0, 99999 };
+	int64_t t = T0;
+
+	assert_non_null(owner);
+	_rng = 99;
+	_ref.n = 0;
+	/* node0 shares one dictionary for all its batches; node1 does not. */
+	for (int i = 0; i < 5; i++, t += MIN) {
+		b = _fill_batch(_shared(owner, id), &_ref, 0, 4, 3, 10, t, MIN);
+		assert_int_equal(store__write(st, "node0", b), 0);
+		batch__free(b);
+		b = _make_batch(&_ref, 1, 4, 3, 10, t, MIN);
+		assert_int_equal(store__write(st, "node1", b), 0);
+		batch__free(b);
+	}
+	/* New processes and stacks, and one stack that cannot be written. */
+	b = _fill_batch(_shared(owner, id), NULL, 0, 4, NPROC, NSTACKS, t, MIN);
+	{
+		struct batch_sample bs = { .ts_ns = t + SEC, .series = 0, .value = 1 };
+		int64_t bad = profile__intern_stack(owner->dict, bad_frames, 2);
+
+		assert_true(bad >= 0);
+		bs.stack = (uint32_t)bad;
+		assert_int_equal(batch__add_sample(b, &bs), 0);
+	}
+	assert_int_equal(store__write(st, "node0", b), -EINVAL);
+	batch__free(b);
+	/* Other content takes the ids the failed write had. */
+	b = _make_batch(&_ref, 1, 4, NPROC, NSTACKS, t + 10 * SEC, 20 * SEC);
+	assert_int_equal(store__write(st, "node1", b), 0);
+	batch__free(b);
+	/* node0's new entries, written now. */
+	for (int i = 0; i < 3; i++, t += MIN) {
+		b = _fill_batch(_shared(owner, id), &_ref, 0, 4, NPROC, NSTACKS, t + 30 * SEC, 30 * SEC);
+		assert_int_equal(store__write(st, "node0", b), 0);
+		batch__free(b);
+	}
+	_check_profile(st, &_ref, 0, INT64_MAX, NULL, NULL, SAMPLE_CPU);
+	_check_profile(st, &_ref, 0, INT64_MAX, NULL, NULL, SAMPLE_GPU_TIME);
+	_check_profile(st, &_ref, 0, INT64_MAX, "{node=\"node1\",comm!=\"app0\"}",
+		       _is_node1_not_app0, SAMPLE_CPU);
+	batch__free(owner);
+	store__close(st);
+	_cleanup();
+}
+
+
+static int _sum_cb(void *ctx, const char *group, int64_t bucket, int64_t sum);
+
+/* Sum of SAMPLE_CPU samples, and of their count x period, in a batch. */
+static void _cpu_sums(const struct batch *b, uint64_t *count, uint64_t *ns)
+{
+	for (uint32_t i = 0; i < b->nsamples; i++) {
+		if (b->samples[i].type != SAMPLE_CPU)
+			continue;
+		*count += b->samples[i].value;
+		*ns += b->samples[i].value * b->period_ns;
+	}
+}
+
+static uint64_t _profile_total(struct store *st, const char *sel_text, uint32_t type,
+			       uint64_t period_in, uint64_t *period_out)
+{
+	struct selector *sel = NULL;
+	struct profile *p = profile__new(period_in, 0);
+	char err[128];
+	uint64_t total;
+
+	assert_non_null(p);
+	if (sel_text) {
+		sel = selector__parse(sel_text, err, sizeof(err));
+		if (!sel)
+			fail_msg("selector %s: %s", sel_text, err);
+	}
+	/* 17 s off a minute: raw samples at the edges, rollups inside. */
+	assert_int_equal(store__profile(st, T0 - 17 * SEC, T0 + 3 * HOUR, sel, type, p), 0);
+	total = profile__total(p);
+	*period_out = p->period_ns;
+	profile__free(p);
+	selector__free(sel);
+	return total;
+}
+
+/*
+ * Agents with different -F write to one store: a window of one period
+ * answers in samples with that period, a mixed one in nanoseconds.
+ */
+static void test_mixed_periods(void **state)
+{
+	struct store *st = _open_fresh();
+	const uint64_t pa = SEC / 19, pb = SEC / 99;
+	uint64_t ca = 0, na = 0, cb = 0, nb = 0, ca2 = 0, na2 = 0, period, gpu = 0;
+	struct batch *b;
+
+	_rng = 5;
+	for (int i = 0; i < 4; i++) {
+		b = _make_batch(NULL, 0, 2, 3, 6, T0 + i * MIN, MIN);
+		b->period_ns = pa;
+		_cpu_sums(b, &ca, &na);
+		gpu += _count_type(b, SAMPLE_GPU_TIME);
+		assert_int_equal(store__write(st, "a", b), 0);
+		batch__free(b);
+		b = _make_batch(NULL, 1, 2, 3, 6, T0 + i * MIN, MIN);
+		b->period_ns = pb;
+		_cpu_sums(b, &cb, &nb);
+		assert_int_equal(store__write(st, "b", b), 0);
+		batch__free(b);
+	}
+	assert_int_equal(_profile_total(st, "{node=\"a\"}", SAMPLE_CPU, 777, &period), ca);
+	assert_int_equal(period, pa);
+	assert_int_equal(_profile_total(st, "{node=\"b\"}", SAMPLE_CPU, 777, &period), cb);
+	assert_int_equal(period, pb);
+	assert_int_equal(_profile_total(st, NULL, SAMPLE_CPU, 777, &period), na + nb);
+	assert_int_equal(period, 1);
+	/* Node a's agent restarts with -F 99: its own window mixes too. */
+	b = _make_batch(NULL, 0, 2, 3, 6, T0 + 4 * MIN, MIN);
+	b->period_ns = pb;
+	_cpu_sums(b, &ca2, &na2);
+	assert_int_equal(store__write(st, "a", b), 0);
+	batch__free(b);
+	assert_int_equal(_profile_total(st, "{node=\"a\"}", SAMPLE_CPU, 777, &period), na + na2);
+	assert_int_equal(period, 1);
+	/* Series (sample counts) and labels do not see periods. */
+	{
+		int64_t sum = 0;
+
+		assert_int_equal(store__series(st, T0 - T0 % MIN, T0 + HOUR, MIN, NULL, SAMPLE_CPU,
+					       NULL, _sum_cb, &sum), 0);
+		assert_int_equal(sum, ca + cb + ca2);
+	}
+	{
+		struct store_stats stats;
+
+		assert_int_equal(store__stats(st, &stats), 0);
+		/* 3 processes x 2 nodes, and node a's again under its new period. */
+		assert_int_equal(stats.series, 9);
+	}
+	/* GPU time has no period: values stay nanoseconds, the period untouched. */
+	assert_true(_profile_total(st, NULL, SAMPLE_GPU_TIME, 1, &period) > gpu);
+	assert_int_equal(period, 1);
+	store__close(st);
+	_cleanup();
+}
+
+/*
+ * A version 1 file (no period column, and from before the rollups' totals
+ * column) opens as version 2 with every answer unchanged; its samples have
+ * no known period.
+ */
+static void test_upgrade_from_version_1(void **state)
+{
+	struct store *st = _open_fresh();
+	uint64_t count = 0, ns = 0, period, c2 = 0, n2 = 0;
+	int64_t sum_before = 0, sum_after = 0;
+	struct batch *b;
+	char path[128];
+	sqlite3 *db;
+	sqlite3_stmt *q;
+
+	_rng = 11;
+	for (int i = 0; i < 3; i++) {
+		b = _make_batch(NULL, 0, 2, 3, 6, T0 + i * MIN, MIN);
+		_cpu_sums(b, &count, &ns);
+		assert_int_equal(store__write(st, "a", b), 0);
+		batch__free(b);
+	}
+	assert_int_equal(store__series(st, T0 - T0 % MIN, T0 + HOUR, MIN, NULL, SAMPLE_CPU, NULL,
+				       _sum_cb, &sum_before), 0);
+	assert_int_equal(sum_before, count);
+	store__close(st);
+
+	snprintf(path, sizeof(path), "%s/flamewatch.db", _dir);
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	if (sqlite3_exec(db, "ALTER TABLE rollup_1m DROP COLUMN totals;"
+			 "ALTER TABLE rollup_1h DROP COLUMN totals;"
+			 "ALTER TABLE series DROP COLUMN period_ns;"
+			 "UPDATE series SET key = substr(key, 1, instr(key, '}@'));"
+			 "PRAGMA user_version=1;", NULL, NULL, NULL) != SQLITE_OK)
+		fail_msg("downgrade: %s", sqlite3_errmsg(db));
+	sqlite3_close(db);
+
+	st = store__open(_dir, NULL, 0);
+	assert_non_null(st);
+	assert_int_equal(store__series(st, T0 - T0 % MIN, T0 + HOUR, MIN, NULL, SAMPLE_CPU, NULL,
+				       _sum_cb, &sum_after), 0);
+	assert_int_equal(sum_after, sum_before);
+	assert_int_equal(_profile_total(st, NULL, SAMPLE_CPU, 777, &period), count);
+	assert_int_equal(period, 777);
+	/* New data keeps its period; the old counts with the caller's. */
+	b = _make_batch(NULL, 0, 2, 3, 6, T0 + 3 * MIN, MIN);
+	b->period_ns = SEC / 99;
+	_cpu_sums(b, &c2, &n2);
+	assert_int_equal(store__write(st, "a", b), 0);
+	batch__free(b);
+	assert_int_equal(_profile_total(st, NULL, SAMPLE_CPU, SEC / 99, &period), count + c2);
+	assert_int_equal(period, SEC / 99);
+	assert_int_equal(_profile_total(st, NULL, SAMPLE_CPU, SEC / 19, &period),
+			 count * (SEC / 19) + n2);
+	assert_int_equal(period, 1);
+	store__close(st);
+
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &q, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+	assert_int_equal(sqlite3_column_int(q, 0), 2);
+	sqlite3_finalize(q);
+	sqlite3_close(db);
+	_cleanup();
+}
+
 static void test_failed_write_leaves_nothing(void **state)
 {
 	struct store *st = _open_fresh();
@@ -1111,6 +1350,9 @@ int main(void)
 		cmocka_unit_test(test_open_errors),
 		cmocka_unit_test(test_profile_windows),
 		cmocka_unit_test(test_samples),
+		cmocka_unit_test(test_mixed_periods),
+		cmocka_unit_test(test_upgrade_from_version_1),
+		cmocka_unit_test(test_shared_dictionary),
 		cmocka_unit_test(test_series),
 		cmocka_unit_test(test_labels),
 		cmocka_unit_test(test_retain_and_reopen),

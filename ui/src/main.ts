@@ -1,0 +1,375 @@
+// The page: time range, label selector, tracks on one time axis, and the
+// profile views of the selected window. All state is in the URL (state.ts).
+import './style.css';
+import { ApiError, Unauthorized, Unreachable, download, getJSON, setToken, token, url,
+  type ChartJSON, type ProfileJSON } from './api';
+import { FlameChart } from './flamechart';
+import { FlameGraph } from './flamegraph';
+import { LabelInput } from './labels';
+import { type Tree, applyFilters, findPath, fromJSON, pathOf, fmtValue, pct, safeRegExp } from './profile';
+import { SandwichView } from './sandwich';
+import { type State, DEFAULTS, encode, fmtDuration, fmtTime, read, resolveTime } from './state';
+import { FunctionTable } from './table';
+import { SamplesChart, type Track } from './timeline';
+
+const $ = <T extends HTMLElement>(html: string): T => {
+  const t = document.createElement('template'); t.innerHTML = html.trim(); return t.content.firstElementChild as T;
+};
+
+let state: State = read();
+
+const app = document.getElementById('app')!;
+app.innerHTML = `
+<header>
+  <a class="logo" href="/">flamewatch</a>
+  <div class="range">
+    <span class="presets"></span>
+    <button class="zoom-out" title="zoom out (twice the range)">−</button>
+    <button class="zoom-in" title="zoom in (half the range)">+</button>
+    <span class="range-text"></span>
+    <button class="refresh" title="reload">↻</button>
+  </div>
+  <button class="token-btn" title="bearer token">token</button>
+</header>
+<div class="query-row">
+  <span class="label-slot"></span>
+  <button class="apply">apply</button>
+  <label>stack by <select class="by"></select></label>
+</div>
+<div class="banner" hidden></div>
+<section class="tracks"></section>
+<div class="window-row"><span class="window-text"></span>
+  <button class="zoom-sel" hidden>zoom to selection</button><button class="clear-sel" hidden>clear selection</button></div>
+<div class="toolbar">
+  <nav class="tabs">
+    <button data-view="flame">Flame graph</button><button data-view="chart">Flame chart</button>
+    <button data-view="table">Table</button><button data-view="sandwich">Sandwich</button>
+  </nav>
+  <input class="search" placeholder="search (regex)" spellcheck="false"><span class="search-result"></span>
+  <label>colour <select class="color"><option value="binary">by binary</option><option value="kind">by frame kind</option></select></label>
+  <span class="downloads">download
+    <a href="#" data-fmt="pprof">pprof</a> <a href="#" data-fmt="folded">folded</a>
+    <a href="#" data-fmt="speedscope">speedscope</a> <a href="#" data-fmt="trace">Perfetto trace</a></span>
+</div>
+<div class="filters">
+  <label>hide names <input class="hide" placeholder="regex" spellcheck="false"></label>
+  <label>hide binaries <input class="hidebin" placeholder="regex" spellcheck="false"></label>
+  <label><input type="checkbox" class="cuda"> hide CUDA internals</label>
+  <label>focus <input class="focus" placeholder="function" spellcheck="false" list="focus-functions"></label>
+  <datalist id="focus-functions"></datalist>
+  <label><input type="checkbox" class="invert"> invert stack</label>
+  <span class="focus-chip" hidden></span>
+</div>
+<div class="notice" hidden></div>
+<div class="breadcrumb"></div>
+<main class="views"></main>
+<div class="legend"></div>
+<dialog class="token-dialog"><form method="dialog">
+  <p>This flamewatch server needs a bearer token (its <code>--token</code> or <code>--read-token</code>).</p>
+  <input class="token-input" type="password" placeholder="token" autocomplete="off">
+  <div><button value="ok">save</button> <button value="clear" formnovalidate>forget</button></div>
+  <p class="small">Kept in this browser's localStorage and sent as <code>Authorization: Bearer</code>.</p>
+</form></dialog>`;
+
+const q = <T extends HTMLElement = HTMLElement>(sel: string) => app.querySelector(sel) as T;
+const banner = q('.banner'), notice = q('.notice'), views = q('.views');
+
+// ---- navigation ------------------------------------------------------------
+function navigate(patch: Partial<State>, replace = false): void {
+  state = { ...state, ...patch };
+  const u = encode(state);
+  if (replace) history.replaceState(null, '', u); else history.pushState(null, '', u);
+  void load();
+}
+window.addEventListener('popstate', () => { state = read(); void load(); });
+
+const PRESETS = ['5m', '15m', '1h', '6h', '24h', '7d'];
+q('.presets').append(...PRESETS.map((p) => {
+  const b = $<HTMLButtonElement>(`<button data-preset="${p}">${p}</button>`);
+  b.addEventListener('click', () => navigate({ from: `now-${p}`, to: 'now', sf: undefined, st: undefined }));
+  return b;
+}));
+function rangeNow(): [number, number] {
+  const now = Date.now() / 1000;
+  return [resolveTime(state.from, now), resolveTime(state.to, now)];
+}
+function zoomBy(k: number): void {
+  const [a, b] = rangeNow(), mid = (a + b) / 2, half = ((b - a) / 2) * k;
+  const now = Date.now() / 1000;
+  const to = Math.min(mid + half, now);
+  navigate({ from: (to - 2 * half).toFixed(3), to: to >= now - 1 ? 'now' : to.toFixed(3), sf: undefined, st: undefined });
+}
+q('.zoom-out').addEventListener('click', () => zoomBy(2));
+q('.zoom-in').addEventListener('click', () => zoomBy(0.5));
+q('.refresh').addEventListener('click', () => void load());
+q('.zoom-sel').addEventListener('click', () => {
+  if (state.sf !== undefined && state.st !== undefined) navigate({ from: state.sf.toFixed(3), to: state.st.toFixed(3), sf: undefined, st: undefined });
+});
+q('.clear-sel').addEventListener('click', () => navigate({ sf: undefined, st: undefined }));
+
+const labels = new LabelInput((v) => navigate({ q: v }));
+q('.label-slot').append(labels.el);
+q('.apply').addEventListener('click', () => navigate({ q: labels.input.value.trim() }));
+const bySel = q<HTMLSelectElement>('.by');
+bySel.addEventListener('change', () => navigate({ by: bySel.value }));
+
+app.querySelectorAll<HTMLButtonElement>('.tabs button').forEach((b) =>
+  b.addEventListener('click', () => navigate({ view: b.dataset.view as State['view'] })));
+const search = q<HTMLInputElement>('.search');
+search.addEventListener('input', () => { state.search = search.value; history.replaceState(null, '', encode(state)); applySearch(); });
+q<HTMLSelectElement>('.color').addEventListener('change', (e) => navigate({ color: (e.target as HTMLSelectElement).value as State['color'] }));
+for (const k of ['hide', 'hidebin', 'focus'] as const) {
+  const el = q<HTMLInputElement>(`.${k}`);
+  el.addEventListener('change', () => navigate({ [k]: el.value }));
+}
+for (const k of ['cuda', 'invert'] as const) {
+  const el = q<HTMLInputElement>(`.${k}`);
+  el.addEventListener('change', () => navigate({ [k]: el.checked, zoom: '' }));
+}
+
+// ---- token -----------------------------------------------------------------
+const dialog = q<HTMLDialogElement>('.token-dialog');
+function askToken(): void {
+  if (dialog.open) return;
+  q<HTMLInputElement>('.token-input').value = token() ?? '';
+  dialog.showModal();
+}
+dialog.addEventListener('close', () => {
+  if (dialog.returnValue === 'ok') setToken(q<HTMLInputElement>('.token-input').value.trim() || null);
+  else if (dialog.returnValue === 'clear') setToken(null);
+  void load();
+});
+q('.token-btn').addEventListener('click', askToken);
+
+// ---- tracks on the shared time axis ----------------------------------------
+const samples = new SamplesChart((sel) => {
+  if (!sel) return;
+  navigate({ sf: +sel[0].toFixed(3), st: +sel[1].toFixed(3) });
+});
+const tracks: Track[] = [samples];
+q('.tracks').append(...tracks.map((t) => t.el));
+
+// ---- views -----------------------------------------------------------------
+const flame = new FlameGraph({
+  onZoom: (i) => { const t = flame.current; if (t) { state.zoom = pathOf(t, i); history.pushState(null, '', encode(state)); drawBreadcrumb(); } },
+  onContext: (i) => { const t = flame.current; if (t && i > 0) navigate({ focus: t.names[t.name[i]], zoom: '' }); },
+});
+const chart = new FlameChart();
+const table = new FunctionTable((fn) => navigate({ view: 'sandwich', fn }));
+const sand = new SandwichView((fn) => navigate({ fn }));
+const viewEls: Record<State['view'], HTMLElement> = { flame: flame.el, chart: chart.el, table: table.el, sandwich: sand.el };
+views.append(...Object.values(viewEls));
+
+let profile: Tree | null = null;   // as the server sent it
+let shown: Tree | null = null;     // after filters
+let chartData: ChartJSON | null = null;
+let chartKey = '';
+let inflight: AbortController | null = null;
+let retry: number | undefined;
+
+function window_(): { from: number; to: number } {
+  const [a, b] = rangeNow();
+  return state.sf !== undefined && state.st !== undefined ? { from: state.sf, to: state.st } : { from: a, to: b };
+}
+function apiParams(extra: Record<string, string | number> = {}) {
+  const w = window_();
+  return { from: w.from.toFixed(3), to: w.to.toFixed(3), query: state.q, ...extra };
+}
+
+function showBanner(kind: string, html: string): void {
+  banner.hidden = false; banner.className = `banner ${kind}`; banner.innerHTML = html;
+}
+
+function drawBreadcrumb(): void {
+  const bc = q('.breadcrumb');
+  bc.innerHTML = '';
+  const t = flame.current;
+  if (!t || state.view !== 'flame') return;
+  const chain: number[] = [];
+  for (let c = flame.zoomNode; c >= 0; c = t.parent[c]) chain.unshift(c);
+  chain.forEach((i, k) => {
+    const a = $<HTMLAnchorElement>('<a href="#"></a>');
+    a.textContent = t.names[t.name[i]];
+    a.addEventListener('click', (e) => { e.preventDefault(); flame.setZoom(i); state.zoom = pathOf(t, i); history.pushState(null, '', encode(state)); drawBreadcrumb(); });
+    if (k) bc.append(' › ');
+    bc.append(a);
+  });
+  if (state.focus) bc.append(` (focused on ${state.focus})`);
+  const hint = document.createElement('span');
+  hint.className = 'hint';
+  hint.textContent = 'click: zoom · right-click: focus · Esc: reset zoom · /: search';
+  bc.append(hint);
+}
+
+function applySearch(): void {
+  const re = safeRegExp(state.search);
+  const out = q('.search-result');
+  if (state.view === 'chart') { chart.setSearch(re); out.textContent = ''; return; }
+  const r = flame.setSearch(re);
+  out.textContent = re && shown ? `${r.count} matches: ${fmtValue(r.sum, shown.unit)} (${pct(r.sum, shown.total[0])})` : '';
+}
+
+function drawLegend(): void {
+  const leg = q('.legend');
+  leg.innerHTML = '';
+  if (state.view !== 'flame' && state.view !== 'sandwich') return;
+  const src = state.invert && profile ? applyFilters(profile, { ...state, invert: false }) : undefined;
+  for (const r of flame.legend(src).slice(0, 16)) {
+    const s = $<HTMLSpanElement>(`<span class="item"><i style="background:${r.color}"></i></span>`);
+    s.append(`${r.cat} ${shown ? pct(r.value, shown.total[0]) : ''}`);
+    leg.append(s);
+  }
+}
+
+function syncControls(): void {
+  const [a, b] = rangeNow();
+  app.querySelectorAll<HTMLButtonElement>('.presets button').forEach((p) =>
+    p.classList.toggle('active', state.to === 'now' && state.from === `now-${p.dataset.preset}`));
+  q('.range-text').textContent = state.to === 'now' && state.from.startsWith('now-') ? `last ${state.from.slice(4)}` : `${fmtTime(a)} → ${fmtTime(b)} (${fmtDuration(b - a)})`;
+  if (document.activeElement !== labels.input) labels.input.value = state.q;
+  search.value = state.search;
+  q<HTMLSelectElement>('.color').value = state.color;
+  q<HTMLInputElement>('.hide').value = state.hide;
+  q<HTMLInputElement>('.hidebin').value = state.hidebin;
+  q<HTMLInputElement>('.focus').value = state.focus;
+  q<HTMLInputElement>('.cuda').checked = state.cuda;
+  q<HTMLInputElement>('.invert').checked = state.invert;
+  app.querySelectorAll<HTMLButtonElement>('.tabs button').forEach((t) => t.classList.toggle('active', t.dataset.view === state.view));
+  for (const [k, el] of Object.entries(viewEls)) el.hidden = k !== state.view;
+  const sel = state.sf !== undefined;
+  q('.zoom-sel').hidden = !sel; q('.clear-sel').hidden = !sel;
+  const w = window_();
+  q('.window-text').textContent = `${sel ? 'Selected window' : 'Window'}: ${fmtTime(w.from)} → ${fmtTime(w.to)} (${fmtDuration(w.to - w.from)})` +
+    (sel ? '' : ' — drag on the chart to select a part');
+  const chip = q('.focus-chip');
+  chip.hidden = !state.focus;
+  chip.innerHTML = '';
+  if (state.focus) {
+    chip.append(`focus: ${state.focus} `);
+    const x = $<HTMLButtonElement>('<button title="remove focus">×</button>');
+    x.addEventListener('click', () => navigate({ focus: '', zoom: '' }));
+    chip.append(x);
+  }
+}
+
+function handleError(e: unknown): boolean {
+  if ((e as Error).name === 'AbortError') return true;
+  if (e instanceof Unauthorized) {
+    showBanner('error', 'This server needs a token. <button class="ask-token">enter token</button>');
+    banner.querySelector('.ask-token')!.addEventListener('click', askToken);
+    askToken();
+  } else if (e instanceof Unreachable) {
+    showBanner('error', 'The flamewatch server cannot be reached. Retrying every 5 s… <button class="retry">retry now</button>');
+    banner.querySelector('.retry')!.addEventListener('click', () => void load());
+    clearTimeout(retry);
+    retry = window.setTimeout(() => void load(), 5000);
+  } else if (e instanceof ApiError) {
+    showBanner('error', '');
+    banner.textContent = `The server answered ${e.status}: ${e.message}`;
+  } else {
+    showBanner('error', '');
+    banner.textContent = `Error: ${(e as Error).message}`;
+  }
+  return false;
+}
+
+function renderViews(): void {
+  if (!profile) return;
+  if (state.view === 'flame') {
+    flame.setTree(shown!, state.color);
+    flame.setZoom(findPath(shown!, state.zoom));
+    drawBreadcrumb();
+  } else {
+    q('.breadcrumb').innerHTML = '';
+  }
+  if (state.view === 'table') table.setTree(shown!);
+  if (state.view === 'sandwich') { sand.show(shown!, state.fn, state.color); flame.setTree(shown!, state.color); }
+  applySearch();
+  drawLegend();
+}
+
+async function loadChart(signal: AbortSignal): Promise<void> {
+  const key = JSON.stringify([apiParams(), state.color]);
+  if (key === chartKey && chartData) { chart.render(); return; }
+  chartData = await getJSON<ChartJSON>(url('/api/v1/flamechart', apiParams()), signal);
+  chartKey = key;
+  chart.setData(chartData, state.color);
+  if (chartData.stride > 1) {
+    notice.hidden = false;
+    notice.textContent = `The flame chart keeps one sample in ${chartData.stride} of this window (${chartData.samples.toLocaleString()} shown): select a shorter window for every sample.`;
+  }
+}
+
+let loads = 0;
+export async function load(): Promise<void> {
+  const id = ++loads;
+  inflight?.abort();
+  const ac = new AbortController();
+  inflight = ac;
+  clearTimeout(retry);
+  syncControls();
+  const t0 = performance.now();
+  const [a, b] = rangeNow();
+  labels.resetCache({ from: a, to: b });
+  const ctx = { from: a, to: b, query: state.q, by: state.by, selection: state.sf !== undefined ? [state.sf, state.st!] as [number, number] : null, signal: ac.signal };
+  try {
+    // All at once, and awaited together: an aborted load leaves no promise unhandled.
+    const [ln, j] = await Promise.all([
+      getJSON<{ names: string[] }>(url('/api/v1/labels', { from: a.toFixed(0), to: b.toFixed(0) }), ac.signal),
+      getJSON<ProfileJSON>(url('/api/v1/profile', apiParams({ max_nodes: state.mn })), ac.signal),
+      ...tracks.map((t) => t.update(ctx)),
+    ]) as [{ names: string[] }, ProfileJSON, ...boolean[]];
+    if (id !== loads) return;
+    const opts = [...new Set(['comm', ...ln.names])];
+    bySel.replaceChildren(...opts.map((n) => { const o = document.createElement('option'); o.value = o.textContent = n; return o; }));
+    bySel.value = state.by;
+    banner.hidden = true;
+    notice.hidden = true;
+    profile = fromJSON(j);
+    shown = applyFilters(profile, state);
+    const top = [...new Set(Array.from({ length: Math.min(profile.n, 4000) }, (_, i) => profile!.names[profile!.name[i]]))].slice(0, 400);
+    q('#focus-functions').replaceChildren(...top.map((n) => { const o = document.createElement('option'); o.value = n; return o; }));
+    if (j.total === 0) {
+      showBanner('empty', `<b>No samples</b> ${state.q ? `match <code></code> ` : ''}between ${fmtTime(ctx.selection?.[0] ?? a)} and ${fmtTime(ctx.selection?.[1] ?? b)}. ` +
+        'If flamewatch has just started, samples show up after its first flush (10 s by default) and this page looks again every 5 s; otherwise pick a longer range or another selector.');
+      const code = banner.querySelector('code'); if (code) code.textContent = state.q;
+      // A range that ends now fills up by itself: look again shortly.
+      if (state.to === 'now' && state.sf === undefined) retry = window.setTimeout(() => void load(), 5000);
+    } else if (j.trimmed.nodes > 0) {
+      notice.hidden = false;
+      notice.innerHTML = '';
+      notice.append(`Trimmed: ${j.trimmed.nodes.toLocaleString()} small nodes (${fmtValue(j.trimmed.value, j.unit)}, ${pct(j.trimmed.value, j.total)} of the total) ` +
+        `are left out to keep ${state.mn.toLocaleString()} nodes; their time still counts in their parents. `);
+      const more = $<HTMLButtonElement>('<button>show more nodes</button>');
+      more.addEventListener('click', () => navigate({ mn: Math.min(state.mn * 4, 1000000) }));
+      notice.append(more);
+    }
+    renderViews();
+    if (state.view === 'chart' && j.total > 0) await loadChart(ac.signal);
+    document.body.dataset.loaded = String(id);
+    document.body.dataset.loadMs = (performance.now() - t0).toFixed(1);
+  } catch (e) {
+    if (id === loads) handleError(e);
+  }
+}
+
+// Downloads of the current selection, through fetch so the token goes along.
+app.querySelectorAll<HTMLAnchorElement>('.downloads a').forEach((a) => a.addEventListener('click', (e) => {
+  e.preventDefault();
+  const fmt = a.dataset.fmt!;
+  const w = window_();
+  const stamp = fmtTime(w.from).replace(/[: ]/g, '-');
+  const [path, params, name] = fmt === 'trace'
+    ? ['/api/v1/flamechart', apiParams({ format: 'trace' }), `flamewatch-${stamp}.trace.json`]
+    : ['/api/v1/profile', apiParams({ format: fmt }),
+      `flamewatch-${stamp}.${fmt === 'pprof' ? 'pb.gz' : fmt === 'folded' ? 'folded' : 'speedscope.json'}`];
+  download(url(path, params), name).catch(handleError);
+}));
+
+document.addEventListener('keydown', (e) => {
+  if (e.key === '/' && document.activeElement === document.body) { e.preventDefault(); search.focus(); }
+  if (e.key === 'Escape' && state.view === 'flame') { flame.setZoom(0); state.zoom = ''; history.pushState(null, '', encode(state)); drawBreadcrumb(); }
+});
+
+void DEFAULTS;
+void load();
