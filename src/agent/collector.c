@@ -7,7 +7,9 @@
 
 #include "agent/collector.h"
 #include "agent/cpu_profile.h"
+#include "agent/java_perfmap.h"
 #include "agent/proc_table.h"
+#include "agent/python.h"
 #include "agent/sampler.h"
 #include "agent/unwinder.h"
 #include "common/batch.h"
@@ -19,6 +21,8 @@ struct collector {
 	struct proc_table *procs;
 	struct unwinder *unwinder;
 	struct cpu_profile *cp;
+	struct python *py;
+	struct java_perfmap *java;	/* NULL unless asked for */
 	uint64_t add_errors;
 };
 
@@ -26,6 +30,12 @@ static void _on_sample(void *ctx, const struct fw_sample *s)
 {
 	struct collector *c = ctx;
 
+	python__note_pid(c->py, s->pid);
+	if (c->java) {
+		const struct proc_info *info = proc_table__info(c->procs, s->pid);
+
+		java_perfmap__note(c->java, s->pid, info ? info->exe : NULL);
+	}
 	if (cpu_profile__add(c->cp, s, sampler__boot_to_unix_ns(s->boot_ns)))
 		c->add_errors++;
 	unwinder__note_sample(c->unwinder, s->pid, s->flags);
@@ -37,12 +47,15 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 
 	switch (e->type) {
 	case FW_EVENT_EXEC:
+		python__forget(c->py, e->pid);
 		proc_table__exec(c->procs, e->pid);
 		unwinder__remove_pid(c->unwinder, e->pid);
 		if (c->opts.follow_only)
 			unwinder__queue(c->unwinder, e->pid);
 		break;
 	case FW_EVENT_EXIT:
+		python__forget(c->py, e->pid);
+		java_perfmap__forget(c->java, e->pid);
 		proc_table__exit(c->procs, e->pid);
 		unwinder__remove_pid(c->unwinder, e->pid);
 		if (c->opts.follow_only) {
@@ -86,9 +99,18 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 	}
 	sampler__unwind_fds(c->sampler, &files_fd, &procs_fd);
 	c->unwinder = unwinder__new(files_fd, procs_fd, c->procs, (uint64_t)o->unwind_mb << 20);
-	if (!c->unwinder) {
+	c->py = python__new(sampler__python_fd(c->sampler), c->procs);
+	if (!c->unwinder || !c->py) {
 		err = ENOMEM;
 		goto fail;
+	}
+	cpu_profile__set_python(c->cp, c->py);
+	if (o->java_perfmap_interval_ns) {
+		c->java = java_perfmap__new(o->java_perfmap_interval_ns);
+		if (!c->java) {
+			err = ENOMEM;
+			goto fail;
+		}
 	}
 	/*
 	 * libbpf parsed the kernel's BTF (megabytes) to load the programs and
@@ -120,6 +142,8 @@ void collector__free(struct collector *c)
 	sampler__close(c->sampler);
 	unwinder__free(c->unwinder);
 	cpu_profile__free(c->cp);
+	python__free(c->py);
+	java_perfmap__free(c->java);
 	proc_table__free(c->procs);
 	free(c);
 }
@@ -130,7 +154,12 @@ int collector__follow(struct collector *c, pid_t pid)
 
 	if (err)
 		return err;
-	/* Describe it now so that even the first samples unwind fully. */
+	/*
+	 * Describe it now so that even the first samples unwind fully. Python
+	 * first: it takes milliseconds, building unwind tables can take far
+	 * longer, and samples in between still get their Python frames.
+	 */
+	python__note_pid(c->py, pid);
 	unwinder__add_pid(c->unwinder, pid);
 	return 0;
 }
@@ -152,6 +181,12 @@ void collector__tick(struct collector *c)
 	proc_table__next_round(c->procs);
 	sampler__drain(c->sampler);
 	unwinder__add_pending(c->unwinder);
+	if (c->java) {
+		struct timespec now;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		java_perfmap__tick(c->java, (uint64_t)now.tv_sec * 1000000000ULL + now.tv_nsec);
+	}
 	cpu_profile__symbolize_jit(c->cp);
 }
 
@@ -195,6 +230,14 @@ void collector__report(struct collector *c)
 	}
 	if (c->add_errors)
 		pr_warn("%llu samples dropped: out of memory\n", (unsigned long long)c->add_errors);
+	if (c->py) {
+		struct python_stats ps;
+
+		python__stats(c->py, &ps);
+		pr_debug("python: %llu processes, %llu code objects read, %llu unreadable\n",
+			 (unsigned long long)ps.procs, (unsigned long long)ps.code_reads,
+			 (unsigned long long)ps.code_read_errors);
+	}
 	if (!c->unwinder)
 		return;
 	unwinder__stats(c->unwinder, &u);

@@ -21,6 +21,8 @@ struct collector_opts {
 	bool follow_children;	/* ... and their children */
 	bool timed;		/* keep every sample with its timestamp (agents) */
 	unsigned long unwind_mb;
+	/* > 0: run `jcmd PID Compiler.perfmap` for each sampled JVM this often. */
+	uint64_t java_perfmap_interval_ns;
 	/* Called when a followed process exits; may be NULL. */
 	void (*on_followed_exit)(void *ctx, pid_t pid);
 	void *ctx;

@@ -8,6 +8,7 @@
 
 #include "agent/cpu_profile.h"
 #include "agent/proc_table.h"
+#include "agent/python.h"
 #include "common/batch.h"
 #include "common/intern.h"
 #include "common/log.h"
@@ -38,12 +39,15 @@ struct cpu_profile {
 	uint64_t unresolved;
 	uint32_t *frames;	/* scratch for one stack */
 	uint32_t jit_named_upto;	/* frames below this id had their JIT names looked up */
+	uint32_t jit_calls;
 	struct kallsyms_table ksyms;	/* kernel text symbols, loaded on first use */
 	bool ksyms_tried;
 	struct intern *sym_keys;	/* symbol cache: (owner, addr) -> index in sym_name_of */
 	struct intern *sym_names;
 	uint32_t *sym_name_of;
 	uint32_t sym_cap;
+	struct python *py;		/* borrowed; NULL: Python frames are ignored */
+	uint32_t *leaf;			/* scratch: one user stack, leaf first */
 };
 
 /* Starts a fresh dictionary (and batch); the caller has dropped the old one. */
@@ -79,8 +83,9 @@ struct cpu_profile *cpu_profile__new(struct proc_table *procs, uint64_t period_n
 	if (!cp)
 		return NULL;
 	cp->procs = procs;
-	cp->frames = calloc(FW_MAX_FRAMES, sizeof(*cp->frames));
-	if (!cp->frames)
+	cp->frames = calloc(FW_MAX_FRAMES + FW_MAX_PYFRAMES, sizeof(*cp->frames));
+	cp->leaf = calloc(FW_MAX_USTACK + FW_MAX_PYFRAMES, sizeof(*cp->leaf));
+	if (!cp->frames || !cp->leaf)
 		goto fail;
 	cp->timed = timed;
 	cp->period_ns = period_ns;
@@ -151,6 +156,7 @@ void cpu_profile__free(struct cpu_profile *cp)
 		free(cp->sources[i].perfmap);
 	free(cp->sources);
 	free(cp->frames);
+	free(cp->leaf);
 	if (cp->batch)
 		batch__free(cp->batch);
 	else
@@ -325,15 +331,97 @@ static int _add_timed(struct cpu_profile *cp, const struct fw_sample *s, const c
 	return batch__add_sample(cp->batch, &bs);
 }
 
+void cpu_profile__set_python(struct cpu_profile *cp, struct python *py)
+{
+	cp->py = py;
+}
+
+static int64_t _python_frame(struct cpu_profile *cp, const struct python_proc *pp,
+			     const __u64 *word)
+{
+	const char *function, *file;
+	char placeholder[48];
+	uint32_t line;
+	int64_t mapping = profile__intern_mapping(cp->p, "[python]", NULL);
+
+	if (mapping < 0)
+		return mapping;
+	if (python__frame(cp->py, pp, word[0], word[1] & FW_PY_INSTR_MASK, &function, &file,
+			  &line) || !function) {
+		snprintf(placeholder, sizeof(placeholder), "[python code 0x%llx]",
+			 (unsigned long long)word[0]);
+		function = placeholder;
+		file = NULL;
+		line = 0;
+	}
+	return profile__intern_named_frame(cp->p, FRAME_PYTHON, mapping, 0, function, file, line);
+}
+
+/*
+ * Mixed stacks: walking the native frames leaf first, each
+ * _PyEval_EvalFrameDefault frame is replaced by the Python frames it was
+ * running (up to and including the entry frame of that call), and the
+ * interpreter's own call machinery between two such frames is dropped, so
+ * Python callers read as direct parents of their callees. Native frames
+ * leafward of the first Python frame (a C extension, ctypes into libc) and
+ * rootward of the last (main, Py_RunMain) stay. Python frames the native
+ * walk could not place (it stopped early) go on the root side. Writes the
+ * stack leaf first into cp->leaf; returns its length or -errno.
+ */
+static int _mixed_user_stack(struct cpu_profile *cp, const struct fw_sample *s,
+			     const struct python_proc *pp)
+{
+	const __u64 *ustack = s->addrs + s->kstack_len;
+	const __u64 *pyw = ustack + s->ustack_len;
+	uint32_t np = s->pystack_len, pos = 0, n = 0;
+	int64_t id;
+
+	for (uint32_t j = 0; j < s->ustack_len; j++) {
+		uint64_t pc = j ? ustack[j] - 1 : ustack[j];
+
+		if (pos < np && python__is_eval(pp, pc)) {
+			do {
+				id = _python_frame(cp, pp, pyw + 2 * pos);
+				if (id < 0)
+					return id;
+				cp->leaf[n++] = id;
+			} while (!(pyw[2 * pos++ + 1] & FW_PY_ENTRY) && pos < np);
+			continue;
+		}
+		if (pos > 0 && pos < np && python__in_interp(pp, pc))
+			continue;
+		id = _user_frame(cp, s->pid, ustack[j], j > 0);
+		if (id < 0)
+			return id;
+		cp->leaf[n++] = id;
+	}
+	for (; pos < np; pos++) {
+		id = _python_frame(cp, pp, pyw + 2 * pos);
+		if (id < 0)
+			return id;
+		cp->leaf[n++] = id;
+	}
+	return n;
+}
+
 int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t unix_ns)
 {
 	const __u64 *kstack = s->addrs, *ustack = s->addrs + s->kstack_len;
+	const struct python_proc *pp = s->pystack_len ? python__proc(cp->py, s->pid) : NULL;
 	char comm[FW_COMM_LEN + 1];
 	uint32_t n = 0;
 	int64_t id, comm_id;
 
 	/* Root first: the user stack from its outermost frame, then the kernel's. */
-	for (int i = s->ustack_len - 1; i >= 0; i--) {
+	if (pp) {
+		int len = _mixed_user_stack(cp, s, pp);
+
+		if (len < 0)
+			return len;
+		for (int i = len - 1; i >= 0; i--)
+			cp->frames[n++] = cp->leaf[i];
+	}
+	for (int i = pp ? -1 : s->ustack_len - 1; i >= 0; i--) {
 		id = _user_frame(cp, s->pid, ustack[i], i > 0);
 		if (id < 0)
 			return id;
@@ -601,6 +689,13 @@ int cpu_profile__symbolize_jit(struct cpu_profile *cp)
 	uint32_t first = cp->jit_named_upto;
 	int err;
 
+	/*
+	 * Once a second, frames still unnamed are tried again: JVMs asked for
+	 * their map with jcmd write it after their code first ran, and a
+	 * process that has exited by the final naming can no longer be read.
+	 */
+	if (++cp->jit_calls % 10 == 0)
+		first = 0;
 	if (first == cp->p->nframes)
 		return 0;
 	err = _symbolize(cp, first, 1u << FRAME_JIT, false);

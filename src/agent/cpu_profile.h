@@ -41,6 +41,13 @@ struct batch *cpu_profile__take_batch(struct cpu_profile *cp, uint64_t start_ns)
 /* Accepts NULL. Frees the profile too unless it was taken. */
 void cpu_profile__free(struct cpu_profile *cp);
 
+struct python;
+/*
+ * Borrows py: samples with Python frames get them spliced into their native
+ * stacks in place of the interpreter's own frames. NULL turns that off.
+ */
+void cpu_profile__set_python(struct cpu_profile *cp, struct python *py);
+
 /* Adds one sample. Returns 0 or -ENOMEM. */
 int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t unix_ns);
 /* Names every frame that has no name yet. Returns 0 or -ENOMEM. */

@@ -44,6 +44,11 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_UNWIND_CFI_FRAMES] = "unwind_cfi_frames",
 	[FW_STAT_UNWIND_ROW_MISS] = "unwind_row_miss",
 	[FW_STAT_UNWIND_BAD_FRAME] = "unwind_bad_frame",
+	[FW_STAT_PY_SAMPLES] = "python_samples",
+	[FW_STAT_PY_NO_THREAD] = "python_no_thread",
+	[FW_STAT_PY_FAULT] = "python_faults",
+	[FW_STAT_PY_TRUNCATED] = "python_truncated",
+	[FW_STAT_PY_FRAMES] = "python_frames",
 };
 
 const char *fw_stat__name(enum fw_stat stat)
@@ -87,8 +92,10 @@ static int _on_record(void *ctx, void *data, size_t size)
 
 		if (size < offsetof(struct fw_sample, addrs) ||
 		    smp->kstack_len > FW_MAX_KSTACK || smp->ustack_len > FW_MAX_USTACK ||
+		    smp->pystack_len > FW_MAX_PYFRAMES ||
 		    size < offsetof(struct fw_sample, addrs) +
-			   (smp->kstack_len + smp->ustack_len) * sizeof(__u64)) {
+			   (smp->kstack_len + smp->ustack_len + 2 * smp->pystack_len) *
+			   sizeof(__u64)) {
 			s->decode_errors++;
 			return 0;
 		}
@@ -314,6 +321,11 @@ void sampler__unfollow(struct sampler *s, pid_t tgid)
 	__u32 key = tgid;
 
 	bpf_map__delete_elem(s->skel->maps.followed, &key, sizeof(key), 0);
+}
+
+int sampler__python_fd(struct sampler *s)
+{
+	return bpf_map__fd(s->skel->maps.py_procs);
 }
 
 void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd)

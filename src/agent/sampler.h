@@ -52,6 +52,8 @@ int sampler__drain(struct sampler *s);
 int sampler__poll(struct sampler *s, int timeout_ms);
 /* The unwinder's maps (unwind_files, proc_mappings); borrowed fds. */
 void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd);
+/* The py_procs map (pid -> struct fw_py_proc); a borrowed fd. */
+int sampler__python_fd(struct sampler *s);
 /* Reads the counters of the BPF stats map. Returns 0 or -errno. */
 int sampler__stats(struct sampler *s, struct sampler_stats *out);
 const char *fw_stat__name(enum fw_stat stat);

@@ -38,6 +38,8 @@ static void _usage(FILE *out)
 "  --interval DUR       how often to ship a batch (default 10s)\n"
 "  --buffer-mb N        memory kept while the server is unreachable (default 16)\n"
 "  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 64)\n"
+"  --java-perfmap-interval SEC  run `jcmd PID Compiler.perfmap` for sampled JVMs\n"
+"                       this often (default off)\n"
 "  --gpu-interval DUR   how often GPU metrics are read from NVML (default 1s,\n"
 "                       at least 100ms; off: none)\n"
 "  --metrics-listen H:P serve /metrics (GPU metrics, Prometheus text) here\n"
@@ -96,6 +98,7 @@ int cmd_agent(int argc, char **argv)
 		{ "interval", required_argument, NULL, 'i' },
 		{ "buffer-mb", required_argument, NULL, 'b' },
 		{ "unwind-table-mb", required_argument, NULL, 'U' },
+		{ "java-perfmap-interval", required_argument, NULL, 'J' },
 		{ "gpu-interval", required_argument, NULL, 'g' },
 		{ "metrics-listen", required_argument, NULL, 'M' },
 		{ "no-cpu-strips", no_argument, NULL, 'S' },
@@ -152,6 +155,18 @@ int cmd_agent(int argc, char **argv)
 			if (_parse_ul("--buffer-mb", optarg, 1 << 16, &v))
 				return 2;
 			so.max_buffer = v << 20;
+			break;
+		case 'J':
+		{
+			int64_t ns;
+
+			if (cmd__parse_java_interval(optarg, &ns)) {
+				fprintf(stderr, "flamewatch: error: --java-perfmap-interval: '%s' is not "
+					"a duration of 1s or more\n", optarg);
+				return 2;
+			}
+			co.java_perfmap_interval_ns = ns;
+		}
 			break;
 		case 'U':
 			if (_parse_ul("--unwind-table-mb", optarg, 1 << 20, &v))

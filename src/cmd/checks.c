@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <errno.h>
+#include <stdlib.h>
 #include <linux/capability.h>
 #include <stdio.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cmd/cmd.h"
+#include "store/timeparse.h"
 
 #ifndef CAP_PERFMON
 #define CAP_PERFMON 38
@@ -48,4 +51,19 @@ int cmd__check_btf(void)
 		"  flamewatch needs a kernel built with CONFIG_DEBUG_INFO_BTF=y "
 		"(the default on Debian 11+, Ubuntu 20.10+, RHEL 8.2+).\n");
 	return -1;
+}
+
+int cmd__parse_java_interval(const char *s, int64_t *ns)
+{
+	char *end;
+	unsigned long v;
+
+	if (duration__parse(s, ns) == 0)
+		return *ns >= 1000000000LL ? 0 : -EINVAL;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v < 1 || v > 86400)
+		return -EINVAL;
+	*ns = (int64_t)v * 1000000000LL;
+	return 0;
 }

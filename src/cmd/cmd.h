@@ -46,4 +46,10 @@ int cmd__run_loop(struct event_base *base, struct store *store, int64_t retentio
 int cmd__check_bpf_privileges(void);
 int cmd__check_btf(void);
 
+/*
+ * --java-perfmap-interval: a duration ("30s", "2m") or plain seconds, at
+ * least one second. Returns 0 or -EINVAL.
+ */
+int cmd__parse_java_interval(const char *s, int64_t *ns);
+
 #endif

@@ -95,6 +95,7 @@ int continuous__start(struct continuous *c, struct event_base *base,
 		.freq_hz = o->freq_hz,
 		.timed = true,
 		.unwind_mb = o->unwind_mb,
+		.java_perfmap_interval_ns = o->java_perfmap_interval_ns,
 	};
 	struct timeval every = { 0, COLLECTOR_TICK_MS * 1000 };
 

@@ -21,6 +21,7 @@ struct continuous {
 	struct event *tick;
 	uint64_t interval_ns, last_flush_ns;
 	uint32_t max_samples;
+	uint64_t java_perfmap_interval_ns;	/* 0: off */
 	void (*deliver)(void *ctx, struct batch *b);	/* consumes b */
 	void *ctx;
 	/* GPU metrics (NVML, on their own thread), NULL when off or no library */
@@ -35,6 +36,7 @@ struct continuous_opts {
 	unsigned long unwind_mb;
 	uint64_t interval_ns;
 	uint32_t max_samples;
+	uint64_t java_perfmap_interval_ns;	/* 0: off */
 	void (*deliver)(void *ctx, struct batch *b);
 	void *ctx;
 	/* NVML metrics every gpu_interval_ns; 0: none */

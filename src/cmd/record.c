@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "agent/collector.h"
+#include "store/timeparse.h"
 #include "agent/cpu_profile.h"
 #include "cmd/cmd.h"
 #include "common/log.h"
@@ -38,6 +39,7 @@ struct record_opts {
 	enum out_format format;
 	bool quiet;
 	unsigned long unwind_mb;	/* cap on the unwind tables loaded into BPF */
+	uint64_t java_perfmap_ns;	/* 0: do not ask JVMs for perf maps */
 	char **cmd;			/* NULL-terminated, or NULL */
 };
 
@@ -74,6 +76,8 @@ static void _usage(FILE *out)
 "      --format FMT     pprof (gzipped profile.proto) or folded (FlameGraph's collapsed\n"
 "                       stacks); by default from FILE's extension (.folded, .txt), else pprof\n"
 "  -q, --quiet          no progress line\n"
+"      --java-perfmap-interval SEC  run `jcmd PID Compiler.perfmap` for every sampled\n"
+"                       JVM this often, so JIT-compiled Java frames get names (default off)\n"
 "      --unwind-table-mb N  cap on the unwind tables loaded into the kernel\n"
 "                       (default 64 MiB; beyond, frame pointers)\n"
 "  -v, --verbose        debug messages\n"
@@ -153,6 +157,7 @@ static int _parse_args(struct record_opts *o, int argc, char **argv)
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "unwind-table-mb", required_argument, NULL, 'U' },
+		{ "java-perfmap-interval", required_argument, NULL, 'J' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
@@ -209,6 +214,18 @@ static int _parse_args(struct record_opts *o, int argc, char **argv)
 		case 'q':
 			o->quiet = true;
 			log__set_level(LOG_WARN);
+			break;
+		case 'J':
+		{
+			int64_t ns;
+
+			if (cmd__parse_java_interval(optarg, &ns)) {
+				fprintf(stderr, "flamewatch: error: --java-perfmap-interval: '%s' is not "
+					"a duration of 1s or more\n", optarg);
+				return -1;
+			}
+			o->java_perfmap_ns = ns;
+		}
 			break;
 		case 'U':
 			if (_parse_uint(optarg, 1 << 20, &o->unwind_mb)) {
@@ -459,6 +476,7 @@ int cmd_record(int argc, char **argv)
 	co.follow_only = !r.opts.all;
 	co.follow_children = r.opts.cmd != NULL;
 	co.unwind_mb = r.opts.unwind_mb;
+	co.java_perfmap_interval_ns = r.opts.java_perfmap_ns;
 	co.on_followed_exit = _on_followed_exit;
 	co.ctx = &r;
 	r.collector = collector__new(&co, _now_ns(CLOCK_REALTIME));

@@ -35,6 +35,8 @@ static void _usage(FILE *out)
 "  --retention DUR      drop data older than this (default 7d)\n"
 "  --node NAME          this host's name in the data (default: the hostname)\n"
 "  --interval DUR       how often samples are written to the store (default 10s)\n"
+"  --java-perfmap-interval SEC  run `jcmd PID Compiler.perfmap` for sampled JVMs\n"
+"                       this often, naming JIT-compiled Java frames (default off)\n"
 "  --gpu-interval DUR   how often GPU metrics are read from NVML (default 1s,\n"
 "                       at least 100ms; off: none)\n"
 "  --insecure           allow a non-loopback --listen without a token\n"
@@ -69,6 +71,7 @@ int cmd_run(int argc, char **argv)
 		{ "freq", required_argument, NULL, 'F' },
 		{ "node", required_argument, NULL, 'n' },
 		{ "interval", required_argument, NULL, 'i' },
+		{ "java-perfmap-interval", required_argument, NULL, 'J' },
 		{ "gpu-interval", required_argument, NULL, 'g' },
 		{ "no-cpu-strips", no_argument, NULL, 'S' },
 	};
@@ -124,6 +127,17 @@ int cmd_run(int argc, char **argv)
 		}
 		if (c == 'n') {
 			r.node = optarg;
+			continue;
+		}
+		if (c == 'J') {
+			int64_t ns;
+
+			if (cmd__parse_java_interval(optarg, &ns)) {
+				fprintf(stderr, "flamewatch: error: --java-perfmap-interval: '%s' is not "
+					"a duration of 1s or more\n", optarg);
+				return 2;
+			}
+			co.java_perfmap_interval_ns = ns;
 			continue;
 		}
 		if (c == 'g') {

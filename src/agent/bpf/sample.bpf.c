@@ -96,6 +96,8 @@ struct {
 	__type(value, struct fw_proc_mappings);
 } proc_mappings SEC(".maps");
 
+#include "python.bpf.h"
+
 /* Where the x86-64 signal frame keeps the interrupted registers, from rsp at __restore_rt. */
 #define UCONTEXT_MCONTEXT 40
 #define SIGCONTEXT_RBP (UCONTEXT_MCONTEXT + 10 * 8)
@@ -323,6 +325,9 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	s->boot_ns = bpf_ktime_get_boot_ns();
 	s->flags = 0;
 	s->ustack_len = 0;
+	s->pystack_len = 0;
+	s->pad16 = 0;
+	s->pad32 = 0;
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 
 	n = bpf_get_stack(ctx, s->addrs, FW_MAX_KSTACK * sizeof(__u64), 0);
@@ -348,9 +353,11 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 		walk_user_stack(s, tgid, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp),
 				BPF_CORE_READ(regs, bp));
 	}
+	if (task->mm)
+		python_walk(s, tgid, tid, task);
 
 	size = offsetof(struct fw_sample, addrs) +
-	       ((__u64)s->kstack_len + s->ustack_len) * sizeof(__u64);
+	       ((__u64)s->kstack_len + s->ustack_len + 2 * (__u64)s->pystack_len) * sizeof(__u64);
 	if (size > sizeof(*s))
 		size = sizeof(*s);
 	if (bpf_ringbuf_output(&events, s, size, BPF_RB_NO_WAKEUP)) {

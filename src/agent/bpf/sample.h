@@ -10,6 +10,8 @@
 #include <linux/types.h>	/* BPF programs get these types from vmlinux.h */
 #endif
 
+#include "python.h"
+
 #define FW_COMM_LEN 16
 #define FW_MAX_KSTACK 127
 #define FW_MAX_USTACK 127
@@ -32,7 +34,9 @@ enum fw_event_type {
 /*
  * One CPU sample. addrs holds kstack_len kernel addresses and then
  * ustack_len user addresses, each leaf first; the first user address is the
- * interrupted instruction, the others are return addresses.
+ * interrupted instruction, the others are return addresses. Then, for a
+ * CPython process, pystack_len Python frames, leaf first, two words each
+ * (see python.h).
  */
 struct fw_sample {
 	__u32 type;		/* FW_EVENT_SAMPLE */
@@ -44,10 +48,13 @@ struct fw_sample {
 	__u16 kstack_len;
 	__u16 ustack_len;
 	__u32 flags;
-	__u64 addrs[FW_MAX_FRAMES];
+	__u16 pystack_len;
+	__u16 pad16;
+	__u32 pad32;
+	__u64 addrs[FW_MAX_FRAMES + 2 * FW_MAX_PYFRAMES];
 };
 
-_Static_assert(sizeof(struct fw_sample) == 48 + 8 * FW_MAX_FRAMES,
+_Static_assert(sizeof(struct fw_sample) == 56 + 8 * (FW_MAX_FRAMES + 2 * FW_MAX_PYFRAMES),
 	       "fw_sample layout is shared with user space");
 
 /* Process lifecycle: exec replaces the address space, exit ends it. */
@@ -81,6 +88,11 @@ enum fw_stat {
 	FW_STAT_UNWIND_CFI_FRAMES,	/* frames unwound through unwind tables */
 	FW_STAT_UNWIND_ROW_MISS,	/* a table lookup found no row (corrupt or racing table) */
 	FW_STAT_UNWIND_BAD_FRAME,	/* a step went nowhere (sp did not grow): walk stopped */
+	FW_STAT_PY_SAMPLES,		/* samples of CPython processes with Python frames */
+	FW_STAT_PY_NO_THREAD,		/* CPython samples whose thread state was not found */
+	FW_STAT_PY_FAULT,		/* a read of interpreter memory failed: Python walk stopped */
+	FW_STAT_PY_TRUNCATED,		/* Python stacks deeper than FW_MAX_PYFRAMES */
+	FW_STAT_PY_FRAMES,		/* Python frames emitted */
 	FW_STAT_MAX,
 };
 

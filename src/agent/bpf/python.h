@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the BPF Python walker needs to know about one CPython process,
+ * shared between python.bpf.h and src/agent/python.c. Fixed-width types only.
+ */
+#ifndef FW_AGENT_BPF_PYTHON_H
+#define FW_AGENT_BPF_PYTHON_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+/* Python frames per sample; deeper stacks keep their leaf-most frames. */
+#define FW_MAX_PYFRAMES 64
+/* Thread states searched for the sampled thread. */
+#define FW_PY_MAX_THREADS 32
+
+/* How the current frame hangs off the thread state. */
+enum fw_py_layout {
+	FW_PY_310 = 1,		/* tstate->frame: PyFrameObject, f_back, int f_lasti */
+	FW_PY_311 = 2,		/* tstate->cframe->current_frame, is_entry marks C entry */
+	FW_PY_312 = 3,		/* tstate->cframe->current_frame, shim frames owned by the C stack */
+	FW_PY_313 = 4,		/* tstate->current_frame, shim frames owned by the C stack */
+};
+
+/*
+ * Value of the py_procs map, keyed by thread group id. Addresses are in the
+ * process; offsets come from CPython's headers (3.10-3.12) or from the
+ * _Py_DebugOffsets table the runtime publishes (3.13+).
+ */
+struct fw_py_proc {
+	__u64 interp_head;	/* address of _PyRuntime.interpreters.head */
+	__u64 code_type;	/* address of PyCode_Type: frames whose code is not one are skipped */
+	__u32 layout;		/* enum fw_py_layout */
+	__u16 interp_threads_head;
+	__u16 tstate_next;
+	__u16 tstate_thread_id;	/* pthread_self() of the thread: the TCB, = fsbase on x86-64 */
+	__u16 tstate_frame;	/* frame, cframe or current_frame */
+	__u16 cframe_current_frame;
+	__u16 frame_code;	/* f_code / f_executable */
+	__u16 frame_previous;	/* f_back / previous */
+	__u16 frame_instr;	/* f_lasti (int) / prev_instr / instr_ptr */
+	__u16 frame_owner;	/* 3.12+: owner (char) */
+	__u16 frame_is_entry;	/* 3.11: is_entry (bool) */
+	__u16 pad[4];
+};
+
+_Static_assert(sizeof(struct fw_py_proc) == 48, "fw_py_proc is shared with BPF");
+
+/*
+ * One Python frame in a sample: two addresses after the native ones, the
+ * code object and the instruction (3.10: f_lasti, an index; later: the
+ * instruction pointer), with FW_PY_ENTRY in the top byte of the second
+ * when the frame is the first one run by its _PyEval_EvalFrameDefault call,
+ * so user space can tell which Python frames belong to which native
+ * interpreter frame.
+ */
+#define FW_PY_ENTRY (1ull << 56)
+#define FW_PY_INSTR_MASK ((1ull << 56) - 1)
+
+/* 3.12+: owner of a shim frame pushed by a C entry into the interpreter. */
+#define FW_PY_FRAME_OWNED_BY_CSTACK 3
+
+#endif
