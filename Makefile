@@ -99,6 +99,28 @@ $(BUILD)/flamewatch: $(BUILD)/obj/main.o $(BUILD)/libflamewatch.a
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# ---- libflamewatch-cuda.so -------------------------------------------------
+# Loaded into CUDA applications (CUDA_INJECTION64_PATH): position independent,
+# only InitializeInjection exported, nothing but glibc linked. CUPTI is
+# dlopen'd at run time; its headers give only types and constants.
+CUDA_INC  ?= /usr/local/cuda/include
+CUDA_SRCS := $(wildcard src/cuda/*.c)
+CUDA_OBJS := $(patsubst src/cuda/%.c,$(BUILD)/obj-cuda/%.o,$(CUDA_SRCS))
+CUDA_LIB  := $(BUILD)/libflamewatch-cuda.so
+CUDA_CFLAGS = $(filter-out -MMD -MP,$(CFLAGS)) -MMD -MP -fPIC -fvisibility=hidden -isystem $(CUDA_INC)
+
+$(BUILD)/obj-cuda/%.o: src/cuda/%.c | $(DEPS_STAMP)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CUDA_CFLAGS) -c $< -o $@
+
+$(CUDA_LIB): $(CUDA_OBJS) src/cuda/libflamewatch-cuda.map
+	$(call msg,LINK,$@)
+	$(Q)$(CC) -shared -o $@ $(CUDA_OBJS) -Wl,--version-script=src/cuda/libflamewatch-cuda.map \
+		-Wl,-z,defs -Wl,-soname,libflamewatch-cuda.so -lpthread -ldl
+
+all: $(CUDA_LIB)
+
 all: $(BUILD)/flamewatch
 
 # ---- tests -----------------------------------------------------------------
@@ -111,13 +133,23 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libflamewatch.a
 	$(Q)$(CC) $(CFLAGS) -Itests/unit -DFW_TEST_DATA='"tests"' -o $@ $< \
 		$(BUILD)/libflamewatch.a -lcmocka $(LDLIBS)
 
+# Unit tests of libflamewatch-cuda.so's internals link its objects.
+CUDA_TEST_OBJS := $(filter-out $(BUILD)/obj-cuda/inject.o,$(CUDA_OBJS))
+$(BUILD)/tests/test_cuda_%: tests/unit/test_cuda_%.c $(CUDA_TEST_OBJS)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -isystem $(CUDA_INC) -Itests/unit -o $@ $< $(CUDA_TEST_OBJS) -lcmocka -lpthread
+
+# The fake CUPTI and the host program that drive the library in the tests.
+include tests/fakes/fakes.mk
+
 # Workload programs with known call chains, profiled by the system tests.
 include tests/workloads/workloads.mk
 
 unit: $(UNIT_BINS)
 	$(Q)set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
-system: $(BUILD)/flamewatch workloads
+system: $(BUILD)/flamewatch $(CUDA_LIB) workloads fakes
 	$(Q)/usr/bin/python3 -m pytest -q tests/integration
 
 test: unit system
@@ -128,6 +160,6 @@ run: $(BUILD)/flamewatch
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit system test run clean workloads
+.PHONY: all unit system test run clean workloads fakes
 
--include $(shell find $(BUILD)/obj $(BUILD)/tests -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/obj-cuda $(BUILD)/tests -name '*.d' 2>/dev/null)
