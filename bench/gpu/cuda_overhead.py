@@ -98,7 +98,8 @@ def worker(args):
         kernels = 0
         for ev in prof.events():
             dt = getattr(ev, "device_type", None)
-            if dt is not None and "CUDA" in str(dt) and ev.time_range is not None:
+            if (dt is not None and "CUDA" in str(dt) and ev.time_range is not None
+                    and not ev.name.startswith(("Memcpy", "Memset"))):
                 kernel_ns += int((ev.time_range.end - ev.time_range.start) * 1000)
                 kernels += 1
         out["prof_kernel_ns"] = kernel_ns
@@ -164,9 +165,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", choices=["mlp", "tiny"])
     ap.add_argument("--profiler", action="store_true")
-    ap.add_argument("--seconds", type=float, default=4.0, help="measured seconds per run")
+    ap.add_argument("--seconds", type=float, default=3.0, help="measured seconds per run")
     ap.add_argument("--warmup-s", type=float, default=1.0)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=210.0, help="start no run after this")
     ap.add_argument("--build", default=str(REPO / "build"))
     ap.add_argument("--modes", default="plain,fw-idle,fw,fw-always,fw-agent,torchprof")
