@@ -232,3 +232,43 @@ def test_flamewatch_cuda_command(flamewatch, tmp_path):
     res = subprocess.run([str(flamewatch), "cuda", "--", str(tmp_path / "missing")],
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 127 and "cannot run" in res.stderr
+
+
+def test_conflict_later(fakes, tmp_path):
+    """The library lets CUPTI go once no agent listens; when another client
+    took it meanwhile, the next agent is told through the conflict probe."""
+    script = tmp_path / "probes.bt"
+    script.write_text(BT_SCRIPT.replace("LIB", str(LIB)))
+    host = subprocess.Popen([str(HOST), "later", str(LIB)], env=host_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+    def trace():
+        bt = subprocess.Popen(["bpftrace", "-B", "line", str(script), str(host.pid)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        while True:
+            line = bt.stdout.readline()
+            if not line or line.strip() == "READY":
+                return bt
+
+    def stop(bt):
+        bt.send_signal(2)
+        try:
+            return bt.communicate(timeout=20)[0]
+        except subprocess.TimeoutExpired:
+            bt.kill()
+            return bt.communicate()[0]
+
+    try:
+        bt = trace()
+        assert host.stdout.readline().strip() == "subscribed"
+        stop(bt)
+        assert host.stdout.readline().strip() == "released"
+        bt = trace()
+        out, err = host.communicate(timeout=30)
+        bt_out = stop(bt)
+    finally:
+        if host.poll() is None:
+            host.kill()
+    assert host.returncode == 0, err
+    assert "C another CUPTI client (CUPTI for fake profiler) holds" in bt_out  # str() keeps 64 bytes
+    assert "another CUPTI client" in err
