@@ -270,10 +270,8 @@ static uint32_t _take(struct tls *t, enum fwc_class cls)
 
 static int _failed(const CUpti_CallbackData *cb, CUpti_CallbackDomain dom)
 {
-	if (!cb->functionReturnValue)
-		return 0;
-	return dom == CUPTI_CB_DOMAIN_RUNTIME_API ? *(const int *)cb->functionReturnValue != 0
-						  : *(const int *)cb->functionReturnValue != 0;
+	/* cudaError_t and CUresult alike: an int, 0 on success. */
+	return cb->functionReturnValue && *(const int *)cb->functionReturnValue != 0;
 }
 
 static void _launch_probe(uint32_t corr, uint32_t weight)
@@ -300,19 +298,21 @@ static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti
 		t->rt_active = t->drv_active = 0;
 	}
 	if (cb->callbackSite == CUPTI_API_ENTER) {
-		if (dom == CUPTI_CB_DOMAIN_DRIVER_API && t->rt_active) {
-			/* The runtime call's own driver call: counted with it, but its
+		if (t->rt_active || t->drv_active) {
+			/* The runtime call's own driver call (or any call nested in
+			 * the one in progress): counted with the outer call, but its
 			 * records may carry this id. */
-			if (t->rt_weight)
-				fwc_weights_put(&G.weights, cb->correlationId, t->rt_corr, t->rt_weight);
+			uint32_t oc = t->rt_active ? t->rt_corr : t->drv_corr;
+			uint32_t ow = t->rt_active ? t->rt_weight : t->drv_weight;
+
+			if (ow)
+				fwc_weights_put(&G.weights, cb->correlationId, oc, ow);
 			return;
 		}
 		w = _take(t, cls);
 		if (w)
 			fwc_weights_put(&G.weights, cb->correlationId, cb->correlationId, w);
 		if (dom == CUPTI_CB_DOMAIN_RUNTIME_API) {
-			if (t->rt_active)	/* runtime within runtime: the outer one counts */
-				return;
 			t->rt_active = 1;
 			t->rt_corr = cb->correlationId;
 			t->rt_weight = w;
