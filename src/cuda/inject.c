@@ -830,6 +830,11 @@ EXPORT int InitializeInjection(void)
 	G.budget = _env_u64("FLAMEWATCH_CUDA_LAUNCH_BUDGET", 500, 1, 100000000);
 	G.duty = (uint32_t)_env_u64("FLAMEWATCH_CUDA_DUTY_CYCLE", 10, 1, 1000);
 	G.window_ms = (uint32_t)_env_u64("FLAMEWATCH_CUDA_WINDOW_MS", 50, 1, 10000);
+	/* A kept launch's weight must still be in the direct-mapped table when
+	 * its records arrive (a window or two later): at most 1/8 of the slots
+	 * are written per window. */
+	if (G.budget > (uint64_t)FWC_WEIGHT_SLOTS / 8 * 1000 / ((uint64_t)G.window_ms * G.duty))
+		G.budget = (uint64_t)FWC_WEIGHT_SLOTS / 8 * 1000 / ((uint64_t)G.window_ms * G.duty) ?: 1;
 	G.seed = _env_u64("FLAMEWATCH_CUDA_SEED", 0, 0, UINT64_MAX);
 	G.ctl_rng = G.seed ? G.seed : (uint64_t)_now(CLOCK_MONOTONIC) ^ ((uint64_t)getpid() << 40);
 	if (!G.ctl_rng)
