@@ -12,7 +12,8 @@
  *       prints what the fake saw as one JSON line and exits 0
  *   cuda_host later LIB
  *       waits for a subscription, then for the library to let CUPTI go,
- *       then holds CUPTI as another client would and waits 3 s
+ *       then holds CUPTI as another client would until the library is
+ *       refused (up to 30 s)
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -172,7 +173,16 @@ static int _later(void)
 	F.other_client(1);
 	printf("released\n");
 	fflush(stdout);
-	_sleep_us(3000000);
+	/* Until the library tried again (the next tracer attached) and a bit. */
+	for (int i = 0; i < 3000; i++) {
+		struct fake_cupti_truth t;
+
+		F.get_truth(&t);
+		if (t.refusals)
+			break;
+		_sleep_us(10000);
+	}
+	_sleep_us(500000);
 	return 0;
 }
 

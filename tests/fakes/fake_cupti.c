@@ -90,6 +90,7 @@ static CUptiResult _subscribe(CUpti_SubscriberHandle *sub, CUpti_CallbackFunc cb
 			p->oldSubscriberName[p->oldSubscriberSize - 1] = 0;
 		}
 		r = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+		_truth.refusals++;
 	} else {
 		_subscribed = 1;
 		_cb = cb;

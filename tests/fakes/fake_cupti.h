@@ -26,6 +26,7 @@ struct fake_cupti_truth {
 	uint64_t refused;		/* records dropped: no buffer */
 	uint64_t buffers_requested, buffers_completed;
 	uint64_t subscribes, unsubscribes, flushes;
+	uint64_t refusals;		/* subscriptions refused (another client) */
 	uint64_t callbacks;		/* callback invocations into the subscriber */
 	uint64_t toggles_on;		/* activity enabled after being disabled */
 };
