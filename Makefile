@@ -121,6 +121,28 @@ $(BUILD)/libflamewatch.a: $(BUILD)/obj/gen/ui_assets.o
 
 ui: $(BUILD)/gen/ui_assets.c
 
+# ---- libflamewatch-cuda.so -------------------------------------------------
+# Loaded into CUDA applications (CUDA_INJECTION64_PATH): position independent,
+# only InitializeInjection exported, nothing but glibc linked. CUPTI is
+# dlopen'd at run time; its headers give only types and constants.
+CUDA_INC  ?= /usr/local/cuda/include
+CUDA_SRCS := $(wildcard src/cuda/*.c)
+CUDA_OBJS := $(patsubst src/cuda/%.c,$(BUILD)/obj-cuda/%.o,$(CUDA_SRCS))
+CUDA_LIB  := $(BUILD)/libflamewatch-cuda.so
+CUDA_CFLAGS = $(filter-out -MMD -MP,$(CFLAGS)) -MMD -MP -fPIC -fvisibility=hidden -isystem $(CUDA_INC)
+
+$(BUILD)/obj-cuda/%.o: src/cuda/%.c | $(DEPS_STAMP)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CUDA_CFLAGS) -c $< -o $@
+
+$(CUDA_LIB): $(CUDA_OBJS) src/cuda/libflamewatch-cuda.map
+	$(call msg,LINK,$@)
+	$(Q)$(CC) -shared -o $@ $(CUDA_OBJS) -Wl,--version-script=src/cuda/libflamewatch-cuda.map \
+		-Wl,-z,defs -Wl,-soname,libflamewatch-cuda.so -lpthread -ldl
+
+all: $(CUDA_LIB)
+
 all: $(BUILD)/flamewatch
 
 # ---- tests -----------------------------------------------------------------
@@ -132,6 +154,16 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libflamewatch.a
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -Itests/unit -DFW_TEST_DATA='"tests"' -o $@ $< \
 		$(BUILD)/libflamewatch.a -lcmocka $(LDLIBS)
+
+# Unit tests of libflamewatch-cuda.so's internals link its objects.
+CUDA_TEST_OBJS := $(filter-out $(BUILD)/obj-cuda/inject.o,$(CUDA_OBJS))
+$(BUILD)/tests/test_cuda_%: tests/unit/test_cuda_%.c $(CUDA_TEST_OBJS)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -isystem $(CUDA_INC) -Itests/unit -o $@ $< $(CUDA_TEST_OBJS) -lcmocka -lpthread
+
+# The fake CUPTI and the host program that drive the library in the tests.
+include tests/fakes/fakes.mk
 
 # Workload programs with known call chains, profiled by the system tests.
 include tests/workloads/workloads.mk
@@ -198,7 +230,7 @@ fuzz-regress: $(FUZZ_BINS)
 unit: $(UNIT_BINS)
 	$(Q)set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
-system: $(BUILD)/flamewatch workloads
+system: $(BUILD)/flamewatch $(CUDA_LIB) workloads fakes
 	$(Q)/usr/bin/python3 -m pytest -q tests/integration
 
 # The web UI in headless Chromium against the real `flamewatch run` (root: BPF).
@@ -219,7 +251,7 @@ clean:
 
 .PHONY: all unit system test run clean workloads fuzz fuzz-build fuzz-regress ui ui-test ui-bench
 
--include $(shell find $(BUILD)/obj $(BUILD)/tests $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/obj-cuda $(BUILD)/tests $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)
 
 # ---- fake NVML (tests/fakes/fake_nvml.c) -------------------------------------
 # Stands in for libnvidia-ml.so.1 on machines without a GPU; tests load it

@@ -19,6 +19,7 @@ static const struct {
 	{ "record", cmd_record, "profile a command, processes or the whole host; write pprof or folded stacks" },
 	{ "server", cmd_server, "store what agents send; serve the query API and /metrics" },
 	{ "gpu", cmd_gpu, "read GPU metrics from NVML once (or N times) and print them" },
+	{ "cuda", cmd_cuda, "run a CUDA command with GPU time profiling enabled" },
 };
 
 static void _usage(FILE *out)

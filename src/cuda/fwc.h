@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Internals of libflamewatch-cuda.so that do not touch CUPTI or USDT
+ * directly, so that the unit tests can drive them: launch sampling, the
+ * correlation -> weight table, kernel name interning and the conversion of
+ * CUPTI activity records into struct fw_cuda_record batches.
+ *
+ * Everything here has hidden visibility (the library is built with
+ * -fvisibility=hidden and a version script): the fwc_ prefix only keeps the
+ * names apart from the application's.
+ */
+#ifndef FW_CUDA_FWC_H
+#define FW_CUDA_FWC_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda/probes.h"
+
+/* ---- launch sampling ------------------------------------------------------ */
+
+/* What a launch API call is: the classes are sampled separately, so that a
+ * sampled copy never stands for kernels and the other way round. */
+enum fwc_class {
+	FWC_NONE = 0,
+	FWC_KERNEL,	/* kernel, cooperative and graph launches */
+	FWC_MEMCPY,
+	FWC_MEMSET,
+	FWC_NCLASS,
+};
+
+/*
+ * Per-thread sampling state. A launch is kept with probability p (Bernoulli,
+ * so no launch pattern aliases with the sampling); a kept launch carries the
+ * number of launches of its class seen by this thread since the previous kept
+ * one, itself included. The weights of the kept launches then add up exactly
+ * to the number of launches up to the last kept one, and weight x duration
+ * is an unbiased estimate of the GPU time of the launches it stands for.
+ */
+struct fwc_thread_sampler {
+	uint64_t rng;
+	uint32_t gap[FWC_NCLASS];
+};
+
+void fwc_sampler_seed(struct fwc_thread_sampler *s, uint64_t seed);
+/* p_fixed: keep probability in 1/2^32 (UINT32_MAX or more: keep all).
+ * multiplier: the duty-cycle divisor (launches in the off windows are not
+ * seen; each window stands for `multiplier` windows). Returns the weight of
+ * this launch, or 0 if it is not kept. */
+uint32_t fwc_sampler_take(struct fwc_thread_sampler *s, enum fwc_class cls, uint64_t p_fixed,
+			  uint32_t multiplier);
+
+/* Keep probability (in 1/2^32) so that `quota` of `expected` launches are kept. */
+uint64_t fwc_sampler_probability(uint64_t quota, uint64_t expected);
+
+/* ---- correlation -> weight ------------------------------------------------ */
+
+/*
+ * Direct-mapped, lock-free: written on the launching thread at API entry
+ * (before the work can complete), read when the activity record arrives.
+ * A record whose correlation is not here belongs to a launch that was not
+ * kept, and is dropped. Entries are never removed: a graph launch produces
+ * many records with one correlation, and a later correlation that maps to
+ * the same slot overwrites it. `canonical` is the correlation the launch
+ * probe reported (the runtime call's when a runtime call wraps the driver
+ * call whose id the record may carry). A slot is lost when a kept launch's
+ * id 2^18 ids later lands on it before the record came: 4 MiB of table
+ * (touched only as ids advance) cover ~0.5 s of lag at 500k API calls/s.
+ */
+#define FWC_WEIGHT_SLOTS (1u << 18)
+
+struct fwc_weight_slot {
+	_Atomic uint64_t key;	/* correlation + 1; 0 while being written */
+	_Atomic uint64_t val;	/* canonical << 32 | weight */
+};
+
+struct fwc_weights {
+	struct fwc_weight_slot slot[FWC_WEIGHT_SLOTS];
+};
+
+void fwc_weights_put(struct fwc_weights *w, uint32_t corr, uint32_t canonical, uint32_t weight);
+/* Returns the weight (0: not found) and sets *canonical. */
+uint32_t fwc_weights_get(struct fwc_weights *w, uint32_t corr, uint32_t *canonical);
+
+/* ---- kernel names --------------------------------------------------------- */
+
+/*
+ * Interned copies of kernel names, owned by the library and never freed (the
+ * agent reads them from the process by address, at any later time). Callers
+ * serialise (the record path holds one lock). Bounded: past the cap every new
+ * name maps to one fixed string.
+ */
+#define FWC_NAME_SLOTS (1u << 14)
+#define FWC_NAME_BYTES_MAX (8u << 20)
+
+struct fwc_names {
+	const char *by_ptr_key[FWC_NAME_SLOTS];	/* CUPTI's pointer -> ours */
+	const char *by_ptr_val[FWC_NAME_SLOTS];
+	const char *by_text[FWC_NAME_SLOTS];	/* open addressing on the text */
+	uint32_t count;
+	size_t bytes;
+	char *chunk;
+	size_t chunk_left;
+};
+
+extern const char fwc_name_full[];
+extern const char fwc_name_unknown[];
+/* Returns the library's copy of name (never NULL). */
+const char *fwc_names_intern(struct fwc_names *n, const char *name);
+
+/* ---- records -------------------------------------------------------------- */
+
+typedef void (*fwc_emit_fn)(const struct fw_cuda_record *recs, uint32_t count, void *ctx);
+
+struct fwc_batch {
+	struct fw_cuda_record recs[FW_CUDA_MAX_BATCH];
+	uint32_t n;
+	fwc_emit_fn emit;
+	void *ctx;
+};
+
+/* Totals of what the record path saw, for the summary and the tests. */
+struct fwc_stats {
+	uint64_t records;		/* activity records read */
+	uint64_t kept;			/* converted and emitted */
+	uint64_t unsampled;		/* dropped: their launch was not kept */
+	uint64_t untimed;		/* dropped: CUPTI had no timestamps */
+	uint64_t other;			/* kinds we do not convert */
+	uint64_t cupti_dropped;		/* records CUPTI could not store */
+	uint64_t weighted_ns[6];	/* sum of duration x weight per FW_CUDA_* kind */
+	uint64_t weighted_count[6];	/* sum of weight per kind */
+};
+
+/* Converts one CUPTI activity record (borrowed) and appends it to b, emitting
+ * full batches. offset_ns turns CUPTI timestamps into Unix ns. */
+void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_names *names,
+		    int64_t offset_ns, struct fwc_batch *b, struct fwc_stats *st);
+/* Emits what b holds. */
+void fwc_batch_flush(struct fwc_batch *b);
+
+#endif

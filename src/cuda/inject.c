@@ -1,0 +1,871 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * libflamewatch-cuda.so: a CUPTI injection library (CUDA_INJECTION64_PATH)
+ * that reports every CUDA launch and the GPU time of its work through the
+ * USDT probes of probes.h. It runs inside someone else's process: it never
+ * aborts, never writes to stdout, writes one line to stderr when something
+ * fails, and whatever fails, the application goes on as if it were absent.
+ *
+ * Life cycle. InitializeInjection (called by the CUDA driver in cuInit)
+ * dlopens CUPTI and starts one control thread; nothing else happens until a
+ * tracer raises one of the probes' semaphores (the agent attaching), or
+ * FLAMEWATCH_CUDA_SUMMARY asks for collection without one. Only then does
+ * the library subscribe to CUPTI; it unsubscribes again a second after the
+ * last tracer left, so that torch.profiler or Nsight can have CUPTI (one
+ * subscriber per process) whenever no agent is looking. A subscription
+ * refused because another client holds CUPTI is reported (stderr and the
+ * conflict probe) and retried every few seconds.
+ *
+ * Overhead. Measured on an H200 (design.md, "Lessons"): CUPTI with launch
+ * callbacks and concurrent-kernel activity always on costs 5-7 % of a 2.3 ms
+ * MLP step and 7-30 % of a step of 100 tiny kernels, most of it CUPTI's own
+ * work per API call and per kernel, which no cleverness on our side removes.
+ * So collection is duty-cycled: time is cut into windows of
+ * FLAMEWATCH_CUDA_WINDOW_MS (50 ms); of every FLAMEWATCH_CUDA_DUTY_CYCLE (10)
+ * consecutive windows one, chosen at random, has the callbacks and activity
+ * kinds enabled, the others run with CUPTI idle. Every instant is thus
+ * collected with probability exactly 1/D, and every launch seen stands for D
+ * launches: weights carry D, so weighted totals estimate the whole run
+ * without bias (a random window per group, not a fixed phase, so that no
+ * periodic workload aliases with the windows). Inside a window, launches
+ * above FLAMEWATCH_CUDA_LAUNCH_BUDGET kept launches per second of wall time
+ * are sampled (fwc_sampler_take), and a kept launch carries the count of the
+ * launches it stands for, so the agent's cost per launch (a uprobe and a
+ * stack walk) stays bounded too. Records of launches not kept are dropped
+ * here, before they cost a probe.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cupti.h>
+
+#define _SDT_HAS_SEMAPHORES 1
+#include <sys/sdt.h>
+
+#include "cuda/fwc.h"
+
+/* The semaphores sys/sdt.h refers to as <provider>_<probe>_semaphore; the
+ * kernel increments them for every attached uprobe (ref_ctr_offset). */
+__extension__ volatile unsigned short flamewatch_launch_semaphore
+	__attribute__((unused)) __attribute__((section(".probes")));
+__extension__ volatile unsigned short flamewatch_activity_semaphore
+	__attribute__((unused)) __attribute__((section(".probes")));
+__extension__ volatile unsigned short flamewatch_conflict_semaphore
+	__attribute__((unused)) __attribute__((section(".probes")));
+
+#define EXPORT __attribute__((visibility("default")))
+
+#define BUF_SIZE	(128u << 10)	/* small: records reach the agent soon */
+#define BUF_MAX		128		/* outstanding; beyond, CUPTI drops */
+#define BUF_KEEP	8		/* kept for reuse */
+#define IDLE_STOP_NS	1000000000LL	/* unsubscribe this long after the last tracer left */
+#define RETRY_NS	5000000000LL	/* retry a refused subscription */
+
+struct cupti_api {
+	void *handle;
+	CUptiResult (*Subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
+	CUptiResult (*Subscribe_v2)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *,
+				    CUpti_SubscriberParams *);
+	CUptiResult (*Unsubscribe)(CUpti_SubscriberHandle);
+	CUptiResult (*EnableCallback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
+				      CUpti_CallbackId);
+	CUptiResult (*EnableDomain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
+	CUptiResult (*GetCallbackName)(CUpti_CallbackDomain, uint32_t, const char **);
+	CUptiResult (*ActivityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc,
+						 CUpti_BuffersCallbackCompleteFunc);
+	CUptiResult (*ActivityEnable)(CUpti_ActivityKind);
+	CUptiResult (*ActivityDisable)(CUpti_ActivityKind);
+	CUptiResult (*ActivityFlushAll)(uint32_t);
+	CUptiResult (*ActivityGetNextRecord)(uint8_t *, size_t, CUpti_Activity **);
+	CUptiResult (*ActivityGetNumDroppedRecords)(CUcontext, uint32_t, size_t *);
+	CUptiResult (*GetTimestamp)(uint64_t *);
+	CUptiResult (*GetResultString)(CUptiResult, const char **);
+};
+
+/* The classes of the callback ids we listen to, per domain. */
+#define RT_IDS  CUPTI_RUNTIME_TRACE_CBID_SIZE
+#define DRV_IDS CUPTI_DRIVER_TRACE_CBID_SIZE
+
+static const CUpti_ActivityKind _kinds[] = {
+	CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+	CUPTI_ACTIVITY_KIND_MEMCPY,
+	CUPTI_ACTIVITY_KIND_MEMCPY2,
+	CUPTI_ACTIVITY_KIND_MEMSET,
+};
+
+static struct {
+	struct cupti_api api;
+	int initialized;
+	_Atomic int inert;		/* forked child, fatal CUPTI error: do nothing */
+
+	/* configuration */
+	uint64_t budget;		/* kept launches per second */
+	uint32_t duty;			/* D: one window in D collects */
+	uint32_t window_ms;
+	uint64_t seed;
+	const char *summary_path;
+
+	/* control (the control thread and exit, under ctl) */
+	pthread_mutex_t ctl;
+	CUpti_SubscriberHandle sub;
+	int subscribed;
+	int on;				/* callbacks and activity enabled */
+	int conflict_reported;
+	int64_t retry_at, idle_since;
+	uint64_t slot;
+	uint32_t on_slot;
+	uint64_t ctl_rng;
+	uint64_t last_window_seen;
+	uint8_t rt_class[RT_IDS], drv_class[DRV_IDS];
+	int classes_known;
+
+	/* hot path */
+	_Atomic uint32_t gen;		/* bumped whenever callbacks are (re)enabled */
+	_Atomic uint64_t p_fixed;	/* keep probability, 1/2^32 */
+	_Atomic uint64_t window_seen;
+	_Atomic uint64_t seen[FWC_NCLASS], kept[FWC_NCLASS], weight_sum[FWC_NCLASS];
+	_Atomic int64_t offset_ns;
+
+	/* records (under rec) */
+	pthread_mutex_t rec;
+	struct fwc_names names;
+	struct fwc_batch batch;
+	struct fwc_stats stats;
+	void *free_bufs[BUF_KEEP];
+	int nfree;
+	_Atomic int outstanding;
+	_Atomic uint64_t refused_bufs;
+
+	struct fwc_weights weights;
+	int warned[8];
+} G = {
+	.ctl = PTHREAD_MUTEX_INITIALIZER,
+	.rec = PTHREAD_MUTEX_INITIALIZER,
+};
+
+enum { W_LOAD, W_SYM, W_SUB, W_CALL, W_FATAL, W_THREAD, W_SUMMARY };
+
+/* Per launching thread: the sampler and the runtime call that may wrap a
+ * driver call, so that the pair counts once. */
+struct tls {
+	int seeded;
+	struct fwc_thread_sampler s;
+	uint32_t gen;
+	int rt_active;
+	uint32_t rt_corr, rt_weight;
+	uint32_t drv_corr, drv_weight;
+	int drv_active;
+};
+
+static __thread struct tls _t;
+
+static void _warn_once(int which, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void _warn_once(int which, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	int n;
+
+	if (G.warned[which])
+		return;
+	G.warned[which] = 1;
+	n = snprintf(line, sizeof(line), "flamewatch-cuda[%d]: ", (int)getpid());
+	va_start(ap, fmt);
+	vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	strcat(line, "\n");
+	/* write(2), not stdio: the application may own stderr's buffer. */
+	if (write(2, line, strlen(line)) < 0) {
+		/* nothing else to do */
+	}
+}
+
+static const char *_err(CUptiResult r)
+{
+	const char *s = NULL;
+
+	if (G.api.GetResultString && G.api.GetResultString(r, &s) == CUPTI_SUCCESS && s)
+		return s;
+	return "unknown CUPTI error";
+}
+
+static int64_t _now(clockid_t c)
+{
+	struct timespec ts;
+
+	clock_gettime(c, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static uint64_t _env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max)
+{
+	const char *s = getenv(name);
+	char *end;
+	unsigned long long v;
+
+	if (!s || !*s)
+		return def;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return def;
+	return v;
+}
+
+/* ---- probes ------------------------------------------------------------- */
+
+static void _emit(const struct fw_cuda_record *recs, uint32_t count, void *ctx)
+{
+	if (flamewatch_activity_semaphore)
+		STAP_PROBE2(flamewatch, activity, recs, count);
+}
+
+static void _conflict(const char *what)
+{
+	if (flamewatch_conflict_semaphore)
+		STAP_PROBE1(flamewatch, conflict, what);
+}
+
+static int _listening(void)
+{
+	return flamewatch_launch_semaphore || flamewatch_activity_semaphore || G.summary_path;
+}
+
+/* ---- launch callbacks (the application's threads) ------------------------ */
+
+static uint32_t _take(struct tls *t, enum fwc_class cls)
+{
+	uint64_t p = atomic_load_explicit(&G.p_fixed, memory_order_relaxed);
+	uint64_t n = atomic_fetch_add_explicit(&G.window_seen, 1, memory_order_relaxed) + 1;
+	uint64_t quota = G.budget * G.window_ms * G.duty / 1000;
+	uint32_t w;
+
+	/* A burst far above what the last window saw: sample now, not next window. */
+	if (n > 2 * quota + 64 && n > 2 * G.last_window_seen && p > fwc_sampler_probability(quota, n))
+		atomic_store_explicit(&G.p_fixed, p = fwc_sampler_probability(quota, 2 * n),
+				      memory_order_relaxed);
+	if (!t->seeded) {
+		fwc_sampler_seed(&t->s, G.seed ^ ((uint64_t)syscall(SYS_gettid) << 32) ^
+					(G.seed ? 0 : (uint64_t)_now(CLOCK_MONOTONIC)));
+		t->seeded = 1;
+	}
+	atomic_fetch_add_explicit(&G.seen[cls], 1, memory_order_relaxed);
+	w = fwc_sampler_take(&t->s, cls, p, G.duty);
+	if (w) {
+		atomic_fetch_add_explicit(&G.kept[cls], 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&G.weight_sum[cls], w, memory_order_relaxed);
+	}
+	return w;
+}
+
+static int _failed(const CUpti_CallbackData *cb, CUpti_CallbackDomain dom)
+{
+	/* cudaError_t and CUresult alike: an int, 0 on success. */
+	return cb->functionReturnValue && *(const int *)cb->functionReturnValue != 0;
+}
+
+static void _launch_probe(uint32_t corr, uint32_t weight)
+{
+	if (flamewatch_launch_semaphore)
+		STAP_PROBE2(flamewatch, launch, (uint64_t)corr, weight);
+}
+
+static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti_CallbackData *cb)
+{
+	struct tls *t = &_t;
+	uint32_t gen = atomic_load_explicit(&G.gen, memory_order_relaxed);
+	enum fwc_class cls;
+	uint32_t w;
+
+	if (dom == CUPTI_CB_DOMAIN_RUNTIME_API)
+		cls = cbid < RT_IDS ? G.rt_class[cbid] : FWC_NONE;
+	else
+		cls = cbid < DRV_IDS ? G.drv_class[cbid] : FWC_NONE;
+	if (cls == FWC_NONE)
+		return;
+	if (t->gen != gen) {	/* callbacks were off: forget calls whose exit we missed */
+		t->gen = gen;
+		t->rt_active = t->drv_active = 0;
+	}
+	if (cb->callbackSite == CUPTI_API_ENTER) {
+		if (t->rt_active || t->drv_active) {
+			/* The runtime call's own driver call (or any call nested in
+			 * the one in progress): counted with the outer call, but its
+			 * records may carry this id. */
+			uint32_t oc = t->rt_active ? t->rt_corr : t->drv_corr;
+			uint32_t ow = t->rt_active ? t->rt_weight : t->drv_weight;
+
+			if (ow)
+				fwc_weights_put(&G.weights, cb->correlationId, oc, ow);
+			return;
+		}
+		w = _take(t, cls);
+		if (w)
+			fwc_weights_put(&G.weights, cb->correlationId, cb->correlationId, w);
+		if (dom == CUPTI_CB_DOMAIN_RUNTIME_API) {
+			t->rt_active = 1;
+			t->rt_corr = cb->correlationId;
+			t->rt_weight = w;
+		} else {
+			t->drv_active = 1;
+			t->drv_corr = cb->correlationId;
+			t->drv_weight = w;
+		}
+		return;
+	}
+	if (dom == CUPTI_CB_DOMAIN_RUNTIME_API) {
+		if (!t->rt_active || cb->correlationId != t->rt_corr)
+			return;
+		t->rt_active = 0;
+		if (t->rt_weight && !_failed(cb, dom))
+			_launch_probe(t->rt_corr, t->rt_weight);
+	} else {
+		if (t->rt_active || !t->drv_active || cb->correlationId != t->drv_corr)
+			return;
+		t->drv_active = 0;
+		if (t->drv_weight && !_failed(cb, dom))
+			_launch_probe(t->drv_corr, t->drv_weight);
+	}
+}
+
+static void CUPTIAPI _on_callback(void *ud, CUpti_CallbackDomain dom, CUpti_CallbackId cbid,
+				  const void *data)
+{
+	if (atomic_load_explicit(&G.inert, memory_order_relaxed) || !data)
+		return;
+	if (dom == CUPTI_CB_DOMAIN_RUNTIME_API || dom == CUPTI_CB_DOMAIN_DRIVER_API) {
+		_on_api(dom, cbid, data);
+	} else if (dom == CUPTI_CB_DOMAIN_STATE && cbid == CUPTI_CBID_STATE_FATAL_ERROR) {
+		const CUpti_StateData *s = data;
+
+		_warn_once(W_FATAL, "CUPTI reported a fatal error (%s); GPU time is no longer collected",
+			   s->notification.message ? s->notification.message : _err(s->notification.result));
+		atomic_store(&G.inert, 1);
+	}
+}
+
+/* ---- activity buffers (CUPTI's threads) --------------------------------- */
+
+static void CUPTIAPI _buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+	void *b = NULL;
+
+	*max_records = 0;
+	pthread_mutex_lock(&G.rec);
+	if (G.nfree)
+		b = G.free_bufs[--G.nfree];
+	pthread_mutex_unlock(&G.rec);
+	if (!b && atomic_load(&G.outstanding) < BUF_MAX && posix_memalign(&b, 8, BUF_SIZE))
+		b = NULL;
+	if (!b) {
+		/* CUPTI drops records rather than waiting: the application goes on. */
+		atomic_fetch_add(&G.refused_bufs, 1);
+		*buffer = NULL;
+		*size = 0;
+		return;
+	}
+	atomic_fetch_add(&G.outstanding, 1);
+	*buffer = b;
+	*size = BUF_SIZE;
+}
+
+static void CUPTIAPI _buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size,
+				       size_t valid)
+{
+	CUpti_Activity *rec = NULL;
+	size_t dropped = 0;
+	int64_t offset = atomic_load(&G.offset_ns);
+
+	if (!buffer)
+		return;
+	pthread_mutex_lock(&G.rec);
+	if (!atomic_load(&G.inert)) {
+		while (G.api.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS && rec)
+			fwc_record_add(rec, &G.weights, &G.names, offset, &G.batch, &G.stats);
+		fwc_batch_flush(&G.batch);
+		if (G.api.ActivityGetNumDroppedRecords &&
+		    G.api.ActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS)
+			G.stats.cupti_dropped += dropped;
+	}
+	if (G.nfree < BUF_KEEP) {
+		G.free_bufs[G.nfree++] = buffer;
+		buffer = NULL;
+	}
+	pthread_mutex_unlock(&G.rec);
+	free(buffer);
+	atomic_fetch_sub(&G.outstanding, 1);
+}
+
+/* ---- control (the control thread, and exit) ----------------------------- */
+
+static enum fwc_class _classify(CUpti_CallbackDomain dom, const char *name)
+{
+	int rt = dom == CUPTI_CB_DOMAIN_RUNTIME_API;
+	const char *launch = rt ? "cudaLaunch" : "cuLaunch";
+	const char *host = rt ? "cudaLaunchHostFunc" : "cuLaunchHostFunc";
+	const char *graph = rt ? "cudaGraphLaunch" : "cuGraphLaunch";
+	const char *cpy = rt ? "cudaMemcpy" : "cuMemcpy";
+	const char *set = rt ? "cudaMemset" : "cuMemset";
+
+	if (!strncmp(name, host, strlen(host)))
+		return FWC_NONE;
+	if (!strncmp(name, launch, strlen(launch)) || !strncmp(name, graph, strlen(graph)))
+		return FWC_KERNEL;
+	if (!strncmp(name, cpy, strlen(cpy)))
+		return FWC_MEMCPY;
+	if (!strncmp(name, set, strlen(set)))
+		return FWC_MEMSET;
+	return FWC_NONE;
+}
+
+/* The ids by name, so that launch APIs added in later CUPTI versions of the
+ * same major are found too; a fixed list when names are not available. */
+static void _classes(void)
+{
+	static const uint32_t rt_kernel[] = {
+		CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_v3020,
+		CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_ptsz_v7000,
+		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernelMultiDevice_v9000,
+		CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+		CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
+	};
+	static const uint32_t drv_kernel[] = {
+		CUPTI_DRIVER_TRACE_CBID_cuLaunch,
+		CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid,
+		CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync,
+		CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+		CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+		CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+		CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+		CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+		CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+		CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice,
+		CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+		CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+	};
+	const char *name;
+	int named = 0;
+
+	if (G.classes_known)
+		return;
+	for (uint32_t i = 1; G.api.GetCallbackName && i < RT_IDS; i++)
+		if (G.api.GetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, i, &name) == CUPTI_SUCCESS && name) {
+			G.rt_class[i] = (uint8_t)_classify(CUPTI_CB_DOMAIN_RUNTIME_API, name);
+			named++;
+		}
+	for (uint32_t i = 1; G.api.GetCallbackName && i < DRV_IDS; i++)
+		if (G.api.GetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, i, &name) == CUPTI_SUCCESS && name) {
+			G.drv_class[i] = (uint8_t)_classify(CUPTI_CB_DOMAIN_DRIVER_API, name);
+			named++;
+		}
+	if (!named) {
+		for (size_t i = 0; i < sizeof(rt_kernel) / sizeof(rt_kernel[0]); i++)
+			G.rt_class[rt_kernel[i]] = FWC_KERNEL;
+		for (size_t i = 0; i < sizeof(drv_kernel) / sizeof(drv_kernel[0]); i++)
+			G.drv_class[drv_kernel[i]] = FWC_KERNEL;
+		G.rt_class[CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020] = FWC_MEMCPY;
+		G.rt_class[CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020] = FWC_MEMCPY;
+		G.rt_class[CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020] = FWC_MEMSET;
+		G.rt_class[CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020] = FWC_MEMSET;
+	}
+	G.classes_known = 1;
+}
+
+static void _update_offset(void)
+{
+	uint64_t c;
+	int64_t t0, t1;
+
+	if (!G.api.GetTimestamp)
+		return;
+	t0 = _now(CLOCK_REALTIME);
+	if (G.api.GetTimestamp(&c) != CUPTI_SUCCESS)
+		return;
+	t1 = _now(CLOCK_REALTIME);
+	atomic_store(&G.offset_ns, t0 + (t1 - t0) / 2 - (int64_t)c);
+}
+
+/* Enables or disables our callbacks; returns the first error. */
+static CUptiResult _callbacks(uint32_t enable)
+{
+	CUptiResult first = CUPTI_SUCCESS, r;
+
+	for (uint32_t i = 1; i < RT_IDS; i++)
+		if (G.rt_class[i] && (r = G.api.EnableCallback(enable, G.sub, CUPTI_CB_DOMAIN_RUNTIME_API, i)) &&
+		    first == CUPTI_SUCCESS)
+			first = r;
+	for (uint32_t i = 1; i < DRV_IDS; i++)
+		if (G.drv_class[i] && (r = G.api.EnableCallback(enable, G.sub, CUPTI_CB_DOMAIN_DRIVER_API, i)) &&
+		    first == CUPTI_SUCCESS)
+			first = r;
+	return first;
+}
+
+static void _turn_on(void)
+{
+	CUptiResult r;
+	int any = 0;
+
+	for (size_t i = 0; i < sizeof(_kinds) / sizeof(_kinds[0]); i++) {
+		r = G.api.ActivityEnable(_kinds[i]);
+		if (r == CUPTI_SUCCESS)
+			any = 1;
+		else if (_kinds[i] == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
+			_warn_once(W_CALL, "cuptiActivityEnable: %s", _err(r));
+	}
+	if (!any)
+		return;
+	atomic_fetch_add(&G.gen, 1);
+	r = _callbacks(1);
+	if (r != CUPTI_SUCCESS)
+		_warn_once(W_CALL, "cuptiEnableCallback: %s", _err(r));
+	G.on = 1;
+}
+
+static void _turn_off(void)
+{
+	struct timespec grace = { 0, 1000000 };
+
+	if (!G.on)
+		return;
+	G.on = 0;
+	_callbacks(0);
+	/* Let a launch whose entry callback just ran reach the GPU with
+	 * activity still enabled, so its kept weight finds its record. */
+	nanosleep(&grace, NULL);
+	for (size_t i = 0; i < sizeof(_kinds) / sizeof(_kinds[0]); i++)
+		G.api.ActivityDisable(_kinds[i]);
+}
+
+static void _subscribe(int64_t now)
+{
+	char old[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 8] = "";
+	CUptiResult r;
+
+	if (G.api.Subscribe_v2) {
+		CUpti_SubscriberParams p = {
+			.structSize = CUpti_SubscriberParams_STRUCT_SIZE,
+			.subscriberName = "flamewatch",
+			.oldSubscriberName = old,
+			.oldSubscriberSize = sizeof(old) - 1,
+		};
+
+		r = G.api.Subscribe_v2(&G.sub, _on_callback, NULL, &p);
+	} else {
+		r = G.api.Subscribe(&G.sub, _on_callback, NULL);
+	}
+	if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+		char what[160];
+
+		snprintf(what, sizeof(what), "another CUPTI client (%s) holds this process",
+			 old[0] ? old : "torch.profiler, Nsight or similar");
+		if (!G.conflict_reported) {
+			char line[256];
+
+			snprintf(line, sizeof(line), "flamewatch-cuda[%d]: %s: GPU time is not collected\n",
+				 (int)getpid(), what);
+			if (write(2, line, strlen(line)) < 0) {
+				/* nothing else to do */
+			}
+			G.conflict_reported = 1;
+		}
+		_conflict(what);
+		G.retry_at = now + RETRY_NS;
+		return;
+	}
+	if (r != CUPTI_SUCCESS) {
+		_warn_once(W_SUB, "cuptiSubscribe: %s; GPU time is not collected", _err(r));
+		G.retry_at = now + RETRY_NS;
+		return;
+	}
+	G.conflict_reported = 0;
+	G.subscribed = 1;
+	_classes();
+	r = G.api.ActivityRegisterCallbacks(_buffer_requested, _buffer_completed);
+	if (r != CUPTI_SUCCESS) {
+		_warn_once(W_SUB, "cuptiActivityRegisterCallbacks: %s; GPU time is not collected", _err(r));
+		G.api.Unsubscribe(G.sub);
+		G.subscribed = 0;
+		G.retry_at = now + RETRY_NS;
+		return;
+	}
+	if (G.api.EnableDomain)
+		G.api.EnableDomain(1, G.sub, CUPTI_CB_DOMAIN_STATE);
+	_update_offset();
+	G.slot = 0;
+	atomic_store(&G.p_fixed, UINT32_MAX);
+	G.last_window_seen = 0;
+}
+
+static void _unsubscribe(void)
+{
+	_turn_off();
+	G.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+	G.api.Unsubscribe(G.sub);
+	G.subscribed = 0;
+}
+
+/* One window: decide whether it collects, set the sampling rate from the
+ * last collecting window, and hand CUPTI's finished records to the agent. */
+static void _tick(void)
+{
+	int64_t now = _now(CLOCK_MONOTONIC);
+	int was_on = G.on;
+	uint64_t x;
+
+	if (atomic_load(&G.inert)) {
+		if (G.subscribed)
+			_unsubscribe();
+		return;
+	}
+	if (!_listening()) {
+		if (!G.subscribed)
+			return;
+		if (!G.idle_since)
+			G.idle_since = now;
+		if (now - G.idle_since >= IDLE_STOP_NS) {
+			_unsubscribe();
+			G.idle_since = 0;
+			return;
+		}
+	} else {
+		G.idle_since = 0;
+		if (!G.subscribed && now >= G.retry_at)
+			_subscribe(now);
+	}
+	if (!G.subscribed)
+		return;
+	if (G.slot % G.duty == 0) {
+		x = G.ctl_rng;	/* xorshift: pick the collecting window of this group */
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		G.ctl_rng = x;
+		G.on_slot = (uint32_t)(x % G.duty);
+	}
+	if (G.slot % G.duty == G.on_slot && _listening()) {
+		if (G.on)
+			G.last_window_seen = atomic_exchange(&G.window_seen, 0);
+		atomic_store(&G.p_fixed, fwc_sampler_probability(G.budget * G.window_ms * G.duty / 1000,
+								 G.last_window_seen));
+		if (!G.on)
+			_turn_on();
+	} else if (G.on) {
+		G.last_window_seen = atomic_exchange(&G.window_seen, 0);
+		_turn_off();
+	}
+	G.slot++;
+	if (was_on || G.on)
+		G.api.ActivityFlushAll(0);
+	if (G.slot % 16 == 0)
+		_update_offset();
+}
+
+static void *_control(void *arg)
+{
+	struct timespec next;
+
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	while (!atomic_load(&G.inert)) {
+		next.tv_nsec += (long)G.window_ms * 1000000L;
+		while (next.tv_nsec >= 1000000000L) {
+			next.tv_nsec -= 1000000000L;
+			next.tv_sec++;
+		}
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
+		pthread_mutex_lock(&G.ctl);
+		_tick();
+		pthread_mutex_unlock(&G.ctl);
+	}
+	return NULL;
+}
+
+static void _write_summary(void)
+{
+	FILE *f;
+	static const char *kinds[] = { "kernel", "memcpy_htod", "memcpy_dtoh", "memcpy_dtod",
+				       "memcpy_other", "memset" };
+
+	f = fopen(G.summary_path, "a");
+	if (!f) {
+		_warn_once(W_SUMMARY, "cannot write %s: %s", G.summary_path, strerror(errno));
+		return;
+	}
+	fprintf(f, "{\"pid\":%d,\"duty_cycle\":%u,\"window_ms\":%u,\"launch_budget\":%llu",
+		(int)getpid(), G.duty, G.window_ms, (unsigned long long)G.budget);
+	fprintf(f, ",\"launches_seen\":%llu,\"launches_kept\":%llu,\"launch_weight\":%llu",
+		(unsigned long long)atomic_load(&G.seen[FWC_KERNEL]),
+		(unsigned long long)atomic_load(&G.kept[FWC_KERNEL]),
+		(unsigned long long)atomic_load(&G.weight_sum[FWC_KERNEL]));
+	fprintf(f, ",\"records\":%llu,\"kept\":%llu,\"unsampled\":%llu,\"untimed\":%llu"
+		   ",\"cupti_dropped\":%llu,\"refused_buffers\":%llu,\"kernel_names\":%u",
+		(unsigned long long)G.stats.records, (unsigned long long)G.stats.kept,
+		(unsigned long long)G.stats.unsampled, (unsigned long long)G.stats.untimed,
+		(unsigned long long)G.stats.cupti_dropped, (unsigned long long)atomic_load(&G.refused_bufs),
+		G.names.count);
+	for (int k = 0; k < 6; k++)
+		fprintf(f, ",\"%s_ns\":%llu,\"%s_count\":%llu", kinds[k],
+			(unsigned long long)G.stats.weighted_ns[k], kinds[k],
+			(unsigned long long)G.stats.weighted_count[k]);
+	fprintf(f, "}\n");
+	fclose(f);
+}
+
+static void _at_exit(void)
+{
+	struct timespec until;
+
+	if (atomic_load(&G.inert))
+		return;
+	/* Never hang the exit: if the control thread is stuck in CUPTI, give up. */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1;
+	if (pthread_mutex_timedlock(&G.ctl, &until))
+		return;
+	if (G.subscribed) {
+		_turn_off();
+		G.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+	}
+	atomic_store(&G.inert, 1);
+	pthread_mutex_unlock(&G.ctl);
+	if (G.summary_path) {
+		pthread_mutex_lock(&G.rec);
+		_write_summary();
+		pthread_mutex_unlock(&G.rec);
+	}
+}
+
+/* CUDA cannot be used in a child forked after it was initialised, and the
+ * control thread is not there: the child stays as if we were absent. */
+static void _at_fork_child(void)
+{
+	atomic_store(&G.inert, 1);
+	G.summary_path = NULL;
+}
+
+static void *_sym(const char *name, int required, int *missing)
+{
+	void *p = dlsym(G.api.handle, name);
+
+	if (!p && required)
+		(*missing)++;
+	return p;
+}
+
+static int _load_cupti(void)
+{
+	static const char *const defaults[] = {
+		"libcupti.so.13", "libcupti.so",
+		"/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
+		"/usr/local/cuda/lib64/libcupti.so.13",
+	};
+	const char *path = getenv("FLAMEWATCH_CUPTI_PATH");
+	int missing = 0;
+
+	if (path && *path) {
+		G.api.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+		if (!G.api.handle) {
+			_warn_once(W_LOAD, "cannot load CUPTI from FLAMEWATCH_CUPTI_PATH: %s", dlerror());
+			return -ENOENT;
+		}
+	} else {
+		/* A CUPTI already in the process (PyTorch brings its own) first:
+		 * two copies in one process would fight over the driver. */
+		for (size_t i = 0; i < 2 && !G.api.handle; i++)
+			G.api.handle = dlopen(defaults[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+		for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]) && !G.api.handle; i++)
+			G.api.handle = dlopen(defaults[i], RTLD_NOW | RTLD_LOCAL);
+		if (!G.api.handle) {
+			_warn_once(W_LOAD, "cannot load CUPTI (libcupti.so.13; set FLAMEWATCH_CUPTI_PATH): %s",
+				   dlerror());
+			return -ENOENT;
+		}
+	}
+	G.api.Subscribe = _sym("cuptiSubscribe", 1, &missing);
+	G.api.Subscribe_v2 = _sym("cuptiSubscribe_v2", 0, &missing);
+	G.api.Unsubscribe = _sym("cuptiUnsubscribe", 1, &missing);
+	G.api.EnableCallback = _sym("cuptiEnableCallback", 1, &missing);
+	G.api.EnableDomain = _sym("cuptiEnableDomain", 0, &missing);
+	G.api.GetCallbackName = _sym("cuptiGetCallbackName", 0, &missing);
+	G.api.ActivityRegisterCallbacks = _sym("cuptiActivityRegisterCallbacks", 1, &missing);
+	G.api.ActivityEnable = _sym("cuptiActivityEnable", 1, &missing);
+	G.api.ActivityDisable = _sym("cuptiActivityDisable", 1, &missing);
+	G.api.ActivityFlushAll = _sym("cuptiActivityFlushAll", 1, &missing);
+	G.api.ActivityGetNextRecord = _sym("cuptiActivityGetNextRecord", 1, &missing);
+	G.api.ActivityGetNumDroppedRecords = _sym("cuptiActivityGetNumDroppedRecords", 0, &missing);
+	G.api.GetTimestamp = _sym("cuptiGetTimestamp", 0, &missing);
+	G.api.GetResultString = _sym("cuptiGetResultString", 0, &missing);
+	if (missing) {
+		_warn_once(W_SYM, "the CUPTI library lacks %d required functions; GPU time is not collected",
+			   missing);
+		return -ENOSYS;
+	}
+	return 0;
+}
+
+EXPORT int InitializeInjection(void)
+{
+	sigset_t all, old;
+	pthread_t tid;
+	pthread_attr_t attr;
+	int err;
+
+	if (G.initialized)
+		return 1;
+	G.initialized = 1;
+	G.budget = _env_u64("FLAMEWATCH_CUDA_LAUNCH_BUDGET", 500, 1, 100000000);
+	G.duty = (uint32_t)_env_u64("FLAMEWATCH_CUDA_DUTY_CYCLE", 10, 1, 1000);
+	G.window_ms = (uint32_t)_env_u64("FLAMEWATCH_CUDA_WINDOW_MS", 50, 1, 10000);
+	/* A kept launch's weight must still be in the direct-mapped table when
+	 * its records arrive (a window or two later): at most 1/8 of the slots
+	 * are written per window. */
+	if (G.budget > (uint64_t)FWC_WEIGHT_SLOTS / 8 * 1000 / ((uint64_t)G.window_ms * G.duty))
+		G.budget = (uint64_t)FWC_WEIGHT_SLOTS / 8 * 1000 / ((uint64_t)G.window_ms * G.duty) ?: 1;
+	G.seed = _env_u64("FLAMEWATCH_CUDA_SEED", 0, 0, UINT64_MAX);
+	G.ctl_rng = G.seed ? G.seed : (uint64_t)_now(CLOCK_MONOTONIC) ^ ((uint64_t)getpid() << 40);
+	if (!G.ctl_rng)
+		G.ctl_rng = 1;
+	G.summary_path = getenv("FLAMEWATCH_CUDA_SUMMARY");
+	if (G.summary_path && !*G.summary_path)
+		G.summary_path = NULL;
+	G.batch.emit = _emit;
+	atomic_store(&G.p_fixed, UINT32_MAX);
+
+	if (_load_cupti()) {
+		atomic_store(&G.inert, 1);
+		return 1;
+	}
+	pthread_atfork(NULL, NULL, _at_fork_child);
+	atexit(_at_exit);
+
+	/* The control thread takes none of the application's signals. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 256u << 10);
+	err = pthread_create(&tid, &attr, _control, NULL);
+	pthread_attr_destroy(&attr);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		_warn_once(W_THREAD, "cannot start a thread: %s; GPU time is not collected", strerror(err));
+		atomic_store(&G.inert, 1);
+		return 1;
+	}
+	pthread_setname_np(tid, "flamewatch-cuda");
+	return 1;
+}

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Interned kernel names (see fwc.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/fwc.h"
+
+const char fwc_name_full[] = "[flamewatch: kernel name table full]";
+const char fwc_name_unknown[] = "[unknown kernel]";
+
+#define CHUNK (64u << 10)
+
+static uint64_t _hash(const char *s, size_t len)
+{
+	uint64_t h = 1469598103934665603ULL;	/* FNV-1a */
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= (unsigned char)s[i];
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+static const char *_copy(struct fwc_names *n, const char *name, size_t len)
+{
+	char *p;
+
+	if (len + 1 > n->chunk_left) {
+		size_t sz = len + 1 > CHUNK ? len + 1 : CHUNK;
+
+		if (n->bytes + sz > FWC_NAME_BYTES_MAX)
+			return NULL;
+		n->chunk = malloc(sz);
+		if (!n->chunk) {
+			n->chunk_left = 0;
+			return NULL;
+		}
+		n->chunk_left = sz;
+		n->bytes += sz;
+	}
+	p = n->chunk;
+	memcpy(p, name, len);
+	p[len] = 0;
+	n->chunk += len + 1;
+	n->chunk_left -= len + 1;
+	return p;
+}
+
+const char *fwc_names_intern(struct fwc_names *n, const char *name)
+{
+	uint32_t pi, ti;
+	size_t len;
+	const char *s;
+
+	if (!name || !*name)
+		return fwc_name_unknown;
+	/* CUPTI hands the same pointer for every record of one kernel. */
+	pi = (uint32_t)(((uintptr_t)name >> 3) * 0x9E3779B1u) & (FWC_NAME_SLOTS - 1);
+	if (n->by_ptr_key[pi] == name)
+		return n->by_ptr_val[pi];
+
+	len = strnlen(name, 64u << 10);
+	ti = (uint32_t)_hash(name, len) & (FWC_NAME_SLOTS - 1);
+	for (uint32_t probe = 0; probe < FWC_NAME_SLOTS; probe++, ti = (ti + 1) & (FWC_NAME_SLOTS - 1)) {
+		s = n->by_text[ti];
+		if (!s)
+			break;
+		if (!strncmp(s, name, len) && s[len] == 0)
+			goto found;
+	}
+	/* Keep the table at most 3/4 full so that probes stay short. */
+	if (n->count >= FWC_NAME_SLOTS / 4 * 3 || n->by_text[ti])
+		return fwc_name_full;
+	s = _copy(n, name, len);
+	if (!s)
+		return fwc_name_full;
+	n->by_text[ti] = s;
+	n->count++;
+found:
+	n->by_ptr_key[pi] = name;
+	n->by_ptr_val[pi] = s;
+	return s;
+}

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * A stand-in for a CUDA application in the tests of libflamewatch-cuda.so:
+ * it loads the library as the CUDA driver would (dlopen, InitializeInjection)
+ * and, with the fake CUPTI (FLAMEWATCH_CUPTI_PATH=build/fakes/libcupti.so),
+ * makes the API calls and GPU work a real application would.
+ *
+ *   cuda_host app LIB|-                 work, a fork, known output, exit 3
+ *   cuda_host drive LIB N DUR_NS SLEEP_US
+ *       waits until the library subscribed, makes N kernel launches (and
+ *       copies, sets, driver-only and graph launches among them), then
+ *       prints what the fake saw as one JSON line and exits 0
+ *   cuda_host later LIB
+ *       waits for a subscription, then for the library to let CUPTI go,
+ *       then holds CUPTI as another client would until the library is
+ *       refused (up to 30 s)
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake_cupti.h"
+
+static struct {
+	void (*launch)(const char *, uint64_t, int);
+	void (*driver_launch)(const char *, uint64_t);
+	void (*graph_launch)(const char *, int, uint64_t);
+	void (*memcpy_htod)(uint64_t, uint64_t);
+	void (*memset)(uint64_t, uint64_t);
+	void (*other_call)(void);
+	int (*subscribed)(void);
+	void (*other_client)(int);
+	void (*get_truth)(struct fake_cupti_truth *);
+} F;
+
+static int _inject(const char *lib)
+{
+	void *h;
+	int (*init)(void);
+
+	if (!strcmp(lib, "-"))
+		return 0;
+	h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		fprintf(stderr, "cuda_host: %s\n", dlerror());
+		return -1;
+	}
+	init = (int (*)(void))dlsym(h, "InitializeInjection");
+	if (!init) {
+		fprintf(stderr, "cuda_host: no InitializeInjection in %s\n", lib);
+		return -1;
+	}
+	return init() == 1 ? 0 : -1;
+}
+
+static int _fake(void)
+{
+	const char *p = getenv("FLAMEWATCH_CUPTI_PATH");
+	void *h;
+
+	/* The same copy the library loaded. */
+	h = p ? dlopen(p, RTLD_NOW | RTLD_LOCAL) : NULL;
+	if (!h) {
+		fprintf(stderr, "cuda_host: cannot open the fake CUPTI: %s\n", p ? dlerror() : "unset");
+		return -1;
+	}
+#define SYM(f, n) *(void **)&F.f = dlsym(h, "fake_cupti_" n)
+	SYM(launch, "launch");
+	SYM(driver_launch, "driver_launch");
+	SYM(graph_launch, "graph_launch");
+	SYM(memcpy_htod, "memcpy_htod");
+	SYM(memset, "memset");
+	SYM(other_call, "other_call");
+	SYM(subscribed, "subscribed");
+	SYM(other_client, "other_client");
+	SYM(get_truth, "get_truth");
+	return F.launch && F.get_truth ? 0 : -1;
+}
+
+static void _sleep_us(long us)
+{
+	struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
+
+	nanosleep(&ts, NULL);
+}
+
+static int _wait_subscribed(int want, int seconds)
+{
+	for (int i = 0; i < seconds * 100; i++) {
+		if (F.subscribed() == want)
+			return 0;
+		_sleep_us(10000);
+	}
+	return -1;
+}
+
+static int _app(void)
+{
+	unsigned long sum = 0;
+	pid_t pid;
+	int st;
+
+	for (unsigned long i = 0; i < 3000000; i++)
+		sum = sum * 31 + i;
+	printf("checksum=%lu\n", sum);
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0)
+		_exit(5);
+	waitpid(pid, &st, 0);
+	printf("child=%d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	_sleep_us(300000);	/* let the library's thread run a few windows */
+	printf("done\n");
+	return 3;
+}
+
+static int _drive(long n, uint64_t dur, long sleep_us)
+{
+	struct fake_cupti_truth t;
+	int vary = getenv("HOST_VARY") != NULL;
+
+	if (_wait_subscribed(1, 20)) {
+		fprintf(stderr, "cuda_host: the library did not subscribe\n");
+		return 4;
+	}
+	for (long i = 0; i < n; i++) {
+		uint64_t d = vary ? dur * (uint64_t)(1 + i % 7) / 4 : dur;
+
+		F.other_call();
+		if (i % 8 == 3)
+			F.driver_launch("_Z13driver_kernelPf", d);
+		else if (i % 50 == 17)
+			F.graph_launch("_Z12graph_kernelv", 3, d);
+		else
+			F.launch(i % 2 ? "_Z10kernel_onePf" : "_Z10kernel_twoPfi", d, (int)(i % 4 == 1));
+		if (i % 10 == 0)
+			F.memcpy_htod(4096, dur / 2);
+		if (i % 16 == 0)
+			F.memset(1024, dur / 4);
+		if (sleep_us)
+			_sleep_us(sleep_us);
+	}
+	F.get_truth(&t);
+	printf("{\"launches\":%llu,\"kernel_ns\":%llu,\"memcpy_calls\":%llu,\"memcpy_ns\":%llu,"
+	       "\"memcpy_bytes\":%llu,\"memset_calls\":%llu,\"memset_ns\":%llu,\"recorded\":%llu,"
+	       "\"subscribes\":%llu,\"toggles_on\":%llu,\"callbacks\":%llu}\n",
+	       (unsigned long long)t.launches, (unsigned long long)t.kernel_ns,
+	       (unsigned long long)t.memcpy_calls, (unsigned long long)t.memcpy_ns,
+	       (unsigned long long)t.memcpy_bytes, (unsigned long long)t.memset_calls,
+	       (unsigned long long)t.memset_ns, (unsigned long long)t.recorded,
+	       (unsigned long long)t.subscribes, (unsigned long long)t.toggles_on,
+	       (unsigned long long)t.callbacks);
+	fflush(stdout);
+	return 0;
+}
+
+static int _later(void)
+{
+	if (_wait_subscribed(1, 20)) {
+		fprintf(stderr, "cuda_host: the library did not subscribe\n");
+		return 4;
+	}
+	printf("subscribed\n");
+	fflush(stdout);
+	if (_wait_subscribed(0, 20)) {
+		fprintf(stderr, "cuda_host: the library kept CUPTI\n");
+		return 4;
+	}
+	F.other_client(1);
+	printf("released\n");
+	fflush(stdout);
+	/* Until the library tried again (the next tracer attached) and a bit. */
+	for (int i = 0; i < 3000; i++) {
+		struct fake_cupti_truth t;
+
+		F.get_truth(&t);
+		if (t.refusals)
+			break;
+		_sleep_us(10000);
+	}
+	_sleep_us(500000);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: cuda_host app|drive|later LIB [N DUR_NS SLEEP_US]\n");
+		return 2;
+	}
+	if (_inject(argv[2]))
+		return 2;
+	if (!strcmp(argv[1], "app"))
+		return _app();
+	if (_fake())
+		return 2;
+	if (!strcmp(argv[1], "drive") && argc == 6)
+		return _drive(atol(argv[3]), strtoull(argv[4], NULL, 10), atol(argv[5]));
+	if (!strcmp(argv[1], "later"))
+		return _later();
+	fprintf(stderr, "cuda_host: bad arguments\n");
+	return 2;
+}

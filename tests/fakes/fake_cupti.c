@@ -1,0 +1,546 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * A fake CUPTI (build/fakes/libcupti.so) for the tests of
+ * libflamewatch-cuda.so, which loads it through FLAMEWATCH_CUPTI_PATH. It
+ * follows the real API's contracts as far as the library depends on them:
+ * one subscriber at a time, callbacks only for enabled ids, ENTER then EXIT
+ * with one correlation id per API call (a runtime call's nested driver call
+ * gets its own), activity records only while their kind is enabled, buffers
+ * requested from and handed back to the client on flush, records walked with
+ * cuptiActivityGetNextRecord. See fake_cupti.h for the control side.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cupti.h>
+
+#include "fake_cupti.h"
+
+#define API __attribute__((visibility("default")))
+#define MAXQ (1u << 20)
+
+union rec {
+	CUpti_Activity a;
+	CUpti_ActivityKernel10 k;
+	CUpti_ActivityMemcpy6 m;
+	CUpti_ActivityMemset4 s;
+};
+
+static pthread_mutex_t _mu = PTHREAD_MUTEX_INITIALIZER;
+static int _mode_fail, _mode_conflict, _other_client;
+static int _subscribed;
+static CUpti_CallbackFunc _cb;
+static void *_cb_ud;
+static uint8_t _rt_on[CUPTI_RUNTIME_TRACE_CBID_SIZE], _drv_on[CUPTI_DRIVER_TRACE_CBID_SIZE];
+static int _kind_on[64];
+static CUpti_BuffersCallbackRequestFunc _req;
+static CUpti_BuffersCallbackCompleteFunc _done;
+static union rec *_q;
+static size_t _nq;
+static uint32_t _next_corr = 1;
+static uint64_t _gpu_cursor;
+static uint64_t _dropped;
+static struct fake_cupti_truth _truth;
+static int _inited;
+
+static void _init(void)
+{
+	const char *m;
+
+	if (_inited)
+		return;
+	_inited = 1;
+	m = getenv("FAKE_CUPTI_MODE");
+	if (m)
+		fake_cupti_set_mode(m);
+}
+
+static uint64_t _now(void)
+{
+	struct timespec ts;
+	const char *s = getenv("FAKE_CUPTI_SKEW_NS");
+	long long skew = s ? atoll(s) : -1000000000LL;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec + skew);
+}
+
+#define FAIL_CHECK() do { _init(); if (_mode_fail) return CUPTI_ERROR_UNKNOWN; } while (0)
+
+API CUptiResult cuptiGetResultString(CUptiResult r, const char **s)
+{
+	FAIL_CHECK();
+	*s = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED ? "fake: multiple subscribers"
+								  : "fake: error";
+	return CUPTI_SUCCESS;
+}
+
+static CUptiResult _subscribe(CUpti_SubscriberHandle *sub, CUpti_CallbackFunc cb, void *ud,
+			      CUpti_SubscriberParams *p)
+{
+	CUptiResult r = CUPTI_SUCCESS;
+
+	FAIL_CHECK();
+	pthread_mutex_lock(&_mu);
+	if (_subscribed || _mode_conflict || _other_client) {
+		if (p && p->oldSubscriberName && p->oldSubscriberSize > 0) {
+			strncpy(p->oldSubscriberName, "CUPTI for fake profiler", p->oldSubscriberSize - 1);
+			p->oldSubscriberName[p->oldSubscriberSize - 1] = 0;
+		}
+		r = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+		_truth.refusals++;
+	} else {
+		_subscribed = 1;
+		_cb = cb;
+		_cb_ud = ud;
+		*sub = (CUpti_SubscriberHandle)&_subscribed;
+		_truth.subscribes++;
+	}
+	pthread_mutex_unlock(&_mu);
+	return r;
+}
+
+API CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *sub, CUpti_CallbackFunc cb, void *ud)
+{
+	return _subscribe(sub, cb, ud, NULL);
+}
+
+API CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle *sub, CUpti_CallbackFunc cb, void *ud,
+				  CUpti_SubscriberParams *p)
+{
+	return _subscribe(sub, cb, ud, p);
+}
+
+API CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle sub)
+{
+	FAIL_CHECK();
+	pthread_mutex_lock(&_mu);
+	if (!_subscribed || sub != (CUpti_SubscriberHandle)&_subscribed) {
+		pthread_mutex_unlock(&_mu);
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	}
+	_subscribed = 0;
+	_cb = NULL;
+	memset(_rt_on, 0, sizeof(_rt_on));
+	memset(_drv_on, 0, sizeof(_drv_on));
+	_truth.unsubscribes++;
+	pthread_mutex_unlock(&_mu);
+	return CUPTI_SUCCESS;
+}
+
+API CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle sub, CUpti_CallbackDomain d,
+				    CUpti_CallbackId id)
+{
+	FAIL_CHECK();
+	if (!_subscribed || sub != (CUpti_SubscriberHandle)&_subscribed)
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	if (d == CUPTI_CB_DOMAIN_RUNTIME_API && id < CUPTI_RUNTIME_TRACE_CBID_SIZE)
+		_rt_on[id] = !!enable;
+	else if (d == CUPTI_CB_DOMAIN_DRIVER_API && id < CUPTI_DRIVER_TRACE_CBID_SIZE)
+		_drv_on[id] = !!enable;
+	else
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	return CUPTI_SUCCESS;
+}
+
+API CUptiResult cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle sub, CUpti_CallbackDomain d)
+{
+	FAIL_CHECK();
+	return d == CUPTI_CB_DOMAIN_STATE ? CUPTI_SUCCESS : CUPTI_ERROR_NOT_SUPPORTED;
+}
+
+static const struct {
+	CUpti_CallbackDomain d;
+	uint32_t id;
+	const char *name;
+} _names[] = {
+	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, "cudaLaunchKernel" },
+	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000, "cudaLaunchKernel_ptsz" },
+	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, "cudaGraphLaunch" },
+	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, "cudaMemcpyAsync" },
+	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020, "cudaMemsetAsync" },
+	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGetLastError_v3020, "cudaGetLastError" },
+	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000, "cudaLaunchHostFunc" },
+	{ CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel" },
+	{ CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, "cuLaunchKernelEx" },
+	{ CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, "cuGraphLaunch" },
+	{ CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, "cuMemcpyHtoDAsync_v2" },
+	{ CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, "cuMemsetD8Async" },
+	{ CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent, "cuCtxGetCurrent" },
+};
+
+API CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain d, uint32_t id, const char **name)
+{
+	FAIL_CHECK();
+	for (size_t i = 0; i < sizeof(_names) / sizeof(_names[0]); i++)
+		if (_names[i].d == d && _names[i].id == id) {
+			*name = _names[i].name;
+			return CUPTI_SUCCESS;
+		}
+	return CUPTI_ERROR_INVALID_PARAMETER;
+}
+
+API CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc req,
+					       CUpti_BuffersCallbackCompleteFunc done)
+{
+	FAIL_CHECK();
+	if (!req || !done)
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	_req = req;
+	_done = done;
+	return CUPTI_SUCCESS;
+}
+
+API CUptiResult cuptiActivityEnable(CUpti_ActivityKind k)
+{
+	FAIL_CHECK();
+	if ((unsigned)k >= 64)
+		return CUPTI_ERROR_INVALID_KIND;
+	if (!_req)
+		return CUPTI_ERROR_INVALID_OPERATION;
+	pthread_mutex_lock(&_mu);
+	if (k == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && !_kind_on[k])
+		_truth.toggles_on++;
+	_kind_on[k] = 1;
+	pthread_mutex_unlock(&_mu);
+	return CUPTI_SUCCESS;
+}
+
+API CUptiResult cuptiActivityDisable(CUpti_ActivityKind k)
+{
+	FAIL_CHECK();
+	if ((unsigned)k >= 64)
+		return CUPTI_ERROR_INVALID_KIND;
+	pthread_mutex_lock(&_mu);
+	_kind_on[k] = 0;
+	pthread_mutex_unlock(&_mu);
+	return CUPTI_SUCCESS;
+}
+
+static size_t _size(const CUpti_Activity *a)
+{
+	switch (a->kind) {
+	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+		return sizeof(CUpti_ActivityKernel10);
+	case CUPTI_ACTIVITY_KIND_MEMCPY:
+		return sizeof(CUpti_ActivityMemcpy6);
+	case CUPTI_ACTIVITY_KIND_MEMSET:
+		return sizeof(CUpti_ActivityMemset4);
+	default:
+		return sizeof(union rec);
+	}
+}
+
+API CUptiResult cuptiActivityGetNextRecord(uint8_t *buf, size_t valid, CUpti_Activity **rec)
+{
+	uint8_t *p;
+
+	FAIL_CHECK();
+	p = *rec ? (uint8_t *)*rec + ((_size(*rec) + 7) & ~(size_t)7) : buf;
+	if (p + sizeof(CUpti_Activity) > buf + valid || p + _size((CUpti_Activity *)p) > buf + valid) {
+		*rec = NULL;
+		return CUPTI_ERROR_MAX_LIMIT_REACHED;
+	}
+	*rec = (CUpti_Activity *)p;
+	return CUPTI_SUCCESS;
+}
+
+API CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext ctx, uint32_t stream, size_t *n)
+{
+	FAIL_CHECK();
+	pthread_mutex_lock(&_mu);
+	*n = _dropped;
+	_dropped = 0;
+	pthread_mutex_unlock(&_mu);
+	return CUPTI_SUCCESS;
+}
+
+/* Hands the queued records over in as many buffers as they need, outside
+ * our lock (the client's callbacks may call back into us). */
+API CUptiResult cuptiActivityFlushAll(uint32_t flag)
+{
+	union rec *q;
+	size_t n, i = 0;
+
+	FAIL_CHECK();
+	pthread_mutex_lock(&_mu);
+	q = _q;
+	n = _nq;
+	_q = NULL;
+	_nq = 0;
+	_truth.flushes++;
+	pthread_mutex_unlock(&_mu);
+	while (i < n && _req && _done) {
+		uint8_t *buf = NULL;
+		size_t size = 0, max = 0, used = 0;
+
+		_req(&buf, &size, &max);
+		pthread_mutex_lock(&_mu);
+		_truth.buffers_requested++;
+		pthread_mutex_unlock(&_mu);
+		if (!buf || size < sizeof(union rec)) {
+			pthread_mutex_lock(&_mu);
+			_dropped += n - i;
+			_truth.refused += n - i;
+			pthread_mutex_unlock(&_mu);
+			break;
+		}
+		while (i < n) {
+			size_t sz = (_size(&q[i].a) + 7) & ~(size_t)7;
+
+			if (used + sz > size || (max && i >= max))
+				break;
+			memcpy(buf + used, &q[i], _size(&q[i].a));
+			used += sz;
+			i++;
+		}
+		pthread_mutex_lock(&_mu);
+		_truth.buffers_completed++;
+		_truth.delivered += 0;
+		pthread_mutex_unlock(&_mu);
+		_done(NULL, 0, buf, size, used);
+	}
+	pthread_mutex_lock(&_mu);
+	_truth.delivered += i;
+	pthread_mutex_unlock(&_mu);
+	free(q);
+	return CUPTI_SUCCESS;
+}
+
+API CUptiResult cuptiGetTimestamp(uint64_t *t)
+{
+	FAIL_CHECK();
+	*t = _now();
+	return CUPTI_SUCCESS;
+}
+
+/* ---- control side -------------------------------------------------------- */
+
+void fake_cupti_set_mode(const char *m)
+{
+	_inited = 1;
+	_mode_fail = !strcmp(m, "fail");
+	_mode_conflict = !strcmp(m, "conflict");
+}
+
+void fake_cupti_other_client(int hold)
+{
+	pthread_mutex_lock(&_mu);
+	_other_client = hold;
+	pthread_mutex_unlock(&_mu);
+}
+
+int fake_cupti_subscribed(void)
+{
+	int s;
+
+	pthread_mutex_lock(&_mu);
+	s = _subscribed;
+	pthread_mutex_unlock(&_mu);
+	return s;
+}
+
+int fake_cupti_activity_enabled(void)
+{
+	return _kind_on[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL];
+}
+
+void fake_cupti_get_truth(struct fake_cupti_truth *t)
+{
+	pthread_mutex_lock(&_mu);
+	*t = _truth;
+	pthread_mutex_unlock(&_mu);
+}
+
+static void _call(CUpti_CallbackDomain d, uint32_t id, CUpti_ApiCallbackSite site, uint32_t corr,
+		  const char *fn)
+{
+	CUpti_CallbackData cd;
+	CUpti_CallbackFunc cb;
+	void *ud;
+	int on, ret = 0;
+
+	pthread_mutex_lock(&_mu);
+	on = _subscribed && (d == CUPTI_CB_DOMAIN_RUNTIME_API ? _rt_on[id] : _drv_on[id]);
+	cb = _cb;
+	ud = _cb_ud;
+	if (on)
+		_truth.callbacks++;
+	pthread_mutex_unlock(&_mu);
+	if (!on || !cb)
+		return;
+	memset(&cd, 0, sizeof(cd));
+	cd.callbackSite = site;
+	cd.functionName = fn;
+	cd.correlationId = corr;
+	cd.functionReturnValue = site == CUPTI_API_EXIT ? &ret : NULL;
+	cb(ud, d, id, &cd);
+}
+
+/* Queues a record if its kind is enabled now, as CUPTI decides at launch. */
+static void _queue(const union rec *r)
+{
+	pthread_mutex_lock(&_mu);
+	if (_kind_on[r->a.kind] && _nq < MAXQ) {
+		if (!_q)
+			_q = malloc(MAXQ * sizeof(*_q));
+		if (_q) {
+			_q[_nq++] = *r;
+			_truth.recorded++;
+		}
+	}
+	pthread_mutex_unlock(&_mu);
+}
+
+static uint32_t _corr(void)
+{
+	return __atomic_fetch_add(&_next_corr, 1, __ATOMIC_RELAXED);
+}
+
+static void _gpu_span(uint64_t dur, uint64_t *start, uint64_t *end)
+{
+	uint64_t now = _now();
+
+	pthread_mutex_lock(&_mu);
+	if (_gpu_cursor < now)
+		_gpu_cursor = now;
+	*start = _gpu_cursor;
+	_gpu_cursor += dur;
+	*end = _gpu_cursor;
+	pthread_mutex_unlock(&_mu);
+}
+
+static void _kernel_record(uint32_t corr, const char *name, uint64_t dur, uint32_t stream)
+{
+	union rec r;
+
+	memset(&r, 0, sizeof(r));
+	r.k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+	_gpu_span(dur, &r.k.start, &r.k.end);
+	r.k.deviceId = 0;
+	r.k.streamId = stream;
+	r.k.correlationId = corr;
+	r.k.name = name;
+	_queue(&r);
+	pthread_mutex_lock(&_mu);
+	_truth.kernel_ns += dur;
+	pthread_mutex_unlock(&_mu);
+}
+
+void fake_cupti_launch(const char *name, uint64_t dur_ns, int record_driver_corr)
+{
+	uint32_t rt = _corr(), drv = _corr();
+
+	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, CUPTI_API_ENTER,
+	      rt, "cudaLaunchKernel");
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_ENTER, drv,
+	      "cuLaunchKernel");
+	_kernel_record(record_driver_corr ? drv : rt, name, dur_ns, 7);
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_EXIT, drv,
+	      "cuLaunchKernel");
+	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, CUPTI_API_EXIT,
+	      rt, "cudaLaunchKernel");
+	pthread_mutex_lock(&_mu);
+	_truth.launches++;
+	pthread_mutex_unlock(&_mu);
+}
+
+void fake_cupti_driver_launch(const char *name, uint64_t dur_ns)
+{
+	uint32_t drv = _corr();
+
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_ENTER, drv,
+	      "cuLaunchKernel");
+	_kernel_record(drv, name, dur_ns, 9);
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_EXIT, drv,
+	      "cuLaunchKernel");
+	pthread_mutex_lock(&_mu);
+	_truth.launches++;
+	pthread_mutex_unlock(&_mu);
+}
+
+void fake_cupti_graph_launch(const char *name, int n, uint64_t dur_ns)
+{
+	uint32_t rt = _corr(), drv = _corr();
+
+	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_API_ENTER,
+	      rt, "cudaGraphLaunch");
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_API_ENTER, drv,
+	      "cuGraphLaunch");
+	for (int i = 0; i < n; i++)
+		_kernel_record(rt, name, dur_ns, 7);
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_API_EXIT, drv,
+	      "cuGraphLaunch");
+	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_API_EXIT,
+	      rt, "cudaGraphLaunch");
+	pthread_mutex_lock(&_mu);
+	_truth.launches++;
+	pthread_mutex_unlock(&_mu);
+}
+
+void fake_cupti_memcpy_htod(uint64_t bytes, uint64_t dur_ns)
+{
+	uint32_t rt = _corr(), drv = _corr();
+	union rec r;
+
+	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, CUPTI_API_ENTER,
+	      rt, "cudaMemcpyAsync");
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, CUPTI_API_ENTER, drv,
+	      "cuMemcpyHtoDAsync_v2");
+	memset(&r, 0, sizeof(r));
+	r.m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+	r.m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+	r.m.bytes = bytes;
+	_gpu_span(dur_ns, &r.m.start, &r.m.end);
+	r.m.streamId = 7;
+	r.m.correlationId = drv;
+	r.m.runtimeCorrelationId = rt;
+	_queue(&r);
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, CUPTI_API_EXIT, drv,
+	      "cuMemcpyHtoDAsync_v2");
+	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, CUPTI_API_EXIT,
+	      rt, "cudaMemcpyAsync");
+	pthread_mutex_lock(&_mu);
+	_truth.memcpy_calls++;
+	_truth.memcpy_ns += dur_ns;
+	_truth.memcpy_bytes += bytes;
+	pthread_mutex_unlock(&_mu);
+}
+
+void fake_cupti_memset(uint64_t bytes, uint64_t dur_ns)
+{
+	uint32_t rt = _corr(), drv = _corr();
+	union rec r;
+
+	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020, CUPTI_API_ENTER,
+	      rt, "cudaMemsetAsync");
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, CUPTI_API_ENTER, drv,
+	      "cuMemsetD8Async");
+	memset(&r, 0, sizeof(r));
+	r.s.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+	r.s.bytes = bytes;
+	_gpu_span(dur_ns, &r.s.start, &r.s.end);
+	r.s.streamId = 7;
+	r.s.correlationId = drv;
+	_queue(&r);
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, CUPTI_API_EXIT, drv,
+	      "cuMemsetD8Async");
+	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020, CUPTI_API_EXIT,
+	      rt, "cudaMemsetAsync");
+	pthread_mutex_lock(&_mu);
+	_truth.memset_calls++;
+	_truth.memset_ns += dur_ns;
+	pthread_mutex_unlock(&_mu);
+}
+
+void fake_cupti_other_call(void)
+{
+	uint32_t rt = _corr();
+
+	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGetLastError_v3020, CUPTI_API_ENTER,
+	      rt, "cudaGetLastError");
+	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGetLastError_v3020, CUPTI_API_EXIT,
+	      rt, "cudaGetLastError");
+}

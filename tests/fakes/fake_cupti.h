@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The control side of the fake CUPTI (fake_cupti.c): what a test uses to
+ * drive libflamewatch-cuda.so as if a CUDA application ran under a real
+ * CUPTI. The fake implements the CUPTI functions the library calls, with
+ * the real headers' types and record layouts, and records what the library
+ * asked for (subscription, enabled callbacks and activity kinds, buffers).
+ *
+ * FAKE_CUPTI_MODE=fail makes every CUPTI function fail; =conflict makes
+ * cuptiSubscribe report another subscriber. FAKE_CUPTI_SKEW_NS shifts the
+ * fake's clock from CLOCK_REALTIME (default -1 s) so that the library's
+ * conversion to Unix time is visible.
+ */
+#ifndef FAKE_CUPTI_H
+#define FAKE_CUPTI_H
+
+#include <stdint.h>
+
+struct fake_cupti_truth {
+	uint64_t launches;		/* kernel launch API calls made (runtime + direct driver) */
+	uint64_t kernel_ns;		/* GPU ns of every kernel, recorded or not */
+	uint64_t memcpy_calls, memcpy_ns, memcpy_bytes;
+	uint64_t memset_calls, memset_ns;
+	uint64_t recorded;		/* records created (activity was enabled) */
+	uint64_t delivered;		/* records handed over in completed buffers */
+	uint64_t refused;		/* records dropped: no buffer */
+	uint64_t buffers_requested, buffers_completed;
+	uint64_t subscribes, unsubscribes, flushes;
+	uint64_t refusals;		/* subscriptions refused (another client) */
+	uint64_t callbacks;		/* callback invocations into the subscriber */
+	uint64_t toggles_on;		/* activity enabled after being disabled */
+};
+
+/* One runtime launch (cudaLaunchKernel wrapping cuLaunchKernel) of a kernel
+ * running dur_ns on the GPU. record_driver_corr: the kernel record carries
+ * the nested driver call's correlation id instead of the runtime call's. */
+void fake_cupti_launch(const char *name, uint64_t dur_ns, int record_driver_corr);
+/* A driver-only launch (cuLaunchKernel, as Triton does). */
+void fake_cupti_driver_launch(const char *name, uint64_t dur_ns);
+/* A graph launch of n kernels, each dur_ns, sharing one correlation id. */
+void fake_cupti_graph_launch(const char *name, int n, uint64_t dur_ns);
+void fake_cupti_memcpy_htod(uint64_t bytes, uint64_t dur_ns);
+void fake_cupti_memset(uint64_t bytes, uint64_t dur_ns);
+/* Any other runtime API call the library must ignore (cudaGetLastError). */
+void fake_cupti_other_call(void);
+
+int fake_cupti_subscribed(void);
+int fake_cupti_activity_enabled(void);	/* concurrent kernel activity on */
+void fake_cupti_set_mode(const char *mode);	/* as FAKE_CUPTI_MODE */
+/* Holds CUPTI as another client would (torch.profiler): the library's
+ * next subscription is refused. */
+void fake_cupti_other_client(int hold);
+void fake_cupti_get_truth(struct fake_cupti_truth *t);
+
+#endif

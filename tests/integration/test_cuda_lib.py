@@ -1,0 +1,274 @@
+"""libflamewatch-cuda.so against a fake CUPTI (no GPU here).
+
+The library is loaded the way the CUDA driver loads it (dlopen +
+InitializeInjection) by build/fakes/cuda_host, whose fake CUPTI
+(build/fakes/libcupti.so, tests/fakes/fake_cupti.c) plays the CUDA API
+calls and GPU work of an application. Its USDT probes are read with
+bpftrace, which raises their semaphores the way the agent does.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, REPO
+
+LIB = BUILD / "libflamewatch-cuda.so"
+FAKES = BUILD / "fakes"
+HOST = FAKES / "cuda_host"
+FAKE_CUPTI = FAKES / "libcupti.so"
+
+BT_SCRIPT = r"""
+struct rec { u64 correlation; u64 start_ns; u64 end_ns; u64 bytes; u64 name_addr;
+             u32 device; u32 stream; u32 kind; u32 weight; }
+BEGIN { printf("READY\n"); }
+usdt:LIB:flamewatch:launch /pid == $1/ { printf("L %llu %u\n", arg0, arg1); }
+usdt:LIB:flamewatch:conflict /pid == $1/ { printf("C %s\n", str(arg0)); }
+usdt:LIB:flamewatch:activity /pid == $1/ {
+  $i = (uint64)0;
+  unroll(64) {
+    if ($i < arg1) {
+      $x = (struct rec *)(arg0 + $i * 56);
+      printf("R %llu %u %u %llu %llu %llu %u %s\n", $x->correlation, $x->kind, $x->weight,
+             $x->start_ns, $x->end_ns - $x->start_ns, $x->bytes, $x->stream, str($x->name_addr));
+    }
+    $i++;
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def fakes():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (uprobes)")
+    res = subprocess.run(["make", "-s", "fakes"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        pytest.fail(f"make fakes failed:\n{res.stdout}\n{res.stderr}", pytrace=False)
+    return HOST
+
+
+def host_env(**extra):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("FLAMEWATCH_CUDA") or k.startswith("FAKE_CUPTI"):
+            del env[k]
+    env["FLAMEWATCH_CUPTI_PATH"] = str(FAKE_CUPTI)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+class Traced:
+    """A host process started stopped-at-nothing: bpftrace attaches first
+    (filtered on its pid), then the host runs; returns probe lines."""
+
+    def __init__(self, tmp_path):
+        self.script = tmp_path / "probes.bt"
+        self.script.write_text(BT_SCRIPT.replace("LIB", str(LIB)))
+
+    def run(self, argv, env, timeout=60):
+        # The host waits on a pipe until bpftrace is ready, so no event is missed.
+        host = subprocess.Popen(
+            ["sh", "-c", 'read x; exec "$@" </dev/null', "host"] + [str(a) for a in argv],
+            stdin=subprocess.PIPE, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        bt = subprocess.Popen(["bpftrace", "-B", "line", str(self.script), str(host.pid)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            while True:  # "Attaching N probes..." comes first
+                line = bt.stdout.readline()
+                if not line or line.strip() == "READY":
+                    break
+            assert line.strip() == "READY", "bpftrace did not start"
+            out, err = host.communicate("go\n", timeout=timeout)
+            time.sleep(0.5)
+        finally:
+            bt.send_signal(2)
+            try:
+                bt_out, _ = bt.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                bt.kill()
+                bt_out, _ = bt.communicate()
+            if host.poll() is None:
+                host.kill()
+        lines = [l.split(" ", 8) for l in bt_out.splitlines() if l[:2] in ("L ", "R ", "C ")]
+        return host.returncode, out, err, lines
+
+
+def parse(lines):
+    launches = [(int(l[1]), int(l[2])) for l in lines if l[0] == "L"]
+    recs = [dict(corr=int(l[1]), kind=int(l[2]), weight=int(l[3]), start=int(l[4]), dur=int(l[5]),
+                 bytes=int(l[6]), stream=int(l[7]), name=(l[8] if len(l) > 8 else ""))
+            for l in lines if l[0] == "R"]
+    return launches, recs
+
+
+def test_library_shape():
+    """Only InitializeInjection exported, only glibc linked, probes with semaphores."""
+    assert LIB.exists(), "run make first"
+    syms = subprocess.run(["nm", "-D", "--defined-only", str(LIB)], capture_output=True, text=True).stdout
+    assert [l.split()[-1] for l in syms.splitlines()] == ["InitializeInjection"]
+    dyn = subprocess.run(["readelf", "-d", str(LIB)], capture_output=True, text=True).stdout
+    needed = sorted(re.findall(r"NEEDED.*\[(.*)\]", dyn))
+    assert set(needed) <= {"libc.so.6", "ld-linux-x86-64.so.2", "libpthread.so.0", "libdl.so.2"}, needed
+    notes = subprocess.run(["readelf", "-n", str(LIB)], capture_output=True, text=True).stdout
+    probes = re.findall(r"Provider: (\S+)\s+Name: (\S+)\s+Location: \S+, Base: \S+, Semaphore: (\S+)", notes)
+    assert sorted((p, n) for p, n, _ in probes) == [
+        ("flamewatch", "activity"), ("flamewatch", "conflict"), ("flamewatch", "launch")]
+    assert all(int(s, 16) != 0 for _, _, s in probes), probes
+
+
+def test_probes_fire_unsampled(fakes, tmp_path):
+    """Under the budget, every API call gives one launch probe (a runtime call
+    and the driver call it wraps count once) and every record comes with
+    weight 1, the launch's correlation, Unix time and the kernel's name."""
+    t0 = time.time_ns()
+    rc, out, err, lines = Traced(tmp_path).run(
+        [HOST, "drive", LIB, 200, 10000, 200],
+        host_env(FLAMEWATCH_CUDA_DUTY_CYCLE=1, FLAMEWATCH_CUDA_LAUNCH_BUDGET=10**7))
+    assert rc == 0, err
+    truth = json.loads(out)
+    launches, recs = parse(lines)
+    assert len(launches) == truth["launches"] + truth["memcpy_calls"] + truth["memset_calls"]
+    assert all(w == 1 for _, w in launches)
+    assert len(recs) == truth["recorded"]
+    launch_ids = {c for c, _ in launches}
+    assert all(r["corr"] in launch_ids for r in recs), "a record whose launch probe is missing"
+    kernels = [r for r in recs if r["kind"] == 0]
+    assert sum(r["dur"] for r in kernels) == truth["kernel_ns"]
+    assert {r["name"] for r in kernels} == {"_Z10kernel_onePf", "_Z10kernel_twoPfi",
+                                           "_Z13driver_kernelPf", "_Z12graph_kernelv"}
+    copies = [r for r in recs if r["kind"] == 1]
+    assert len(copies) == truth["memcpy_calls"] and all(r["bytes"] == 4096 for r in copies)
+    assert sum(r["dur"] for r in recs if r["kind"] == 5) == truth["memset_ns"]
+    # The fake's clock is 1 s behind CLOCK_REALTIME: records are in Unix time.
+    assert all(t0 - 10**9 // 2 < r["start"] < time.time_ns() + 10**8 for r in recs)
+
+
+def test_sampled_weights_keep_totals(fakes, tmp_path):
+    """Over the budget launches are sampled; weights add up to the launches."""
+    rc, out, err, lines = Traced(tmp_path).run(
+        [HOST, "drive", LIB, 4000, 10000, 50],
+        host_env(FLAMEWATCH_CUDA_DUTY_CYCLE=1, FLAMEWATCH_CUDA_LAUNCH_BUDGET=300, FLAMEWATCH_CUDA_SEED=7))
+    assert rc == 0, err
+    truth = json.loads(out)
+    launches, recs = parse(lines)
+    calls = truth["launches"] + truth["memcpy_calls"] + truth["memset_calls"]
+    assert len(launches) < calls / 3, "launches were not sampled"
+    total_w = sum(w for _, w in launches)
+    # Exact up to each thread's last kept launch of each class.
+    assert calls - 300 <= total_w <= calls, (total_w, calls)
+    kernel_ns = sum(r["dur"] * r["weight"] for r in recs if r["kind"] == 0)
+    assert abs(kernel_ns - truth["kernel_ns"]) <= 0.06 * truth["kernel_ns"], (kernel_ns, truth)
+
+
+def run_plain(argv, env, timeout=60):
+    return subprocess.run([str(a) for a in argv], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_unharmed(fakes, tmp_path):
+    """Absent CUPTI, or CUPTI failing every call: same output, same exit code."""
+    base = run_plain([HOST, "app", "-"], host_env())
+    assert base.returncode == 3 and "checksum=" in base.stdout
+    cases = {
+        "absent": host_env(FLAMEWATCH_CUPTI_PATH=tmp_path / "nope" / "libcupti.so"),
+        "failing": host_env(FAKE_CUPTI_MODE="fail", FLAMEWATCH_CUDA_SUMMARY=tmp_path / "s.json"),
+        "conflict": host_env(FAKE_CUPTI_MODE="conflict", FLAMEWATCH_CUDA_SUMMARY=tmp_path / "c.json"),
+        "working": host_env(FLAMEWATCH_CUDA_SUMMARY=tmp_path / "w.json"),
+    }
+    for name, env in cases.items():
+        res = run_plain([HOST, "app", LIB], env)
+        assert (res.returncode, res.stdout) == (base.returncode, base.stdout), name
+        lines = res.stderr.splitlines()
+        assert len(lines) <= 1, (name, lines)
+        if name != "working":
+            assert lines and lines[0].startswith("flamewatch-cuda["), (name, lines)
+    assert "another CUPTI client" in run_plain([HOST, "app", LIB], cases["conflict"]).stderr
+    # The working case collected and wrote its summary once (not the forked child).
+    assert len((tmp_path / "w.json").read_text().splitlines()) == 1
+
+
+def test_conflict_probe(fakes, tmp_path):
+    rc, out, err, lines = Traced(tmp_path).run(
+        [HOST, "app", LIB], host_env(FAKE_CUPTI_MODE="conflict"))
+    assert rc == 3
+    conflicts = [l for l in lines if l[0] == "C"]
+    assert conflicts and "another CUPTI client (CUPTI for fake profiler)" in " ".join(conflicts[0][1:])
+    assert "GPU time is not collected" in err
+
+
+def test_duty_cycle_estimates_totals(fakes, tmp_path):
+    """One window in 4 collects; weighted totals still estimate the whole run."""
+    summary = tmp_path / "s.json"
+    res = run_plain([HOST, "drive", LIB, 12000, 20000, 150],
+                    host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=4,
+                             FLAMEWATCH_CUDA_WINDOW_MS=20, FLAMEWATCH_CUDA_LAUNCH_BUDGET=10**7,
+                             HOST_VARY=1), timeout=120)
+    assert res.returncode == 0, res.stderr
+    truth = json.loads(res.stdout)
+    s = json.loads(summary.read_text())
+    assert truth["toggles_on"] > 5, truth
+    assert truth["recorded"] < 0.6 * (truth["launches"] + truth["memcpy_calls"]), "not duty-cycled"
+    assert abs(s["kernel_ns"] - truth["kernel_ns"]) < 0.15 * truth["kernel_ns"], (s, truth)
+    assert abs(s["launch_weight"] - truth["launches"]) < 0.15 * truth["launches"], (s, truth)
+
+
+def test_flamewatch_cuda_command(flamewatch, tmp_path):
+    res = subprocess.run([str(flamewatch), "cuda", "--", "sh", "-c", 'echo "$CUDA_INJECTION64_PATH"; exit 7'],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 7
+    assert Path(res.stdout.strip()) == LIB.resolve()
+    res = subprocess.run([str(flamewatch), "cuda", "--lib", str(FAKE_CUPTI), "env"],
+                         capture_output=True, text=True, timeout=30)
+    assert f"CUDA_INJECTION64_PATH={FAKE_CUPTI.resolve()}" in res.stdout
+    res = subprocess.run([str(flamewatch), "cuda"], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and "no command" in res.stderr
+    res = subprocess.run([str(flamewatch), "cuda", "--", str(tmp_path / "missing")],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 127 and "cannot run" in res.stderr
+
+
+def test_conflict_later(fakes, tmp_path):
+    """The library lets CUPTI go once no agent listens; when another client
+    took it meanwhile, the next agent is told through the conflict probe."""
+    script = tmp_path / "probes.bt"
+    script.write_text(BT_SCRIPT.replace("LIB", str(LIB)))
+    host = subprocess.Popen([str(HOST), "later", str(LIB)], env=host_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+    def trace():
+        bt = subprocess.Popen(["bpftrace", "-B", "line", str(script), str(host.pid)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        while True:
+            line = bt.stdout.readline()
+            if not line or line.strip() == "READY":
+                return bt
+
+    def stop(bt):
+        bt.send_signal(2)
+        try:
+            return bt.communicate(timeout=20)[0]
+        except subprocess.TimeoutExpired:
+            bt.kill()
+            return bt.communicate()[0]
+
+    try:
+        bt = trace()
+        assert host.stdout.readline().strip() == "subscribed"
+        stop(bt)
+        assert host.stdout.readline().strip() == "released"
+        bt = trace()
+        out, err = host.communicate(timeout=30)
+        bt_out = stop(bt)
+    finally:
+        if host.poll() is None:
+            host.kill()
+    assert host.returncode == 0, err
+    assert "C another CUPTI client (CUPTI for fake profiler) holds" in bt_out  # str() keeps 64 bytes
+    assert "another CUPTI client" in err
