@@ -157,7 +157,7 @@ int cmd_agent(int argc, char **argv)
 		host[sizeof(host) - 1] = '\0';
 		so.node = host;
 	}
-	if (cmd__check_bpf_privileges() || cmd__check_btf())
+	if (cmd__check_kernel())
 		return 1;
 
 	a.base = event_base_new();

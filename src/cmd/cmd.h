@@ -12,6 +12,7 @@ int cmd_record(int argc, char **argv);
 int cmd_server(int argc, char **argv);
 int cmd_agent(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_check(int argc, char **argv);
 
 /* The server options shared by `server` and `run`. */
 struct cmd_server_opts {
@@ -44,5 +45,8 @@ int cmd__run_loop(struct event_base *base, struct store *store, int64_t retentio
 /* Checks shared by every subcommand that loads BPF; print an actionable error and return -1 on failure. */
 int cmd__check_bpf_privileges(void);
 int cmd__check_btf(void);
+/* All of the above, plus the bpf() and perf_event_open() syscalls, the BPF program and map
+ * types, helpers and tracepoints the sampler uses: prints each missing one, returns -1 if any. */
+int cmd__check_kernel(void);
 
 #endif
