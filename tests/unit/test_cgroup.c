@@ -39,6 +39,40 @@ static void test_docker_and_podman(void **state)
 	check("0::/machine.slice/libpod-" CID ".scope/container\n", CID, "");
 }
 
+/* CRI-O names its scopes crio-<id>; kubelet's systemd and cgroupfs drivers place them differently. */
+static void test_crio(void **state)
+{
+	check("0::/kubepods.slice/kubepods-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/"
+	      "crio-" CID ".scope\n",
+	      CID, "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+	check("0::/kubepods/burstable/pod1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901/crio-" CID "\n",
+	      CID, "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+	/* cgroup v1: one line per controller, all naming the same container. */
+	check("12:memory:/kubepods.slice/kubepods-besteffort.slice/"
+	      "kubepods-besteffort-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/crio-" CID ".scope\n"
+	      "11:cpu,cpuacct:/kubepods.slice/kubepods-besteffort.slice/"
+	      "kubepods-besteffort-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/crio-" CID ".scope\n",
+	      CID, "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+}
+
+/* Kubernetes on Docker (cri-dockerd): systemd driver docker-<id>.scope, cgroupfs bare ids. */
+static void test_kubernetes_docker(void **state)
+{
+	check("0::/kubepods.slice/kubepods-burstable.slice/"
+	      "kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/docker-" CID ".scope\n",
+	      CID, "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+	check("0::/kubepods/pod1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901/" CID "\n",
+	      CID, "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+}
+
+/* Docker without Kubernetes, cgroup v2 with the cgroupfs driver; containerd (nerdctl) alone. */
+static void test_docker_cgroupfs_v2_and_containerd(void **state)
+{
+	check("0::/docker/" CID "\n", CID, "");
+	check("0::/system.slice/containerd.service/default/" CID "\n", CID, "");
+	check("0::/system.slice/cri-containerd-" CID ".scope\n", CID, "");
+}
+
 static void test_host_processes(void **state)
 {
 	check("0::/user.slice/user-0.slice/session-3.scope\n", "", "");
@@ -55,6 +89,9 @@ int main(void)
 		cmocka_unit_test(test_kubernetes_systemd),
 		cmocka_unit_test(test_kubernetes_cgroupfs),
 		cmocka_unit_test(test_docker_and_podman),
+		cmocka_unit_test(test_crio),
+		cmocka_unit_test(test_kubernetes_docker),
+		cmocka_unit_test(test_docker_cgroupfs_v2_and_containerd),
 		cmocka_unit_test(test_host_processes),
 	};
 
