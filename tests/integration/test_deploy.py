@@ -182,9 +182,8 @@ def test_kubernetes_agent_daemonset():
     vols = {v["name"]: v for v in pod["volumes"]}
     for path in ("/sys/kernel/btf", "/sys/fs/cgroup", "/var/lib/flamewatch/cuda"):
         assert vols[mounts[path]]["hostPath"]["path"] == path, path
-    init = pod["initContainers"][0]
-    assert "libflamewatch-cuda.so" in " ".join(init["args"])
-    assert any(v["name"] == "cuda-lib" for v in init["volumeMounts"])
+    args = agent["args"]
+    assert args[args.index("--cuda-lib-dir") + 1] == "/var/lib/flamewatch/cuda"
     assert "CUDA_INJECTION64_PATH" in (DEPLOY / "kubernetes" / "20-agent.yaml").read_text()
 
 
@@ -222,3 +221,30 @@ def test_dockerfile_stages():
     assert "--pid=host" in doc and "--cap-drop ALL" in doc
     for cap in AGENT_CAPS:
         assert f"--cap-add {cap}" in doc, cap
+
+
+def test_agent_installs_cuda_library(flamewatch, tmp_path):
+    """--cuda-lib-dir copies the library shipped beside the binary into the host directory."""
+    ship = tmp_path / "ship"
+    ship.mkdir()
+    shutil.copy2(flamewatch, ship / "flamewatch")
+    payload = os.urandom(200000)
+    (ship / "libflamewatch-cuda.so").write_bytes(payload)
+    dest = tmp_path / "cuda"
+    dest.mkdir()
+    (dest / "libflamewatch-cuda.so").write_bytes(b"old version")
+    proc = subprocess.Popen([str(ship / "flamewatch"), "agent", "--server", "http://127.0.0.1:9",
+                             "--cuda-lib-dir", str(dest)], stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=3)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert (dest / "libflamewatch-cuda.so").read_bytes() == payload, err
+    assert (dest / "libflamewatch-cuda.so").stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in dest.iterdir()) == ["libflamewatch-cuda.so"], "temp file left"
+    assert "CUDA_INJECTION64_PATH=" in err
+    bad = subprocess.run([str(ship / "flamewatch"), "agent", "--server", "http://127.0.0.1:9",
+                          "--cuda-lib-dir", str(tmp_path / "missing")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "--cuda-lib-dir" in bad.stderr, bad.stderr
