@@ -18,8 +18,11 @@
  *  - __libc_start_main: since 2.34 crt1.o passes no init function and the new
  *    libc runs the executable's constructors itself; the old one expects an
  *    init function that does it (glibc's own __libc_csu_init, gone from new
- *    crt files). _fw_init is that function; new glibc calls it too when one is
- *    given.
+ *    crt files). _fw_init (glibc_231_start.c, executables only) is that
+ *    function; new glibc calls it too when one is given.
+ *
+ * This file also links into shared libraries (libflamewatch-cuda.so), built
+ * with -fPIC; see GLIBC_COMPAT_SO_LDFLAGS in the Makefile.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -113,31 +116,4 @@ uint32_t __wrap_arc4random(void)
 
 	__wrap_arc4random_buf(&v, sizeof(v));
 	return v;
-}
-
-/* Program start-up: see the comment at the top. */
-typedef void (*fw_init_fn)(int, char **, char **);
-extern fw_init_fn __init_array_start[] __attribute__((visibility("hidden")));
-extern fw_init_fn __init_array_end[] __attribute__((visibility("hidden")));
-extern void _init(void);
-
-static void _fw_init(int argc, char **argv, char **envp)
-{
-	_init();
-	for (fw_init_fn *f = __init_array_start; f < __init_array_end; f++)
-		(*f)(argc, argv, envp);
-}
-
-typedef int (*fw_main_fn)(int, char **, char **);
-int fw_old_libc_start_main(fw_main_fn main, int argc, char **argv, fw_init_fn init,
-			   void (*fini)(void), void (*rtld_fini)(void), void *stack_end);
-__asm__(".symver fw_old_libc_start_main,__libc_start_main@" OLD);
-
-int __wrap___libc_start_main(fw_main_fn main, int argc, char **argv, fw_init_fn init,
-			     void (*fini)(void), void (*rtld_fini)(void), void *stack_end);
-int __wrap___libc_start_main(fw_main_fn main, int argc, char **argv, fw_init_fn init,
-			     void (*fini)(void), void (*rtld_fini)(void), void *stack_end)
-{
-	return fw_old_libc_start_main(main, argc, argv, init ? init : _fw_init, fini, rtld_fini,
-				      stack_end);
 }
