@@ -406,6 +406,22 @@ const struct proc_info *proc_table__info(struct proc_table *t, pid_t pid)
 	if (_read_small(path, cgroup, sizeof(cgroup)) > 0)
 		cgroup__parse(cgroup, p->info->container, sizeof(p->info->container),
 			      p->info->pod, sizeof(p->info->pod));
+	/*
+	 * The names come from the host's kubelet log links: ours when the agent
+	 * runs on the host (or the directory is mounted), else through pid 1's
+	 * root, so that an agent in a container (hostPID) needs no extra mount.
+	 */
+	if (p->info->pod[0] && p->info->container[0]) {
+		struct cgroup_k8s k;
+
+		snprintf(path, sizeof(path), "%s/1/root/var/log/containers", t->proc_root);
+		if (!cgroup__k8s_names("/var/log/containers", p->info->container, &k) ||
+		    !cgroup__k8s_names(path, p->info->container, &k)) {
+			memcpy(p->info->k8s_ns, k.ns, sizeof(k.ns));
+			memcpy(p->info->k8s_pod, k.pod, sizeof(k.pod));
+			memcpy(p->info->k8s_container, k.container, sizeof(k.container));
+		}
+	}
 	return p->info;
 }
 

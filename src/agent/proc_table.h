@@ -68,6 +68,9 @@ struct proc_info {
 	char exe[256];		/* path of its executable, as the process sees it */
 	char container[65];	/* container id, or "" */
 	char pod[37];		/* Kubernetes pod uid, or "" */
+	char k8s_ns[64];	/* Kubernetes namespace, pod and container names, or "" */
+	char k8s_pod[254];
+	char k8s_container[64];
 };
 
 /*

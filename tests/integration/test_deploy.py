@@ -180,7 +180,8 @@ def test_kubernetes_agent_daemonset():
     assert sc["allowPrivilegeEscalation"] is False
     mounts = {v["mountPath"]: v["name"] for v in agent["volumeMounts"]}
     vols = {v["name"]: v for v in pod["volumes"]}
-    for path in ("/sys/kernel/btf", "/sys/fs/cgroup", "/var/lib/flamewatch/cuda"):
+    for path in ("/sys/kernel/btf", "/sys/fs/cgroup", "/var/log/containers",
+                 "/var/lib/flamewatch/cuda"):
         assert vols[mounts[path]]["hostPath"]["path"] == path, path
     args = agent["args"]
     assert args[args.index("--cuda-lib-dir") + 1] == "/var/lib/flamewatch/cuda"
@@ -248,3 +249,77 @@ def test_agent_installs_cuda_library(flamewatch, tmp_path):
                           "--cuda-lib-dir", str(tmp_path / "missing")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "--cuda-lib-dir" in bad.stderr, bad.stderr
+
+
+def _cgroup_root():
+    """A writable cgroup hierarchy: v2 itself, or v1's pids controller."""
+    for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/unified")):
+        if (root / "cgroup.procs").exists():
+            return root
+    return None
+
+
+def test_kubernetes_labels_from_cgroup_and_kubelet_links(fw, workloads, tmp_path):
+    """A process in a kubelet-style cgroup, with kubelet's /var/log/containers
+    link for its container id, is labelled with its namespace, pod and container."""
+    import serverlib
+
+    root = _cgroup_root()
+    if root is None:
+        pytest.skip("no writable cgroup hierarchy")
+    cid = os.urandom(32).hex()
+    uid = "1b2c3d4e-5f60-7182-93a4-" + os.urandom(6).hex()
+    top = root / f"fwtest-kubepods-{os.getpid()}"
+    cg = top / f"pod{uid}" / cid
+    logs = Path("/var/log/containers")
+    made_logs = not logs.exists()
+    link = logs / f"trainer-0_ml-team_pytorch-{cid}.log"
+    burner = None
+    try:
+        cg.mkdir(parents=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(f"/var/log/pods/ml-team_trainer-0_{uid}/pytorch/0.log")
+        burner = subprocess.Popen([str(workloads / "cpu_split"), "6"], stdout=subprocess.DEVNULL)
+        (cg / "cgroup.procs").write_text(str(burner.pid))
+        assert cid in Path(f"/proc/{burner.pid}/cgroup").read_text()
+        port = serverlib.free_port()
+        run = subprocess.Popen([str(fw.binary), "run", "--listen", f"127.0.0.1:{port}",
+                                "--data", str(tmp_path / "data"), "--interval", "1s", "-F", "49"],
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            import json
+            import time
+            import urllib.request
+
+            found = None
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not found:
+                time.sleep(1)
+                try:
+                    with urllib.request.urlopen(
+                            f"http://127.0.0.1:{port}/api/v1/labels/pod_name/values", timeout=5) as r:
+                        vals = json.load(r)["values"]
+                except OSError:
+                    continue
+                if "trainer-0" in vals:
+                    found = vals
+            assert found, "no pod_name label arrived"
+            for name, want in (("namespace", "ml-team"), ("container_name", "pytorch"),
+                               ("pod", uid), ("container", cid)):
+                with urllib.request.urlopen(
+                        f"http://127.0.0.1:{port}/api/v1/labels/{name}/values", timeout=5) as r:
+                    assert want in json.load(r)["values"], name
+        finally:
+            run.terminate()
+            run.communicate(timeout=60)
+    finally:
+        if burner:
+            burner.kill()
+            burner.wait()
+        if link.is_symlink():
+            link.unlink()
+        if made_logs and logs.exists():
+            logs.rmdir()
+        for d in (cg, cg.parent, top):
+            if d.exists():
+                d.rmdir()
