@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -89,6 +90,11 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		err = ENOMEM;
 		goto fail;
 	}
+	/*
+	 * libbpf parsed the kernel's BTF (megabytes) to load the programs and
+	 * freed it; hand those pages back instead of keeping them resident.
+	 */
+	malloc_trim(0);
 	return c;
 fail:
 	collector__free(c);
@@ -159,7 +165,10 @@ struct batch *collector__take_batch(struct collector *c)
 	if (cpu_profile__symbolize(c->cp))
 		return NULL;
 	clock_gettime(CLOCK_REALTIME, &now);
-	return cpu_profile__take_batch(c->cp, (uint64_t)now.tv_sec * 1000000000ULL + now.tv_nsec);
+	b = cpu_profile__take_batch(c->cp, (uint64_t)now.tv_sec * 1000000000ULL + now.tv_nsec);
+	/* Naming read symbol tables through short-lived buffers: return their pages. */
+	malloc_trim(0);
+	return b;
 }
 
 struct cpu_profile *collector__profile(struct collector *c)

@@ -35,20 +35,26 @@
 
 #if defined(__x86_64__)
 #define OLD "GLIBC_2.2.5"
+#define OLD_2_3_3 "GLIBC_2.3.3"
 #define STAT_VER 1	/* _STAT_VER_LINUX: the kernel's struct stat */
 #elif defined(__aarch64__)
 #define OLD "GLIBC_2.17"
+#define OLD_2_3_3 "GLIBC_2.17"
 #define STAT_VER 0
 #else
 #error "glibc 2.31 compatibility: unknown architecture"
 #endif
 
-/* __wrap_NAME calls NAME@OLD. */
-#define FW_OLD(ret, name, params, args)						\
+/*
+ * __wrap_NAME calls NAME@VER, the version that glibc >= 2.34 aliases to the
+ * same code as its default (checked with objdump -T: same address).
+ */
+#define FW_OLD_V(ver, ret, name, params, args)					\
 	ret fw_old_##name params;						\
-	__asm__(".symver fw_old_" #name "," #name "@" OLD);			\
+	__asm__(".symver fw_old_" #name "," #name "@" ver);			\
 	ret __wrap_##name params;						\
 	ret __wrap_##name params { return fw_old_##name args; }
+#define FW_OLD(ret, name, params, args) FW_OLD_V(OLD, ret, name, params, args)
 
 FW_OLD(void *, dlopen, (const char *file, int mode), (file, mode))
 FW_OLD(int, dlclose, (void *h), (h))
@@ -67,6 +73,7 @@ FW_OLD(int, pthread_rwlock_rdlock, (pthread_rwlock_t *l), (l))
 FW_OLD(int, pthread_rwlock_tryrdlock, (pthread_rwlock_t *l), (l))
 FW_OLD(int, pthread_rwlock_unlock, (pthread_rwlock_t *l), (l))
 FW_OLD(int, pthread_rwlock_wrlock, (pthread_rwlock_t *l), (l))
+FW_OLD_V(OLD_2_3_3, int, pthread_condattr_setclock, (pthread_condattr_t *a, clockid_t c), (a, c))
 
 /* stat family: the pre-2.33 ABI. */
 int fw_old_xstat(int ver, const char *path, struct stat *st);
