@@ -93,7 +93,7 @@ def test_dist_record_in_empty_root(dist, tmp_path, workloads):
         burner = subprocess.Popen([str(workloads / "cpu_split"), "4"], stdout=subprocess.DEVNULL)
         try:
             res = subprocess.run(
-                ["chroot", str(root), "/bin/flamewatch", "record", "-a", "-d", "2",
+                ["chroot", str(root), "/bin/flamewatch", "record", "-a", "-F", "199", "-d", "2",
                  "-o", "/out/host.folded"],
                 capture_output=True, text=True, timeout=120)
         finally:
