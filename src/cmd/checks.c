@@ -27,6 +27,9 @@
 #ifndef CAP_BPF
 #define CAP_BPF 39
 #endif
+#ifndef CAP_CHECKPOINT_RESTORE
+#define CAP_CHECKPOINT_RESTORE 40
+#endif
 
 #define BTF_PATH "/sys/kernel/btf/vmlinux"
 
@@ -65,6 +68,8 @@ static const struct {
 	  "addresses)" },
 	{ CAP_DAC_READ_SEARCH, "CAP_DAC_READ_SEARCH", false,
 	  "read binaries that only their owner may read, for symbols and unwind tables" },
+	{ CAP_CHECKPOINT_RESTORE, "CAP_CHECKPOINT_RESTORE", false,
+	  "open /proc/PID/map_files, for binaries deleted or replaced while they run" },
 };
 
 int cmd__check_bpf_privileges(void)
@@ -84,7 +89,8 @@ int cmd__check_bpf_privileges(void)
 	_read_sysctl("/proc/sys/kernel/kptr_restrict", &kptr);
 	_read_sysctl("/proc/sys/kernel/perf_event_paranoid", &paranoid);
 	for (size_t i = 0; i < sizeof(_caps) / sizeof(_caps[0]); i++) {
-		if (_has_cap(data, _caps[i].cap) || (_caps[i].required && sys_admin))
+		if (_has_cap(data, _caps[i].cap) || ((_caps[i].required ||
+		     _caps[i].cap == CAP_CHECKPOINT_RESTORE) && sys_admin))
 			continue;
 		/* kallsyms shows addresses to anyone while both sysctls are this lax. */
 		if (_caps[i].cap == CAP_SYSLOG && kptr == 0 && paranoid <= 1)
@@ -97,7 +103,8 @@ int cmd__check_bpf_privileges(void)
 	if (fatal)
 		fprintf(stderr,
 			"  Run it as root, or grant the capabilities: sudo setcap "
-			"cap_bpf,cap_perfmon,cap_sys_ptrace,cap_syslog,cap_dac_read_search+ep "
+			"cap_bpf,cap_perfmon,cap_sys_ptrace,cap_syslog,cap_dac_read_search,"
+			"cap_checkpoint_restore+ep "
 			"/path/to/flamewatch\n"
 			"  (systemd: AmbientCapabilities=; Docker/Kubernetes: --cap-add / "
 			"securityContext.capabilities.add; see docs/install.md)\n");

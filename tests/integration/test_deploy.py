@@ -20,7 +20,7 @@ from conftest import REPO
 
 DIST = REPO / "dist" / "flamewatch"
 DEPLOY = REPO / "deploy"
-AGENT_CAPS = {"BPF", "PERFMON", "SYS_PTRACE", "SYSLOG", "DAC_READ_SEARCH"}
+AGENT_CAPS = {"BPF", "PERFMON", "SYS_PTRACE", "SYSLOG", "DAC_READ_SEARCH", "CHECKPOINT_RESTORE"}
 
 
 @pytest.fixture(scope="module")
