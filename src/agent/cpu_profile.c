@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/cgroup.h"
 #include "agent/cpu_profile.h"
 #include "agent/proc_table.h"
 #include "common/batch.h"
@@ -303,13 +304,13 @@ static int64_t _series_of(struct cpu_profile *cp, const struct fw_sample *s, con
 		names[n] = "pod";
 		values[n++] = info->pod;
 	}
-	if (info && info->k8s_pod[0]) {
+	if (info && info->k8s) {
 		names[n] = "namespace";
-		values[n++] = info->k8s_ns;
+		values[n++] = info->k8s->ns;
 		names[n] = "pod_name";
-		values[n++] = info->k8s_pod;
+		values[n++] = info->k8s->pod;
 		names[n] = "container_name";
-		values[n++] = info->k8s_container;
+		values[n++] = info->k8s->container;
 	}
 	series = batch__intern_series(cp->batch, names, values, n);
 	if (series < 0)

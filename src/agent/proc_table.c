@@ -55,6 +55,13 @@ struct proc_table *proc_table__new(const char *proc_root)
 	return t;
 }
 
+
+static void _info_free(struct proc_info *info)
+{
+	if (info)
+		free(info->k8s);
+	free(info);
+}
 static void _binary_free(struct binary *b)
 {
 	elf_file__close(b->elf);
@@ -75,7 +82,7 @@ void proc_table__free(struct proc_table *t)
 		for (p = t->procs[i]; p; p = next) {
 			next = p->next;
 			free(p->maps);
-			free(p->info);
+			_info_free(p->info);
 			free(p);
 		}
 	}
@@ -342,7 +349,7 @@ void proc_table__exec(struct proc_table *t, pid_t pid)
 	if (p) {
 		free(p->maps);
 		p->maps = NULL;
-		free(p->info);
+		_info_free(p->info);
 		p->info = NULL;
 		p->refreshed_round = 0;
 	}
@@ -356,7 +363,7 @@ void proc_table__exit(struct proc_table *t, pid_t pid)
 		return;
 	*pp = p->next;
 	free(p->maps);
-	free(p->info);
+	_info_free(p->info);
 	free(p);
 	t->nprocs--;
 }
@@ -417,9 +424,9 @@ const struct proc_info *proc_table__info(struct proc_table *t, pid_t pid)
 		snprintf(path, sizeof(path), "%s/1/root/var/log/containers", t->proc_root);
 		if (!cgroup__k8s_names("/var/log/containers", p->info->container, &k) ||
 		    !cgroup__k8s_names(path, p->info->container, &k)) {
-			memcpy(p->info->k8s_ns, k.ns, sizeof(k.ns));
-			memcpy(p->info->k8s_pod, k.pod, sizeof(k.pod));
-			memcpy(p->info->k8s_container, k.container, sizeof(k.container));
+			p->info->k8s = malloc(sizeof(k));
+			if (p->info->k8s)
+				*p->info->k8s = k;
 		}
 	}
 	return p->info;
