@@ -75,7 +75,7 @@ $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: src/format/%.proto | $(DEPS_STAMP)
 # ---- C ---------------------------------------------------------------------
 # src/cuda is a separate shared library loaded into other processes; it
 # depends on nothing else in src/ and is built by its own rule.
-LIB_SRCS := $(filter-out src/main.c src/cuda/%,$(shell find src -name '*.c' ! -name '*.bpf.c' | sort))
+LIB_SRCS := $(filter-out src/main.c src/cuda/% src/compat/%,$(shell find src -name '*.c' ! -name '*.bpf.c' | sort))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) \
 	    $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PROTO_SRCS))
 GENERATED := $(BPF_SKELS) $(PROTO_HDRS)
@@ -144,6 +144,64 @@ $(CUDA_LIB): $(CUDA_OBJS) src/cuda/libflamewatch-cuda.map
 all: $(CUDA_LIB)
 
 all: $(BUILD)/flamewatch
+
+# ---- release build -----------------------------------------------------------
+# make dist: dist/flamewatch, the same objects linked for glibc >= 2.31 (see
+# src/compat/glibc_231.c), stripped to its build id. Other shared objects that
+# ship beside it are listed in DIST_LIBS (a rule elsewhere may append to it);
+# $(BUILD)/libflamewatch-cuda.so is shipped whenever the Makefile can build it.
+DIST       := dist
+DIST_LIBS  ?=
+CUDA_LIB   := $(BUILD)/libflamewatch-cuda.so
+GLIBC_MAX  := 2.31
+GLIBC_WRAP := stat stat64 lstat lstat64 fstat fstat64 arc4random arc4random_buf \
+	dlopen dlclose dlerror dlsym pthread_create pthread_join pthread_mutex_trylock \
+	pthread_mutexattr_destroy pthread_mutexattr_init pthread_mutexattr_settype \
+	pthread_rwlock_destroy pthread_rwlock_init pthread_rwlock_rdlock \
+	pthread_rwlock_tryrdlock pthread_rwlock_unlock pthread_rwlock_wrlock pthread_condattr_setclock
+DIST_WRAP  := __libc_start_main $(GLIBC_WRAP)
+# libdl.so.2 and libpthread.so.0 stay needed: on glibc < 2.34 dlopen and
+# pthread_create live there (on newer glibc they are empty stubs).
+GLIBC_OLD_LIBS := -Wl,--push-state,--no-as-needed -l:libdl.so.2 -l:libpthread.so.0 -Wl,--pop-state
+DIST_LDLIBS := $(LDLIBS) $(GLIBC_OLD_LIBS)
+# For a shared library shipped in dist/ (libflamewatch-cuda.so): add to its
+# link line, and list $(GLIBC_COMPAT_SO) among its prerequisites.
+GLIBC_COMPAT_SO := $(BUILD)/obj/compat/glibc_231.pic.o
+GLIBC_COMPAT_SO_LDFLAGS = $(addprefix -Wl$(comma)--wrap=,$(GLIBC_WRAP)) $(GLIBC_COMPAT_SO) $(GLIBC_OLD_LIBS)
+
+$(BUILD)/obj/compat/%.pic.o: src/compat/%.c | $(DEPS_STAMP)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -fPIC -fno-builtin -c $< -o $@
+
+$(BUILD)/obj/compat/%.o: src/compat/%.c | $(DEPS_STAMP)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -fno-builtin -c $< -o $@
+
+$(BUILD)/dist/flamewatch: $(BUILD)/obj/main.o $(BUILD)/libflamewatch.a $(BUILD)/obj/compat/glibc_231.o \
+		$(BUILD)/obj/compat/glibc_231_start.o
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -Wl,--build-id=sha1 $(addprefix -Wl$(comma)--wrap=,$(DIST_WRAP)) \
+		-o $@ $^ $(DIST_LDLIBS)
+	$(Q)./scripts/check-glibc.sh $@ $(GLIBC_MAX)
+
+comma := ,
+
+# $(MAKE) -q answers 2 when there is no rule for the target.
+dist: $(BUILD)/dist/flamewatch $(DIST_LIBS)
+	$(call msg,DIST,$(DIST)/)
+	$(Q)mkdir -p $(DIST)
+	$(Q)strip --strip-all -o $(DIST)/flamewatch $(BUILD)/dist/flamewatch
+	$(Q)set -e; q=0; $(MAKE) --no-print-directory -q $(CUDA_LIB) >/dev/null 2>&1 || q=$$?; \
+	if [ $$q -ne 2 ]; then $(MAKE) --no-print-directory $(CUDA_LIB); \
+		strip --strip-unneeded -o $(DIST)/$(notdir $(CUDA_LIB)) $(CUDA_LIB); \
+		./scripts/check-glibc.sh $(DIST)/$(notdir $(CUDA_LIB)) $(GLIBC_MAX) || \
+		{ echo "  link $(CUDA_LIB) with \$$(GLIBC_COMPAT_SO_LDFLAGS) (see the Makefile)" >&2; exit 1; }; \
+	else echo "  (no rule for $(CUDA_LIB): dist has no CUDA library)"; fi
+	$(Q)set -e; for f in $(DIST_LIBS); do strip --strip-unneeded -o $(DIST)/$$(basename $$f) $$f; done
+	$(Q)readelf -n $(DIST)/flamewatch | grep -q 'Build ID'
 
 # ---- tests -----------------------------------------------------------------
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
@@ -247,9 +305,9 @@ run: $(BUILD)/flamewatch
 	$(BUILD)/flamewatch run
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(DIST)
 
-.PHONY: all unit system test run clean workloads fuzz fuzz-build fuzz-regress ui ui-test ui-bench
+.PHONY: all unit system test run clean workloads fuzz fuzz-build fuzz-regress ui ui-test ui-bench dist
 
 -include $(shell find $(BUILD)/obj $(BUILD)/obj-cuda $(BUILD)/tests $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)
 

@@ -20,6 +20,7 @@ static const struct {
 	{ "server", cmd_server, "store what agents send; serve the query API and /metrics" },
 	{ "gpu", cmd_gpu, "read GPU metrics from NVML once (or N times) and print them" },
 	{ "cuda", cmd_cuda, "run a CUDA command with GPU time profiling enabled" },
+	{ "check", cmd_check, "say whether this kernel and these privileges can run the sampler" },
 };
 
 static void _usage(FILE *out)

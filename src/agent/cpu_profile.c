@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/cgroup.h"
 #include "agent/cpu_profile.h"
 #include "agent/proc_table.h"
 #include "agent/python.h"
@@ -275,8 +276,8 @@ static int64_t _user_frame(struct cpu_profile *cp, pid_t pid, uint64_t addr, boo
  */
 static int64_t _series_of(struct cpu_profile *cp, const struct fw_sample *s, const char *comm)
 {
-	const char *names[5] = { "pid", "comm", "exe", "container", "pod" };
-	const char *values[5];
+	const char *names[8] = { "pid", "comm", "exe", "container", "pod" };
+	const char *values[8];
 	const struct proc_info *info;
 	uint32_t key = s->pid;
 	char pid[16];
@@ -308,6 +309,14 @@ static int64_t _series_of(struct cpu_profile *cp, const struct fw_sample *s, con
 	if (info && info->pod[0]) {
 		names[n] = "pod";
 		values[n++] = info->pod;
+	}
+	if (info && info->k8s) {
+		names[n] = "namespace";
+		values[n++] = info->k8s->ns;
+		names[n] = "pod_name";
+		values[n++] = info->k8s->pod;
+		names[n] = "container_name";
+		values[n++] = info->k8s->container;
 	}
 	series = batch__intern_series(cp->batch, names, values, n);
 	if (series < 0)

@@ -55,6 +55,13 @@ struct proc_table *proc_table__new(const char *proc_root)
 	return t;
 }
 
+
+static void _info_free(struct proc_info *info)
+{
+	if (info)
+		free(info->k8s);
+	free(info);
+}
 static void _binary_free(struct binary *b)
 {
 	elf_file__close(b->elf);
@@ -75,7 +82,7 @@ void proc_table__free(struct proc_table *t)
 		for (p = t->procs[i]; p; p = next) {
 			next = p->next;
 			free(p->maps);
-			free(p->info);
+			_info_free(p->info);
 			free(p);
 		}
 	}
@@ -342,7 +349,7 @@ void proc_table__exec(struct proc_table *t, pid_t pid)
 	if (p) {
 		free(p->maps);
 		p->maps = NULL;
-		free(p->info);
+		_info_free(p->info);
 		p->info = NULL;
 		p->refreshed_round = 0;
 	}
@@ -356,7 +363,7 @@ void proc_table__exit(struct proc_table *t, pid_t pid)
 		return;
 	*pp = p->next;
 	free(p->maps);
-	free(p->info);
+	_info_free(p->info);
 	free(p);
 	t->nprocs--;
 }
@@ -406,6 +413,22 @@ const struct proc_info *proc_table__info(struct proc_table *t, pid_t pid)
 	if (_read_small(path, cgroup, sizeof(cgroup)) > 0)
 		cgroup__parse(cgroup, p->info->container, sizeof(p->info->container),
 			      p->info->pod, sizeof(p->info->pod));
+	/*
+	 * The names come from the host's kubelet log links: ours when the agent
+	 * runs on the host (or the directory is mounted), else through pid 1's
+	 * root, so that an agent in a container (hostPID) needs no extra mount.
+	 */
+	if (p->info->pod[0] && p->info->container[0]) {
+		struct cgroup_k8s k;
+
+		snprintf(path, sizeof(path), "%s/1/root/var/log/containers", t->proc_root);
+		if (!cgroup__k8s_names("/var/log/containers", p->info->container, &k) ||
+		    !cgroup__k8s_names(path, p->info->container, &k)) {
+			p->info->k8s = malloc(sizeof(k));
+			if (p->info->k8s)
+				*p->info->k8s = k;
+		}
+	}
 	return p->info;
 }
 

@@ -62,12 +62,15 @@ void proc_table__exit(struct proc_table *t, pid_t pid);
  */
 void proc_table__next_round(struct proc_table *t);
 
+struct cgroup_k8s;
+
 /* What labels a process's samples: read once per process image from /proc. */
 struct proc_info {
 	char comm[17];		/* the process's (main thread's) name */
 	char exe[256];		/* path of its executable, as the process sees it */
 	char container[65];	/* container id, or "" */
 	char pod[37];		/* Kubernetes pod uid, or "" */
+	struct cgroup_k8s *k8s;	/* Kubernetes names, or NULL (owned; most processes have none) */
 };
 
 /*

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 /* flamewatch agent: sample the whole host and ship batches to a server. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
+#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,7 +47,73 @@ static void _usage(FILE *out)
 "  --gpu-interval DUR   how often GPU metrics are read from NVML (default 1s,\n"
 "                       at least 100ms; off: none)\n"
 "  --metrics-listen H:P serve /metrics (GPU metrics, Prometheus text) here\n"
-"  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n");
+"  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n"
+"  --cuda-lib-dir DIR   copy libflamewatch-cuda.so (shipped beside this binary) into\n"
+"                       DIR at start, for CUDA_INJECTION64_PATH=DIR/libflamewatch-cuda.so\n"
+"                       (or FLAMEWATCH_CUDA_LIB_DIR in the environment)\n");
+}
+
+#define CUDA_LIB "libflamewatch-cuda.so"
+
+/*
+ * Installs the CUDA injection library that ships beside this binary into dir
+ * (a host directory that CUDA workloads mount). A new file is renamed over the
+ * old one, so processes that loaded the old library keep their copy. A missing
+ * library only warns: CPU profiling does not depend on it.
+ */
+static int _install_cuda_lib(const char *dir)
+{
+	char exe[PATH_MAX], src[PATH_MAX + 32], tmp[PATH_MAX], dst[PATH_MAX];
+	int in = -1, out = -1, ret = -1;
+	char buf[65536];
+	ssize_t n, len;
+
+	len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (len < 0)
+		return -1;
+	exe[len] = '\0';
+	snprintf(src, sizeof(src), "%s/" CUDA_LIB, dirname(exe));
+	if (snprintf(dst, sizeof(dst), "%s/" CUDA_LIB, dir) >= (int)sizeof(dst) ||
+	    snprintf(tmp, sizeof(tmp), "%s/." CUDA_LIB ".%d", dir, (int)getpid()) >= (int)sizeof(tmp)) {
+		fprintf(stderr, "flamewatch: error: --cuda-lib-dir: path too long\n");
+		return -1;
+	}
+	in = open(src, O_RDONLY | O_CLOEXEC);
+	if (in < 0) {
+		pr_warn("no %s beside this binary (%s); CUDA workloads get no GPU time profiling\n",
+			CUDA_LIB, strerror(errno));
+		return 0;
+	}
+	out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (out < 0) {
+		fprintf(stderr, "flamewatch: error: --cuda-lib-dir: cannot write %s: %s\n", tmp,
+			strerror(errno));
+		goto out;
+	}
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, n) != n)
+			break;
+	if (n != 0 || fchmod(out, 0644) || fsync(out) || close(out)) {
+		out = -1;
+		fprintf(stderr, "flamewatch: error: --cuda-lib-dir: cannot copy %s to %s: %s\n",
+			src, tmp, strerror(errno));
+		unlink(tmp);
+		goto out;
+	}
+	out = -1;
+	if (rename(tmp, dst)) {
+		fprintf(stderr, "flamewatch: error: --cuda-lib-dir: cannot rename %s to %s: %s\n",
+			tmp, dst, strerror(errno));
+		unlink(tmp);
+		goto out;
+	}
+	pr_info("installed %s for CUDA workloads (CUDA_INJECTION64_PATH=%s)\n", CUDA_LIB, dst);
+	ret = 0;
+out:
+	if (out >= 0)
+		close(out);
+	close(in);
+	return ret;
 }
 
 struct agent {
@@ -102,6 +172,7 @@ int cmd_agent(int argc, char **argv)
 		{ "gpu-interval", required_argument, NULL, 'g' },
 		{ "metrics-listen", required_argument, NULL, 'M' },
 		{ "no-cpu-strips", no_argument, NULL, 'S' },
+		{ "cuda-lib-dir", required_argument, NULL, 'C' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -116,6 +187,7 @@ int cmd_agent(int argc, char **argv)
 	struct agent a = { 0 };
 	struct event *sigint = NULL, *sigterm = NULL;
 	struct shipper_stats st;
+	const char *cuda_dir = getenv("FLAMEWATCH_CUDA_LIB_DIR");
 	char host[256], err[512];
 	unsigned long v;
 	int64_t ns;
@@ -180,6 +252,9 @@ int cmd_agent(int argc, char **argv)
 		case 'M':
 			metrics_listen = optarg;
 			break;
+		case 'C':
+			cuda_dir = optarg;
+			break;
 		case 'v':
 			log__set_level(LOG_DEBUG);
 			break;
@@ -202,7 +277,9 @@ int cmd_agent(int argc, char **argv)
 		host[sizeof(host) - 1] = '\0';
 		so.node = host;
 	}
-	if (cmd__check_bpf_privileges() || cmd__check_btf())
+	if (cmd__check_kernel())
+		return 1;
+	if (cuda_dir && cuda_dir[0] && _install_cuda_lib(cuda_dir))
 		return 1;
 
 	a.base = event_base_new();

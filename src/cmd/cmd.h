@@ -14,6 +14,7 @@ int cmd_agent(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_gpu(int argc, char **argv);
 int cmd_cuda(int argc, char **argv);
+int cmd_check(int argc, char **argv);
 
 /* The server options shared by `server` and `run`. */
 struct cmd_server_opts {
@@ -46,6 +47,9 @@ int cmd__run_loop(struct event_base *base, struct store *store, int64_t retentio
 /* Checks shared by every subcommand that loads BPF; print an actionable error and return -1 on failure. */
 int cmd__check_bpf_privileges(void);
 int cmd__check_btf(void);
+/* All of the above, plus the bpf() and perf_event_open() syscalls, the BPF program and map
+ * types, helpers and tracepoints the sampler uses: prints each missing one, returns -1 if any. */
+int cmd__check_kernel(void);
 
 /*
  * --java-perfmap-interval: a duration ("30s", "2m") or plain seconds, at

@@ -453,7 +453,7 @@ int cmd_record(int argc, char **argv)
 
 	if (_parse_args(&r.opts, argc, argv))
 		return 2;
-	if (cmd__check_bpf_privileges() || cmd__check_btf())
+	if (cmd__check_kernel())
 		return 1;
 	if (_output_open(&out, r.opts.output))
 		return 1;

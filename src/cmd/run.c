@@ -168,7 +168,7 @@ int cmd_run(int argc, char **argv)
 		host[sizeof(host) - 1] = '\0';
 		r.node = host;
 	}
-	if (cmd__check_bpf_privileges() || cmd__check_btf())
+	if (cmd__check_kernel())
 		return 1;
 	/* Exports turn sample counts into CPU time at the rate we sample. */
 	so.hz = co.freq_hz;

@@ -31,7 +31,8 @@ static void _usage(FILE *out)
 "  --listen HOST:PORT   where to listen (default 127.0.0.1:7171)\n"
 "  --data DIR           SQLite data directory (default /var/lib/flamewatch)\n"
 "  --store URI          sqlite:DIR (ClickHouse later)\n"
-"  --token T            bearer token for both ingest and the API\n"
+"  --token T            bearer token for both ingest and the API (or FLAMEWATCH_TOKEN\n"
+"                       in the environment)\n"
 "  --write-token T      bearer token for ingest only\n"
 "  --read-token T       bearer token for the API only\n"
 "  --retention DUR      drop data older than this (default 7d)\n"
@@ -249,6 +250,9 @@ int cmd_server(int argc, char **argv)
 	int c, rc = 1;
 
 	cmd__server_defaults(&o, "/var/lib/flamewatch");
+	/* As for the agent: a token in the environment stays out of ps. */
+	if (getenv("FLAMEWATCH_TOKEN") && getenv("FLAMEWATCH_TOKEN")[0])
+		o.write_token = o.read_token = getenv("FLAMEWATCH_TOKEN");
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "vh", cmd__server_longopts, NULL)) != -1) {
 		if (c == 'h') {
