@@ -421,3 +421,153 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 	emit_proc_event(FW_EVENT_FORK, child, ptgid, BPF_RB_NO_WAKEUP);
 	return 0;
 }
+
+/*
+ * CUDA: the USDT probes of libflamewatch-cuda.so (src/cuda/probes.h). The
+ * agent attaches these to every copy of the library it finds; they share
+ * the ring buffer and the unwinder with the CPU sampler, so a launch's
+ * stack is walked exactly like a CPU sample's.
+ */
+#include <bpf/usdt.bpf.h>
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fw_cuda_launch);
+} cuda_launch_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fw_cuda_activity);
+} cuda_activity_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FW_CUDA_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} cuda_stats SEC(".maps");
+
+static __always_inline void cuda_stat_add(enum fw_cuda_stat stat, __u64 n)
+{
+	__u32 key = stat;
+	__u64 *v = bpf_map_lookup_elem(&cuda_stats, &key);
+
+	if (v)
+		*v += n;
+}
+
+SEC("usdt")
+int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, zero = 0;
+	struct fw_cuda_launch *l;
+	struct fw_sample *s;
+	__u64 size;
+
+	if (!is_followed(tgid)) {
+		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
+		return 0;
+	}
+	s = bpf_map_lookup_elem(&scratch, &zero);
+	l = bpf_map_lookup_elem(&cuda_launch_scratch, &zero);
+	if (!s || !l) {
+		stat_inc(FW_STAT_NO_SCRATCH);
+		return 0;
+	}
+	s->type = FW_EVENT_CUDA_LAUNCH;
+	s->pid = tgid;
+	s->tid = (__u32)id;
+	s->cpu = bpf_get_smp_processor_id();
+	s->boot_ns = bpf_ktime_get_boot_ns();
+	s->flags = 0;
+	s->kstack_len = 0;
+	s->ustack_len = 0;
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+	/* A uprobe runs on the user registers at the probe: its ip is the probe site. */
+	walk_user_stack(s, tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+
+	size = offsetof(struct fw_sample, addrs) + (__u64)s->ustack_len * sizeof(__u64);
+	if (size > sizeof(*s))
+		size = sizeof(*s);
+	l->type = FW_EVENT_CUDA_LAUNCH;
+	l->weight = weight;
+	l->correlation = correlation;
+	if (bpf_probe_read_kernel(&l->s, size, s))
+		return 0;
+	if (bpf_ringbuf_output(&events, l, offsetof(struct fw_cuda_launch, s) + size,
+			       BPF_RB_NO_WAKEUP)) {
+		cuda_stat_add(FW_CUDA_STAT_LAUNCH_RINGBUF_FULL, 1);
+		return 0;
+	}
+	cuda_stat_add(FW_CUDA_STAT_LAUNCHES, 1);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_cuda_activity, const void *recs, __u32 count)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32, zero = 0;
+	struct fw_cuda_activity *a;
+	__u64 size;
+
+	if (!is_followed(tgid)) {
+		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
+		return 0;
+	}
+	if (count == 0)
+		return 0;
+	if (count > FW_CUDA_MAX_BATCH) {
+		cuda_stat_add(FW_CUDA_STAT_ACTIVITY_TRUNCATED, count - FW_CUDA_MAX_BATCH);
+		count = FW_CUDA_MAX_BATCH;
+	}
+	a = bpf_map_lookup_elem(&cuda_activity_scratch, &zero);
+	if (!a) {
+		stat_inc(FW_STAT_NO_SCRATCH);
+		return 0;
+	}
+	a->type = FW_EVENT_CUDA_ACTIVITY;
+	a->pid = tgid;
+	a->count = count;
+	a->pad = 0;
+	a->boot_ns = bpf_ktime_get_boot_ns();
+	size = (__u64)count * sizeof(struct fw_cuda_record);
+	if (size > sizeof(a->recs))
+		size = sizeof(a->recs);
+	if (bpf_probe_read_user(a->recs, size, recs)) {
+		cuda_stat_add(FW_CUDA_STAT_ACTIVITY_FAULT, 1);
+		return 0;
+	}
+	if (bpf_ringbuf_output(&events, a, offsetof(struct fw_cuda_activity, recs) + size,
+			       BPF_RB_NO_WAKEUP)) {
+		cuda_stat_add(FW_CUDA_STAT_ACTIVITY_RINGBUF_FULL, 1);
+		return 0;
+	}
+	cuda_stat_add(FW_CUDA_STAT_ACTIVITIES, 1);
+	cuda_stat_add(FW_CUDA_STAT_RECORDS, count);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_cuda_conflict, const char *what)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct fw_cuda_conflict *c;
+
+	cuda_stat_add(FW_CUDA_STAT_CONFLICTS, 1);
+	if (!is_followed(tgid))
+		return 0;
+	c = bpf_ringbuf_reserve(&events, sizeof(*c), 0);
+	if (!c)
+		return 0;
+	c->type = FW_EVENT_CUDA_CONFLICT;
+	c->pid = tgid;
+	if (bpf_probe_read_user_str(c->what, sizeof(c->what), what) < 0)
+		c->what[0] = '\0';
+	bpf_ringbuf_submit(c, 0);
+	return 0;
+}
