@@ -6,6 +6,7 @@
 
 #include "agent/collector.h"
 #include "agent/cpu_profile.h"
+#include "agent/cuda_tracker.h"
 #include "agent/proc_table.h"
 #include "agent/sampler.h"
 #include "agent/unwinder.h"
@@ -18,8 +19,43 @@ struct collector {
 	struct proc_table *procs;
 	struct unwinder *unwinder;
 	struct cpu_profile *cp;
+	struct cuda_tracker *cuda;	/* timed mode only: GPU time needs a batch */
 	uint64_t add_errors;
 };
+
+static void _on_cuda_launch(void *ctx, const struct fw_cuda_launch *l)
+{
+	struct collector *c = ctx;
+
+	if (!c->cuda)
+		return;
+	cuda_tracker__launch(c->cuda, l);
+	/* As for CPU samples: a process BPF could not fully walk gets its tables. */
+	unwinder__note_sample(c->unwinder, l->s.pid, l->s.flags);
+}
+
+static void _cuda_process(void *ctx, pid_t pid)
+{
+	struct collector *c = ctx;
+
+	unwinder__add_pid(c->unwinder, pid);
+}
+
+static void _on_cuda_activity(void *ctx, const struct fw_cuda_activity *a)
+{
+	struct collector *c = ctx;
+
+	if (c->cuda)
+		cuda_tracker__activity(c->cuda, a);
+}
+
+static void _on_cuda_conflict(void *ctx, const struct fw_cuda_conflict *e)
+{
+	struct collector *c = ctx;
+
+	if (c->cuda)
+		cuda_tracker__conflict(c->cuda, e);
+}
 
 static void _on_sample(void *ctx, const struct fw_sample *s)
 {
@@ -37,11 +73,15 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 	switch (e->type) {
 	case FW_EVENT_EXEC:
 		proc_table__exec(c->procs, e->pid);
+		if (c->cuda)
+			cuda_tracker__exec(c->cuda, e->pid);
 		unwinder__remove_pid(c->unwinder, e->pid);
 		if (c->opts.follow_only)
 			unwinder__queue(c->unwinder, e->pid);
 		break;
 	case FW_EVENT_EXIT:
+		if (c->cuda)
+			cuda_tracker__exit(c->cuda, e->pid);
 		proc_table__exit(c->procs, e->pid);
 		unwinder__remove_pid(c->unwinder, e->pid);
 		if (c->opts.follow_only) {
@@ -64,6 +104,9 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.wakeup_on_exec = o->follow_only,
 		.on_sample = _on_sample,
 		.on_proc = _on_proc,
+		.on_cuda_launch = _on_cuda_launch,
+		.on_cuda_activity = _on_cuda_activity,
+		.on_cuda_conflict = _on_cuda_conflict,
 	};
 	int files_fd, procs_fd, err;
 
@@ -89,6 +132,15 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		err = ENOMEM;
 		goto fail;
 	}
+	if (o->timed) {
+		c->cuda = cuda_tracker__new(c->sampler, c->cp, "/proc");
+		if (!c->cuda) {
+			err = ENOMEM;
+			goto fail;
+		}
+		cuda_tracker__on_process(c->cuda, _cuda_process, c);
+		cuda_tracker__scan(c->cuda);
+	}
 	return c;
 fail:
 	collector__free(c);
@@ -101,6 +153,13 @@ void collector__stop(struct collector *c)
 	if (!c->sampler)
 		return;
 	collector__tick(c);
+	if (c->cuda) {
+		/* Records still waiting for a launch count all the same. */
+		cuda_tracker__flush(c->cuda);
+		cuda_tracker__report(c->cuda);
+		cuda_tracker__free(c->cuda);
+		c->cuda = NULL;
+	}
 	sampler__close(c->sampler);
 	c->sampler = NULL;
 	unwinder__free(c->unwinder);
@@ -111,6 +170,7 @@ void collector__free(struct collector *c)
 {
 	if (!c)
 		return;
+	cuda_tracker__free(c->cuda);
 	sampler__close(c->sampler);
 	unwinder__free(c->unwinder);
 	cpu_profile__free(c->cp);
@@ -146,6 +206,8 @@ void collector__tick(struct collector *c)
 	proc_table__next_round(c->procs);
 	sampler__drain(c->sampler);
 	unwinder__add_pending(c->unwinder);
+	if (c->cuda)
+		cuda_tracker__tick(c->cuda);
 	cpu_profile__symbolize_jit(c->cp);
 }
 

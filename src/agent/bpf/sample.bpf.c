@@ -492,6 +492,7 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 	walk_user_stack(s, tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
 
 	size = offsetof(struct fw_sample, addrs) + (__u64)s->ustack_len * sizeof(__u64);
+	barrier_var(size);
 	if (size > sizeof(*s))
 		size = sizeof(*s);
 	l->type = FW_EVENT_CUDA_LAUNCH;
@@ -536,6 +537,8 @@ int BPF_USDT(on_cuda_activity, const void *recs, __u32 count)
 	a->pad = 0;
 	a->boot_ns = bpf_ktime_get_boot_ns();
 	size = (__u64)count * sizeof(struct fw_cuda_record);
+	/* Keep the clamp: clang drops it as redundant, but the verifier needs it. */
+	barrier_var(size);
 	if (size > sizeof(a->recs))
 		size = sizeof(a->recs);
 	if (bpf_probe_read_user(a->recs, size, recs)) {
