@@ -15,6 +15,8 @@ static const char *const _route_names[ROUTE_MAX] = {
 	[ROUTE_HEALTHZ] = "healthz",
 	[ROUTE_METRICS] = "metrics",
 	[ROUTE_STATIC] = "static",
+	[ROUTE_GPU_KERNELS] = "gpu_kernels",
+	[ROUTE_GPU_KERNELS_TOP] = "gpu_kernels_top",
 	[ROUTE_OTHER] = "other",
 };
 

@@ -175,3 +175,16 @@ int store__stats(struct store *s, struct store_stats *out)
 	memset(out, 0, sizeof(*out));
 	return LOCKED(s, s->ops->stats(s->impl, out));
 }
+
+int store__gpu_intervals(struct store *s, int64_t from, int64_t to, const struct selector *sel,
+			 struct profile *dict, uint32_t limit,
+			 int (*cb)(void *ctx, const struct store_gpu_interval *iv), void *ctx)
+{
+	if (!s || !cb)
+		return -EINVAL;
+	if (!s->ops->gpu_intervals)
+		return -EOPNOTSUPP;
+	if (from >= to)
+		return 0;
+	return LOCKED(s, s->ops->gpu_intervals(s->impl, from, to, sel, dict, limit, cb, ctx));
+}
