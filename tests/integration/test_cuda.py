@@ -63,7 +63,20 @@ def _top(client, q, frm, to):
     return _get(client, "/api/v1/gpu/kernels/top", {"query": q, **window(frm, to)}).json()
 
 
-@pytest.fixture(scope="module", params=["agent_first", "workload_first"])
+def _start_server_agent(ps, flamewatch, tmp, port):
+    """`flamewatch server` plus `flamewatch agent` shipping to it: the wire path."""
+    srv = ps.start([flamewatch, "server", "--listen", f"127.0.0.1:{port}", "--data", tmp / "data"],
+                   "server")
+    if not srv.wait_output(r"flamewatch: listening on", START_S):
+        pytest.fail(f"server did not start within {START_S} s\n{srv.describe()}", pytrace=False)
+    agent = ps.start([flamewatch, "agent", "--server", f"http://127.0.0.1:{port}", "--node",
+                      "fwtest-cuda", "-F", "19", "--interval", "1s"], "agent")
+    if not agent.wait_output(r"sampling at \d+ Hz", START_S):
+        pytest.fail(f"agent did not start within {START_S} s\n{agent.describe()}", pytrace=False)
+    return srv
+
+
+@pytest.fixture(scope="module", params=["agent_first", "workload_first", "agent_server"])
 def gpu_run(request, flamewatch, workloads, tmp_path_factory):
     """One `flamewatch run` and one cuda_chain, started in either order;
     yields once all of cuda_chain's GPU time is stored."""
@@ -79,11 +92,15 @@ def gpu_run(request, flamewatch, workloads, tmp_path_factory):
             # Already running (and waiting) when the agent starts: found by the /proc scan.
             work = ps.start([chain], "cuda_chain")
             time.sleep(0.5)
-        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp / "data",
-                        "-F", "19", "--interval", "1s", "--node", "fwtest-cuda"], "run")
-        if not srv.wait_output(r"profiling this host at", START_S):
-            pytest.fail(f"`flamewatch run` did not start within {START_S} s\n{srv.describe()}",
-                        pytrace=False)
+        if request.param == "agent_server":
+            srv = _start_server_agent(ps, flamewatch, tmp, port)
+        else:
+            srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
+                            tmp / "data", "-F", "19", "--interval", "1s", "--node", "fwtest-cuda"],
+                           "run")
+            if not srv.wait_output(r"profiling this host at", START_S):
+                pytest.fail(f"`flamewatch run` did not start within {START_S} s\n{srv.describe()}",
+                            pytrace=False)
         client.wait_healthy(proc=srv)
         if work is None:
             # Started after the agent: found through its exec event.
@@ -134,8 +151,12 @@ def test_gpu_intervals(gpu_run):
     ivs = doc["intervals"]
     assert len(ivs) == 17, [(i["correlation"], i["name"]) for i in ivs]
     assert [i["start"] for i in ivs] == sorted(i["start"] for i in ivs), "not in start order"
-    by_corr = {i["correlation"]: i for i in ivs}
-    assert sorted(by_corr) == list(range(1, 11)) + list(range(101, 106)) + [200, 300]
+    # cuda_chain makes its records one after the other: start order is that order.
+    corrs = list(range(1, 11)) + list(range(101, 106)) + [200, 300]
+    by_corr = dict(zip(corrs, ivs))
+    if h.mode != "agent_server":
+        # The correlation id stays on the agent: only `run` stores it.
+        assert [i["correlation"] for i in ivs] == corrs
     frames, stacks = doc["frames"], doc["stacks"]
 
     def launching(iv):
