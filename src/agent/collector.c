@@ -104,9 +104,10 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.wakeup_on_exec = o->follow_only,
 		.on_sample = _on_sample,
 		.on_proc = _on_proc,
-		.on_cuda_launch = _on_cuda_launch,
-		.on_cuda_activity = _on_cuda_activity,
-		.on_cuda_conflict = _on_cuda_conflict,
+		/* GPU time goes into batches: timed mode only. */
+		.on_cuda_launch = o->timed ? _on_cuda_launch : NULL,
+		.on_cuda_activity = o->timed ? _on_cuda_activity : NULL,
+		.on_cuda_conflict = o->timed ? _on_cuda_conflict : NULL,
 	};
 	int files_fd, procs_fd, err;
 
@@ -256,4 +257,15 @@ void collector__report(struct collector *c)
 		(unsigned long long)u.files, (unsigned long long)u.rows, u.table_bytes / 1024.0,
 		(unsigned long long)(u.cap_bytes >> 20), (unsigned long long)u.files_without_cfi,
 		(unsigned long long)u.files_over_cap, u.build_ns / 1e6);
+}
+
+int collector__fd(struct collector *c)
+{
+	return c->sampler ? sampler__fd(c->sampler) : -1;
+}
+
+void collector__drain(struct collector *c)
+{
+	if (c->sampler)
+		sampler__drain(c->sampler);
 }

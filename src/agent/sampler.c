@@ -267,7 +267,20 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	s->skel->rodata->follow_only = opts->follow_only;
 	s->skel->rodata->follow_children = opts->follow_children;
 	s->skel->rodata->wakeup_on_exec = opts->wakeup_on_exec;
-	bpf_map__set_max_entries(s->skel->maps.events, _ringbuf_size(opts->freq_hz, ncpus));
+	{
+		uint32_t size = _ringbuf_size(opts->freq_hz, ncpus);
+
+		/*
+		 * CUDA launch bursts need room of their own; records wake the
+		 * agent once a quarter of the buffer is pending (see
+		 * cuda_submit_flags() in sample.bpf.c).
+		 */
+		if (opts->on_cuda_launch && size < (2u << 20))
+			size = 2u << 20;
+		if (opts->on_cuda_launch)
+			s->skel->rodata->cuda_wakeup_bytes = size / 4;
+		bpf_map__set_max_entries(s->skel->maps.events, size);
+	}
 	if (!opts->follow_only) {
 		/* The followed map is unused: don't pay for it. */
 		bpf_map__set_max_entries(s->skel->maps.followed, 1);
@@ -473,4 +486,9 @@ int sampler__cuda_stats(struct sampler *s, uint64_t counters[FW_CUDA_STAT_MAX])
 	}
 	free(values);
 	return 0;
+}
+
+int sampler__fd(struct sampler *s)
+{
+	return ring_buffer__epoll_fd(s->rb);
 }

@@ -59,6 +59,12 @@ int sampler__drain(struct sampler *s);
 int sampler__poll(struct sampler *s, int timeout_ms);
 /* The unwinder's maps (unwind_files, proc_mappings); borrowed fds. */
 void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd);
+/*
+ * A descriptor that becomes readable when a record asked for a wakeup (CUDA
+ * records, when the ring buffer fills up); then call sampler__drain().
+ * Borrowed.
+ */
+int sampler__fd(struct sampler *s);
 /* Reads the counters of the BPF stats map. Returns 0 or -errno. */
 int sampler__stats(struct sampler *s, struct sampler_stats *out);
 const char *fw_stat__name(enum fw_stat stat);

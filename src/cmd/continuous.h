@@ -18,6 +18,7 @@ struct event_base;
 struct continuous {
 	struct collector *collector;
 	struct event *tick;
+	struct event *ready;	/* the ring buffer asks to be drained early */
 	uint64_t interval_ns, last_flush_ns;
 	uint32_t max_samples;
 	void (*deliver)(void *ctx, struct batch *b);	/* consumes b */

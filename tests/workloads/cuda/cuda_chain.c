@@ -18,9 +18,16 @@
  *
  * Prints "attached" once the agent set the semaphores (waits up to 60 s;
  * exits 3 if it never does) and "done" at the end.
+ *
+ * `cuda_chain burst N [noattach]`: instead, N launches from
+ * main;phase_burst;a;b;launch_kernel;fwtest_launch, each followed in
+ * batches of 64 by its record (kernelA(int), 1000 ns, weight 1): N * 1000
+ * ns in all, as fast as the probes allow. Prints the wall time per launch
+ * (with noattach it does not wait for an agent: the cost of an idle probe).
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -131,17 +138,55 @@ __attribute__((noinline)) void phase_orphan(void)
 	__asm__ volatile("" ::: "memory");
 }
 
-int main(void)
+static uint64_t mono_ns(void)
 {
-	for (int i = 0; !fwtest_attached(); i++) {
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+__attribute__((noinline)) void phase_burst(long n)
+{
+	static struct fw_cuda_record recs[FW_CUDA_MAX_BATCH];
+	uint64_t t0 = mono_ns(), corr = 1000;
+
+	for (long done = 0; done < n;) {
+		int k = n - done < FW_CUDA_MAX_BATCH ? (int)(n - done) : FW_CUDA_MAX_BATCH;
+
+		for (int i = 0; i < k; i++) {
+			a(corr + i, 1);
+			recs[i] = rec(corr + i, kernel_a, FW_CUDA_KERNEL, 1000, 1, 0);
+		}
+		fwtest_activity(recs, k);
+		corr += k;
+		done += k;
+	}
+	printf("burst: %ld launches, %.0f ns per launch and record\n", n,
+	       (double)(mono_ns() - t0) / (n ? n : 1));
+	__asm__ volatile("" ::: "memory");
+}
+
+int main(int argc, char **argv)
+{
+	int burst = argc >= 3 && !strcmp(argv[1], "burst");
+	int wait = !(argc >= 4 && !strcmp(argv[3], "noattach"));
+
+	for (int i = 0; wait && !fwtest_attached(); i++) {
 		if (i == 6000) {
 			fprintf(stderr, "cuda_chain: no agent attached within 60 s\n");
 			return 3;
 		}
 		usleep(10000);
 	}
-	printf("attached\n");
+	printf(wait ? "attached\n" : "not waiting for an agent\n");
 	fflush(stdout);
+	if (burst) {
+		phase_burst(atol(argv[2]));
+		usleep(300000);
+		printf("done\n");
+		return 0;
+	}
 	phase_launch_first();
 	phase_records_first();
 	phase_copy();
