@@ -202,3 +202,36 @@ def test_kernel_table(gpu_run):
     # The selector applies: another pid has no GPU time here.
     other = _top(h.client, '{pid="1"}', h.frm, h.to)
     assert other["total_ns"] == 0 and other["kernels"] == [], other
+
+
+def test_burst_loses_nothing(flamewatch, workloads, tmp_path):
+    """8000 launches and records as fast as the probes fire: 30 times what
+    the CPU sampler's own ring buffer (64 KiB here) holds, and about 80 %
+    of the 2 MiB one the agent uses with GPU time, so that even an agent
+    starved of CPU on a busy CI machine must not lose any. Every nanosecond
+    must arrive, under the launching stack."""
+    n = 8000
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    try:
+        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
+                        tmp_path / "data", "-F", "19", "--interval", "1s", "-v"], "run")
+        assert srv.wait_output(r"profiling this host at", START_S), srv.describe()
+        client.wait_healthy(proc=srv)
+        t0 = time.time() - 1
+        work = ps.start([workloads / "cuda" / "cuda_chain", "burst", str(n)], "cuda_chain")
+        assert work.wait(70) == 0, work.describe()
+        q = '{pid="%d"}' % work.pid
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and \
+                _top(client, q, t0, time.time() + 1)["total_ns"] < n * 1000:
+            time.sleep(0.5)
+        time.sleep(1.5)
+        got = _folded(client, q, t0, time.time() + 1)
+        want = {("main", "phase_burst", "a", "b", "launch_kernel", "fwtest_launch", "kernelA(int)"):
+                n * 1000}
+        assert got == want, f"{work.text()}\n" + "\n".join(f"{';'.join(k)} {v}" for k, v in got.items())
+    finally:
+        ps.close_all()
+        client.close()
