@@ -277,8 +277,10 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 		 */
 		if (opts->on_cuda_launch && size < (2u << 20))
 			size = 2u << 20;
-		if (opts->on_cuda_launch)
+		if (opts->on_cuda_launch) {
 			s->skel->rodata->cuda_wakeup_bytes = size / 4;
+			s->skel->rodata->cuda_launch_max_bytes = size / 2;
+		}
 		bpf_map__set_max_entries(s->skel->maps.events, size);
 	}
 	if (!opts->follow_only) {

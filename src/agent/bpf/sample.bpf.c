@@ -458,6 +458,13 @@ struct {
 
 /* Set by the loader: ring buffer bytes pending above which a CUDA record wakes the agent. */
 const volatile __u64 cuda_wakeup_bytes = 0;
+/*
+ * Set by the loader: pending bytes above which launches are dropped, so
+ * that the rest of the buffer stays for activity records. A record without
+ * its launch still counts its GPU time (under the kernel alone); a lost
+ * record loses it.
+ */
+const volatile __u64 cuda_launch_max_bytes = 0;
 
 /*
  * CPU samples never wake the agent: it drains on a 100 ms timer, and their
@@ -512,6 +519,11 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 
 	if (!is_followed(tgid)) {
 		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
+		return 0;
+	}
+	if (cuda_launch_max_bytes &&
+	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > cuda_launch_max_bytes) {
+		cuda_stat_add(FW_CUDA_STAT_LAUNCH_RINGBUF_FULL, 1);
 		return 0;
 	}
 	s = bpf_map_lookup_elem(&scratch, &one);

@@ -128,7 +128,7 @@ _Static_assert(sizeof(struct fw_cuda_activity) == 24 + 56 * FW_CUDA_MAX_BATCH,
 /* Counters of the CUDA probes, in their own per-CPU map (cuda_stats). */
 enum fw_cuda_stat {
 	FW_CUDA_STAT_LAUNCHES,		/* launch events written */
-	FW_CUDA_STAT_LAUNCH_RINGBUF_FULL,
+	FW_CUDA_STAT_LAUNCH_RINGBUF_FULL,	/* launches dropped: ring buffer over half full */
 	FW_CUDA_STAT_ACTIVITIES,	/* activity batches written */
 	FW_CUDA_STAT_RECORDS,		/* records in them */
 	FW_CUDA_STAT_ACTIVITY_RINGBUF_FULL,	/* batches lost: ring buffer full */
