@@ -206,10 +206,11 @@ def test_kernel_table(gpu_run):
 
 def test_burst_loses_nothing(flamewatch, workloads, tmp_path):
     """8000 launches and records as fast as the probes fire: 30 times what
-    the CPU sampler's own ring buffer (64 KiB here) holds, and about 80 %
-    of the 2 MiB one the agent uses with GPU time, so that even an agent
-    starved of CPU on a busy CI machine must not lose any. Every nanosecond
-    must arrive, under the launching stack."""
+    the CPU sampler's own ring buffer (64 KiB here) holds. Every nanosecond
+    of GPU time must arrive. When the agent is starved of CPU (a busy CI
+    machine), launches give way to records once the 2 MiB ring buffer is
+    half full: some records then count under the kernel alone, but the
+    total stays exact, and no stack is wrong."""
     n = 8000
     ps = Procs(tmp_path / "logs")
     port = free_port()
@@ -229,9 +230,11 @@ def test_burst_loses_nothing(flamewatch, workloads, tmp_path):
             time.sleep(0.5)
         time.sleep(1.5)
         got = _folded(client, q, t0, time.time() + 1)
-        want = {("main", "phase_burst", "a", "b", "launch_kernel", "fwtest_launch", "kernelA(int)"):
-                n * 1000}
-        assert got == want, f"{work.text()}\n" + "\n".join(f"{';'.join(k)} {v}" for k, v in got.items())
+        chain = ("main", "phase_burst", "a", "b", "launch_kernel", "fwtest_launch", "kernelA(int)")
+        text = f"{work.text()}\n" + "\n".join(f"{';'.join(k)} {v}" for k, v in got.items())
+        assert sum(got.values()) == n * 1000, text
+        assert set(got) <= {chain, ("kernelA(int)",)}, text
+        assert got.get(chain, 0) >= n * 1000 // 4, text
     finally:
         ps.close_all()
         client.close()
