@@ -238,3 +238,18 @@ def test_burst_loses_nothing(flamewatch, workloads, tmp_path):
     finally:
         ps.close_all()
         client.close()
+
+
+def test_gpu_routes_bad_input(gpu_run):
+    h = gpu_run
+    w = window(h.frm, h.to)
+    for path in ("/api/v1/gpu/kernels", "/api/v1/gpu/kernels/top"):
+        for params, word in (({"query": "{pid="}, "query"), ({"limit": "x"}, "limit"),
+                             ({"limit": "0"}, "limit"), ({"from": "yesterday-ish"}, "from")):
+            r = h.client.get(path, {**w, "query": h.q, **params})
+            assert r.status == 400 and word in r.text, r.describe()
+    # More intervals than the limit: refused whole, never cut silently.
+    r = h.client.get("/api/v1/gpu/kernels", {**w, "query": h.q, "limit": "5"})
+    assert r.status == 400 and "limit" in r.text, r.describe()
+    r = h.client.get("/api/v1/gpu/kernels", {**w, "query": h.q, "limit": "17"})
+    assert r.status == 200 and len(r.json()["intervals"]) == 17, r.describe()
