@@ -117,13 +117,72 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libflamewatch.a
 # Workload programs with known call chains, profiled by the system tests.
 include tests/workloads/workloads.mk
 
+# ---- fuzzing ---------------------------------------------------------------
+# Every tests/fuzz/fuzz_NAME.c is a libFuzzer target built with clang, ASan
+# and UBSan against its own sanitized copy of the library. `make fuzz` runs
+# each for FUZZ_SECONDS, growing build/fuzz/corpus/NAME from the seeds in
+# tests/fuzz/corpus/NAME and leaving crashers in build/fuzz/crash/NAME;
+# `make fuzz-regress` (part of `make test`) replays the seeds and every
+# crasher kept in tests/fuzz/crashers/NAME once.
+FUZZ_SECONDS ?= 600
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
+FUZZ_OBJS := $(patsubst src/%.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS)) \
+	     $(patsubst $(BUILD)/gen/%.c,$(BUILD)/fuzz/obj/gen/%.o,$(PROTO_SRCS))
+FUZZ_CFLAGS := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer -Wall -std=gnu11 -D_GNU_SOURCE -Isrc -I$(BUILD) -I$(BUILD)/gen -MMD -MP
+FUZZ_LDLIBS := -lbpf -ldw -lelf -lprotobuf-c -Wl,-Bstatic -liberty -Wl,-Bdynamic \
+	-levent_extra -levent_core -lsqlite3 -lzstd -llzma -lbz2 -lz -lpthread -ldl -lm
+
+$(BUILD)/fuzz/obj/%.o: src/%.c | $(GENERATED) $(DEPS_STAMP)
+	$(call msg,FUZZCC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(BUILD)/fuzz/obj/gen/%.o: $(BUILD)/gen/%.c
+	$(call msg,FUZZCC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CLANG) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(BUILD)/fuzz/libflamewatch.a: $(FUZZ_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@
+	$(Q)ar rcs $@ $^
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(BUILD)/fuzz/libflamewatch.a
+	$(call msg,FUZZLD,$@)
+	$(Q)$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/fuzz/libflamewatch.a $(FUZZ_LDLIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: $(FUZZ_BINS)
+	$(Q)set -e; for f in $(FUZZ_BINS); do n=$${f##*/fuzz_}; \
+		mkdir -p $(BUILD)/fuzz/corpus/$$n $(BUILD)/fuzz/crash/$$n; \
+		echo "== $$f for $(FUZZ_SECONDS) s"; \
+		$$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+		    -artifact_prefix=$(BUILD)/fuzz/crash/$$n/ -print_final_stats=1 \
+		    $(BUILD)/fuzz/corpus/$$n tests/fuzz/corpus/$$n > $(BUILD)/fuzz/$$n.fuzz.log 2>&1 || true; \
+		grep -E '^(stat::|SUMMARY|artifact_prefix)' $(BUILD)/fuzz/$$n.fuzz.log || true; \
+	done; \
+	crashes=$$(find $(BUILD)/fuzz/crash -type f | wc -l); \
+	echo "fuzz: $$crashes crasher(s) under $(BUILD)/fuzz/crash"; [ "$$crashes" = 0 ]
+
+fuzz-regress: $(FUZZ_BINS)
+	$(Q)set -e; for f in $(FUZZ_BINS); do n=$${f##*/fuzz_}; \
+		inputs=$$(find tests/fuzz/corpus/$$n tests/fuzz/crashers/$$n -type f 2>/dev/null || true); \
+		[ -n "$$inputs" ] || { echo "fuzz-regress: no inputs for $$n" >&2; exit 1; }; \
+		echo "== $$f: $$(echo "$$inputs" | wc -l) inputs"; \
+		$$f -timeout=30 $$inputs > $(BUILD)/fuzz/$$n.log 2>&1 || \
+			{ tail -n 40 $(BUILD)/fuzz/$$n.log; exit 1; }; \
+	done
+
 unit: $(UNIT_BINS)
 	$(Q)set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
 system: $(BUILD)/flamewatch workloads
 	$(Q)/usr/bin/python3 -m pytest -q tests/integration
 
-test: unit system
+test: unit fuzz-regress system
 
 run: $(BUILD)/flamewatch
 	$(BUILD)/flamewatch run
@@ -131,6 +190,27 @@ run: $(BUILD)/flamewatch
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all unit system test run clean workloads
+.PHONY: all unit system test run clean workloads fuzz fuzz-build fuzz-regress
 
--include $(shell find $(BUILD)/obj $(BUILD)/tests -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/tests $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)
+
+# ---- fake NVML (tests/fakes/fake_nvml.c) -------------------------------------
+# Stands in for libnvidia-ml.so.1 on machines without a GPU; tests load it
+# through LD_LIBRARY_PATH (build/fakes) or by path (the no-samples variant).
+FAKE_NVML := $(BUILD)/fakes/libnvidia-ml.so.1 $(BUILD)/fakes/nosamples/libnvidia-ml.so.1
+
+$(BUILD)/fakes/libnvidia-ml.so.1: tests/fakes/fake_nvml.c src/gpu/nvml_api.h
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -fPIC -shared \
+		-fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
+
+$(BUILD)/fakes/nosamples/libnvidia-ml.so.1: tests/fakes/fake_nvml.c src/gpu/nvml_api.h
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -fPIC -shared \
+		-fvisibility=hidden -DFAKE_NO_SAMPLES -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
+
+fakes: $(FAKE_NVML)
+unit system: fakes
+.PHONY: fakes

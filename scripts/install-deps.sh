@@ -8,7 +8,7 @@ PKGS="clang llvm make gcc g++ pkg-config bpftool libbpf-dev libelf-dev libdw-dev
 libiberty-dev zlib1g-dev libzstd-dev liblzma-dev libbz2-dev libsqlite3-dev
 libevent-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler libcmocka-dev
 python3 python3-pytest systemtap-sdt-dev golang-go linux-perf procps time
-libc6-dbg prometheus"
+libc6-dbg prometheus libclang-rt-14-dev bpftrace"
 
 # The Rust workload needs a rustc; Debian's is fine when rustup's is absent.
 if ! command -v rustc >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/rustc" ]; then

@@ -18,6 +18,7 @@ static const struct {
 	{ "agent", cmd_agent, "profile this host continuously and ship to a server" },
 	{ "record", cmd_record, "profile a command, processes or the whole host; write pprof or folded stacks" },
 	{ "server", cmd_server, "store what agents send; serve the query API and /metrics" },
+	{ "gpu", cmd_gpu, "read GPU metrics from NVML once (or N times) and print them" },
 };
 
 static void _usage(FILE *out)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,6 +33,31 @@ static void _on_cuda_launch(void *ctx, const struct fw_cuda_launch *l)
 	cuda_tracker__launch(c->cuda, l);
 	/* As for CPU samples: a process BPF could not fully walk gets its tables. */
 	unwinder__note_sample(c->unwinder, l->s.pid, l->s.flags);
+}
+
+/*
+ * Libraries named in FLAMEWATCH_CUDA_LIB (colon-separated paths) are
+ * attached at start, before `flamewatch agent` drops the capabilities
+ * that creating uprobes needs; the kernel then arms them in every process
+ * that maps them later.
+ */
+static void _cuda_attach_named(struct cuda_tracker *t)
+{
+	const char *env = getenv("FLAMEWATCH_CUDA_LIB");
+	char *list, *p, *save = NULL;
+
+	if (!env || !env[0])
+		return;
+	list = strdup(env);
+	if (!list)
+		return;
+	for (p = strtok_r(list, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
+		int err = cuda_tracker__attach_file(t, p);
+
+		if (err < 0)
+			pr_warn("FLAMEWATCH_CUDA_LIB: cannot attach to %s: %s\n", p, strerror(-err));
+	}
+	free(list);
 }
 
 static void _cuda_process(void *ctx, pid_t pid)
@@ -133,6 +159,11 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		err = ENOMEM;
 		goto fail;
 	}
+	/*
+	 * libbpf parsed the kernel's BTF (megabytes) to load the programs and
+	 * freed it; hand those pages back instead of keeping them resident.
+	 */
+	malloc_trim(0);
 	if (o->timed) {
 		c->cuda = cuda_tracker__new(c->sampler, c->cp, "/proc");
 		if (!c->cuda) {
@@ -140,6 +171,7 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 			goto fail;
 		}
 		cuda_tracker__on_process(c->cuda, _cuda_process, c);
+		_cuda_attach_named(c->cuda);
 		cuda_tracker__scan(c->cuda);
 	}
 	return c;
@@ -222,7 +254,10 @@ struct batch *collector__take_batch(struct collector *c)
 	if (cpu_profile__symbolize(c->cp))
 		return NULL;
 	clock_gettime(CLOCK_REALTIME, &now);
-	return cpu_profile__take_batch(c->cp, (uint64_t)now.tv_sec * 1000000000ULL + now.tv_nsec);
+	b = cpu_profile__take_batch(c->cp, (uint64_t)now.tv_sec * 1000000000ULL + now.tv_nsec);
+	/* Naming read symbol tables through short-lived buffers: return their pages. */
+	malloc_trim(0);
+	return b;
 }
 
 struct cpu_profile *collector__profile(struct collector *c)

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -300,8 +302,11 @@ static int _attach(struct cuda_tracker *t, pid_t pid, const char *path, uint64_t
 	if (err) {
 		uint64_t *f = realloc(t->failed, (t->nfailed + 1) * sizeof(*f));
 
-		pr_warn("cannot attach to the CUDA probes of %s (pid %d): %s\n", path, pid,
-			strerror(-err));
+		pr_warn("cannot attach to the CUDA probes of %s (pid %d): %s%s\n", path, pid,
+			strerror(-err), err == -EACCES || err == -EPERM ?
+			" (uprobes need CAP_SYS_ADMIN, which `flamewatch agent` drops once "
+			"started: name the library in FLAMEWATCH_CUDA_LIB so it is attached "
+			"at start)" : "");
 		if (f) {
 			t->failed = f;
 			t->failed[t->nfailed++] = dev * 0x9e3779b97f4a7c15ULL ^ inode;
@@ -351,6 +356,33 @@ static int _scan_pid(struct cuda_tracker *t, pid_t pid)
 	free(line);
 	fclose(f);
 	return found;
+}
+
+int cuda_tracker__attach_file(struct cuda_tracker *t, const char *path)
+{
+	struct attached *a;
+	struct stat sb;
+	uint64_t dev;
+	int err;
+
+	if (stat(path, &sb))
+		return -errno;
+	dev = ((uint64_t)major(sb.st_dev) << 32) | minor(sb.st_dev);
+	if (_known(t, dev, sb.st_ino))
+		return 0;
+	a = realloc(t->att, (t->natt + 1) * sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	t->att = a;
+	a = &t->att[t->natt];
+	a->dev = dev;
+	a->inode = sb.st_ino;
+	err = sampler__attach_cuda(t->sampler, path, a->links);
+	if (err)
+		return err;
+	t->natt++;
+	pr_info("GPU time profiling: attached to %s\n", path);
+	return 1;
 }
 
 int cuda_tracker__scan(struct cuda_tracker *t)

@@ -35,6 +35,12 @@ void cuda_tracker__on_process(struct cuda_tracker *t, void (*fn)(void *ctx, pid_
 /* Detaches the probes; pending records are dropped (flush first). Accepts NULL. */
 void cuda_tracker__free(struct cuda_tracker *t);
 
+/*
+ * Attaches to the library at path (as this process opens it) for every
+ * process mapping it, now or later. Returns 1 when newly attached, 0 when
+ * already, or -errno.
+ */
+int cuda_tracker__attach_file(struct cuda_tracker *t, const char *path);
 /* Looks at every process now. Returns the number of library files newly attached. */
 int cuda_tracker__scan(struct cuda_tracker *t);
 /* A process exec'd: look at it on the next ticks, while it loads its libraries. */

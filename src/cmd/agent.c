@@ -11,7 +11,9 @@
 
 #include <event2/event.h>
 
+#include "agent/privileges.h"
 #include "agent/shipper.h"
+#include "cmd/agent_metrics.h"
 #include "cmd/cmd.h"
 #include "cmd/continuous.h"
 #include "common/batch.h"
@@ -35,14 +37,25 @@ static void _usage(FILE *out)
 "  -F, --freq HZ        samples per second per CPU (default 19)\n"
 "  --interval DUR       how often to ship a batch (default 10s)\n"
 "  --buffer-mb N        memory kept while the server is unreachable (default 16)\n"
-"  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 64)\n");
+"  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 64)\n"
+"  --gpu-interval DUR   how often GPU metrics are read from NVML (default 1s,\n"
+"                       at least 100ms; off: none)\n"
+"  --metrics-listen H:P serve /metrics (GPU metrics, Prometheus text) here\n");
 }
 
 struct agent {
 	struct event_base *base;
 	struct shipper *shipper;
 	struct continuous cont;
+	struct agent_metrics *metrics;
 };
+
+static void _on_gpu_round(void *ctx, const struct batch *b, uint32_t first)
+{
+	struct agent *a = ctx;
+
+	agent_metrics__round(a->metrics, b, first);
+}
 
 static void _deliver(void *ctx, struct batch *b)
 {
@@ -82,6 +95,8 @@ int cmd_agent(int argc, char **argv)
 		{ "interval", required_argument, NULL, 'i' },
 		{ "buffer-mb", required_argument, NULL, 'b' },
 		{ "unwind-table-mb", required_argument, NULL, 'U' },
+		{ "gpu-interval", required_argument, NULL, 'g' },
+		{ "metrics-listen", required_argument, NULL, 'M' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -90,13 +105,16 @@ int cmd_agent(int argc, char **argv)
 	struct continuous_opts co = {
 		.freq_hz = 19, .unwind_mb = 64, .interval_ns = 10000000000ULL,
 		.max_samples = 200000, .deliver = _deliver,
+		.gpu_interval_ns = CONTINUOUS_GPU_INTERVAL_NS, .on_gpu_round = _on_gpu_round,
 	};
+	const char *metrics_listen = NULL;
 	struct agent a = { 0 };
 	struct event *sigint = NULL, *sigterm = NULL;
 	struct shipper_stats st;
 	char host[256], err[512];
 	unsigned long v;
 	int64_t ns;
+	int err_no;
 	int c, rc = 1;
 
 	so.token = getenv("FLAMEWATCH_TOKEN");
@@ -135,6 +153,13 @@ int cmd_agent(int argc, char **argv)
 				return 2;
 			co.unwind_mb = v;
 			break;
+		case 'g':
+			if (continuous__parse_gpu_interval(optarg, &co.gpu_interval_ns))
+				return 2;
+			break;
+		case 'M':
+			metrics_listen = optarg;
+			break;
 		case 'v':
 			log__set_level(LOG_DEBUG);
 			break;
@@ -171,11 +196,25 @@ int cmd_agent(int argc, char **argv)
 	co.ctx = &a;
 	if (continuous__start(&a.cont, a.base, &co))
 		goto out;
+	if (metrics_listen) {
+		a.metrics = agent_metrics__start(a.base, metrics_listen, so.node,
+						 co.gpu_interval_ns, a.cont.gpu);
+		if (!a.metrics)
+			goto out;
+	}
 	sigint = evsignal_new(a.base, SIGINT, _on_signal, a.base);
 	sigterm = evsignal_new(a.base, SIGTERM, _on_signal, a.base);
 	if (!sigint || !sigterm || event_add(sigint, NULL) || event_add(sigterm, NULL))
 		goto out;
 	signal(SIGPIPE, SIG_IGN);
+	/*
+	 * Loaded and attached: from here on the agent reads processes and binaries,
+	 * makes unwind-table maps and ships over a connected socket. A bug in
+	 * any of that must not hand out the rest of root's powers.
+	 */
+	err_no = privileges__drop(privileges__agent_set());
+	if (err_no)
+		pr_warn("cannot drop capabilities: %s\n", strerror(-err_no));
 	pr_info("sampling at %u Hz, shipping to %s as node %s\n", co.freq_hz, so.url, so.node);
 	event_base_dispatch(a.base);
 
@@ -200,6 +239,7 @@ out:
 		event_free(sigint);
 	if (sigterm)
 		event_free(sigterm);
+	agent_metrics__free(a.metrics);
 	shipper__free(a.shipper);
 	event_base_free(a.base);
 	return rc;

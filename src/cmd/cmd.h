@@ -12,6 +12,7 @@ int cmd_record(int argc, char **argv);
 int cmd_server(int argc, char **argv);
 int cmd_agent(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_gpu(int argc, char **argv);
 
 /* The server options shared by `server` and `run`. */
 struct cmd_server_opts {

@@ -11,6 +11,9 @@
 #include "cmd/continuous.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "store/timeparse.h"
+#include "gpu/nvml.h"
+#include "gpu/poller.h"
 
 static uint64_t _mono_ns(void)
 {
@@ -37,6 +40,35 @@ void continuous__flush(struct continuous *c)
 		c->deliver(c->ctx, b);
 }
 
+int continuous__parse_gpu_interval(const char *arg, uint64_t *ns)
+{
+	int64_t v;
+
+	if (!strcmp(arg, "off") || !strcmp(arg, "0")) {
+		*ns = 0;
+		return 0;
+	}
+	if (duration__parse(arg, &v) || v < 100000000LL) {
+		fprintf(stderr, "flamewatch: error: --gpu-interval: '%s' is not a duration of "
+			"100ms or more, nor off\n", arg);
+		return -1;
+	}
+	*ns = (uint64_t)v;
+	return 0;
+}
+
+/* Moves the points of the GPU thread's rounds into the batch being filled. */
+static void _gpu_drain(struct continuous *c, struct batch *b)
+{
+	uint32_t first = b->nmetrics;
+	int rc = gpu_poller__drain(c->gpu, b);
+
+	if (rc < 0)
+		pr_warn("nvml: cannot record GPU metrics: %s\n", strerror(-rc));
+	if (c->on_gpu_round && b->nmetrics > first)
+		c->on_gpu_round(c->ctx, b, first);
+}
+
 static void _on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	struct continuous *c = arg;
@@ -46,6 +78,8 @@ static void _on_tick(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	collector__tick(c->collector);
 	b = cpu_profile__batch(collector__profile(c->collector));
+	if (c->gpu && b)
+		_gpu_drain(c, b);
 	if (_mono_ns() - c->last_flush_ns >= c->interval_ns ||
 	    (b && b->nsamples >= c->max_samples))
 		continuous__flush(c);
@@ -95,6 +129,11 @@ int continuous__start(struct continuous *c, struct event_base *base,
 				COLLECTOR_TICK_MS);
 	}
 	c->last_flush_ns = _mono_ns();
+	if (o->gpu_interval_ns) {
+		c->gpu_interval_ns = o->gpu_interval_ns;
+		c->on_gpu_round = o->on_gpu_round;
+		c->gpu = gpu_poller__start(NULL, o->gpu_interval_ns);
+	}
 	return 0;
 }
 
@@ -113,7 +152,26 @@ void continuous__stop(struct continuous *c)
 	collector__tick(c->collector);
 	collector__report(c->collector);
 	collector__stop(c->collector);
+	if (c->gpu) {
+		struct batch *b = cpu_profile__batch(collector__profile(c->collector));
+
+		if (b)
+			_gpu_drain(c, b);
+	}
 	continuous__flush(c);
 	collector__free(c->collector);
 	c->collector = NULL;
+	if (c->gpu) {
+		struct nvml_stats st;
+
+		gpu_poller__stats(c->gpu, &st);
+		if (st.rounds)
+			pr_info("nvml: %llu rounds, %llu points, %.1f us CPU per round, "
+				"%.2f ms wall per round (max %.2f)\n",
+				(unsigned long long)st.rounds, (unsigned long long)st.points,
+				st.cpu_ns / 1e3 / st.rounds, st.wall_ns / 1e6 / st.rounds,
+				st.max_wall_ns / 1e6);
+		gpu_poller__free(c->gpu);
+		c->gpu = NULL;
+	}
 }

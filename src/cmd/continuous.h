@@ -23,6 +23,10 @@ struct continuous {
 	uint32_t max_samples;
 	void (*deliver)(void *ctx, struct batch *b);	/* consumes b */
 	void *ctx;
+	/* GPU metrics (NVML, on their own thread), NULL when off or no library */
+	struct gpu_poller *gpu;
+	uint64_t gpu_interval_ns;
+	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 };
 
 struct continuous_opts {
@@ -32,7 +36,18 @@ struct continuous_opts {
 	uint32_t max_samples;
 	void (*deliver)(void *ctx, struct batch *b);
 	void *ctx;
+	/* NVML metrics every gpu_interval_ns; 0: none */
+	uint64_t gpu_interval_ns;
+	/* Called after each GPU round with the batch and its first new metric; may be NULL. */
+	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 };
+
+/*
+ * --gpu-interval: a duration of 100ms or more, or "off" (0). Prints the
+ * reason and returns -1 on a bad value.
+ */
+int continuous__parse_gpu_interval(const char *arg, uint64_t *ns);
+#define CONTINUOUS_GPU_INTERVAL_NS 1000000000ULL
 
 /* Starts sampling the whole host. Prints the reason and returns -1 on failure. */
 int continuous__start(struct continuous *c, struct event_base *base,

@@ -35,6 +35,8 @@ static void _usage(FILE *out)
 "  --retention DUR      drop data older than this (default 7d)\n"
 "  --node NAME          this host's name in the data (default: the hostname)\n"
 "  --interval DUR       how often samples are written to the store (default 10s)\n"
+"  --gpu-interval DUR   how often GPU metrics are read from NVML (default 1s,\n"
+"                       at least 100ms; off: none)\n"
 "  --insecure           allow a non-loopback --listen without a token\n");
 }
 
@@ -47,7 +49,11 @@ struct run {
 static void _deliver(void *ctx, struct batch *b)
 {
 	struct run *r = ctx;
-	int err = store__write(r->store, r->node, b);
+	int err = store__write_metrics(r->store, r->node, b);
+
+	if (err)
+		pr_warn("cannot store %u GPU metric points: %s\n", b->nmetrics, strerror(-err));
+	err = store__write(r->store, r->node, b);
 
 	if (err) {
 		r->dropped += b->nsamples;
@@ -62,12 +68,14 @@ int cmd_run(int argc, char **argv)
 		{ "freq", required_argument, NULL, 'F' },
 		{ "node", required_argument, NULL, 'n' },
 		{ "interval", required_argument, NULL, 'i' },
+		{ "gpu-interval", required_argument, NULL, 'g' },
 	};
 	struct option longopts[32];
 	struct cmd_server_opts so;
 	struct continuous_opts co = {
 		.freq_hz = 19, .unwind_mb = 64, .interval_ns = 10000000000ULL,
 		.max_samples = 200000, .deliver = _deliver,
+		.gpu_interval_ns = CONTINUOUS_GPU_INTERVAL_NS,
 	};
 	struct run r = { 0 };
 	struct continuous cont = { 0 };
@@ -110,6 +118,11 @@ int cmd_run(int argc, char **argv)
 		}
 		if (c == 'n') {
 			r.node = optarg;
+			continue;
+		}
+		if (c == 'g') {
+			if (continuous__parse_gpu_interval(optarg, &co.gpu_interval_ns))
+				return 2;
 			continue;
 		}
 		if (c == 'i') {

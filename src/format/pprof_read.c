@@ -151,8 +151,10 @@ static int _read(struct reader *r, const struct pprof_read_limits *lim, int64_t 
 	values = calloc(r->nlabels + 1, sizeof(*values));
 	if (!locs || !fns || !frames || !names || !values)
 		goto out;
-	memcpy(locs, pb->location, pb->n_location * sizeof(*locs));
-	memcpy(fns, pb->function, pb->n_function * sizeof(*fns));
+	if (pb->n_location)
+		memcpy(locs, pb->location, pb->n_location * sizeof(*locs));
+	if (pb->n_function)
+		memcpy(fns, pb->function, pb->n_function * sizeof(*fns));
 	qsort(locs, pb->n_location, sizeof(*locs), _by_loc_id);
 	qsort(fns, pb->n_function, sizeof(*fns), _by_fn_id);
 	for (size_t i = 0; i < r->nlabels; i++) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -722,6 +723,62 @@ out:
 	return err;
 }
 
+/* ---- metric points (fields 30-33) ---------------------------------------- */
+
+static void _enc_metrics_free(struct enc_msg *em)
+{
+	free(em->m.metric_ts_delta);
+	free(em->m.metric_series);
+	free(em->m.metric_name);
+	free(em->m.metric_value);
+}
+
+/* Translates and orders the metric points into columns, as for samples. */
+static int _enc_metrics(struct xlate *x, struct enc_msg *em)
+{
+	const struct batch *b = x->b;
+	Flamewatch__Wire__Batch *m = &em->m;
+	size_t n = b->nmetrics;
+	struct ts_index *order;
+	int64_t prev = 0;
+	int err = 0;
+
+	if (!n)
+		return 0;
+	order = _alloc_n(n, sizeof(*order));
+	m->metric_ts_delta = _alloc_n(n, sizeof(*m->metric_ts_delta));
+	m->metric_series = _alloc_n(n, sizeof(*m->metric_series));
+	m->metric_name = _alloc_n(n, sizeof(*m->metric_name));
+	m->metric_value = _alloc_n(n, sizeof(*m->metric_value));
+	if (!order || !m->metric_ts_delta || !m->metric_series || !m->metric_name ||
+	    !m->metric_value) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		order[i] = (struct ts_index){ b->metrics[i].ts_ns, i };
+	qsort(order, n, sizeof(*order), _by_ts);
+	for (size_t i = 0; i < n; i++) {
+		const struct batch_metric *bm = &b->metrics[order[i].i];
+		int64_t series = _x_series(x, bm->series);
+		int64_t name = series < 0 ? series : _x_string(x, bm->name);
+
+		if (series < 0 || name < 0) {
+			err = (int)(series < 0 ? series : name);
+			goto out;
+		}
+		m->metric_ts_delta[i] = (int64_t)((uint64_t)bm->ts_ns - (uint64_t)prev);
+		prev = bm->ts_ns;
+		m->metric_series[i] = series;
+		m->metric_name[i] = name;
+		m->metric_value[i] = bm->value;
+	}
+	m->n_metric_ts_delta = m->n_metric_series = m->n_metric_name = m->n_metric_value = n;
+out:
+	free(order);
+	return err;
+}
+
 int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct batch *b,
 			 enum wire_compression c, void **out, size_t *out_len)
 {
@@ -767,6 +824,9 @@ int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct 
 		err = _enc_gpu_intervals(&x, &em);
 	if (err)
 		goto out;
+	err = _enc_metrics(&x, &em);
+	if (err)
+		goto out;
 	err = _enc_dict(e, &em);
 	if (err)
 		goto out;
@@ -797,6 +857,7 @@ int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct 
 out:
 	free(packed);
 	_enc_msg_free(&em);
+	_enc_metrics_free(&em);
 	for (int k = 0; k < K_MAX; k++)
 		free(x.map[k]);
 	free(x.scratch);
@@ -1586,6 +1647,76 @@ out:
 	return rc;
 }
 
+/* ---- metric points (fields 30-33) ---------------------------------------- */
+
+static int _d_metrics(struct dec *d)
+{
+	const Flamewatch__Wire__Batch *m = d->m;
+	size_t n = m->n_metric_ts_delta;
+	struct timespec now;
+	int64_t ts = 0, max_ts;
+
+	if (n > d->lim->max_samples)
+		return _fail(d->err, d->err_len, -E2BIG, "%zu metric points, more than %zu",
+			     n, d->lim->max_samples);
+	if (m->n_metric_series != n || m->n_metric_name != n || m->n_metric_value != n)
+		return _fail(d->err, d->err_len, -EINVAL,
+			     "metric columns differ in length (%zu timestamps)", n);
+	clock_gettime(CLOCK_REALTIME, &now);
+	max_ts = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+	max_ts = d->lim->max_future_ns > INT64_MAX - max_ts ? INT64_MAX :
+		 max_ts + d->lim->max_future_ns;
+	for (size_t i = 0; i < n; i++) {
+		int rc;
+
+		if (__builtin_add_overflow(ts, m->metric_ts_delta[i], &ts) || ts < MIN_TS_NS ||
+		    ts > max_ts)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "metric point %zu: timestamp out of range", i);
+		if (m->metric_series[i] >= d->s->tab[K_SERIES].n)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "metric point %zu: series id %u out of range (%u series)",
+				     i, m->metric_series[i], d->s->tab[K_SERIES].n);
+		rc = _d_string_id(d, "metric point", i, "name", m->metric_name[i]);
+		if (rc)
+			return rc;
+		if (!_d_string(d, m->metric_name[i])[0])
+			return _fail(d->err, d->err_len, -EINVAL, "metric point %zu: empty name", i);
+		if (!isfinite(m->metric_value[i]))
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "metric point %zu: value is not a finite number", i);
+	}
+	return 0;
+}
+
+/* Appends the validated points to the batch _d_build() made. */
+static int _d_build_metrics(struct dec *d)
+{
+	const Flamewatch__Wire__Batch *m = d->m;
+	int64_t ts = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < m->n_metric_ts_delta && !rc; i++) {
+		int64_t series = _out_series(d, m->metric_series[i]);
+		int64_t name = series < 0 ? series :
+			       profile__intern_string(d->out->dict, _d_string(d, m->metric_name[i]));
+		struct batch_metric bm;
+
+		if (series < 0 || name < 0) {
+			rc = (int)(series < 0 ? series : name);
+			break;
+		}
+		ts += m->metric_ts_delta[i];
+		bm = (struct batch_metric){ .ts_ns = ts, .series = (uint32_t)series,
+					    .name = (uint32_t)name, .value = m->metric_value[i] };
+		rc = batch__add_metric(d->out, &bm);
+	}
+	if (rc)
+		_fail(d->err, d->err_len, rc, rc == -ENOMEM ? "out of memory" :
+		      "cannot build the batch's metric points: %s", strerror(-rc));
+	return rc;
+}
+
 int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 		 enum wire_compression c, const struct wire_limits *lim,
 		 struct batch **out, char *node, size_t node_len, uint64_t *seq,
@@ -1734,7 +1865,11 @@ int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 	if (!rc)
 		rc = _d_gpu_check(&d);
 	if (!rc)
+		rc = _d_metrics(&d);
+	if (!rc)
 		rc = _d_build(&d);
+	if (!rc)
+		rc = _d_build_metrics(&d);
 	if (rc)
 		goto out;
 

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/profile.h"
 #include "common/strbuf.h"
+#include "format/folded_read.h"
 #include "format/pprof_read.h"
 #include "format/wire.h"
 #include "server/request.h"
@@ -26,7 +27,6 @@
 #include "store/store.h"
 
 #define MAX_LABELS 32
-#define MAX_FOLDED_DEPTH 1024
 #define MAX_FOLDED_BYTES (64u << 20)	/* decompressed */
 
 static int _body(struct request *r, const void **data, size_t *len)
@@ -62,7 +62,19 @@ static int _compression(struct request *r, enum wire_compression *c)
 
 static int _store(struct request *r, const char *node, const struct batch *b, size_t body_len)
 {
-	int err = store__write(r->srv->store, node, b);
+	/*
+	 * Metric points first: their write is idempotent, so when the samples
+	 * then fail and the agent sends the batch again nothing is doubled.
+	 */
+	int err = store__write_metrics(r->srv->store, node, b);
+
+	if (err) {
+		pr_warn("store: cannot write %u metric points from %s: %s\n", b->nmetrics, node,
+			strerror(-err));
+		request__error(r, err == -ENOSPC ? 507 : 503, "store: %s", strerror(-err));
+		return -1;
+	}
+	err = store__write(r->srv->store, node, b);
 
 	if (err) {
 		pr_warn("store: cannot write a batch of %u samples from %s: %s\n", b->nsamples,
@@ -158,104 +170,18 @@ static int _labels(struct request *r, const char **names, const char **values, s
 	return 0;
 }
 
-/* Folded frames have no address: a hash of the name keeps them distinct. */
-static int64_t _folded_frame(struct batch *b, const char *name, size_t len)
-{
-	char buf[1024];
-	int64_t id;
-
-	if (len >= sizeof(buf))
-		len = sizeof(buf) - 1;
-	memcpy(buf, name, len);
-	buf[len] = '\0';
-	id = profile__intern_frame(b->dict, FRAME_NATIVE, PROFILE_NO_MAPPING,
-				   hash__bytes(buf, len));
-	if (id >= 0 && profile__set_frame_name(b->dict, id, buf, NULL, 0))
-		return -ENOMEM;
-	return id;
-}
-
-/*
- * One line of FlameGraph's collapsed format: "comm;root;...;leaf COUNT".
- * Returns 0, or -EINVAL with a message for a malformed line.
- */
-static int _folded_line(struct batch *b, char *line, size_t lineno, const char **names,
-			const char **values, size_t nlabels, int64_t ts, uint32_t *frames,
-			char *err, size_t err_len)
-{
-	char *sp = strrchr(line, ' '), *end, *p, *semi;
-	unsigned long long count;
-	uint32_t depth = 0;
-	int64_t series, stack;
-	struct batch_sample s;
-
-	if (!sp || sp == line) {
-		snprintf(err, err_len, "line %zu: expected 'frames COUNT'", lineno);
-		return -EINVAL;
-	}
-	errno = 0;
-	count = strtoull(sp + 1, &end, 10);
-	if (errno || *end || !sp[1] || count == 0 || count > (1ULL << 40)) {
-		snprintf(err, err_len, "line %zu: '%s' is not a positive count", lineno, sp + 1);
-		return -EINVAL;
-	}
-	*sp = '\0';
-	semi = strchr(line, ';');
-	if (!semi || semi == line) {
-		snprintf(err, err_len, "line %zu: expected a process name and frames", lineno);
-		return -EINVAL;
-	}
-	*semi = '\0';
-	names[nlabels] = "comm";
-	values[nlabels] = line;
-	series = batch__intern_series(b, names, values, nlabels + 1);
-	if (series < 0) {
-		snprintf(err, err_len, "line %zu: bad labels", lineno);
-		return series;
-	}
-	for (p = semi + 1; *p; ) {
-		char *next = strchr(p, ';');
-		size_t len = next ? (size_t)(next - p) : strlen(p);
-		int64_t f;
-
-		if (depth == MAX_FOLDED_DEPTH) {
-			snprintf(err, err_len, "line %zu: deeper than %d frames", lineno,
-				 MAX_FOLDED_DEPTH);
-			return -E2BIG;
-		}
-		if (len == 0) {
-			snprintf(err, err_len, "line %zu: empty frame", lineno);
-			return -EINVAL;
-		}
-		f = _folded_frame(b, p, len);
-		if (f < 0)
-			return f;
-		frames[depth++] = f;
-		p = next ? next + 1 : p + len;
-	}
-	stack = profile__intern_stack(b->dict, frames, depth);
-	if (stack < 0)
-		return stack;
-	s = (struct batch_sample){
-		.ts_ns = ts, .stack = stack, .series = series, .type = SAMPLE_CPU,
-		.value = (int64_t)count,
-	};
-	return batch__add_sample(b, &s);
-}
-
 void routes__ingest_folded(struct request *r)
 {
 	const char *names[MAX_LABELS], *values[MAX_LABELS];
 	const char *node = evhttp_find_header(&r->params, "node");
 	struct selector *sel = NULL;
 	struct strbuf sb = STRBUF_INIT;
-	uint32_t *frames = NULL;
 	struct batch *b = NULL;
-	char *text = NULL, *line, *save = NULL, err[256];
+	char err[256];
 	enum wire_compression comp;
 	uint8_t *plain = NULL;
 	const void *body;
-	size_t len, nlabels, lineno = 0;
+	size_t len, nlabels;
 	struct timespec now;
 	int ret;
 
@@ -273,33 +199,18 @@ void routes__ingest_folded(struct request *r)
 		}
 		body = plain;
 	}
-	text = malloc(len + 1);
-	frames = calloc(MAX_FOLDED_DEPTH, sizeof(*frames));
 	b = batch__new(1000000000ULL / 19);
-	if (!text || !frames || !b) {
+	if (!b) {
 		request__error(r, 500, "out of memory");
 		goto out;
 	}
-	memcpy(text, body, len);
-	text[len] = '\0';
-	if (memchr(text, '\0', len)) {
-		request__error(r, 400, "folded stacks are text; the body has a NUL byte");
-		goto out;
-	}
 	clock_gettime(CLOCK_REALTIME, &now);
-	for (line = strtok_r(text, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
-		lineno++;
-		if (!line[0] || line[0] == '#')
-			continue;
-		ret = _folded_line(b, line, lineno, names, values, nlabels,
-				   (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec, frames,
-				   err, sizeof(err));
-		if (ret) {
-			r->srv->metrics.ingest_rejected_invalid++;
-			request__error(r, ret == -ENOMEM ? 500 : 400, "%s",
-				       ret == -ENOMEM ? "out of memory" : err);
-			goto out;
-		}
+	ret = folded__read(body, len, names, values, nlabels,
+			   (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec, b, err, sizeof(err));
+	if (ret) {
+		r->srv->metrics.ingest_rejected_invalid += ret != -ENOMEM;
+		request__error(r, ret == -ENOMEM ? 503 : ret == -E2BIG ? 413 : 400, "%s", err);
+		goto out;
 	}
 	if (_store(r, node && node[0] ? node : "folded", b, len) == 0) {
 		strbuf__printf(&sb, "{\"samples\":%u}\n", b->nsamples);
@@ -309,8 +220,6 @@ out:
 	strbuf__release(&sb);
 	selector__free(sel);
 	batch__free(b);
-	free(frames);
-	free(text);
 	free(plain);
 }
 

@@ -16,6 +16,7 @@
 #include "common/strbuf.h"
 #include "format/wire.h"
 #include "server/request.h"
+#include "server/routes_gpu.h"
 #include "server/server.h"
 #include "store/store.h"
 #include "store/timeparse.h"
@@ -140,6 +141,7 @@ static void _serve_metrics(struct request *r)
 	struct strbuf sb = STRBUF_INIT;
 
 	server_metrics__write(&r->srv->metrics, r->srv->store, &sb);
+	routes__gpu_prometheus(r->srv->store, &sb);
 	if (sb.oom) {
 		request__error(r, 500, "out of memory");
 	} else {
@@ -227,6 +229,9 @@ static void _dispatch(struct evhttp_request *req, void *arg)
 	} else if (!strcmp(path, "/api/v1/series")) {
 		r.route = ROUTE_SERIES;
 		routes__series(&r);
+	} else if (!strcmp(path, "/api/v1/gpu/metrics")) {
+		r.route = ROUTE_GPU_METRICS;
+		routes__gpu_metrics(&r);
 	} else if (!strcmp(path, "/api/v1/labels")) {
 		r.route = ROUTE_LABELS;
 		routes__labels(&r);

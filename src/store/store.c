@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/batch.h"
 #include "common/log.h"
 #include "sqlite.h"
 #include "store.h"
@@ -163,9 +164,14 @@ int store__label_values(struct store *s, const char *name, int64_t from, int64_t
 
 int store__retain(struct store *s, int64_t cutoff_ns)
 {
+	int err;
+
 	if (!s)
 		return -EINVAL;
-	return LOCKED(s, s->ops->retain(s->impl, cutoff_ns));
+	err = LOCKED(s, s->ops->retain(s->impl, cutoff_ns));
+	if (!err && s->ops->retain_metrics)
+		err = LOCKED(s, s->ops->retain_metrics(s->impl, cutoff_ns));
+	return err;
 }
 
 int store__stats(struct store *s, struct store_stats *out)
@@ -187,4 +193,43 @@ int store__gpu_intervals(struct store *s, int64_t from, int64_t to, const struct
 	if (from >= to)
 		return 0;
 	return LOCKED(s, s->ops->gpu_intervals(s->impl, from, to, sel, dict, limit, cb, ctx));
+}
+
+/* ---- metric points ---------------------------------------------------------- */
+
+int store__write_metrics(struct store *s, const char *node, const struct batch *b)
+{
+	if (!s || !node || !node[0] || !b)
+		return -EINVAL;
+	if (!b->nmetrics)
+		return 0;
+	if (!s->ops->write_metrics)
+		return -EOPNOTSUPP;
+	return LOCKED(s, s->ops->write_metrics(s->impl, node, b));
+}
+
+int store__metrics(struct store *s, int64_t from, int64_t to, int64_t step,
+		   const struct selector *sel, const struct store_metric_visitor *v)
+{
+	if (!s || !v || !v->series || !v->point || step < 0)
+		return -EINVAL;
+	if (from >= to)
+		return 0;
+	if (step && ((uint64_t)to - (uint64_t)from) / (uint64_t)step >= STORE_MAX_BUCKETS)
+		return -E2BIG;
+	if (!s->ops->metrics)
+		return -EOPNOTSUPP;
+	return LOCKED(s, s->ops->metrics(s->impl, from, to, step, sel, v));
+}
+
+int store__metrics_latest(struct store *s, int64_t since,
+			  int (*cb)(void *ctx, const char *name, const char *const *lnames,
+				    const char *const *lvalues, size_t n, int64_t ts, double value),
+			  void *ctx)
+{
+	if (!s || !cb)
+		return -EINVAL;
+	if (!s->ops->metrics_latest)
+		return -EOPNOTSUPP;
+	return LOCKED(s, s->ops->metrics_latest(s->impl, since, cb, ctx));
 }

@@ -93,7 +93,8 @@ int store__label_values(struct store *s, const char *name, int64_t from, int64_t
 
 /*
  * Drops in bulk the samples older than cutoff_ns, which a backend may round
- * down to its unit of deletion (SQLite: 5-minute blocks), and their rollups.
+ * down to its unit of deletion (SQLite: 5-minute blocks), and their rollups;
+ * and metric points older than cutoff_ns (exactly).
  * Queries then agree with what is kept, exactly. Dictionaries (stacks,
  * frames, strings) and series are kept.
  */
@@ -132,6 +133,45 @@ int store__gpu_intervals(struct store *s, int64_t from, int64_t to, const struct
 			 struct profile *dict, uint32_t limit,
 			 int (*cb)(void *ctx, const struct store_gpu_interval *iv), void *ctx);
 
+/* ---- metric points (struct batch_metric: NVML gauges and counters) ------ */
+
+/*
+ * Writes every metric point of b (borrowed) under node, which is added to
+ * each series as for samples. Atomic and durable like store__write();
+ * idempotent: a point already stored (same series, name and time) is
+ * replaced, so a batch written twice keeps each point once. Separate from
+ * store__write() so that each record kind stays self-contained; callers
+ * write both and acknowledge only when both succeed.
+ */
+int store__write_metrics(struct store *s, const char *node, const struct batch *b);
+
+/*
+ * Metric series with points in [from, to) matching sel (NULL: all; the
+ * label __name__ matches the metric name). For each (series, name), in
+ * series then name order, v->series() runs once (labels borrowed for the
+ * call, sorted by name, node included), then v->point() once per bucket
+ * [from + i * step, from + (i + 1) * step) holding points, with the mean
+ * and maximum of its values and their count, in time order. step 0: every
+ * point on its own (ts its own time, avg = max = its value, count 1).
+ */
+struct store_metric_visitor {
+	int (*series)(void *ctx, const char *name, const char *const *lnames,
+		      const char *const *lvalues, size_t n);
+	int (*point)(void *ctx, int64_t ts, double avg, double max, uint32_t count);
+	void *ctx;
+};
+int store__metrics(struct store *s, int64_t from, int64_t to, int64_t step,
+		   const struct selector *sel, const struct store_metric_visitor *v);
+
+/*
+ * The newest point of every (series, name) whose newest point is at or
+ * after since: cb runs once for each, ordered by name, labels borrowed.
+ */
+int store__metrics_latest(struct store *s, int64_t since,
+			  int (*cb)(void *ctx, const char *name, const char *const *lnames,
+				    const char *const *lvalues, size_t n, int64_t ts, double value),
+			  void *ctx);
+
 /*
  * For backends only: what store.c dispatches to. Each backend exports one
  * of these; open returns the backend's own state, which the others receive.
@@ -161,6 +201,16 @@ struct store_backend {
 	int (*gpu_intervals)(void *impl, int64_t from, int64_t to, const struct selector *sel,
 			     struct profile *dict, uint32_t limit,
 			     int (*cb)(void *ctx, const struct store_gpu_interval *iv), void *ctx);
+	/* metric points */
+	int (*write_metrics)(void *impl, const char *node, const struct batch *b);
+	int (*metrics)(void *impl, int64_t from, int64_t to, int64_t step,
+		       const struct selector *sel, const struct store_metric_visitor *v);
+	int (*metrics_latest)(void *impl, int64_t since,
+			      int (*cb)(void *ctx, const char *name, const char *const *lnames,
+					const char *const *lvalues, size_t n, int64_t ts,
+					double value),
+			      void *ctx);
+	int (*retain_metrics)(void *impl, int64_t cutoff_ns);
 };
 
 #endif

@@ -736,7 +736,8 @@ static void _search_emit(struct search *s, const struct symsrc *src, symbol_cb c
 			dem = demangle(name);
 			last = hit->st_name;
 		}
-		if (!hit || !name) {
+		/* A hostile or broken table can name a symbol "": no name at all. */
+		if (!hit || !name || !name[0]) {
 			s->reqs[left++] = r;
 			continue;
 		}

@@ -10,6 +10,7 @@ attach to its probes, join every record with its launch whichever comes
 first, and store exactly these gpu_time samples and intervals.
 """
 
+import os
 import time
 from types import SimpleNamespace
 
@@ -63,16 +64,24 @@ def _top(client, q, frm, to):
     return _get(client, "/api/v1/gpu/kernels/top", {"query": q, **window(frm, to)}).json()
 
 
-def _start_server_agent(ps, flamewatch, tmp, port):
-    """`flamewatch server` plus `flamewatch agent` shipping to it: the wire path."""
+def _start_server_agent(ps, flamewatch, tmp, port, lib):
+    """`flamewatch server` plus `flamewatch agent` shipping to it: the wire
+    path. The agent drops CAP_SYS_ADMIN once started, which creating
+    uprobes needs: it attaches to the library named in FLAMEWATCH_CUDA_LIB
+    at start, and the kernel arms the probes in the workload started later."""
     srv = ps.start([flamewatch, "server", "--listen", f"127.0.0.1:{port}", "--data", tmp / "data"],
                    "server")
     if not srv.wait_output(r"flamewatch: listening on", START_S):
         pytest.fail(f"server did not start within {START_S} s\n{srv.describe()}", pytrace=False)
     agent = ps.start([flamewatch, "agent", "--server", f"http://127.0.0.1:{port}", "--node",
-                      "fwtest-cuda", "-F", "19", "--interval", "1s"], "agent")
+                      "fwtest-cuda", "-F", "19", "--interval", "1s"], "agent",
+                     env={**os.environ, "FLAMEWATCH_CUDA_LIB": str(lib)})
     if not agent.wait_output(r"sampling at \d+ Hz", START_S):
         pytest.fail(f"agent did not start within {START_S} s\n{agent.describe()}", pytrace=False)
+    # A fresh agent first builds the unwind tables of every process on the
+    # host (seconds on a busy machine); a workload that launches before its
+    # own turn comes unwinds by frame pointers only.
+    time.sleep(3)
     return srv
 
 
@@ -93,7 +102,8 @@ def gpu_run(request, flamewatch, workloads, tmp_path_factory):
             work = ps.start([chain], "cuda_chain")
             time.sleep(0.5)
         if request.param == "agent_server":
-            srv = _start_server_agent(ps, flamewatch, tmp, port)
+            srv = _start_server_agent(ps, flamewatch, tmp, port,
+                                      workloads / "cuda" / "libflamewatch-cuda.so")
         else:
             srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
                             tmp / "data", "-F", "19", "--interval", "1s", "--node", "fwtest-cuda"],

@@ -181,6 +181,14 @@ int main(int argc, char **argv)
 	}
 	printf(wait ? "attached\n" : "not waiting for an agent\n");
 	fflush(stdout);
+	/*
+	 * A real CUDA process spends far longer in cuInit() than this before
+	 * its first launch. An agent that attached before we started (the
+	 * semaphores were set at exec) describes us to its unwinder on its
+	 * next 100 ms tick; launches before that unwind by frame pointers only.
+	 */
+	if (wait)
+		usleep(300000);
 	if (burst) {
 		phase_burst(atol(argv[2]));
 		usleep(300000);

@@ -1,0 +1,278 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# flamewatch's NVML metrics next to nvidia-smi on a real GPU machine.
+#
+#   bench/gpu/nvml_compare.sh [SECONDS]      (default 20 s of load)
+#
+# Needs: build/flamewatch (prebuilt), nvidia-smi, python3 with PyTorch and
+# CUDA. Installs nothing. Run from the repository root. Steps:
+#   1. `flamewatch gpu`: one NVML round printed, and the CPU cost of a round
+#      measured over 200 rounds (no BPF, no server needed);
+#   2. `flamewatch run` (needs root for BPF; skipped with a note otherwise),
+#      --gpu-interval 1s, beside a PyTorch matmul loop on GPU 0;
+#   3. five times during the load, nvidia-smi and our API in the same
+#      second; per metric: ours, nvidia-smi's, the difference, the tolerance;
+#   4. the collection cost from `run`'s own count at exit.
+# Output: a table on stdout; everything (logs, raw answers) under $OUT (or
+# a temporary directory). Every step has a time limit; the script ends in
+# about SECONDS + 3 minutes at most and kills what it started. The load
+# runs for SECONDS / 2 of warm-up plus the five comparisons (~6 s each).
+set -u
+LOAD_S=${1:-20}
+FW=${FLAMEWATCH:-build/flamewatch}
+OUTDIR=${OUT:-$(mktemp -d /tmp/nvml_compare.XXXXXX)}
+mkdir -p "$OUTDIR"
+LOG="$OUTDIR/nvml_compare.log"
+PIDS=()
+
+say() { echo "$*" | tee -a "$LOG"; }
+cleanup() {
+	for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null; done
+	sleep 2
+	for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+}
+trap cleanup EXIT
+
+say "== nvml_compare $(date -u +%FT%TZ) on $(hostname); logs in $OUTDIR"
+[ -x "$FW" ] || { say "ERROR: $FW missing (build it, or set FLAMEWATCH=)"; exit 1; }
+command -v nvidia-smi >/dev/null || { say "ERROR: no nvidia-smi"; exit 1; }
+
+# NVML where the driver put it, even if the loader's cache does not list it.
+for d in /usr/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia/lib64; do
+	[ -e "$d/libnvidia-ml.so.1" ] && { export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; }
+done
+say "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+timeout 20 nvidia-smi -L 2>&1 | tee -a "$LOG"
+
+say ""
+say "== 1. flamewatch gpu: one round, then 200 rounds for the cost"
+timeout 30 "$FW" gpu > "$OUTDIR/gpu_one_round.txt" 2> "$OUTDIR/gpu_one_round.err"
+say "exit $?; $(grep -c '^flamewatch_gpu' "$OUTDIR/gpu_one_round.txt") points; unavailable:"
+grep -i "unavailable\|no GPU\|error" "$OUTDIR/gpu_one_round.err" | sed 's/^/   /' | tee -a "$LOG"
+grep 'gpu="0"' "$OUTDIR/gpu_one_round.txt" | sed 's/^/   /' | tee -a "$LOG"
+timeout 60 "$FW" gpu --rounds 200 --interval 100ms --quiet > "$OUTDIR/gpu_cost.txt" 2>> "$OUTDIR/gpu_cost.err"
+say "cost at 100 ms interval: $(tail -1 "$OUTDIR/gpu_cost.txt")"
+timeout 60 "$FW" gpu --rounds 200 --interval 0 --quiet > "$OUTDIR/gpu_cost0.txt" 2>> "$OUTDIR/gpu_cost.err"
+say "cost back to back:       $(tail -1 "$OUTDIR/gpu_cost0.txt")"
+
+say ""
+say "== 2. flamewatch run + PyTorch load (${LOAD_S} s)"
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+RUN_OK=0
+timeout $((LOAD_S + 150)) "$FW" run --listen "127.0.0.1:$PORT" --data "$OUTDIR/data" --node bench \
+	--interval 1s --gpu-interval 1s > "$OUTDIR/run.log" 2>&1 &
+RUN_PID=$!
+PIDS+=("$RUN_PID")
+for _ in $(seq 1 60); do
+	if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$PORT/healthz', timeout=1)" 2>/dev/null; then
+		RUN_OK=1; break
+	fi
+	kill -0 "$RUN_PID" 2>/dev/null || break
+	sleep 0.5
+done
+if [ "$RUN_OK" = 1 ]; then
+	say "run is up on port $PORT"
+else
+	say "NOTE: flamewatch run did not start (root/BPF needed?); comparing with \`flamewatch gpu\` instead:"
+	tail -5 "$OUTDIR/run.log" | sed 's/^/   /' | tee -a "$LOG"
+fi
+
+cat > "$OUTDIR/load.py" <<'EOF'
+import sys, time, torch
+dur = float(sys.argv[1])
+x = torch.randn(8192, 8192, device="cuda:0", dtype=torch.bfloat16)
+y = torch.randn(8192, 8192, device="cuda:0", dtype=torch.bfloat16)
+h = torch.randn(64 << 20, dtype=torch.float32).pin_memory()   # 256 MiB for PCIe traffic
+print("load: started", flush=True)
+end = time.time() + dur
+n = 0
+while time.time() < end:
+    for _ in range(20):
+        z = x @ y
+    if n % 10 == 0:
+        d = h.to("cuda:0", non_blocking=True)
+    torch.cuda.synchronize()
+    n += 1
+print("load: done", n, "iterations", flush=True)
+EOF
+# The load outlasts the comparisons (about 6 s each) and is stopped after them.
+timeout $((LOAD_S + 90)) python3 "$OUTDIR/load.py" $((LOAD_S + 60)) > "$OUTDIR/load.log" 2>&1 &
+LOAD_PID=$!
+PIDS+=("$LOAD_PID")
+for _ in $(seq 1 120); do grep -q "load: started" "$OUTDIR/load.log" && break; kill -0 $LOAD_PID 2>/dev/null || break; sleep 0.5; done
+if ! grep -q "load: started" "$OUTDIR/load.log"; then
+	say "WARNING: the PyTorch load did not start:"; tail -5 "$OUTDIR/load.log" | sed 's/^/   /' | tee -a "$LOG"
+fi
+say "load pid $LOAD_PID"
+
+say ""
+say "== 3. ours vs nvidia-smi (GPU 0; per-process rows: the load's pid)"
+timeout $((LOAD_S + 80)) python3 - "$FW" "$PORT" "$RUN_OK" "$LOAD_PID" "$LOAD_S" "$OUTDIR" <<'EOF' 2>&1 | tee -a "$LOG"
+import json, os, subprocess, sys, time, urllib.request
+fw, port, run_ok, load_pid, load_s, outdir = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+raw = open(os.path.join(outdir, "samples.jsonl"), "w")
+
+def sh(argv, t=15):
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=t).stdout
+    except Exception as e:
+        return ""
+
+# (our metric, nvidia-smi field, smi value -> our unit, tolerance (abs, rel), note)
+FIELDS = [
+    ("flamewatch_gpu_utilization_percent", "utilization.gpu", 1, (15, 0), "ours: mean of samples in the last 1 s"),
+    ("flamewatch_gpu_memory_utilization_percent", "utilization.memory", 1, (15, 0), "same"),
+    ("flamewatch_gpu_memory_used_bytes", "memory.used", 1 << 20, (1 << 30, 0.02), "MiB in smi"),
+    ("flamewatch_gpu_memory_total_bytes", "memory.total", 1 << 20, (1 << 30, 0.01), ""),
+    ("flamewatch_gpu_sm_clock_hertz", "clocks.sm", 1e6, (0, 0.10), ""),
+    ("flamewatch_gpu_memory_clock_hertz", "clocks.mem", 1e6, (0, 0.02), ""),
+    ("flamewatch_gpu_sm_clock_max_hertz", "clocks.max.sm", 1e6, (1e6, 0), ""),
+    ("flamewatch_gpu_memory_clock_max_hertz", "clocks.max.mem", 1e6, (1e6, 0), ""),
+    ("flamewatch_gpu_power_watts", "power.draw", 1, (0, 0.15), "both ~1 s averages on Hopper"),
+    ("flamewatch_gpu_power_limit_watts", "enforced.power.limit", 1, (1, 0), ""),
+    ("flamewatch_gpu_temperature_celsius", "temperature.gpu", 1, (3, 0), ""),
+    ("flamewatch_gpu_throttle_reasons", "clocks_event_reasons.active", None, (0, 0), "bit mask; may change"),
+    ("flamewatch_gpu_mig_mode", "mig.mode.current", None, (0, 0), "Enabled=1"),
+]
+# Fields this nvidia-smi knows (older ones lack some names).
+def smi_ok(f):
+    return "not a valid field" not in sh(["nvidia-smi", "-i", "0", f"--query-gpu={f}", "--format=csv,noheader"]) and \
+           sh(["nvidia-smi", "-i", "0", f"--query-gpu={f}", "--format=csv,noheader"]).strip() != ""
+alt = {"clocks_event_reasons.active": "clocks_throttle_reasons.active", "enforced.power.limit": "power.limit"}
+fields = []
+for row in FIELDS:
+    f = row[1]
+    if not smi_ok(f) and f in alt:
+        f = alt[f]
+    fields.append((row[0], f if smi_ok(f) else None) + row[2:])
+qf = [f[1] for f in fields if f[1]]
+
+def ours_now(t_smi):
+    """Our points near t_smi: from the API when run is up, else one `flamewatch gpu` round."""
+    pts = {}
+    if run_ok:
+        q = '{gpu="0",node="bench"}'
+        url = f"http://127.0.0.1:{port}/api/v1/gpu/metrics?from=now-20s&to=now%2B5s&step=0&query=" + urllib.parse.quote(q)
+        try:
+            body = json.load(urllib.request.urlopen(url, timeout=5))
+        except Exception as e:
+            print("API error:", e); return pts, None
+        for s in body["series"]:
+            pid = s["labels"].get("pid")
+            if pid is not None and int(pid) != load_pid:
+                continue
+            name = s["metric"] + (":proc" if pid else "")
+            ps = s["points"]
+            if name.startswith(("flamewatch_gpu_utilization", "flamewatch_gpu_memory_utilization")):
+                win = [v for ts, v in ps if t_smi - 1.0 <= ts / 1e9 <= t_smi + 0.1]
+                if win:
+                    pts[name] = (sum(win) / len(win), 0.0)
+                    continue
+            best = min(ps, key=lambda p: abs(p[0] / 1e9 - t_smi))
+            pts[name] = (best[1], best[0] / 1e9 - t_smi)
+        return pts, "api"
+    out = sh([fw, "gpu"])
+    for line in out.splitlines():
+        if not line.startswith("flamewatch_gpu") or 'gpu="0"' not in line:
+            continue
+        head, v, ts = line.rsplit(" ", 2)
+        name = head.split("{")[0]
+        if 'pid="' in head:
+            if f'pid="{load_pid}"' not in head:
+                continue
+            name += ":proc"
+        pts[name] = (float(v), int(ts) / 1e9 - t_smi)
+    return pts, "flamewatch gpu"
+
+def num(s):
+    s = s.strip()
+    if s in ("Enabled",): return 1.0
+    if s in ("Disabled",): return 0.0
+    try:
+        return float(int(s, 16)) if s.startswith("0x") else float(s)
+    except ValueError:
+        return None
+
+import urllib.parse
+time.sleep(load_s / 2)                     # warm up: clocks and power settle
+rows = {}
+rounds = 5
+for k in range(rounds):
+    t0 = time.time()
+    smi = sh(["nvidia-smi", "-i", "0", "--query-gpu=" + ",".join(qf), "--format=csv,noheader,nounits"])
+    t_smi = (t0 + time.time()) / 2
+    apps = sh(["nvidia-smi", "-i", "0", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"])
+    pmon = sh(["nvidia-smi", "pmon", "-i", "0", "-c", "1", "-s", "u"], t=20)
+    dmon = sh(["nvidia-smi", "dmon", "-i", "0", "-c", "1", "-s", "t"], t=20)
+    time.sleep(2.5 if run_ok else 0)       # our batch for that second reaches the store
+    ours, src = ours_now(t_smi)
+    vals = dict(zip(qf, [x.strip() for x in smi.split(",")]))
+    rec = {"t": t_smi, "smi": vals, "ours": ours, "apps": apps, "pmon": pmon, "dmon": dmon}
+    raw.write(json.dumps(rec) + "\n")
+    for name, f, scale, tol, note in fields:
+        sv = num(vals[f]) if f and f in vals else None
+        if sv is not None and scale:
+            sv *= scale
+        rows.setdefault(name, []).append((ours.get(name, (None, None))[0], sv, ours.get(name, (None, None))[1]))
+    # PCIe from dmon (MB/s): columns "# gpu rxpci txpci"
+    for line in dmon.splitlines():
+        p = line.split()
+        if p and p[0] == "0" and len(p) >= 3:
+            rows.setdefault("flamewatch_gpu_pcie_rx_bytes_per_second", []).append(
+                (ours.get("flamewatch_gpu_pcie_rx_bytes_per_second", (None,))[0], num(p[1]) and num(p[1]) * 1e6, None))
+            rows.setdefault("flamewatch_gpu_pcie_tx_bytes_per_second", []).append(
+                (ours.get("flamewatch_gpu_pcie_tx_bytes_per_second", (None,))[0], num(p[2]) and num(p[2]) * 1e6, None))
+    # per process: memory (MiB) and SM %
+    smi_mem = smi_sm = None
+    for line in apps.splitlines():
+        p = [x.strip() for x in line.split(",")]
+        if len(p) >= 2 and p[0].isdigit() and int(p[0]) == load_pid:
+            smi_mem = num(p[1]) * (1 << 20) if num(p[1]) is not None else None
+    for line in pmon.splitlines():
+        p = line.split()
+        if len(p) >= 4 and p[1].isdigit() and int(p[1]) == load_pid:
+            smi_sm = num(p[3])
+    rows.setdefault("flamewatch_gpu_process_memory_used_bytes:proc", []).append(
+        (ours.get("flamewatch_gpu_process_memory_used_bytes:proc", (None,))[0], smi_mem, None))
+    rows.setdefault("flamewatch_gpu_process_utilization_percent:proc", []).append(
+        (ours.get("flamewatch_gpu_process_utilization_percent:proc", (None,))[0], smi_sm, None))
+    print(f"round {k + 1}/{rounds}: ours from {src}", flush=True)
+
+tols = {f[0]: f[3] for f in fields}
+tols.update({"flamewatch_gpu_pcie_rx_bytes_per_second": (200e6, 0.5), "flamewatch_gpu_pcie_tx_bytes_per_second": (200e6, 0.5),
+             "flamewatch_gpu_process_memory_used_bytes:proc": (64 << 20, 0.02), "flamewatch_gpu_process_utilization_percent:proc": (20, 0)})
+print()
+print(f"{'metric (GPU 0)':52s} {'ours (median)':>16s} {'nvidia-smi':>16s} {'diff':>12s} {'tolerance':>14s}  verdict   (n, max |dt| s)")
+bad = 0
+for name, vs in rows.items():
+    pairs = [(o, s) for o, s, dt in vs if o is not None and s is not None]
+    dts = [abs(dt) for o, s, dt in vs if dt is not None]
+    if not pairs:
+        o = next((o for o, s, dt in vs if o is not None), None)
+        s = next((s for o, s, dt in vs if s is not None), None)
+        print(f"{name:52s} {('%.6g' % o) if o is not None else 'absent':>16s} {('%.6g' % s) if s is not None else 'n/a':>16s} {'':>12s} {'':>14s}  {'-':8s}")
+        continue
+    pairs.sort(key=lambda p: p[0])
+    o_med = pairs[len(pairs) // 2][0]
+    s_med = sorted(s for _, s in pairs)[len(pairs) // 2]
+    ta, tr = tols.get(name, (0, 0))
+    tol = max(ta, tr * abs(s_med))
+    ok = abs(o_med - s_med) <= tol
+    bad += not ok
+    print(f"{name:52s} {o_med:16.6g} {s_med:16.6g} {o_med - s_med:12.4g} {tol:14.4g}  {'OK' if ok else 'DIFFERS':8s}  ({len(pairs)}, {max(dts) if dts else 0:.2f})")
+print(f"\n{bad} metric(s) outside tolerance; raw answers in {outdir}/samples.jsonl")
+EOF
+
+say ""
+say "== 4. collection cost inside run"
+kill -INT "$LOAD_PID" 2>/dev/null
+for _ in $(seq 1 20); do kill -0 "$LOAD_PID" 2>/dev/null || break; sleep 0.5; done
+tail -2 "$OUTDIR/load.log" | tee -a "$LOG"
+if [ "$RUN_OK" = 1 ]; then
+	kill -INT "$RUN_PID" 2>/dev/null
+	for _ in $(seq 1 30); do kill -0 "$RUN_PID" 2>/dev/null || break; sleep 0.5; done
+	grep -E "nvml:" "$OUTDIR/run.log" | tee -a "$LOG"
+	grep -E "getrusage|CPU" "$OUTDIR/run.log" | tail -3 >> "$LOG"
+fi
+say "done; logs in $OUTDIR"

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Overhead of the node agent beside perf and bpftrace, in one run.
+
+    sudo python3 bench/overhead.py [--seconds 60] [--warmup 30] [--hz 19,99] [--load idle,busy]
+
+For each (load, rate) it starts, at the same time and for the same
+seconds, sampling the whole host at that rate with stacks:
+  - `flamewatch agent` shipping to a `flamewatch server` on loopback (the
+    server is not counted: on a fleet it runs elsewhere);
+  - `perf record -e cpu-clock -F HZ -a -g`;
+  - `bpftrace -e 'profile:hz:HZ { @[kstack, ustack, comm] = count(); }'`.
+and prints, per tool, CPU seconds (user + system of the tool's processes,
+from /proc/PID/stat), % of one core, peak RSS (VmHWM), and for the two BPF
+tools the run time of their BPF programs (kernel.bpf_stats_enabled; it is
+charged to the sampled tasks, not to the tool, so it is listed apart and
+added in the "total" column). "busy" runs one CPU-bound cpu_split per CPU.
+Writes the table as markdown to --out (default: stdout only).
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FW = REPO / "build" / "flamewatch"
+LOAD = REPO / "build" / "workloads" / "cpu_split"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_s(pid):
+    """user + system seconds of pid and its reaped children."""
+    try:
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return sum(int(x) for x in f[11:15]) / TICK
+
+
+def hwm_kib(pid):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def bpf_ns(pid):
+    """Sum of run_time_ns over the BPF programs pid holds (from fdinfo)."""
+    total = 0
+    try:
+        fds = os.listdir(f"/proc/{pid}/fdinfo")
+    except OSError:
+        return None
+    seen = set()
+    for fd in fds:
+        try:
+            text = open(f"/proc/{pid}/fdinfo/{fd}").read()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        if "prog_id" in fields and "run_time_ns" in fields:
+            pid_ = fields["prog_id"].strip()
+            if pid_ not in seen:
+                seen.add(pid_)
+                total += int(fields["run_time_ns"])
+    return total
+
+
+def measure(load, hz, seconds, warmup, tmp):
+    loads = []
+    if load == "busy":
+        loads = [subprocess.Popen([LOAD, str(seconds + 60)], stdout=subprocess.DEVNULL)
+                 for _ in range(os.cpu_count())]
+        time.sleep(2)
+    port = free_port()
+    data = tmp / f"data-{load}-{hz}"
+    server = subprocess.Popen([FW, "server", "--listen", f"127.0.0.1:{port}", "--data", data],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)
+    tools = {
+        "flamewatch agent": [FW, "agent", "--server", f"http://127.0.0.1:{port}", "-F", str(hz)],
+        "perf record -g": ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(hz), "-a", "-g",
+                           "-o", str(tmp / f"perf-{load}-{hz}.data")],
+        "bpftrace": ["bpftrace", "-e", f"profile:hz:{hz} {{ @[kstack, ustack, comm] = count(); }}"],
+    }
+    procs = {}
+    for name, argv in tools.items():
+        if not shutil.which(str(argv[0])):
+            continue
+        procs[name] = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL,
+                                       stderr=open(tmp / f"{name.split()[0]}-{load}-{hz}.log", "w"))
+    # Start-up (BPF load, BTF parsing, bpftrace's compile, the agent's unwind
+    # tables and first symbolization) is reported on its own; the measured
+    # window is the steady state that follows.
+    time.sleep(warmup)
+    t0 = time.monotonic()
+    c0 = {n: cpu_s(p.pid) for n, p in procs.items()}
+    b0 = {n: bpf_ns(p.pid) for n, p in procs.items()}
+    end = t0 + seconds
+    last_b = dict(b0)
+    while time.monotonic() < end:
+        time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+        for n, p in procs.items():
+            b = bpf_ns(p.pid)
+            if b is not None:
+                last_b[n] = b
+    wall = time.monotonic() - t0
+    rows = []
+    for n, p in procs.items():
+        c1, hwm = cpu_s(p.pid), hwm_kib(p.pid)
+        cpu = (c1 - c0[n]) if c1 is not None and c0[n] is not None else None
+        bpf = (last_b[n] - b0[n]) / 1e9 if last_b.get(n) is not None and b0[n] is not None else None
+        rows.append((n, cpu, hwm, bpf, wall, c0[n]))
+    for p in procs.values():
+        p.send_signal(signal.SIGINT)
+    for p in procs.values():
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    server.terminate()
+    server.wait(timeout=30)
+    for p in loads:
+        p.kill()
+        p.wait()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--hz", default="19,99")
+    ap.add_argument("--load", default="idle,busy")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("overhead: needs root")
+    if not FW.exists() or not LOAD.exists():
+        sys.exit("overhead: run `make all workloads` first")
+    old = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
+    open("/proc/sys/kernel/bpf_stats_enabled", "w").write("1")
+    lines = ["| load | Hz | tool | start-up CPU s | CPU s | % of a core | BPF s | total % of a core | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    try:
+        with tempfile.TemporaryDirectory(prefix="fw-overhead-") as d:
+            for load in a.load.split(","):
+                for hz in (int(x) for x in a.hz.split(",")):
+                    for n, cpu, hwm, bpf, wall, c0 in measure(load, hz, a.seconds, a.warmup, Path(d)):
+                        pct = 100 * cpu / wall if cpu is not None else None
+                        tot = 100 * (cpu + (bpf or 0)) / wall if cpu is not None else None
+                        fmt = lambda v, f: f.format(v) if v is not None else "-"
+                        lines.append(f"| {load} | {hz} | {n} | {fmt(c0, '{:.2f}')} | {fmt(cpu, '{:.2f}')} | "
+                                     f"{fmt(pct, '{:.3f}')} | "
+                                     f"{fmt(bpf, '{:.3f}')} | {fmt(tot, '{:.3f}')} | "
+                                     f"{fmt(hwm / 1024 if hwm else None, '{:.1f}')} |")
+                        print(lines[-1], flush=True)
+    finally:
+        open("/proc/sys/kernel/bpf_stats_enabled", "w").write(old)
+    table = "\n".join(lines)
+    print(f"\n{os.cpu_count()} CPUs; per row {a.warmup} s of start-up, then {a.seconds} s measured; "
+          f"all three tools at once\n\n{table}")
+    if a.out:
+        Path(a.out).write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()

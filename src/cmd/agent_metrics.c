@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+
+#include "cmd/agent_metrics.h"
+#include "common/batch.h"
+#include "common/log.h"
+#include "common/profile.h"
+#include "common/strbuf.h"
+#include "format/prom_points.h"
+#include "gpu/nvml.h"
+#include "gpu/poller.h"
+#include "server/server.h"
+
+struct agent_metrics {
+	struct evhttp *http;
+	struct prom_points *points;
+	const char *node;
+	struct gpu_poller *gpu;
+	int64_t max_age_ns;
+};
+
+static void _reply(struct evhttp_request *req, int code, const char *type, const char *body,
+		   size_t len)
+{
+	struct evbuffer *out = evbuffer_new();
+
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", type);
+	if (out)
+		evbuffer_add(out, body, len);
+	evhttp_send_reply(req, code, code == 200 ? "OK" : "Error", out);
+	if (out)
+		evbuffer_free(out);
+}
+
+static void _on_request(struct evhttp_request *req, void *arg)
+{
+	struct agent_metrics *m = arg;
+	const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+	struct strbuf sb = STRBUF_INIT;
+	struct nvml_stats st;
+
+	if (!path || strcmp(path, "/metrics")) {
+		_reply(req, 404, "text/plain", "only /metrics here\n", 19);
+		return;
+	}
+	gpu_poller__stats(m->gpu, &st);
+	strbuf__printf(&sb, "# HELP flamewatch_agent_gpu_rounds_total NVML collection rounds.\n"
+		       "# TYPE flamewatch_agent_gpu_rounds_total counter\n"
+		       "flamewatch_agent_gpu_rounds_total %llu\n"
+		       "# HELP flamewatch_agent_gpu_round_cpu_seconds_total CPU time spent in NVML rounds.\n"
+		       "# TYPE flamewatch_agent_gpu_round_cpu_seconds_total counter\n"
+		       "flamewatch_agent_gpu_round_cpu_seconds_total %.9f\n"
+		       "# HELP flamewatch_agent_gpus GPUs NVML reports.\n"
+		       "# TYPE flamewatch_agent_gpus gauge\n"
+		       "flamewatch_agent_gpus %u\n",
+		       (unsigned long long)st.rounds, st.cpu_ns / 1e9, gpu_poller__ngpus(m->gpu));
+	prom_points__write(m->points, &sb, gpu_metric__help, gpu_metric__type);
+	if (sb.oom)
+		_reply(req, 500, "text/plain", "out of memory\n", 14);
+	else
+		_reply(req, 200, "text/plain; version=0.0.4", sb.buf, sb.len);
+	strbuf__release(&sb);
+}
+
+struct agent_metrics *agent_metrics__start(struct event_base *base, const char *listen,
+					   const char *node, uint64_t gpu_interval_ns,
+					   struct gpu_poller *gpu)
+{
+	struct agent_metrics *m = calloc(1, sizeof(*m));
+	char host[256];
+	uint16_t port;
+
+	if (!m)
+		return NULL;
+	m->node = node;
+	m->gpu = gpu;
+	/* A process that left the GPU stops showing after three rounds (at least 5 s). */
+	m->max_age_ns = 3 * (int64_t)gpu_interval_ns;
+	if (m->max_age_ns < 5000000000LL)
+		m->max_age_ns = 5000000000LL;
+	if (server__parse_listen(listen, host, sizeof(host), &port)) {
+		fprintf(stderr, "flamewatch: error: --metrics-listen: '%s' is not HOST:PORT\n", listen);
+		goto err;
+	}
+	m->points = prom_points__new();
+	m->http = evhttp_new(base);
+	if (!m->points || !m->http)
+		goto err;
+	if (evhttp_bind_socket(m->http, host, port)) {
+		fprintf(stderr, "flamewatch: error: --metrics-listen: cannot listen on %s: %s\n",
+			listen, strerror(errno));
+		goto err;
+	}
+	evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+	evhttp_set_gencb(m->http, _on_request, m);
+	pr_info("agent metrics on http://%s/metrics\n", listen);
+	return m;
+err:
+	agent_metrics__free(m);
+	return NULL;
+}
+
+void agent_metrics__free(struct agent_metrics *m)
+{
+	if (!m)
+		return;
+	if (m->http)
+		evhttp_free(m->http);
+	prom_points__free(m->points);
+	free(m);
+}
+
+void agent_metrics__round(struct agent_metrics *m, const struct batch *b, uint32_t first)
+{
+	const char *names[66], *values[66];
+	struct timespec now;
+	int64_t newest = 0;
+
+	if (!m)
+		return;
+	for (uint32_t i = first; i < b->nmetrics; i++) {
+		const struct batch_metric *bm = &b->metrics[i];
+		const struct batch_label *l;
+		size_t n, k = 0;
+
+		l = batch__series(b, bm->series, &n);
+		for (size_t j = 0; j < n && k < 64; j++) {
+			names[k] = profile__string(b->dict, l[j].name);
+			values[k++] = profile__string(b->dict, l[j].value);
+		}
+		names[k] = "node";
+		values[k++] = m->node;
+		if (prom_points__put(m->points, profile__string(b->dict, bm->name), names, values,
+				     k, NULL, bm->ts_ns, bm->value))
+			pr_debug("agent metrics: out of memory\n");
+		if (bm->ts_ns > newest)
+			newest = bm->ts_ns;
+	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	prom_points__expire(m->points, (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec -
+				       m->max_age_ns);
+}

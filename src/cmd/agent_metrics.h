@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_CMD_AGENT_METRICS_H
+#define FW_CMD_AGENT_METRICS_H
+
+#include <stdint.h>
+
+/*
+ * `flamewatch agent --metrics-listen ADDR`: /metrics on the agent itself,
+ * the newest value of each GPU metric (as the server shows them, with the
+ * node label) and the collector's own cost. Fed after every GPU round.
+ */
+struct agent_metrics;
+struct batch;
+struct event_base;
+struct gpu_poller;
+
+/* Prints the reason and returns NULL on failure. Borrows node (kept) and gpu (may be NULL). */
+struct agent_metrics *agent_metrics__start(struct event_base *base, const char *listen,
+					   const char *node, uint64_t gpu_interval_ns,
+					   struct gpu_poller *gpu);
+void agent_metrics__free(struct agent_metrics *m);
+/* Takes the points b->metrics[first..] of the round just done. */
+void agent_metrics__round(struct agent_metrics *m, const struct batch *b, uint32_t first);
+
+#endif

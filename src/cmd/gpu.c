@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * flamewatch gpu: read GPU metrics from NVML without BPF or a server: for
+ * checking a machine's NVML (what is available, what values it gives) and
+ * for measuring what a collection round costs. Needs no privileges.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cmd/cmd.h"
+#include "common/batch.h"
+#include "common/log.h"
+#include "common/profile.h"
+#include "gpu/nvml.h"
+#include "store/timeparse.h"
+
+static void _usage(FILE *out)
+{
+	fprintf(out,
+"usage: flamewatch gpu [--rounds N] [--interval DUR] [--lib PATH] [--quiet]\n"
+"\n"
+"Reads GPU metrics from NVML N times (default 1), DUR apart (default 1s), and\n"
+"prints every point of the last round as `name{labels} value ts_ns`, then the\n"
+"CPU time one round took.\n");
+}
+
+static int64_t _unix_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int cmd_gpu(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "rounds", required_argument, NULL, 'n' },
+		{ "interval", required_argument, NULL, 'i' },
+		{ "lib", required_argument, NULL, 'L' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{}
+	};
+	unsigned long rounds = 1;
+	int64_t interval = 1000000000LL;
+	const char *lib = NULL;
+	struct nvml *n = NULL;
+	struct batch *b = NULL;
+	struct nvml_stats st;
+	int c, rc = 1, quiet = 0;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "vhq", longopts, NULL)) != -1) {
+		char *end;
+
+		switch (c) {
+		case 'n':
+			errno = 0;
+			rounds = strtoul(optarg, &end, 10);
+			if (errno || *end || !rounds || rounds > 1000000) {
+				fprintf(stderr, "flamewatch: error: --rounds: '%s' is not 1..1000000\n", optarg);
+				return 2;
+			}
+			break;
+		case 'i':
+			if (!strcmp(optarg, "0"))
+				interval = 0;
+			else if (duration__parse(optarg, &interval) || interval < 0) {
+				fprintf(stderr, "flamewatch: error: --interval: '%s' is not a duration\n", optarg);
+				return 2;
+			}
+			break;
+		case 'L':
+			lib = optarg;
+			break;
+		case 'q':
+			quiet = 1;
+			break;
+		case 'v':
+			log__set_level(LOG_DEBUG);
+			break;
+		case 'h':
+			_usage(stdout);
+			return 0;
+		default:
+			_usage(stderr);
+			return 2;
+		}
+	}
+	n = nvml__open(lib);
+	if (!n) {
+		fprintf(stderr, "flamewatch: error: no NVML: %s\n", strerror(errno));
+		return 1;
+	}
+	b = batch__new(1);
+	if (!b)
+		goto out;
+	for (unsigned long r = 0; r < rounds; r++) {
+		if (r && interval) {
+			struct timespec d = { interval / 1000000000LL, interval % 1000000000LL };
+
+			nanosleep(&d, NULL);
+		}
+		if (batch__reset(b))
+			goto out;
+		if (nvml__collect(n, b, _unix_ns()) < 0)
+			goto out;
+	}
+	for (uint32_t i = 0; i < b->nmetrics && !quiet; i++) {
+		const struct batch_metric *m = &b->metrics[i];
+		const struct batch_label *l;
+		size_t nl;
+
+		printf("%s{", profile__string(b->dict, m->name));
+		l = batch__series(b, m->series, &nl);
+		for (size_t k = 0; k < nl; k++)
+			printf("%s%s=\"%s\"", k ? "," : "", profile__string(b->dict, l[k].name),
+			       profile__string(b->dict, l[k].value));
+		{
+			char v[32];
+
+			/* The shortest text that reads back as the same double. */
+			for (int prec = 15; prec <= 17; prec++) {
+				snprintf(v, sizeof(v), "%.*g", prec, m->value);
+				if (strtod(v, NULL) == m->value)
+					break;
+			}
+			printf("} %s %lld\n", v, (long long)m->ts_ns);
+		}
+	}
+	nvml__stats(n, &st);
+	printf("# rounds %llu gpus %u points %llu cpu_us_per_round %.1f cpu_us_per_gpu_round %.1f "
+	       "wall_ms_per_round %.2f max_wall_ms %.2f\n",
+	       (unsigned long long)st.rounds, nvml__ngpus(n), (unsigned long long)st.points,
+	       st.cpu_ns / 1e3 / st.rounds,
+	       nvml__ngpus(n) ? st.cpu_ns / 1e3 / st.rounds / nvml__ngpus(n) : 0.0,
+	       st.wall_ns / 1e6 / st.rounds, st.max_wall_ns / 1e6);
+	rc = 0;
+out:
+	batch__free(b);
+	nvml__close(n);
+	return rc;
+}

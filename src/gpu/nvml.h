@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_GPU_NVML_H
+#define FW_GPU_NVML_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * GPU hardware metrics from NVML, dlopen'd at run time so that the agent
+ * runs (without GPU metrics) where the driver is absent.
+ *
+ * Each nvml__collect() call is one round: per GPU (labels gpu = index,
+ * uuid, name) and per process on it (plus pid, comm, and container/pod when
+ * its cgroup names them) the metrics below, as batch_metric points. A
+ * symbol the library lacks, or a query answering NOT_SUPPORTED (or
+ * NO_PERMISSION), makes that metric unavailable for that GPU: logged once,
+ * then never asked again and never exported (not even as 0). Other
+ * failures (GPU lost, a transient error) skip the point of that round only.
+ *
+ * PIDs are NVML's, which are the host's: the agent must run in the host
+ * pid namespace (DaemonSet hostPID: true) for comm and cgroup lookups.
+ */
+
+#include "format/gpu_metrics.h"
+
+struct nvml;
+struct batch;
+
+/*
+ * Loads lib (NULL: "libnvidia-ml.so.1", found the dynamic loader's way, so
+ * LD_LIBRARY_PATH applies), initialises NVML and looks at every GPU.
+ * Returns NULL with errno set when there is no library (ENOENT; one info
+ * line logged) or NVML does not initialise (EIO; one warning).
+ */
+struct nvml *nvml__open(const char *lib);
+/* Shuts NVML down and unloads it. Accepts NULL. */
+void nvml__close(struct nvml *n);
+unsigned int nvml__ngpus(const struct nvml *n);
+/* Is metric m available on GPU i (as far as known so far)? */
+int nvml__available(const struct nvml *n, unsigned int gpu, enum nvml_metric m);
+
+/*
+ * One round: appends this round's points to b (its dict interns the names
+ * and labels). now_ns is the Unix time of the round: the timestamp of
+ * every point except sampled ones (utilisation from nvmlDeviceGetSamples,
+ * per-process utilisation), which carry the driver's own sample times.
+ * Returns the number of points added or -ENOMEM (b keeps what was added).
+ */
+int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns);
+
+struct nvml_stats {
+	uint64_t rounds;
+	uint64_t points;
+	uint64_t cpu_ns;	/* thread CPU time spent in rounds */
+	uint64_t wall_ns;	/* elapsed time in rounds (some NVML queries sleep) */
+	uint64_t max_wall_ns;	/* the longest round */
+};
+void nvml__stats(const struct nvml *n, struct nvml_stats *out);
+
+#endif

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_GPU_POLLER_H
+#define FW_GPU_POLLER_H
+
+#include <stdint.h>
+
+/*
+ * NVML rounds on a thread of their own. Some NVML queries sleep (PCIe
+ * throughput measures over 20 ms, twice per GPU per round: 40 ms per GPU),
+ * which on an 8-GPU node would stall the agent's 100 ms event loop for a
+ * third of a second every round. The thread fills a staging batch; the
+ * event loop moves its points into the batch being filled with
+ * gpu_poller__drain().
+ */
+struct gpu_poller;
+struct batch;
+struct nvml_stats;
+
+/* Opens NVML (lib as for nvml__open) and starts the thread; NULL (errno set) without NVML. */
+struct gpu_poller *gpu_poller__start(const char *lib, uint64_t interval_ns);
+/* Stops and joins the thread, closes NVML. Accepts NULL. */
+void gpu_poller__free(struct gpu_poller *p);
+/*
+ * Appends the points of the rounds done since the last call to b (names
+ * and labels interned in b's dictionary). Returns the number added, or
+ * -ENOMEM (the points not moved stay staged).
+ */
+int gpu_poller__drain(struct gpu_poller *p, struct batch *b);
+void gpu_poller__stats(struct gpu_poller *p, struct nvml_stats *out);
+unsigned int gpu_poller__ngpus(const struct gpu_poller *p);
+
+#endif

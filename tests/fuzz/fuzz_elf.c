@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * libFuzzer target for what the agent reads from binaries on the host: the
+ * ELF reader (build id, segments, symbol lookup) and the unwind table
+ * builder (.eh_frame/.debug_frame through libdw). A hostile binary must
+ * give an error, never a crash, and a table that is sorted.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "symbolize/elf_file.h"
+#include "unwind/unwind_table.h"
+
+static void _count(void *ctx, size_t index, const char *name, uint64_t off)
+{
+	(*(size_t *)ctx)++;
+	if (name && !name[0] && off)
+		abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static const uint64_t addrs[] = { 0, 0x400000, 0x401000, 0x1000, 0xffffffffffffffffull };
+	struct unwind_row *rows = NULL;
+	struct elf_file *f;
+	size_t nrows = 0, called = 0;
+	int fd = memfd_create("elf", 0);
+
+	if (fd < 0 || write(fd, data, size) != (ssize_t)size)
+		abort();
+	f = elf_file__open(fd, "/nonexistent-debug-root");
+	if (f) {
+		uint64_t bias;
+
+		elf_file__build_id(f);
+		elf_file__load_bias(f, 0x555555554000ull, 0x555555600000ull, 0, &bias);
+		/* The callback runs once per address, errors included. */
+		elf_file__resolve(f, addrs, sizeof(addrs) / sizeof(addrs[0]), _count, &called);
+		if (called != sizeof(addrs) / sizeof(addrs[0]))
+			abort();
+		elf_file__close(f);
+	}
+	if (unwind_table__build(fd, -1, &rows, &nrows, NULL) == 0) {
+		for (size_t i = 1; i < nrows; i++)
+			if (rows[i - 1].pc >= rows[i].pc)
+				abort();
+		if (nrows)
+			unwind_table__find(rows, nrows, rows[nrows / 2].pc);
+	} else if (rows || nrows) {
+		abort();
+	}
+	free(rows);
+	close(fd);
+	return 0;
+}
