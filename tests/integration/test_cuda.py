@@ -11,6 +11,7 @@ first, and store exactly these gpu_time samples and intervals.
 """
 
 import os
+import re
 import time
 from types import SimpleNamespace
 
@@ -82,7 +83,7 @@ def _start_server_agent(ps, flamewatch, tmp, port, lib):
     # host (seconds on a busy machine); a workload that launches before its
     # own turn comes unwinds by frame pointers only.
     time.sleep(3)
-    return srv
+    return srv, agent
 
 
 @pytest.fixture(scope="module", params=["agent_first", "workload_first", "agent_server"])
@@ -97,13 +98,17 @@ def gpu_run(request, flamewatch, workloads, tmp_path_factory):
     try:
         t_start = time.time()
         work = None
+        # Other agents on this host may attach to our library too: the
+        # workload goes on only once ours has (its log says so).
+        go = tmp / "go"
+        wenv = {**os.environ, "CUDA_CHAIN_GO": str(go)}
         if request.param == "workload_first":
             # Already running (and waiting) when the agent starts: found by the /proc scan.
-            work = ps.start([chain], "cuda_chain")
+            work = ps.start([chain], "cuda_chain", env=wenv)
             time.sleep(0.5)
         if request.param == "agent_server":
-            srv = _start_server_agent(ps, flamewatch, tmp, port,
-                                      workloads / "cuda" / "libflamewatch-cuda.so")
+            srv, logproc = _start_server_agent(ps, flamewatch, tmp, port,
+                                               workloads / "cuda" / "libflamewatch-cuda.so")
         else:
             srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
                             tmp / "data", "-F", "19", "--interval", "1s", "--node", "fwtest-cuda"],
@@ -111,10 +116,15 @@ def gpu_run(request, flamewatch, workloads, tmp_path_factory):
             if not srv.wait_output(r"profiling this host at", START_S):
                 pytest.fail(f"`flamewatch run` did not start within {START_S} s\n{srv.describe()}",
                             pytrace=False)
+            logproc = srv
         client.wait_healthy(proc=srv)
         if work is None:
             # Started after the agent: found through its exec event.
-            work = ps.start([chain], "cuda_chain")
+            work = ps.start([chain], "cuda_chain", env=wenv)
+        lib = str(workloads / "cuda" / "libflamewatch-cuda.so")
+        if not logproc.wait_output("GPU time profiling: attached to " + re.escape(lib), 60):
+            pytest.fail(f"the agent did not attach to {lib}\n{logproc.describe()}", pytrace=False)
+        go.touch()
         rc = work.wait(70)
         assert rc == 0, f"cuda_chain exited with {rc}\n{work.describe()}"
         assert "done" in work.text(), work.describe()
@@ -231,7 +241,13 @@ def test_burst_loses_nothing(flamewatch, workloads, tmp_path):
         assert srv.wait_output(r"profiling this host at", START_S), srv.describe()
         client.wait_healthy(proc=srv)
         t0 = time.time() - 1
-        work = ps.start([workloads / "cuda" / "cuda_chain", "burst", str(n)], "cuda_chain")
+        go = tmp_path / "go"
+        work = ps.start([workloads / "cuda" / "cuda_chain", "burst", str(n)], "cuda_chain",
+                        env={**os.environ, "CUDA_CHAIN_GO": str(go)})
+        lib = str(workloads / "cuda" / "libflamewatch-cuda.so")
+        assert srv.wait_output("GPU time profiling: attached to " + re.escape(lib), 60), \
+            srv.describe()
+        go.touch()
         assert work.wait(70) == 0, work.describe()
         q = '{pid="%d"}' % work.pid
         deadline = time.monotonic() + 20

@@ -179,6 +179,20 @@ int main(int argc, char **argv)
 		}
 		usleep(10000);
 	}
+	/*
+	 * Another agent on the host may have set the semaphores: a test that
+	 * names a file in CUDA_CHAIN_GO waits for its own agent and then
+	 * creates it.
+	 */
+	for (int i = 0; wait && getenv("CUDA_CHAIN_GO") && access(getenv("CUDA_CHAIN_GO"), F_OK);
+	     i++) {
+		if (i == 6000) {
+			fprintf(stderr, "cuda_chain: %s did not appear within 60 s\n",
+				getenv("CUDA_CHAIN_GO"));
+			return 3;
+		}
+		usleep(10000);
+	}
 	printf(wait ? "attached\n" : "not waiting for an agent\n");
 	fflush(stdout);
 	/*
