@@ -46,6 +46,9 @@ BPF_OBJS  := $(patsubst src/agent/bpf/%.bpf.c,$(BUILD)/bpf/%.bpf.o,$(BPF_SRCS))
 BPF_SKELS := $(patsubst src/agent/bpf/%.bpf.c,$(BUILD)/bpf/%.skel.h,$(BPF_SRCS))
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
 	-I$(BUILD) -Isrc/agent/bpf -Isrc
+# libbpf's usdt.bpf.h includes <linux/errno.h>, whose <asm/errno.h> lives in
+# the multiarch directory that clang -target bpf does not search.
+BPF_CFLAGS += -I/usr/include/$(shell $(CC) -dumpmachine)
 
 $(BUILD)/vmlinux.h: | $(DEPS_STAMP)
 	$(call msg,GEN,$@)

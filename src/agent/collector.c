@@ -8,6 +8,7 @@
 #include "agent/collector.h"
 #include "agent/cpu_profile.h"
 #include "agent/java_perfmap.h"
+#include "agent/cuda_tracker.h"
 #include "agent/proc_table.h"
 #include "agent/python.h"
 #include "agent/sampler.h"
@@ -23,8 +24,68 @@ struct collector {
 	struct cpu_profile *cp;
 	struct python *py;
 	struct java_perfmap *java;	/* NULL unless asked for */
+	struct cuda_tracker *cuda;	/* timed mode only: GPU time needs a batch */
 	uint64_t add_errors;
 };
+
+static void _on_cuda_launch(void *ctx, const struct fw_cuda_launch *l)
+{
+	struct collector *c = ctx;
+
+	if (!c->cuda)
+		return;
+	cuda_tracker__launch(c->cuda, l);
+	/* As for CPU samples: a process BPF could not fully walk gets its tables. */
+	unwinder__note_sample(c->unwinder, l->s.pid, l->s.flags);
+}
+
+/*
+ * Libraries named in FLAMEWATCH_CUDA_LIB (colon-separated paths) are
+ * attached at start, before `flamewatch agent` drops the capabilities
+ * that creating uprobes needs; the kernel then arms them in every process
+ * that maps them later.
+ */
+static void _cuda_attach_named(struct cuda_tracker *t)
+{
+	const char *env = getenv("FLAMEWATCH_CUDA_LIB");
+	char *list, *p, *save = NULL;
+
+	if (!env || !env[0])
+		return;
+	list = strdup(env);
+	if (!list)
+		return;
+	for (p = strtok_r(list, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
+		int err = cuda_tracker__attach_file(t, p);
+
+		if (err < 0)
+			pr_warn("FLAMEWATCH_CUDA_LIB: cannot attach to %s: %s\n", p, strerror(-err));
+	}
+	free(list);
+}
+
+static void _cuda_process(void *ctx, pid_t pid)
+{
+	struct collector *c = ctx;
+
+	unwinder__add_pid(c->unwinder, pid);
+}
+
+static void _on_cuda_activity(void *ctx, const struct fw_cuda_activity *a)
+{
+	struct collector *c = ctx;
+
+	if (c->cuda)
+		cuda_tracker__activity(c->cuda, a);
+}
+
+static void _on_cuda_conflict(void *ctx, const struct fw_cuda_conflict *e)
+{
+	struct collector *c = ctx;
+
+	if (c->cuda)
+		cuda_tracker__conflict(c->cuda, e);
+}
 
 static void _on_sample(void *ctx, const struct fw_sample *s)
 {
@@ -49,6 +110,8 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 	case FW_EVENT_EXEC:
 		python__forget(c->py, e->pid);
 		proc_table__exec(c->procs, e->pid);
+		if (c->cuda)
+			cuda_tracker__exec(c->cuda, e->pid);
 		unwinder__remove_pid(c->unwinder, e->pid);
 		if (c->opts.follow_only)
 			unwinder__queue(c->unwinder, e->pid);
@@ -56,6 +119,8 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 	case FW_EVENT_EXIT:
 		python__forget(c->py, e->pid);
 		java_perfmap__forget(c->java, e->pid);
+		if (c->cuda)
+			cuda_tracker__exit(c->cuda, e->pid);
 		proc_table__exit(c->procs, e->pid);
 		unwinder__remove_pid(c->unwinder, e->pid);
 		if (c->opts.follow_only) {
@@ -78,6 +143,10 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.wakeup_on_exec = o->follow_only,
 		.on_sample = _on_sample,
 		.on_proc = _on_proc,
+		/* GPU time goes into batches: timed mode only. */
+		.on_cuda_launch = o->timed ? _on_cuda_launch : NULL,
+		.on_cuda_activity = o->timed ? _on_cuda_activity : NULL,
+		.on_cuda_conflict = o->timed ? _on_cuda_conflict : NULL,
 	};
 	int files_fd, procs_fd, err;
 
@@ -117,6 +186,16 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 	 * freed it; hand those pages back instead of keeping them resident.
 	 */
 	malloc_trim(0);
+	if (o->timed) {
+		c->cuda = cuda_tracker__new(c->sampler, c->cp, "/proc");
+		if (!c->cuda) {
+			err = ENOMEM;
+			goto fail;
+		}
+		cuda_tracker__on_process(c->cuda, _cuda_process, c);
+		_cuda_attach_named(c->cuda);
+		cuda_tracker__scan(c->cuda);
+	}
 	return c;
 fail:
 	collector__free(c);
@@ -129,6 +208,13 @@ void collector__stop(struct collector *c)
 	if (!c->sampler)
 		return;
 	collector__tick(c);
+	if (c->cuda) {
+		/* Records still waiting for a launch count all the same. */
+		cuda_tracker__flush(c->cuda);
+		cuda_tracker__report(c->cuda);
+		cuda_tracker__free(c->cuda);
+		c->cuda = NULL;
+	}
 	sampler__close(c->sampler);
 	c->sampler = NULL;
 	unwinder__free(c->unwinder);
@@ -139,6 +225,7 @@ void collector__free(struct collector *c)
 {
 	if (!c)
 		return;
+	cuda_tracker__free(c->cuda);
 	sampler__close(c->sampler);
 	unwinder__free(c->unwinder);
 	cpu_profile__free(c->cp);
@@ -187,6 +274,8 @@ void collector__tick(struct collector *c)
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		java_perfmap__tick(c->java, (uint64_t)now.tv_sec * 1000000000ULL + now.tv_nsec);
 	}
+	if (c->cuda)
+		cuda_tracker__tick(c->cuda);
 	cpu_profile__symbolize_jit(c->cp);
 }
 
@@ -246,4 +335,15 @@ void collector__report(struct collector *c)
 		(unsigned long long)u.files, (unsigned long long)u.rows, u.table_bytes / 1024.0,
 		(unsigned long long)(u.cap_bytes >> 20), (unsigned long long)u.files_without_cfi,
 		(unsigned long long)u.files_over_cap, u.build_ns / 1e6);
+}
+
+int collector__fd(struct collector *c)
+{
+	return c->sampler ? sampler__fd(c->sampler) : -1;
+}
+
+void collector__drain(struct collector *c)
+{
+	if (c->sampler)
+		sampler__drain(c->sampler);
 }

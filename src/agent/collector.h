@@ -41,6 +41,13 @@ int collector__follow(struct collector *c, pid_t pid);
 void collector__wait(struct collector *c, int timeout_ms);
 /* Drains the samples, loads new unwind tables, names JIT frames. */
 void collector__tick(struct collector *c);
+/*
+ * A descriptor readable when the ring buffer wants draining before the next
+ * tick (bursts of CUDA records), or -1. Borrowed; call collector__drain().
+ */
+int collector__fd(struct collector *c);
+/* Consumes the ring buffer now, without the rest of a tick. */
+void collector__drain(struct collector *c);
 /* Final drain, then detaches BPF: sampling costs nothing from here on. */
 void collector__stop(struct collector *c);
 

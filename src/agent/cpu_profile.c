@@ -728,3 +728,158 @@ int64_t cpu_profile__series(struct cpu_profile *cp, uint32_t pid, const char *co
 		return -EINVAL;
 	return _series_of(cp, &s, comm);
 }
+
+/* ---- GPU time ---- */
+
+struct cpu_placed_stack *cpu_profile__place(struct cpu_profile *cp, const struct fw_sample *s)
+{
+	const __u64 *ustack = s->addrs + s->kstack_len;
+	struct cpu_placed_stack *ps;
+	uint32_t n = 0;
+
+	ps = malloc(sizeof(*ps) + (size_t)s->ustack_len * sizeof(ps->f[0]));
+	if (!ps)
+		return NULL;
+	ps->flags = s->flags;
+	for (int i = s->ustack_len - 1; i >= 0; i--) {
+		struct cpu_placed_frame *f = &ps->f[n++];
+		uint64_t addr = ustack[i];
+		struct addr_info info;
+
+		/* As in _user_frame(): a return address names the call before it. */
+		if (i > 0 && addr)
+			addr--;
+		proc_table__lookup(cp->procs, s->pid, addr, &info);
+		memset(f, 0, sizeof(*f));
+		f->kind = info.kind;
+		f->addr = addr;
+		switch (info.kind) {
+		case ADDR_FILE:
+			f->bin = info.bin;
+			f->addr = info.vaddr;
+			break;
+		case ADDR_SPECIAL:
+			f->addr = info.vaddr;
+			snprintf(f->special, sizeof(f->special), "%s", info.name ? info.name : "");
+			break;
+		default:
+			break;
+		}
+	}
+	ps->n = n;
+	return ps;
+}
+
+static int64_t _placed_frame(struct cpu_profile *cp, pid_t pid, const struct cpu_placed_frame *f)
+{
+	int64_t mapping;
+
+	switch (f->kind) {
+	case ADDR_FILE:
+		mapping = _binary_mapping(cp, f->bin);
+		if (mapping < 0)
+			return mapping;
+		return profile__intern_frame(cp->p, FRAME_NATIVE, mapping, f->addr);
+	case ADDR_ANON:
+		mapping = _jit_mapping(cp, pid);
+		if (mapping < 0)
+			return mapping;
+		return profile__intern_frame(cp->p, FRAME_JIT, mapping, f->addr);
+	case ADDR_SPECIAL:
+		mapping = profile__intern_mapping(cp->p, f->special, NULL);
+		if (mapping < 0)
+			return mapping;
+		return profile__intern_frame(cp->p, FRAME_NATIVE, mapping, f->addr);
+	default:
+		mapping = profile__intern_mapping(cp->p, "[unknown]", NULL);
+		if (mapping < 0)
+			return mapping;
+		return profile__intern_frame(cp->p, FRAME_NATIVE, mapping, f->addr);
+	}
+}
+
+/* The process's labels (as for its CPU samples) plus device and stream. */
+static int64_t _gpu_series(struct cpu_profile *cp, const struct cpu_gpu_activity *a)
+{
+	const char *names[7] = { "pid", "comm", "exe", "device", "stream" };
+	const char *values[7];
+	const struct proc_info *info = proc_table__info(cp->procs, a->pid);
+	char pid[16], dev[16], stream[16];
+	size_t n = 5;
+
+	snprintf(pid, sizeof(pid), "%u", a->pid);
+	snprintf(dev, sizeof(dev), "%u", a->device);
+	snprintf(stream, sizeof(stream), "%u", a->stream);
+	values[0] = pid;
+	values[1] = info && info->comm[0] ? info->comm : a->comm ? a->comm : "";
+	values[2] = info ? info->exe : "";
+	values[3] = dev;
+	values[4] = stream;
+	if (info && info->container[0]) {
+		names[n] = "container";
+		values[n++] = info->container;
+	}
+	if (info && info->pod[0]) {
+		names[n] = "pod";
+		values[n++] = info->pod;
+	}
+	return batch__intern_series(cp->batch, names, values, n);
+}
+
+int cpu_profile__add_gpu(struct cpu_profile *cp, const struct cpu_gpu_activity *a)
+{
+	const struct cpu_placed_stack *ps = a->stack;
+	struct batch_gpu_interval iv;
+	struct batch_sample bs;
+	int64_t id, series, name, leaf, stack, stack_iv = BATCH_NO_STACK;
+	uint32_t n = 0;
+	uint64_t dur;
+	int err;
+
+	if (!cp->batch)
+		return -EINVAL;
+	if (ps && ps->n > FW_MAX_FRAMES - 1)
+		return -EINVAL;
+	for (uint32_t i = 0; ps && i < ps->n; i++) {
+		id = _placed_frame(cp, a->pid, &ps->f[i]);
+		if (id < 0)
+			return id;
+		cp->frames[n++] = id;
+	}
+	if (ps) {
+		/* The interval keeps the launching stack itself, without the leaf. */
+		stack_iv = profile__intern_stack(cp->p, cp->frames, n);
+		if (stack_iv < 0)
+			return -ENOMEM;
+	}
+	leaf = profile__intern_named_frame(cp->p, FRAME_CUDA_KERNEL, PROFILE_NO_MAPPING, 0,
+					   a->name && a->name[0] ? a->name : "[unknown kernel]",
+					   NULL, 0);
+	if (leaf < 0)
+		return leaf;
+	cp->frames[n++] = leaf;
+	stack = profile__intern_stack(cp->p, cp->frames, n);
+	name = profile__intern_string(cp->p, a->name && a->name[0] ? a->name : "[unknown kernel]");
+	series = _gpu_series(cp, a);
+	if (stack < 0 || name < 0)
+		return -ENOMEM;
+	if (series < 0)
+		return series;
+
+	dur = a->end_ns > a->start_ns ? (uint64_t)(a->end_ns - a->start_ns) : 0;
+	bs = (struct batch_sample){
+		.ts_ns = a->start_ns, .stack = stack, .series = series, .tid = a->tid,
+		.cpu = a->cpu, .type = SAMPLE_GPU_TIME,
+		.value = (int64_t)(dur * (a->weight ? a->weight : 1)),
+	};
+	iv = (struct batch_gpu_interval){
+		.start_ns = a->start_ns, .end_ns = a->end_ns, .series = series,
+		.device = a->device, .stream = a->stream, .kind = a->kind, .name = name,
+		.stack = stack_iv, .correlation = a->correlation, .bytes = a->bytes,
+		.weight = a->weight ? a->weight : 1,
+	};
+	err = batch__add_sample(cp->batch, &bs);
+	if (!err)
+		err = batch__add_gpu_interval(cp->batch, &iv);
+	return err;
+}

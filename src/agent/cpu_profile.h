@@ -77,4 +77,54 @@ struct cpu_profile_counts {
 };
 void cpu_profile__counts(const struct cpu_profile *cp, struct cpu_profile_counts *out);
 
+/* ---- GPU time: CUDA activity under the CPU stack that launched it ---- */
+
+struct binary;
+
+/*
+ * A user stack placed in its binaries while the process is alive, root
+ * first, independent of any dictionary: a launch's stack waits for its
+ * kernel's record across batches, and the process may be gone by then.
+ */
+struct cpu_placed_frame {
+	struct binary *bin;	/* ADDR_FILE: borrowed from the proc table */
+	uint64_t addr;		/* ELF vaddr for files, else the address */
+	uint32_t kind;		/* enum addr_kind */
+	char special[12];	/* ADDR_SPECIAL: the mapping's name, cut to fit */
+};
+
+struct cpu_placed_stack {
+	uint32_t n;
+	uint32_t flags;		/* FW_SAMPLE_* of the walk */
+	struct cpu_placed_frame f[];
+};
+
+/*
+ * Places the user addresses of s (leaf first, as BPF writes them; the
+ * first is exact, the others return addresses). Returns an owned stack
+ * (free()), or NULL without memory.
+ */
+struct cpu_placed_stack *cpu_profile__place(struct cpu_profile *cp, const struct fw_sample *s);
+
+/* One completed GPU activity, joined (or not) with its launch. */
+struct cpu_gpu_activity {
+	uint32_t pid, tid, cpu;
+	const char *comm;			/* the launching thread's, or NULL */
+	const struct cpu_placed_stack *stack;	/* NULL: the launch was not seen */
+	const char *name;			/* leaf frame: kernel name, "[memcpy HtoD]", ... */
+	uint32_t kind;				/* enum gpu_activity_kind */
+	uint32_t device, stream, weight;
+	uint64_t correlation, bytes;
+	int64_t start_ns, end_ns;		/* Unix ns */
+};
+
+/*
+ * Timed mode: adds a gpu_time sample (value: GPU ns x weight, at start_ns)
+ * whose stack is the launching stack with a FRAME_CUDA_KERNEL leaf named
+ * a->name (the leaf alone when there is no launch), labelled with the
+ * process's labels plus device and stream; and the matching GPU interval.
+ * Returns 0, -EINVAL (not timed) or -ENOMEM.
+ */
+int cpu_profile__add_gpu(struct cpu_profile *cp, const struct cpu_gpu_activity *a);
+
 #endif

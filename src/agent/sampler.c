@@ -25,6 +25,9 @@ struct sampler {
 	sampler_sample_fn on_sample;
 	sampler_proc_fn on_proc;
 	void *ctx;
+	sampler_cuda_launch_fn on_cuda_launch;
+	sampler_cuda_activity_fn on_cuda_activity;
+	sampler_cuda_conflict_fn on_cuda_conflict;
 };
 
 static const char *const _stat_names[FW_STAT_MAX] = {
@@ -112,6 +115,42 @@ static int _on_record(void *ctx, void *data, size_t size)
 		}
 		if (s->on_proc)
 			s->on_proc(s->ctx, data);
+		break;
+	case FW_EVENT_CUDA_LAUNCH: {
+		const struct fw_cuda_launch *l = data;
+
+		if (size < offsetof(struct fw_cuda_launch, s.addrs) || l->s.kstack_len ||
+		    l->s.ustack_len > FW_MAX_USTACK ||
+		    size < offsetof(struct fw_cuda_launch, s.addrs) +
+			   l->s.ustack_len * sizeof(__u64)) {
+			s->decode_errors++;
+			return 0;
+		}
+		if (s->on_cuda_launch)
+			s->on_cuda_launch(s->ctx, l);
+		break;
+	}
+	case FW_EVENT_CUDA_ACTIVITY: {
+		const struct fw_cuda_activity *a = data;
+
+		if (size < offsetof(struct fw_cuda_activity, recs) ||
+		    a->count > FW_CUDA_MAX_BATCH ||
+		    size < offsetof(struct fw_cuda_activity, recs) +
+			   a->count * sizeof(struct fw_cuda_record)) {
+			s->decode_errors++;
+			return 0;
+		}
+		if (s->on_cuda_activity)
+			s->on_cuda_activity(s->ctx, a);
+		break;
+	}
+	case FW_EVENT_CUDA_CONFLICT:
+		if (size < sizeof(struct fw_cuda_conflict)) {
+			s->decode_errors++;
+			return 0;
+		}
+		if (s->on_cuda_conflict)
+			s->on_cuda_conflict(s->ctx, data);
 		break;
 	default:
 		s->decode_errors++;
@@ -218,6 +257,9 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	s->on_sample = opts->on_sample;
 	s->on_proc = opts->on_proc;
 	s->ctx = opts->ctx;
+	s->on_cuda_launch = opts->on_cuda_launch;
+	s->on_cuda_activity = opts->on_cuda_activity;
+	s->on_cuda_conflict = opts->on_cuda_conflict;
 
 	s->skel = sample_bpf__open();
 	if (!s->skel) {
@@ -225,10 +267,29 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 		pr_warn("cannot open the BPF object: %s\n", strerror(errno));
 		goto fail;
 	}
+	/* USDT programs are attached per library file by sampler__attach_cuda(). */
+	bpf_program__set_autoattach(s->skel->progs.on_cuda_launch, false);
+	bpf_program__set_autoattach(s->skel->progs.on_cuda_activity, false);
+	bpf_program__set_autoattach(s->skel->progs.on_cuda_conflict, false);
 	s->skel->rodata->follow_only = opts->follow_only;
 	s->skel->rodata->follow_children = opts->follow_children;
 	s->skel->rodata->wakeup_on_exec = opts->wakeup_on_exec;
-	bpf_map__set_max_entries(s->skel->maps.events, _ringbuf_size(opts->freq_hz, ncpus));
+	{
+		uint32_t size = _ringbuf_size(opts->freq_hz, ncpus);
+
+		/*
+		 * CUDA launch bursts need room of their own; records wake the
+		 * agent once a quarter of the buffer is pending (see
+		 * cuda_submit_flags() in sample.bpf.c).
+		 */
+		if (opts->on_cuda_launch && size < (2u << 20))
+			size = 2u << 20;
+		if (opts->on_cuda_launch) {
+			s->skel->rodata->cuda_wakeup_bytes = size / 4;
+			s->skel->rodata->cuda_launch_max_bytes = size / 2;
+		}
+		bpf_map__set_max_entries(s->skel->maps.events, size);
+	}
 	if (!opts->follow_only) {
 		/* The followed map is unused: don't pay for it. */
 		bpf_map__set_max_entries(s->skel->maps.followed, 1);
@@ -365,4 +426,83 @@ int sampler__stats(struct sampler *s, struct sampler_stats *out)
 	}
 	free(values);
 	return 0;
+}
+
+static const char *const _cuda_stat_names[FW_CUDA_STAT_MAX] = {
+	[FW_CUDA_STAT_LAUNCHES] = "cuda_launches",
+	[FW_CUDA_STAT_LAUNCH_RINGBUF_FULL] = "cuda_launch_ringbuf_full",
+	[FW_CUDA_STAT_ACTIVITIES] = "cuda_activity_batches",
+	[FW_CUDA_STAT_RECORDS] = "cuda_records",
+	[FW_CUDA_STAT_ACTIVITY_RINGBUF_FULL] = "cuda_activity_ringbuf_full",
+	[FW_CUDA_STAT_ACTIVITY_FAULT] = "cuda_activity_faults",
+	[FW_CUDA_STAT_ACTIVITY_TRUNCATED] = "cuda_records_truncated",
+	[FW_CUDA_STAT_CONFLICTS] = "cuda_conflicts",
+	[FW_CUDA_STAT_FILTERED] = "cuda_filtered",
+};
+
+const char *fw_cuda_stat__name(enum fw_cuda_stat stat)
+{
+	return stat < FW_CUDA_STAT_MAX ? _cuda_stat_names[stat] : "unknown";
+}
+
+int sampler__attach_cuda(struct sampler *s, const char *path, struct bpf_link *links[3])
+{
+	struct bpf_program *progs[3] = {
+		s->skel->progs.on_cuda_launch,
+		s->skel->progs.on_cuda_activity,
+		s->skel->progs.on_cuda_conflict,
+	};
+	static const char *const names[3] = { "launch", "activity", "conflict" };
+	int err = 0;
+
+	memset(links, 0, 3 * sizeof(*links));
+	for (int i = 0; i < 3; i++) {
+		/* pid -1: every process mapping the file, including later ones. */
+		links[i] = bpf_program__attach_usdt(progs[i], -1, path, FW_CUDA_PROVIDER,
+						    names[i], NULL);
+		if (links[i])
+			continue;
+		err = -errno;
+		/* Only launch and activity are needed; an old library may lack conflict. */
+		if (i == 2) {
+			pr_debug("%s: no %s:%s probe: %s\n", path, FW_CUDA_PROVIDER, names[i],
+				 strerror(-err));
+			return 0;
+		}
+		goto fail;
+	}
+	return 0;
+fail:
+	for (int i = 0; i < 3; i++) {
+		bpf_link__destroy(links[i]);
+		links[i] = NULL;
+	}
+	return err ? err : -ENOENT;
+}
+
+int sampler__cuda_stats(struct sampler *s, uint64_t counters[FW_CUDA_STAT_MAX])
+{
+	int ncpus = libbpf_num_possible_cpus();
+	__u64 *values;
+
+	memset(counters, 0, FW_CUDA_STAT_MAX * sizeof(*counters));
+	if (ncpus < 0)
+		return ncpus;
+	values = calloc(ncpus, sizeof(*values));
+	if (!values)
+		return -ENOMEM;
+	for (__u32 key = 0; key < FW_CUDA_STAT_MAX; key++) {
+		if (bpf_map__lookup_elem(s->skel->maps.cuda_stats, &key, sizeof(key), values,
+					 ncpus * sizeof(*values), 0))
+			continue;
+		for (int cpu = 0; cpu < ncpus; cpu++)
+			counters[key] += values[cpu];
+	}
+	free(values);
+	return 0;
+}
+
+int sampler__fd(struct sampler *s)
+{
+	return ring_buffer__epoll_fd(s->rb);
 }

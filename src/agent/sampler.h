@@ -19,6 +19,9 @@ struct sampler;
 /* Called for each record, in ring-buffer order; the record is borrowed. */
 typedef void (*sampler_sample_fn)(void *ctx, const struct fw_sample *s);
 typedef void (*sampler_proc_fn)(void *ctx, const struct fw_proc_event *e);
+typedef void (*sampler_cuda_launch_fn)(void *ctx, const struct fw_cuda_launch *l);
+typedef void (*sampler_cuda_activity_fn)(void *ctx, const struct fw_cuda_activity *a);
+typedef void (*sampler_cuda_conflict_fn)(void *ctx, const struct fw_cuda_conflict *c);
 
 struct sampler_opts {
 	unsigned int freq_hz;		/* samples per second per CPU */
@@ -28,6 +31,10 @@ struct sampler_opts {
 	sampler_sample_fn on_sample;
 	sampler_proc_fn on_proc;
 	void *ctx;
+	/* CUDA probe records (see sampler__attach_cuda()); each may be NULL. */
+	sampler_cuda_launch_fn on_cuda_launch;
+	sampler_cuda_activity_fn on_cuda_activity;
+	sampler_cuda_conflict_fn on_cuda_conflict;
 };
 
 struct sampler_stats {
@@ -54,6 +61,12 @@ int sampler__poll(struct sampler *s, int timeout_ms);
 void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd);
 /* The py_procs map (pid -> struct fw_py_proc); a borrowed fd. */
 int sampler__python_fd(struct sampler *s);
+/*
+ * A descriptor that becomes readable when a record asked for a wakeup (CUDA
+ * records, when the ring buffer fills up); then call sampler__drain().
+ * Borrowed.
+ */
+int sampler__fd(struct sampler *s);
 /* Reads the counters of the BPF stats map. Returns 0 or -errno. */
 int sampler__stats(struct sampler *s, struct sampler_stats *out);
 const char *fw_stat__name(enum fw_stat stat);
@@ -64,5 +77,21 @@ const char *fw_stat__name(enum fw_stat stat);
  * and suspend, so it is re-read rather than cached).
  */
 uint64_t sampler__boot_to_unix_ns(uint64_t boot_ns);
+
+/*
+ * Attaches the CUDA probe programs to the USDT probes flamewatch:launch,
+ * activity and conflict of one libflamewatch-cuda.so file (path as this
+ * process can open it, e.g. through /proc/PID/root), for every process that
+ * maps it now or later: a uprobe belongs to the file, and the kernel sets
+ * the probes' semaphores in each process that maps it. On success links[3]
+ * receives the owned links (bpf_link__destroy() each). Returns 0 or -errno
+ * (-ENOENT: the file has no flamewatch launch probe).
+ */
+struct bpf_link;
+int sampler__attach_cuda(struct sampler *s, const char *path, struct bpf_link *links[3]);
+
+/* The CUDA probes' counters (enum fw_cuda_stat), summed over CPUs. Returns 0 or -errno. */
+int sampler__cuda_stats(struct sampler *s, uint64_t counters[FW_CUDA_STAT_MAX]);
+const char *fw_cuda_stat__name(enum fw_cuda_stat stat);
 
 #endif

@@ -88,6 +88,15 @@ static void _on_tick(evutil_socket_t fd, short what, void *arg)
 		continuous__flush(c);
 }
 
+static void _on_ready(evutil_socket_t fd, short what, void *arg)
+{
+	struct continuous *c = arg;
+
+	(void)fd;
+	(void)what;
+	collector__drain(c->collector);
+}
+
 int continuous__start(struct continuous *c, struct event_base *base,
 		      const struct continuous_opts *o)
 {
@@ -122,6 +131,13 @@ int continuous__start(struct continuous *c, struct event_base *base,
 		continuous__stop(c);
 		return -1;
 	}
+	if (collector__fd(c->collector) >= 0) {
+		c->ready = event_new(base, collector__fd(c->collector), EV_READ | EV_PERSIST,
+				     _on_ready, c);
+		if (!c->ready || event_add(c->ready, NULL))
+			pr_warn("cannot watch the ring buffer: it is drained every %d ms only\n",
+				COLLECTOR_TICK_MS);
+	}
 	c->last_flush_ns = _mono_ns();
 	if (o->gpu_interval_ns) {
 		c->gpu_interval_ns = o->gpu_interval_ns;
@@ -136,6 +152,10 @@ void continuous__stop(struct continuous *c)
 	if (c->tick) {
 		event_free(c->tick);
 		c->tick = NULL;
+	}
+	if (c->ready) {
+		event_free(c->ready);
+		c->ready = NULL;
 	}
 	if (!c->collector)
 		return;

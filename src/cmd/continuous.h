@@ -19,6 +19,7 @@ struct event_base;
 struct continuous {
 	struct collector *collector;
 	struct event *tick;
+	struct event *ready;	/* the ring buffer asks to be drained early */
 	uint64_t interval_ns, last_flush_ns;
 	uint32_t max_samples;
 	uint64_t java_perfmap_interval_ns;	/* 0: off */

@@ -393,6 +393,7 @@ struct enc_msg {
 	Flamewatch__Wire__Series *series, **series_ptrs;
 	uint32_t *ids;			/* frame ids of stacks, then label ids of series */
 	struct ts_index *order;
+	struct ts_index *gpu_order;
 };
 
 static void _enc_msg_free(struct enc_msg *em)
@@ -415,6 +416,17 @@ static void _enc_msg_free(struct enc_msg *em)
 	free(em->m.sample_cpu);
 	free(em->m.sample_type);
 	free(em->m.sample_value);
+	free(em->gpu_order);
+	free(em->m.gpu_start_delta);
+	free(em->m.gpu_duration);
+	free(em->m.gpu_series);
+	free(em->m.gpu_device);
+	free(em->m.gpu_stream);
+	free(em->m.gpu_kind);
+	free(em->m.gpu_name);
+	free(em->m.gpu_stack);
+	free(em->m.gpu_bytes);
+	free(em->m.gpu_weight);
 }
 
 /* n elements of size each, at least one so that NULL always means failure. */
@@ -656,6 +668,70 @@ out:
 	return err;
 }
 
+/* GPU intervals into columns, ordered by start, interning what they name. */
+static int _enc_gpu_intervals(struct xlate *x, struct enc_msg *em)
+{
+	const struct batch *b = x->b;
+	Flamewatch__Wire__Batch *m = &em->m;
+	size_t n = b->ngpu_intervals;
+	bool all_one = true;
+	int64_t prev = 0;
+
+	if (!n)
+		return 0;
+	em->gpu_order = _alloc_n(n, sizeof(*em->gpu_order));
+	m->gpu_start_delta = _alloc_n(n, sizeof(*m->gpu_start_delta));
+	m->gpu_duration = _alloc_n(n, sizeof(*m->gpu_duration));
+	m->gpu_series = _alloc_n(n, sizeof(*m->gpu_series));
+	m->gpu_device = _alloc_n(n, sizeof(*m->gpu_device));
+	m->gpu_stream = _alloc_n(n, sizeof(*m->gpu_stream));
+	m->gpu_kind = _alloc_n(n, sizeof(*m->gpu_kind));
+	m->gpu_name = _alloc_n(n, sizeof(*m->gpu_name));
+	m->gpu_stack = _alloc_n(n, sizeof(*m->gpu_stack));
+	m->gpu_bytes = _alloc_n(n, sizeof(*m->gpu_bytes));
+	m->gpu_weight = _alloc_n(n, sizeof(*m->gpu_weight));
+	if (!em->gpu_order || !m->gpu_start_delta || !m->gpu_duration || !m->gpu_series ||
+	    !m->gpu_device || !m->gpu_stream || !m->gpu_kind || !m->gpu_name || !m->gpu_stack ||
+	    !m->gpu_bytes || !m->gpu_weight)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		em->gpu_order[i] = (struct ts_index){ b->gpu_intervals[i].start_ns, i };
+	qsort(em->gpu_order, n, sizeof(*em->gpu_order), _by_ts);
+
+	for (size_t i = 0; i < n; i++) {
+		const struct batch_gpu_interval *g = &b->gpu_intervals[em->gpu_order[i].i];
+		int64_t series = _x_series(x, g->series);
+		int64_t name = _x_string(x, g->name);
+		int64_t stack = g->stack == BATCH_NO_STACK ? -1 : _x_stack(x, g->stack);
+
+		if (series < 0)
+			return series;
+		if (name < 0)
+			return name;
+		if (g->stack != BATCH_NO_STACK && stack < 0)
+			return stack;
+		if (g->end_ns < g->start_ns)
+			return -EINVAL;
+		m->gpu_start_delta[i] = (int64_t)((uint64_t)g->start_ns - (uint64_t)prev);
+		prev = g->start_ns;
+		m->gpu_duration[i] = (uint64_t)(g->end_ns - g->start_ns);
+		m->gpu_series[i] = series;
+		m->gpu_device[i] = g->device;
+		m->gpu_stream[i] = g->stream;
+		m->gpu_kind[i] = g->kind;
+		m->gpu_name[i] = name;
+		m->gpu_stack[i] = g->stack == BATCH_NO_STACK ? 0 : (uint32_t)stack + 1;
+		m->gpu_bytes[i] = g->bytes;
+		m->gpu_weight[i] = g->weight ? g->weight : 1;
+		all_one &= m->gpu_weight[i] == 1;
+	}
+	m->n_gpu_start_delta = m->n_gpu_duration = m->n_gpu_series = n;
+	m->n_gpu_device = m->n_gpu_stream = m->n_gpu_kind = m->n_gpu_name = n;
+	m->n_gpu_stack = m->n_gpu_bytes = n;
+	m->n_gpu_weight = all_one ? 0 : n;
+	return 0;
+}
+
 /* Consumes in; on success *out is in itself (WIRE_NONE) or a new buffer. */
 static int _compress(enum wire_compression c, uint8_t *in, size_t len, void **out, size_t *out_len)
 {
@@ -823,6 +899,8 @@ int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct 
 	 * tables unacknowledged, and the next batch simply carries it.
 	 */
 	err = _enc_samples(&x, &em);
+	if (!err)
+		err = _enc_gpu_intervals(&x, &em);
 	if (err)
 		goto out;
 	err = _enc_metrics(&x, &em);
@@ -1597,6 +1675,95 @@ static int _d_samples(struct dec *d)
 	return 0;
 }
 
+/* Checks the GPU interval columns against the limits and the session's tables. */
+static int _d_gpu_check(struct dec *d)
+{
+	const Flamewatch__Wire__Batch *m = d->m;
+	size_t n = m->n_gpu_start_delta;
+	struct timespec now;
+	int64_t ts = 0, max_ts;
+
+	if (n > d->lim->max_samples)
+		return _fail(d->err, d->err_len, -E2BIG, "%zu GPU intervals, more than %zu",
+			     n, d->lim->max_samples);
+	if (m->n_gpu_duration != n || m->n_gpu_series != n || m->n_gpu_device != n ||
+	    m->n_gpu_stream != n || m->n_gpu_kind != n || m->n_gpu_name != n ||
+	    m->n_gpu_stack != n || m->n_gpu_bytes != n || (m->n_gpu_weight && m->n_gpu_weight != n))
+		return _fail(d->err, d->err_len, -EINVAL,
+			     "GPU interval columns differ in length (%zu starts)", n);
+	clock_gettime(CLOCK_REALTIME, &now);
+	max_ts = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+	max_ts = d->lim->max_future_ns > INT64_MAX - max_ts ? INT64_MAX :
+		 max_ts + d->lim->max_future_ns;
+	for (size_t i = 0; i < n; i++) {
+		int64_t end;
+
+		if (__builtin_add_overflow(ts, m->gpu_start_delta[i], &ts) || ts < MIN_TS_NS ||
+		    ts > max_ts || m->gpu_duration[i] > (uint64_t)INT64_MAX ||
+		    __builtin_add_overflow(ts, (int64_t)m->gpu_duration[i], &end))
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "GPU interval %zu: start or duration out of range", i);
+		if (m->gpu_series[i] >= d->s->tab[K_SERIES].n)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "GPU interval %zu: series id %u out of range (%u series)",
+				     i, m->gpu_series[i], d->s->tab[K_SERIES].n);
+		if (m->gpu_name[i] >= d->s->tab[K_STRING].n)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "GPU interval %zu: name string id %u out of range (%u strings)",
+				     i, m->gpu_name[i], d->s->tab[K_STRING].n);
+		if (m->gpu_stack[i] > d->s->tab[K_STACK].n)
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "GPU interval %zu: stack id %u out of range (%u stacks)",
+				     i, m->gpu_stack[i] - 1, d->s->tab[K_STACK].n);
+		if (m->gpu_kind[i] >= GPU_ACTIVITY_KIND_MAX)
+			return _fail(d->err, d->err_len, -EINVAL, "GPU interval %zu: unknown kind %u",
+				     i, m->gpu_kind[i]);
+		if (m->n_gpu_weight && !m->gpu_weight[i])
+			return _fail(d->err, d->err_len, -EINVAL, "GPU interval %zu: weight 0", i);
+	}
+	return 0;
+}
+
+/* Adds the checked GPU intervals to the batch being built. */
+static int _d_gpu_build(struct dec *d)
+{
+	const Flamewatch__Wire__Batch *m = d->m;
+	int64_t ts = 0;
+
+	for (size_t i = 0; i < m->n_gpu_start_delta; i++) {
+		struct batch_gpu_interval g = { 0 };
+		int64_t series = _out_series(d, m->gpu_series[i]);
+		int64_t name, stack = BATCH_NO_STACK;
+		int rc;
+
+		if (series < 0)
+			return series;
+		name = profile__intern_string(d->out->dict, _d_string(d, m->gpu_name[i]));
+		if (name < 0)
+			return name;
+		if (m->gpu_stack[i]) {
+			stack = _out_stack(d, m->gpu_stack[i] - 1);
+			if (stack < 0)
+				return stack;
+		}
+		ts += m->gpu_start_delta[i];
+		g.start_ns = ts;
+		g.end_ns = ts + (int64_t)m->gpu_duration[i];
+		g.series = series;
+		g.device = m->gpu_device[i];
+		g.stream = m->gpu_stream[i];
+		g.kind = m->gpu_kind[i];
+		g.name = name;
+		g.stack = stack;
+		g.bytes = m->gpu_bytes[i];
+		g.weight = m->n_gpu_weight ? m->gpu_weight[i] : 1;
+		rc = batch__add_gpu_interval(d->out, &g);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 /*
  * Builds the batch from the now-validated message: its samples, and the
  * entries they refer to that the session's shared dictionary lacks.
@@ -1653,7 +1820,7 @@ static int _d_build(struct dec *d)
 		if (rc)
 			goto out;
 	}
-	rc = 0;
+	rc = _d_gpu_build(d);
 out:
 	if (rc)
 		_fail(d->err, d->err_len, rc, rc == -ENOMEM ? "out of memory" :
@@ -1949,6 +2116,8 @@ int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 		rc = _d_series(&d, base[K_SERIES]);
 	if (!rc)
 		rc = _d_samples(&d);
+	if (!rc)
+		rc = _d_gpu_check(&d);
 	if (!rc)
 		rc = _d_metrics(&d);
 	if (!rc)

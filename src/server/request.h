@@ -58,6 +58,9 @@ void routes__ingest(struct request *r);
 void routes__ingest_pprof(struct request *r);
 void routes__ingest_folded(struct request *r);
 void routes__profile(struct request *r);
+/* GPU activity intervals and the kernel table (routes_gpu_kernels.c). */
+void routes__gpu_kernels(struct request *r);
+void routes__gpu_kernels_top(struct request *r);
 void routes__flamechart(struct request *r);
 void routes__series(struct request *r);
 void routes__labels(struct request *r);

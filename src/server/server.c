@@ -227,6 +227,12 @@ static void _dispatch(struct evhttp_request *req, void *arg)
 	} else if (!strcmp(path, "/api/v1/profile")) {
 		r.route = ROUTE_PROFILE;
 		routes__profile(&r);
+	} else if (!strcmp(path, "/api/v1/gpu/kernels")) {
+		r.route = ROUTE_GPU_KERNELS;
+		routes__gpu_kernels(&r);
+	} else if (!strcmp(path, "/api/v1/gpu/kernels/top")) {
+		r.route = ROUTE_GPU_KERNELS_TOP;
+		routes__gpu_kernels_top(&r);
 	} else if (!strcmp(path, "/api/v1/flamechart")) {
 		r.route = ROUTE_FLAMECHART;
 		routes__flamechart(&r);

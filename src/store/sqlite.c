@@ -99,7 +99,13 @@ static const char SCHEMA[] =
 	"CREATE TABLE IF NOT EXISTS rollup_1m(bucket INTEGER NOT NULL, series INTEGER NOT NULL,"
 	" totals BLOB NOT NULL, data BLOB NOT NULL, UNIQUE(bucket, series));"
 	"CREATE TABLE IF NOT EXISTS rollup_1h(bucket INTEGER NOT NULL, series INTEGER NOT NULL,"
-	" totals BLOB NOT NULL, data BLOB NOT NULL, UNIQUE(bucket, series));";
+	" totals BLOB NOT NULL, data BLOB NOT NULL, UNIQUE(bucket, series));"
+	/* GPU activity intervals (struct batch_gpu_interval); stack NULL: launch not seen. */
+	"CREATE TABLE IF NOT EXISTS gpu_intervals(start INTEGER NOT NULL, end INTEGER NOT NULL,"
+	" series INTEGER NOT NULL, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
+	" kind INTEGER NOT NULL, name INTEGER NOT NULL, stack INTEGER, correlation INTEGER NOT NULL,"
+	" bytes INTEGER NOT NULL, weight INTEGER NOT NULL);"
+	"CREATE INDEX IF NOT EXISTS gpu_intervals_start ON gpu_intervals(start);";
 
 /*
  * CPU busy intervals: one row each, keyed by start first so that a time
@@ -128,6 +134,7 @@ enum stmt_id {
 	ST_RETAIN_BLOCKS, ST_RETAIN_M, ST_RETAIN_H, ST_RU_DEL_H,
 	ST_MAX_SERIES, ST_MAX_STACK, ST_MAX_FRAME,
 	ST_SERIES_PERIOD,
+	ST_GPU_INS, ST_GPU_RANGE, ST_GPU_RETAIN,
 	ST_COUNT,
 };
 
@@ -195,6 +202,14 @@ static const char *const _sql[ST_COUNT] = {
 	[ST_MAX_STACK] = "SELECT max(id) FROM stacks",
 	[ST_MAX_FRAME] = "SELECT max(id) FROM frames",
 	[ST_SERIES_PERIOD] = "SELECT period_ns FROM series WHERE id = ?1",
+	[ST_GPU_INS] = "INSERT INTO gpu_intervals(start, end, series, device, stream, kind, name,"
+		       " stack, correlation, bytes, weight)"
+		       " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+	[ST_GPU_RANGE] = "SELECT g.start, g.end, g.series, g.device, g.stream, g.kind, s.text,"
+			 " g.stack, g.correlation, g.bytes, g.weight FROM gpu_intervals g"
+			 " JOIN strings s ON s.id = g.name"
+			 " WHERE g.start >= ?1 AND g.start < ?2 ORDER BY g.start, g.rowid",
+	[ST_GPU_RETAIN] = "DELETE FROM gpu_intervals WHERE start < ?1",
 };
 
 /* ---- small containers ----------------------------------------------------- */
@@ -1811,6 +1826,43 @@ static int _civ_check(const char *node, const struct batch *b);
 static int _civ_write(struct sqlite_store *st, struct xlate *x, const char *node,
 		      const struct batch *b);
 
+/* Inside the write's transaction; ids go through the same translation as samples'. */
+static int _write_gpu_intervals(struct sqlite_store *st, struct xlate *x, const char *node,
+				const struct batch *b)
+{
+	sqlite3_stmt *s = st->st[ST_GPU_INS];
+
+	for (uint32_t i = 0; i < b->ngpu_intervals; i++) {
+		const struct batch_gpu_interval *g = &b->gpu_intervals[i];
+		int64_t series = _x_series(st, x, node, g->series);
+		int64_t name = series < 0 ? series : _x_string(st, x, g->name);
+		int64_t stack = g->stack == BATCH_NO_STACK || name < 0 ? name : _x_stack(st, x, g->stack);
+		int rc;
+
+		if (series < 0 || name < 0 || stack < 0)
+			return (int)(series < 0 ? series : name < 0 ? name : stack);
+		sqlite3_bind_int64(s, 1, g->start_ns);
+		sqlite3_bind_int64(s, 2, g->end_ns);
+		sqlite3_bind_int64(s, 3, series);
+		sqlite3_bind_int64(s, 4, g->device);
+		sqlite3_bind_int64(s, 5, g->stream);
+		sqlite3_bind_int64(s, 6, g->kind);
+		sqlite3_bind_int64(s, 7, name);
+		if (g->stack == BATCH_NO_STACK)
+			sqlite3_bind_null(s, 8);
+		else
+			sqlite3_bind_int64(s, 8, stack);
+		sqlite3_bind_int64(s, 9, (int64_t)g->correlation);
+		sqlite3_bind_int64(s, 10, (int64_t)g->bytes);
+		sqlite3_bind_int64(s, 11, g->weight);
+		rc = sqlite3_step(s);
+		sqlite3_reset(s);
+		if (rc != SQLITE_DONE)
+			return _sq_fail(st, rc, "gpu_intervals");
+	}
+	return 0;
+}
+
 static int _sqlite_write(void *impl, const char *node, const struct batch *b)
 {
 	struct sqlite_store *st = impl;
@@ -1838,7 +1890,20 @@ static int _sqlite_write(void *impl, const char *node, const struct batch *b)
 	err = _civ_check(node, b);
 	if (err)
 		return err;
-	if (!b->nsamples && !b->ncpu_intervals)
+	for (uint32_t i = 0; i < b->ngpu_intervals; i++) {
+		const struct batch_gpu_interval *g = &b->gpu_intervals[i];
+
+		if ((g->stack != BATCH_NO_STACK && g->stack >= nstacks) || g->series >= nseries ||
+		    g->name >= intern__count(d->strings) || g->start_ns < 0 ||
+		    g->start_ns >= TS_LIMIT || g->end_ns < g->start_ns) {
+			pr_warn("store: sqlite: batch from %s: GPU interval %u has stack %u/%u, "
+				"series %u/%u, name %u, start %lld, end %lld\n", node, i, g->stack,
+				nstacks, g->series, nseries, g->name, (long long)g->start_ns,
+				(long long)g->end_ns);
+			return -EINVAL;
+		}
+	}
+	if (!b->nsamples && !b->ncpu_intervals && !b->ngpu_intervals)
 		return 0;
 	err = -ENOMEM;
 	x.nstrings = intern__count(d->strings);
@@ -1880,6 +1945,8 @@ static int _sqlite_write(void *impl, const char *node, const struct batch *b)
 		err = _write_blocks(st, ws, b->nsamples, &due, &ndue, &cap_due);
 	if (!err)
 		err = _write_rollups(st, ws, b->nsamples);
+	if (!err)
+		err = _write_gpu_intervals(st, &x, node, b);
 	if (!err)
 		err = _meta_add(st, "samples", b->nsamples);
 	if (!err)
@@ -3252,6 +3319,8 @@ static int _sqlite_retain(void *impl, int64_t cutoff)
 	err = _exec(st, ST_RETAIN_BLOCKS);
 	err = err ?: _exec(st, ST_RETAIN_M);
 	err = err ?: _exec(st, ST_RETAIN_H);
+	sqlite3_bind_int64(st->st[ST_GPU_RETAIN], 1, cutoff);
+	err = err ?: _exec(st, ST_GPU_RETAIN);
 	err = err ?: _rebuild_hour(st, cutoff);
 	if (!err) {
 		char *msg = NULL;
@@ -3301,6 +3370,72 @@ static int _sqlite_stats(void *impl, struct store_stats *out)
 	out->frames = (uint64_t)v;
 	err = _end_read(st, err);
 	out->bytes_on_disk = _file_size(st->db_path) + _file_size(st->wal_path);
+	return err;
+}
+
+/* ---- GPU intervals --------------------------------------------------------- */
+
+static int _sqlite_gpu_intervals(void *impl, int64_t from, int64_t to, const struct selector *sel,
+				 struct profile *dict, uint32_t limit,
+				 int (*cb)(void *ctx, const struct store_gpu_interval *iv),
+				 void *ctx)
+{
+	struct sqlite_store *st = impl;
+	struct query q = { .st = st, .sel = sel, .type = -1 };
+	struct exporter ex = { .st = st, .out = dict };
+	sqlite3_stmt *s = st->st[ST_GPU_RANGE];
+	uint32_t n = 0;
+	int err, rc;
+
+	_query_begin(st);
+	err = _begin_read(st);
+	if (err)
+		return err;
+	sqlite3_bind_int64(s, 1, from);
+	sqlite3_bind_int64(s, 2, to);
+	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct store_gpu_interval iv;
+		struct qseries *qs = _qseries(&q, sqlite3_column_int64(s, 2), &err);
+		int64_t stack;
+
+		if (!qs)
+			continue;
+		if (limit && n++ >= limit) {
+			err = -E2BIG;
+			break;
+		}
+		iv = (struct store_gpu_interval){
+			.start_ns = sqlite3_column_int64(s, 0),
+			.end_ns = sqlite3_column_int64(s, 1),
+			.device = (uint32_t)sqlite3_column_int64(s, 3),
+			.stream = (uint32_t)sqlite3_column_int64(s, 4),
+			.kind = (uint32_t)sqlite3_column_int64(s, 5),
+			.name = (const char *)sqlite3_column_text(s, 6),
+			.stack = STORE_NO_STACK,
+			.correlation = (uint64_t)sqlite3_column_int64(s, 8),
+			.bytes = (uint64_t)sqlite3_column_int64(s, 9),
+			.weight = (uint32_t)sqlite3_column_int64(s, 10),
+			.pid = qs->info->pid,
+			.comm = qs->info->comm,
+		};
+		if (!iv.name)
+			iv.name = "";
+		if (dict && sqlite3_column_type(s, 7) != SQLITE_NULL) {
+			stack = _ex_stack(&ex, (uint32_t)sqlite3_column_int64(s, 7));
+			if (stack < 0) {
+				err = (int)stack;
+				break;
+			}
+			iv.stack = (uint32_t)stack;
+		}
+		err = cb(ctx, &iv);
+	}
+	if (!err && rc != SQLITE_ROW && rc != SQLITE_DONE)
+		err = _sq_fail(st, rc, "gpu_intervals");
+	sqlite3_reset(s);
+	err = _end_read(st, err);
+	_query_free(&q);
+	_exporter_free(&ex);
 	return err;
 }
 
@@ -3877,6 +4012,7 @@ const struct store_backend store_sqlite_backend = {
 	.label_values = _sqlite_label_values,
 	.retain = _sqlite_retain,
 	.stats = _sqlite_stats,
+	.gpu_intervals = _sqlite_gpu_intervals,
 	.write_metrics = _sqlite_write_metrics,
 	.metrics = _sqlite_metrics,
 	.metrics_latest = _sqlite_metrics_latest,

@@ -182,6 +182,19 @@ int store__stats(struct store *s, struct store_stats *out)
 	return LOCKED(s, s->ops->stats(s->impl, out));
 }
 
+int store__gpu_intervals(struct store *s, int64_t from, int64_t to, const struct selector *sel,
+			 struct profile *dict, uint32_t limit,
+			 int (*cb)(void *ctx, const struct store_gpu_interval *iv), void *ctx)
+{
+	if (!s || !cb)
+		return -EINVAL;
+	if (!s->ops->gpu_intervals)
+		return -EOPNOTSUPP;
+	if (from >= to)
+		return 0;
+	return LOCKED(s, s->ops->gpu_intervals(s->impl, from, to, sel, dict, limit, cb, ctx));
+}
+
 /* ---- metric points ---------------------------------------------------------- */
 
 int store__write_metrics(struct store *s, const char *node, const struct batch *b)

@@ -147,6 +147,30 @@ struct store_stats {
 
 int store__stats(struct store *s, struct store_stats *out);
 
+/* A stored GPU activity interval (a kernel, copy or set), as a query returns it. */
+#define STORE_NO_STACK UINT32_MAX
+struct store_gpu_interval {
+	int64_t start_ns, end_ns;
+	uint32_t device, stream;
+	uint32_t kind;			/* enum gpu_activity_kind */
+	uint32_t pid;			/* the series' pid label, 0 if absent */
+	const char *name;		/* borrowed for the call */
+	const char *comm;		/* borrowed for the call; "" if absent */
+	uint32_t stack;			/* launching stack id in dict, or STORE_NO_STACK */
+	uint32_t weight;
+	uint64_t correlation, bytes;
+};
+
+/*
+ * GPU intervals starting in [from, to) whose series matches sel (NULL: all),
+ * in start order. With dict (may be NULL) each launching stack is added to
+ * it and iv->stack is its id there. -E2BIG when more than limit (0: no
+ * limit) match: the caller narrows the window.
+ */
+int store__gpu_intervals(struct store *s, int64_t from, int64_t to, const struct selector *sel,
+			 struct profile *dict, uint32_t limit,
+			 int (*cb)(void *ctx, const struct store_gpu_interval *iv), void *ctx);
+
 /* ---- metric points (struct batch_metric: NVML gauges and counters) ------ */
 
 /*
@@ -212,6 +236,9 @@ struct store_backend {
 			    int (*cb)(void *ctx, const char *value), void *ctx);
 	int (*retain)(void *impl, int64_t cutoff_ns);
 	int (*stats)(void *impl, struct store_stats *out);
+	int (*gpu_intervals)(void *impl, int64_t from, int64_t to, const struct selector *sel,
+			     struct profile *dict, uint32_t limit,
+			     int (*cb)(void *ctx, const struct store_gpu_interval *iv), void *ctx);
 	/* metric points */
 	int (*write_metrics)(void *impl, const char *node, const struct batch *b);
 	int (*metrics)(void *impl, int64_t from, int64_t to, int64_t step,

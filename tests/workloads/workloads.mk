@@ -56,3 +56,18 @@ $(WL)/go_pprof: tests/workloads/go_pprof/main.go | $(DEPS_STAMP)
 WORKLOADS += $(WL)/go_pprof
 
 workloads: $(WORKLOADS)
+
+# GPU time without a GPU: a fake libflamewatch-cuda.so that fires the real
+# USDT probes (src/cuda/probes.h), and a program with known call chains
+# that drives it. The library keeps the real file name: the agent finds
+# it by that name.
+$(WL)/cuda/libflamewatch-cuda.so: tests/workloads/cuda/fake_cuda.c src/cuda/probes.h | $(DEPS_STAMP)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(WL_CFLAGS) -Isrc -shared -fPIC -o $@ $<
+
+$(WL)/cuda/cuda_chain: tests/workloads/cuda/cuda_chain.c $(WL)/cuda/libflamewatch-cuda.so
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) -Isrc -o $@ $< -L$(WL)/cuda -lflamewatch-cuda -Wl,-rpath,'$$ORIGIN'
+
+WORKLOADS += $(WL)/cuda/libflamewatch-cuda.so $(WL)/cuda/cuda_chain

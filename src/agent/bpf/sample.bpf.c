@@ -32,9 +32,13 @@ struct {
 	__type(value, __u8);
 } followed SEC(".maps");
 
+/*
+ * Slot 0: CPU samples. Slot 1: CUDA launch stacks, whose uprobe program a
+ * CPU sample's timer interrupt can interrupt half way through the walk.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct fw_sample);
 } scratch SEC(".maps");
@@ -111,6 +115,7 @@ struct fw_unwind_state {
 	__u32 k;				/* kernel frames before them */
 	__u32 exact_ip;				/* ip is not a return address (leaf, signal) */
 	__u32 flags;
+	__u32 slot;				/* scratch slot being filled */
 };
 
 static __always_inline struct fw_mapping *find_mapping(struct fw_proc_mappings *pm, __u64 pc)
@@ -178,9 +183,9 @@ static long unwind_step(__u32 i, void *ctx)
 	struct unwind_row *row = NULL;
 	struct fw_mapping *m = NULL;
 	struct fw_sample *s;
-	__u32 zero = 0, idx;
+	__u32 slot = st->slot, idx;
 
-	s = bpf_map_lookup_elem(&scratch, &zero);
+	s = bpf_map_lookup_elem(&scratch, &slot);
 	if (!s)
 		return 1;
 	idx = st->k + st->n;
@@ -426,5 +431,206 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 		return 0;
 	}
 	emit_proc_event(FW_EVENT_FORK, child, ptgid, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+/*
+ * CUDA: the USDT probes of libflamewatch-cuda.so (src/cuda/probes.h). The
+ * agent attaches these to every copy of the library it finds; they share
+ * the ring buffer and the unwinder with the CPU sampler, so a launch's
+ * stack is walked exactly like a CPU sample's.
+ */
+#include <bpf/usdt.bpf.h>
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fw_cuda_launch);
+} cuda_launch_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fw_cuda_activity);
+} cuda_activity_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FW_CUDA_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} cuda_stats SEC(".maps");
+
+/* Set by the loader: ring buffer bytes pending above which a CUDA record wakes the agent. */
+const volatile __u64 cuda_wakeup_bytes = 0;
+/*
+ * Set by the loader: pending bytes above which launches are dropped, so
+ * that the rest of the buffer stays for activity records. A record without
+ * its launch still counts its GPU time (under the kernel alone); a lost
+ * record loses it.
+ */
+const volatile __u64 cuda_launch_max_bytes = 0;
+
+/*
+ * CPU samples never wake the agent: it drains on a 100 ms timer, and their
+ * rate is fixed. Launches and records come in bursts of any size, and a
+ * lost record is lost GPU time, so they wake it once the buffer fills up.
+ */
+static __always_inline __u64 cuda_submit_flags(void)
+{
+	if (cuda_wakeup_bytes && bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > cuda_wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline void cuda_stat_add(enum fw_cuda_stat stat, __u64 n)
+{
+	__u32 key = stat;
+	__u64 *v = bpf_map_lookup_elem(&cuda_stats, &key);
+
+	if (v)
+		*v += n;
+}
+
+/* walk_user_stack() into scratch slot 1. */
+static __always_inline void walk_cuda_stack(struct fw_sample *s, __u32 tgid,
+					    __u64 ip, __u64 sp, __u64 bp)
+{
+	struct fw_unwind_state st = {
+		.ip = ip, .sp = sp, .bp = bp,
+		.k = s->kstack_len,
+		.exact_ip = 1,
+		.slot = 1,
+	};
+
+	st.procmaps = bpf_map_lookup_elem(&proc_mappings, &tgid);
+	if (!st.procmaps) {
+		st.flags |= FW_SAMPLE_NO_TABLES;
+		stat_inc(FW_STAT_UNWIND_NO_TABLES);
+	}
+	bpf_loop(FW_MAX_USTACK, unwind_step, &st, 0);
+	s->ustack_len = st.n;
+	s->flags |= st.flags;
+}
+
+SEC("usdt")
+int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, zero = 0, one = 1;
+	struct fw_cuda_launch *l;
+	struct fw_sample *s;
+	__u64 size;
+
+	if (!is_followed(tgid)) {
+		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
+		return 0;
+	}
+	if (cuda_launch_max_bytes &&
+	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > cuda_launch_max_bytes) {
+		cuda_stat_add(FW_CUDA_STAT_LAUNCH_RINGBUF_FULL, 1);
+		return 0;
+	}
+	s = bpf_map_lookup_elem(&scratch, &one);
+	l = bpf_map_lookup_elem(&cuda_launch_scratch, &zero);
+	if (!s || !l) {
+		stat_inc(FW_STAT_NO_SCRATCH);
+		return 0;
+	}
+	s->type = FW_EVENT_CUDA_LAUNCH;
+	s->pid = tgid;
+	s->tid = (__u32)id;
+	s->cpu = bpf_get_smp_processor_id();
+	s->boot_ns = bpf_ktime_get_boot_ns();
+	s->flags = 0;
+	s->kstack_len = 0;
+	s->ustack_len = 0;
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+	/* A uprobe runs on the user registers at the probe: its ip is the probe site. */
+	walk_cuda_stack(s, tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+
+	size = offsetof(struct fw_sample, addrs) + (__u64)s->ustack_len * sizeof(__u64);
+	barrier_var(size);
+	if (size > sizeof(*s))
+		size = sizeof(*s);
+	l->type = FW_EVENT_CUDA_LAUNCH;
+	l->weight = weight;
+	l->correlation = correlation;
+	if (bpf_probe_read_kernel(&l->s, size, s))
+		return 0;
+	if (bpf_ringbuf_output(&events, l, offsetof(struct fw_cuda_launch, s) + size,
+			       cuda_submit_flags())) {
+		cuda_stat_add(FW_CUDA_STAT_LAUNCH_RINGBUF_FULL, 1);
+		return 0;
+	}
+	cuda_stat_add(FW_CUDA_STAT_LAUNCHES, 1);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_cuda_activity, const void *recs, __u32 count)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32, zero = 0;
+	struct fw_cuda_activity *a;
+	__u64 size;
+
+	if (!is_followed(tgid)) {
+		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
+		return 0;
+	}
+	if (count == 0)
+		return 0;
+	if (count > FW_CUDA_MAX_BATCH) {
+		cuda_stat_add(FW_CUDA_STAT_ACTIVITY_TRUNCATED, count - FW_CUDA_MAX_BATCH);
+		count = FW_CUDA_MAX_BATCH;
+	}
+	a = bpf_map_lookup_elem(&cuda_activity_scratch, &zero);
+	if (!a) {
+		stat_inc(FW_STAT_NO_SCRATCH);
+		return 0;
+	}
+	a->type = FW_EVENT_CUDA_ACTIVITY;
+	a->pid = tgid;
+	a->count = count;
+	a->pad = 0;
+	a->boot_ns = bpf_ktime_get_boot_ns();
+	size = (__u64)count * sizeof(struct fw_cuda_record);
+	/* Keep the clamp: clang drops it as redundant, but the verifier needs it. */
+	barrier_var(size);
+	if (size > sizeof(a->recs))
+		size = sizeof(a->recs);
+	if (bpf_probe_read_user(a->recs, size, recs)) {
+		cuda_stat_add(FW_CUDA_STAT_ACTIVITY_FAULT, 1);
+		return 0;
+	}
+	if (bpf_ringbuf_output(&events, a, offsetof(struct fw_cuda_activity, recs) + size,
+			       cuda_submit_flags())) {
+		cuda_stat_add(FW_CUDA_STAT_ACTIVITY_RINGBUF_FULL, 1);
+		return 0;
+	}
+	cuda_stat_add(FW_CUDA_STAT_ACTIVITIES, 1);
+	cuda_stat_add(FW_CUDA_STAT_RECORDS, count);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_cuda_conflict, const char *what)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct fw_cuda_conflict *c;
+
+	cuda_stat_add(FW_CUDA_STAT_CONFLICTS, 1);
+	if (!is_followed(tgid))
+		return 0;
+	c = bpf_ringbuf_reserve(&events, sizeof(*c), 0);
+	if (!c)
+		return 0;
+	c->type = FW_EVENT_CUDA_CONFLICT;
+	c->pid = tgid;
+	if (bpf_probe_read_user_str(c->what, sizeof(c->what), what) < 0)
+		c->what[0] = '\0';
+	bpf_ringbuf_submit(c, 0);
 	return 0;
 }

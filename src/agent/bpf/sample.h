@@ -96,4 +96,72 @@ enum fw_stat {
 	FW_STAT_MAX,
 };
 
+
+/* ---- CUDA: the USDT probes of libflamewatch-cuda.so (src/cuda/probes.h) ---- */
+
+#include "cuda/probes.h"
+
+/*
+ * Event types of their own, far from the CPU sampler's, so that other
+ * record kinds can be added there without renumbering these.
+ */
+#define FW_EVENT_CUDA_LAUNCH   32
+#define FW_EVENT_CUDA_ACTIVITY 33
+
+/*
+ * A launch probe: the launching thread's user stack, walked exactly as a
+ * CPU sample's (s.type is FW_EVENT_CUDA_LAUNCH too, s.cpu the CPU it ran
+ * on). The probe fires in user mode, so there is no kernel stack to take:
+ * the kernel frames would be the uprobe trap itself (s.kstack_len is 0).
+ */
+struct fw_cuda_launch {
+	__u32 type;		/* FW_EVENT_CUDA_LAUNCH */
+	__u32 weight;
+	__u64 correlation;
+	struct fw_sample s;	/* variable length: ends with s.addrs */
+};
+
+_Static_assert(sizeof(struct fw_cuda_launch) == 16 + sizeof(struct fw_sample),
+	       "fw_cuda_launch layout is shared with user space");
+
+/* An activity probe: count records copied from the library (variable length). */
+struct fw_cuda_activity {
+	__u32 type;		/* FW_EVENT_CUDA_ACTIVITY */
+	__u32 pid;
+	__u32 count;		/* <= FW_CUDA_MAX_BATCH */
+	__u32 pad;
+	__u64 boot_ns;
+	struct fw_cuda_record recs[FW_CUDA_MAX_BATCH];
+};
+
+_Static_assert(sizeof(struct fw_cuda_activity) == 24 + 56 * FW_CUDA_MAX_BATCH,
+	       "fw_cuda_activity layout is shared with user space");
+
+/* Counters of the CUDA probes, in their own per-CPU map (cuda_stats). */
+enum fw_cuda_stat {
+	FW_CUDA_STAT_LAUNCHES,		/* launch events written */
+	FW_CUDA_STAT_LAUNCH_RINGBUF_FULL,	/* launches dropped: ring buffer over half full */
+	FW_CUDA_STAT_ACTIVITIES,	/* activity batches written */
+	FW_CUDA_STAT_RECORDS,		/* records in them */
+	FW_CUDA_STAT_ACTIVITY_RINGBUF_FULL,	/* batches lost: ring buffer full */
+	FW_CUDA_STAT_ACTIVITY_FAULT,	/* the records could not be read */
+	FW_CUDA_STAT_ACTIVITY_TRUNCATED,	/* count > FW_CUDA_MAX_BATCH: the rest dropped */
+	FW_CUDA_STAT_CONFLICTS,		/* conflict probes (another CUPTI subscriber) */
+	FW_CUDA_STAT_FILTERED,		/* probes of processes not being followed */
+	FW_CUDA_STAT_MAX,
+};
+
+/* A conflict probe: another CUPTI subscriber holds the process. */
+#define FW_EVENT_CUDA_CONFLICT 34
+#define FW_CUDA_CONFLICT_LEN 120
+
+struct fw_cuda_conflict {
+	__u32 type;		/* FW_EVENT_CUDA_CONFLICT */
+	__u32 pid;
+	char what[FW_CUDA_CONFLICT_LEN];	/* NUL-terminated, cut to fit */
+};
+
+_Static_assert(sizeof(struct fw_cuda_conflict) == 128,
+	       "fw_cuda_conflict layout is shared with user space");
+
 #endif

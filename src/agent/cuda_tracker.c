@@ -1,0 +1,583 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/libbpf.h>
+
+#include "agent/cpu_profile.h"
+#include "agent/cuda_tracker.h"
+#include "agent/sampler.h"
+#include "common/batch.h"
+#include "common/intern.h"
+#include "common/log.h"
+#include "gpu/cuda_join.h"
+#include "symbolize/demangle.h"
+
+#define CUDA_LIB_NAME "libflamewatch-cuda.so"
+/* How long after an exec a process's maps are looked at on every tick. */
+#define CANDIDATE_WINDOW_NS (10ULL * 1000000000ULL)
+#define MAX_CANDIDATES 256
+/* How often every process is looked at (for libraries dlopen'd long after exec). */
+#define FULL_SCAN_NS (5ULL * 1000000000ULL)
+/* Longest kernel name read from a process; longer mangled names are cut. */
+#define MAX_NAME 4096
+#define NAMECACHE_MAX 100000
+
+struct attached {
+	uint64_t dev, inode;
+	struct bpf_link *links[3];
+};
+
+struct candidate {
+	pid_t pid;
+	uint64_t until_ns;
+};
+
+/* What a pending launch keeps: the placed stack and the thread's name. */
+struct launch_payload {
+	struct cpu_placed_stack *ps;
+	char comm[FW_COMM_LEN + 1];
+};
+
+struct name_key {
+	uint32_t pid, pad;
+	uint64_t addr;
+};
+
+struct cuda_tracker {
+	struct sampler *sampler;
+	struct cpu_profile *cp;
+	char *proc_root;
+	struct attached *att;
+	uint32_t natt;
+	uint64_t *failed;		/* (dev ^ inode) of files that would not attach: tried once */
+	uint32_t nfailed;
+	struct candidate cand[MAX_CANDIDATES];
+	uint32_t ncand;
+	uint64_t last_scan_ns;
+	struct cuda_join *join;
+	struct intern *name_keys;	/* (pid, addr) -> index in name_of */
+	struct intern *names;		/* demangled names, NUL included */
+	uint32_t *name_of;
+	uint32_t name_cap;
+	uint64_t name_errors, add_errors, conflicts;
+	void (*on_process)(void *ctx, pid_t pid);
+	void *on_process_ctx;
+	pid_t *seen;			/* processes handed to on_process, until they exit */
+	uint32_t nseen;
+};
+
+void cuda_tracker__on_process(struct cuda_tracker *t, void (*fn)(void *ctx, pid_t pid), void *ctx)
+{
+	t->on_process = fn;
+	t->on_process_ctx = ctx;
+}
+
+static void _seen(struct cuda_tracker *t, pid_t pid)
+{
+	pid_t *s;
+
+	for (uint32_t i = 0; i < t->nseen; i++)
+		if (t->seen[i] == pid)
+			return;
+	s = realloc(t->seen, (t->nseen + 1) * sizeof(*s));
+	if (!s)
+		return;
+	t->seen = s;
+	t->seen[t->nseen++] = pid;
+	if (t->on_process)
+		t->on_process(t->on_process_ctx, pid);
+}
+
+static void _unseen(struct cuda_tracker *t, pid_t pid)
+{
+	for (uint32_t i = 0; i < t->nseen; i++)
+		if (t->seen[i] == pid) {
+			t->seen[i] = t->seen[--t->nseen];
+			return;
+		}
+}
+
+static uint64_t _mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+/* ---- kernel names ---- */
+
+static int _names_init(struct cuda_tracker *t)
+{
+	intern__free(t->name_keys);
+	intern__free(t->names);
+	free(t->name_of);
+	t->name_of = NULL;
+	t->name_cap = 0;
+	t->name_keys = intern__new();
+	t->names = intern__new();
+	return t->name_keys && t->names ? 0 : -ENOMEM;
+}
+
+/*
+ * Reads the NUL-terminated string at addr in pid, a page at a time so that
+ * a name ending just before an unmapped page is still read. Returns its
+ * length or -errno.
+ */
+static ssize_t _read_remote_str(pid_t pid, uint64_t addr, char *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len - 1) {
+		uint64_t at = addr + got;
+		size_t chunk = 4096 - (at & 4095);
+		struct iovec local, remote;
+		ssize_t n;
+		char *nul;
+
+		if (chunk > len - 1 - got)
+			chunk = len - 1 - got;
+		local = (struct iovec){ buf + got, chunk };
+		remote = (struct iovec){ (void *)(uintptr_t)at, chunk };
+		n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+		if (n <= 0)
+			return got ? (ssize_t)got : -(errno ? errno : EFAULT);
+		nul = memchr(buf + got, '\0', n);
+		if (nul)
+			return nul - buf;
+		got += n;
+	}
+	buf[got] = '\0';
+	return got;
+}
+
+/* The demangled name of the kernel whose mangled name is at addr in pid. Borrowed. */
+static const char *_kernel_name(struct cuda_tracker *t, uint32_t pid, uint64_t addr)
+{
+	struct name_key key = { .pid = pid, .addr = addr };
+	char buf[MAX_NAME], *dem;
+	const char *name = buf;
+	int64_t id, nid;
+	bool added;
+	ssize_t n;
+
+	if (!addr)
+		return "[unknown kernel]";
+	if (!t->name_keys || intern__count(t->name_keys) >= NAMECACHE_MAX)
+		if (_names_init(t))
+			return "[unknown kernel]";
+	id = intern__find(t->name_keys, &key, sizeof(key));
+	if (id >= 0)
+		return intern__key(t->names, t->name_of[id], NULL);
+
+	n = _read_remote_str(pid, addr, buf, sizeof(buf));
+	if (n <= 0) {
+		/* Not cached: the process may have been between states. */
+		t->name_errors++;
+		return "[unknown kernel]";
+	}
+	dem = demangle(buf);
+	if (dem)
+		name = dem;
+	nid = intern__add(t->names, name, strlen(name) + 1, NULL);
+	free(dem);
+	if (nid < 0)
+		return "[unknown kernel]";
+	id = intern__add(t->name_keys, &key, sizeof(key), &added);
+	if (id < 0)
+		return intern__key(t->names, nid, NULL);
+	if ((uint32_t)id >= t->name_cap) {
+		uint32_t cap = t->name_cap ? t->name_cap * 2 : 256;
+		uint32_t *no = realloc(t->name_of, cap * sizeof(*no));
+
+		if (!no) {
+			const char *s = intern__key(t->names, nid, NULL);
+
+			/* Keep the name alive for this call by not dropping the tables. */
+			return s;
+		}
+		t->name_of = no;
+		t->name_cap = cap;
+	}
+	t->name_of[id] = nid;
+	return intern__key(t->names, nid, NULL);
+}
+
+/* ---- the join's output ---- */
+
+static void _emit(void *ctx, uint32_t pid, const struct fw_cuda_record *r,
+		  const struct cuda_join_launch *l)
+{
+	struct cuda_tracker *t = ctx;
+	const struct launch_payload *lp = l ? l->stack : NULL;
+	char copy[32];
+	struct cpu_gpu_activity a = {
+		.pid = pid,
+		.tid = l ? l->tid : 0,
+		.cpu = l ? l->cpu : 0,
+		.comm = lp ? lp->comm : NULL,
+		.stack = lp ? lp->ps : NULL,
+		.kind = r->kind < GPU_ACTIVITY_KIND_MAX ? r->kind : GPU_MEMCPY_OTHER,
+		.device = r->device,
+		.stream = r->stream,
+		.weight = cuda_join__weight(r, l),
+		.correlation = r->correlation,
+		.bytes = r->bytes,
+		.start_ns = (int64_t)r->start_ns,
+		.end_ns = (int64_t)r->end_ns,
+	};
+
+	if (a.kind == GPU_KERNEL) {
+		a.name = _kernel_name(t, pid, r->name_addr);
+	} else {
+		snprintf(copy, sizeof(copy), "[%s]", gpu_activity_kind__name(a.kind));
+		a.name = copy;
+	}
+	if (cpu_profile__add_gpu(t->cp, &a))
+		t->add_errors++;
+}
+
+static void _free_payload(void *ctx, void *p)
+{
+	struct launch_payload *lp = p;
+
+	(void)ctx;
+	if (!lp)
+		return;
+	free(lp->ps);
+	free(lp);
+}
+
+/* ---- discovery ---- */
+
+static bool _is_cuda_lib(const char *path)
+{
+	const char *base = strrchr(path, '/');
+	size_t n = strlen(CUDA_LIB_NAME);
+
+	base = base ? base + 1 : path;
+	/* libflamewatch-cuda.so, or a versioned libflamewatch-cuda.so.1 */
+	return !strncmp(base, CUDA_LIB_NAME, n) && (base[n] == '\0' || base[n] == '.');
+}
+
+static bool _known(struct cuda_tracker *t, uint64_t dev, uint64_t inode)
+{
+	for (uint32_t i = 0; i < t->natt; i++)
+		if (t->att[i].dev == dev && t->att[i].inode == inode)
+			return true;
+	for (uint32_t i = 0; i < t->nfailed; i++)
+		if (t->failed[i] == (dev * 0x9e3779b97f4a7c15ULL ^ inode))
+			return true;
+	return false;
+}
+
+static int _attach(struct cuda_tracker *t, pid_t pid, const char *path, uint64_t dev,
+		   uint64_t inode)
+{
+	char full[4096 + 64];
+	struct attached *a;
+	int err;
+
+	a = realloc(t->att, (t->natt + 1) * sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	t->att = a;
+	a = &t->att[t->natt];
+	a->dev = dev;
+	a->inode = inode;
+	snprintf(full, sizeof(full), "%s/%d/root%s", t->proc_root, pid, path);
+	err = sampler__attach_cuda(t->sampler, full, a->links);
+	if (err) {
+		uint64_t *f = realloc(t->failed, (t->nfailed + 1) * sizeof(*f));
+
+		pr_warn("cannot attach to the CUDA probes of %s (pid %d): %s%s\n", path, pid,
+			strerror(-err), err == -EACCES || err == -EPERM ?
+			" (uprobes need CAP_SYS_ADMIN, which `flamewatch agent` drops once "
+			"started: name the library in FLAMEWATCH_CUDA_LIB so it is attached "
+			"at start)" : "");
+		if (f) {
+			t->failed = f;
+			t->failed[t->nfailed++] = dev * 0x9e3779b97f4a7c15ULL ^ inode;
+		}
+		return err;
+	}
+	t->natt++;
+	pr_info("GPU time profiling: attached to %s (pid %d)\n", path, pid);
+	return 1;
+}
+
+/* Looks for the library in one process's maps. Returns 1 if a new file was attached. */
+static int _scan_pid(struct cuda_tracker *t, pid_t pid)
+{
+	char path[4096 + 64], *line = NULL;
+	size_t cap = 0;
+	int found = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%d/maps", t->proc_root, pid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (getline(&line, &cap, f) > 0) {
+		unsigned int major, minor;
+		unsigned long inode;
+		int off = 0;
+		char *p, *nl;
+
+		if (!strstr(line, CUDA_LIB_NAME))
+			continue;
+		if (sscanf(line, "%*x-%*x %*4s %*x %x:%x %lu %n", &major, &minor, &inode, &off) < 3 ||
+		    !off)
+			continue;
+		p = line + off;
+		nl = strchr(p, '\n');
+		if (nl)
+			*nl = '\0';
+		if (*p != '/' || strstr(p, " (deleted)") || !_is_cuda_lib(p))
+			continue;
+		_seen(t, pid);
+		if (_known(t, ((uint64_t)major << 32) | minor, inode))
+			continue;
+		if (_attach(t, pid, p, ((uint64_t)major << 32) | minor, inode) > 0)
+			found = 1;
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
+int cuda_tracker__attach_file(struct cuda_tracker *t, const char *path)
+{
+	struct attached *a;
+	struct stat sb;
+	uint64_t dev;
+	int err;
+
+	if (stat(path, &sb))
+		return -errno;
+	dev = ((uint64_t)major(sb.st_dev) << 32) | minor(sb.st_dev);
+	if (_known(t, dev, sb.st_ino))
+		return 0;
+	a = realloc(t->att, (t->natt + 1) * sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	t->att = a;
+	a = &t->att[t->natt];
+	a->dev = dev;
+	a->inode = sb.st_ino;
+	err = sampler__attach_cuda(t->sampler, path, a->links);
+	if (err)
+		return err;
+	t->natt++;
+	pr_info("GPU time profiling: attached to %s\n", path);
+	return 1;
+}
+
+int cuda_tracker__scan(struct cuda_tracker *t)
+{
+	struct dirent *de;
+	int found = 0;
+	DIR *d;
+
+	t->last_scan_ns = _mono_ns();
+	d = opendir(t->proc_root);
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		if (!isdigit((unsigned char)de->d_name[0]))
+			continue;
+		found += _scan_pid(t, atoi(de->d_name));
+	}
+	closedir(d);
+	return found;
+}
+
+struct cuda_tracker *cuda_tracker__new(struct sampler *sampler, struct cpu_profile *cp,
+				       const char *proc_root)
+{
+	struct cuda_tracker *t = calloc(1, sizeof(*t));
+	struct cuda_join_opts jo = { .emit = _emit, .free_stack = _free_payload };
+
+	if (!t)
+		return NULL;
+	t->sampler = sampler;
+	t->cp = cp;
+	jo.ctx = t;
+	t->proc_root = strdup(proc_root);
+	t->join = cuda_join__new(&jo);
+	if (!t->proc_root || !t->join || _names_init(t)) {
+		cuda_tracker__free(t);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return t;
+}
+
+void cuda_tracker__free(struct cuda_tracker *t)
+{
+	if (!t)
+		return;
+	for (uint32_t i = 0; i < t->natt; i++)
+		for (int k = 0; k < 3; k++)
+			bpf_link__destroy(t->att[i].links[k]);
+	free(t->att);
+	free(t->failed);
+	free(t->seen);
+	cuda_join__free(t->join);
+	intern__free(t->name_keys);
+	intern__free(t->names);
+	free(t->name_of);
+	free(t->proc_root);
+	free(t);
+}
+
+void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid)
+{
+	uint64_t now = _mono_ns();
+
+	_unseen(t, pid);
+	/* The old image's launches and names are gone with it. */
+	if (cuda_join__has_pid(t->join, pid)) {
+		cuda_join__flush_pid(t->join, pid);
+		_names_init(t);
+	}
+	for (uint32_t i = 0; i < t->ncand; i++)
+		if (t->cand[i].pid == pid) {
+			t->cand[i].until_ns = now + CANDIDATE_WINDOW_NS;
+			return;
+		}
+	if (t->ncand == MAX_CANDIDATES)
+		return;		/* the periodic scan finds it */
+	t->cand[t->ncand++] = (struct candidate){ pid, now + CANDIDATE_WINDOW_NS };
+}
+
+void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid)
+{
+	_unseen(t, pid);
+	if (cuda_join__has_pid(t->join, pid)) {
+		cuda_join__flush_pid(t->join, pid);
+		/* Its names are cached by address: a new process may reuse the pid. */
+		_names_init(t);
+	}
+	for (uint32_t i = 0; i < t->ncand; i++)
+		if (t->cand[i].pid == pid) {
+			t->cand[i] = t->cand[--t->ncand];
+			break;
+		}
+}
+
+void cuda_tracker__tick(struct cuda_tracker *t)
+{
+	uint64_t now = _mono_ns();
+
+	for (uint32_t i = 0; i < t->ncand;) {
+		if (now > t->cand[i].until_ns) {
+			t->cand[i] = t->cand[--t->ncand];
+			continue;
+		}
+		_scan_pid(t, t->cand[i].pid);
+		i++;
+	}
+	if (now - t->last_scan_ns >= FULL_SCAN_NS)
+		cuda_tracker__scan(t);
+	cuda_join__expire(t->join, now);
+}
+
+void cuda_tracker__flush(struct cuda_tracker *t)
+{
+	cuda_join__flush(t->join);
+}
+
+void cuda_tracker__launch(struct cuda_tracker *t, const struct fw_cuda_launch *l)
+{
+	struct launch_payload *lp = calloc(1, sizeof(*lp));
+
+	if (!lp) {
+		t->add_errors++;
+		return;
+	}
+	lp->ps = cpu_profile__place(t->cp, &l->s);
+	if (!lp->ps) {
+		free(lp);
+		t->add_errors++;
+		return;
+	}
+	memcpy(lp->comm, l->s.comm, FW_COMM_LEN);
+	if (cuda_join__launch(t->join, l->s.pid, l->correlation, l->s.tid, l->s.cpu, l->weight,
+			      lp, _mono_ns()))
+		t->add_errors++;
+}
+
+void cuda_tracker__activity(struct cuda_tracker *t, const struct fw_cuda_activity *a)
+{
+	uint64_t now = _mono_ns();
+
+	/*
+	 * Kernel names are read now, while the process surely lives: a record
+	 * may wait for its launch until the process has exited.
+	 */
+	for (uint32_t i = 0; i < a->count && i < FW_CUDA_MAX_BATCH; i++)
+		if (a->recs[i].kind == FW_CUDA_KERNEL)
+			_kernel_name(t, a->pid, a->recs[i].name_addr);
+	for (uint32_t i = 0; i < a->count && i < FW_CUDA_MAX_BATCH; i++)
+		if (cuda_join__record(t->join, a->pid, &a->recs[i], now))
+			t->add_errors++;
+}
+
+void cuda_tracker__conflict(struct cuda_tracker *t, const struct fw_cuda_conflict *c)
+{
+	char what[FW_CUDA_CONFLICT_LEN + 1];
+
+	memcpy(what, c->what, FW_CUDA_CONFLICT_LEN);
+	what[FW_CUDA_CONFLICT_LEN] = '\0';
+	t->conflicts++;
+	pr_warn("pid %u: no GPU time: %s\n", c->pid, what[0] ? what : "another CUPTI subscriber");
+}
+
+uint32_t cuda_tracker__nattached(const struct cuda_tracker *t)
+{
+	return t->natt;
+}
+
+void cuda_tracker__report(struct cuda_tracker *t)
+{
+	uint64_t c[FW_CUDA_STAT_MAX];
+	struct cuda_join_stats st;
+
+	if (!t->natt)
+		return;
+	cuda_join__stats(t->join, &st);
+	if (sampler__cuda_stats(t->sampler, c) == 0) {
+		uint64_t lost = c[FW_CUDA_STAT_LAUNCH_RINGBUF_FULL] +
+				c[FW_CUDA_STAT_ACTIVITY_RINGBUF_FULL] + c[FW_CUDA_STAT_ACTIVITY_FAULT];
+
+		if (lost || c[FW_CUDA_STAT_ACTIVITY_TRUNCATED])
+			pr_warn("GPU time: %" PRIu64 " probe events lost (ring buffer full or "
+				"unreadable), %" PRIu64 " records cut from oversized batches\n",
+				lost, c[FW_CUDA_STAT_ACTIVITY_TRUNCATED]);
+		for (int i = 0; i < FW_CUDA_STAT_MAX; i++)
+			pr_debug("bpf stat %s = %" PRIu64 "\n", fw_cuda_stat__name(i), c[i]);
+	}
+	if (t->add_errors)
+		pr_warn("GPU time: %" PRIu64 " launches or records dropped: out of memory\n",
+			t->add_errors);
+	pr_info("GPU time: %u library files; %" PRIu64 " launches, %" PRIu64 " records: %"
+		PRIu64 " joined, %" PRIu64 " without their launch (%" PRIu64 " by count, %"
+		PRIu64 " by distance, %" PRIu64 " waited too long); %" PRIu64
+		" launches never matched; %" PRIu64 " unreadable kernel names\n",
+		t->natt, st.launches, st.records, st.joined, st.unattributed,
+		st.records_evicted_count, st.records_evicted_distance, st.records_expired,
+		st.launches_unmatched, t->name_errors);
+}

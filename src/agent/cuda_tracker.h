@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_AGENT_CUDA_TRACKER_H
+#define FW_AGENT_CUDA_TRACKER_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "agent/bpf/sample.h"
+
+/*
+ * GPU time profiling, agent side: finds the copies of libflamewatch-cuda.so
+ * that processes map (scanning /proc/PID/maps at start, after execs and
+ * every few seconds; through /proc/PID/root, so containers work), attaches
+ * the sampler's USDT programs to each file once, and turns the probes'
+ * launches and activity records into gpu_time samples and GPU intervals of
+ * the batch being filled (src/gpu/cuda_join.h pairs them up).
+ */
+struct cuda_tracker;
+struct cpu_profile;
+struct sampler;
+
+/*
+ * Borrows sampler and cp, which must outlive it. proc_root is "/proc"
+ * (or a fixture directory). Returns NULL with errno set.
+ */
+struct cuda_tracker *cuda_tracker__new(struct sampler *sampler, struct cpu_profile *cp,
+				       const char *proc_root);
+/*
+ * Calls fn (may be NULL) once for each process found mapping the library,
+ * before its probes are attached: the collector describes the process to
+ * the unwinder, so that even the first launch stacks unwind through the
+ * CUDA libraries, which have no frame pointers.
+ */
+void cuda_tracker__on_process(struct cuda_tracker *t, void (*fn)(void *ctx, pid_t pid), void *ctx);
+/* Detaches the probes; pending records are dropped (flush first). Accepts NULL. */
+void cuda_tracker__free(struct cuda_tracker *t);
+
+/*
+ * Attaches to the library at path (as this process opens it) for every
+ * process mapping it, now or later. Returns 1 when newly attached, 0 when
+ * already, or -errno.
+ */
+int cuda_tracker__attach_file(struct cuda_tracker *t, const char *path);
+/* Looks at every process now. Returns the number of library files newly attached. */
+int cuda_tracker__scan(struct cuda_tracker *t);
+/* A process exec'd: look at it on the next ticks, while it loads its libraries. */
+void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid);
+/* A process exited: its pending records are emitted unattributed. */
+void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid);
+/* Every tick: new processes' maps, the periodic scan, records that waited too long. */
+void cuda_tracker__tick(struct cuda_tracker *t);
+/* Emits every pending record (unattributed): the agent is stopping. */
+void cuda_tracker__flush(struct cuda_tracker *t);
+
+/* Ring buffer records, from the sampler's callbacks. Borrowed. */
+void cuda_tracker__launch(struct cuda_tracker *t, const struct fw_cuda_launch *l);
+void cuda_tracker__activity(struct cuda_tracker *t, const struct fw_cuda_activity *a);
+void cuda_tracker__conflict(struct cuda_tracker *t, const struct fw_cuda_conflict *c);
+
+/* Number of library files attached. */
+uint32_t cuda_tracker__nattached(const struct cuda_tracker *t);
+/* Logs the join's and the probes' counters (info), losses (warn). */
+void cuda_tracker__report(struct cuda_tracker *t);
+
+#endif

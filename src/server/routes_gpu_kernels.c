@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * GPU activity: the intervals of kernels, copies and sets for a timeline
+ * (GET /api/v1/gpu/kernels) and the kernel table (GET /api/v1/gpu/kernels/top).
+ * GPU time flame graphs are /api/v1/profile?type=gpu_time.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/batch.h"
+#include "common/intern.h"
+#include "common/profile.h"
+#include "common/strbuf.h"
+#include "server/request.h"
+#include "store/selector.h"
+#include "store/store.h"
+
+#define DEFAULT_MAX_INTERVALS 100000
+#define MAX_INTERVALS 1000000
+#define DEFAULT_TOP 100
+
+static int _query(struct request *r, struct selector **sel)
+{
+	const char *q = request__param(r, "query");
+	char err[256];
+
+	*sel = NULL;
+	if (!q || !q[0])
+		return 0;
+	*sel = selector__parse(q, err, sizeof(err));
+	if (!*sel) {
+		request__error(r, 400, "query: %s", err);
+		return -1;
+	}
+	return 0;
+}
+
+static int _limit(struct request *r, unsigned long def, unsigned long max, unsigned long *out)
+{
+	const char *v = request__param(r, "limit");
+	char *end;
+
+	*out = def;
+	if (!v)
+		return 0;
+	errno = 0;
+	*out = strtoul(v, &end, 10);
+	if (errno || *end || !v[0] || v[0] == '-' || *out == 0 || *out > max) {
+		request__error(r, 400, "limit: '%s' is not a number between 1 and %lu", v, max);
+		return -1;
+	}
+	return 0;
+}
+
+struct kernels_out {
+	struct strbuf *sb;
+	uint64_t n;
+};
+
+static int _interval(void *ctx, const struct store_gpu_interval *iv)
+{
+	struct kernels_out *o = ctx;
+	struct strbuf *sb = o->sb;
+
+	strbuf__printf(sb, "%s{\"start\":%lld,\"end\":%lld,\"name\":", o->n ? "," : "",
+		       (long long)iv->start_ns, (long long)iv->end_ns);
+	strbuf__json_string(sb, iv->name);
+	strbuf__puts(sb, ",\"kind\":");
+	strbuf__json_string(sb, gpu_activity_kind__name(iv->kind));
+	strbuf__printf(sb, ",\"device\":%u,\"stream\":%u,\"pid\":%u,\"comm\":", iv->device,
+		       iv->stream, iv->pid);
+	strbuf__json_string(sb, iv->comm);
+	strbuf__printf(sb, ",\"bytes\":%llu,\"weight\":%u,\"correlation\":%llu,\"stack\":",
+		       (unsigned long long)iv->bytes, iv->weight,
+		       (unsigned long long)iv->correlation);
+	if (iv->stack == STORE_NO_STACK)
+		strbuf__puts(sb, "null}");
+	else
+		strbuf__printf(sb, "%u}", iv->stack);
+	o->n++;
+	return 0;
+}
+
+/* The launching stacks the intervals name: frames as objects, stacks as frame indexes. */
+static void _write_dict(struct strbuf *sb, const struct profile *p)
+{
+	uint32_t nstacks = profile__nstacks(p);
+
+	strbuf__puts(sb, ",\"frames\":[");
+	for (uint32_t i = 0; i < p->nframes; i++) {
+		const struct profile_frame *f = &p->frames[i];
+		const char *bin = "";
+
+		if (f->mapping != PROFILE_NO_MAPPING) {
+			const char *path = profile__string(p, p->mappings[f->mapping].path);
+			const char *slash = strrchr(path, '/');
+
+			bin = slash ? slash + 1 : path;
+		}
+		strbuf__puts(sb, i ? ",{\"name\":" : "{\"name\":");
+		strbuf__json_string(sb, profile__string(p, f->function));
+		strbuf__puts(sb, ",\"kind\":");
+		strbuf__json_string(sb, frame_kind__name(f->kind));
+		strbuf__puts(sb, ",\"binary\":");
+		strbuf__json_string(sb, bin);
+		strbuf__putc(sb, '}');
+	}
+	strbuf__puts(sb, "],\"stacks\":[");
+	for (uint32_t i = 0; i < nstacks; i++) {
+		uint32_t n;
+		const uint32_t *fr = profile__stack(p, i, &n);
+
+		strbuf__puts(sb, i ? ",[" : "[");
+		for (uint32_t k = 0; k < n; k++)
+			strbuf__printf(sb, "%s%u", k ? "," : "", fr[k]);
+		strbuf__putc(sb, ']');
+	}
+	strbuf__putc(sb, ']');
+}
+
+void routes__gpu_kernels(struct request *r)
+{
+	struct strbuf sb = STRBUF_INIT;
+	struct kernels_out o = { .sb = &sb };
+	struct selector *sel = NULL;
+	struct profile *dict = NULL;
+	unsigned long limit;
+	int64_t from, to;
+	int err;
+
+	if (request__window(r, &from, &to) || _query(r, &sel) ||
+	    _limit(r, DEFAULT_MAX_INTERVALS, MAX_INTERVALS, &limit))
+		goto out;
+	dict = profile__new(1, from);
+	if (!dict) {
+		request__error(r, 500, "out of memory");
+		goto out;
+	}
+	strbuf__printf(&sb, "{\"from\":%lld,\"to\":%lld,\"intervals\":[", (long long)from,
+		       (long long)to);
+	err = store__gpu_intervals(r->srv->store, from, to, sel, dict, limit, _interval, &o);
+	if (err == -E2BIG) {
+		request__error(r, 400, "the window holds more than %lu GPU intervals: narrow it "
+			       "or raise limit", limit);
+		goto out;
+	}
+	if (err) {
+		request__error(r, 500, "store: %s", strerror(-err));
+		goto out;
+	}
+	strbuf__putc(&sb, ']');
+	_write_dict(&sb, dict);
+	strbuf__putc(&sb, '}');
+	request__reply_json(r, 200, &sb);
+out:
+	strbuf__release(&sb);
+	profile__free(dict);
+	selector__free(sel);
+}
+
+/* One row of the kernel table. */
+struct kernel_row {
+	uint32_t name;		/* id in names */
+	uint32_t kind;
+	uint64_t calls;		/* launches the records stand for: weights summed */
+	uint64_t records;
+	uint64_t total_ns;	/* GPU ns x weight */
+	uint64_t max_ns;
+};
+
+struct top {
+	struct intern *names;	/* key: kind (u32) then the name, NUL included */
+	struct kernel_row *rows;
+	uint32_t n, cap;
+	int oom;
+};
+
+static int _top_add(void *ctx, const struct store_gpu_interval *iv)
+{
+	struct top *t = ctx;
+	uint64_t dur = iv->end_ns > iv->start_ns ? (uint64_t)(iv->end_ns - iv->start_ns) : 0;
+	uint32_t w = iv->weight ? iv->weight : 1;
+	size_t len = strlen(iv->name) + 1;
+	char key[4 + 4096];
+	struct kernel_row *row;
+	bool added;
+	int64_t id;
+
+	if (len > sizeof(key) - 4)
+		len = sizeof(key) - 4;
+	memcpy(key, &iv->kind, 4);
+	memcpy(key + 4, iv->name, len);
+	key[4 + len - 1] = '\0';
+	id = intern__add(t->names, key, 4 + len, &added);
+	if (id < 0)
+		return -ENOMEM;
+	if (added) {
+		if (t->n == t->cap) {
+			uint32_t cap = t->cap ? t->cap * 2 : 64;
+			struct kernel_row *rows = realloc(t->rows, cap * sizeof(*rows));
+
+			if (!rows)
+				return -ENOMEM;
+			t->rows = rows;
+			t->cap = cap;
+		}
+		t->rows[t->n++] = (struct kernel_row){ .name = (uint32_t)id, .kind = iv->kind };
+	}
+	row = &t->rows[id];
+	row->calls += w;
+	row->records++;
+	row->total_ns += dur * w;
+	if (dur > row->max_ns)
+		row->max_ns = dur;
+	return 0;
+}
+
+static int _by_total(const void *a, const void *b)
+{
+	const struct kernel_row *x = a, *y = b;
+
+	if (x->total_ns != y->total_ns)
+		return x->total_ns > y->total_ns ? -1 : 1;
+	return x->name < y->name ? -1 : x->name > y->name;
+}
+
+void routes__gpu_kernels_top(struct request *r)
+{
+	struct strbuf sb = STRBUF_INIT;
+	struct top t = { 0 };
+	struct selector *sel = NULL;
+	unsigned long limit;
+	uint64_t total = 0;
+	int64_t from, to;
+	int err;
+
+	if (request__window(r, &from, &to) || _query(r, &sel) ||
+	    _limit(r, DEFAULT_TOP, 1000000, &limit))
+		goto out;
+	t.names = intern__new();
+	if (!t.names) {
+		request__error(r, 500, "out of memory");
+		goto out;
+	}
+	err = store__gpu_intervals(r->srv->store, from, to, sel, NULL, 0, _top_add, &t);
+	if (err) {
+		request__error(r, err == -ENOMEM ? 503 : 500, "store: %s", strerror(-err));
+		goto out;
+	}
+	for (uint32_t i = 0; i < t.n; i++)
+		total += t.rows[i].total_ns;
+	qsort(t.rows, t.n, sizeof(*t.rows), _by_total);
+	strbuf__printf(&sb, "{\"from\":%lld,\"to\":%lld,\"total_ns\":%llu,\"kernels\":[",
+		       (long long)from, (long long)to, (unsigned long long)total);
+	for (uint32_t i = 0; i < t.n && i < limit; i++) {
+		const struct kernel_row *k = &t.rows[i];
+		const char *key = intern__key(t.names, k->name, NULL);
+
+		strbuf__puts(&sb, i ? ",{\"name\":" : "{\"name\":");
+		strbuf__json_string(&sb, key + 4);
+		strbuf__puts(&sb, ",\"kind\":");
+		strbuf__json_string(&sb, gpu_activity_kind__name(k->kind));
+		strbuf__printf(&sb, ",\"calls\":%llu,\"records\":%llu,\"total_ns\":%llu,"
+			       "\"mean_ns\":%llu,\"max_ns\":%llu}",
+			       (unsigned long long)k->calls, (unsigned long long)k->records,
+			       (unsigned long long)k->total_ns,
+			       (unsigned long long)(k->calls ? k->total_ns / k->calls : 0),
+			       (unsigned long long)k->max_ns);
+	}
+	strbuf__puts(&sb, "]}");
+	request__reply_json(r, 200, &sb);
+out:
+	strbuf__release(&sb);
+	intern__free(t.names);
+	free(t.rows);
+	selector__free(sel);
+}

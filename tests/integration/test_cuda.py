@@ -1,0 +1,281 @@
+"""GPU time profiling without a GPU: `flamewatch run` (real BPF, real USDT
+probes, the real SQLite store) against build/workloads/cuda/cuda_chain,
+which drives a fake libflamewatch-cuda.so that fires the probes of
+src/cuda/probes.h with synthetic timings from known call chains
+(tests/workloads/cuda/cuda_chain.c documents the phases).
+
+The agent must find the library (in a process started after it, through
+the exec event; and in one already running, through its /proc scan),
+attach to its probes, join every record with its launch whichever comes
+first, and store exactly these gpu_time samples and intervals.
+"""
+
+import os
+import re
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import require
+from serverlib import Client, Procs, diagnostics, free_port, register_plugin, window
+
+START_S = 60
+
+# Frames from main to the leaf -> GPU ns x weight (see cuda_chain.c).
+EXPECTED = {
+    ("main", "phase_launch_first", "a", "b", "launch_kernel", "fwtest_launch", "kernelA(int)"): 110000,
+    ("main", "phase_records_first", "a", "b", "launch_kernel", "fwtest_launch", "kernelB(float*, int)"): 105000,
+    ("main", "phase_copy", "copy_h2d", "fwtest_launch", "[memcpy HtoD]"): 3000,
+    # never launched: the kernel alone, under the process
+    ("orphan()",): 5000,
+}
+TOTAL = sum(EXPECTED.values())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _diagnostics(request):
+    register_plugin(request.config)
+
+
+def _get(client, path, params):
+    r = client.get(path, params)
+    if r.status != 200:
+        pytest.fail(f"{path} failed:\n{r.describe()}", pytrace=False)
+    return r
+
+
+def _folded(client, q, frm, to):
+    r = _get(client, "/api/v1/profile", {"type": "gpu_time", "format": "folded", "query": q,
+                                         **window(frm, to)})
+    out = {}
+    for line in r.text.splitlines():
+        if not line.strip():
+            continue
+        stack, value = line.rsplit(" ", 1)
+        frames = stack.split(";")[1:]		# the first is the process (comm)
+        if "main" in frames:
+            frames = frames[frames.index("main"):]
+        key = tuple(frames)
+        out[key] = out.get(key, 0) + int(value)
+    return out
+
+
+def _top(client, q, frm, to):
+    return _get(client, "/api/v1/gpu/kernels/top", {"query": q, **window(frm, to)}).json()
+
+
+def _start_server_agent(ps, flamewatch, tmp, port, lib):
+    """`flamewatch server` plus `flamewatch agent` shipping to it: the wire
+    path. The agent drops CAP_SYS_ADMIN once started, which creating
+    uprobes needs: it attaches to the library named in FLAMEWATCH_CUDA_LIB
+    at start, and the kernel arms the probes in the workload started later."""
+    srv = ps.start([flamewatch, "server", "--listen", f"127.0.0.1:{port}", "--data", tmp / "data"],
+                   "server")
+    if not srv.wait_output(r"flamewatch: listening on", START_S):
+        pytest.fail(f"server did not start within {START_S} s\n{srv.describe()}", pytrace=False)
+    agent = ps.start([flamewatch, "agent", "--server", f"http://127.0.0.1:{port}", "--node",
+                      "fwtest-cuda", "-F", "19", "--interval", "1s"], "agent",
+                     env={**os.environ, "FLAMEWATCH_CUDA_LIB": str(lib)})
+    if not agent.wait_output(r"sampling at \d+ Hz", START_S):
+        pytest.fail(f"agent did not start within {START_S} s\n{agent.describe()}", pytrace=False)
+    # A fresh agent first builds the unwind tables of every process on the
+    # host (seconds on a busy machine); a workload that launches before its
+    # own turn comes unwinds by frame pointers only.
+    time.sleep(3)
+    return srv, agent
+
+
+@pytest.fixture(scope="module", params=["agent_first", "workload_first", "agent_server"])
+def gpu_run(request, flamewatch, workloads, tmp_path_factory):
+    """One `flamewatch run` and one cuda_chain, started in either order;
+    yields once all of cuda_chain's GPU time is stored."""
+    tmp = tmp_path_factory.mktemp("cuda")
+    ps = Procs(tmp / "logs")
+    port = free_port()
+    client = Client(port)
+    chain = workloads / "cuda" / "cuda_chain"
+    try:
+        t_start = time.time()
+        work = None
+        # Other agents on this host may attach to our library too: the
+        # workload goes on only once ours has (its log says so).
+        go = tmp / "go"
+        wenv = {**os.environ, "CUDA_CHAIN_GO": str(go)}
+        if request.param == "workload_first":
+            # Already running (and waiting) when the agent starts: found by the /proc scan.
+            work = ps.start([chain], "cuda_chain", env=wenv)
+            time.sleep(0.5)
+        if request.param == "agent_server":
+            srv, logproc = _start_server_agent(ps, flamewatch, tmp, port,
+                                               workloads / "cuda" / "libflamewatch-cuda.so")
+        else:
+            srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
+                            tmp / "data", "-F", "19", "--interval", "1s", "--node", "fwtest-cuda"],
+                           "run")
+            if not srv.wait_output(r"profiling this host at", START_S):
+                pytest.fail(f"`flamewatch run` did not start within {START_S} s\n{srv.describe()}",
+                            pytrace=False)
+            logproc = srv
+        client.wait_healthy(proc=srv)
+        if work is None:
+            # Started after the agent: found through its exec event.
+            work = ps.start([chain], "cuda_chain", env=wenv)
+        lib = str(workloads / "cuda" / "libflamewatch-cuda.so")
+        if not logproc.wait_output("GPU time profiling: attached to " + re.escape(lib), 60):
+            pytest.fail(f"the agent did not attach to {lib}\n{logproc.describe()}", pytrace=False)
+        go.touch()
+        rc = work.wait(70)
+        assert rc == 0, f"cuda_chain exited with {rc}\n{work.describe()}"
+        assert "done" in work.text(), work.describe()
+        q = '{pid="%d"}' % work.pid
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if _top(client, q, t_start - 1, time.time() + 1)["total_ns"] >= TOTAL:
+                break
+            time.sleep(0.5)
+        time.sleep(1.5)		# anything more (which would be wrong) lands too
+        t_end = time.time() + 1
+    except (Exception, pytest.fail.Exception) as e:
+        text = diagnostics()
+        ps.close_all()
+        client.close()
+        pytest.fail(f"setting up the GPU run ({request.param}) failed: {e}\n\n{text}", pytrace=False)
+    try:
+        yield SimpleNamespace(client=client, q=q, frm=t_start - 1, to=t_end, pid=work.pid,
+                              srv=srv, mode=request.param)
+    finally:
+        ps.close_all()
+        client.close()
+
+
+def test_gpu_time_samples_exact(gpu_run):
+    h = gpu_run
+    got = _folded(h.client, h.q, h.frm, h.to)
+    assert got == EXPECTED, f"gpu_time stacks of cuda_chain ({h.mode}):\n" + "\n".join(
+        f"  {';'.join(k)} {v}" for k, v in sorted(got.items()))
+    # The labels: device and stream, next to the process's.
+    kernels = _folded(h.client, '{pid="%d",device="0",stream="7"}' % h.pid, h.frm, h.to)
+    assert sum(kernels.values()) == 110000 + 105000 + 5000, kernels
+    copies = _folded(h.client, '{pid="%d",stream="13",comm="cuda_chain"}' % h.pid, h.frm, h.to)
+    assert copies == {("main", "phase_copy", "copy_h2d", "fwtest_launch", "[memcpy HtoD]"): 3000}
+    # The flame graph's total is GPU time.
+    fg = _get(h.client, "/api/v1/profile", {"type": "gpu_time", "query": h.q,
+                                            **window(h.frm, h.to)}).json()
+    assert fg["unit"] == "nanoseconds" and fg["total"] == TOTAL, (fg["unit"], fg["total"])
+
+
+def test_gpu_intervals(gpu_run):
+    h = gpu_run
+    doc = _get(h.client, "/api/v1/gpu/kernels", {"query": h.q, **window(h.frm, h.to)}).json()
+    ivs = doc["intervals"]
+    assert len(ivs) == 17, [(i["correlation"], i["name"]) for i in ivs]
+    assert [i["start"] for i in ivs] == sorted(i["start"] for i in ivs), "not in start order"
+    # cuda_chain makes its records one after the other: start order is that order.
+    corrs = list(range(1, 11)) + list(range(101, 106)) + [200, 300]
+    by_corr = dict(zip(corrs, ivs))
+    if h.mode != "agent_server":
+        # The correlation id stays on the agent: only `run` stores it.
+        assert [i["correlation"] for i in ivs] == corrs
+    frames, stacks = doc["frames"], doc["stacks"]
+
+    def launching(iv):
+        if iv["stack"] is None:
+            return None
+        names = [frames[f]["name"] for f in stacks[iv["stack"]]]
+        return tuple(names[names.index("main"):]) if "main" in names else tuple(names)
+
+    for k in range(1, 11):
+        iv = by_corr[k]
+        assert (iv["name"], iv["kind"], iv["end"] - iv["start"], iv["weight"], iv["device"],
+                iv["stream"], iv["pid"], iv["comm"]) == \
+            ("kernelA(int)", "kernel", 1000 * k, 2, 0, 7, h.pid, "cuda_chain"), iv
+        assert launching(iv) == ("main", "phase_launch_first", "a", "b", "launch_kernel",
+                                 "fwtest_launch"), iv
+    for k in range(101, 106):
+        iv = by_corr[k]
+        assert (iv["name"], iv["end"] - iv["start"]) == ("kernelB(float*, int)", 7000), iv
+        assert launching(iv) == ("main", "phase_records_first", "a", "b", "launch_kernel",
+                                 "fwtest_launch"), iv
+    cp = by_corr[200]
+    assert (cp["name"], cp["kind"], cp["bytes"], cp["stream"]) == \
+        ("[memcpy HtoD]", "memcpy HtoD", 4096, 13), cp
+    assert launching(cp) == ("main", "phase_copy", "copy_h2d", "fwtest_launch"), cp
+    orphan = by_corr[300]
+    assert orphan["name"] == "orphan()" and orphan["stack"] is None, orphan
+    native = {frames[f]["kind"] for f in stacks[by_corr[1]["stack"]]}
+    assert native == {"native"}, native
+
+
+def test_kernel_table(gpu_run):
+    h = gpu_run
+    top = _top(h.client, h.q, h.frm, h.to)
+    assert top["total_ns"] == TOTAL, top
+    rows = [(k["name"], k["kind"], k["calls"], k["records"], k["total_ns"], k["mean_ns"], k["max_ns"])
+            for k in top["kernels"]]
+    assert rows == [
+        ("kernelA(int)", "kernel", 20, 10, 110000, 5500, 10000),
+        ("kernelB(float*, int)", "kernel", 15, 5, 105000, 7000, 7000),
+        ("orphan()", "kernel", 1, 1, 5000, 5000, 5000),
+        ("[memcpy HtoD]", "memcpy HtoD", 1, 1, 3000, 3000, 3000),
+    ], rows
+    # The selector applies: another pid has no GPU time here.
+    other = _top(h.client, '{pid="1"}', h.frm, h.to)
+    assert other["total_ns"] == 0 and other["kernels"] == [], other
+
+
+def test_burst_loses_nothing(flamewatch, workloads, tmp_path):
+    """8000 launches and records as fast as the probes fire: 30 times what
+    the CPU sampler's own ring buffer (64 KiB here) holds. Every nanosecond
+    of GPU time must arrive. When the agent is starved of CPU (a busy CI
+    machine), launches give way to records once the 2 MiB ring buffer is
+    half full: some records then count under the kernel alone, but the
+    total stays exact, and no stack is wrong."""
+    n = 8000
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    try:
+        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
+                        tmp_path / "data", "-F", "19", "--interval", "1s", "-v"], "run")
+        assert srv.wait_output(r"profiling this host at", START_S), srv.describe()
+        client.wait_healthy(proc=srv)
+        t0 = time.time() - 1
+        go = tmp_path / "go"
+        work = ps.start([workloads / "cuda" / "cuda_chain", "burst", str(n)], "cuda_chain",
+                        env={**os.environ, "CUDA_CHAIN_GO": str(go)})
+        lib = str(workloads / "cuda" / "libflamewatch-cuda.so")
+        assert srv.wait_output("GPU time profiling: attached to " + re.escape(lib), 60), \
+            srv.describe()
+        go.touch()
+        assert work.wait(70) == 0, work.describe()
+        q = '{pid="%d"}' % work.pid
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and \
+                _top(client, q, t0, time.time() + 1)["total_ns"] < n * 1000:
+            time.sleep(0.5)
+        time.sleep(1.5)
+        got = _folded(client, q, t0, time.time() + 1)
+        chain = ("main", "phase_burst", "a", "b", "launch_kernel", "fwtest_launch", "kernelA(int)")
+        text = f"{work.text()}\n" + "\n".join(f"{';'.join(k)} {v}" for k, v in got.items())
+        assert sum(got.values()) == n * 1000, text
+        assert set(got) <= {chain, ("kernelA(int)",)}, text
+        assert got.get(chain, 0) >= n * 1000 // 4, text
+    finally:
+        ps.close_all()
+        client.close()
+
+
+def test_gpu_routes_bad_input(gpu_run):
+    h = gpu_run
+    w = window(h.frm, h.to)
+    for path in ("/api/v1/gpu/kernels", "/api/v1/gpu/kernels/top"):
+        for params, word in (({"query": "{pid="}, "query"), ({"limit": "x"}, "limit"),
+                             ({"limit": "0"}, "limit"), ({"from": "yesterday-ish"}, "from")):
+            r = h.client.get(path, {**w, "query": h.q, **params})
+            assert r.status == 400 and word in r.text, r.describe()
+    # More intervals than the limit: refused whole, never cut silently.
+    r = h.client.get("/api/v1/gpu/kernels", {**w, "query": h.q, "limit": "5"})
+    assert r.status == 400 and "limit" in r.text, r.describe()
+    r = h.client.get("/api/v1/gpu/kernels", {**w, "query": h.q, "limit": "17"})
+    assert r.status == 200 and len(r.json()["intervals"]) == 17, r.describe()

@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Fires the CUDA probes of a fake libflamewatch-cuda.so with synthetic GPU
+ * timings from known call chains, so a test can demand exact gpu_time
+ * samples. Phases (correlation ids in brackets):
+ *
+ *   launch first [1..10]:   main;phase_launch_first;a;b;launch_kernel;fwtest_launch
+ *                           kernelA(int), GPU ns 1000*k for k = 1..10, weight 2
+ *                           (records carry the weight): 110000 ns
+ *   records first [101..105]: the records come before their launches, from
+ *                           main;phase_records_first;a;b;launch_kernel;fwtest_launch
+ *                           kernelB(float*, int), 7000 ns each, weight 0 in the
+ *                           record, 3 in the launch: 105000 ns
+ *   copy [200]:             main;phase_copy;copy_h2d;fwtest_launch
+ *                           [memcpy HtoD], 4096 bytes, 3000 ns, weight 1
+ *   orphan [300]:           a record of orphan() that no launch ever names:
+ *                           5000 ns, counted without a stack
+ *
+ * Prints "attached" once the agent set the semaphores (waits up to 60 s;
+ * exits 3 if it never does) and "done" at the end.
+ *
+ * `cuda_chain burst N [noattach]`: instead, N launches from
+ * main;phase_burst;a;b;launch_kernel;fwtest_launch, each followed in
+ * batches of 64 by its record (kernelA(int), 1000 ns, weight 1): N * 1000
+ * ns in all, as fast as the probes allow. Prints the wall time per launch
+ * (with noattach it does not wait for an agent: the cost of an idle probe).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda/probes.h"
+
+int fwtest_attached(void);
+void fwtest_launch(uint64_t correlation, uint32_t weight);
+void fwtest_activity(const struct fw_cuda_record *recs, uint32_t count);
+
+static const char kernel_a[] = "_Z7kernelAi";
+static const char kernel_b[] = "_Z7kernelBPfi";
+static const char orphan[] = "_Z6orphanv";
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static struct fw_cuda_record rec(uint64_t corr, const char *name, uint32_t kind, uint64_t dur,
+				 uint32_t weight, uint64_t bytes)
+{
+	static uint64_t t;
+	struct fw_cuda_record r;
+
+	if (!t)
+		t = now_ns();
+	memset(&r, 0, sizeof(r));
+	r.correlation = corr;
+	r.start_ns = t;
+	r.end_ns = t + dur;
+	t += dur + 100;
+	r.name_addr = (uint64_t)(uintptr_t)name;
+	r.device = 0;
+	r.stream = kind == FW_CUDA_KERNEL ? 7 : 13;
+	r.kind = kind;
+	r.weight = weight;
+	r.bytes = bytes;
+	return r;
+}
+
+__attribute__((noinline)) void launch_kernel(uint64_t corr, uint32_t weight)
+{
+	fwtest_launch(corr, weight);
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void b(uint64_t corr, uint32_t weight)
+{
+	launch_kernel(corr, weight);
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void a(uint64_t corr, uint32_t weight)
+{
+	b(corr, weight);
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void phase_launch_first(void)
+{
+	struct fw_cuda_record recs[10];
+
+	for (int k = 1; k <= 10; k++)
+		a(k, 2);
+	for (int k = 1; k <= 10; k++)
+		recs[k - 1] = rec(k, kernel_a, FW_CUDA_KERNEL, 1000ULL * k, 2, 0);
+	fwtest_activity(recs, 10);
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void phase_records_first(void)
+{
+	struct fw_cuda_record recs[5];
+
+	for (int k = 0; k < 5; k++)
+		recs[k] = rec(101 + k, kernel_b, FW_CUDA_KERNEL, 7000, 0, 0);
+	fwtest_activity(recs, 5);
+	for (int k = 0; k < 5; k++)
+		a(101 + k, 3);
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void copy_h2d(uint64_t corr)
+{
+	fwtest_launch(corr, 1);
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void phase_copy(void)
+{
+	struct fw_cuda_record r;
+
+	copy_h2d(200);
+	r = rec(200, NULL, FW_CUDA_MEMCPY_HTOD, 3000, 1, 4096);
+	fwtest_activity(&r, 1);
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void phase_orphan(void)
+{
+	struct fw_cuda_record r = rec(300, orphan, FW_CUDA_KERNEL, 5000, 1, 0);
+
+	fwtest_activity(&r, 1);
+	__asm__ volatile("" ::: "memory");
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+__attribute__((noinline)) void phase_burst(long n)
+{
+	static struct fw_cuda_record recs[FW_CUDA_MAX_BATCH];
+	uint64_t t0 = mono_ns(), corr = 1000;
+
+	for (long done = 0; done < n;) {
+		int k = n - done < FW_CUDA_MAX_BATCH ? (int)(n - done) : FW_CUDA_MAX_BATCH;
+
+		for (int i = 0; i < k; i++) {
+			a(corr + i, 1);
+			recs[i] = rec(corr + i, kernel_a, FW_CUDA_KERNEL, 1000, 1, 0);
+		}
+		fwtest_activity(recs, k);
+		corr += k;
+		done += k;
+	}
+	printf("burst: %ld launches, %.0f ns per launch and record\n", n,
+	       (double)(mono_ns() - t0) / (n ? n : 1));
+	__asm__ volatile("" ::: "memory");
+}
+
+int main(int argc, char **argv)
+{
+	int burst = argc >= 3 && !strcmp(argv[1], "burst");
+	int wait = !(argc >= 4 && !strcmp(argv[3], "noattach"));
+
+	for (int i = 0; wait && !fwtest_attached(); i++) {
+		if (i == 6000) {
+			fprintf(stderr, "cuda_chain: no agent attached within 60 s\n");
+			return 3;
+		}
+		usleep(10000);
+	}
+	/*
+	 * Another agent on the host may have set the semaphores: a test that
+	 * names a file in CUDA_CHAIN_GO waits for its own agent and then
+	 * creates it.
+	 */
+	for (int i = 0; wait && getenv("CUDA_CHAIN_GO") && access(getenv("CUDA_CHAIN_GO"), F_OK);
+	     i++) {
+		if (i == 6000) {
+			fprintf(stderr, "cuda_chain: %s did not appear within 60 s\n",
+				getenv("CUDA_CHAIN_GO"));
+			return 3;
+		}
+		usleep(10000);
+	}
+	printf(wait ? "attached\n" : "not waiting for an agent\n");
+	fflush(stdout);
+	/*
+	 * A real CUDA process spends far longer in cuInit() than this before
+	 * its first launch. An agent that attached before we started (the
+	 * semaphores were set at exec) describes us to its unwinder on its
+	 * next 100 ms tick; launches before that unwind by frame pointers only.
+	 */
+	if (wait)
+		usleep(300000);
+	if (burst) {
+		phase_burst(atol(argv[2]));
+		usleep(300000);
+		printf("done\n");
+		return 0;
+	}
+	phase_launch_first();
+	phase_records_first();
+	phase_copy();
+	phase_orphan();
+	/* The agent drains every 100 ms: let it see the launches while we live. */
+	usleep(300000);
+	printf("done\n");
+	fflush(stdout);
+	return 0;
+}

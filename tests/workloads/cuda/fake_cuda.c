@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * A stand-in for libflamewatch-cuda.so in tests without a GPU: it fires
+ * the very USDT probes of src/cuda/probes.h, with semaphores, from
+ * functions the test program calls with synthetic launches and records.
+ * Built under the real library's file name so the agent's discovery finds
+ * it the same way.
+ */
+#include <stdint.h>
+
+#define _SDT_HAS_SEMAPHORES 1
+#include <sys/sdt.h>
+
+#include "cuda/probes.h"
+
+__extension__ unsigned short flamewatch_launch_semaphore
+	__attribute__((unused)) __attribute__((section(".probes")));
+__extension__ unsigned short flamewatch_activity_semaphore
+	__attribute__((unused)) __attribute__((section(".probes")));
+__extension__ unsigned short flamewatch_conflict_semaphore
+	__attribute__((unused)) __attribute__((section(".probes")));
+
+/* True once an agent attached to both probes that carry GPU time. */
+int fwtest_attached(void)
+{
+	return flamewatch_launch_semaphore && flamewatch_activity_semaphore;
+}
+
+__attribute__((noinline)) void fwtest_launch(uint64_t correlation, uint32_t weight)
+{
+	if (flamewatch_launch_semaphore)
+		STAP_PROBE2(flamewatch, launch, correlation, weight);
+	__asm__ volatile("" ::: "memory");	/* keep the frame */
+}
+
+__attribute__((noinline)) void fwtest_activity(const struct fw_cuda_record *recs, uint32_t count)
+{
+	if (flamewatch_activity_semaphore)
+		STAP_PROBE2(flamewatch, activity, recs, count);
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void fwtest_conflict(const char *what)
+{
+	if (flamewatch_conflict_semaphore)
+		STAP_PROBE1(flamewatch, conflict, what);
+}
