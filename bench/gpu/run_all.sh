@@ -1,0 +1,91 @@
+#!/bin/sh
+# Every check this repository makes on a GPU machine, in one bounded run
+# (about 7 minutes), for the closing notes of issues 7, 8 and 10:
+#
+#   OUT=/tmp/out bench/gpu/run_all.sh BUILD_DIR
+#
+# BUILD_DIR holds flamewatch and libflamewatch-cuda.so (from `make`) and
+# dist/flamewatch (from `make dist`); nothing is built here. Needs root (BPF),
+# nvidia-smi and python3 with PyTorch. Logs go under $OUT.
+set -u
+cd "$(dirname "$0")/../.."
+B=${1:-build}
+OUT=${OUT:-$(mktemp -d /tmp/fw-gpu.XXXXXX)}
+mkdir -p "$OUT"
+PORT=7181
+
+echo "== 1. the release binary on this distribution (issue 10)"
+timeout 90 sh deploy/smoke-test.sh "$B/dist" > "$OUT/smoke.log" 2>&1
+echo "exit $?"
+head -c 6000 "$OUT/smoke.log"
+
+echo
+echo "== 2. NVML metrics against nvidia-smi (issue 7)"
+FLAMEWATCH="$B/flamewatch" OUT="$OUT/nvml" timeout 180 sh bench/gpu/nvml_compare.sh 20 \
+	> "$OUT/nvml.log" 2>&1
+echo "exit $?"
+tail -n 45 "$OUT/nvml.log"
+
+echo
+echo "== 3. GPU time: overhead and accuracy, with the agent attached (issue 8)"
+OUT="$OUT/cuda" timeout 300 python3 bench/gpu/cuda_overhead.py --build "$B" \
+	--agent-cmd "$B/flamewatch run --listen 127.0.0.1:$PORT --data $OUT/fwdata --interval 1s --no-cpu-strips" \
+	> "$OUT/cuda.log" 2>&1
+echo "exit $?"
+grep -v '^{' "$OUT/cuda.log" | tail -n 30
+
+echo
+echo "== 4. the GPU flame graph and kernel table the agent stored"
+"$B/flamewatch" server --listen 127.0.0.1:$PORT --data "$OUT/fwdata" > "$OUT/server.log" 2>&1 &
+SRV=$!
+sleep 2
+timeout 60 python3 - "$PORT" "$OUT" <<'EOF'
+import json, statistics, sys, urllib.request
+port, out = sys.argv[1], sys.argv[2]
+base = f"http://127.0.0.1:{port}"
+def get(path):
+    with urllib.request.urlopen(base + path, timeout=30) as r:
+        return r.read().decode()
+win = "from=now-1h&to=now"
+folded = get(f"/api/v1/profile?type=gpu_time&format=folded&{win}")
+open(f"{out}/gpu_time.folded", "w").write(folded)
+rows = []
+for line in folded.splitlines():
+    stack, _, n = line.rpartition(" ")
+    rows.append((int(n), stack))
+rows.sort(reverse=True)
+total = sum(n for n, _ in rows)
+print(f"gpu_time flame graph: {len(rows)} stacks, {total / 1e9:.3f} s of GPU time")
+for n, s in rows[:6]:
+    frames = s.split(";")
+    short = ";".join(frames[:2] + ["..."] + frames[-6:]) if len(frames) > 9 else s
+    print(f"  {n / 1e6:10.2f} ms  {short[:300]}")
+top = json.loads(get(f"/api/v1/gpu/kernels/top?{win}"))
+open(f"{out}/kernels_top.json", "w").write(json.dumps(top, indent=1))
+print(f"kernel table: total {top.get('total_ns', 0) / 1e9:.3f} s")
+for k in top.get("kernels", [])[:8]:
+    print(f"  {k.get('calls', 0):8} calls  {k.get('total_ns', 0) / 1e6:10.2f} ms  {k.get('name', '')[:90]}")
+# The independent measure: torch.profiler's kernel ns per step, times the
+# steps the fw-agent runs made.
+try:
+    res = json.load(open(f"{out}/cuda/cuda_overhead.json"))
+except OSError:
+    res = []
+expect = 0
+for wl in {r["workload"] for r in res}:
+    prof = [r["prof_kernel_ns"] / r["steps"] for r in res
+            if r["workload"] == wl and r["mode"] == "torchprof" and r.get("prof_kernel_ns")]
+    steps = sum(r["steps"] for r in res if r["workload"] == wl and r["mode"] == "fw-agent")
+    if prof and steps:
+        expect += statistics.median(prof) * steps
+        print(f"  {wl}: {steps} steps under the agent x {statistics.median(prof):.0f} kernel ns/step "
+              f"(torch.profiler)")
+if expect:
+    kern = sum(k.get("total_ns", 0) for k in top.get("kernels", []) if not k.get("name", "").startswith("[mem"))
+    print(f"agent's kernel GPU time {kern / 1e9:.4f} s vs torch.profiler-based {expect / 1e9:.4f} s: "
+          f"{(kern / expect - 1) * 100:+.2f} %")
+EOF
+kill $SRV 2>/dev/null
+wait $SRV 2>/dev/null
+tail -n 5 "$OUT/server.log"
+ls -la "$OUT" | head -30
