@@ -217,9 +217,10 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libflamewatch.a
 	$(Q)$(CC) $(CFLAGS) -Itests/unit -DFW_TEST_DATA='"tests"' -o $@ $< \
 		$(BUILD)/libflamewatch.a -lcmocka $(LDLIBS)
 
-# Unit tests of libflamewatch-cuda.so's internals link its objects.
+# Unit tests of libflamewatch-cuda.so's internals link its objects, not the
+# agent's library (test_cuda_join tests the agent's side and links that).
 CUDA_TEST_OBJS := $(filter-out $(BUILD)/obj-cuda/inject.o,$(CUDA_OBJS))
-$(BUILD)/tests/test_cuda_%: tests/unit/test_cuda_%.c $(CUDA_TEST_OBJS)
+$(BUILD)/tests/test_cuda_records: tests/unit/test_cuda_records.c $(CUDA_TEST_OBJS)
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -isystem $(CUDA_INC) -Itests/unit -o $@ $< $(CUDA_TEST_OBJS) -lcmocka -lpthread
