@@ -731,26 +731,117 @@ int64_t cpu_profile__series(struct cpu_profile *cp, uint32_t pid, const char *co
 
 /* ---- GPU time ---- */
 
+/* One entry of a mixed stack: native frame j of the walk, or Python frame pos. */
+struct mixed_item {
+	int32_t j;		/* -1 for a Python frame */
+	uint32_t pos;
+};
+
+/*
+ * The order _mixed_user_stack() gives, leaf first, without interning
+ * anything: Python frames in place of the interpreter loop's frames.
+ */
+static uint32_t _mixed_order(const struct fw_sample *s, const struct python_proc *pp,
+			     struct mixed_item *items)
+{
+	const __u64 *ustack = s->addrs + s->kstack_len, *pyw = ustack + s->ustack_len;
+	uint32_t np = pp ? s->pystack_len : 0, pos = 0, n = 0;
+
+	for (uint32_t j = 0; j < s->ustack_len; j++) {
+		uint64_t pc = j ? ustack[j] - 1 : ustack[j];
+
+		if (pos < np && python__is_eval(pp, pc)) {
+			do
+				items[n++] = (struct mixed_item){ -1, pos };
+			while (!(pyw[2 * pos++ + 1] & FW_PY_ENTRY) && pos < np);
+			continue;
+		}
+		if (pos > 0 && pos < np && python__in_interp(pp, pc))
+			continue;
+		items[n++] = (struct mixed_item){ (int32_t)j, 0 };
+	}
+	for (; pos < np; pos++)
+		items[n++] = (struct mixed_item){ -1, pos };
+	return n;
+}
+
 struct cpu_placed_stack *cpu_profile__place(struct cpu_profile *cp, const struct fw_sample *s)
 {
-	const __u64 *ustack = s->addrs + s->kstack_len;
+	const __u64 *ustack = s->addrs + s->kstack_len, *pyw = ustack + s->ustack_len;
+	const struct python_proc *pp = s->pystack_len && cp->py ? python__proc(cp->py, s->pid) : NULL;
+	struct mixed_item items[FW_MAX_USTACK + FW_MAX_PYFRAMES];
+	uint32_t nitems = _mixed_order(s, pp, items), n = 0;
+	size_t text_len = 0, text_off;
 	struct cpu_placed_stack *ps;
-	uint32_t n = 0;
+	char *text = NULL, *dst;
 
-	ps = malloc(sizeof(*ps) + (size_t)s->ustack_len * sizeof(ps->f[0]));
-	if (!ps)
+	/*
+	 * Python frames are named now, while their code objects are alive: the
+	 * GPU record they join with may come much later. Their names go in the
+	 * same allocation as the frames.
+	 */
+	for (uint32_t i = 0; i < nitems; i++) {
+		const char *function = NULL, *file = NULL;
+		char placeholder[48];
+		uint32_t line = 0;
+		size_t fl, il;
+		char *nt;
+
+		if (items[i].j >= 0)
+			continue;
+		if (python__frame(cp->py, pp, pyw[2 * items[i].pos],
+				  pyw[2 * items[i].pos + 1] & FW_PY_INSTR_MASK, &function, &file,
+				  &line) || !function) {
+			snprintf(placeholder, sizeof(placeholder), "[python code 0x%llx]",
+				 (unsigned long long)pyw[2 * items[i].pos]);
+			function = placeholder;
+			file = NULL;
+			line = 0;
+		}
+		fl = strlen(function) + 1;
+		il = (file ? strlen(file) : 0) + 1;
+		nt = realloc(text, text_len + fl + il);
+		if (!nt) {
+			free(text);
+			return NULL;
+		}
+		text = nt;
+		memcpy(text + text_len, function, fl);
+		memcpy(text + text_len + fl, file ? file : "", il);
+		/* Until the stack exists, pos holds the offset and j the line. */
+		items[i].pos = (uint32_t)text_len;
+		items[i].j = -1 - (int32_t)line;
+		text_len += fl + il;
+	}
+	text_off = sizeof(*ps) + (size_t)nitems * sizeof(ps->f[0]);
+	ps = malloc(text_off + text_len + 1);
+	if (!ps) {
+		free(text);
 		return NULL;
+	}
+	dst = (char *)ps + text_off;
+	if (text_len)
+		memcpy(dst, text, text_len);
+	free(text);
 	ps->flags = s->flags;
-	for (int i = s->ustack_len - 1; i >= 0; i--) {
+	for (int i = (int)nitems - 1; i >= 0; i--) {
 		struct cpu_placed_frame *f = &ps->f[n++];
-		uint64_t addr = ustack[i];
 		struct addr_info info;
+		uint64_t addr;
+		int32_t j = items[i].j;
 
+		memset(f, 0, sizeof(*f));
+		if (j < 0) {
+			f->kind = CPU_PLACED_PYTHON;
+			f->addr = (uint64_t)(-1 - j);
+			f->py = dst + items[i].pos;
+			continue;
+		}
 		/* As in _user_frame(): a return address names the call before it. */
-		if (i > 0 && addr)
+		addr = ustack[j];
+		if (j > 0 && addr)
 			addr--;
 		proc_table__lookup(cp->procs, s->pid, addr, &info);
-		memset(f, 0, sizeof(*f));
 		f->kind = info.kind;
 		f->addr = addr;
 		switch (info.kind) {
@@ -774,6 +865,13 @@ static int64_t _placed_frame(struct cpu_profile *cp, pid_t pid, const struct cpu
 {
 	int64_t mapping;
 
+	if (f->kind == CPU_PLACED_PYTHON) {
+		mapping = profile__intern_mapping(cp->p, "[python]", NULL);
+		if (mapping < 0)
+			return mapping;
+		return profile__intern_named_frame(cp->p, FRAME_PYTHON, mapping, 0, f->py,
+						   f->py + strlen(f->py) + 1, (uint32_t)f->addr);
+	}
 	switch (f->kind) {
 	case ADDR_FILE:
 		mapping = _binary_mapping(cp, f->bin);

@@ -86,11 +86,15 @@ struct binary;
  * first, independent of any dictionary: a launch's stack waits for its
  * kernel's record across batches, and the process may be gone by then.
  */
+/* cpu_placed_frame.kind of a Python frame, past every enum addr_kind. */
+#define CPU_PLACED_PYTHON 0x100
+
 struct cpu_placed_frame {
 	struct binary *bin;	/* ADDR_FILE: borrowed from the proc table */
-	uint64_t addr;		/* ELF vaddr for files, else the address */
-	uint32_t kind;		/* enum addr_kind */
+	uint64_t addr;		/* ELF vaddr for files, the line of Python frames, else the address */
+	uint32_t kind;		/* enum addr_kind, or CPU_PLACED_PYTHON */
 	char special[12];	/* ADDR_SPECIAL: the mapping's name, cut to fit */
+	const char *py;		/* CPU_PLACED_PYTHON: "function\0file\0" in the stack's allocation */
 };
 
 struct cpu_placed_stack {

@@ -120,9 +120,9 @@ static int _on_record(void *ctx, void *data, size_t size)
 		const struct fw_cuda_launch *l = data;
 
 		if (size < offsetof(struct fw_cuda_launch, s.addrs) || l->s.kstack_len ||
-		    l->s.ustack_len > FW_MAX_USTACK ||
+		    l->s.ustack_len > FW_MAX_USTACK || l->s.pystack_len > FW_MAX_PYFRAMES ||
 		    size < offsetof(struct fw_cuda_launch, s.addrs) +
-			   l->s.ustack_len * sizeof(__u64)) {
+			   (l->s.ustack_len + 2 * l->s.pystack_len) * sizeof(__u64)) {
 			s->decode_errors++;
 			return 0;
 		}

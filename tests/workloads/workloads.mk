@@ -55,8 +55,6 @@ $(WL)/go_pprof: tests/workloads/go_pprof/main.go | $(DEPS_STAMP)
 	$(Q)GOCACHE=$(abspath $(BUILD))/gocache go build -o $@ $<
 WORKLOADS += $(WL)/go_pprof
 
-workloads: $(WORKLOADS)
-
 # GPU time without a GPU: a fake libflamewatch-cuda.so that fires the real
 # USDT probes (src/cuda/probes.h), and a program with known call chains
 # that drives it. The library keeps the real file name: the agent finds
@@ -71,3 +69,6 @@ $(WL)/cuda/cuda_chain: tests/workloads/cuda/cuda_chain.c $(WL)/cuda/libflamewatc
 	$(Q)$(CC) $(WL_CFLAGS) -Isrc -o $@ $< -L$(WL)/cuda -lflamewatch-cuda -Wl,-rpath,'$$ORIGIN'
 
 WORKLOADS += $(WL)/cuda/libflamewatch-cuda.so $(WL)/cuda/cuda_chain
+
+# Last, once every part of this file has added to the list.
+workloads: $(WORKLOADS)

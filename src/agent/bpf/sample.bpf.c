@@ -547,11 +547,15 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 	s->flags = 0;
 	s->kstack_len = 0;
 	s->ustack_len = 0;
+	s->pystack_len = 0;
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 	/* A uprobe runs on the user registers at the probe: its ip is the probe site. */
 	walk_cuda_stack(s, tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+	/* The Python code that launched the work (train_step, forward, ...). */
+	python_walk(s, tgid, (__u32)id, bpf_get_current_task_btf());
 
-	size = offsetof(struct fw_sample, addrs) + (__u64)s->ustack_len * sizeof(__u64);
+	size = offsetof(struct fw_sample, addrs) +
+	       ((__u64)s->ustack_len + 2 * (__u64)s->pystack_len) * sizeof(__u64);
 	barrier_var(size);
 	if (size > sizeof(*s))
 		size = sizeof(*s);
