@@ -21,7 +21,7 @@ head -c 6000 "$OUT/smoke.log"
 
 echo
 echo "== 2. NVML metrics against nvidia-smi (issue 7)"
-FLAMEWATCH="$B/flamewatch" OUT="$OUT/nvml" timeout 180 sh bench/gpu/nvml_compare.sh 20 \
+FLAMEWATCH="$B/flamewatch" OUT="$OUT/nvml" timeout 180 bash bench/gpu/nvml_compare.sh 20 \
 	> "$OUT/nvml.log" 2>&1
 echo "exit $?"
 tail -n 45 "$OUT/nvml.log"
