@@ -522,6 +522,13 @@ static void _put_utf8(char *out, size_t *n, size_t cap, uint32_t c)
 	char tmp[4];
 	size_t k;
 
+	/*
+	 * Memory read from a process can be a str freed and reused under us:
+	 * a code point no UTF-8 can hold (a surrogate, past U+10FFFF) must not
+	 * put invalid UTF-8 in a profile (pprof and JSON readers refuse it).
+	 */
+	if ((c >= 0xd800 && c <= 0xdfff) || c > 0x10ffff)
+		c = '?';
 	if (c < 0x80) {
 		tmp[0] = c;
 		k = 1;
