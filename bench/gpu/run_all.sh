@@ -29,7 +29,7 @@ tail -n 45 "$OUT/nvml.log"
 echo
 echo "== 3. GPU time: overhead and accuracy, with the agent attached (issue 8)"
 OUT="$OUT/cuda" timeout 300 python3 bench/gpu/cuda_overhead.py --build "$B" \
-	--agent-cmd "$B/flamewatch run --listen 127.0.0.1:$PORT --data $OUT/fwdata --interval 1s --no-cpu-strips" \
+	--agent-cmd "exec $B/flamewatch run --listen 127.0.0.1:$PORT --data $OUT/fwdata --interval 1s --no-cpu-strips" \
 	> "$OUT/cuda.log" 2>&1
 echo "exit $?"
 grep -v '^{' "$OUT/cuda.log" | tail -n 30
@@ -40,7 +40,7 @@ echo "== 4. the GPU flame graph and kernel table the agent stored"
 SRV=$!
 sleep 2
 timeout 60 python3 - "$PORT" "$OUT" <<'EOF'
-import json, statistics, sys, urllib.request
+import json, statistics, sys, urllib.parse, urllib.request
 port, out = sys.argv[1], sys.argv[2]
 base = f"http://127.0.0.1:{port}"
 def get(path):
@@ -60,6 +60,18 @@ for n, s in rows[:6]:
     frames = s.split(";")
     short = ";".join(frames[:2] + ["..."] + frames[-6:]) if len(frames) > 9 else s
     print(f"  {n / 1e6:10.2f} ms  {short[:300]}")
+cpu = get(f"/api/v1/profile?type=cpu&format=folded&{win}&query=" + urllib.parse.quote('{comm="python3"}'))
+open(f"{out}/cpu_python3.folded", "w").write(cpu)
+named = sum(int(l.rpartition(" ")[2]) for l in cpu.splitlines() if ".py" in l or "[python]" in l)
+placeholder = sum(int(l.rpartition(" ")[2]) for l in cpu.splitlines() if "[python code" in l)
+allp = sum(int(l.rpartition(" ")[2]) for l in cpu.splitlines())
+print(f"CPU samples of python3: {allp}; with a placeholder Python frame: {placeholder}")
+pyfr = {}
+for l in cpu.splitlines():
+    for f in l.rpartition(" ")[0].split(";"):
+        if "(" not in f and "::" not in f and not f.startswith(("lib", "_", "[", "Py", "python")) and "+0x" not in f:
+            pyfr[f] = pyfr.get(f, 0) + int(l.rpartition(" ")[2])
+print("  frame names seen in CPU stacks (not C++/libs):", sorted(pyfr.items(), key=lambda kv: -kv[1])[:12])
 top = json.loads(get(f"/api/v1/gpu/kernels/top?{win}"))
 open(f"{out}/kernels_top.json", "w").write(json.dumps(top, indent=1))
 print(f"kernel table: total {top.get('total_ns', 0) / 1e9:.3f} s")
