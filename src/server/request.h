@@ -53,6 +53,12 @@ const char *request__param(struct request *r, const char *name);
  * returns -1 on a bad value.
  */
 int request__window(struct request *r, int64_t *from, int64_t *to);
+/*
+ * The selector in ?query= into *sel (owned; NULL for "everything"). Replies
+ * 400 and returns -1 on a bad selector.
+ */
+struct selector;
+int request__selector(struct request *r, struct selector **sel);
 
 void routes__ingest(struct request *r);
 void routes__ingest_pprof(struct request *r);

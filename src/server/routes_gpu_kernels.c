@@ -20,22 +20,6 @@
 #define MAX_INTERVALS 1000000
 #define DEFAULT_TOP 100
 
-static int _query(struct request *r, struct selector **sel)
-{
-	const char *q = request__param(r, "query");
-	char err[256];
-
-	*sel = NULL;
-	if (!q || !q[0])
-		return 0;
-	*sel = selector__parse(q, err, sizeof(err));
-	if (!*sel) {
-		request__error(r, 400, "query: %s", err);
-		return -1;
-	}
-	return 0;
-}
-
 static int _limit(struct request *r, unsigned long def, unsigned long max, unsigned long *out)
 {
 	const char *v = request__param(r, "limit");
@@ -129,7 +113,7 @@ void routes__gpu_kernels(struct request *r)
 	int64_t from, to;
 	int err;
 
-	if (request__window(r, &from, &to) || _query(r, &sel) ||
+	if (request__window(r, &from, &to) || request__selector(r, &sel) ||
 	    _limit(r, DEFAULT_MAX_INTERVALS, MAX_INTERVALS, &limit))
 		goto out;
 	dict = profile__new(1, from);
@@ -235,7 +219,7 @@ void routes__gpu_kernels_top(struct request *r)
 	int64_t from, to;
 	int err;
 
-	if (request__window(r, &from, &to) || _query(r, &sel) ||
+	if (request__window(r, &from, &to) || request__selector(r, &sel) ||
 	    _limit(r, DEFAULT_TOP, 1000000, &limit))
 		goto out;
 	t.names = intern__new();

@@ -37,23 +37,6 @@ static int _type(struct request *r, uint32_t *type)
 	return 0;
 }
 
-/* Parses ?query=; *sel is NULL for "everything". Replies 400 on error. */
-static int _selector(struct request *r, struct selector **sel)
-{
-	const char *q = request__param(r, "query");
-	char err[256];
-
-	*sel = NULL;
-	if (!q || !q[0])
-		return 0;
-	*sel = selector__parse(q, err, sizeof(err));
-	if (!*sel) {
-		request__error(r, 400, "query: %s", err);
-		return -1;
-	}
-	return 0;
-}
-
 static int _uint_param(struct request *r, const char *name, unsigned long def,
 		       unsigned long max, unsigned long *out)
 {
@@ -125,7 +108,7 @@ void routes__profile(struct request *r)
 			       format);
 		return;
 	}
-	if (_type(r, &type) || request__window(r, &from, &to) || _selector(r, &sel) ||
+	if (_type(r, &type) || request__window(r, &from, &to) || request__selector(r, &sel) ||
 	    _uint_param(r, "max_nodes", DEFAULT_MAX_NODES, 1000000, &max_nodes) ||
 	    _uint_param(r, "hz", r->srv->default_hz, 100000, &hz))
 		goto out;
@@ -359,7 +342,7 @@ void routes__flamechart(struct request *r)
 		request__error(r, 400, "format: '%s' is not one of json, trace", format);
 		return;
 	}
-	if (_type(r, &type) || request__window(r, &from, &to) || _selector(r, &sel) ||
+	if (_type(r, &type) || request__window(r, &from, &to) || request__selector(r, &sel) ||
 	    _uint_param(r, "max_samples", DEFAULT_MAX_SAMPLES, 5000000, &max_samples) ||
 	    _uint_param(r, "hz", r->srv->default_hz, 100000, &hz))
 		goto out;
@@ -522,7 +505,7 @@ void routes__series(struct request *r)
 	uint32_t type;
 	int err = 0;
 
-	if (_type(r, &type) || request__window(r, &from, &to) || _selector(r, &sel))
+	if (_type(r, &type) || request__window(r, &from, &to) || request__selector(r, &sel))
 		goto out;
 	if (step_s) {
 		if (duration__parse(step_s, &step)) {

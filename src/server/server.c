@@ -19,6 +19,7 @@
 #include "server/routes_gpu.h"
 #include "server/server.h"
 #include "server/static.h"
+#include "store/selector.h"
 #include "store/store.h"
 #include "store/timeparse.h"
 
@@ -83,6 +84,22 @@ void request__error(struct request *r, int status, const char *fmt, ...)
 const char *request__param(struct request *r, const char *name)
 {
 	return evhttp_find_header(&r->params, name);
+}
+
+int request__selector(struct request *r, struct selector **sel)
+{
+	const char *q = request__param(r, "query");
+	char err[256];
+
+	*sel = NULL;
+	if (!q || !q[0])
+		return 0;
+	*sel = selector__parse(q, err, sizeof(err));
+	if (!*sel) {
+		request__error(r, 400, "query: %s", err);
+		return -1;
+	}
+	return 0;
 }
 
 int request__window(struct request *r, int64_t *from, int64_t *to)

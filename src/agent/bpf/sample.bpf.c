@@ -279,13 +279,19 @@ fault:
 	return 1;
 }
 
+/*
+ * Walks the user stack into s through scratch slot `slot`: 0 for CPU
+ * samples, 1 for launch probes, which a sample's timer interrupt can
+ * interrupt.
+ */
 static __always_inline void walk_user_stack(struct fw_sample *s, __u32 tgid,
-					    __u64 ip, __u64 sp, __u64 bp)
+					    __u64 ip, __u64 sp, __u64 bp, __u32 slot)
 {
 	struct fw_unwind_state st = {
 		.ip = ip, .sp = sp, .bp = bp,
 		.k = s->kstack_len,
 		.exact_ip = 1,
+		.slot = slot,
 	};
 
 	st.procmaps = bpf_map_lookup_elem(&proc_mappings, &tgid);
@@ -352,11 +358,11 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	if (!task->mm) {
 		s->flags |= FW_SAMPLE_KERNEL_THREAD;
 	} else if ((__s64)ctx->regs.ip >= 0) {
-		walk_user_stack(s, tgid, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp);
+		walk_user_stack(s, tgid, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, 0);
 	} else {
 		regs = (struct pt_regs *)bpf_task_pt_regs(task);
 		walk_user_stack(s, tgid, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp),
-				BPF_CORE_READ(regs, bp));
+				BPF_CORE_READ(regs, bp), 0);
 	}
 	if (task->mm)
 		python_walk(s, tgid, tid, task);
@@ -494,27 +500,6 @@ static __always_inline void cuda_stat_add(enum fw_cuda_stat stat, __u64 n)
 		*v += n;
 }
 
-/* walk_user_stack() into scratch slot 1. */
-static __always_inline void walk_cuda_stack(struct fw_sample *s, __u32 tgid,
-					    __u64 ip, __u64 sp, __u64 bp)
-{
-	struct fw_unwind_state st = {
-		.ip = ip, .sp = sp, .bp = bp,
-		.k = s->kstack_len,
-		.exact_ip = 1,
-		.slot = 1,
-	};
-
-	st.procmaps = bpf_map_lookup_elem(&proc_mappings, &tgid);
-	if (!st.procmaps) {
-		st.flags |= FW_SAMPLE_NO_TABLES;
-		stat_inc(FW_STAT_UNWIND_NO_TABLES);
-	}
-	bpf_loop(FW_MAX_USTACK, unwind_step, &st, 0);
-	s->ustack_len = st.n;
-	s->flags |= st.flags;
-}
-
 SEC("usdt")
 int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 {
@@ -550,7 +535,7 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 	s->pystack_len = 0;
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 	/* A uprobe runs on the user registers at the probe: its ip is the probe site. */
-	walk_cuda_stack(s, tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx));
+	walk_user_stack(s, tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), 1);
 	/* The Python code that launched the work (train_step, forward, ...). */
 	python_walk(s, tgid, (__u32)id, bpf_get_current_task_btf());
 
