@@ -139,12 +139,25 @@ $(BUILD)/obj-cuda/%.o: src/cuda/%.c | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CUDA_CFLAGS) -c $< -o $@
 
+# CUPTI's headers come with NVIDIA's CUDA toolkit, which Debian does not ship.
+# Without them `make` and `make dist` build everything else and say so (set
+# CUDA_INC to their directory); the tests of the library need them.
+HAVE_CUPTI := $(wildcard $(CUDA_INC)/cupti.h)
+ifneq ($(HAVE_CUPTI),)
 $(CUDA_LIB): $(CUDA_OBJS) src/cuda/libflamewatch-cuda.map
 	$(call msg,LINK,$@)
 	$(Q)$(CC) -shared -o $@ $(CUDA_OBJS) -Wl,--version-script=src/cuda/libflamewatch-cuda.map \
 		-Wl,-z,defs -Wl,-soname,libflamewatch-cuda.so -lpthread -ldl
 
 all: $(CUDA_LIB)
+else
+$(CUDA_LIB):
+	@echo "flamewatch: $@ needs CUPTI's headers: no $(CUDA_INC)/cupti.h (set CUDA_INC=DIR)" >&2
+	@exit 1
+
+all:
+	@echo "  (no $(CUDA_INC)/cupti.h: libflamewatch-cuda.so not built; set CUDA_INC=DIR to build it)"
+endif
 
 all: $(BUILD)/flamewatch
 
@@ -152,7 +165,7 @@ all: $(BUILD)/flamewatch
 # make dist: dist/flamewatch, the same objects linked for glibc >= 2.31 (see
 # src/compat/glibc_231.c), stripped to its build id. Other shared objects that
 # ship beside it are listed in DIST_LIBS (a rule elsewhere may append to it);
-# $(BUILD)/libflamewatch-cuda.so is shipped whenever the Makefile can build it.
+# $(BUILD)/libflamewatch-cuda.so is shipped whenever CUPTI's headers are there.
 DIST       := dist
 DIST_LIBS  ?=
 CUDA_LIB   := $(BUILD)/libflamewatch-cuda.so
@@ -197,13 +210,12 @@ dist: $(BUILD)/dist/flamewatch $(DIST_LIBS)
 	$(call msg,DIST,$(DIST)/)
 	$(Q)mkdir -p $(DIST)
 	$(Q)strip --strip-all -o $(DIST)/flamewatch $(BUILD)/dist/flamewatch
-	$(Q)set -e; q=0; $(MAKE) --no-print-directory -q $(CUDA_LIB) >/dev/null 2>&1 || q=$$?; \
-	if [ $$q -ne 2 ]; then $(MAKE) --no-print-directory $(CUDA_LIB); \
+	$(Q)set -e; if [ -n "$(HAVE_CUPTI)" ]; then $(MAKE) --no-print-directory $(CUDA_LIB); \
 		strip --strip-unneeded -o $(DIST)/$(notdir $(CUDA_LIB)) $(CUDA_LIB); \
 		./scripts/check-glibc.sh $(DIST)/$(notdir $(CUDA_LIB)) 2.34 || \
 		{ echo "  $(CUDA_LIB) needs glibc newer than 2.34" >&2; exit 1; }; \
 		echo "  (dist/$(notdir $(CUDA_LIB)) needs glibc >= 2.34: its pthread calls have no 2.31 shims yet)"; \
-	else echo "  (no rule for $(CUDA_LIB): dist has no CUDA library)"; fi
+	else rm -f $(DIST)/$(notdir $(CUDA_LIB)); echo "  (no CUPTI headers: dist has no CUDA library)"; fi
 	$(Q)set -e; for f in $(DIST_LIBS); do strip --strip-unneeded -o $(DIST)/$$(basename $$f) $$f; done
 	$(Q)readelf -n $(DIST)/flamewatch | grep -q 'Build ID'
 

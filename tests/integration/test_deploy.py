@@ -214,7 +214,11 @@ def test_dockerfile_stages():
              "CMD", "LABEL", "USER"}
     assert all(ins.upper() in known for ins, _ in lines), [l for l in lines if l[0] not in known]
     froms = [rest for ins, rest in lines if ins == "FROM"]
-    assert len(froms) == 2 and froms[0].startswith("debian:12 AS builder"), froms
+    # CUPTI's headers from a CUDA image, a Debian 12 builder, a runtime stage.
+    assert len(froms) == 3 and froms[0].endswith(" AS cuda"), froms
+    assert froms[1].startswith("debian:12 AS builder"), froms
+    assert any(ins == "COPY" and rest.startswith("--from=cuda /usr/local/cuda/include")
+               for ins, rest in lines)
     assert any(ins == "RUN" and "make" in rest and "dist" in rest for ins, rest in lines)
     assert any(ins == "COPY" and rest.startswith("--from=builder") for ins, rest in lines)
     assert lines[-2][0] == "ENTRYPOINT"
