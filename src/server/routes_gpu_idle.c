@@ -11,7 +11,8 @@
  * were sampled (weights above 1: CUPTI's duty cycle leaves windows
  * unrecorded, and their gaps would read as idle), busy is where NVML saw
  * the process's utilisation (else its node's GPUs') at or above
- * ?threshold= percent. The answer says which source it used.
+ * ?threshold= percent. The answer says which source it used ("none" when
+ * there is neither: then no sample is called idle).
  *
  * The wall time is the process's span in the window: from its first
  * evidence (a CPU sample or a kernel) to its last, so that a short job in a
@@ -32,7 +33,10 @@
 #include "store/selector.h"
 #include "store/store.h"
 
-/* A kernel that started this long before the window may still run in it. */
+/*
+ * A kernel that started this long before the window may still run in it;
+ * an NVML point this old may still hold at its start.
+ */
 #define KERNEL_LOOKBACK_NS (10LL * 1000000000LL)
 #define MAX_KERNELS 2000000
 #define MAX_GAPS 5000
@@ -102,7 +106,7 @@ static int _nvml_flush(struct nvml *m)
 
 		if (i + 1 < m->n && m->ts[i + 1] < end)
 			end = m->ts[i + 1];
-		if (m->val[i] >= m->threshold) {
+		if (m->val[i] >= m->threshold && end > m->from) {
 			int err = busy_set__add(m->busy, m->ts[i] > m->from ? m->ts[i] : m->from,
 						end < m->to ? end : m->to);
 
@@ -162,8 +166,11 @@ static int _nvml_busy(struct request *r, struct nvml *m, const char *metric, con
 	sel = selector__parse(text, err, sizeof(err));
 	if (!sel)
 		return -EINVAL;
-	/* Raw points (step 0): the agent reads NVML about once a second. */
-	rc = store__metrics(r->srv->store, m->from, m->to, 0, sel, &v);
+	/*
+	 * Raw points (step 0): the agent reads NVML about once a second. The
+	 * point before the window holds into it.
+	 */
+	rc = store__metrics(r->srv->store, m->from - KERNEL_LOOKBACK_NS, m->to, 0, sel, &v);
 	if (!rc)
 		rc = _nvml_flush(m);
 	selector__free(sel);
@@ -176,6 +183,7 @@ struct idle {
 	size_t cursor;
 	uint64_t total, idle;
 	int64_t first, last;
+	bool unknown;
 };
 
 static int _sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t cpu,
@@ -190,7 +198,7 @@ static int _sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t
 		s->first = ts;
 	s->last = ts;
 	s->total += value;
-	if (busy_set__contains(s->busy, ts, &s->cursor))
+	if (s->unknown || busy_set__contains(s->busy, ts, &s->cursor))
 		return 0;
 	s->idle += value;
 	c = profile__intern_string(s->p, comm ? comm : "");
@@ -362,7 +370,12 @@ void routes__gpu_idle(struct request *r)
 			request__error(r, err == -ENOMEM ? 503 : 500, "store: %s", strerror(-err));
 			goto out;
 		}
-		if (m.points || src == SRC_NVML) {
+		if (!m.points && src == SRC_NVML) {
+			request__error(r, 404, "no NVML utilisation of process %lu or of its node's "
+				       "GPUs in this window", pid);
+			goto out;
+		}
+		if (m.points) {
 			busy_set__free(k.busy);
 			k.busy = m.busy;
 			m.busy = NULL;
@@ -371,6 +384,8 @@ void routes__gpu_idle(struct request *r)
 			source = k.n ? "kernels" : "none";
 		}
 	}
+	/* Nothing says when the GPU was busy: no sample is called idle. */
+	s.unknown = !strcmp(source, "none");
 	busy_set__finish(k.busy);
 	s.busy = k.busy;
 	err = store__samples(r->srv->store, from, to, sel, SAMPLE_CPU, 0, s.p, _sample, &s, NULL);
@@ -406,7 +421,7 @@ void routes__gpu_idle(struct request *r)
 		       (long long)from, (long long)to, pid, source, threshold,
 		       (long long)span_from, (long long)span_to, (long long)busy_ns,
 		       (long long)(span_ns - busy_ns));
-	if (span_ns > 0)
+	if (span_ns > 0 && !s.unknown)
 		strbuf__printf(&sb, "%.6f", (double)(span_ns - busy_ns) / (double)span_ns);
 	else
 		strbuf__puts(&sb, "null");
@@ -415,7 +430,7 @@ void routes__gpu_idle(struct request *r)
 		       "\"gaps\":[",
 		       (unsigned long long)s.total, (unsigned long long)s.idle,
 		       (unsigned long long)k.n, k.max_weight, (unsigned long long)m.points);
-	if (span_ns > 0)
+	if (span_ns > 0 && !s.unknown)
 		busy_set__gaps(k.busy, span_from, span_to, _gap, &g);
 	strbuf__printf(&sb, "],\"gaps_truncated\":%s,\"profile\":", g.truncated ? "true" : "false");
 	strbuf__append(&sb, fg.buf, fg.len);
