@@ -87,14 +87,13 @@ test('the timeline renders the GPU charts, CPU strips and kernel track on one ax
   assert.equal(kernels, ROUNDS);
   assert.ok(await page.locator('.cpu-strips canvas').isVisible());
   assert.ok((await page.locator('.cpu-strips canvas').boundingBox()).height > 20);
-  // One axis: the kernel track puts the first kernel's start where the
-  // samples chart puts that time.
+  // One axis: the GPU charts' plot areas start and end where the samples chart's does.
   const xs = await page.evaluate(() => {
-    const fw = window.__flamewatch, k = fw.kernelTrack.data.intervals[0];
     const over = document.querySelector('.samples-chart .u-over').getBoundingClientRect();
-    const u = fw.samples.plot;
-    return { chart: over.left + u.valToPos(k.start / 1e9, 'x'), util: document.querySelector('.gpu-chart-util .u-over').getBoundingClientRect().left - over.left };
+    const util = document.querySelector('.gpu-chart-util .u-over').getBoundingClientRect();
+    return { util: util.left - over.left, right: util.right - over.right };
   });
+  assert.ok(Math.abs(xs.right) < 1, `GPU chart plot area ends ${xs.right} px off`);
   assert.ok(Math.abs(xs.util) < 1, `GPU chart plot area offset ${xs.util} px`);
   await page.screenshot({ path: join(OUT, 'timeline.png'), fullPage: false });
 });
@@ -117,6 +116,10 @@ test('brushing the kernel track selects the window everywhere and the flame char
   const w = await page.evaluate(() => [window.__flamewatch.tchart.data.from / 1e9, window.__flamewatch.tchart.data.to / 1e9]);
   assert.ok(Math.abs(w[0] - sf) < 0.01 && Math.abs(w[1] - st) < 0.01, `flame chart window ${w} vs ${sf}..${st}`);
   assert.ok(w[1] - w[0] < before / 1e9 * 0.6);
+  // ... drawn on the page's axis: the flame chart's axis is the range of the charts.
+  const axis = await page.evaluate(() => window.__flamewatch.tchart.axis);
+  const range = await page.evaluate(() => window.__flamewatch.samples.plot.scales.x);
+  assert.ok(Math.abs(axis[0] - range.min) < 0.01 && Math.abs(axis[1] - range.max) < 0.01, `flame chart axis ${axis} vs ${range.min}..${range.max}`);
   // The samples chart and the GPU charts show the same selection.
   const sel = await page.evaluate(() => [...document.querySelectorAll('.u-select')].map((e) => Math.round(e.getBoundingClientRect().left)));
   assert.ok(sel.length >= 7 && new Set(sel).size === 1, `selections at ${sel}`);
@@ -126,11 +129,13 @@ test('brushing the kernel track selects the window everywhere and the flame char
 test('clicking a kernel shows its launching stack', async () => {
   await page.goBack();
   await loaded(await page.evaluate(() => document.body.dataset.loaded));
-  const x = await page.evaluate(() => {
-    const fw = window.__flamewatch, k = fw.kernelTrack.data.intervals[2];
+  await page.evaluate(() => window.scrollTo(0, 0));
+  // Other tests on this host may run cuda_chain too: one of ours.
+  const x = await page.evaluate((p) => {
+    const fw = window.__flamewatch, k = fw.kernelTrack.data.intervals.filter((i) => i.pid === p)[2];
     const over = document.querySelector('.samples-chart .u-over').getBoundingClientRect();
     return over.left + fw.samples.plot.valToPos((k.start + k.end) / 2e9, 'x');
-  });
+  }, pid);
   const box = await page.locator('.gpu-kernels canvas').boundingBox();
   await page.mouse.click(x, box.y + 14 + 5);
   await page.locator('.kernel-stack').waitFor({ state: 'visible' });
@@ -158,6 +163,7 @@ test('why is the GPU idle: one click from the timeline names the stall', async (
 });
 
 test('clicking a CPU strip segment filters to that process', async () => {
+  await page.evaluate(() => window.scrollTo(0, 0));
   // cuda_chain's longest time on a CPU, wherever it ran.
   const hit = await page.evaluate((p) => {
     const fw = window.__flamewatch, d = fw.strips.data;
@@ -166,8 +172,8 @@ test('clicking a CPU strip segment filters to that process', async () => {
     if (!best) return null;
     const over = document.querySelector('.samples-chart .u-over').getBoundingClientRect();
     const canvas = document.querySelector('.cpu-strips canvas').getBoundingClientRect();
-    const x = over.left + fw.samples.plot.valToPos(best.mid, 'x'), y = 14 + best.row * fw.strips.rowH + fw.strips.rowH / 2;
-    return { x, y: canvas.top + y, len: best.len, under: fw.strips.at(x - canvas.left, y) };
+    const x = Math.round(over.left + fw.samples.plot.valToPos(best.mid, 'x')), y = Math.round(14 + best.row * fw.strips.rowH + fw.strips.rowH / 2);
+    return { x, y: Math.round(canvas.top) + y, len: best.len, under: fw.strips.at(x - canvas.left, Math.round(canvas.top) + y - canvas.top) };
   }, pid);
   assert.ok(hit && hit.under, `a strip interval of cuda_chain: ${JSON.stringify(hit)}`);
   const prev = await page.evaluate(() => document.body.dataset.loaded);

@@ -1,9 +1,10 @@
 // The time-ordered flame chart: one lane per thread, consecutive samples of
 // one thread that share a stack prefix merge into one block per depth.
 // Written here rather than taken from flame-chart-js so that lanes and the
-// time axis are ours: the chart spans exactly the window it was asked for,
-// in the same columns as the charts above it (axis.ts), so that a moment
-// sits at the same x in every track. A drag selects a narrower window.
+// time axis are ours: the chart is drawn on the page's time axis (the range
+// of the charts above it, in the same columns: axis.ts), so that a moment
+// sits at the same x in every track; its samples are those of the selected
+// window, which is shaded. A drag selects a window, as on any track.
 import type { ChartJSON } from './api';
 import { Brush, plotColumns } from './axis';
 import { Palette, type ColorMode, basename } from './colors';
@@ -59,10 +60,14 @@ export class FlameChart {
     this.resetView();
   }
 
-  /* The whole window the data was asked for, not just where its samples are. */
+  /* The page's time axis, Unix seconds; null: the data's own window. */
+  axis: [number, number] | null = null;
+
+  /* The whole axis, not just where the samples are. */
   resetView(): void {
     if (!this.data) return;
-    this.vs = this.data.from; this.ve = this.data.to;
+    this.vs = this.axis ? this.axis[0] * 1e9 : this.data.from;
+    this.ve = this.axis ? this.axis[1] * 1e9 : this.data.to;
     this.render();
   }
 
@@ -174,6 +179,14 @@ export class FlameChart {
       if (s) ctx.fillText(s, x + 3, labels[j + 1] + ROW / 2);
     }
     ctx.restore();
+    // The selected window, when it is narrower than the axis.
+    if (this.data.from > this.vs || this.data.to < this.ve) {
+      const a = x0 + (this.data.from - this.vs) * scale, b = x0 + (this.data.to - this.vs) * scale;
+      ctx.fillStyle = 'rgba(192, 57, 43, .06)';
+      ctx.fillRect(a, AXIS, b - a, h - AXIS);
+      ctx.strokeStyle = '#c0392b';
+      ctx.beginPath(); ctx.moveTo(a + 0.5, AXIS); ctx.lineTo(a + 0.5, h); ctx.moveTo(b - 0.5, AXIS); ctx.lineTo(b - 0.5, h); ctx.stroke();
+    }
     const drag = this.brush?.dragPx;
     if (drag) {
       ctx.fillStyle = 'rgba(192, 57, 43, .15)';

@@ -51,12 +51,6 @@ app.innerHTML = `
 <div class="window-row"><span class="window-text"></span>
   <button class="zoom-sel" hidden>zoom to selection</button><button class="clear-sel" hidden>clear selection</button>
   <span class="gpu-procs"></span></div>
-<section class="timeline-page" hidden>
-  <div class="kernel-stack" hidden></div>
-  <div class="idle-slot"></div>
-  <h3 class="tchart-title">Flame chart of the window</h3>
-  <div class="tchart-slot"></div>
-</section>
 <div class="toolbar">
   <nav class="tabs">
     <button data-view="flame">Flame graph</button><button data-view="chart">Flame chart</button>
@@ -81,6 +75,12 @@ app.innerHTML = `
 <div class="breadcrumb"></div>
 <main class="views"></main>
 <div class="legend"></div>
+<section class="timeline-page" hidden>
+  <div class="kernel-stack" hidden></div>
+  <div class="idle-slot"></div>
+  <h3 class="tchart-title">Flame chart of the window</h3>
+  <div class="tchart-slot"></div>
+</section>
 <dialog class="token-dialog"><form method="dialog">
   <p>This flamewatch server needs a bearer token (its <code>--token</code> or <code>--read-token</code>).</p>
   <input class="token-input" type="password" placeholder="token" autocomplete="off">
@@ -383,8 +383,9 @@ function renderViews(): void {
 }
 
 async function loadChart(signal: AbortSignal): Promise<void> {
+  chart.axis = rangeNow();
   const key = JSON.stringify([apiParams(), state.color]);
-  if (key === chartKey && chartData) { chart.render(); return; }
+  if (key === chartKey && chartData) { chart.resetView(); return; }
   chartData = await getJSON<ChartJSON>(url('/api/v1/flamechart', apiParams()), signal);
   chartKey = key;
   chart.setData(chartData, state.color);
@@ -417,7 +418,7 @@ export async function load(): Promise<void> {
       getJSON<{ names: string[] }>(url('/api/v1/labels', { from: a.toFixed(0), to: b.toFixed(0) }), ac.signal),
       getJSON<ProfileJSON>(url('/api/v1/profile', apiParams({ max_nodes: state.mn })), ac.signal),
       ...tracksOf().map((t) => (same ? (t.select(ctx.selection), Promise.resolve(true)) : t.update(ctx))),
-      tl ? getJSON<ChartJSON>(url('/api/v1/flamechart', apiParams()), ac.signal).then((d) => { tchart.setData(d, state.color); }) : null,
+      tl ? getJSON<ChartJSON>(url('/api/v1/flamechart', apiParams()), ac.signal).then((d) => { tchart.axis = [a, b]; tchart.setData(d, state.color); }) : null,
       tl && state.gpu !== undefined ? idle.load(state.gpu, w.from, w.to, ac.signal).then((r) => { kernelTrack.idleGaps = r.gaps.map(([s, e]) => [s / 1e9, e / 1e9]); })
         : (kernelTrack.idleGaps = [], null),
     ]) as [{ names: string[] }, ProfileJSON, ...unknown[]];
