@@ -4,7 +4,7 @@
 // its wall time the GPU was idle (GET /api/v1/gpu/idle).
 import { getJSON, url, type ProfileJSON } from './api';
 import { FlameGraph } from './flamegraph';
-import { fromJSON, fmtValue, pct } from './profile';
+import { fromJSON, pct } from './profile';
 import { fmtDuration } from './state';
 
 export interface IdleJSON {
@@ -65,7 +65,7 @@ export class IdlePanel {
       : `pid ${pid}: GPU idle ${(j.idle_fraction * 100).toFixed(1)} % of its ${fmtDuration(span)} ` +
         `(${src}${j.source.startsWith('nvml') ? ` ${j.threshold} %` : ''}` +
         `${j.kernels.max_weight > 1 && j.source === 'kernels' ? `; kernels sampled 1 in ${j.kernels.max_weight}, so gaps overstate idle time` : ''}). ` +
-        `${fmtValue(j.samples.idle, j.profile.unit)} of its ${fmtValue(j.samples.total, j.profile.unit)} CPU samples ` +
+        `${j.samples.idle.toLocaleString()} of its ${j.samples.total.toLocaleString()} CPU samples ` +
         `(${pct(j.samples.idle, j.samples.total || 1)}) were taken while the GPU was idle:`;
     const t = fromJSON(j.profile);
     this.flame.setTree(t, 'binary');

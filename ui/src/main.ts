@@ -185,7 +185,7 @@ const tracksOf = (): Track[] => (state.page === 'timeline' ? allTracks : [sample
 q('.tracks').append(...allTracks.map((t) => t.el));
 let trackKey = '';
 const tchart = new FlameChart((sel) => selectWindow(sel));
-tchart.maxLanes = 12;
+tchart.maxLanes = 8;
 q('.tchart-slot').append(tchart.el);
 const idle = new IdlePanel(() => navigate({ gpu: undefined }));
 q('.idle-slot').append(idle.el);
