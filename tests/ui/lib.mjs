@@ -83,6 +83,23 @@ export async function launch() {
   });
 }
 
+/*
+ * Debian's Firefox ESR, headless, driven over WebDriver BiDi by
+ * puppeteer-core (playwright-core's own Firefox support needs its patched
+ * build, and its BiDi mode asks this ESR for commands it lacks).
+ */
+export async function launchFirefox() {
+  const { default: puppeteer } = await import(require.resolve('puppeteer-core'));
+  return puppeteer.launch({
+    browser: 'firefox',
+    executablePath: process.env.FIREFOX ?? '/usr/bin/firefox-esr',
+    headless: true,
+    timeout: 120000,
+    // Firefox refuses to start as root with another user's $HOME.
+    env: { ...process.env, HOME: mkdtempSync(join(tmpdir(), 'fw-ff-home-')) },
+  });
+}
+
 export function goPprofTop(file) {
   return execFileSync('go', ['tool', 'pprof', '-top', file], {
     encoding: 'utf8', env: { ...process.env, GOCACHE: join(BUILD, 'gocache'), HOME: process.env.HOME ?? tmpdir() },
