@@ -137,12 +137,12 @@ static int _nvml_point(void *ctx, int64_t ts, double avg, double max, uint32_t c
 	if (m->n == m->cap) {
 		size_t cap = m->cap ? m->cap * 2 : 1024;
 		int64_t *t = realloc(m->ts, cap * sizeof(*t));
+		double *v;
 
 		if (!t)
 			return -ENOMEM;
 		m->ts = t;
-		double *v = realloc(m->val, cap * sizeof(*v));
-
+		v = realloc(m->val, cap * sizeof(*v));
 		if (!v)
 			return -ENOMEM;
 		m->val = v;
