@@ -14,7 +14,7 @@
 # times. Leaves $OUT/fwdata.tar.gz (the SQLite data dir plus demo.json,
 # for bench/gpu/timeline_screenshot.mjs) and logs under $OUT.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 B=${1:-build}
 OUT=${OUT:-$(mktemp -d /tmp/fw-timeline.XXXXXX)}
 mkdir -p "$OUT"
@@ -24,11 +24,11 @@ rm -rf "$DATA"
 
 # --gpu-interval 100ms: NVML's utilisation is a 1/6 s average on recent
 # drivers, so the dip of a 1 s stall shows in several points.
-"$B/flamewatch" run --listen 127.0.0.1:$PORT --data "$DATA" -F 99 --interval 1s \
+"$B/flamewatch" run --listen "127.0.0.1:$PORT" --data "$DATA" -F 99 --interval 1s \
 	--gpu-interval 100ms > "$OUT/run.log" 2>&1 &
 RUN=$!
 trap 'kill -INT $RUN 2>/dev/null; wait $RUN 2>/dev/null' EXIT
-for i in $(seq 1 100); do
+for _ in $(seq 1 100); do
 	grep -q "profiling this host at" "$OUT/run.log" && break
 	kill -0 $RUN 2>/dev/null || { echo "flamewatch run exited:"; tail -n 20 "$OUT/run.log"; exit 1; }
 	sleep 0.3

@@ -78,6 +78,7 @@ test('the timeline renders the GPU charts, CPU strips and kernel track on one ax
   await page.goto(`${fw.url}/?page=timeline&from=${from}&to=${to}`);
   await loaded();
   assert.ok(!(await page.locator('.banner.error').isVisible()), await page.locator('.banner').textContent());
+  console.log(`timeline page: data loaded and drawn in ${await page.evaluate(() => document.body.dataset.loadMs)} ms`);
   const shown = await page.evaluate(() => window.__flamewatch.gpuCharts.shown);
   assert.deepEqual(shown, ['util', 'memory', 'clocks', 'power', 'temp', 'pcie']);
   // The power chart's limit is dashed; PCIe RX is drawn below zero.
