@@ -84,6 +84,18 @@ test('the timeline renders the GPU charts, CPU strips and kernel track on one ax
   // The power chart's limit is dashed; PCIe RX is drawn below zero.
   const series = await page.evaluate(() => window.__flamewatch.gpuCharts.el.querySelectorAll('.gpu-chart').length);
   assert.equal(series, 6);
+  // Utilisation: each GPU's line blue, the process's orange (80 % from the fake).
+  const lines = await page.evaluate(() => window.__flamewatch.gpuCharts.plots.map((u) =>
+    u.series.slice(1).map((s, i) => ({ label: s.label, stroke: s.stroke(u, i + 1), dash: s.dash ?? null,
+      min: Math.min(...u.data[i + 1].filter((v) => v != null)), max: Math.max(...u.data[i + 1].filter((v) => v != null)) }))));
+  const [util, , , power, , pcie] = lines;
+  const proc = util.find((l) => l.label.startsWith('cuda_chain'));
+  assert.ok(proc && proc.stroke === '#f28e2b' && proc.min === 80, JSON.stringify(util));
+  assert.ok(util.filter((l) => l.label.startsWith('node')).every((l) => /^#[0-9a-f]{6}$/.test(l.stroke) && parseInt(l.stroke.slice(5), 16) > parseInt(l.stroke.slice(1, 3), 16)), 'node lines are blue');
+  // Power: the limit dashed; PCIe: RX below zero, TX above.
+  assert.ok(power.find((l) => l.label.startsWith('limit')).dash, JSON.stringify(power));
+  assert.ok(pcie.filter((l) => l.label.startsWith('RX')).every((l) => l.max < 0), JSON.stringify(pcie));
+  assert.ok(pcie.filter((l) => l.label.startsWith('TX')).every((l) => l.min > 0), JSON.stringify(pcie));
   const kernels = await page.evaluate((p) => window.__flamewatch.kernelTrack.data.intervals.filter((k) => k.pid === p).length, pid);
   assert.equal(kernels, ROUNDS);
   assert.ok(await page.locator('.cpu-strips canvas').isVisible());

@@ -88,7 +88,7 @@ export const GPU_CHARTS: ChartDef[] = [
 
 export class GpuCharts implements Track {
   readonly el = document.createElement('div');
-  private plots: uPlot[] = [];
+  readonly plots: uPlot[] = [];
   private sel: [number, number] | null = null;
   private setting = false;
   /* The metric names seen last, for the tests and the empty state. */
@@ -109,7 +109,7 @@ export class GpuCharts implements Track {
       step: `${Math.round(stepS * 1000)}ms`,
     }), ctx.signal);
     for (const u of this.plots) u.destroy();
-    this.plots = [];
+    this.plots.length = 0;
     this.el.replaceChildren();
     this.shown = [];
     this.sel = ctx.selection;

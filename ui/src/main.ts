@@ -418,7 +418,7 @@ export async function load(): Promise<void> {
       getJSON<{ names: string[] }>(url('/api/v1/labels', { from: a.toFixed(0), to: b.toFixed(0) }), ac.signal),
       getJSON<ProfileJSON>(url('/api/v1/profile', apiParams({ max_nodes: state.mn })), ac.signal),
       ...tracksOf().map((t) => (same ? (t.select(ctx.selection), Promise.resolve(true)) : t.update(ctx))),
-      tl ? getJSON<ChartJSON>(url('/api/v1/flamechart', apiParams()), ac.signal).then((d) => { tchart.axis = [a, b]; tchart.setData(d, state.color); }) : null,
+      tl ? getJSON<ChartJSON>(url('/api/v1/flamechart', apiParams({ max_samples: 50000 })), ac.signal).then((d) => { tchart.axis = [a, b]; tchart.setData(d, state.color); }) : null,
       tl && state.gpu !== undefined ? idle.load(state.gpu, w.from, w.to, ac.signal).then((r) => { kernelTrack.idleGaps = r.gaps.map(([s, e]) => [s / 1e9, e / 1e9]); })
         : (kernelTrack.idleGaps = [], null),
     ]) as [{ names: string[] }, ProfileJSON, ...unknown[]];
