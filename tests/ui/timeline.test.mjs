@@ -208,10 +208,23 @@ test('the free-form range keeps what was typed in the URL', async () => {
   await loaded(prev);
   assert.equal(new URL(page.url()).searchParams.get('from'), 'now-1h30m');
   assert.match(await page.locator('.range-text').textContent(), /last 1h30m/);
+  // An absolute local time, kept as typed; the range starts there.
+  const abs = await page.evaluate((t) => {
+    const d = new Date(t * 1000), p = (n) => String(n).padStart(2, '0');
+    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+  }, Math.floor(gap[0]));
+  await page.locator('.from-input').fill(abs);
+  const prev2 = await page.evaluate(() => document.body.dataset.loaded);
+  await page.locator('.range-go').click();
+  await loaded(prev2);
+  assert.equal(new URL(page.url()).searchParams.get('from'), abs);
+  assert.ok((await page.locator('.range-text').textContent()).startsWith(abs), await page.locator('.range-text').textContent());
+  const x0 = await page.evaluate(() => window.__flamewatch.samples.plot.scales.x.min);
+  assert.equal(x0, Math.floor(gap[0]));
   await page.locator('.from-input').fill('yesterday-ish');
   await page.locator('.range-go').click();
   assert.match(await page.locator('.range-error').textContent(), /not a time/);
-  assert.equal(new URL(page.url()).searchParams.get('from'), 'now-1h30m');
+  assert.equal(new URL(page.url()).searchParams.get('from'), abs);
 });
 
 test('the timeline threw no errors', () => {

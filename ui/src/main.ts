@@ -120,9 +120,20 @@ function zoomBy(k: number): void {
 app.querySelectorAll<HTMLButtonElement>('.pages button').forEach((b) =>
   b.addEventListener('click', () => navigate({ page: b.dataset.page as State['page'] })));
 // Free-form range: kept in the URL as typed, so "now-1h" stays relative.
+// Unix seconds in the URL show as local times (with milliseconds, which
+// read back exactly); an input left as shown keeps the URL's value.
+function showTime(v: string): string {
+  if (!/^\d+(\.\d+)?$/.test(v)) return v;
+  const ms = Math.round((Number(v) % 1) * 1000);
+  return `${fmtTime(Math.floor(Number(v)))}${ms ? `.${String(ms).padStart(3, '0')}` : ''}`;
+}
+const typed = (el: string, cur: string) => {
+  const v = q<HTMLInputElement>(el).value.trim();
+  return v === showTime(cur) ? cur : v;
+};
 q('.range-form').addEventListener('submit', (e) => {
   e.preventDefault();
-  const f = q<HTMLInputElement>('.from-input').value.trim(), t = q<HTMLInputElement>('.to-input').value.trim() || 'now';
+  const f = typed('.from-input', state.from), t = typed('.to-input', state.to) || 'now';
   const now = Date.now() / 1000, a = parseTime(f, now), b = parseTime(t, now);
   const err = isNaN(a) ? `from: '${f}' is not a time` : isNaN(b) ? `to: '${t}' is not a time` : a >= b ? 'from must be before to' : '';
   q('.range-error').textContent = err;
@@ -328,8 +339,8 @@ function syncControls(): void {
   q('.timeline-page').hidden = !tl;
   for (const t of allTracks) if (!tl && t !== samples) t.el.hidden = true;
   idle.el.hidden = !tl || state.gpu === undefined;
-  if (document.activeElement !== q('.from-input')) q<HTMLInputElement>('.from-input').value = state.from;
-  if (document.activeElement !== q('.to-input')) q<HTMLInputElement>('.to-input').value = state.to;
+  if (document.activeElement !== q('.from-input')) q<HTMLInputElement>('.from-input').value = showTime(state.from);
+  if (document.activeElement !== q('.to-input')) q<HTMLInputElement>('.to-input').value = showTime(state.to);
   const sel = state.sf !== undefined;
   q('.zoom-sel').hidden = !sel; q('.clear-sel').hidden = !sel;
   const w = window_();
