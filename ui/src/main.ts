@@ -33,8 +33,8 @@ app.innerHTML = `
     <button class="zoom-in" title="zoom in (half the range)">+</button>
     <span class="range-text"></span>
     <form class="range-form" title="now, now-15m, now-1h30m, Unix seconds or 2026-12-02 20:15 (local time)">
-      <input class="from-input" size="17" spellcheck="false" aria-label="from"> →
-      <input class="to-input" size="17" spellcheck="false" aria-label="to">
+      <input class="from-input" size="21" spellcheck="false" aria-label="from"> →
+      <input class="to-input" size="21" spellcheck="false" aria-label="to">
       <button class="range-go">go</button><span class="range-error"></span>
     </form>
     <button class="refresh" title="reload">↻</button>
