@@ -23,7 +23,8 @@ def get(path, **params):
         return r.read().decode()
 
 win = {"from": f"{frm:.3f}", "to": f"{to:.3f}"}
-idle = json.loads(get("/api/v1/gpu/idle", pid=pid, **win))
+# Gaps under 50 ms (between kernels launched back to back) are not listed.
+idle = json.loads(get("/api/v1/gpu/idle", pid=pid, min_gap="50ms", **win))
 open(f"{out}/gpu_idle.json", "w").write(json.dumps(idle))
 open(f"{out}/gpu_idle.folded", "w").write(get("/api/v1/gpu/idle", pid=pid, format="folded", **win))
 stall_s = sum(e - s for s, e in log["stalls"]) / 1e9
@@ -50,9 +51,36 @@ while True:
 py = [(name, share) for name, kind, share in path if kind == 3]
 print("GPU-idle flame graph, Python frames on its heaviest path: " +
       (" > ".join(f"{name} {share:.0%}" for name, share in py) or "(none)"))
+
+def shares(folded):
+    """Each function's share of the samples whose stack holds it."""
+    per, total = {}, 0
+    for line in folded.splitlines():
+        stack, _, cnt = line.rpartition(" ")
+        if not stack:
+            continue
+        total += int(cnt)
+        for f in set(stack.split(";")[1:]):
+            per[f] = per.get(f, 0) + int(cnt)
+    return {f: c / max(total, 1) for f, c in per.items()}
+
+idle_sh = shares(open(f"{out}/gpu_idle.folded").read())
+all_sh = shares(get("/api/v1/profile", query='{pid="%d"}' % pid, format="folded", **win))
+# The stalling function: the outermost Python frame on the heavy path that
+# holds most idle samples and is over-represented in them against all of
+# the process's samples (main holds everything in both; load_batch does
+# not). Else the deepest Python frame holding half the idle samples.
+# (Native frames stand in when the process has no Python frames.)
+cands = py or [(name, share) for name, _, share in path]
+top = next(((name, share) for name, share in cands if share >= 0.5 and
+            idle_sh.get(name, 0) >= 1.5 * all_sh.get(name, 1)), None)
+if top:
+    print(f"top function: {top[0]} ({idle_sh.get(top[0], 0):.0%} of the GPU-idle samples, "
+          f"{all_sh.get(top[0], 0):.0%} of all the process's CPU samples)")
 print("its heaviest path's last frames: " + " > ".join(f"{name} {share:.0%}" for name, _, share in path[-6:]))
-print("top function (deepest Python frame holding half the idle samples): " +
-      next((name for name, share in reversed(py) if share >= 0.5), "(none)"))
+if not top:
+    print("top function (deepest Python frame holding half the idle samples): " +
+          next((name for name, share in reversed(py) if share >= 0.5), "(none)"))
 
 # NVML utilisation of the busiest GPU, every point.
 m = json.loads(get("/api/v1/gpu/metrics", query="flamewatch_gpu_utilization_percent", step="0",

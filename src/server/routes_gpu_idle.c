@@ -32,6 +32,7 @@
 #include "server/request.h"
 #include "store/selector.h"
 #include "store/store.h"
+#include "store/timeparse.h"
 
 /*
  * A kernel that started this long before the window may still run in it;
@@ -209,6 +210,7 @@ static int _sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t
 
 struct gaps_out {
 	struct strbuf *sb;
+	int64_t min;
 	uint32_t n;
 	bool truncated;
 };
@@ -217,6 +219,8 @@ static int _gap(void *ctx, int64_t start, int64_t end)
 {
 	struct gaps_out *g = ctx;
 
+	if (end - start < g->min)
+		return 0;
 	if (g->n == MAX_GAPS) {
 		g->truncated = true;
 		return 1;
@@ -227,9 +231,10 @@ static int _gap(void *ctx, int64_t start, int64_t end)
 }
 
 static int _params(struct request *r, unsigned long *pid, enum idle_source *src,
-		   double *threshold, unsigned long *max_nodes, bool *folded)
+		   double *threshold, unsigned long *max_nodes, bool *folded, int64_t *min_gap)
 {
 	const char *v = request__param(r, "pid"), *s = request__param(r, "source");
+	const char *mg = request__param(r, "min_gap");
 	const char *t = request__param(r, "threshold"), *f = request__param(r, "format");
 	const char *mn = request__param(r, "max_nodes");
 	char *end;
@@ -266,6 +271,10 @@ static int _params(struct request *r, unsigned long *pid, enum idle_source *src,
 				       mn);
 			return -1;
 		}
+	}
+	if (mg && (duration__parse(mg, min_gap) || *min_gap < 0)) {
+		request__error(r, 400, "min_gap: '%s' is not a duration (1ms, 0s)", mg);
+		return -1;
 	}
 	*folded = false;
 	if (f && !strcmp(f, "folded")) {
@@ -311,14 +320,21 @@ void routes__gpu_idle(struct request *r)
 	char inner[256], text[300], err_text[256];
 	unsigned long pid, max_nodes;
 	enum idle_source src;
-	int64_t from, to, span_from, span_to, busy_ns, span_ns;
+	int64_t from, to, span_from, span_to, busy_ns, span_ns, min_gap = -1;
 	double threshold;
 	bool folded;
 	int err;
 
 	if (request__window(r, &from, &to) ||
-	    _params(r, &pid, &src, &threshold, &max_nodes, &folded))
+	    _params(r, &pid, &src, &threshold, &max_nodes, &folded, &min_gap))
 		goto out;
+	/*
+	 * Kernels launched back to back leave gaps of microseconds between
+	 * them: listed, they would crowd out the gaps that matter. By default
+	 * only those at least 1/2000 of the window long are listed (about a
+	 * pixel on a wide screen); the idle time counts every gap.
+	 */
+	g.min = min_gap >= 0 ? min_gap : (to - from) / 2000;
 	if (node && (!node[0] || strpbrk(node, "\"\\\n"))) {
 		request__error(r, 400, "node: '%s' is not a node name", node);
 		goto out;
@@ -432,7 +448,8 @@ void routes__gpu_idle(struct request *r)
 		       (unsigned long long)k.n, k.max_weight, (unsigned long long)m.points);
 	if (span_ns > 0 && !s.unknown)
 		busy_set__gaps(k.busy, span_from, span_to, _gap, &g);
-	strbuf__printf(&sb, "],\"gaps_truncated\":%s,\"profile\":", g.truncated ? "true" : "false");
+	strbuf__printf(&sb, "],\"gaps_min_ns\":%lld,\"gaps_truncated\":%s,\"profile\":",
+		       (long long)g.min, g.truncated ? "true" : "false");
 	strbuf__append(&sb, fg.buf, fg.len);
 	strbuf__putc(&sb, '}');
 	if (sb.oom) {

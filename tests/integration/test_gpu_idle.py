@@ -114,6 +114,13 @@ def test_kernel_gaps_name_the_stall(gap_run):
     assert sum(folded.values()) == s["idle"]
     assert _share(folded, "load_batch_stall") > 0.85, folded
     assert _share(folded, "wait_for_gpu") < 0.1, folded
+    # Gaps shorter than min_gap are not listed; the idle time still counts them.
+    assert doc["gaps_min_ns"] == int((to - frm) * 1e9) // 2000 or abs(
+        doc["gaps_min_ns"] - (to - frm) * 1e9 / 2000) < 2, doc["gaps_min_ns"]
+    none = _idle(client, pid, frm, to, min_gap="1s").json()
+    assert none["gaps"] == [] and none["idle_fraction"] == doc["idle_fraction"], none["gaps"]
+    every = _idle(client, pid, frm, to, min_gap="0s").json()
+    assert len(every["gaps"]) >= len(doc["gaps"]), (every["gaps"], doc["gaps"])
     # The JSON flame graph holds the same samples.
     prof = doc["profile"]
     assert prof["total"] == s["idle"]
@@ -141,6 +148,7 @@ def test_bad_input_is_a_clear_400(gap_run):
                         ({"pid": str(pid), "source": "gpu"}, "source"),
                         ({"pid": str(pid), "threshold": "101"}, "threshold"),
                         ({"pid": str(pid), "format": "pprof"}, "format"),
+                        ({"pid": str(pid), "min_gap": "soon"}, "min_gap"),
                         ({"pid": str(pid), "node": 'a"b'}, "node"),
                         ({"pid": str(pid), "from": "yesterday"}, "from")]:
         r = client.get("/api/v1/gpu/idle", params)
