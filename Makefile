@@ -309,7 +309,7 @@ system: $(BUILD)/flamewatch $(CUDA_LIB) workloads fakes
 	$(Q)/usr/bin/python3 -m pytest -q tests/integration
 
 # The web UI in headless Chromium against the real `flamewatch run` (root: BPF).
-ui-test: $(BUILD)/flamewatch workloads
+ui-test: $(BUILD)/flamewatch workloads fakes
 	$(Q)node --test --test-concurrency=1 tests/ui/
 
 # Not a test: flame graph render time for 100k nodes (tests/ui/bench.mjs).

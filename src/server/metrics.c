@@ -19,6 +19,7 @@ static const char *const _route_names[ROUTE_MAX] = {
 	[ROUTE_STATIC] = "static",
 	[ROUTE_GPU_KERNELS] = "gpu_kernels",
 	[ROUTE_GPU_KERNELS_TOP] = "gpu_kernels_top",
+	[ROUTE_GPU_IDLE] = "gpu_idle",
 	[ROUTE_OTHER] = "other",
 };
 

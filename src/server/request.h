@@ -67,6 +67,8 @@ void routes__profile(struct request *r);
 /* GPU activity intervals and the kernel table (routes_gpu_kernels.c). */
 void routes__gpu_kernels(struct request *r);
 void routes__gpu_kernels_top(struct request *r);
+/* CPU samples of a process while its GPU was idle (routes_gpu_idle.c). */
+void routes__gpu_idle(struct request *r);
 void routes__flamechart(struct request *r);
 void routes__series(struct request *r);
 void routes__labels(struct request *r);

@@ -250,6 +250,9 @@ static void _dispatch(struct evhttp_request *req, void *arg)
 	} else if (!strcmp(path, "/api/v1/gpu/kernels/top")) {
 		r.route = ROUTE_GPU_KERNELS_TOP;
 		routes__gpu_kernels_top(&r);
+	} else if (!strcmp(path, "/api/v1/gpu/idle")) {
+		r.route = ROUTE_GPU_IDLE;
+		routes__gpu_idle(&r);
 	} else if (!strcmp(path, "/api/v1/flamechart")) {
 		r.route = ROUTE_FLAMECHART;
 		routes__flamechart(&r);

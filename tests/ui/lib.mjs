@@ -27,23 +27,24 @@ export function freePort() {
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/* Starts `flamewatch run`; returns { url, proc, dir, stop() }. */
-export async function startRun(extra = []) {
-  return start('run', ['-F', '99', '--interval', '1s', ...extra]);
+/* Starts `flamewatch run`; returns { url, proc, dir, log, stop() }. */
+export async function startRun(extra = [], env = process.env) {
+  return start('run', ['-F', '99', '--interval', '1s', ...extra], env);
 }
 
 /* Starts `flamewatch server` alone (no agent, so nothing else on its loop). */
-export async function startServer(extra = []) {
-  return start('server', extra);
+export async function startServer(extra = [], env = process.env, dataDir = null) {
+  return start('server', extra, env, dataDir);
 }
 
-async function start(cmd, extra) {
-  const dir = mkdtempSync(join(tmpdir(), 'fw-ui-'));
+async function start(cmd, extra, env = process.env, dataDir = null) {
+  const dir = dataDir ?? mkdtempSync(join(tmpdir(), 'fw-ui-'));
   const port = await freePort();
-  const log = openSync(join(OUT, `${cmd}-${port}.log`), 'w');
+  const logPath = join(OUT, `${cmd}-${port}.log`);
+  const log = openSync(logPath, 'w');
   const proc = spawn(join(BUILD, 'flamewatch'),
     [cmd, '--listen', `127.0.0.1:${port}`, '--data', dir, ...extra],
-    { stdio: ['ignore', log, log] });
+    { stdio: ['ignore', log, log], env });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 200; i++) {
     if (proc.exitCode !== null) throw new Error(`flamewatch ${cmd} exited ${proc.exitCode}; see ${OUT}/${cmd}-${port}.log`);
@@ -51,12 +52,12 @@ async function start(cmd, extra) {
     await sleep(100);
   }
   return {
-    url, proc, dir,
+    url, proc, dir, log: logPath,
     async stop() {
       proc.kill('SIGINT');
       for (let i = 0; i < 50 && proc.exitCode === null; i++) await sleep(100);
       if (proc.exitCode === null) proc.kill('SIGKILL');
-      rmSync(dir, { recursive: true, force: true });
+      if (!dataDir) rmSync(dir, { recursive: true, force: true });
     },
   };
 }
@@ -79,6 +80,23 @@ export async function launch() {
     headless: true,
     // CI runs as root, where Chromium's sandbox cannot start.
     args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'],
+  });
+}
+
+/*
+ * Debian's Firefox ESR, headless, driven over WebDriver BiDi by
+ * puppeteer-core (playwright-core's own Firefox support needs its patched
+ * build, and its BiDi mode asks this ESR for commands it lacks).
+ */
+export async function launchFirefox() {
+  const { default: puppeteer } = await import(require.resolve('puppeteer-core'));
+  return puppeteer.launch({
+    browser: 'firefox',
+    executablePath: process.env.FIREFOX ?? '/usr/bin/firefox-esr',
+    headless: true,
+    timeout: 120000,
+    // Firefox refuses to start as root with another user's $HOME.
+    env: { ...process.env, HOME: mkdtempSync(join(tmpdir(), 'fw-ff-home-')) },
   });
 }
 

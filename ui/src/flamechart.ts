@@ -1,9 +1,12 @@
 // The time-ordered flame chart: one lane per thread, consecutive samples of
 // one thread that share a stack prefix merge into one block per depth.
 // Written here rather than taken from flame-chart-js so that lanes and the
-// time axis are ours: GPU kernel and CPU tracks can later be drawn on the
-// same axis (see timeline.ts). Wheel zooms around the mouse, drag pans.
+// time axis are ours: the chart is drawn on the page's time axis (the range
+// of the charts above it, in the same columns: axis.ts), so that a moment
+// sits at the same x in every track; its samples are those of the selected
+// window, which is shaded. A drag selects a window, as on any track.
 import type { ChartJSON } from './api';
+import { Brush, plotColumns } from './axis';
 import { Palette, type ColorMode, basename } from './colors';
 import { KIND_NAMES } from './profile';
 import { fmtDuration, fmtTime } from './state';
@@ -20,35 +23,31 @@ export class FlameChart {
   readonly el = document.createElement('div');
   private canvas = document.createElement('canvas');
   private tip = document.createElement('div');
-  private data: ChartJSON | null = null;
+  data: ChartJSON | null = null;
   private lanes: Lane[] = [];
   private palette = new Palette();
   private frameColor: Int32Array = new Int32Array(0);
   private match: Uint8Array | null = null;
   private vs = 0; private ve = 1;   // visible window, ns
-  private drag: { x: number; vs: number; ve: number } | null = null;
   lastRenderMs = 0;
   maxLanes = 64;
 
-  constructor() {
+  private brush: Brush;
+
+  constructor(onSelect: (sel: [number, number]) => void = () => {}) {
     this.el.className = 'flamechart';
     this.tip.className = 'tooltip';
     this.el.append(this.canvas, this.tip);
-    this.canvas.addEventListener('wheel', (e) => {
-      e.preventDefault();
-      const r = this.canvas.getBoundingClientRect();
-      const f = (e.clientX - r.left) / r.width, span = this.ve - this.vs;
-      const k = e.deltaY > 0 ? 1.25 : 0.8;
-      const at = this.vs + f * span, ns = Math.max(span * k, 1e5);
-      this.vs = at - f * ns; this.ve = this.vs + ns;
-      this.render();
-    }, { passive: false });
-    this.canvas.addEventListener('mousedown', (e) => { this.drag = { x: e.clientX, vs: this.vs, ve: this.ve }; });
-    window.addEventListener('mouseup', () => { this.drag = null; });
+    this.brush = new Brush(this.canvas, (x) => this.timeAt(x) / 1e9, onSelect, () => {}, () => this.render());
     this.canvas.addEventListener('mousemove', (e) => this.onMove(e));
     this.canvas.addEventListener('mouseleave', () => { this.tip.style.display = 'none'; });
-    this.canvas.addEventListener('dblclick', () => this.resetView());
     new ResizeObserver(() => this.render()).observe(this.el);
+  }
+
+  /* ns at x (CSS px from the canvas's left edge). */
+  private timeAt(x: number): number {
+    const c = plotColumns(this.canvas);
+    return this.vs + ((x - c.left) / c.width) * (this.ve - this.vs);
   }
 
   setData(d: ChartJSON, mode: ColorMode): void {
@@ -61,17 +60,14 @@ export class FlameChart {
     this.resetView();
   }
 
+  /* The page's time axis, Unix seconds; null: the data's own window. */
+  axis: [number, number] | null = null;
+
+  /* The whole axis, not just where the samples are. */
   resetView(): void {
     if (!this.data) return;
-    // Start on the part of the window that has samples.
-    let lo = Infinity, hi = -Infinity;
-    for (const l of this.lanes) for (const r of l.rows) if (r.length) {
-      lo = Math.min(lo, r[0]);
-      for (let j = 1; j < r.length; j += 3) hi = Math.max(hi, r[j]);
-    }
-    if (!isFinite(lo) || hi <= lo) { lo = this.data.from; hi = this.data.to; }
-    const pad = (hi - lo) * 0.02;
-    this.vs = lo - pad; this.ve = hi + pad;
+    this.vs = this.axis ? this.axis[0] * 1e9 : this.data.from;
+    this.ve = this.axis ? this.axis[1] * 1e9 : this.data.to;
     this.render();
   }
 
@@ -133,14 +129,15 @@ export class FlameChart {
     if (!this.data) return;
     ctx.font = '11px ui-monospace, "DejaVu Sans Mono", monospace';
     const charW = ctx.measureText('mmmmmmmmmm').width / 10;
-    const scale = w / (this.ve - this.vs);
+    const cols = plotColumns(c), x0 = cols.left;
+    const scale = cols.width / (this.ve - this.vs);
     // Time axis.
     ctx.fillStyle = '#555'; ctx.strokeStyle = '#ddd'; ctx.textBaseline = 'middle';
     const span = (this.ve - this.vs) / 1e9;
     const steps = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600];
-    const step = steps.find((s) => span / s <= w / 110) ?? 7200;
+    const step = steps.find((s) => span / s <= cols.width / 110) ?? 7200;
     for (let tt = Math.ceil(this.vs / 1e9 / step) * step; tt * 1e9 < this.ve; tt += step) {
-      const x = (tt * 1e9 - this.vs) * scale;
+      const x = x0 + (tt * 1e9 - this.vs) * scale;
       ctx.beginPath(); ctx.moveTo(x + 0.5, AXIS - 4); ctx.lineTo(x + 0.5, h); ctx.stroke();
       ctx.fillText(step >= 1 ? fmtTime(tt).slice(11) : `+${fmtDuration(tt - Math.floor(this.vs / 1e9))}`, x + 3, AXIS / 2);
     }
@@ -155,7 +152,7 @@ export class FlameChart {
         const y = top + HEAD + d * ROW;
         for (let j = 0; j < r.length; j += 3) {
           if (r[j + 1] < this.vs || r[j] > this.ve) continue;
-          const x = (r[j] - this.vs) * scale, bw = (r[j + 1] - r[j]) * scale;
+          const x = x0 + (r[j] - this.vs) * scale, bw = (r[j + 1] - r[j]) * scale;
           if (bw < 0.3) continue;
           const f = r[j + 2];
           rects[this.frameColor[f] + (this.match && !this.match[f] ? ncol : 0)].push(x, y, bw);
@@ -163,6 +160,8 @@ export class FlameChart {
         }
       });
     });
+    ctx.save();
+    ctx.beginPath(); ctx.rect(x0, 0, cols.width, h); ctx.clip();
     for (let k = 0; k < rects.length; k++) {
       const r = rects[k];
       if (!r.length) continue;
@@ -173,11 +172,25 @@ export class FlameChart {
     }
     ctx.fillStyle = '#1d1d1f';
     for (let j = 0; j < labels.length; j += 4) {
-      const x = Math.max(labels[j], 0), bw = labels[j + 2] - (x - labels[j]);
-      const max = Math.floor((Math.min(bw, w - x) - 6) / charW);
+      const x = Math.max(labels[j], x0), bw = labels[j + 2] - (x - labels[j]);
+      const max = Math.floor((Math.min(bw, x0 + cols.width - x) - 6) / charW);
       let s = this.data.frames[labels[j + 3]][0];
       if (s.length > max) s = max > 2 ? s.slice(0, max - 1) + '…' : '';
       if (s) ctx.fillText(s, x + 3, labels[j + 1] + ROW / 2);
+    }
+    ctx.restore();
+    // The selected window, when it is narrower than the axis.
+    if (this.data.from > this.vs || this.data.to < this.ve) {
+      const a = x0 + (this.data.from - this.vs) * scale, b = x0 + (this.data.to - this.vs) * scale;
+      ctx.fillStyle = 'rgba(192, 57, 43, .06)';
+      ctx.fillRect(a, AXIS, b - a, h - AXIS);
+      ctx.strokeStyle = '#c0392b';
+      ctx.beginPath(); ctx.moveTo(a + 0.5, AXIS); ctx.lineTo(a + 0.5, h); ctx.moveTo(b - 0.5, AXIS); ctx.lineTo(b - 0.5, h); ctx.stroke();
+    }
+    const drag = this.brush?.dragPx;
+    if (drag) {
+      ctx.fillStyle = 'rgba(192, 57, 43, .15)';
+      ctx.fillRect(drag[0], 0, drag[1] - drag[0], h);
     }
     if (this.lanes.length > lanes.length) {
       ctx.fillStyle = '#777';
@@ -189,13 +202,8 @@ export class FlameChart {
   private onMove(e: MouseEvent): void {
     const r = this.canvas.getBoundingClientRect();
     const px = e.clientX - r.left, py = e.clientY - r.top;
-    if (this.drag) {
-      const dt = ((this.drag.x - e.clientX) / r.width) * (this.drag.ve - this.drag.vs);
-      this.vs = this.drag.vs + dt; this.ve = this.drag.ve + dt;
-      this.render();
-      return;
-    }
-    const tns = this.vs + (px / r.width) * (this.ve - this.vs);
+    if (this.brush.dragPx) { this.tip.style.display = 'none'; return; }
+    const tns = this.timeAt(px);
     let hit: { f: number; s: number; e: number; lane: Lane } | null = null;
     const lanes = this.lanes.slice(0, this.maxLanes);
     for (let li = 0; li < lanes.length && !hit; li++) {

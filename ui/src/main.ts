@@ -8,9 +8,13 @@ import { FlameGraph } from './flamegraph';
 import { LabelInput } from './labels';
 import { type Tree, applyFilters, findPath, fromJSON, pathOf, fmtValue, pct, safeRegExp } from './profile';
 import { SandwichView } from './sandwich';
-import { type State, DEFAULTS, encode, fmtDuration, fmtTime, read, resolveTime } from './state';
+import { type State, DEFAULTS, encode, fmtDuration, fmtTime, parseTime, read, resolveTime } from './state';
 import { FunctionTable } from './table';
-import { SamplesChart, type Track } from './timeline';
+import { SamplesChart, type TimeContext, type Track } from './timeline';
+import { GpuCharts } from './gpucharts';
+import { CpuStrips } from './strips';
+import { KernelTrack, type KernelJSON, type KernelsJSON } from './kernels';
+import { IdlePanel } from './idle';
 
 const $ = <T extends HTMLElement>(html: string): T => {
   const t = document.createElement('template'); t.innerHTML = html.trim(); return t.content.firstElementChild as T;
@@ -22,11 +26,17 @@ const app = document.getElementById('app')!;
 app.innerHTML = `
 <header>
   <a class="logo" href="/">flamewatch</a>
+  <nav class="pages"><button data-page="profile">Profile</button><button data-page="timeline">Timeline</button></nav>
   <div class="range">
     <span class="presets"></span>
     <button class="zoom-out" title="zoom out (twice the range)">−</button>
     <button class="zoom-in" title="zoom in (half the range)">+</button>
     <span class="range-text"></span>
+    <form class="range-form" title="now, now-15m, now-1h30m, Unix seconds or 2026-12-02 20:15 (local time)">
+      <input class="from-input" size="21" spellcheck="false" aria-label="from"> →
+      <input class="to-input" size="21" spellcheck="false" aria-label="to">
+      <button class="range-go">go</button><span class="range-error"></span>
+    </form>
     <button class="refresh" title="reload">↻</button>
   </div>
   <button class="token-btn" title="bearer token">token</button>
@@ -39,7 +49,8 @@ app.innerHTML = `
 <div class="banner" hidden></div>
 <section class="tracks"></section>
 <div class="window-row"><span class="window-text"></span>
-  <button class="zoom-sel" hidden>zoom to selection</button><button class="clear-sel" hidden>clear selection</button></div>
+  <button class="zoom-sel" hidden>zoom to selection</button><button class="clear-sel" hidden>clear selection</button>
+  <span class="gpu-procs"></span></div>
 <div class="toolbar">
   <nav class="tabs">
     <button data-view="flame">Flame graph</button><button data-view="chart">Flame chart</button>
@@ -64,6 +75,12 @@ app.innerHTML = `
 <div class="breadcrumb"></div>
 <main class="views"></main>
 <div class="legend"></div>
+<section class="timeline-page" hidden>
+  <div class="kernel-stack" hidden></div>
+  <div class="idle-slot"></div>
+  <h3 class="tchart-title">Flame chart of the window</h3>
+  <div class="tchart-slot"></div>
+</section>
 <dialog class="token-dialog"><form method="dialog">
   <p>This flamewatch server needs a bearer token (its <code>--token</code> or <code>--read-token</code>).</p>
   <input class="token-input" type="password" placeholder="token" autocomplete="off">
@@ -72,6 +89,7 @@ app.innerHTML = `
 </form></dialog>`;
 
 const q = <T extends HTMLElement = HTMLElement>(sel: string) => app.querySelector(sel) as T;
+const profileOnly = ['.toolbar', '.filters', '.breadcrumb', '.views', '.legend'];
 const banner = q('.banner'), notice = q('.notice'), views = q('.views');
 
 // ---- navigation ------------------------------------------------------------
@@ -99,6 +117,28 @@ function zoomBy(k: number): void {
   const to = Math.min(mid + half, now);
   navigate({ from: (to - 2 * half).toFixed(3), to: to >= now - 1 ? 'now' : to.toFixed(3), sf: undefined, st: undefined });
 }
+app.querySelectorAll<HTMLButtonElement>('.pages button').forEach((b) =>
+  b.addEventListener('click', () => navigate({ page: b.dataset.page as State['page'] })));
+// Free-form range: kept in the URL as typed, so "now-1h" stays relative.
+// Unix seconds in the URL show as local times (with milliseconds, which
+// read back exactly); an input left as shown keeps the URL's value.
+function showTime(v: string): string {
+  if (!/^\d+(\.\d+)?$/.test(v)) return v;
+  const ms = Math.round((Number(v) % 1) * 1000);
+  return `${fmtTime(Math.floor(Number(v)))}${ms ? `.${String(ms).padStart(3, '0')}` : ''}`;
+}
+const typed = (el: string, cur: string) => {
+  const v = q<HTMLInputElement>(el).value.trim();
+  return v === showTime(cur) ? cur : v;
+};
+q('.range-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const f = typed('.from-input', state.from), t = typed('.to-input', state.to) || 'now';
+  const now = Date.now() / 1000, a = parseTime(f, now), b = parseTime(t, now);
+  const err = isNaN(a) ? `from: '${f}' is not a time` : isNaN(b) ? `to: '${t}' is not a time` : a >= b ? 'from must be before to' : '';
+  q('.range-error').textContent = err;
+  if (!err) navigate({ from: f, to: t, sf: undefined, st: undefined });
+});
 q('.zoom-out').addEventListener('click', () => zoomBy(2));
 q('.zoom-in').addEventListener('click', () => zoomBy(0.5));
 q('.refresh').addEventListener('click', () => void load());
@@ -142,19 +182,76 @@ dialog.addEventListener('close', () => {
 q('.token-btn').addEventListener('click', askToken);
 
 // ---- tracks on the shared time axis ----------------------------------------
-const samples = new SamplesChart((sel) => {
+const selectWindow = (sel: [number, number] | null) => {
   if (!sel) return;
   navigate({ sf: +sel[0].toFixed(3), st: +sel[1].toFixed(3) });
-});
-const tracks: Track[] = [samples];
-q('.tracks').append(...tracks.map((t) => t.el));
+};
+const samples = new SamplesChart(selectWindow);
+const gpuCharts = new GpuCharts(selectWindow);
+const strips = new CpuStrips(selectWindow, (p) => navigate({ q: p.pid ? `{pid="${p.pid}"}` : `{comm="${p.comm.replace(/["\\]/g, '\\$&')}"}` }));
+const kernelTrack = new KernelTrack(selectWindow, (k, d) => showKernelStack(k, d));
+// The profile page shows the samples chart; the timeline shows every track.
+const allTracks: Track[] = [samples, gpuCharts, strips, kernelTrack];
+const tracksOf = (): Track[] => (state.page === 'timeline' ? allTracks : [samples]);
+q('.tracks').append(...allTracks.map((t) => t.el));
+let trackKey = '';
+const tchart = new FlameChart((sel) => selectWindow(sel));
+tchart.maxLanes = 8;
+q('.tchart-slot').append(tchart.el);
+const idle = new IdlePanel(() => navigate({ gpu: undefined }));
+q('.idle-slot').append(idle.el);
+
+function showKernelStack(k: KernelJSON, d: KernelsJSON): void {
+  const box = q('.kernel-stack');
+  box.hidden = false;
+  box.innerHTML = '';
+  const head = $<HTMLDivElement>('<div class="ks-head"></div>');
+  head.textContent = `${k.name} — ${k.kind}, ${fmtDuration((k.end - k.start) / 1e9)} on gpu ${k.device} stream ${k.stream}, launched by ${k.comm} (pid ${k.pid}):`;
+  const close = $<HTMLButtonElement>('<button title="close">×</button>');
+  close.addEventListener('click', () => { box.hidden = true; });
+  head.append(' ', close);
+  const list = document.createElement('ol');
+  list.className = 'ks-frames';
+  const frames = k.stack === null ? [] : (d.stacks[k.stack] ?? []).map((f) => d.frames[f]).reverse();
+  for (const f of frames) {
+    const li = document.createElement('li');
+    li.textContent = f.name;
+    const bin = document.createElement('span');
+    bin.className = 'ks-bin';
+    bin.textContent = ` ${f.binary} ${f.kind}`;
+    li.append(bin);
+    list.append(li);
+  }
+  if (!frames.length) list.append('no launching stack (the launch was not seen: sampled out, or before the agent attached)');
+  box.append(head, list);
+}
+
+/* One button per process that uses a GPU in the window: "why is the GPU idle?". */
+function drawGpuProcs(): void {
+  const box = q('.gpu-procs');
+  box.innerHTML = '';
+  if (state.page !== 'timeline') return;
+  const procs = new Map<number, string>();
+  for (const k of kernelTrack.data?.intervals ?? []) if (k.pid && !procs.has(k.pid)) procs.set(k.pid, k.comm);
+  for (const [pid, comm] of gpuCharts.procs) if (!procs.has(pid)) procs.set(pid, comm);
+  if (!procs.size) return;
+  box.append('Why is the GPU idle? ');
+  for (const [pid, comm] of [...procs].slice(0, 12)) {
+    const b = $<HTMLButtonElement>('<button class="idle-btn"></button>');
+    b.textContent = `${comm || 'pid'} ${pid}`;
+    b.dataset.pid = String(pid);
+    b.classList.toggle('active', state.gpu === pid);
+    b.addEventListener('click', () => navigate({ gpu: state.gpu === pid ? undefined : pid }));
+    box.append(b);
+  }
+}
 
 // ---- views -----------------------------------------------------------------
 const flame = new FlameGraph({
   onZoom: (i) => { const t = flame.current; if (t) { state.zoom = pathOf(t, i); history.pushState(null, '', encode(state)); drawBreadcrumb(); } },
   onContext: (i) => { const t = flame.current; if (t && i > 0) navigate({ focus: t.names[t.name[i]], zoom: '' }); },
 });
-const chart = new FlameChart();
+const chart = new FlameChart((sel) => selectWindow(sel));
 const table = new FunctionTable((fn) => navigate({ view: 'sandwich', fn }));
 const sand = new SandwichView((fn) => navigate({ fn }));
 const viewEls: Record<State['view'], HTMLElement> = { flame: flame.el, chart: chart.el, table: table.el, sandwich: sand.el };
@@ -236,6 +333,14 @@ function syncControls(): void {
   q<HTMLInputElement>('.invert').checked = state.invert;
   app.querySelectorAll<HTMLButtonElement>('.tabs button').forEach((t) => t.classList.toggle('active', t.dataset.view === state.view));
   for (const [k, el] of Object.entries(viewEls)) el.hidden = k !== state.view;
+  app.querySelectorAll<HTMLButtonElement>('.pages button').forEach((t) => t.classList.toggle('active', t.dataset.page === state.page));
+  const tl = state.page === 'timeline';
+  for (const sel of profileOnly) q(sel).hidden = tl;
+  q('.timeline-page').hidden = !tl;
+  for (const t of allTracks) if (!tl && t !== samples) t.el.hidden = true;
+  idle.el.hidden = !tl || state.gpu === undefined;
+  if (document.activeElement !== q('.from-input')) q<HTMLInputElement>('.from-input').value = showTime(state.from);
+  if (document.activeElement !== q('.to-input')) q<HTMLInputElement>('.to-input').value = showTime(state.to);
   const sel = state.sf !== undefined;
   q('.zoom-sel').hidden = !sel; q('.clear-sel').hidden = !sel;
   const w = window_();
@@ -289,8 +394,9 @@ function renderViews(): void {
 }
 
 async function loadChart(signal: AbortSignal): Promise<void> {
+  chart.axis = rangeNow();
   const key = JSON.stringify([apiParams(), state.color]);
-  if (key === chartKey && chartData) { chart.render(); return; }
+  if (key === chartKey && chartData) { chart.resetView(); return; }
   chartData = await getJSON<ChartJSON>(url('/api/v1/flamechart', apiParams()), signal);
   chartKey = key;
   chart.setData(chartData, state.color);
@@ -311,14 +417,24 @@ export async function load(): Promise<void> {
   const t0 = performance.now();
   const [a, b] = rangeNow();
   labels.resetCache({ from: a, to: b });
-  const ctx = { from: a, to: b, query: state.q, by: state.by, selection: state.sf !== undefined ? [state.sf, state.st!] as [number, number] : null, signal: ac.signal };
+  const ctx: TimeContext = { from: a, to: b, query: state.q, by: state.by, selection: state.sf !== undefined ? [state.sf, state.st!] as [number, number] : null, signal: ac.signal };
+  // A new selection in the same range only moves the tracks' selection.
+  const key = JSON.stringify([state.page, a, b, state.q, state.by]);
+  const same = key === trackKey && state.to !== 'now';
+  const tl = state.page === 'timeline';
+  const w = window_();
   try {
     // All at once, and awaited together: an aborted load leaves no promise unhandled.
     const [ln, j] = await Promise.all([
       getJSON<{ names: string[] }>(url('/api/v1/labels', { from: a.toFixed(0), to: b.toFixed(0) }), ac.signal),
       getJSON<ProfileJSON>(url('/api/v1/profile', apiParams({ max_nodes: state.mn })), ac.signal),
-      ...tracks.map((t) => t.update(ctx)),
-    ]) as [{ names: string[] }, ProfileJSON, ...boolean[]];
+      ...tracksOf().map((t) => (same ? (t.select(ctx.selection), Promise.resolve(true)) : t.update(ctx))),
+      tl ? getJSON<ChartJSON>(url('/api/v1/flamechart', apiParams({ max_samples: 50000 })), ac.signal).then((d) => { tchart.axis = [a, b]; tchart.setData(d, state.color); }) : null,
+      tl && state.gpu !== undefined ? idle.load(state.gpu, w.from, w.to, ac.signal).then((r) => { kernelTrack.idleGaps = r.gaps.map(([s, e]) => [s / 1e9, e / 1e9]); })
+        : (kernelTrack.idleGaps = [], null),
+    ]) as [{ names: string[] }, ProfileJSON, ...unknown[]];
+    trackKey = key;
+    if (tl) { kernelTrack.render(); drawGpuProcs(); } else q('.gpu-procs').innerHTML = '';
     if (id !== loads) return;
     const opts = [...new Set(['comm', ...ln.names])];
     bySel.replaceChildren(...opts.map((n) => { const o = document.createElement('option'); o.value = o.textContent = n; return o; }));
@@ -345,7 +461,7 @@ export async function load(): Promise<void> {
       notice.append(more);
     }
     renderViews();
-    if (state.view === 'chart' && j.total > 0) await loadChart(ac.signal);
+    if (state.view === 'chart' && j.total > 0 && !tl) await loadChart(ac.signal);
     document.body.dataset.loaded = String(id);
     document.body.dataset.loadMs = (performance.now() - t0).toFixed(1);
   } catch (e) {
@@ -372,4 +488,6 @@ document.addEventListener('keydown', (e) => {
 });
 
 void DEFAULTS;
+// For the browser tests: the timeline's parts, to read what they drew.
+(window as unknown as { __flamewatch: unknown }).__flamewatch = { idle, tchart, kernelTrack, gpuCharts, strips, samples };
 void load();

@@ -1,7 +1,8 @@
 // The page's whole state lives in the URL's query string, so a view can be
 // shared and the browser's back/forward buttons move through it.
 export interface State {
-  from: string; to: string;           // "now-15m" / "now" or Unix seconds
+  page: 'profile' | 'timeline';
+  from: string; to: string;           // "now-15m" / "now", Unix seconds or a date as typed
   q: string;                          // label selector
   by: string;                         // label the samples chart stacks by
   sf?: number; st?: number;           // selected window, Unix seconds
@@ -16,10 +17,11 @@ export interface State {
   fn: string;                         // sandwich function
   zoom: string;                       // flame graph zoom path, names joined by ';'
   mn: number;                         // max_nodes
+  gpu?: number;                       // pid whose GPU idle time the timeline explains
 }
 
 export const DEFAULTS: State = {
-  from: 'now-15m', to: 'now', q: '', by: 'comm', view: 'flame', search: '', color: 'binary',
+  page: 'profile', from: 'now-15m', to: 'now', q: '', by: 'comm', view: 'flame', search: '', color: 'binary',
   hide: '', hidebin: '', cuda: false, focus: '', invert: false, fn: '', zoom: '', mn: 20000,
 };
 
@@ -30,6 +32,7 @@ export function read(): State {
   const s: State = { ...DEFAULTS };
   const str = (k: keyof State) => { const v = p.get(k); if (v !== null) (s as any)[k] = v; };
   (['from', 'to', 'q', 'by', 'search', 'hide', 'hidebin', 'focus', 'fn', 'zoom'] as const).forEach(str);
+  if (p.get('page') === 'timeline') s.page = 'timeline';
   const view = p.get('view');
   if (view && VIEWS.includes(view)) s.view = view as State['view'];
   if (p.get('color') === 'kind') s.color = 'kind';
@@ -38,6 +41,8 @@ export function read(): State {
   const num = (k: string) => { const v = Number(p.get(k)); return p.get(k) !== null && isFinite(v) ? v : undefined; };
   s.sf = num('sf'); s.st = num('st');
   if (s.sf === undefined || s.st === undefined || s.sf >= s.st) s.sf = s.st = undefined;
+  const gpu = num('gpu');
+  if (gpu && gpu > 0 && Number.isInteger(gpu)) s.gpu = gpu;
   const mn = num('mn');
   if (mn && mn > 0) s.mn = Math.min(1000000, Math.round(mn));
   return s;
@@ -56,13 +61,30 @@ export function encode(s: State): string {
 
 const DUR: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86400 };
 
-/* "now", "now-15m", Unix seconds, or an RFC 3339 date, to Unix seconds. */
-export function resolveTime(t: string, now = Date.now() / 1000): number {
-  const m = /^now(?:-(\d+(?:\.\d+)?)([smhd]))?$/.exec(t);
-  if (m) return m[1] ? now - Number(m[1]) * DUR[m[2]] : now;
+/*
+ * "now", "now-15m" (s, m, h, d; "now-1h30m" too), Unix seconds, or a date
+ * ("2026-12-02 20:15", RFC 3339; without a zone it is local time) to Unix
+ * seconds; NaN when it is none of these.
+ */
+export function parseTime(text: string, now = Date.now() / 1000): number {
+  const t = text.trim();
+  const m = /^now(?:\s*-\s*((?:\d+(?:\.\d+)?\s*[smhd]\s*)+))?$/.exec(t);
+  if (m) {
+    let v = now;
+    for (const p of (m[1] ?? '').matchAll(/(\d+(?:\.\d+)?)\s*([smhd])/g)) v -= Number(p[1]) * DUR[p[2]];
+    return v;
+  }
   if (/^\d+(\.\d+)?$/.test(t)) return Number(t);
-  const d = Date.parse(t);
-  return isNaN(d) ? now : d / 1000;
+  const iso = /^\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?$/.test(t) || /^\d{4}-\d\d-\d\d$/.test(t);
+  if (!iso) return NaN;
+  const d = Date.parse(t.length === 10 ? `${t}T00:00` : t.replace(' ', 'T'));
+  return isNaN(d) ? NaN : d / 1000;
+}
+
+/* As parseTime, but "now" for text that is not a time (an edited URL). */
+export function resolveTime(t: string, now = Date.now() / 1000): number {
+  const v = parseTime(t, now);
+  return isNaN(v) ? now : v;
 }
 
 export function fmtDuration(sec: number): string {

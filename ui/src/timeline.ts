@@ -5,6 +5,7 @@
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { getJSON, url, type SeriesJSON } from './api';
+import { axisOptions, showSelection } from './axis';
 
 export interface TimeContext {
   from: number; to: number;            // Unix seconds
@@ -24,7 +25,7 @@ export interface Track {
 /* A drag on any track selects a window; every track is told. */
 export type OnSelect = (sel: [number, number] | null) => void;
 
-export const SYNC_KEY = 'flamewatch-time';
+export { SYNC_KEY } from './axis';
 
 const PALETTE = ['#e8843c', '#4a90d9', '#5cb85c', '#d9534f', '#b57edc', '#f0c419', '#3fb8af', '#8c6d46', '#e377c2', '#7f7f7f'];
 
@@ -70,12 +71,11 @@ export class SamplesChart implements Track {
     const data = [xs, ...stacked.slice().reverse()] as unknown as uPlot.AlignedData;
     const names = series.map((s) => s.group).reverse();
     const rawRev = raw.slice().reverse();
+    const base = axisOptions(ctx, this.height, this.el.clientWidth || 800, 'samples', true,
+      (sel) => { this.sel = sel; this.onSelect(sel); }, () => this.setting);
     const opts: uPlot.Options = {
-      width: this.el.clientWidth || 800, height: this.height,
-      cursor: { sync: { key: SYNC_KEY }, drag: { x: true, y: false, setScale: false } },
-      scales: { x: { time: true, range: [ctx.from, ctx.to] }, y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.05)] } },
-      axes: [{}, { size: 50, label: 'samples' }],
-      legend: { live: true },
+      ...base,
+      scales: { ...base.scales, y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.05)] } },
       series: [
         { label: 'time' },
         ...names.map((g, k) => {
@@ -86,17 +86,8 @@ export class SamplesChart implements Track {
           } as uPlot.Series;
         }),
       ],
-      hooks: {
-        setSelect: [(u) => {
-          if (this.setting) return;
-          if (u.select.width < 3) return;
-          const a = u.posToVal(u.select.left, 'x'), b = u.posToVal(u.select.left + u.select.width, 'x');
-          this.sel = [a, b];
-          this.onSelect([a, b]);
-        }],
-        ready: [() => this.select(this.sel)],
-      },
-    };
+      hooks: { ...base.hooks, ready: [() => this.select(this.sel)] },
+    } as uPlot.Options;
     this.plot?.destroy();
     this.plot = new uPlot(opts, data, this.el);
     this.sel = ctx.selection;
@@ -106,15 +97,9 @@ export class SamplesChart implements Track {
 
   select(sel: [number, number] | null): void {
     this.sel = sel;
-    const u = this.plot;
-    if (!u) return;
+    if (!this.plot) return;
     this.setting = true;
-    if (sel) {
-      const l = u.valToPos(sel[0], 'x'), r = u.valToPos(sel[1], 'x');
-      u.setSelect({ left: l, width: Math.max(r - l, 1), top: 0, height: u.over.clientHeight }, false);
-    } else {
-      u.setSelect({ left: 0, width: 0, top: 0, height: 0 }, false);
-    }
+    showSelection(this.plot, sel);
     this.setting = false;
   }
 }

@@ -24,6 +24,15 @@
  * batches of 64 by its record (kernelA(int), 1000 ns, weight 1): N * 1000
  * ns in all, as fast as the probes allow. Prints the wall time per launch
  * (with noattach it does not wait for an agent: the cost of an idle probe).
+ *
+ * `cuda_chain gap ROUNDS MS`: a training loop with a data-loading stall.
+ * Each round launches one kernelA(int) from
+ * main;phase_gap;train_step;launch_kernel;fwtest_launch whose record spans
+ * the MS milliseconds the CPU then spends in wait_for_gpu (spinning, as a
+ * synchronising CUDA call does), then spins MS milliseconds in
+ * load_batch_stall with no kernel running: the GPU is idle exactly while
+ * load_batch_stall runs, half of the loop's wall time. Prints
+ * "gap FROM_NS TO_NS" (CLOCK_REALTIME) around the loop.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -167,10 +176,60 @@ __attribute__((noinline)) void phase_burst(long n)
 	__asm__ volatile("" ::: "memory");
 }
 
+static __attribute__((noinline)) void spin_until(uint64_t end)
+{
+	while (now_ns() < end)
+		__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void wait_for_gpu(uint64_t end)
+{
+	spin_until(end);
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void load_batch_stall(uint64_t end)
+{
+	spin_until(end);
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void train_step(uint64_t corr, uint64_t ms)
+{
+	struct fw_cuda_record r;
+	uint64_t t = now_ns();
+
+	launch_kernel(corr, 1);
+	memset(&r, 0, sizeof(r));
+	r.correlation = corr;
+	r.start_ns = t;
+	r.end_ns = t + ms * 1000000ULL;
+	r.name_addr = (uint64_t)(uintptr_t)kernel_a;
+	r.stream = 7;
+	r.kind = FW_CUDA_KERNEL;
+	r.weight = 1;
+	wait_for_gpu(r.end_ns);
+	fwtest_activity(&r, 1);
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void phase_gap(long rounds, uint64_t ms)
+{
+	uint64_t t0 = now_ns();
+
+	for (long i = 0; i < rounds; i++) {
+		train_step(5000 + i, ms);
+		load_batch_stall(now_ns() + ms * 1000000ULL);
+	}
+	printf("gap %llu %llu\n", (unsigned long long)t0, (unsigned long long)now_ns());
+	__asm__ volatile("" ::: "memory");
+}
+
 int main(int argc, char **argv)
 {
 	int burst = argc >= 3 && !strcmp(argv[1], "burst");
-	int wait = !(argc >= 4 && !strcmp(argv[3], "noattach"));
+	int gap = argc >= 4 && !strcmp(argv[1], "gap");
+	int wait = !(argc >= 4 && !strcmp(argv[3], "noattach") && !gap);
 
 	for (int i = 0; wait && !fwtest_attached(); i++) {
 		if (i == 6000) {
@@ -203,6 +262,12 @@ int main(int argc, char **argv)
 	 */
 	if (wait)
 		usleep(300000);
+	if (gap) {
+		phase_gap(atol(argv[2]), (uint64_t)atol(argv[3]));
+		usleep(300000);
+		printf("done\n");
+		return 0;
+	}
 	if (burst) {
 		phase_burst(atol(argv[2]));
 		usleep(300000);

@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+/* The busy intervals of a GPU as one sorted, merged set (see gpu_idle.h). */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "server/gpu_idle.h"
+
+struct span {
+	int64_t start, end;
+};
+
+struct busy_set {
+	struct span *v;
+	size_t n, cap;
+};
+
+struct busy_set *busy_set__new(void)
+{
+	struct busy_set *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		errno = ENOMEM;
+	return s;
+}
+
+void busy_set__free(struct busy_set *s)
+{
+	if (!s)
+		return;
+	free(s->v);
+	free(s);
+}
+
+int busy_set__add(struct busy_set *s, int64_t start, int64_t end)
+{
+	if (end <= start)
+		return 0;
+	/* Intervals that come in start order extend the last one in place. */
+	if (s->n && start >= s->v[s->n - 1].start && start <= s->v[s->n - 1].end) {
+		if (end > s->v[s->n - 1].end)
+			s->v[s->n - 1].end = end;
+		return 0;
+	}
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 256;
+		struct span *v = realloc(s->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = (struct span){ start, end };
+	return 0;
+}
+
+static int _by_start(const void *a, const void *b)
+{
+	const struct span *x = a, *y = b;
+
+	if (x->start != y->start)
+		return x->start < y->start ? -1 : 1;
+	return (x->end > y->end) - (x->end < y->end);
+}
+
+void busy_set__finish(struct busy_set *s)
+{
+	size_t out = 0;
+
+	if (!s->n)
+		return;
+	qsort(s->v, s->n, sizeof(*s->v), _by_start);
+	for (size_t i = 1; i < s->n; i++) {
+		if (s->v[i].start <= s->v[out].end) {
+			if (s->v[i].end > s->v[out].end)
+				s->v[out].end = s->v[i].end;
+		} else {
+			s->v[++out] = s->v[i];
+		}
+	}
+	s->n = out + 1;
+}
+
+size_t busy_set__count(const struct busy_set *s)
+{
+	return s->n;
+}
+
+/* The first interval that ends after ts (s->n if none). */
+static size_t _first_ending_after(const struct busy_set *s, int64_t ts)
+{
+	size_t lo = 0, hi = s->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (s->v[mid].end <= ts)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int64_t busy_set__covered(const struct busy_set *s, int64_t from, int64_t to)
+{
+	int64_t sum = 0;
+
+	for (size_t i = _first_ending_after(s, from); i < s->n && s->v[i].start < to; i++) {
+		int64_t a = s->v[i].start > from ? s->v[i].start : from;
+		int64_t b = s->v[i].end < to ? s->v[i].end : to;
+
+		if (b > a)
+			sum += b - a;
+	}
+	return sum;
+}
+
+int busy_set__contains(const struct busy_set *s, int64_t ts, size_t *cursor)
+{
+	size_t i = *cursor;
+
+	if (i > s->n || (i > 0 && s->v[i - 1].end > ts))
+		i = _first_ending_after(s, ts);
+	while (i < s->n && s->v[i].end <= ts)
+		i++;
+	*cursor = i;
+	return i < s->n && s->v[i].start <= ts;
+}
+
+int busy_set__gaps(const struct busy_set *s, int64_t from, int64_t to,
+		   int (*cb)(void *ctx, int64_t start, int64_t end), void *ctx)
+{
+	int64_t at = from;
+	int err;
+
+	for (size_t i = _first_ending_after(s, from); i < s->n && s->v[i].start < to; i++) {
+		if (s->v[i].start > at) {
+			err = cb(ctx, at, s->v[i].start);
+			if (err)
+				return err;
+		}
+		if (s->v[i].end > at)
+			at = s->v[i].end;
+	}
+	if (at < to)
+		return cb(ctx, at, to);
+	return 0;
+}

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_SERVER_GPU_IDLE_H
+#define FW_SERVER_GPU_IDLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * When a GPU was busy, as a set of disjoint half-open intervals, for
+ * GET /api/v1/gpu/idle: the union of a process's kernel intervals, or of
+ * the spans where NVML saw its utilisation at or above a threshold. The
+ * idle time is the complement. Intervals may be added in any order;
+ * busy_set__finish() sorts and merges them before any query.
+ */
+struct busy_set;
+
+/* NULL with errno set (ENOMEM). */
+struct busy_set *busy_set__new(void);
+/* Accepts NULL. */
+void busy_set__free(struct busy_set *s);
+/* Adds [start, end); empty or reversed intervals are ignored. 0 or -ENOMEM. */
+int busy_set__add(struct busy_set *s, int64_t start, int64_t end);
+/* Sorts and merges overlapping or touching intervals. */
+void busy_set__finish(struct busy_set *s);
+/* Disjoint intervals after busy_set__finish(). */
+size_t busy_set__count(const struct busy_set *s);
+/* Busy nanoseconds inside [from, to). */
+int64_t busy_set__covered(const struct busy_set *s, int64_t from, int64_t to);
+/*
+ * Whether ts falls in a busy interval. *cursor (start it at 0) remembers
+ * where the last lookup ended, so that lookups in ts order cost O(1) each;
+ * a ts earlier than the last one still answers right.
+ */
+int busy_set__contains(const struct busy_set *s, int64_t ts, size_t *cursor);
+/*
+ * cb runs for each idle gap inside [from, to), in time order; a non-zero
+ * return stops the walk and is returned.
+ */
+int busy_set__gaps(const struct busy_set *s, int64_t from, int64_t to,
+		   int (*cb)(void *ctx, int64_t start, int64_t end), void *ctx);
+
+#endif

@@ -1,0 +1,469 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * "Why is the GPU idle?": GET /api/v1/gpu/idle?pid=N. The CPU samples of
+ * one process taken while its GPU was idle, as a flame graph, and the share
+ * of the process's wall time its GPU was idle.
+ *
+ * Busy comes from the process's kernel intervals when it has them: the GPU
+ * is busy while any kernel of the process runs. Copies and memsets do not
+ * count: a stall that only moves data is what this page must show. Without
+ * kernel intervals (no libflamewatch-cuda.so in the process), or when they
+ * were sampled (weights above 1: CUPTI's duty cycle leaves windows
+ * unrecorded, and their gaps would read as idle), busy is where NVML saw
+ * the process's utilisation (else its node's GPUs') at or above
+ * ?threshold= percent. The answer says which source it used ("none" when
+ * there is neither: then no sample is called idle).
+ *
+ * The wall time is the process's span in the window: from its first
+ * evidence (a CPU sample or a kernel) to its last, so that a short job in a
+ * long window is not reported idle for the time it did not exist.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/batch.h"
+#include "common/profile.h"
+#include "common/strbuf.h"
+#include "format/flamegraph.h"
+#include "format/folded.h"
+#include "server/gpu_idle.h"
+#include "server/request.h"
+#include "store/selector.h"
+#include "store/store.h"
+#include "store/timeparse.h"
+
+/*
+ * A kernel that started this long before the window may still run in it;
+ * an NVML point this old may still hold at its start.
+ */
+#define KERNEL_LOOKBACK_NS (10LL * 1000000000LL)
+#define MAX_KERNELS 2000000
+#define MAX_GAPS 5000
+#define DEFAULT_MAX_NODES 20000
+#define DEFAULT_THRESHOLD 5.0
+#define UTIL_PROCESS "flamewatch_gpu_process_utilization_percent"
+#define UTIL_NODE "flamewatch_gpu_utilization_percent"
+
+enum idle_source { SRC_AUTO, SRC_KERNELS, SRC_NVML };
+
+struct kernels {
+	struct busy_set *busy;
+	int64_t from, to;
+	uint64_t n;
+	uint32_t max_weight;
+	int64_t first, last;
+};
+
+static int _kernel(void *ctx, const struct store_gpu_interval *iv)
+{
+	struct kernels *k = ctx;
+	int64_t a = iv->start_ns > k->from ? iv->start_ns : k->from;
+	int64_t b = iv->end_ns < k->to ? iv->end_ns : k->to;
+
+	if (iv->kind != GPU_KERNEL || b <= a)
+		return 0;
+	k->n++;
+	if (iv->weight > k->max_weight)
+		k->max_weight = iv->weight;
+	if (!k->first || a < k->first)
+		k->first = a;
+	if (b > k->last)
+		k->last = b;
+	return busy_set__add(k->busy, a, b);
+}
+
+/*
+ * NVML points, one series at a time: a point holds its value until the next
+ * point of its series, but at most twice the series' shortest spacing, so
+ * that a series that stops (the process left the GPU) stops being busy.
+ */
+struct nvml {
+	struct busy_set *busy;
+	double threshold;
+	int64_t from, to;
+	int64_t *ts;
+	double *val;
+	size_t n, cap;
+	uint64_t points;
+	int err;
+};
+
+static int _nvml_flush(struct nvml *m)
+{
+	int64_t min_dt = 0;
+
+	for (size_t i = 1; i < m->n; i++) {
+		int64_t dt = m->ts[i] - m->ts[i - 1];
+
+		if (dt > 0 && (!min_dt || dt < min_dt))
+			min_dt = dt;
+	}
+	if (!min_dt)
+		min_dt = 1000000000LL;	/* one point: the agent's default interval */
+	for (size_t i = 0; i < m->n; i++) {
+		int64_t end = m->ts[i] + 2 * min_dt;
+
+		if (i + 1 < m->n && m->ts[i + 1] < end)
+			end = m->ts[i + 1];
+		if (m->val[i] >= m->threshold && end > m->from) {
+			int err = busy_set__add(m->busy, m->ts[i] > m->from ? m->ts[i] : m->from,
+						end < m->to ? end : m->to);
+
+			if (err)
+				return err;
+		}
+	}
+	m->n = 0;
+	return 0;
+}
+
+static int _nvml_series(void *ctx, const char *name, const char *const *lnames,
+			const char *const *lvalues, size_t n)
+{
+	(void)name;
+	(void)lnames;
+	(void)lvalues;
+	(void)n;
+	return _nvml_flush(ctx);
+}
+
+static int _nvml_point(void *ctx, int64_t ts, double avg, double max, uint32_t count)
+{
+	struct nvml *m = ctx;
+
+	(void)max;
+	(void)count;
+	if (m->n == m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 1024;
+		int64_t *t = realloc(m->ts, cap * sizeof(*t));
+		double *v;
+
+		if (!t)
+			return -ENOMEM;
+		m->ts = t;
+		v = realloc(m->val, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		m->val = v;
+		m->cap = cap;
+	}
+	m->ts[m->n] = ts;
+	m->val[m->n++] = avg;
+	m->points++;
+	return 0;
+}
+
+/* Busy spans from the metric `metric` of the series sel_inner names. */
+static int _nvml_busy(struct request *r, struct nvml *m, const char *metric, const char *inner)
+{
+	struct store_metric_visitor v = { _nvml_series, _nvml_point, m };
+	struct selector *sel;
+	char text[512], err[256];
+	int rc;
+
+	snprintf(text, sizeof(text), "{__name__=\"%s\"%s%s}", metric, inner[0] ? "," : "", inner);
+	sel = selector__parse(text, err, sizeof(err));
+	if (!sel)
+		return -EINVAL;
+	/*
+	 * Raw points (step 0): the agent reads NVML about once a second. The
+	 * point before the window holds into it.
+	 */
+	rc = store__metrics(r->srv->store, m->from - KERNEL_LOOKBACK_NS, m->to, 0, sel, &v);
+	if (!rc)
+		rc = _nvml_flush(m);
+	selector__free(sel);
+	return rc;
+}
+
+struct idle {
+	struct busy_set *busy;
+	struct profile *p;
+	size_t cursor;
+	uint64_t total, idle;
+	int64_t first, last;
+	bool unknown;
+};
+
+static int _sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t cpu,
+		   int64_t value, const char *comm, uint32_t pid)
+{
+	struct idle *s = ctx;
+	int64_t c;
+
+	(void)tid;
+	(void)cpu;
+	if (!s->first)
+		s->first = ts;
+	s->last = ts;
+	s->total += value;
+	if (s->unknown || busy_set__contains(s->busy, ts, &s->cursor))
+		return 0;
+	s->idle += value;
+	c = profile__intern_string(s->p, comm ? comm : "");
+	if (c < 0)
+		return -ENOMEM;
+	return profile__add_sample(s->p, stack, pid, 0, 0, (uint32_t)c, (uint64_t)value);
+}
+
+struct gaps_out {
+	struct strbuf *sb;
+	int64_t min;
+	uint32_t n;
+	bool truncated;
+};
+
+static int _gap(void *ctx, int64_t start, int64_t end)
+{
+	struct gaps_out *g = ctx;
+
+	if (end - start < g->min)
+		return 0;
+	if (g->n == MAX_GAPS) {
+		g->truncated = true;
+		return 1;
+	}
+	strbuf__printf(g->sb, "%s[%lld,%lld]", g->n++ ? "," : "", (long long)start,
+		       (long long)end);
+	return 0;
+}
+
+static int _params(struct request *r, unsigned long *pid, enum idle_source *src,
+		   double *threshold, unsigned long *max_nodes, bool *folded, int64_t *min_gap)
+{
+	const char *v = request__param(r, "pid"), *s = request__param(r, "source");
+	const char *mg = request__param(r, "min_gap");
+	const char *t = request__param(r, "threshold"), *f = request__param(r, "format");
+	const char *mn = request__param(r, "max_nodes");
+	char *end;
+
+	errno = 0;
+	*pid = v ? strtoul(v, &end, 10) : 0;
+	if (!v || errno || *end || !v[0] || v[0] == '-' || *pid == 0 || *pid > UINT32_MAX) {
+		request__error(r, 400, "pid: '%s' is not a process id", v ? v : "");
+		return -1;
+	}
+	*src = SRC_AUTO;
+	if (s && !strcmp(s, "kernels")) {
+		*src = SRC_KERNELS;
+	} else if (s && !strcmp(s, "nvml")) {
+		*src = SRC_NVML;
+	} else if (s && strcmp(s, "auto")) {
+		request__error(r, 400, "source: '%s' is not one of auto, kernels, nvml", s);
+		return -1;
+	}
+	*threshold = DEFAULT_THRESHOLD;
+	if (t) {
+		*threshold = strtod(t, &end);
+		if (*end || !t[0] || !(*threshold >= 0 && *threshold <= 100)) {
+			request__error(r, 400, "threshold: '%s' is not a percentage (0 to 100)", t);
+			return -1;
+		}
+	}
+	*max_nodes = DEFAULT_MAX_NODES;
+	if (mn) {
+		errno = 0;
+		*max_nodes = strtoul(mn, &end, 10);
+		if (errno || *end || !mn[0] || mn[0] == '-' || !*max_nodes || *max_nodes > 1000000) {
+			request__error(r, 400, "max_nodes: '%s' is not a number between 1 and 1000000",
+				       mn);
+			return -1;
+		}
+	}
+	if (mg && (duration__parse(mg, min_gap) || *min_gap < 0)) {
+		request__error(r, 400, "min_gap: '%s' is not a duration (1ms, 0s)", mg);
+		return -1;
+	}
+	*folded = false;
+	if (f && !strcmp(f, "folded")) {
+		*folded = true;
+	} else if (f && strcmp(f, "json")) {
+		request__error(r, 400, "format: '%s' is not one of json, folded", f);
+		return -1;
+	}
+	return 0;
+}
+
+static void _reply_folded(struct request *r, const struct profile *p)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	int err;
+
+	if (!f) {
+		request__error(r, 503, "out of memory");
+		return;
+	}
+	err = folded__write(p, f);
+	if (fclose(f) && !err)
+		err = -EIO;
+	if (err)
+		request__error(r, 500, "cannot encode the profile: %s", strerror(-err));
+	else
+		request__reply(r, 200, "text/plain", buf, len);
+	free(buf);
+}
+
+void routes__gpu_idle(struct request *r)
+{
+	const char *node = request__param(r, "node");
+	struct kernels k = { 0 };
+	struct nvml m = { 0 };
+	struct idle s = { 0 };
+	struct selector *sel = NULL;
+	struct strbuf sb = STRBUF_INIT, fg = STRBUF_INIT;
+	struct gaps_out g = { .sb = &sb };
+	const char *source = "kernels";
+	char inner[256], text[300], err_text[256];
+	unsigned long pid, max_nodes;
+	enum idle_source src;
+	int64_t from, to, span_from, span_to, busy_ns, span_ns, min_gap = -1;
+	double threshold;
+	bool folded;
+	int err;
+
+	if (request__window(r, &from, &to) ||
+	    _params(r, &pid, &src, &threshold, &max_nodes, &folded, &min_gap))
+		goto out;
+	/*
+	 * Kernels launched back to back leave gaps of microseconds between
+	 * them: listed, they would crowd out the gaps that matter. By default
+	 * only those at least 1/2000 of the window long are listed (about a
+	 * pixel on a wide screen); the idle time counts every gap.
+	 */
+	g.min = min_gap >= 0 ? min_gap : (to - from) / 2000;
+	if (node && (!node[0] || strpbrk(node, "\"\\\n"))) {
+		request__error(r, 400, "node: '%s' is not a node name", node);
+		goto out;
+	}
+	snprintf(inner, sizeof(inner), "pid=\"%lu\"%s%s%s", pid, node ? ",node=\"" : "",
+		 node ? node : "", node ? "\"" : "");
+	snprintf(text, sizeof(text), "{%s}", inner);
+	sel = selector__parse(text, err_text, sizeof(err_text));
+	k.busy = busy_set__new();
+	s.p = profile__new(1, from);
+	if (!sel || !k.busy || !s.p) {
+		request__error(r, 503, "out of memory");
+		goto out;
+	}
+	k.from = from;
+	k.to = to;
+	if (src != SRC_NVML) {
+		err = store__gpu_intervals(r->srv->store, from - KERNEL_LOOKBACK_NS, to, sel, NULL,
+					   MAX_KERNELS, _kernel, &k);
+		if (err == -E2BIG) {
+			request__error(r, 400, "the window holds more than %d GPU intervals of "
+				       "process %lu: narrow it", MAX_KERNELS, pid);
+			goto out;
+		}
+		if (err) {
+			request__error(r, err == -ENOMEM ? 503 : 500, "store: %s", strerror(-err));
+			goto out;
+		}
+	}
+	if (src == SRC_NVML || (src == SRC_AUTO && (!k.n || k.max_weight > 1))) {
+		m.busy = busy_set__new();
+		if (!m.busy) {
+			request__error(r, 503, "out of memory");
+			goto out;
+		}
+		m.threshold = threshold;
+		m.from = from;
+		m.to = to;
+		source = "nvml_process";
+		err = _nvml_busy(r, &m, UTIL_PROCESS, inner);
+		if (!err && !m.points) {
+			/* The process never showed in NVML's per-process list: its node's GPUs. */
+			snprintf(inner, sizeof(inner), "%s%s%s", node ? "node=\"" : "",
+				 node ? node : "", node ? "\"" : "");
+			source = "nvml_node";
+			err = _nvml_busy(r, &m, UTIL_NODE, inner);
+		}
+		if (err) {
+			request__error(r, err == -ENOMEM ? 503 : 500, "store: %s", strerror(-err));
+			goto out;
+		}
+		if (!m.points && src == SRC_NVML) {
+			request__error(r, 404, "no NVML utilisation of process %lu or of its node's "
+				       "GPUs in this window", pid);
+			goto out;
+		}
+		if (m.points) {
+			busy_set__free(k.busy);
+			k.busy = m.busy;
+			m.busy = NULL;
+		} else {
+			/* Nothing from NVML either: the sampled kernels are all there is. */
+			source = k.n ? "kernels" : "none";
+		}
+	}
+	/* Nothing says when the GPU was busy: no sample is called idle. */
+	s.unknown = !strcmp(source, "none");
+	busy_set__finish(k.busy);
+	s.busy = k.busy;
+	err = store__samples(r->srv->store, from, to, sel, SAMPLE_CPU, 0, s.p, _sample, &s, NULL);
+	if (err) {
+		request__error(r, err == -ENOMEM ? 503 : 500, "store: %s", strerror(-err));
+		goto out;
+	}
+	if (folded) {
+		_reply_folded(r, s.p);
+		goto out;
+	}
+	/* The process's span: from its first sample or kernel to its last. */
+	span_from = s.first;
+	span_to = s.last;
+	if (k.n && (!span_from || k.first < span_from))
+		span_from = k.first;
+	if (k.n && k.last > span_to)
+		span_to = k.last;
+	if (!span_from) {
+		span_from = from;
+		span_to = from;
+	}
+	span_ns = span_to - span_from;
+	busy_ns = busy_set__covered(k.busy, span_from, span_to);
+	err = flamegraph__write_json(s.p, "samples", max_nodes, &fg);
+	if (err) {
+		request__error(r, 500, "cannot build the flame graph: %s", strerror(-err));
+		goto out;
+	}
+	strbuf__printf(&sb, "{\"from\":%lld,\"to\":%lld,\"pid\":%lu,\"source\":\"%s\","
+		       "\"threshold\":%g,\"span\":[%lld,%lld],\"busy_ns\":%lld,\"idle_ns\":%lld,"
+		       "\"idle_fraction\":",
+		       (long long)from, (long long)to, pid, source, threshold,
+		       (long long)span_from, (long long)span_to, (long long)busy_ns,
+		       (long long)(span_ns - busy_ns));
+	if (span_ns > 0 && !s.unknown)
+		strbuf__printf(&sb, "%.6f", (double)(span_ns - busy_ns) / (double)span_ns);
+	else
+		strbuf__puts(&sb, "null");
+	strbuf__printf(&sb, ",\"samples\":{\"total\":%llu,\"idle\":%llu},"
+		       "\"kernels\":{\"intervals\":%llu,\"max_weight\":%u},\"nvml_points\":%llu,"
+		       "\"gaps\":[",
+		       (unsigned long long)s.total, (unsigned long long)s.idle,
+		       (unsigned long long)k.n, k.max_weight, (unsigned long long)m.points);
+	if (span_ns > 0 && !s.unknown)
+		busy_set__gaps(k.busy, span_from, span_to, _gap, &g);
+	strbuf__printf(&sb, "],\"gaps_min_ns\":%lld,\"gaps_truncated\":%s,\"profile\":",
+		       (long long)g.min, g.truncated ? "true" : "false");
+	strbuf__append(&sb, fg.buf, fg.len);
+	strbuf__putc(&sb, '}');
+	if (sb.oom) {
+		request__error(r, 503, "out of memory");
+		goto out;
+	}
+	request__reply_json(r, 200, &sb);
+out:
+	strbuf__release(&sb);
+	strbuf__release(&fg);
+	profile__free(s.p);
+	busy_set__free(k.busy);
+	busy_set__free(m.busy);
+	free(m.ts);
+	free(m.val);
+	selector__free(sel);
+}

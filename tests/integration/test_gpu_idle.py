@@ -1,0 +1,159 @@
+"""GET /api/v1/gpu/idle, "why is the GPU idle?", against the real agent and
+store: `flamewatch run` (real BPF sampling, real USDT probes, the fake NVML
+library) and `cuda_chain gap`, a training loop whose GPU is busy while the
+CPU waits in wait_for_gpu and idle while the CPU runs load_batch_stall
+(tests/workloads/cuda/cuda_chain.c). The GPU-idle flame graph must name
+load_batch_stall, and the idle fraction of the loop must be about one half,
+both from the kernel intervals and, with source=nvml, from NVML's
+per-process utilisation under or over a threshold.
+"""
+
+import os
+import re
+import time
+
+import pytest
+
+from conftest import BUILD, require
+from serverlib import Client, Procs, diagnostics, free_port, register_plugin, window
+
+ROUNDS, MS = 4, 400
+START_S = 60
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _diagnostics(request):
+    register_plugin(request.config)
+
+
+@pytest.fixture(scope="module")
+def gap_run(flamewatch, workloads, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("gpu_idle")
+    ps = Procs(tmp / "logs")
+    port = free_port()
+    client = Client(port)
+    go = tmp / "go"
+    try:
+        # The workload starts first (waiting for an agent) so that the fake
+        # NVML can name its pid: 80 % SM utilisation on GPU 0 all along.
+        work = ps.start([workloads / "cuda" / "cuda_chain", "gap", str(ROUNDS), str(MS)],
+                        "cuda_chain", env={**os.environ, "CUDA_CHAIN_GO": str(go)})
+        values = tmp / "nvml-values"
+        values.write_text(f"proc 0 {work.pid} 80 10 1000000\n")
+        env = {**os.environ, "LD_LIBRARY_PATH": str(BUILD / "fakes"),
+               "FAKE_NVML_VALUES": str(values)}
+        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
+                        tmp / "data", "-F", "99", "--interval", "1s", "--gpu-interval", "200ms",
+                        "--node", "fwtest-idle"], "run", env=env)
+        if not srv.wait_output(r"profiling this host at", START_S):
+            pytest.fail(f"`flamewatch run` did not start\n{srv.describe()}", pytrace=False)
+        client.wait_healthy(proc=srv)
+        lib = re.escape(str(workloads / "cuda" / "libflamewatch-cuda.so"))
+        if not srv.wait_output("GPU time profiling: attached to " + lib, 60):
+            pytest.fail(f"the agent did not attach\n{srv.describe()}", pytrace=False)
+        time.sleep(1)		# the agent describes the workload to its unwinder
+        go.touch()
+        assert work.wait(60) == 0, work.describe()
+        m = re.search(r"gap (\d+) (\d+)", work.text())
+        assert m, work.describe()
+        frm, to = int(m[1]) / 1e9, int(m[2]) / 1e9
+        q = '{pid="%d"}' % work.pid
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            doc = client.get_json("/api/v1/gpu/kernels", {"query": q, **window(frm - 1, to + 1)})
+            if len(doc["intervals"]) >= ROUNDS:
+                break
+            time.sleep(0.5)
+        time.sleep(2)		# the last samples' flush
+    except (Exception, pytest.fail.Exception) as e:
+        text = diagnostics()
+        ps.close_all()
+        client.close()
+        pytest.fail(f"setting up the gap run failed: {e}\n\n{text}", pytrace=False)
+    try:
+        yield client, work.pid, frm, to
+    finally:
+        ps.close_all()
+        client.close()
+
+
+def _idle(client, pid, frm, to, **kw):
+    r = client.get("/api/v1/gpu/idle", {"pid": str(pid), **window(frm, to), **kw})
+    if r.status != 200:
+        pytest.fail(f"/api/v1/gpu/idle failed:\n{r.describe()}", pytrace=False)
+    return r
+
+
+def _folded(text):
+    out = {}
+    for line in text.splitlines():
+        if line.strip():
+            stack, v = line.rsplit(" ", 1)
+            out[stack] = out.get(stack, 0) + int(v)
+    return out
+
+
+def _share(folded, fn):
+    total = sum(folded.values())
+    hit = sum(v for k, v in folded.items() if fn in k.split(";"))
+    return hit / total if total else 0.0
+
+
+def test_kernel_gaps_name_the_stall(gap_run):
+    client, pid, frm, to = gap_run
+    doc = _idle(client, pid, frm, to).json()
+    assert doc["source"] == "kernels", doc["source"]
+    assert doc["kernels"] == {"intervals": ROUNDS, "max_weight": 1}, doc["kernels"]
+    # The loop is half kernel, half stall; the span is the loop itself.
+    assert 0.4 < doc["idle_fraction"] < 0.6, doc["idle_fraction"]
+    assert len(doc["gaps"]) >= ROUNDS - 1, doc["gaps"]
+    s = doc["samples"]
+    assert s["idle"] >= 20, s
+    assert 0.3 < s["idle"] / s["total"] < 0.7, s
+    folded = _folded(_idle(client, pid, frm, to, format="folded").text)
+    assert sum(folded.values()) == s["idle"]
+    assert _share(folded, "load_batch_stall") > 0.85, folded
+    assert _share(folded, "wait_for_gpu") < 0.1, folded
+    # Gaps shorter than min_gap are not listed; the idle time still counts them.
+    assert doc["gaps_min_ns"] == int((to - frm) * 1e9) // 2000 or abs(
+        doc["gaps_min_ns"] - (to - frm) * 1e9 / 2000) < 2, doc["gaps_min_ns"]
+    none = _idle(client, pid, frm, to, min_gap="1s").json()
+    assert none["gaps"] == [] and none["idle_fraction"] == doc["idle_fraction"], none["gaps"]
+    every = _idle(client, pid, frm, to, min_gap="0s").json()
+    assert len(every["gaps"]) >= len(doc["gaps"]), (every["gaps"], doc["gaps"])
+    # The JSON flame graph holds the same samples.
+    prof = doc["profile"]
+    assert prof["total"] == s["idle"]
+    assert "load_batch_stall" in prof["names"]
+
+
+def test_nvml_threshold(gap_run):
+    client, pid, frm, to = gap_run
+    # The fake says this process keeps GPU 0 at 80 %: busy all along over 50 %...
+    busy = _idle(client, pid, frm, to, source="nvml", threshold="50").json()
+    assert busy["source"] == "nvml_process" and busy["nvml_points"] > 0, busy
+    assert busy["idle_fraction"] < 0.05, busy["idle_fraction"]
+    assert busy["samples"]["idle"] == 0, busy["samples"]
+    # ... and idle all along under 90 %: every CPU sample is in the graph.
+    idle = _idle(client, pid, frm, to, source="nvml", threshold="90").json()
+    assert idle["idle_fraction"] > 0.95, idle["idle_fraction"]
+    assert idle["samples"]["idle"] == idle["samples"]["total"] > 0, idle["samples"]
+    assert _share(_folded(_idle(client, pid, frm, to, source="nvml", threshold="90",
+                                format="folded").text), "wait_for_gpu") > 0.3
+
+
+def test_bad_input_is_a_clear_400(gap_run):
+    client, pid, frm, to = gap_run
+    for params, msg in [({}, "pid"), ({"pid": "abc"}, "pid"), ({"pid": "0"}, "pid"),
+                        ({"pid": str(pid), "source": "gpu"}, "source"),
+                        ({"pid": str(pid), "threshold": "101"}, "threshold"),
+                        ({"pid": str(pid), "format": "pprof"}, "format"),
+                        ({"pid": str(pid), "min_gap": "soon"}, "min_gap"),
+                        ({"pid": str(pid), "node": 'a"b'}, "node"),
+                        ({"pid": str(pid), "from": "yesterday"}, "from")]:
+        r = client.get("/api/v1/gpu/idle", params)
+        assert r.status == 400, (params, r.describe())
+        assert msg in r.json()["error"], (params, r.text)
+    # A process with no samples and no kernels: an empty answer, not an error.
+    doc = _idle(client, 1, frm, to).json()
+    assert doc["samples"] == {"total": 0, "idle": 0} and doc["idle_fraction"] is None, doc

@@ -1,0 +1,75 @@
+// "Why is the GPU idle?": for one process, the flame graph of its CPU
+// samples taken while its GPU ran none of its kernels (or, without kernel
+// data, while NVML put its utilisation under a threshold), and the share of
+// its wall time the GPU was idle (GET /api/v1/gpu/idle).
+import { getJSON, url, type ProfileJSON } from './api';
+import { FlameGraph } from './flamegraph';
+import { fromJSON, pct } from './profile';
+import { fmtDuration } from './state';
+
+export interface IdleJSON {
+  from: number; to: number; pid: number; source: string; threshold: number;
+  span: [number, number]; busy_ns: number; idle_ns: number; idle_fraction: number | null;
+  samples: { total: number; idle: number };
+  kernels: { intervals: number; max_weight: number }; nvml_points: number;
+  gaps: [number, number][]; gaps_truncated: boolean;
+  profile: ProfileJSON;
+}
+
+const SOURCES: Record<string, string> = {
+  kernels: 'from its kernel intervals',
+  nvml_process: 'from NVML: its utilisation under',
+  nvml_node: 'from NVML: its node\'s GPU utilisation under',
+  none: 'unknown: no kernel intervals and no NVML data for it',
+};
+
+export class IdlePanel {
+  readonly el = document.createElement('section');
+  private head = document.createElement('div');
+  private flame = new FlameGraph();
+  last: IdleJSON | null = null;
+
+  constructor(onClose: () => void) {
+    this.el.className = 'idle-panel';
+    const bar = document.createElement('div');
+    bar.className = 'idle-bar';
+    const title = document.createElement('h3');
+    title.textContent = 'Why is the GPU idle?';
+    const close = document.createElement('button');
+    close.textContent = '×';
+    close.title = 'close';
+    close.addEventListener('click', onClose);
+    bar.append(title, this.head, close);
+    this.el.append(bar, this.flame.el);
+  }
+
+  /* Share of the idle samples under a function of this name (outermost calls only). */
+  share(name: string): number {
+    const t = this.flame.current;
+    if (!t || !t.total[0]) return 0;
+    let sum = 0;
+    for (let i = 1; i < t.n;) {
+      if (t.names[t.name[i]] === name) { sum += t.total[i]; i = t.end[i]; } else i++;
+    }
+    return sum / t.total[0];
+  }
+
+  async load(pid: number, from: number, to: number, signal: AbortSignal): Promise<IdleJSON> {
+    const j = await getJSON<IdleJSON>(url('/api/v1/gpu/idle', { pid, from: from.toFixed(3), to: to.toFixed(3) }), signal);
+    this.last = j;
+    const span = (j.span[1] - j.span[0]) / 1e9;
+    const src = SOURCES[j.source] ?? j.source;
+    this.head.className = 'idle-summary';
+    this.head.textContent = j.idle_fraction === null
+      ? `pid ${pid}: ${src}.`
+      : `pid ${pid}: GPU idle ${(j.idle_fraction * 100).toFixed(1)} % of its ${fmtDuration(span)} ` +
+        `(${src}${j.source.startsWith('nvml') ? ` ${j.threshold} %` : ''}` +
+        `${j.kernels.max_weight > 1 && j.source === 'kernels' ? `; kernels sampled 1 in ${j.kernels.max_weight}, so gaps overstate idle time` : ''}). ` +
+        `${j.samples.idle.toLocaleString()} of its ${j.samples.total.toLocaleString()} CPU samples ` +
+        `(${pct(j.samples.idle, j.samples.total || 1)}) were taken while the GPU was idle:`;
+    const t = fromJSON(j.profile);
+    this.flame.setTree(t, 'binary');
+    this.flame.setZoom(0);
+    return j;
+  }
+}

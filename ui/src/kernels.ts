@@ -1,0 +1,148 @@
+// The GPU kernel track: one row per (device, stream), a box per kernel,
+// copy or memset while it ran on the GPU (GET /api/v1/gpu/kernels). Kernels
+// take their process's colour, copies and memsets are grey. A click on a
+// box shows the CPU stack that launched it.
+import { ApiError, getJSON, url } from './api';
+import { Brush, drawSelection, plotColumns, processColor } from './axis';
+import { fmtDuration, fmtTime } from './state';
+import type { OnSelect, TimeContext, Track } from './timeline';
+
+export interface KernelJSON {
+  start: number; end: number; name: string; kind: string; device: number; stream: number;
+  pid: number; comm: string; bytes: number; weight: number; stack: number | null;
+}
+export interface KernelsJSON {
+  from: number; to: number; intervals: KernelJSON[];
+  frames: { name: string; kind: string; binary: string }[]; stacks: number[][];
+}
+
+const ROW = 14, TOP = 14;
+
+export class KernelTrack implements Track {
+  readonly el = document.createElement('div');
+  private canvas = document.createElement('canvas');
+  private tip = document.createElement('div');
+  private note = document.createElement('div');
+  data: KernelsJSON | null = null;
+  private rows: { key: string; label: string; items: KernelJSON[] }[] = [];
+  private from = 0; private to = 1;
+  private sel: [number, number] | null = null;
+  private brush: Brush;
+  /* Idle gaps of the process the GPU-idle panel looks at, shaded. */
+  idleGaps: [number, number][] = [];
+
+  constructor(onSelect: OnSelect, private onKernel: (k: KernelJSON, d: KernelsJSON) => void) {
+    this.el.className = 'track gpu-kernels';
+    this.tip.className = 'tooltip';
+    this.note.className = 'track-note';
+    this.el.append(this.canvas, this.tip, this.note);
+    this.brush = new Brush(this.canvas, (x) => this.timeAt(x), (s) => onSelect(s), (x, y) => this.click(x, y), () => this.render());
+    this.canvas.addEventListener('mousemove', (e) => this.hover(e));
+    this.canvas.addEventListener('mouseleave', () => { this.tip.style.display = 'none'; });
+    new ResizeObserver(() => this.render()).observe(this.el);
+  }
+
+  private timeAt(x: number): number {
+    const c = plotColumns(this.canvas);
+    return this.from + ((x - c.left) / c.width) * (this.to - this.from);
+  }
+  private xOf(t: number): number {
+    const c = plotColumns(this.canvas);
+    return c.left + ((t - this.from) / (this.to - this.from)) * c.width;
+  }
+
+  async update(ctx: TimeContext): Promise<boolean> {
+    this.from = ctx.from; this.to = ctx.to; this.sel = ctx.selection;
+    this.note.textContent = '';
+    try {
+      this.data = await getJSON<KernelsJSON>(url('/api/v1/gpu/kernels', {
+        from: ctx.from.toFixed(3), to: ctx.to.toFixed(3), query: ctx.query,
+      }), ctx.signal);
+    } catch (e) {
+      if (!(e instanceof ApiError) || e.status !== 400) throw e;
+      this.data = { from: 0, to: 0, intervals: [], frames: [], stacks: [] };
+      this.note.textContent = `GPU kernels: ${e.message}`;
+    }
+    const rows = new Map<string, KernelTrack['rows'][number]>();
+    for (const k of this.data.intervals) {
+      const key = `${k.device}/${k.stream}`;
+      let r = rows.get(key);
+      if (!r) rows.set(key, r = { key, label: `gpu ${k.device} s${k.stream}`, items: [] });
+      r.items.push(k);
+    }
+    this.rows = [...rows.values()].sort((a, b) => a.key.localeCompare(b.key, undefined, { numeric: true }));
+    const has = this.rows.length > 0 || this.note.textContent !== '';
+    this.el.hidden = !has;
+    this.render();
+    return has;
+  }
+
+  select(sel: [number, number] | null): void { this.sel = sel; this.render(); }
+
+  render(): void {
+    const c = this.canvas, w = this.el.clientWidth || 800;
+    const h = TOP + Math.max(this.rows.length, 1) * ROW + 2;
+    const dpr = window.devicePixelRatio || 1;
+    c.width = Math.round(w * dpr); c.height = Math.round(h * dpr);
+    c.style.width = `${w}px`; c.style.height = `${h}px`;
+    const ctx = c.getContext('2d')!;
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, w, h);
+    const cols = plotColumns(c);
+    ctx.font = '10px system-ui, sans-serif';
+    ctx.textBaseline = 'middle';
+    ctx.fillStyle = '#555';
+    ctx.fillText('GPU kernels', 4, 7);
+    for (const [a, b] of this.idleGaps) {
+      ctx.fillStyle = 'rgba(231, 76, 60, .12)';
+      const x0 = Math.max(this.xOf(a), cols.left), x1 = Math.min(this.xOf(b), cols.left + cols.width);
+      if (x1 > x0) ctx.fillRect(x0, TOP, x1 - x0, h - TOP);
+    }
+    this.rows.forEach((r, i) => {
+      const y = TOP + i * ROW;
+      ctx.fillStyle = '#666';
+      ctx.fillText(r.label, 4, y + ROW / 2);
+      ctx.fillStyle = '#f3f3f5';
+      ctx.fillRect(cols.left, y, cols.width, ROW - 2);
+      for (const k of r.items) {
+        const x0 = this.xOf(k.start / 1e9), x1 = this.xOf(k.end / 1e9);
+        if (x1 < cols.left || x0 > cols.left + cols.width) continue;
+        ctx.fillStyle = k.kind === 'kernel' ? processColor(k.comm || String(k.pid)) : '#9a9aa0';
+        ctx.fillRect(x0, y, Math.max(x1 - x0, 1), ROW - 2);
+      }
+    });
+    drawSelection(ctx, h, this.sel, (t) => this.xOf(t), this.brush?.dragPx ?? null);
+  }
+
+  private at(x: number, y: number): KernelJSON | null {
+    const r = this.rows[Math.floor((y - TOP) / ROW)];
+    if (!r) return null;
+    const t = this.timeAt(x) * 1e9, slop = (((this.to - this.from) * 1e9) / plotColumns(this.canvas).width) * 2;
+    let best: KernelJSON | null = null, bd = Infinity;
+    for (const k of r.items) {
+      const d = t < k.start ? k.start - t : t > k.end ? t - k.end : 0;
+      if (d <= slop && d < bd) { best = k; bd = d; }
+    }
+    return best;
+  }
+
+  private click(x: number, y: number): void {
+    const k = this.at(x, y);
+    if (k && this.data) this.onKernel(k, this.data);
+  }
+
+  private hover(e: MouseEvent): void {
+    if (this.brush.dragPx) return;
+    const r = this.canvas.getBoundingClientRect();
+    const k = this.at(e.clientX - r.left, e.clientY - r.top);
+    if (!k) { this.tip.style.display = 'none'; return; }
+    this.tip.innerHTML = '';
+    const lines = [k.name, `${k.kind} on gpu ${k.device} stream ${k.stream}, ${fmtDuration((k.end - k.start) / 1e9)}` +
+      ` at ${fmtTime(k.start / 1e9).slice(11)}`, `${k.comm} (pid ${k.pid})${k.weight > 1 ? `, stands for ${k.weight} launches` : ''}`,
+      k.stack === null ? 'no launching stack' : 'click: launching stack'];
+    lines.forEach((t, i) => { const d = document.createElement('div'); d.textContent = t; if (!i) d.className = 'tip-name'; this.tip.append(d); });
+    this.tip.style.display = 'block';
+    this.tip.style.left = `${Math.min(e.clientX - r.left + 12, r.width - 380)}px`;
+    this.tip.style.top = `${e.clientY - r.top + 12}px`;
+  }
+}
