@@ -466,7 +466,7 @@ bool ruby__in_vm(const struct ruby_proc *rp, uint64_t addr)
 #define T_IMEMO 0x1a
 #define FL_USHIFT 12
 #define IMEMO_ISEQ 7
-/* 3.1: embedded strings and arrays (FL_USER1 clear), string length in flags. */
+/* 3.1: strings with FL_USER1 live out of line; embedded ones keep their length in flags. */
 #define FL_USER1 (1ull << (FL_USHIFT + 1))
 #define STR_EMBED_LEN_SHIFT (FL_USHIFT + 2)
 #define STR_EMBED_LEN_MASK 0x1f
@@ -518,11 +518,11 @@ static char *_read_path(pid_t pid, uint64_t obj)
 		return NULL;
 	if ((head[0] & T_MASK) != T_ARRAY)
 		return _read_str(pid, obj);
+	/* For arrays FL_USER1 means embedded: the elements follow the header. */
 	if (head[0] & FL_USER1) {
-		if (!head[2] || _read_mem(pid, head[4], &first, sizeof(first)))
-			return NULL;
-	} else {
 		first = head[2];
+	} else if (!head[2] || _read_mem(pid, head[4], &first, sizeof(first))) {
+		return NULL;
 	}
 	return _read_str(pid, first);
 }
