@@ -561,11 +561,11 @@ int ruby__succ_positions(const uint8_t *t, size_t len, uint32_t iseq_size, uint3
 	size_t imm = (iseq_size < SUCC_IMM ? iseq_size + 8 : SUCC_IMM) / 9;
 	size_t blocks = iseq_size < SUCC_IMM ? 0 : (iseq_size - SUCC_IMM + 511) / 512;
 	uint32_t n = 0;
-	int rank = -1;
+	int rank = 0;
 
 	if (len < _succ_len(iseq_size))
 		return -EINVAL;
-	/* The immediate part keeps the rank at each position: a change marks one. */
+	/* The immediate part keeps the rank (positions so far) at each index: a rise marks one. */
 	for (size_t j = 0; j < imm; j++) {
 		uint64_t w;
 
