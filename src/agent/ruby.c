@@ -5,12 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
-#include <time.h>
 
 #include <bpf/bpf.h>
 
 #include "agent/bpf/ruby.h"
+#include "agent/interp_procs.h"
 #include "agent/procmaps.h"
 #include "agent/proc_table.h"
 #include "agent/ruby.h"
@@ -42,16 +41,6 @@ struct ruby_proc {
 	struct iseq_layout iseq;
 };
 
-struct pid_entry {
-	pid_t pid;
-	uint8_t checks;		/* times looked at while not CRuby */
-	uint64_t next_check_ns;
-	struct ruby_proc *proc;	/* NULL: not CRuby (yet) */
-	struct pid_entry *next;
-};
-
-#define PID_BUCKETS 1024
-#define MAX_CHECKS 6		/* 100 ms .. 3.2 s after the first look */
 #define ISEQ_CACHE_MAX 65536
 #define STR_MAX 512
 #define LINES_MAX 65536		/* instruction info entries read per iseq */
@@ -69,7 +58,7 @@ struct iseq_entry {
 struct ruby {
 	int map_fd;
 	struct proc_table *procs;
-	struct pid_entry *pids[PID_BUCKETS];
+	struct interp_procs *pids;	/* pid -> struct ruby_proc */
 	uint64_t next_epoch;
 	struct intern *iseq_keys;	/* (epoch, iseq address) -> index in iseqs */
 	struct iseq_entry *iseqs;
@@ -86,6 +75,11 @@ struct ruby *ruby__new(int map_fd, struct proc_table *procs)
 	rb->map_fd = map_fd;
 	rb->procs = procs;
 	rb->next_epoch = 1;
+	rb->pids = interp_procs__new();
+	if (!rb->pids) {
+		free(rb);
+		return NULL;
+	}
 	return rb;
 }
 
@@ -110,44 +104,9 @@ void ruby__free(struct ruby *rb)
 {
 	if (!rb)
 		return;
-	for (int i = 0; i < PID_BUCKETS; i++) {
-		struct pid_entry *e = rb->pids[i], *next;
-
-		for (; e; e = next) {
-			next = e->next;
-			free(e->proc);
-			free(e);
-		}
-	}
+	interp_procs__free(rb->pids);
 	_iseqs_clear(rb);
 	free(rb);
-}
-
-static uint64_t _now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
-static struct pid_entry **_slot(struct ruby *rb, pid_t pid)
-{
-	struct pid_entry **pe = &rb->pids[(uint32_t)pid % PID_BUCKETS];
-
-	while (*pe && (*pe)->pid != pid)
-		pe = &(*pe)->next;
-	return pe;
-}
-
-static int _read_mem(pid_t pid, uint64_t addr, void *buf, size_t len)
-{
-	struct iovec local = { buf, len }, remote = { (void *)addr, len };
-	ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-
-	if (n < 0)
-		return -errno;
-	return (size_t)n == len ? 0 : -EFAULT;
 }
 
 /* ---- finding the VM ---------------------------------------------------- */
@@ -322,8 +281,9 @@ static int _layout(const char *version, struct fw_rb_proc *bp, struct iseq_layou
 	return 0;
 }
 
-static int _describe(struct ruby *rb, pid_t pid, struct ruby_proc **out)
+static int _describe(void *ctx, pid_t pid, void **out)
 {
+	struct ruby *rb = ctx;
 	struct find_ctx f = { 0 };
 	struct fw_rb_proc bp;
 	struct iseq_layout il;
@@ -342,7 +302,7 @@ static int _describe(struct ruby *rb, pid_t pid, struct ruby_proc **out)
 	err = _find_syms(f.bin->fd, &syms);
 	if (err)
 		return err;
-	err = _read_mem(pid, syms.version + f.bias, version, sizeof(version) - 1);
+	err = interp__read_mem(pid, syms.version + f.bias, version, sizeof(version) - 1);
 	if (err)
 		return err;
 	err = _layout(version, &bp, &il);
@@ -354,7 +314,7 @@ static int _describe(struct ruby *rb, pid_t pid, struct ruby_proc **out)
 		uint64_t modid = 0;
 
 		/* The module id ld.so gave the binary: same for every thread. */
-		err = _read_mem(pid, syms.got_modid + f.bias, &modid, sizeof(modid));
+		err = interp__read_mem(pid, syms.got_modid + f.bias, &modid, sizeof(modid));
 		if (err)
 			return err;
 		if (!modid || modid > 0xffff)
@@ -365,7 +325,7 @@ static int _describe(struct ruby *rb, pid_t pid, struct ruby_proc **out)
 	} else if (syms.have_tpoff) {
 		uint64_t off = 0;
 
-		err = _read_mem(pid, syms.got_tpoff + f.bias, &off, sizeof(off));
+		err = interp__read_mem(pid, syms.got_tpoff + f.bias, &off, sizeof(off));
 		if (err)
 			return err;
 		if (!off)
@@ -403,48 +363,25 @@ static int _describe(struct ruby *rb, pid_t pid, struct ruby_proc **out)
 
 void ruby__note_pid(struct ruby *rb, pid_t pid)
 {
-	struct pid_entry **pe = _slot(rb, pid), *e = *pe;
-	uint64_t now;
-
-	if (e && (e->proc || e->checks >= MAX_CHECKS))
-		return;
-	now = _now_ns();
-	if (e && now < e->next_check_ns)
-		return;
-	if (!e) {
-		e = calloc(1, sizeof(*e));
-		if (!e)
-			return;
-		e->pid = pid;
-		*pe = e;
-	}
-	e->checks++;
-	e->next_check_ns = now + (50000000ULL << e->checks);
-	if (_describe(rb, pid, &e->proc) == 0)
+	if (interp_procs__note(rb->pids, pid, _describe, rb))
 		rb->st.procs++;
 }
 
 void ruby__forget(struct ruby *rb, pid_t pid)
 {
-	struct pid_entry **pe = _slot(rb, pid), *e = *pe;
+	struct ruby_proc *rp = interp_procs__forget(rb->pids, pid);
 	uint32_t key = pid;
 
-	if (!e)
+	if (!rp)
 		return;
-	if (e->proc) {
-		bpf_map_delete_elem(rb->map_fd, &key);
-		rb->st.procs--;
-	}
-	*pe = e->next;
-	free(e->proc);
-	free(e);
+	bpf_map_delete_elem(rb->map_fd, &key);
+	rb->st.procs--;
+	free(rp);
 }
 
 const struct ruby_proc *ruby__proc(struct ruby *rb, pid_t pid)
 {
-	struct pid_entry *e = rb ? *_slot(rb, pid) : NULL;
-
-	return e ? e->proc : NULL;
+	return rb ? interp_procs__get(rb->pids, pid) : NULL;
 }
 
 bool ruby__is_exec(const struct ruby_proc *rp, uint64_t addr)
@@ -477,7 +414,7 @@ static char *_read_str(pid_t pid, uint64_t obj)
 	uint64_t head[4], len, ptr;
 	char *out;
 
-	if (!obj || obj & 7 || _read_mem(pid, obj, head, sizeof(head)))
+	if (!obj || obj & 7 || interp__read_mem(pid, obj, head, sizeof(head)))
 		return NULL;
 	if ((head[0] & T_MASK) != T_STRING)
 		return NULL;
@@ -493,7 +430,7 @@ static char *_read_str(pid_t pid, uint64_t obj)
 	out = malloc(len + 1);
 	if (!out)
 		return NULL;
-	if (len && _read_mem(pid, ptr, out, len)) {
+	if (len && interp__read_mem(pid, ptr, out, len)) {
 		free(out);
 		return NULL;
 	}
@@ -514,14 +451,14 @@ static char *_read_path(pid_t pid, uint64_t obj)
 {
 	uint64_t head[5], first;
 
-	if (!obj || obj & 7 || _read_mem(pid, obj, head, sizeof(head)))
+	if (!obj || obj & 7 || interp__read_mem(pid, obj, head, sizeof(head)))
 		return NULL;
 	if ((head[0] & T_MASK) != T_ARRAY)
 		return _read_str(pid, obj);
 	/* For arrays FL_USER1 means embedded: the elements follow the header. */
 	if (head[0] & FL_USER1) {
 		first = head[2];
-	} else if (!head[2] || _read_mem(pid, head[4], &first, sizeof(first))) {
+	} else if (!head[2] || interp__read_mem(pid, head[4], &first, sizeof(first))) {
 		return NULL;
 	}
 	return _read_str(pid, first);
@@ -611,7 +548,7 @@ static int _read_lines(pid_t pid, const struct iseq_layout *il, const uint8_t *b
 	raw = malloc((size_t)n * il->entry_size);
 	if (!ie->pos || !ie->line || !raw)
 		goto out;
-	err = _read_mem(pid, entries, raw, (size_t)n * il->entry_size);
+	err = interp__read_mem(pid, entries, raw, (size_t)n * il->entry_size);
 	if (err)
 		goto out;
 	for (uint32_t i = 0; i < n; i++)
@@ -621,7 +558,7 @@ static int _read_lines(pid_t pid, const struct iseq_layout *il, const uint8_t *b
 	if (n == 1) {
 		got = 1;	/* one entry covers the whole iseq: no table */
 	} else if (positions) {
-		err = _read_mem(pid, positions, ie->pos, (size_t)n * sizeof(*ie->pos));
+		err = interp__read_mem(pid, positions, ie->pos, (size_t)n * sizeof(*ie->pos));
 		if (err)
 			goto out;
 		got = n;
@@ -635,7 +572,7 @@ static int _read_lines(pid_t pid, const struct iseq_layout *il, const uint8_t *b
 		raw = malloc(len);
 		if (!raw)
 			goto out;
-		err = _read_mem(pid, succ, raw, len);
+		err = interp__read_mem(pid, succ, raw, len);
 		if (err)
 			goto out;
 		got = ruby__succ_positions(raw, len, iseq_size, ie->pos, n);
@@ -667,14 +604,14 @@ static int _read_iseq(pid_t pid, const struct iseq_layout *il, uint64_t iseq,
 
 	if (il->body_read > sizeof(body))
 		return -EINVAL;
-	err = _read_mem(pid, iseq, head, sizeof(head));
+	err = interp__read_mem(pid, iseq, head, sizeof(head));
 	if (err)
 		return err;
 	/* Only instruction sequences have pcs; anything else here is a race. */
 	if ((head[0] & T_MASK) != T_IMEMO || ((head[0] >> FL_USHIFT) & 0xf) != IMEMO_ISEQ)
 		return -EPROTO;
 	body_addr = head[il->body / 8];
-	err = _read_mem(pid, body_addr, body, il->body_read);
+	err = interp__read_mem(pid, body_addr, body, il->body_read);
 	if (err)
 		return err;
 	ie->function = _read_str(pid, _u64(body, il->label));
