@@ -214,7 +214,7 @@ def test_process_started_before(fw):
     """`record -p` of an interpreter that was already running: its TLS
     module and layout are found from its live mappings and memory."""
     exe = ruby()
-    proc = subprocess.Popen([exe, str(SCRIPT), "chain", "10"])
+    proc = subprocess.Popen([exe, str(SCRIPT), "chain", "60"])
     try:
         time.sleep(1.0)
         res, prof = fw.record_folded(["-p", str(proc.pid), "-d", "2"], duration=2, hz=HZ)
