@@ -99,7 +99,10 @@ static __always_inline __u64 rb_find_ec(struct fw_rb_proc *rp, __u64 tp)
 	return ec;
 }
 
-/* Appends the Ruby frames of the sampled thread, if its process is CRuby. */
+/*
+ * Appends the Ruby frames of the sampled thread, if its process is CRuby.
+ * For CPU samples only: rb_step() writes through scratch slot 0.
+ */
 static __always_inline void ruby_walk(struct fw_sample *s, __u32 tgid, struct task_struct *task)
 {
 	struct fw_rb_walk w = { .base = (__u32)s->kstack_len + s->ustack_len };
