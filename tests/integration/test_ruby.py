@@ -100,16 +100,9 @@ def test_chain_and_split(fw):
     native_root = w.count(lambda f: in_order(user(f), ["_start", "__libc_start_call_main", "ruby_run_node",
                                                        "<main>", "inner"]))
     require(native_root >= 0.9 * w.total, "ruby: native start-up frames missing under <main>", w)
-
-
-def test_native_leaf_stays(fw):
-    """Native code a Ruby frame runs (the VM's arithmetic helpers,
-    Process.clock_gettime) stays leafward of that frame, and no Ruby frame
-    ends up under native code it did not call."""
-    exe = ruby()
-    res, prof = fw.record_folded(["--", exe, SCRIPT, "chain", SECONDS], duration=SECONDS, hz=HZ)
-    w = ruby_samples(prof)
-    require(w.total >= 0.1 * SECONDS * HZ, f"only {w.total} samples of ruby", prof)
+    # Native code a Ruby frame runs (the VM's arithmetic helpers,
+    # Process.clock_gettime) stays leafward of that frame, and no Ruby frame
+    # ends up under native code it did not call.
     names = set(CHAIN + ["hot_70", "cold_30", "spin"])
     bad = w.count(lambda f: _ruby_under_native(user(f), names))
     require(bad == 0, f"ruby: {bad} samples with Ruby frames under native ones past <main>", w)
