@@ -608,8 +608,11 @@ static int _read_iseq(pid_t pid, const struct iseq_layout *il, uint64_t iseq,
 	if (err)
 		return err;
 	/* Only instruction sequences have pcs; anything else here is a race. */
-	if ((head[0] & T_MASK) != T_IMEMO || ((head[0] >> FL_USHIFT) & 0xf) != IMEMO_ISEQ)
+	if ((head[0] & T_MASK) != T_IMEMO || ((head[0] >> FL_USHIFT) & 0xf) != IMEMO_ISEQ) {
+		pr_debug("pid %d: 0x%llx is no iseq (flags 0x%llx)\n", pid, (unsigned long long)iseq,
+			 (unsigned long long)head[0]);
 		return -EPROTO;
+	}
 	body_addr = head[il->body / 8];
 	err = interp__read_mem(pid, body_addr, body, il->body_read);
 	if (err)
@@ -658,8 +661,11 @@ static struct iseq_entry *_iseq(struct ruby *rb, const struct ruby_proc *rp, uin
 		memset(ie, 0, sizeof(*ie));
 		rb->st.iseq_reads++;
 		ie->err = _read_iseq(rp->pid, &rp->iseq, iseq, ie);
-		if (ie->err)
+		if (ie->err) {
 			rb->st.iseq_read_errors++;
+			pr_debug("pid %d: cannot read iseq 0x%llx: %s\n", rp->pid,
+				 (unsigned long long)iseq, strerror(-ie->err));
+		}
 	}
 	return ie;
 }
