@@ -9,8 +9,9 @@
 # prefix of the interpreter's BPF counters and debug line, CHAIN the regex a
 # folded stack with the workload's full chain matches. HZ, LOAD and
 # FLAMEWATCH are the callers' (see there).
-# Reports flamewatch's own CPU between t=10 s and the end (from
-# /proc/PID/stat, so start-up table building is left out), and the BPF
+# Reports flamewatch's own CPU between t=WARMUP s (default 10) and the end
+# (from /proc/PID/stat, so loading BPF and building tables are left out:
+# on a loaded machine they can take longer, then raise WARMUP), and the BPF
 # program's run time per sample (kernel.bpf_stats_enabled), which is
 # charged to the sampled tasks.
 set -euo pipefail
@@ -19,7 +20,8 @@ cd "$(dirname "$0")/.."
 HZ=${HZ:-19}
 NLOAD=${LOAD:-$(nproc)}
 FW=${FLAMEWATCH:-build/flamewatch}
-[ "$DUR" -ge 20 ] || { echo "$STATS overhead: SECONDS must be >= 20" >&2; exit 1; }
+WARMUP=${WARMUP:-10}
+[ "$DUR" -ge $((WARMUP + 10)) ] || { echo "$STATS overhead: SECONDS must be >= WARMUP + 10" >&2; exit 1; }
 
 OUT=$(mktemp -d /tmp/fw-interpbench.XXXXXX)
 OLD_STATS=$(cat /proc/sys/kernel/bpf_stats_enabled)
@@ -42,7 +44,7 @@ pidlist=$(IFS=,; echo "${PIDS[*]}")
 "$FW" record -q -v -F "$HZ" -d "$DUR" -p "$pidlist" -o "$OUT/out.folded" 2>"$OUT/log" &
 FWPID=$!
 ticks() { awk '{print $14 + $15}' "/proc/$FWPID/stat"; }
-sleep 10
+sleep "$WARMUP"
 t0=$(ticks); s0=$(date +%s.%N)
 # Other flamewatch instances may run too: only programs whose fds this one holds count.
 prog_stats() { bpftool prog show --json | python3 -c '
@@ -61,7 +63,7 @@ for p in json.load(sys.stdin):
 else:
     print(0, 0)' "$FWPID"; }
 read -r ns0 cnt0 < <(prog_stats)
-sleep $((DUR - 13))
+sleep $((DUR - WARMUP - 3))
 t1=$(ticks); s1=$(date +%s.%N)
 read -r ns1 cnt1 < <(prog_stats)
 wait "$FWPID"

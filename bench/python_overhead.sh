@@ -6,7 +6,7 @@
 #   sudo bench/python_overhead.sh [SECONDS]       # default 60
 #
 # Environment: HZ (default 19), LOAD, PYTHON (interpreter, default the
-# newest pyenv 3.12), FLAMEWATCH (default build/flamewatch).
+# newest pyenv 3.12), FLAMEWATCH (default build/flamewatch), WARMUP (default 10 s).
 # Measured by bench/interp_overhead.sh (shared with bench/ruby_overhead.sh).
 set -euo pipefail
 

@@ -7,7 +7,7 @@
 #   sudo bench/ruby_overhead.sh [SECONDS]       # default 60
 #
 # Environment: HZ (default 19), LOAD, RUBY (interpreter, default `ruby`),
-# FLAMEWATCH (default build/flamewatch).
+# FLAMEWATCH (default build/flamewatch), WARMUP (default 10 s).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
