@@ -11,6 +11,7 @@
 #include "agent/cuda_tracker.h"
 #include "agent/proc_table.h"
 #include "agent/python.h"
+#include "agent/ruby.h"
 #include "agent/sampler.h"
 #include "agent/unwinder.h"
 #include "common/batch.h"
@@ -23,6 +24,7 @@ struct collector {
 	struct unwinder *unwinder;
 	struct cpu_profile *cp;
 	struct python *py;
+	struct ruby *rb;
 	struct java_perfmap *java;	/* NULL unless asked for */
 	struct cuda_tracker *cuda;	/* timed mode only: GPU time needs a batch */
 	uint64_t add_errors;
@@ -92,6 +94,7 @@ static void _on_sample(void *ctx, const struct fw_sample *s)
 	struct collector *c = ctx;
 
 	python__note_pid(c->py, s->pid);
+	ruby__note_pid(c->rb, s->pid);
 	if (c->java) {
 		const struct proc_info *info = proc_table__info(c->procs, s->pid);
 
@@ -109,6 +112,7 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 	switch (e->type) {
 	case FW_EVENT_EXEC:
 		python__forget(c->py, e->pid);
+		ruby__forget(c->rb, e->pid);
 		proc_table__exec(c->procs, e->pid);
 		if (c->cuda)
 			cuda_tracker__exec(c->cuda, e->pid);
@@ -118,6 +122,7 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 		break;
 	case FW_EVENT_EXIT:
 		python__forget(c->py, e->pid);
+		ruby__forget(c->rb, e->pid);
 		java_perfmap__forget(c->java, e->pid);
 		if (c->cuda)
 			cuda_tracker__exit(c->cuda, e->pid);
@@ -169,11 +174,13 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 	sampler__unwind_fds(c->sampler, &files_fd, &procs_fd);
 	c->unwinder = unwinder__new(files_fd, procs_fd, c->procs, (uint64_t)o->unwind_mb << 20);
 	c->py = python__new(sampler__python_fd(c->sampler), c->procs);
-	if (!c->unwinder || !c->py) {
+	c->rb = ruby__new(sampler__ruby_fd(c->sampler), c->procs);
+	if (!c->unwinder || !c->py || !c->rb) {
 		err = ENOMEM;
 		goto fail;
 	}
 	cpu_profile__set_python(c->cp, c->py);
+	cpu_profile__set_ruby(c->cp, c->rb);
 	if (o->java_perfmap_interval_ns) {
 		c->java = java_perfmap__new(o->java_perfmap_interval_ns);
 		if (!c->java) {
@@ -230,6 +237,7 @@ void collector__free(struct collector *c)
 	unwinder__free(c->unwinder);
 	cpu_profile__free(c->cp);
 	python__free(c->py);
+	ruby__free(c->rb);
 	java_perfmap__free(c->java);
 	proc_table__free(c->procs);
 	free(c);
@@ -247,6 +255,7 @@ int collector__follow(struct collector *c, pid_t pid)
 	 * longer, and samples in between still get their Python frames.
 	 */
 	python__note_pid(c->py, pid);
+	ruby__note_pid(c->rb, pid);
 	unwinder__add_pid(c->unwinder, pid);
 	return 0;
 }
@@ -326,6 +335,14 @@ void collector__report(struct collector *c)
 		pr_debug("python: %llu processes, %llu code objects read, %llu unreadable\n",
 			 (unsigned long long)ps.procs, (unsigned long long)ps.code_reads,
 			 (unsigned long long)ps.code_read_errors);
+	}
+	if (c->rb) {
+		struct ruby_stats rs;
+
+		ruby__stats(c->rb, &rs);
+		pr_debug("ruby: %llu processes, %llu iseqs read, %llu unreadable\n",
+			 (unsigned long long)rs.procs, (unsigned long long)rs.iseq_reads,
+			 (unsigned long long)rs.iseq_read_errors);
 	}
 	if (!c->unwinder)
 		return;

@@ -10,6 +10,7 @@
 #include "agent/cpu_profile.h"
 #include "agent/proc_table.h"
 #include "agent/python.h"
+#include "agent/ruby.h"
 #include "common/batch.h"
 #include "common/intern.h"
 #include "common/log.h"
@@ -48,6 +49,7 @@ struct cpu_profile {
 	uint32_t *sym_name_of;
 	uint32_t sym_cap;
 	struct python *py;		/* borrowed; NULL: Python frames are ignored */
+	struct ruby *rb;		/* borrowed; NULL: Ruby frames are ignored */
 	uint32_t *leaf;			/* scratch: one user stack, leaf first */
 };
 
@@ -413,24 +415,103 @@ static int _mixed_user_stack(struct cpu_profile *cp, const struct fw_sample *s,
 	return n;
 }
 
+void cpu_profile__set_ruby(struct cpu_profile *cp, struct ruby *rb)
+{
+	cp->rb = rb;
+}
+
+static int64_t _ruby_frame(struct cpu_profile *cp, const struct ruby_proc *rp, const __u64 *word)
+{
+	const char *function, *file;
+	char placeholder[48];
+	uint32_t line;
+	int64_t mapping = profile__intern_mapping(cp->p, "[ruby]", NULL);
+
+	if (mapping < 0)
+		return mapping;
+	if (ruby__frame(cp->rb, rp, word[0], word[1] & FW_RB_PC_MASK, &function, &file, &line) ||
+	    !function) {
+		snprintf(placeholder, sizeof(placeholder), "[ruby iseq 0x%llx]",
+			 (unsigned long long)word[0]);
+		function = placeholder;
+		file = NULL;
+		line = 0;
+	}
+	return profile__intern_named_frame(cp->p, FRAME_RUBY, mapping, 0, function, file, line);
+}
+
+/*
+ * Ruby's mixed stacks, as _mixed_user_stack() does Python's: each
+ * rb_vm_exec() frame is replaced by the Ruby frames it was running, up to
+ * and including the one a C call pushed (FW_RB_FINISH), and the VM's own
+ * frames between two such groups are dropped. rb_vm_exec() runs the
+ * bytecode in vm_exec_core(), a static function no symbol table names:
+ * the VM frame directly leafward of it is that loop, and goes with it.
+ * Native frames leafward of the first Ruby frame (C methods, the C
+ * functions they call) and rootward of the last (main, ruby_run_node)
+ * stay. Writes the stack leaf first into cp->leaf; returns its length or
+ * -errno.
+ */
+static int _ruby_user_stack(struct cpu_profile *cp, const struct fw_sample *s,
+			    const struct ruby_proc *rp)
+{
+	const __u64 *ustack = s->addrs + s->kstack_len;
+	const __u64 *rbw = ustack + s->ustack_len;
+	uint32_t np = s->pystack_len, pos = 0, n = 0;
+	int64_t id, last_j = -1;
+
+	for (uint32_t j = 0; j < s->ustack_len; j++) {
+		uint64_t pc = j ? ustack[j] - 1 : ustack[j];
+
+		if (pos < np && ruby__is_exec(rp, pc)) {
+			uint64_t callee = j > 1 ? ustack[j - 1] - 1 : ustack[0];
+
+			if (n && last_j == (int64_t)j - 1 && ruby__in_vm(rp, callee))
+				n--;
+			do {
+				id = _ruby_frame(cp, rp, rbw + 2 * pos);
+				if (id < 0)
+					return id;
+				cp->leaf[n++] = id;
+			} while (!(rbw[2 * pos++ + 1] & FW_RB_FINISH) && pos < np);
+			continue;
+		}
+		if (pos > 0 && pos < np && ruby__in_vm(rp, pc))
+			continue;
+		id = _user_frame(cp, s->pid, ustack[j], j > 0);
+		if (id < 0)
+			return id;
+		cp->leaf[n++] = id;
+		last_j = j;
+	}
+	for (; pos < np; pos++) {
+		id = _ruby_frame(cp, rp, rbw + 2 * pos);
+		if (id < 0)
+			return id;
+		cp->leaf[n++] = id;
+	}
+	return n;
+}
+
 int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t unix_ns)
 {
 	const __u64 *kstack = s->addrs, *ustack = s->addrs + s->kstack_len;
 	const struct python_proc *pp = s->pystack_len ? python__proc(cp->py, s->pid) : NULL;
+	const struct ruby_proc *rp = s->pystack_len && !pp ? ruby__proc(cp->rb, s->pid) : NULL;
 	char comm[FW_COMM_LEN + 1];
 	uint32_t n = 0;
 	int64_t id, comm_id;
 
 	/* Root first: the user stack from its outermost frame, then the kernel's. */
-	if (pp) {
-		int len = _mixed_user_stack(cp, s, pp);
+	if (pp || rp) {
+		int len = pp ? _mixed_user_stack(cp, s, pp) : _ruby_user_stack(cp, s, rp);
 
 		if (len < 0)
 			return len;
 		for (int i = len - 1; i >= 0; i--)
 			cp->frames[n++] = cp->leaf[i];
 	}
-	for (int i = pp ? -1 : s->ustack_len - 1; i >= 0; i--) {
+	for (int i = pp || rp ? -1 : s->ustack_len - 1; i >= 0; i--) {
 		id = _user_frame(cp, s->pid, ustack[i], i > 0);
 		if (id < 0)
 			return id;

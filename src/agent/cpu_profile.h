@@ -48,6 +48,10 @@ struct python;
  */
 void cpu_profile__set_python(struct cpu_profile *cp, struct python *py);
 
+struct ruby;
+/* Borrows rb: the same for samples with Ruby frames, in place of the VM's. */
+void cpu_profile__set_ruby(struct cpu_profile *cp, struct ruby *rb);
+
 /* Adds one sample. Returns 0 or -ENOMEM. */
 int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t unix_ns);
 /* Names every frame that has no name yet. Returns 0 or -ENOMEM. */

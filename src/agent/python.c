@@ -6,12 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
-#include <time.h>
 
 #include <bpf/bpf.h>
 
 #include "agent/bpf/python.h"
+#include "agent/interp_procs.h"
 #include "agent/procmaps.h"
 #include "agent/proc_table.h"
 #include "agent/python.h"
@@ -39,17 +38,6 @@ struct python_proc {
 	struct code_layout code;
 };
 
-/* Per-pid record: whether it was looked at, and what it is. */
-struct pid_entry {
-	pid_t pid;
-	uint8_t checks;		/* times looked at while not CPython */
-	uint64_t next_check_ns;
-	struct python_proc *proc;	/* NULL: not CPython (yet) */
-	struct pid_entry *next;
-};
-
-#define PID_BUCKETS 1024
-#define MAX_CHECKS 6		/* 100 ms .. 3.2 s after the first look */
 #define CODE_CACHE_MAX 65536
 #define STR_MAX 512
 #define LINETABLE_MAX 65536
@@ -65,7 +53,7 @@ struct code_entry {
 struct python {
 	int map_fd;
 	struct proc_table *procs;
-	struct pid_entry *pids[PID_BUCKETS];
+	struct interp_procs *pids;	/* pid -> struct python_proc */
 	uint64_t next_epoch;
 	struct intern *code_keys;	/* (epoch, code address) -> index in codes */
 	struct code_entry *codes;
@@ -82,6 +70,11 @@ struct python *python__new(int map_fd, struct proc_table *procs)
 	py->map_fd = map_fd;
 	py->procs = procs;
 	py->next_epoch = 1;
+	py->pids = interp_procs__new();
+	if (!py->pids) {
+		free(py);
+		return NULL;
+	}
 	return py;
 }
 
@@ -105,44 +98,9 @@ void python__free(struct python *py)
 {
 	if (!py)
 		return;
-	for (int i = 0; i < PID_BUCKETS; i++) {
-		struct pid_entry *e = py->pids[i], *next;
-
-		for (; e; e = next) {
-			next = e->next;
-			free(e->proc);
-			free(e);
-		}
-	}
+	interp_procs__free(py->pids);
 	_codes_clear(py);
 	free(py);
-}
-
-static uint64_t _now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
-static struct pid_entry **_slot(struct python *py, pid_t pid)
-{
-	struct pid_entry **pe = &py->pids[(uint32_t)pid % PID_BUCKETS];
-
-	while (*pe && (*pe)->pid != pid)
-		pe = &(*pe)->next;
-	return pe;
-}
-
-static int _read_mem(pid_t pid, uint64_t addr, void *buf, size_t len)
-{
-	struct iovec local = { buf, len }, remote = { (void *)addr, len };
-	ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-
-	if (n < 0)
-		return -errno;
-	return (size_t)n == len ? 0 : -EFAULT;
 }
 
 /* ---- finding the interpreter ------------------------------------------ */
@@ -341,7 +299,7 @@ static int _debug_layout(pid_t pid, uint64_t runtime, struct fw_py_proc *bp,
 {
 	uint8_t t[DBG_SIZE];
 	uint64_t v[DBG_SIZE / 8];
-	int err = _read_mem(pid, runtime, t, sizeof(t));
+	int err = interp__read_mem(pid, runtime, t, sizeof(t));
 
 	if (err)
 		return err;
@@ -396,8 +354,9 @@ static int _debug_layout(pid_t pid, uint64_t runtime, struct fw_py_proc *bp,
 	return 0;
 }
 
-static int _describe(struct python *py, pid_t pid, struct python_proc **out)
+static int _describe(void *ctx, pid_t pid, void **out)
 {
+	struct python *py = ctx;
 	struct find_ctx f = { .minor = -1 };
 	struct fw_py_proc bp;
 	struct code_layout cl;
@@ -421,7 +380,7 @@ static int _describe(struct python *py, pid_t pid, struct python_proc **out)
 		uint32_t hex = 0;
 
 		/* Py_Version (3.11+) is PY_VERSION_HEX, truer than a file name. */
-		if (_read_mem(pid, syms.py_version + f.bias, &hex, sizeof(hex)) == 0 &&
+		if (interp__read_mem(pid, syms.py_version + f.bias, &hex, sizeof(hex)) == 0 &&
 		    hex >> 24 == 3)
 			minor = (hex >> 16) & 0xff;
 	}
@@ -461,48 +420,25 @@ static int _describe(struct python *py, pid_t pid, struct python_proc **out)
 
 void python__note_pid(struct python *py, pid_t pid)
 {
-	struct pid_entry **pe = _slot(py, pid), *e = *pe;
-	uint64_t now;
-
-	if (e && (e->proc || e->checks >= MAX_CHECKS))
-		return;
-	now = _now_ns();
-	if (e && now < e->next_check_ns)
-		return;
-	if (!e) {
-		e = calloc(1, sizeof(*e));
-		if (!e)
-			return;
-		e->pid = pid;
-		*pe = e;
-	}
-	e->checks++;
-	e->next_check_ns = now + (50000000ULL << e->checks);
-	if (_describe(py, pid, &e->proc) == 0)
+	if (interp_procs__note(py->pids, pid, _describe, py))
 		py->st.procs++;
 }
 
 void python__forget(struct python *py, pid_t pid)
 {
-	struct pid_entry **pe = _slot(py, pid), *e = *pe;
+	struct python_proc *pp = interp_procs__forget(py->pids, pid);
 	uint32_t key = pid;
 
-	if (!e)
+	if (!pp)
 		return;
-	if (e->proc) {
-		bpf_map_delete_elem(py->map_fd, &key);
-		py->st.procs--;
-	}
-	*pe = e->next;
-	free(e->proc);
-	free(e);
+	bpf_map_delete_elem(py->map_fd, &key);
+	py->st.procs--;
+	free(pp);
 }
 
 const struct python_proc *python__proc(struct python *py, pid_t pid)
 {
-	struct pid_entry *e = py ? *_slot(py, pid) : NULL;
-
-	return e ? e->proc : NULL;
+	return py ? interp_procs__get(py->pids, pid) : NULL;
 }
 
 bool python__is_eval(const struct python_proc *pp, uint64_t addr)
@@ -563,7 +499,7 @@ static char *_read_str(pid_t pid, const struct code_layout *cl, uint64_t obj)
 	size_t n = 0;
 	char *out;
 
-	if (!obj || _read_mem(pid, obj, head, cl->compact_size))
+	if (!obj || interp__read_mem(pid, obj, head, cl->compact_size))
 		return NULL;
 	memcpy(&len, head + 16, 8);
 	memcpy(&state, head + 32, 4);
@@ -572,7 +508,7 @@ static char *_read_str(pid_t pid, const struct code_layout *cl, uint64_t obj)
 		return NULL;	/* not compact: never the case for names */
 	if (len > STR_MAX)
 		len = STR_MAX;
-	if (len && _read_mem(pid, obj + (((state >> 6) & 1) ? cl->ascii_size : cl->compact_size),
+	if (len && interp__read_mem(pid, obj + (((state >> 6) & 1) ? cl->ascii_size : cl->compact_size),
 			     raw, len * kind))
 		return NULL;
 	out = malloc(len * 4 + 1);
@@ -593,7 +529,7 @@ static int _read_code(pid_t pid, const struct code_layout *cl, uint64_t code,
 	uint8_t obj[256];
 	uint64_t name, file, lt, ltlen;
 	int32_t first;
-	int err = _read_mem(pid, code, obj, sizeof(obj));
+	int err = interp__read_mem(pid, code, obj, sizeof(obj));
 
 	if (err)
 		return err;
@@ -606,9 +542,9 @@ static int _read_code(pid_t pid, const struct code_layout *cl, uint64_t code,
 	if (!ce->function)
 		return -EFAULT;
 	ce->firstlineno = first > 0 ? first : 0;
-	if (lt && _read_mem(pid, lt + 16, &ltlen, 8) == 0 && ltlen <= LINETABLE_MAX) {
+	if (lt && interp__read_mem(pid, lt + 16, &ltlen, 8) == 0 && ltlen <= LINETABLE_MAX) {
 		ce->lt = malloc(ltlen + 1);
-		if (ce->lt && _read_mem(pid, lt + 32, ce->lt, ltlen) == 0) {
+		if (ce->lt && interp__read_mem(pid, lt + 32, ce->lt, ltlen) == 0) {
 			ce->ltlen = ltlen;
 		} else {
 			free(ce->lt);

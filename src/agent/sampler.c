@@ -52,6 +52,11 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_PY_FAULT] = "python_faults",
 	[FW_STAT_PY_TRUNCATED] = "python_truncated",
 	[FW_STAT_PY_FRAMES] = "python_frames",
+	[FW_STAT_RB_SAMPLES] = "ruby_samples",
+	[FW_STAT_RB_NO_EC] = "ruby_no_ec",
+	[FW_STAT_RB_FAULT] = "ruby_faults",
+	[FW_STAT_RB_TRUNCATED] = "ruby_truncated",
+	[FW_STAT_RB_FRAMES] = "ruby_frames",
 };
 
 const char *fw_stat__name(enum fw_stat stat)
@@ -387,6 +392,11 @@ void sampler__unfollow(struct sampler *s, pid_t tgid)
 int sampler__python_fd(struct sampler *s)
 {
 	return bpf_map__fd(s->skel->maps.py_procs);
+}
+
+int sampler__ruby_fd(struct sampler *s)
+{
+	return bpf_map__fd(s->skel->maps.rb_procs);
 }
 
 void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd)

@@ -61,6 +61,8 @@ int sampler__poll(struct sampler *s, int timeout_ms);
 void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd);
 /* The py_procs map (pid -> struct fw_py_proc); a borrowed fd. */
 int sampler__python_fd(struct sampler *s);
+/* The rb_procs map (pid -> struct fw_rb_proc); a borrowed fd. */
+int sampler__ruby_fd(struct sampler *s);
 /*
  * A descriptor that becomes readable when a record asked for a wakeup (CUDA
  * records, when the ring buffer fills up); then call sampler__drain().

@@ -216,6 +216,7 @@ const char *frame_kind__name(enum frame_kind kind)
 		[FRAME_JIT] = "jit",
 		[FRAME_PYTHON] = "python",
 		[FRAME_CUDA_KERNEL] = "cuda-kernel",
+		[FRAME_RUBY] = "ruby",
 	};
 
 	return kind < FRAME_KIND_MAX ? names[kind] : "unknown";

@@ -21,6 +21,7 @@ enum frame_kind {
 	FRAME_JIT = 2,		/* anonymous executable memory (perf map names) */
 	FRAME_PYTHON = 3,
 	FRAME_CUDA_KERNEL = 4,
+	FRAME_RUBY = 5,
 	FRAME_KIND_MAX,
 };
 

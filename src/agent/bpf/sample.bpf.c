@@ -101,6 +101,7 @@ struct {
 } proc_mappings SEC(".maps");
 
 #include "python.bpf.h"
+#include "ruby.bpf.h"
 
 /* Where the x86-64 signal frame keeps the interrupted registers, from rsp at __restore_rt. */
 #define UCONTEXT_MCONTEXT 40
@@ -364,8 +365,11 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 		walk_user_stack(s, tgid, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp),
 				BPF_CORE_READ(regs, bp), 0);
 	}
-	if (task->mm)
+	if (task->mm) {
 		python_walk(s, tgid, tid, task);
+		if (!s->pystack_len)
+			ruby_walk(s, tgid, task);
+	}
 
 	size = offsetof(struct fw_sample, addrs) +
 	       ((__u64)s->kstack_len + s->ustack_len + 2 * (__u64)s->pystack_len) * sizeof(__u64);

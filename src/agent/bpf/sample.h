@@ -11,6 +11,7 @@
 #endif
 
 #include "python.h"
+#include "ruby.h"
 
 #define FW_COMM_LEN 16
 #define FW_MAX_KSTACK 127
@@ -35,8 +36,8 @@ enum fw_event_type {
  * One CPU sample. addrs holds kstack_len kernel addresses and then
  * ustack_len user addresses, each leaf first; the first user address is the
  * interrupted instruction, the others are return addresses. Then, for a
- * CPython process, pystack_len Python frames, leaf first, two words each
- * (see python.h).
+ * CPython or CRuby process, pystack_len Python or Ruby frames, leaf first,
+ * two words each (see python.h, ruby.h).
  */
 struct fw_sample {
 	__u32 type;		/* FW_EVENT_SAMPLE */
@@ -93,6 +94,11 @@ enum fw_stat {
 	FW_STAT_PY_FAULT,		/* a read of interpreter memory failed: Python walk stopped */
 	FW_STAT_PY_TRUNCATED,		/* Python stacks deeper than FW_MAX_PYFRAMES */
 	FW_STAT_PY_FRAMES,		/* Python frames emitted */
+	FW_STAT_RB_SAMPLES,		/* samples of CRuby processes with Ruby frames */
+	FW_STAT_RB_NO_EC,		/* CRuby samples of threads without an execution context */
+	FW_STAT_RB_FAULT,		/* a read of VM memory failed: Ruby walk stopped */
+	FW_STAT_RB_TRUNCATED,		/* Ruby stacks deeper than FW_MAX_PYFRAMES */
+	FW_STAT_RB_FRAMES,		/* Ruby frames emitted */
 	FW_STAT_MAX,
 };
 
