@@ -358,11 +358,14 @@ int chhttp__post(struct chhttp *c, const char *query, const char *extra, const v
 	strbuf__puts(&head, "POST /?");
 	strbuf__puts(&head, c->params);
 	if (extra && extra[0]) {
-		strbuf__putc(&head, '&');
+		if (c->params[0])
+			strbuf__putc(&head, '&');
 		strbuf__puts(&head, extra);
 	}
 	if (query) {
-		strbuf__puts(&head, "&query=");
+		if (c->params[0] || (extra && extra[0]))
+			strbuf__putc(&head, '&');
+		strbuf__puts(&head, "query=");
 		_urlencode(&head, query);
 	}
 	strbuf__printf(&head, " HTTP/1.1\r\nHost: %s:%s\r\nConnection: keep-alive\r\n"

@@ -789,9 +789,15 @@ int ch__samples(void *impl, int64_t from, int64_t to, const struct selector *sel
 			break;
 		r = _reader(&resp);
 		while (rbr__more(&r)) {
-			struct srow s = { .ts = rbr__i64(&r), .series = rbr__u64(&r),
-					  .stack = rbr__u64(&r), .tid = rbr__u32(&r),
-					  .cpu = rbr__u32(&r), .value = rbr__i64(&r) };
+			struct srow s;
+
+			/* One statement each: initializers are evaluated in no fixed order. */
+			s.ts = rbr__i64(&r);
+			s.series = rbr__u64(&r);
+			s.stack = rbr__u64(&r);
+			s.tid = rbr__u32(&r);
+			s.cpu = rbr__u32(&r);
+			s.value = rbr__i64(&r);
 
 			if (r.bad)
 				break;
