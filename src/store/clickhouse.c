@@ -11,8 +11,9 @@
  * stack and series hashes. Every statement is one that ClickHouse 18.16
  * (Debian 12's) and current versions both accept.
  *
- * A batch is written as INSERTs in this order: dictionaries, CPU intervals,
- * GPU intervals, samples, then the batch log. Samples come after everything
+ * A batch is written as INSERTs in this order: dictionaries (only rows
+ * this process has not inserted yet), CPU intervals, GPU intervals, samples
+ * (one INSERT, which the materialized view also sums into samples_1m). Samples come after everything
  * they refer to, so a reader never meets a sample whose stack is missing;
  * interval tables are ReplacingMergeTree keyed like the SQLite primary keys,
  * so a batch resent after a failure part way through stores them once.
@@ -273,8 +274,6 @@ static const char *const SCHEMA[] = {
 	"CREATE TABLE IF NOT EXISTS {D}.metric_points (series UInt64, name String, ts Int64,"
 	" value Float64) ENGINE = ReplacingMergeTree PARTITION BY intDiv(ts, 86400000000000)"
 	" ORDER BY (series, name, ts)",
-	"CREATE TABLE IF NOT EXISTS {D}.batches (ts Int64, node String, samples UInt64)"
-	" ENGINE = MergeTree ORDER BY ts",
 	"CREATE TABLE IF NOT EXISTS {D}.retention (what String, cutoff Int64)"
 	" ENGINE = ReplacingMergeTree(cutoff) ORDER BY what",
 };
@@ -869,7 +868,6 @@ static int _ch_write(void *impl, const char *node, const struct batch *b)
 {
 	struct ch_store *st = impl;
 	struct strbuf samples = STRBUF_INIT, civ = STRBUF_INIT, gpu = STRBUF_INIT;
-	struct strbuf log = STRBUF_INIT;
 	struct xlate x;
 	int err;
 
@@ -902,27 +900,17 @@ static int _ch_write(void *impl, const char *node, const struct batch *b)
 		err = -ENOMEM;
 	if (err)
 		goto out;
-	{
-		struct timespec now;
-
-		clock_gettime(CLOCK_REALTIME, &now);
-		rb__i64(&log, (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec);
-		rb__str(&log, node);
-		rb__u64(&log, b->nsamples);
-	}
 	err = _x_flush(st, &x);
 	err = err ?: _insert(st, "cpu_intervals", &civ);
 	err = err ?: _insert(st, "gpu_intervals", &gpu);
 	err = err ?: _insert(st, "samples", &samples);
-	/* The log only feeds store__stats(): a batch already stored stays acknowledged. */
-	if (!err && _insert(st, "batches", &log))
-		pr_warn("store: clickhouse: batch log not written\n");
+	if (!err)
+		st->batches_written++;
 out:
 	_x_free(&x);
 	strbuf__release(&samples);
 	strbuf__release(&civ);
 	strbuf__release(&gpu);
-	strbuf__release(&log);
 	return err;
 }
 
@@ -1067,20 +1055,24 @@ static int _ch_stats(void *impl, struct store_stats *out)
 	char q[1024];
 	int err;
 
+	/*
+	 * Samples: those stored now (retention counted off), from the parts'
+	 * row counts. Batches: those this server wrote, the only count that
+	 * costs no INSERT of its own per batch.
+	 */
 	snprintf(q, sizeof(q),
-		 "SELECT toUInt64(sum(samples)), toUInt64(count()),"
-		 " (SELECT toUInt64(sum(bytes_on_disk)) FROM system.parts WHERE database = '%s'"
-		 " AND active),"
+		 "SELECT toUInt64(sumIf(rows, table = 'samples')), toUInt64(sum(bytes_on_disk)),"
 		 " (SELECT toUInt64(uniqExact(id)) FROM %s.series),"
 		 " (SELECT toUInt64(uniqExact(id)) FROM %s.stacks),"
 		 " (SELECT toUInt64(uniqExact(id)) FROM %s.frames)"
-		 " FROM %s.batches FORMAT RowBinary", st->db, st->db, st->db, st->db, st->db);
+		 " FROM system.parts WHERE database = '%s' AND active"
+		 " FORMAT RowBinary", st->db, st->db, st->db, st->db);
 	err = ch__select(st, q, &resp);
 	if (!err) {
 		struct rbr r = { (uint8_t *)resp.buf, (uint8_t *)resp.buf + resp.len, false };
 
 		out->samples_written = rbr__u64(&r);
-		out->batches_written = rbr__u64(&r);
+		out->batches_written = st->batches_written;
 		out->bytes_on_disk = rbr__u64(&r);
 		out->series = rbr__u64(&r);
 		out->stacks = rbr__u64(&r);

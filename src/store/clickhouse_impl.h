@@ -34,6 +34,7 @@ struct ch_store {
 	struct chhttp *http;
 	char db[64];
 	char err[512];		/* the last ClickHouse error */
+	uint64_t batches_written;	/* by this process */
 
 	/*
 	 * Ids this process has inserted into the dictionary tables. Only
