@@ -557,3 +557,45 @@ def _norm(v):
         except TypeError:
             return items
     return v
+
+
+def test_clickhouse_retention_across_servers(flamewatch, clickhouse, data, tmp_path):
+    """A server with --retention 12m drops old data for every server on the
+    database: after its first retention pass, another server's answers are exactly those of the samples at or after a
+    minute boundary 12 minutes before that pass."""
+    t0, exp = data["t0"], data["expect"]
+    db = "ret_" + uuid.uuid4().hex[:8]
+    uri = f"clickhouse://127.0.0.1:{clickhouse}/{db}"
+    procs = Procs(tmp_path / "logs")
+    try:
+        _, a = start_server(procs, flamewatch, ["--store", uri], "server-ch-a")
+        ingest([a], data["batches"])
+        frm, to = t0, t0 + 13 * MIN
+        full = expected_folded(exp, frm, to)
+        assert folded(a, frm, to) == full
+        started = time.time_ns()
+        _, r = start_server(procs, flamewatch, ["--store", uri, "--retention", "12m"], "server-ch-ret")
+        deadline = time.monotonic() + 120
+        while folded(a, frm, to) == full:
+            assert time.monotonic() < deadline, "no retention pass within 120 s"
+            time.sleep(1)
+        seen = time.time_ns()
+        got = folded(a, frm, to)
+        lo = (started - 12 * MIN) // MIN * MIN
+        hi = (seen - 12 * MIN) // MIN * MIN
+        cuts = [c for c in range(lo, hi + MIN, MIN) if expected_folded(exp, c, to) == got]
+        assert cuts, f"no minute cutoff in [{lo}, {hi}] explains {got}"
+        cut = cuts[0]
+        # Every server agrees, also on intervals.
+        assert folded(r, frm, to) == got
+        doc = get_json(a, "/api/v1/gpu/kernels", window(frm / 1e9, to / 1e9))
+        assert sorted(iv["name"] for iv in doc["intervals"]) == \
+            sorted(n for ts, n in exp["gpu"] if cut <= ts < to)
+        names = get_json(a, "/api/v1/labels/comm/values", window(frm / 1e9, to / 1e9))
+        assert names["values"] == ["app", "python3"]
+        # Whole days below the watermark are dropped; this data is hours old: nothing yet.
+        parts = _ch_query(clickhouse, f"SELECT count() FROM system.parts WHERE database = '{db}'"
+                                      " AND table = 'samples' AND active")
+        assert int(parts) > 0
+    finally:
+        procs.close_all()
