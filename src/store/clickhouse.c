@@ -256,7 +256,7 @@ static const char *const SCHEMA[] = {
 	"CREATE TABLE IF NOT EXISTS {D}.samples (ts Int64, type UInt8, series UInt64, stack UInt64,"
 	" tid UInt32, cpu UInt32, value Int64) ENGINE = MergeTree"
 	" PARTITION BY intDiv(ts, 86400000000000)"
-	" ORDER BY (type, intDiv(ts, 3600000000000), series, ts)",
+	" ORDER BY (type, intDiv(ts, 3600000000000), series, stack, ts)",
 	"CREATE TABLE IF NOT EXISTS {D}.samples_1m (minute Int64, type UInt8, series UInt64,"
 	" stack UInt64, value Int64) ENGINE = SummingMergeTree"
 	" PARTITION BY intDiv(minute, 86400000000000) ORDER BY (type, minute, series, stack)",
