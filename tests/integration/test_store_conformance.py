@@ -10,12 +10,15 @@ intervals, GPU metric points and CPU busy intervals) spread over 13 minutes
 with edges inside minutes, so that answers combine rollup minutes and raw
 samples. Each backend gets its own server; the ClickHouse one is also
 checked with the batches ingested through two servers and queried through
-a third (stateless servers on one database).
+a third (stateless servers on one database). Two more tests run on
+ClickHouse alone: retention by one server seen exactly by another, and
+ClickHouse killed and restarted under a running server.
 """
 
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import time
@@ -54,21 +57,15 @@ def _ch_query(port, sql):
         c.close()
 
 
-@pytest.fixture(scope="module")
-def clickhouse(tmp_path_factory):
-    """A private clickhouse-server; yields its HTTP port."""
-    if not os.access(CLICKHOUSE, os.X_OK):
-        pytest.fail(f"{CLICKHOUSE} is missing: run scripts/install-deps.sh", pytrace=False)
-    d = tmp_path_factory.mktemp("clickhouse")
+def _clickhouse_config(d):
+    """Writes a configuration for a private clickhouse-server under d; returns its HTTP port."""
     http_port, tcp_port = free_port(), free_port()
     for sub in ("data", "tmp", "log", "fmt"):
-        (d / sub).mkdir()
+        (d / sub).mkdir(exist_ok=True)
     (d / "users.xml").write_text(
         "<?xml version=\"1.0\"?><yandex><profiles><default></default></profiles>"
         "<users><default><password></password><networks><ip>127.0.0.1</ip></networks>"
-        "<profile>default</profile><quota>default</quota></default>"
-        "<fw><password>s3cret</password><networks><ip>127.0.0.1</ip></networks>"
-        "<profile>default</profile><quota>default</quota></fw></users>"
+        "<profile>default</profile><quota>default</quota></default></users>"
         "<quotas><default></default></quotas></yandex>\n")
     (d / "config.xml").write_text(f"""<?xml version="1.0"?>
 <yandex>
@@ -85,22 +82,37 @@ def clickhouse(tmp_path_factory):
   <default_database>default</default_database>
 </yandex>
 """)
+    return http_port
+
+
+def _clickhouse_start(procs, d, http_port, name="clickhouse-server"):
+    """Starts clickhouse-server with d's configuration; returns the Proc once it answers."""
+    if not os.access(CLICKHOUSE, os.X_OK):
+        pytest.fail(f"{CLICKHOUSE} is missing: run scripts/install-deps.sh", pytrace=False)
+    p = procs.start([CLICKHOUSE, f"--config-file={d}/config.xml"], name)
+    deadline = time.monotonic() + START_S
+    while True:
+        try:
+            if _ch_query(http_port, "SELECT 1").strip() == "1":
+                return p
+        except (OSError, RuntimeError):
+            pass
+        if not p.alive() or time.monotonic() > deadline:
+            log = d / "log" / "err.log"
+            pytest.fail(f"clickhouse-server did not start\n{p.describe()}\n"
+                        f"{log.read_text()[-3000:] if log.exists() else ''}", pytrace=False)
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def clickhouse(tmp_path_factory):
+    """A private clickhouse-server for the module; yields its HTTP port."""
+    d = tmp_path_factory.mktemp("clickhouse")
+    port = _clickhouse_config(d)
     procs = Procs(d / "procs")
-    p = procs.start([CLICKHOUSE, f"--config-file={d}/config.xml"], "clickhouse-server")
     try:
-        deadline = time.monotonic() + START_S
-        while True:
-            try:
-                if _ch_query(http_port, "SELECT 1").strip() == "1":
-                    break
-            except (OSError, RuntimeError):
-                pass
-            if not p.alive() or time.monotonic() > deadline:
-                log = (d / "log" / "err.log")
-                pytest.fail(f"clickhouse-server did not start\n{p.describe()}\n"
-                            f"{log.read_text()[-3000:] if log.exists() else ''}", pytrace=False)
-            time.sleep(0.2)
-        yield http_port
+        _clickhouse_start(procs, d, port)
+        yield port
     finally:
         procs.close_all()
 
@@ -597,5 +609,51 @@ def test_clickhouse_retention_across_servers(flamewatch, clickhouse, data, tmp_p
         parts = _ch_query(clickhouse, f"SELECT count() FROM system.parts WHERE database = '{db}'"
                                       " AND table = 'samples' AND active")
         assert int(parts) > 0
+    finally:
+        procs.close_all()
+
+
+def test_clickhouse_down_and_back(flamewatch, data, tmp_path):
+    """ClickHouse killed (SIGKILL) under a running server: ingest answers 503
+    with the reason, queries fail instead of answering empty, nothing the
+    server acknowledged is lost, and once ClickHouse is back the same server
+    (it reconnects) ingests and answers again."""
+    d = tmp_path / "ch"
+    d.mkdir()
+    port = _clickhouse_config(d)
+    procs = Procs(tmp_path / "logs")
+    try:
+        ch = _clickhouse_start(procs, d, port)
+        uri = f"clickhouse://127.0.0.1:{port}/down"
+        _, c = start_server(procs, flamewatch, ["--store", uri], "server-ch")
+        first, rest = data["batches"][:6], data["batches"][6:12]
+        ingest([c], first)
+        t0 = data["t0"]
+        frm, to = t0, t0 + 13 * MIN
+        before = folded(c, frm, to)
+        assert sum(before.values()) > 0
+        ch.stop(signal.SIGKILL)
+        r = c.post("/api/v1/ingest", encode_batch(rest[0], 0xD0D0, 1),
+                   headers={"Content-Type": "application/x-protobuf"})
+        assert r.status == 503 and "store" in r.text, r.describe()
+        r = c.get("/api/v1/profile", {"format": "folded", **window(frm / 1e9, to / 1e9)})
+        assert r.status >= 500, r.describe()
+        _clickhouse_start(procs, d, port, "clickhouse-server-again")
+        assert folded(c, frm, to) == before
+        ingest([c], rest)
+        stored = first + rest
+        got = {}
+        for stack, n in folded(c, frm, to, query='{node="n1"}').items():
+            got[stack.split(";")[0]] = got.get(stack.split(";")[0], 0) + n
+        want_n1 = {}
+        for b in stored:
+            if b["node"] != "n1":
+                continue
+            names = [b["strings"][i] for i in b["series"][0]]
+            comm = dict(zip(names[::2], names[1::2]))["comm"]
+            for ts, st, _, _, _, typ, v in b["samples"]:
+                if typ == 0:
+                    want_n1[comm] = want_n1.get(comm, 0) + v
+        assert got == want_n1
     finally:
         procs.close_all()
