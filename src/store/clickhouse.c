@@ -393,19 +393,22 @@ static void *_ch_open(const char *location, char *err, size_t err_len)
 	}
 	at = strrchr(host, '@');
 	if (at) {
+		/* USER[:PASSWORD]@: ?user= and ?password= win over them. */
+		char *ui_user = host, *ui_pass = NULL;
+
 		*at = '\0';
-		if (!user)
-			user = host;
 		host = at + 1;
-		colon = strchr(loc, ':');
-		if (colon && colon < at) {
+		colon = strchr(ui_user, ':');
+		if (colon) {
 			*colon = '\0';
-			if (!password || !strchr(location, '?') || !strstr(location, "password="))
-				password = colon + 1;
+			ui_pass = colon + 1;
+			_pct_decode(ui_pass);
 		}
-		_pct_decode(user);
-		if (password && password > loc && password < at)
-			_pct_decode(password);
+		_pct_decode(ui_user);
+		if (!user)
+			user = ui_user;
+		if (ui_pass && !(qm && strstr(location, "password=")))
+			password = ui_pass;
 	}
 	colon = strrchr(host, ':');
 	if (colon && !strchr(colon, ']')) {

@@ -65,7 +65,9 @@ def _clickhouse_config(d):
     (d / "users.xml").write_text(
         "<?xml version=\"1.0\"?><yandex><profiles><default></default></profiles>"
         "<users><default><password></password><networks><ip>127.0.0.1</ip></networks>"
-        "<profile>default</profile><quota>default</quota></default></users>"
+        "<profile>default</profile><quota>default</quota></default>"
+        "<fw><password>s3cr@t</password><networks><ip>127.0.0.1</ip></networks>"
+        "<profile>default</profile><quota>default</quota></fw></users>"
         "<quotas><default></default></quotas></yandex>\n")
     (d / "config.xml").write_text(f"""<?xml version="1.0"?>
 <yandex>
@@ -655,5 +657,31 @@ def test_clickhouse_down_and_back(flamewatch, data, tmp_path):
                 if typ == 0:
                     want_n1[comm] = want_n1.get(comm, 0) + v
         assert got == want_n1
+    finally:
+        procs.close_all()
+
+
+def test_clickhouse_user_and_password(flamewatch, clickhouse, data, tmp_path):
+    """USER:PASSWORD@ in the URI (percent-escaped), or the password from
+    FLAMEWATCH_CLICKHOUSE_PASSWORD; a wrong one stops the server with
+    ClickHouse's reason."""
+    db = "auth_" + uuid.uuid4().hex[:8]
+    procs = Procs(tmp_path / "logs")
+    try:
+        _, c = start_server(procs, flamewatch,
+                            ["--store", f"clickhouse://fw:s3cr%40t@127.0.0.1:{clickhouse}/{db}"],
+                            "server-user")
+        ingest([c], data["batches"][:2])
+        t0 = data["t0"]
+        assert sum(folded(c, t0, t0 + 13 * MIN).values()) > 0
+        p = procs.start([flamewatch, "server", "--listen", f"127.0.0.1:{free_port()}", "--store",
+                         f"clickhouse://fw@127.0.0.1:{clickhouse}/{db}"], "server-env",
+                        env={**os.environ, "FLAMEWATCH_CLICKHOUSE_PASSWORD": "s3cr@t"})
+        assert p.wait_output(r"flamewatch: listening on", START_S), p.describe()
+        p = procs.start([flamewatch, "server", "--listen", f"127.0.0.1:{free_port()}", "--store",
+                         f"clickhouse://fw:wrong@127.0.0.1:{clickhouse}/{db}"], "server-wrong")
+        assert p.wait(START_S) not in (None, 0), p.describe()
+        assert "cannot open the store" in p.text() and "ClickHouse answered HTTP" in p.text(), \
+            p.describe()
     finally:
         procs.close_all()
