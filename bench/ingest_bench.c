@@ -49,7 +49,7 @@
 #define ADDR_VARIANTS	4	/* call sites per function: distinct return addresses */
 
 static struct {
-	const char *url, *server, *data, *tmp, *cpu_list;
+	const char *url, *server, *data, *tmp, *cpu_list, *store;
 	double hours, busy;
 	int nodes, cpus, hz, procs, stacks, batch_s, conns, rate_div, reps;
 	pid_t pid;
@@ -818,13 +818,17 @@ static int _spawn_server(void)
 			dup2(fd, 2);
 			close(fd);
 		}
+		/* --store URI (ClickHouse) instead of the data directory. */
+		const char *where = opt.store ? "--store" : "--data";
+		const char *what = opt.store ? opt.store : srv.datadir;
+
 		if (opt.cpu_list) {
 			/* taskset-like pinning without a dependency: exec through taskset. */
 			execlp("taskset", "taskset", "-c", opt.cpu_list, opt.server, "server",
-			       "--listen", listen, "--data", srv.datadir, (char *)NULL);
+			       "--listen", listen, where, what, (char *)NULL);
 		} else {
-			execl(opt.server, opt.server, "server", "--listen", listen, "--data",
-			      srv.datadir, (char *)NULL);
+			execl(opt.server, opt.server, "server", "--listen", listen, where, what,
+			      (char *)NULL);
 		}
 		_exit(127);
 	}
@@ -1395,7 +1399,10 @@ static void _usage(FILE *f, const char *argv0)
 "                    13 KB per batch), so the client takes no CPU while the server is timed\n"
 "  --fresh-dict      a new dictionary for every batch, as the agent builds them (slower\n"
 "                    client; the server receives the same)\n"
-"  --keep            keep the data directory\n", argv0);
+"  --keep            keep the data directory\n"
+"  --store URI       start the server with --store URI (e.g. clickhouse://127.0.0.1:8123/bench)\n"
+"                    instead of a data directory; disk bytes then come from the store's\n"
+"                    own figure (its /metrics flamewatch_store_bytes)\n", argv0);
 }
 
 int main(int argc, char **argv)
@@ -1411,6 +1418,7 @@ int main(int argc, char **argv)
 		{ "server", required_argument, NULL, 'S' }, { "tmp", required_argument, NULL, 't' },
 		{ "server-cpus", required_argument, NULL, 'A' }, { "keep", no_argument, NULL, 'k' },
 		{ "pregen", no_argument, NULL, 'G' }, { "fresh-dict", no_argument, NULL, 'F' },
+		{ "store", required_argument, NULL, 'U' },
 		{ "help", no_argument, NULL, 'h' }, {}
 	};
 	struct worker *workers;
@@ -1421,6 +1429,7 @@ int main(int argc, char **argv)
 	uint64_t d_stacks = 0, d_frames = 0, d_strings = 0, built = 0, nlat = 0;
 	double wchar0 = -1, wchar1 = -1, wbytes0 = -1, wbytes1 = -1;
 	double rq0 = -1, rq1 = -1, m_ingest0, m_ingest1, m_stacks, m_frames, m_series;
+	double m_store_bytes = -1;
 	float *lat = NULL;
 	long hwm_kb = -1;
 	struct qres q[8];
@@ -1448,6 +1457,7 @@ int main(int argc, char **argv)
 		case 'k': opt.keep = true; break;
 		case 'G': opt.pregen = true; break;
 		case 'F': opt.fresh_dict = true; break;
+		case 'U': opt.store = optarg; break;
 		case 'h': _usage(stdout, argv[0]); return 0;
 		default: _usage(stderr, argv[0]); return 2;
 		}
@@ -1582,6 +1592,8 @@ int main(int argc, char **argv)
 	}
 	m_ingest1 = _metric("flamewatch_http_request_seconds_total{route=\"ingest\"}");
 	m_stacks = _metric("flamewatch_store_stacks");
+	if (opt.store)
+		m_store_bytes = _metric("flamewatch_store_bytes");
 	m_frames = _metric("flamewatch_store_frames");
 	m_series = _metric("flamewatch_store_series");
 	for (int w = 0; w < opt.conns; w++) {
@@ -1645,6 +1657,11 @@ int main(int argc, char **argv)
 		snprintf(path, sizeof(path), "/api/v1/profile?from=%lld&to=%lld&format=json&query=%s",
 			 h1, e, sel);
 		_time_query(&q[nq++], "profile json, last 1 h, node n3", path, opt.reps, n3_h);
+		/* A day's window, whatever was simulated: what a dashboard asks for. */
+		snprintf(path, sizeof(path), "/api/v1/profile?from=%lld&to=%lld&format=json",
+			 e - 86400, e);
+		_time_query(&q[nq++], "profile json, last 24 h, all nodes", path, opt.reps,
+			    opt.hours <= 24 ? (long long)samples : -1);
 		snprintf(lab, sizeof(lab), "profile json, all %g h, all nodes", opt.hours);
 		snprintf(path, sizeof(path), "/api/v1/profile?from=%lld&to=%lld&format=json", st, e);
 		_time_query(&q[nq++], lab, path, opt.reps, (long long)samples);
@@ -1733,7 +1750,11 @@ stop:
 	printf("| wire bytes per sample | %.2f body (%.2f with HTTP request headers); %.0f bytes "
 	       "per batch |\n", (double)body / (double)samples, (double)wire / (double)samples,
 	       (double)body / (double)batches);
-	if (disk) {
+	if (opt.store && m_store_bytes >= 0)
+		printf("| store bytes per sample | **%.2f** (%.1f MB: the store's own count, e.g."
+		       " ClickHouse system.parts bytes_on_disk, right after ingest) |\n",
+		       m_store_bytes / (double)samples, m_store_bytes / 1e6);
+	if (disk && !opt.store) {
 		printf("| disk bytes per sample | **%.2f** after SIGTERM (%.1f MB; %.1f MB "
 		       "allocated); %.2f while running (with WAL) |\n",
 		       (double)disk / (double)samples, disk / 1e6, disk_alloc / 1e6,

@@ -30,7 +30,7 @@ static void _usage(FILE *out)
 "\n"
 "  --listen HOST:PORT   where to listen (default 127.0.0.1:7171)\n"
 "  --data DIR           SQLite data directory (default /var/lib/flamewatch)\n"
-"  --store URI          sqlite:DIR (ClickHouse later)\n"
+"  --store URI          sqlite:DIR or clickhouse://[USER[:PASS]@]HOST:8123/DB\n"
 "  --token T            bearer token for both ingest and the API (or FLAMEWATCH_TOKEN\n"
 "                       in the environment)\n"
 "  --write-token T      bearer token for ingest only\n"

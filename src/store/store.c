@@ -7,6 +7,7 @@
 
 #include "common/batch.h"
 #include "common/log.h"
+#include "clickhouse.h"
 #include "sqlite.h"
 #include "store.h"
 
@@ -33,7 +34,10 @@ struct store *store__open(const char *uri, char *err, size_t err_len)
 		e = EINVAL;
 		goto err;
 	}
-	if (!strncmp(uri, "sqlite:", 7)) {
+	if (!strncmp(uri, "clickhouse://", 13)) {
+		ops = &store_clickhouse_backend;
+		location = uri + 13;
+	} else if (!strncmp(uri, "sqlite:", 7)) {
 		location = uri + 7;
 		if (!strncmp(location, "//", 2))
 			location += 2;
@@ -43,7 +47,8 @@ struct store *store__open(const char *uri, char *err, size_t err_len)
 		goto err;
 	}
 	if (!location[0]) {
-		snprintf(msg, sizeof(msg), "no directory in store URI \"%s\"", uri);
+		snprintf(msg, sizeof(msg), "no %s in store URI \"%s\"",
+			 ops == &store_sqlite_backend ? "directory" : "host", uri);
 		e = EINVAL;
 		goto err;
 	}

@@ -8,7 +8,7 @@
 /*
  * Where timestamped samples live once the server has them, and the queries
  * the UI and the exporters ask of them. One interface, several backends
- * chosen by URI: SQLite (embedded, the default) now, ClickHouse later.
+ * chosen by URI: SQLite (embedded, the default) and ClickHouse (scale-out).
  *
  * Time is Unix nanoseconds; windows are half open, [from, to). Every call
  * returns 0 or -errno (-EINVAL for bad arguments, -EIO for corrupt stored
@@ -24,8 +24,9 @@ struct selector;
 
 /*
  * uri: "sqlite:DIR", "sqlite://DIR" or a plain directory path (SQLite in
- * DIR/flamewatch.db; DIR is created when missing); "clickhouse://..." is
- * reserved (-EPROTONOSUPPORT until that backend exists). uri is borrowed.
+ * DIR/flamewatch.db; DIR is created when missing);
+ * "clickhouse://[USER[:PASSWORD]@]HOST[:PORT][/DB][?OPTIONS]" (ClickHouse over
+ * HTTP, docs/clickhouse.md); other schemes are -EPROTONOSUPPORT. uri is borrowed.
  * Returns an owned store, or NULL with errno set and a one-line message in
  * err (when err_len > 0).
  */

@@ -431,9 +431,13 @@ static void test_open_errors(void **state)
 {
 	char err[256];
 
-	assert_null(store__open("clickhouse://localhost:8123/db", err, sizeof(err)));
+	assert_null(store__open("mysql://localhost:3306/db", err, sizeof(err)));
 	assert_int_equal(errno, EPROTONOSUPPORT);
 	assert_true(strlen(err) > 0);
+	/* ClickHouse where nothing listens (port 1): the connection's error. */
+	assert_null(store__open("clickhouse://127.0.0.1:1/db", err, sizeof(err)));
+	assert_int_equal(errno, ECONNREFUSED);
+	assert_non_null(strstr(err, "cannot connect"));
 	assert_null(store__open("", err, sizeof(err)));
 	assert_int_equal(errno, EINVAL);
 	assert_null(store__open("/proc/no/such/dir", err, sizeof(err)));

@@ -1,0 +1,1109 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The ClickHouse backend: the store interface over ClickHouse's HTTP
+ * interface, so that several stateless `flamewatch server` processes can
+ * share one database (docs/clickhouse.md).
+ *
+ * Dictionary rows (frames, stacks, series) are keyed by 64-bit hashes of
+ * their content computed here, so servers agree on ids without talking to
+ * each other, and inserting a row twice is harmless: the tables are
+ * ReplacingMergeTree and readers take any one copy. Samples refer to the
+ * stack and series hashes. Every statement is one that ClickHouse 18.16
+ * (Debian 12's) and current versions both accept.
+ *
+ * A batch is written as INSERTs in this order: dictionaries (only rows
+ * this process has not inserted yet), CPU intervals, GPU intervals, samples
+ * (one INSERT, which the materialized view also sums into samples_1m). Samples come after everything
+ * they refer to, so a reader never meets a sample whose stack is missing;
+ * interval tables are ReplacingMergeTree keyed like the SQLite primary keys,
+ * so a batch resent after a failure part way through stores them once.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/batch.h"
+#include "common/intern.h"
+#include "common/log.h"
+#include "common/profile.h"
+#include "clickhouse.h"
+#include "clickhouse_impl.h"
+#include "rowbinary.h"
+
+#define SEEN_MAX	(1u << 20)	/* ids per dictionary remembered as inserted */
+
+/* ---- talking to ClickHouse --------------------------------------------------- */
+
+static int _post(struct ch_store *st, const char *query, const char *extra, const void *body,
+		 size_t len, struct strbuf *resp)
+{
+	int err = chhttp__post(st->http, query, extra, body, len, resp, st->err, sizeof(st->err));
+
+	if (err)
+		pr_warn("store: clickhouse: %s\n", st->err);
+	return err;
+}
+
+int ch__exec(struct ch_store *st, const char *sql)
+{
+	return _post(st, NULL, NULL, sql, strlen(sql), NULL);
+}
+
+int ch__select(struct ch_store *st, const char *sql, struct strbuf *resp)
+{
+	/*
+	 * wait_end_of_query: ClickHouse buffers the whole answer, so an error
+	 * part way through is an HTTP error, not a truncated 200.
+	 * max_query_size: IN lists of stack and series ids can be long.
+	 */
+	int err = _post(st, NULL, "wait_end_of_query=1&max_query_size=268435456", sql,
+			strlen(sql), resp);
+
+	return !err && resp->oom ? -ENOMEM : err;
+}
+
+int ch__select_i64(struct ch_store *st, const char *sql, int64_t dflt, int64_t *out)
+{
+	struct strbuf resp = STRBUF_INIT;
+	int err = ch__select(st, sql, &resp);
+
+	*out = dflt;
+	if (!err && resp.len >= 8)
+		memcpy(out, resp.buf, 8);
+	strbuf__release(&resp);
+	return err;
+}
+
+static int _insert(struct ch_store *st, const char *table, const struct strbuf *rows)
+{
+	char q[256];
+
+	if (!rows->len)
+		return 0;
+	if (rows->oom)
+		return -ENOMEM;
+	snprintf(q, sizeof(q), "INSERT INTO %s.%s FORMAT RowBinary", st->db, table);
+	return _post(st, q, NULL, rows->buf, rows->len, NULL);
+}
+
+int ch__watermark(struct ch_store *st, const char *what, int64_t *out)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SELECT toInt64(max(cutoff)) FROM %s.retention WHERE what = '%s'"
+		 " FORMAT RowBinary", st->db, what);
+	return ch__select_i64(st, q, 0, out);
+}
+
+/* ---- the series cache ------------------------------------------------------- */
+
+static int _series_add(struct ch_store *st, uint64_t id, uint64_t period, struct rbr *r)
+{
+	uint64_t n = rbr__varint(r);
+	const char **names = NULL, **values = NULL;
+	struct ch_series *s;
+	size_t bytes = 0;
+	char *p;
+	bool added;
+	int64_t idx;
+
+	if (r->bad || n > 4096)
+		return -EIO;
+	/* The strings live in the response: copy them out in one block. */
+	names = calloc(n + 1, sizeof(*names));
+	values = calloc(n + 1, sizeof(*values));
+	if (!names || !values)
+		goto oom;
+	for (uint64_t i = 0; i < n; i++) {
+		names[i] = rbr__str(r);
+		bytes += strlen(names[i]) + 1;
+	}
+	if (rbr__varint(r) != n) {
+		free(names);
+		free(values);
+		return -EIO;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		values[i] = rbr__str(r);
+		bytes += strlen(values[i]) + 1;
+	}
+	if (r->bad) {
+		free(names);
+		free(values);
+		return -EIO;
+	}
+	idx = intern__add(st->series_idx, &id, sizeof(id), &added);
+	if (idx < 0)
+		goto oom;
+	if (!added) {
+		free(names);
+		free(values);
+		return 0;
+	}
+	if (st->nseries == st->cap_series) {
+		uint32_t cap = st->cap_series ? st->cap_series * 2 : 256;
+		struct ch_series **a = realloc(st->series, cap * sizeof(*a));
+
+		if (!a)
+			goto oom_idx;
+		st->series = a;
+		st->cap_series = cap;
+	}
+	s = calloc(1, sizeof(*s) + 2 * (n + 1) * sizeof(char *) + bytes);
+	if (!s)
+		goto oom_idx;
+	s->id = id;
+	s->period_ns = period;
+	s->nlabels = n;
+	s->names = (const char **)(s + 1);
+	s->values = s->names + n + 1;
+	s->comm = "";
+	p = (char *)(s->values + n + 1);
+	for (uint64_t i = 0; i < n; i++) {
+		size_t a = strlen(names[i]) + 1, b = strlen(values[i]) + 1;
+
+		s->names[i] = memcpy(p, names[i], a);
+		p += a;
+		s->values[i] = memcpy(p, values[i], b);
+		p += b;
+		if (!strcmp(s->names[i], "comm"))
+			s->comm = s->values[i];
+		else if (!strcmp(s->names[i], "pid"))
+			s->pid = (uint32_t)strtoul(s->values[i], NULL, 10);
+	}
+	st->series[st->nseries++] = s;
+	free(names);
+	free(values);
+	return 0;
+oom_idx:
+	/*
+	 * The id is interned without an entry: drop the whole cache, so that
+	 * indexes and entries stay in step.
+	 */
+	for (uint32_t i = 0; i < st->nseries; i++)
+		free(st->series[i]);
+	st->nseries = 0;
+	intern__free(st->series_idx);
+	st->series_idx = intern__new();
+oom:
+	free(names);
+	free(values);
+	return -ENOMEM;
+}
+
+int ch__series_load(struct ch_store *st)
+{
+	struct strbuf resp = STRBUF_INIT;
+	char q[256];
+	struct rbr r;
+	int err;
+
+	if (!st->series_idx)
+		return -ENOMEM;
+	snprintf(q, sizeof(q), "SELECT id, period, names, vals FROM %s.series FORMAT RowBinary",
+		 st->db);
+	err = ch__select(st, q, &resp);
+	r = (struct rbr){ (uint8_t *)resp.buf, (uint8_t *)resp.buf + resp.len, false };
+	while (!err && rbr__more(&r)) {
+		uint64_t id = rbr__u64(&r), period = rbr__u64(&r);
+
+		err = _series_add(st, id, period, &r);
+	}
+	if (!err && r.bad)
+		err = -EIO;
+	strbuf__release(&resp);
+	return err;
+}
+
+int ch__series(struct ch_store *st, uint64_t id, const struct ch_series **out)
+{
+	int64_t idx = st->series_idx ? intern__find(st->series_idx, &id, sizeof(id)) : -ENOENT;
+	int err;
+
+	if (idx < 0) {
+		err = ch__series_load(st);
+		if (err)
+			return err;
+		idx = intern__find(st->series_idx, &id, sizeof(id));
+		if (idx < 0) {
+			pr_warn("store: clickhouse: series %016llx is missing\n",
+				(unsigned long long)id);
+			return -EIO;
+		}
+	}
+	*out = st->series[idx];
+	return 0;
+}
+
+/* ---- opening -------------------------------------------------------------- */
+
+/*
+ * The tables. {D} stands for the database. Timestamps are Int64 Unix
+ * nanoseconds (18.16 has no DateTime64); partitions are UTC days numbered
+ * from the epoch, the unit that retention drops (18.16 has no TTL).
+ */
+static const char *const SCHEMA[] = {
+	"CREATE DATABASE IF NOT EXISTS {D}",
+	"CREATE TABLE IF NOT EXISTS {D}.frames (id UInt64, kind UInt8, has_mapping UInt8,"
+	" path String, build_id String, addr UInt64, function String, file String, line UInt32)"
+	" ENGINE = ReplacingMergeTree ORDER BY id",
+	"CREATE TABLE IF NOT EXISTS {D}.stacks (id UInt64, frames Array(UInt64))"
+	" ENGINE = ReplacingMergeTree ORDER BY id",
+	"CREATE TABLE IF NOT EXISTS {D}.series (id UInt64, period UInt64, names Array(String),"
+	" vals Array(String)) ENGINE = ReplacingMergeTree ORDER BY id",
+	"CREATE TABLE IF NOT EXISTS {D}.samples (ts Int64, type UInt8, series UInt64, stack UInt64,"
+	" tid UInt32, cpu UInt32, value Int64) ENGINE = MergeTree"
+	" PARTITION BY intDiv(ts, 86400000000000)"
+	" ORDER BY (type, intDiv(ts, 3600000000000), series, stack, ts)",
+	"CREATE TABLE IF NOT EXISTS {D}.samples_1m (minute Int64, type UInt8, series UInt64,"
+	" stack UInt64, value Int64) ENGINE = SummingMergeTree"
+	" PARTITION BY intDiv(minute, 86400000000000) ORDER BY (type, minute, series, stack)",
+	"CREATE MATERIALIZED VIEW IF NOT EXISTS {D}.samples_1m_mv TO {D}.samples_1m AS"
+	" SELECT intDiv(ts, 60000000000) * 60000000000 AS minute, type, series, stack,"
+	" sum(value) AS value FROM {D}.samples GROUP BY minute, type, series, stack",
+	"CREATE TABLE IF NOT EXISTS {D}.cpu_intervals (start Int64, dur Int64, node String,"
+	" cpu UInt32, series UInt64, tid UInt32, comm String) ENGINE = ReplacingMergeTree"
+	" PARTITION BY intDiv(start, 86400000000000) ORDER BY (node, cpu, start)",
+	"CREATE TABLE IF NOT EXISTS {D}.gpu_intervals (start Int64, end Int64, series UInt64,"
+	" device UInt32, stream UInt32, kind UInt8, name String, has_stack UInt8, stack UInt64,"
+	" correlation UInt64, bytes UInt64, weight UInt32) ENGINE = ReplacingMergeTree"
+	" PARTITION BY intDiv(start, 86400000000000)"
+	" ORDER BY (start, series, device, stream, correlation, kind)",
+	"CREATE TABLE IF NOT EXISTS {D}.metric_points (series UInt64, name String, ts Int64,"
+	" value Float64) ENGINE = ReplacingMergeTree PARTITION BY intDiv(ts, 86400000000000)"
+	" ORDER BY (series, name, ts)",
+	"CREATE TABLE IF NOT EXISTS {D}.retention (what String, cutoff Int64)"
+	" ENGINE = ReplacingMergeTree(cutoff) ORDER BY what",
+};
+
+static int _schema(struct ch_store *st)
+{
+	for (size_t i = 0; i < sizeof(SCHEMA) / sizeof(SCHEMA[0]); i++) {
+		struct strbuf sql = STRBUF_INIT;
+		const char *s = SCHEMA[i], *d;
+		int err;
+
+		while ((d = strstr(s, "{D}"))) {
+			strbuf__append(&sql, s, (size_t)(d - s));
+			strbuf__puts(&sql, st->db);
+			s = d + 3;
+		}
+		strbuf__puts(&sql, s);
+		err = sql.oom ? -ENOMEM : ch__exec(st, sql.buf);
+		strbuf__release(&sql);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+/* Decodes %XX in place. */
+static void _pct_decode(char *s)
+{
+	char *o = s;
+
+	for (; *s; s++) {
+		unsigned v;
+
+		if (*s == '%' && s[1] && s[2] && sscanf(s + 1, "%2x", &v) == 1) {
+			*o++ = (char)v;
+			s += 2;
+		} else {
+			*o++ = *s;
+		}
+	}
+	*o = '\0';
+}
+
+static void _ch_close(void *impl)
+{
+	struct ch_store *st = impl;
+
+	if (!st)
+		return;
+	chhttp__free(st->http);
+	intern__free(st->seen_frames);
+	intern__free(st->seen_stacks);
+	intern__free(st->seen_series);
+	intern__free(st->series_idx);
+	for (uint32_t i = 0; i < st->nseries; i++)
+		free(st->series[i]);
+	free(st->series);
+	free(st);
+}
+
+/*
+ * location: [USER[:PASSWORD]@]HOST[:PORT][/DB][?user=U&password=P&secure=0|1]
+ * (what follows "clickhouse://"). The password may also come from the
+ * environment (FLAMEWATCH_CLICKHOUSE_PASSWORD), so that it stays out of
+ * process listings.
+ */
+static void *_ch_open(const char *location, char *err, size_t err_len)
+{
+	char *loc = strdup(location), *host, *at, *slash, *qm, *colon, *port = "8123";
+	char *user = NULL, *password = getenv("FLAMEWATCH_CLICKHOUSE_PASSWORD");
+	const char *db = "flamewatch";
+	struct ch_store *st = calloc(1, sizeof(*st));
+	struct chhttp_opts o = { 0 };
+	int e = EINVAL;
+
+	if (!loc || !st) {
+		e = ENOMEM;
+		snprintf(err, err_len, "out of memory");
+		goto fail;
+	}
+	host = loc;
+	qm = strchr(loc, '?');
+	if (qm) {
+		*qm++ = '\0';
+		for (char *kv = strtok(qm, "&"); kv; kv = strtok(NULL, "&")) {
+			char *v = strchr(kv, '=');
+
+			if (!v) {
+				snprintf(err, err_len, "option \"%s\" needs a value", kv);
+				goto fail;
+			}
+			*v++ = '\0';
+			_pct_decode(v);
+			if (!strcmp(kv, "user")) {
+				user = v;
+			} else if (!strcmp(kv, "password")) {
+				password = v;
+			} else if (!strcmp(kv, "secure")) {
+				if (strcmp(v, "0") && strcmp(v, "false")) {
+					snprintf(err, err_len, "TLS (secure=%s) is not supported yet: "
+						 "reach ClickHouse through a local TLS proxy", v);
+					e = EPROTONOSUPPORT;
+					goto fail;
+				}
+			} else {
+				snprintf(err, err_len, "unknown option \"%s\" (user, password, secure)",
+					 kv);
+				goto fail;
+			}
+		}
+	}
+	slash = strchr(host, '/');
+	if (slash) {
+		*slash++ = '\0';
+		if (*slash)
+			db = slash;
+	}
+	at = strrchr(host, '@');
+	if (at) {
+		/* USER[:PASSWORD]@: ?user= and ?password= win over them. */
+		char *ui_user = host, *ui_pass = NULL;
+
+		*at = '\0';
+		host = at + 1;
+		colon = strchr(ui_user, ':');
+		if (colon) {
+			*colon = '\0';
+			ui_pass = colon + 1;
+			_pct_decode(ui_pass);
+		}
+		_pct_decode(ui_user);
+		if (!user)
+			user = ui_user;
+		if (ui_pass && !(qm && strstr(location, "password=")))
+			password = ui_pass;
+	}
+	colon = strrchr(host, ':');
+	if (colon && !strchr(colon, ']')) {
+		*colon = '\0';
+		port = colon + 1;
+	}
+	if (host[0] == '[') {
+		size_t n = strlen(host);
+
+		if (n < 2 || host[n - 1] != ']') {
+			snprintf(err, err_len, "bad IPv6 address \"%s\"", host);
+			goto fail;
+		}
+		host[n - 1] = '\0';
+		host++;
+	}
+	if (!host[0] || !port[0] || strspn(port, "0123456789") != strlen(port)) {
+		snprintf(err, err_len, "expected clickhouse://HOST[:PORT]/DB, got \"clickhouse://%s\"",
+			 location);
+		goto fail;
+	}
+	if (!db[0] || strlen(db) >= sizeof(st->db) ||
+	    strspn(db, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") !=
+		    strlen(db) || (db[0] >= '0' && db[0] <= '9')) {
+		snprintf(err, err_len, "bad database name \"%s\" (letters, digits, _)", db);
+		goto fail;
+	}
+	snprintf(st->db, sizeof(st->db), "%s", db);
+	o = (struct chhttp_opts){ .host = host, .port = port, .user = user, .password = password };
+	st->http = chhttp__new(&o);
+	st->seen_frames = intern__new();
+	st->seen_stacks = intern__new();
+	st->seen_series = intern__new();
+	st->series_idx = intern__new();
+	if (!st->http || !st->seen_frames || !st->seen_stacks || !st->seen_series ||
+	    !st->series_idx) {
+		e = ENOMEM;
+		snprintf(err, err_len, "out of memory");
+		goto fail;
+	}
+	e = -_schema(st);
+	if (e) {
+		snprintf(err, err_len, "%s", st->err);
+		goto fail;
+	}
+	free(loc);
+	return st;
+fail:
+	free(loc);
+	_ch_close(st);
+	errno = e;
+	return NULL;
+}
+
+/* ---- writing ------------------------------------------------------------------ */
+
+/* Per batch: what its dictionary ids hash to, computed once each. */
+struct xlate {
+	const struct batch *b;
+	const struct profile *d;
+	const char *node;
+	uint32_t nstrings, nstacks, nseries;
+	uint64_t *frame_h, *stack_h, *series_h;
+	uint8_t *frame_ok, *stack_ok, *series_ok;
+	/* Rows for the dictionary tables, and the ids they hold. */
+	struct strbuf frames, stacks, series;
+	uint64_t *new_ids[3];
+	uint32_t nnew[3], cap_new[3];
+};
+
+enum { NEW_FRAME, NEW_STACK, NEW_SERIES };
+
+static void _x_free(struct xlate *x)
+{
+	free(x->frame_h);
+	free(x->stack_h);
+	free(x->series_h);
+	free(x->frame_ok);
+	free(x->stack_ok);
+	free(x->series_ok);
+	strbuf__release(&x->frames);
+	strbuf__release(&x->stacks);
+	strbuf__release(&x->series);
+	for (int i = 0; i < 3; i++)
+		free(x->new_ids[i]);
+}
+
+static int _x_init(struct xlate *x, const struct batch *b, const char *node)
+{
+	*x = (struct xlate){ .b = b, .d = b->dict, .node = node };
+	x->nstrings = intern__count(b->dict->strings);
+	x->nstacks = profile__nstacks(b->dict);
+	x->nseries = batch__nseries(b);
+	x->frame_h = calloc(b->dict->nframes + 1, sizeof(uint64_t));
+	x->stack_h = calloc(x->nstacks + 1, sizeof(uint64_t));
+	x->series_h = calloc(x->nseries + 1, sizeof(uint64_t));
+	x->frame_ok = calloc(b->dict->nframes + 1, 1);
+	x->stack_ok = calloc(x->nstacks + 1, 1);
+	x->series_ok = calloc(x->nseries + 1, 1);
+	if (!x->frame_h || !x->stack_h || !x->series_h || !x->frame_ok || !x->stack_ok ||
+	    !x->series_ok)
+		return -ENOMEM;
+	return 0;
+}
+
+/* Is id new to this process? Then remember it as to be inserted by this batch. */
+static int _x_new(struct ch_store *st, struct xlate *x, int k, uint64_t id)
+{
+	struct intern *seen = k == NEW_FRAME ? st->seen_frames :
+			      k == NEW_STACK ? st->seen_stacks : st->seen_series;
+
+	if (intern__find(seen, &id, sizeof(id)) >= 0)
+		return 0;
+	if (x->nnew[k] == x->cap_new[k]) {
+		uint32_t cap = x->cap_new[k] ? x->cap_new[k] * 2 : 64;
+		uint64_t *a = realloc(x->new_ids[k], cap * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		x->new_ids[k] = a;
+		x->cap_new[k] = cap;
+	}
+	x->new_ids[k][x->nnew[k]++] = id;
+	return 1;
+}
+
+/* After a successful INSERT: the ids it held need not be sent again. */
+static void _x_seen(struct ch_store *st, struct xlate *x, int k)
+{
+	struct intern **seen = k == NEW_FRAME ? &st->seen_frames :
+			       k == NEW_STACK ? &st->seen_stacks : &st->seen_series;
+
+	if (intern__count(*seen) + x->nnew[k] > SEEN_MAX) {
+		struct intern *t = intern__new();
+
+		if (!t)
+			return;
+		intern__free(*seen);
+		*seen = t;
+	}
+	for (uint32_t i = 0; i < x->nnew[k]; i++)
+		if (intern__add(*seen, &x->new_ids[k][i], sizeof(uint64_t), NULL) < 0)
+			return;
+}
+
+static void _key_str(struct strbuf *k, const char *s)
+{
+	strbuf__append(k, s, strlen(s) + 1);
+}
+
+static int _x_frame(struct ch_store *st, struct xlate *x, uint32_t f, uint64_t *out)
+{
+	const struct profile_frame *fr;
+	const struct profile *d = x->d;
+	const char *path = "", *bid = "", *fn, *file;
+	struct strbuf key = STRBUF_INIT;
+	uint8_t has_map;
+	uint64_t h;
+	int err;
+
+	if (f >= d->nframes)
+		return -EINVAL;
+	if (x->frame_ok[f]) {
+		*out = x->frame_h[f];
+		return 0;
+	}
+	fr = &d->frames[f];
+	has_map = fr->mapping != PROFILE_NO_MAPPING;
+	if (has_map) {
+		if (fr->mapping >= d->nmappings)
+			return -EINVAL;
+		if (d->mappings[fr->mapping].path >= x->nstrings ||
+		    d->mappings[fr->mapping].build_id >= x->nstrings)
+			return -EINVAL;
+		path = profile__string(d, d->mappings[fr->mapping].path);
+		bid = profile__string(d, d->mappings[fr->mapping].build_id);
+	}
+	if (fr->function >= x->nstrings || fr->file >= x->nstrings)
+		return -EINVAL;
+	fn = profile__string(d, fr->function);
+	file = profile__string(d, fr->file);
+	/* The identity profile__intern_named_frame() gives a frame, and its mapping. */
+	strbuf__append(&key, &fr->kind, sizeof(fr->kind));
+	strbuf__append(&key, &has_map, 1);
+	_key_str(&key, path);
+	_key_str(&key, bid);
+	strbuf__append(&key, &fr->addr, sizeof(fr->addr));
+	_key_str(&key, fn);
+	_key_str(&key, file);
+	strbuf__append(&key, &fr->line, sizeof(fr->line));
+	if (key.oom) {
+		strbuf__release(&key);
+		return -ENOMEM;
+	}
+	h = hash__bytes(key.buf, key.len);
+	strbuf__release(&key);
+	err = _x_new(st, x, NEW_FRAME, h);
+	if (err < 0)
+		return err;
+	if (err) {
+		rb__u64(&x->frames, h);
+		rb__u8(&x->frames, (uint8_t)fr->kind);
+		rb__u8(&x->frames, has_map);
+		rb__str(&x->frames, path);
+		rb__str(&x->frames, bid);
+		rb__u64(&x->frames, fr->addr);
+		rb__str(&x->frames, fn);
+		rb__str(&x->frames, file);
+		rb__u32(&x->frames, fr->line);
+	}
+	x->frame_h[f] = h;
+	x->frame_ok[f] = 1;
+	*out = h;
+	return 0;
+}
+
+static int _x_stack(struct ch_store *st, struct xlate *x, uint32_t s, uint64_t *out)
+{
+	const uint32_t *frames;
+	uint64_t *hs, h;
+	uint32_t n;
+	int err = 0;
+
+	if (s >= x->nstacks)
+		return -EINVAL;
+	if (x->stack_ok[s]) {
+		*out = x->stack_h[s];
+		return 0;
+	}
+	frames = profile__stack(x->d, s, &n);
+	hs = malloc((n + 1) * sizeof(*hs));
+	if (!hs)
+		return -ENOMEM;
+	for (uint32_t i = 0; !err && i < n; i++)
+		err = _x_frame(st, x, frames[i], &hs[i]);
+	if (err)
+		goto out;
+	h = hash__bytes(hs, n * sizeof(*hs));
+	err = _x_new(st, x, NEW_STACK, h);
+	if (err < 0)
+		goto out;
+	if (err) {
+		rb__u64(&x->stacks, h);
+		rb__varint(&x->stacks, n);
+		for (uint32_t i = 0; i < n; i++)
+			rb__u64(&x->stacks, hs[i]);
+	}
+	err = 0;
+	x->stack_h[s] = h;
+	x->stack_ok[s] = 1;
+	*out = h;
+out:
+	free(hs);
+	return err;
+}
+
+struct lpair {
+	const char *name, *value;
+};
+
+static int _by_lname(const void *a, const void *b)
+{
+	return strcmp(((const struct lpair *)a)->name, ((const struct lpair *)b)->name);
+}
+
+/*
+ * A series is its labels (node replaced by the writer's) and, as in SQLite,
+ * the batch's CPU period: samples of one process at two -F rates are two
+ * series, so that profiles can weigh them.
+ */
+static int _x_series(struct ch_store *st, struct xlate *x, uint32_t s, uint64_t *out)
+{
+	const struct batch_label *bl;
+	struct strbuf key = STRBUF_INIT;
+	struct lpair *l;
+	size_t n, nl = 0;
+	uint64_t h, period = x->b->period_ns;
+	int err = -EINVAL;
+
+	if (s >= x->nseries)
+		return -EINVAL;
+	if (x->series_ok[s]) {
+		*out = x->series_h[s];
+		return 0;
+	}
+	bl = batch__series(x->b, s, &n);
+	l = calloc(n + 1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		if (bl[i].name >= x->nstrings || bl[i].value >= x->nstrings)
+			goto out;
+		l[nl] = (struct lpair){ profile__string(x->d, bl[i].name),
+					profile__string(x->d, bl[i].value) };
+		if (strcmp(l[nl].name, "node"))
+			nl++;
+	}
+	l[nl++] = (struct lpair){ "node", x->node };
+	qsort(l, nl, sizeof(*l), _by_lname);
+	for (size_t i = 0; i < nl; i++) {
+		_key_str(&key, l[i].name);
+		_key_str(&key, l[i].value);
+	}
+	strbuf__append(&key, &period, sizeof(period));
+	err = -ENOMEM;
+	if (key.oom)
+		goto out;
+	h = hash__bytes(key.buf, key.len);
+	err = _x_new(st, x, NEW_SERIES, h);
+	if (err < 0)
+		goto out;
+	if (err) {
+		rb__u64(&x->series, h);
+		rb__u64(&x->series, period);
+		rb__varint(&x->series, nl);
+		for (size_t i = 0; i < nl; i++)
+			rb__str(&x->series, l[i].name);
+		rb__varint(&x->series, nl);
+		for (size_t i = 0; i < nl; i++)
+			rb__str(&x->series, l[i].value);
+	}
+	err = 0;
+	x->series_h[s] = h;
+	x->series_ok[s] = 1;
+	*out = h;
+out:
+	strbuf__release(&key);
+	free(l);
+	return err;
+}
+
+static int _x_flush(struct ch_store *st, struct xlate *x)
+{
+	int err = _insert(st, "frames", &x->frames);
+
+	if (!err)
+		_x_seen(st, x, NEW_FRAME);
+	err = err ?: _insert(st, "stacks", &x->stacks);
+	if (!err)
+		_x_seen(st, x, NEW_STACK);
+	err = err ?: _insert(st, "series", &x->series);
+	if (!err)
+		_x_seen(st, x, NEW_SERIES);
+	return err;
+}
+
+static int _check_samples(const char *node, const struct batch *b)
+{
+	uint32_t nstacks = profile__nstacks(b->dict), nseries = batch__nseries(b);
+	uint32_t nstrings = intern__count(b->dict->strings);
+
+	for (uint32_t i = 0; i < b->nsamples; i++) {
+		const struct batch_sample *bs = &b->samples[i];
+
+		if (bs->stack >= nstacks || bs->series >= nseries || bs->ts_ns < 0 ||
+		    bs->ts_ns >= CH_TS_LIMIT || bs->type >= 256) {
+			pr_warn("store: clickhouse: batch from %s: sample %u has stack %u/%u, "
+				"series %u/%u, ts %lld\n", node, i, bs->stack, nstacks, bs->series,
+				nseries, (long long)bs->ts_ns);
+			return -EINVAL;
+		}
+	}
+	for (uint32_t i = 0; i < b->ngpu_intervals; i++) {
+		const struct batch_gpu_interval *g = &b->gpu_intervals[i];
+
+		if ((g->stack != BATCH_NO_STACK && g->stack >= nstacks) || g->series >= nseries ||
+		    g->name >= nstrings || g->start_ns < 0 || g->start_ns >= CH_TS_LIMIT ||
+		    g->end_ns < g->start_ns || g->kind >= 256) {
+			pr_warn("store: clickhouse: batch from %s: GPU interval %u has stack %u/%u, "
+				"series %u/%u, name %u, start %lld, end %lld\n", node, i, g->stack,
+				nstacks, g->series, nseries, g->name, (long long)g->start_ns,
+				(long long)g->end_ns);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static int _check_cpu_intervals(const char *node, const struct batch *b)
+{
+	uint32_t nseries = batch__nseries(b), nstrings = intern__count(b->dict->strings);
+
+	for (uint32_t i = 0; i < b->ncpu_intervals; i++) {
+		const struct batch_cpu_interval *iv = &b->cpu_intervals[i];
+
+		if (iv->series >= nseries || iv->comm >= nstrings || iv->start_ns < 0 ||
+		    iv->end_ns < iv->start_ns || iv->end_ns >= CH_TS_LIMIT) {
+			pr_warn("store: clickhouse: batch from %s: CPU interval %u has series %u/%u, "
+				"comm %u/%u, [%lld, %lld)\n", node, i, iv->series, nseries,
+				iv->comm, nstrings, (long long)iv->start_ns, (long long)iv->end_ns);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/*
+ * CPU intervals go in pieces of at most STORE_CPU_INTERVAL_CHUNK_NS, as in
+ * SQLite, so that a window's query can bound where pieces start; queries
+ * join the pieces up again.
+ */
+static int _rows_cpu_intervals(struct ch_store *st, struct xlate *x, struct strbuf *rows)
+{
+	const struct batch *b = x->b;
+
+	for (uint32_t i = 0; i < b->ncpu_intervals; i++) {
+		const struct batch_cpu_interval *iv = &b->cpu_intervals[i];
+		uint64_t series;
+		int err = _x_series(st, x, iv->series, &series);
+
+		if (err)
+			return err;
+		for (int64_t a = iv->start_ns; a < iv->end_ns; a += STORE_CPU_INTERVAL_CHUNK_NS) {
+			int64_t d = iv->end_ns - a;
+
+			if (d > STORE_CPU_INTERVAL_CHUNK_NS)
+				d = STORE_CPU_INTERVAL_CHUNK_NS;
+			rb__i64(rows, a);
+			rb__i64(rows, d);
+			rb__str(rows, x->node);
+			rb__u32(rows, iv->cpu);
+			rb__u64(rows, series);
+			rb__u32(rows, iv->tid);
+			rb__str(rows, profile__string(x->d, iv->comm));
+		}
+	}
+	return rows->oom ? -ENOMEM : 0;
+}
+
+static int _rows_gpu_intervals(struct ch_store *st, struct xlate *x, struct strbuf *rows)
+{
+	const struct batch *b = x->b;
+
+	for (uint32_t i = 0; i < b->ngpu_intervals; i++) {
+		const struct batch_gpu_interval *g = &b->gpu_intervals[i];
+		uint64_t series, stack = 0;
+		int err = _x_series(st, x, g->series, &series);
+
+		if (!err && g->stack != BATCH_NO_STACK)
+			err = _x_stack(st, x, g->stack, &stack);
+		if (err)
+			return err;
+		rb__i64(rows, g->start_ns);
+		rb__i64(rows, g->end_ns);
+		rb__u64(rows, series);
+		rb__u32(rows, g->device);
+		rb__u32(rows, g->stream);
+		rb__u8(rows, (uint8_t)g->kind);
+		rb__str(rows, profile__string(x->d, g->name));
+		rb__u8(rows, g->stack != BATCH_NO_STACK);
+		rb__u64(rows, stack);
+		rb__u64(rows, g->correlation);
+		rb__u64(rows, g->bytes);
+		rb__u32(rows, g->weight);
+	}
+	return rows->oom ? -ENOMEM : 0;
+}
+
+static int _ch_write(void *impl, const char *node, const struct batch *b)
+{
+	struct ch_store *st = impl;
+	struct strbuf samples = STRBUF_INIT, civ = STRBUF_INIT, gpu = STRBUF_INIT;
+	struct xlate x;
+	int err;
+
+	err = _check_samples(node, b);
+	err = err ?: _check_cpu_intervals(node, b);
+	if (err)
+		return err;
+	if (!b->nsamples && !b->ncpu_intervals && !b->ngpu_intervals)
+		return 0;
+	err = _x_init(&x, b, node);
+	for (uint32_t i = 0; !err && i < b->nsamples; i++) {
+		const struct batch_sample *bs = &b->samples[i];
+		uint64_t series, stack;
+
+		err = _x_series(st, &x, bs->series, &series);
+		err = err ?: _x_stack(st, &x, bs->stack, &stack);
+		if (err)
+			break;
+		rb__i64(&samples, bs->ts_ns);
+		rb__u8(&samples, (uint8_t)bs->type);
+		rb__u64(&samples, series);
+		rb__u64(&samples, stack);
+		rb__u32(&samples, bs->tid);
+		rb__u32(&samples, bs->cpu);
+		rb__i64(&samples, bs->value);
+	}
+	err = err ?: _rows_cpu_intervals(st, &x, &civ);
+	err = err ?: _rows_gpu_intervals(st, &x, &gpu);
+	if (!err && samples.oom)
+		err = -ENOMEM;
+	if (err)
+		goto out;
+	err = _x_flush(st, &x);
+	err = err ?: _insert(st, "cpu_intervals", &civ);
+	err = err ?: _insert(st, "gpu_intervals", &gpu);
+	err = err ?: _insert(st, "samples", &samples);
+	if (!err)
+		st->batches_written++;
+out:
+	_x_free(&x);
+	strbuf__release(&samples);
+	strbuf__release(&civ);
+	strbuf__release(&gpu);
+	return err;
+}
+
+static int _ch_write_cpu_intervals(void *impl, const char *node, const struct batch *b)
+{
+	struct ch_store *st = impl;
+	struct strbuf civ = STRBUF_INIT;
+	struct xlate x;
+	int err = _check_cpu_intervals(node, b);
+
+	if (err || !b->ncpu_intervals)
+		return err;
+	err = _x_init(&x, b, node);
+	err = err ?: _rows_cpu_intervals(st, &x, &civ);
+	err = err ?: _x_flush(st, &x);
+	err = err ?: _insert(st, "cpu_intervals", &civ);
+	_x_free(&x);
+	strbuf__release(&civ);
+	return err;
+}
+
+static int _ch_write_metrics(void *impl, const char *node, const struct batch *b)
+{
+	struct ch_store *st = impl;
+	uint32_t nseries = batch__nseries(b), nstrings = intern__count(b->dict->strings);
+	struct strbuf rows = STRBUF_INIT;
+	struct xlate x;
+	int err;
+
+	for (uint32_t i = 0; i < b->nmetrics; i++) {
+		const struct batch_metric *m = &b->metrics[i];
+
+		if (m->series >= nseries || m->name >= nstrings || m->ts_ns < 0 ||
+		    m->ts_ns >= CH_TS_LIMIT || m->value != m->value ||
+		    !profile__string(b->dict, m->name)[0]) {
+			pr_warn("store: clickhouse: batch from %s: metric point %u has series %u/%u, "
+				"name %u/%u, ts %lld\n", node, i, m->series, nseries, m->name,
+				nstrings, (long long)m->ts_ns);
+			return -EINVAL;
+		}
+	}
+	if (!b->nmetrics)
+		return 0;
+	err = _x_init(&x, b, node);
+	for (uint32_t i = 0; !err && i < b->nmetrics; i++) {
+		const struct batch_metric *m = &b->metrics[i];
+		uint64_t series;
+
+		err = _x_series(st, &x, m->series, &series);
+		if (err)
+			break;
+		rb__u64(&rows, series);
+		rb__str(&rows, profile__string(b->dict, m->name));
+		rb__i64(&rows, m->ts_ns);
+		rb__f64(&rows, m->value);
+	}
+	err = err ?: _x_flush(st, &x);
+	err = err ?: _insert(st, "metric_points", &rows);
+	_x_free(&x);
+	strbuf__release(&rows);
+	return err;
+}
+
+/* ---- retention and stats --------------------------------------------------- */
+
+/*
+ * Retention raises a watermark that every query applies, so what queries
+ * see is exact at once, on every server; whole days below it are dropped
+ * (ALTER TABLE ... DROP PARTITION: 18.16 has no TTL; current versions
+ * could use TTL instead, docs/clickhouse.md).
+ */
+static int _raise(struct ch_store *st, const char *what, int64_t cutoff,
+		  const char *const *tables, size_t ntables)
+{
+	struct strbuf resp = STRBUF_INIT;
+	struct strbuf rows = STRBUF_INIT;
+	int64_t cur;
+	char q[512];
+	int err;
+
+	err = ch__watermark(st, what, &cur);
+	if (err || cutoff <= cur)
+		return err;
+	rb__str(&rows, what);
+	rb__i64(&rows, cutoff);
+	err = _insert(st, "retention", &rows);
+	strbuf__release(&rows);
+	for (size_t t = 0; !err && t < ntables; t++) {
+		struct rbr r;
+
+		snprintf(q, sizeof(q), "SELECT DISTINCT partition FROM system.parts WHERE"
+			 " database = '%s' AND table = '%s' AND active FORMAT RowBinary",
+			 st->db, tables[t]);
+		resp.len = 0;
+		err = ch__select(st, q, &resp);
+		r = (struct rbr){ (uint8_t *)resp.buf, (uint8_t *)resp.buf + resp.len, false };
+		while (!err && rbr__more(&r)) {
+			const char *p = rbr__str(&r);
+			char *end;
+			long long day = strtoll(p, &end, 10);
+
+			if (*end || end == p || (day + 1) * CH_NS_DAY > cutoff)
+				continue;
+			snprintf(q, sizeof(q), "ALTER TABLE %s.%s DROP PARTITION %lld", st->db,
+				 tables[t], day);
+			err = ch__exec(st, q);
+		}
+	}
+	strbuf__release(&resp);
+	return err;
+}
+
+static int _ch_retain(void *impl, int64_t cutoff)
+{
+	static const char *const tables[] = { "samples", "samples_1m", "cpu_intervals",
+					      "gpu_intervals" };
+
+	/* Minutes are the unit: rollups and raw samples are cut at the same place. */
+	if (cutoff > CH_TS_LIMIT)
+		cutoff = CH_TS_LIMIT;
+	cutoff = cutoff / CH_NS_MIN * CH_NS_MIN;
+	if (cutoff <= 0)
+		return 0;
+	return _raise(impl, "samples", cutoff, tables, 4);
+}
+
+static int _ch_retain_metrics(void *impl, int64_t cutoff)
+{
+	static const char *const tables[] = { "metric_points" };
+
+	if (cutoff > CH_TS_LIMIT)
+		cutoff = CH_TS_LIMIT;
+	if (cutoff <= 0)
+		return 0;
+	return _raise(impl, "metrics", cutoff, tables, 1);
+}
+
+static int _ch_stats(void *impl, struct store_stats *out)
+{
+	struct ch_store *st = impl;
+	struct strbuf resp = STRBUF_INIT;
+	char q[1024];
+	int err;
+
+	/*
+	 * Samples: those stored now (retention counted off), from the parts'
+	 * row counts. Batches: those this server wrote, the only count that
+	 * costs no INSERT of its own per batch.
+	 */
+	snprintf(q, sizeof(q),
+		 "SELECT toUInt64(sumIf(rows, table = 'samples')), toUInt64(sum(bytes_on_disk)),"
+		 " (SELECT toUInt64(uniqExact(id)) FROM %s.series),"
+		 " (SELECT toUInt64(uniqExact(id)) FROM %s.stacks),"
+		 " (SELECT toUInt64(uniqExact(id)) FROM %s.frames)"
+		 " FROM system.parts WHERE database = '%s' AND active"
+		 " FORMAT RowBinary", st->db, st->db, st->db, st->db);
+	err = ch__select(st, q, &resp);
+	if (!err) {
+		struct rbr r = { (uint8_t *)resp.buf, (uint8_t *)resp.buf + resp.len, false };
+
+		out->samples_written = rbr__u64(&r);
+		out->batches_written = st->batches_written;
+		out->bytes_on_disk = rbr__u64(&r);
+		out->series = rbr__u64(&r);
+		out->stacks = rbr__u64(&r);
+		out->frames = rbr__u64(&r);
+		if (r.bad)
+			err = -EIO;
+	}
+	strbuf__release(&resp);
+	return err;
+}
+
+const struct store_backend store_clickhouse_backend = {
+	.name = "clickhouse",
+	.open = _ch_open,
+	.close = _ch_close,
+	.write = _ch_write,
+	.profile = ch__profile,
+	.samples = ch__samples,
+	.series = ch__query_series,
+	.label_names = ch__label_names,
+	.label_values = ch__label_values,
+	.retain = _ch_retain,
+	.stats = _ch_stats,
+	.gpu_intervals = ch__gpu_intervals,
+	.write_metrics = _ch_write_metrics,
+	.metrics = ch__metrics,
+	.metrics_latest = ch__metrics_latest,
+	.retain_metrics = _ch_retain_metrics,
+	.write_cpu_intervals = _ch_write_cpu_intervals,
+	.cpu_intervals = ch__cpu_intervals,
+};

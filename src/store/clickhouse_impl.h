@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_STORE_CLICKHOUSE_IMPL_H
+#define FW_STORE_CLICKHOUSE_IMPL_H
+
+/*
+ * Private to clickhouse.c (writing, schema, retention) and
+ * clickhouse_read.c (queries). See docs/clickhouse.md for the schema.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/strbuf.h"
+#include "chhttp.h"
+#include "store.h"
+
+#define CH_NS_MIN	(60LL * 1000000000LL)
+#define CH_NS_HOUR	(60 * CH_NS_MIN)
+#define CH_NS_DAY	(24 * CH_NS_HOUR)
+#define CH_TS_LIMIT	(INT64_MAX / 2)
+
+struct intern;
+
+/* A series as queries see it: its labels, node included, sorted by name. */
+struct ch_series {
+	uint64_t id;
+	uint64_t period_ns;	/* of its CPU samples; 0: unknown */
+	uint32_t pid;		/* its pid label, 0 if absent */
+	size_t nlabels;
+	const char **names, **values;
+	const char *comm;	/* its comm label, "" if absent */
+};
+
+struct ch_store {
+	struct chhttp *http;
+	char db[64];
+	char err[512];		/* the last ClickHouse error */
+	uint64_t batches_written;	/* by this process */
+
+	/*
+	 * Ids this process has inserted into the dictionary tables. Only
+	 * a saving: a server that forgets them inserts the rows again and
+	 * ReplacingMergeTree folds the copies. Cleared when large.
+	 */
+	struct intern *seen_frames, *seen_stacks, *seen_series;
+
+	/* Series read back from ClickHouse, by id (8-byte keys) -> index. */
+	struct intern *series_idx;
+	struct ch_series **series;
+	uint32_t nseries, cap_series;
+};
+
+/* DDL and other statements without a result. */
+int ch__exec(struct ch_store *st, const char *sql);
+/* A SELECT (sql ends in FORMAT RowBinary) into resp (appended). */
+int ch__select(struct ch_store *st, const char *sql, struct strbuf *resp);
+/* One integer from a SELECT ... FORMAT RowBinary of one Int64 column; dflt when no row. */
+int ch__select_i64(struct ch_store *st, const char *sql, int64_t dflt, int64_t *out);
+/* The retention watermark of samples (and intervals) or of metric points: kept rows have ts >= it. */
+int ch__watermark(struct ch_store *st, const char *what, int64_t *out);
+/*
+ * The series with this id (borrowed from the store's cache, valid until
+ * the store is closed), reading the series table again once when it is
+ * unknown. -EIO when ClickHouse has no such series.
+ */
+int ch__series(struct ch_store *st, uint64_t id, const struct ch_series **out);
+/* Reads every series ClickHouse holds into the cache. */
+int ch__series_load(struct ch_store *st);
+
+/* The queries (clickhouse_read.c), as struct store_backend takes them. */
+int ch__profile(void *impl, int64_t from, int64_t to, const struct selector *sel, uint32_t type,
+		struct profile *out);
+int ch__samples(void *impl, int64_t from, int64_t to, const struct selector *sel, uint32_t type,
+		uint32_t max_samples, struct profile *dict,
+		int (*cb)(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t cpu,
+			  int64_t value, const char *comm, uint32_t pid),
+		void *ctx, uint32_t *stride);
+int ch__query_series(void *impl, int64_t from, int64_t to, int64_t step,
+		     const struct selector *sel, uint32_t type, const char *by,
+		     int (*cb)(void *ctx, const char *group, int64_t bucket_start, int64_t sum),
+		     void *ctx);
+int ch__label_names(void *impl, int64_t from, int64_t to,
+		    int (*cb)(void *ctx, const char *name), void *ctx);
+int ch__label_values(void *impl, const char *name, int64_t from, int64_t to,
+		     int (*cb)(void *ctx, const char *value), void *ctx);
+int ch__gpu_intervals(void *impl, int64_t from, int64_t to, const struct selector *sel,
+		      struct profile *dict, uint32_t limit,
+		      int (*cb)(void *ctx, const struct store_gpu_interval *iv), void *ctx);
+int ch__metrics(void *impl, int64_t from, int64_t to, int64_t step, const struct selector *sel,
+		const struct store_metric_visitor *v);
+int ch__metrics_latest(void *impl, int64_t since,
+		       int (*cb)(void *ctx, const char *name, const char *const *lnames,
+				 const char *const *lvalues, size_t n, int64_t ts, double value),
+		       void *ctx);
+int ch__cpu_intervals(void *impl, int64_t from, int64_t to, const struct selector *sel,
+		      int64_t cpu, int (*cb)(void *ctx, const struct store_cpu_interval *iv),
+		      void *ctx);
+
+#endif
