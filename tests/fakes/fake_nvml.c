@@ -18,8 +18,9 @@
  *
  * It answers as the H200's driver did when measured:
  *  - nvmlDeviceGetFieldValues gives the PCIe byte counters (fields 197,
- *    198: cumulative, growing at pcie_{tx,rx}_kb KiB/s since nvmlInit) and
- *    the energy counter (83, mJ), each with its own µs timestamp;
+ *    198: cumulative, growing at pcie_{tx,rx}_kb KiB/s since nvmlInit,
+ *    updated every 125 ms, with the µs time of the update) and the energy
+ *    counter (83, mJ);
  *  - nvmlDeviceGetProcessUtilization has one sample per process, taken by
  *    the "driver" every FAKE_NVML_PROC_PERIOD_MS (default 500) at a
  *    Unix-µs time on that grid: only samples newer than lastSeenTimeStamp,
@@ -344,8 +345,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFiel
 		switch (f->fieldId) {
 		case NVML_FI_DEV_PCIE_COUNT_TX_BYTES:
 		case NVML_FI_DEV_PCIE_COUNT_RX_BYTES:
+			/* Updated every 125 ms: a whole number of bytes at any KiB/s. */
 			kib = _gpus[g].v[f->fieldId == NVML_FI_DEV_PCIE_COUNT_TX_BYTES ? TX : RX];
-			f->value.ullVal = kib * 1024 * (now - _init_us) / 1000000;
+			f->timestamp = (long long)(now - (now - _init_us) % 125000);
+			f->value.ullVal = kib * 128 * ((now - _init_us) / 125000);
 			break;
 		case NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
 			f->value.ullVal = _gpus[g].v[ENERGY];

@@ -110,8 +110,8 @@ static void _expect(const struct batch *b, const char *name, const char *gpu, do
 		fail_msg("%s gpu %s: %.17g, want %.17g", name, gpu, v, want);
 }
 
-/* The one point of name on GPU gpu from index from on, within 1e-4 of want. */
-static void _expect_near(const struct batch *b, uint32_t from, const char *name, const char *gpu,
+/* The one point of name on GPU gpu from index from on, exactly want. */
+static void _expect_exact(const struct batch *b, uint32_t from, const char *name, const char *gpu,
 			 double want)
 {
 	int found = 0;
@@ -123,7 +123,7 @@ static void _expect_near(const struct batch *b, uint32_t from, const char *name,
 		    strcmp(batch__series_label(b, m->series, "gpu"), gpu))
 			continue;
 		found++;
-		if (m->value < want * (1 - 1e-4) || m->value > want * (1 + 1e-4))
+		if (m->value != want)
 			fail_msg("%s gpu %s: %.17g, want %.17g", name, gpu, m->value, want);
 	}
 	if (found != 1)
@@ -218,11 +218,11 @@ static void test_every_metric(void **state)
 		}
 		assert_true(nu >= 3 && nu <= 4);
 		/* The counters' rate over the 0.35 s between the rounds. */
-		_expect_near(b, before, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
-		_expect_near(b, before, "flamewatch_gpu_pcie_rx_bytes_per_second", "0", 2500 * 1024.0);
+		_expect_exact(b, before, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
+		_expect_exact(b, before, "flamewatch_gpu_pcie_rx_bytes_per_second", "0", 2500 * 1024.0);
 		/* Values that hardly change: from the first round's answer, every round. */
-		_expect_near(b, before, "flamewatch_gpu_sm_clock_max_hertz", "0", 1980e6);
-		_expect_near(b, before, "flamewatch_gpu_power_limit_watts", "0", 700);
+		_expect_exact(b, before, "flamewatch_gpu_sm_clock_max_hertz", "0", 1980e6);
+		_expect_exact(b, before, "flamewatch_gpu_power_limit_watts", "0", 700);
 	}
 	batch__free(b);
 	nvml__close(n);
