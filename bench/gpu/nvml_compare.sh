@@ -6,14 +6,21 @@
 #   bench/gpu/nvml_compare.sh [SECONDS]      (default 20 s of load)
 #
 # Needs: build/flamewatch (prebuilt), nvidia-smi, python3 with PyTorch and
-# CUDA. Installs nothing. Run from the repository root. Steps:
+# CUDA. Installs nothing. Run from the repository root. FLAMEWATCH_BASE=
+# another build (e.g. the previous release) measures its round cost in the
+# same run, for the ratio. Steps:
 #   1. `flamewatch gpu`: one NVML round printed, and the CPU cost of a round
-#      measured over 200 rounds (no BPF, no server needed);
+#      per GPU at 1 s (20 rounds) and 100 ms (50 rounds) intervals, with
+#      the CPU time of each kind of NVML query (--breakdown); the base
+#      build's the same way (no BPF, no server needed);
 #   2. `flamewatch run` (needs root for BPF; skipped with a note otherwise),
 #      --gpu-interval 1s, beside a PyTorch matmul loop on GPU 0;
 #   3. five times during the load, nvidia-smi and our API in the same
 #      second; per metric: ours, nvidia-smi's, the difference, the tolerance;
-#   4. the collection cost from `run`'s own count at exit.
+#   4. the collection cost from `run`'s own count at exit;
+#   5. the per-process rows: the pids NVML lists (nvidia-smi) and ours, and
+#      our rows for the load's pid (the python process itself, which
+#      prints its pid: `timeout`'s pid is not the one on the GPU).
 # Output: a table on stdout; everything (logs, raw answers) under $OUT (or
 # a temporary directory). Every step has a time limit; the script ends in
 # about SECONDS + 3 minutes at most and kills what it started. The load
@@ -51,11 +58,31 @@ timeout 30 "$FW" gpu > "$OUTDIR/gpu_one_round.txt" 2> "$OUTDIR/gpu_one_round.err
 say "exit $?; $(grep -c '^flamewatch_gpu' "$OUTDIR/gpu_one_round.txt") points; unavailable:"
 grep -i "unavailable\|no GPU\|error" "$OUTDIR/gpu_one_round.err" | sed 's/^/   /' | tee -a "$LOG"
 grep 'gpu="0"' "$OUTDIR/gpu_one_round.txt" | sed 's/^/   /' | tee -a "$LOG"
-timeout 60 "$FW" gpu --rounds 200 --interval 100ms --quiet > "$OUTDIR/gpu_cost.txt" 2>> "$OUTDIR/gpu_cost.err"
-say "cost at 100 ms interval: $(tail -1 "$OUTDIR/gpu_cost.txt")"
-timeout 60 "$FW" gpu --rounds 200 --interval 0 --quiet > "$OUTDIR/gpu_cost0.txt" 2>> "$OUTDIR/gpu_cost.err"
-say "cost back to back:       $(tail -1 "$OUTDIR/gpu_cost0.txt")"
-
+cost() {	# BUILD INTERVAL ROUNDS [--breakdown]
+	timeout 120 "$1" gpu --rounds "$3" --interval "$2" --quiet ${4:-} 2>> "$OUTDIR/gpu_cost.err" |
+		tee "$OUTDIR/gpu_cost_$(basename "$(dirname "$1")")_$2.txt" | tail -n 30
+}
+say "cost at 1 s (the agent's default):"
+cost "$FW" 1s 20 --breakdown | sed 's/^/   /' | tee -a "$LOG"
+say "cost at 100 ms (utilisation from nvmlDeviceGetSamples):"
+cost "$FW" 100ms 50 --breakdown | sed 's/^/   /' | tee -a "$LOG"
+if [ -n "${FLAMEWATCH_BASE:-}" ] && [ -x "$FLAMEWATCH_BASE" ]; then
+	say "base build $FLAMEWATCH_BASE, same rounds:"
+	b1=$(cost "$FLAMEWATCH_BASE" 1s 20 | tail -1)
+	b2=$(cost "$FLAMEWATCH_BASE" 100ms 50 | tail -1)
+	say "   1 s:    $b1"
+	say "   100 ms: $b2"
+	n1=$(tail -1 "$OUTDIR/gpu_cost_$(basename "$(dirname "$FW")")_1s.txt")
+	python3 - "$n1" "$b1" <<'PYEOF' | tee -a "$LOG"
+import re, sys
+def per_gpu(line):
+    m = re.search(r"cpu_us_per_gpu_round ([0-9.]+)", line)
+    return float(m.group(1)) if m else None
+new, base = per_gpu(sys.argv[1]), per_gpu(sys.argv[2])
+if new and base:
+    print(f"   at 1 s: {new / 1000:.3f} ms CPU per GPU per round, base {base / 1000:.3f} ms: {base / new:.1f}x less")
+PYEOF
+fi
 say ""
 say "== 2. flamewatch run + PyTorch load (${LOAD_S} s)"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -84,7 +111,8 @@ dur = float(sys.argv[1])
 x = torch.randn(8192, 8192, device="cuda:0", dtype=torch.bfloat16)
 y = torch.randn(8192, 8192, device="cuda:0", dtype=torch.bfloat16)
 h = torch.randn(64 << 20, dtype=torch.float32).pin_memory()   # 256 MiB for PCIe traffic
-print("load: started", flush=True)
+import os
+print("load: started pid", os.getpid(), flush=True)
 end = time.time() + dur
 n = 0
 while time.time() < end:
@@ -104,11 +132,14 @@ for _ in $(seq 1 120); do grep -q "load: started" "$OUTDIR/load.log" && break; k
 if ! grep -q "load: started" "$OUTDIR/load.log"; then
 	say "WARNING: the PyTorch load did not start:"; tail -5 "$OUTDIR/load.log" | sed 's/^/   /' | tee -a "$LOG"
 fi
-say "load pid $LOAD_PID"
+# The pid NVML sees is python's, not timeout's ($LOAD_PID): the load says it.
+GPU_PID=$(sed -n 's/^load: started pid \([0-9]*\).*/\1/p' "$OUTDIR/load.log" | head -1)
+say "load pid $GPU_PID (under timeout, pid $LOAD_PID)"
+GPU_PID=${GPU_PID:-$LOAD_PID}
 
 say ""
 say "== 3. ours vs nvidia-smi (GPU 0; per-process rows: the load's pid)"
-timeout $((LOAD_S + 80)) python3 - "$FW" "$PORT" "$RUN_OK" "$LOAD_PID" "$LOAD_S" "$OUTDIR" <<'EOF' 2>&1 | tee -a "$LOG"
+timeout $((LOAD_S + 80)) python3 - "$FW" "$PORT" "$RUN_OK" "$GPU_PID" "$LOAD_S" "$OUTDIR" <<'EOF' 2>&1 | tee -a "$LOG"
 import json, os, subprocess, sys, time, urllib.request
 fw, port, run_ok, load_pid, load_s, outdir = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
 raw = open(os.path.join(outdir, "samples.jsonl"), "w")
@@ -148,6 +179,9 @@ for row in FIELDS:
     fields.append((row[0], f if smi_ok(f) else None) + row[2:])
 qf = [f[1] for f in fields if f[1]]
 
+our_pids, smi_pids = {}, set()
+
+
 def ours_now(t_smi):
     """Our points near t_smi: from the API when run is up, else one `flamewatch gpu` round."""
     pts = {}
@@ -160,6 +194,8 @@ def ours_now(t_smi):
             print("API error:", e); return pts, None
         for s in body["series"]:
             pid = s["labels"].get("pid")
+            if pid is not None:
+                our_pids.setdefault(int(pid), s["labels"].get("comm"))
             if pid is not None and int(pid) != load_pid:
                 continue
             name = s["metric"] + (":proc" if pid else "")
@@ -179,6 +215,8 @@ def ours_now(t_smi):
         head, v, ts = line.rsplit(" ", 2)
         name = head.split("{")[0]
         if 'pid="' in head:
+            p = head.split('pid="')[1].split('"')[0]
+            our_pids.setdefault(int(p), head.split('comm="')[1].split('"')[0] if 'comm="' in head else None)
             if f'pid="{load_pid}"' not in head:
                 continue
             name += ":proc"
@@ -227,6 +265,8 @@ for k in range(rounds):
     smi_mem = smi_sm = None
     for line in apps.splitlines():
         p = [x.strip() for x in line.split(",")]
+        if p and p[0].isdigit():
+            smi_pids.add(int(p[0]))
         if len(p) >= 2 and p[0].isdigit() and int(p[0]) == load_pid:
             smi_mem = num(p[1]) * (1 << 20) if num(p[1]) is not None else None
     for line in pmon.splitlines():
@@ -262,6 +302,12 @@ for name, vs in rows.items():
     bad += not ok
     print(f"{name:52s} {o_med:16.6g} {s_med:16.6g} {o_med - s_med:12.4g} {tol:14.4g}  {'OK' if ok else 'DIFFERS':8s}  ({len(pairs)}, {max(dts) if dts else 0:.2f})")
 print(f"\n{bad} metric(s) outside tolerance; raw answers in {outdir}/samples.jsonl")
+print("\nper-process rows (GPU 0):")
+print(f"  load pid {load_pid}; nvidia-smi --query-compute-apps listed {sorted(smi_pids) or 'none'}")
+print(f"  our rows named {', '.join(f'{p} ({c})' for p, c in sorted(our_pids.items())) or 'no process'}")
+for name in ("flamewatch_gpu_process_memory_used_bytes:proc", "flamewatch_gpu_process_utilization_percent:proc"):
+    got = [o for o, s, dt in rows.get(name, []) if o is not None]
+    print(f"  {name[:-5]} for pid {load_pid}: {len(got)}/{rounds} rounds" + (f", median {sorted(got)[len(got) // 2]:.6g}" if got else " (ABSENT)"))
 EOF
 
 say ""

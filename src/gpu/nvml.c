@@ -80,7 +80,7 @@ struct nvml {
 	unsigned int ngpus;
 	uint64_t interval_ns;
 	bool use_samples;		/* rounds less than a second apart */
-	unsigned int proc_every;	/* per-process queries every that many rounds */
+	unsigned int every_second;	/* rounds between the once-a-second queries */
 	bool profile;			/* CPU time per query kind */
 	struct proc_info *procs;
 	size_t nprocs, cap_procs;
@@ -99,12 +99,12 @@ struct nvml {
 /*
  * nvmlDeviceGetSamples costs about a millisecond of CPU per call on an
  * H200, 300 times nvmlDeviceGetUtilizationRates; it pays only when rounds
- * are less than a second apart, where it returns every sample the driver
- * took between them.
+ * are less than a second apart, and there once a second is enough: it
+ * returns every sample the driver took since, each at its own time. The
+ * per-process queries are made once a second too.
  */
 #define SAMPLES_BELOW_NS 1000000000ULL
-/* Per-process queries at most about once a second. */
-#define PROC_PERIOD_NS 1000000000ULL
+#define SECOND_NS 1000000000ULL
 
 static const char *const _query_names[NVML_Q_MAX] = {
 	[NVML_Q_UTILIZATION] = "nvmlDeviceGetUtilizationRates",
@@ -373,8 +373,8 @@ void nvml__set_interval(struct nvml *n, uint64_t interval_ns)
 		return;
 	n->interval_ns = interval_ns;
 	n->use_samples = interval_ns < SAMPLES_BELOW_NS;
-	n->proc_every = interval_ns && interval_ns < PROC_PERIOD_NS ?
-			(unsigned int)((PROC_PERIOD_NS + interval_ns / 2) / interval_ns) : 1;
+	n->every_second = interval_ns && interval_ns < SECOND_NS ?
+			  (unsigned int)((SECOND_NS + interval_ns / 2) / interval_ns) : 1;
 }
 
 void nvml__set_profile(struct nvml *n, int on)
@@ -408,6 +408,7 @@ struct round {
 	int64_t now_ns;
 	int64_t gpu_series;		/* this GPU's series in b */
 	uint32_t names[NVML_M_MAX];	/* string ids in b->dict, UINT32_MAX: not yet */
+	bool each_second;		/* the round that makes the once-a-second queries */
 	int added;
 	int err;
 };
@@ -554,6 +555,9 @@ static void _utilization(struct round *r, struct gpu *g)
 	nvmlReturn_t ret;
 
 	if (n->use_samples && g->samples_ok) {
+		/* The samples of the rounds in between come with the next call. */
+		if (!r->each_second)
+			return;
 		if (!done_util)
 			done_util = _sampled(r, g, NVML_GPU_UTILIZATION_SAMPLES, NVML_M_UTIL,
 					     &g->last_util_us);
@@ -1052,12 +1056,11 @@ int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns)
 	struct round r = { .n = n, .b = b, .now_ns = now_ns };
 	uint64_t t0 = _thread_cpu_ns(), w0 = _mono_ns(), w;
 	size_t k = 0;
-	bool procs;
 
 	if (!n || !b)
 		return -EINVAL;
 	memset(r.names, 0xff, sizeof(r.names));
-	procs = n->stats.rounds % n->proc_every == 0;
+	r.each_second = n->stats.rounds % n->every_second == 0;
 	n->stats.rounds++;
 	for (unsigned int i = 0; i < n->ngpus && !r.err; i++) {
 		struct gpu *g = &n->gpus[i];
@@ -1070,7 +1073,7 @@ int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns)
 			break;
 		}
 		_device(&r, g);
-		if (!procs)
+		if (!r.each_second)
 			continue;
 		if (_want(g, NVML_M_PROC_UTIL))
 			_proc_util(&r, g);
@@ -1078,10 +1081,10 @@ int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns)
 			_proc_memory(&r, g);
 	}
 	/* Forget processes that were on no GPU this time. */
-	for (size_t i = 0; i < n->nprocs && procs; i++)
+	for (size_t i = 0; i < n->nprocs && r.each_second; i++)
 		if (n->procs[i].seen == n->stats.rounds)
 			n->procs[k++] = n->procs[i];
-	if (procs)
+	if (r.each_second)
 		n->nprocs = k;
 	n->stats.points += r.added;
 	n->stats.cpu_ns += _thread_cpu_ns() - t0;

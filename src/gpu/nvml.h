@@ -36,8 +36,9 @@ struct nvml *nvml__open(const char *lib);
 /*
  * How far apart the rounds will be (default 1 s; 0: back to back). Below a
  * second, utilisation comes from nvmlDeviceGetSamples (every driver sample,
- * each at its own time) instead of nvmlDeviceGetUtilizationRates, and the
- * per-process queries are made about once a second rather than every round.
+ * each at its own time) instead of nvmlDeviceGetUtilizationRates, and both
+ * it and the per-process queries are made about once a second (every
+ * round when back to back), not every round.
  */
 void nvml__set_interval(struct nvml *n, uint64_t interval_ns);
 /* Shuts NVML down and unloads it. Accepts NULL. */
