@@ -53,7 +53,7 @@ say "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 timeout 20 nvidia-smi -L 2>&1 | tee -a "$LOG"
 
 say ""
-say "== 1. flamewatch gpu: one round, then 200 rounds for the cost"
+say "== 1. flamewatch gpu: one round, then what a round costs"
 timeout 30 "$FW" gpu > "$OUTDIR/gpu_one_round.txt" 2> "$OUTDIR/gpu_one_round.err"
 say "exit $?; $(grep -c '^flamewatch_gpu' "$OUTDIR/gpu_one_round.txt") points; unavailable:"
 grep -i "unavailable\|no GPU\|error" "$OUTDIR/gpu_one_round.err" | sed 's/^/   /' | tee -a "$LOG"
@@ -80,7 +80,7 @@ def per_gpu(line):
     return float(m.group(1)) if m else None
 new, base = per_gpu(sys.argv[1]), per_gpu(sys.argv[2])
 if new and base:
-    print(f"   at 1 s: {new / 1000:.3f} ms CPU per GPU per round, base {base / 1000:.3f} ms: {base / new:.1f}x less")
+    print(f"   at 1 s, CPU per GPU per round: this build {new / 1000:.3f} ms, base {base / 1000:.3f} ms, base/this = {base / new:.1f}")
 PYEOF
 fi
 say ""
