@@ -62,14 +62,17 @@ cost() {	# BUILD INTERVAL ROUNDS [--breakdown]
 	timeout 120 "$1" gpu --rounds "$3" --interval "$2" --quiet ${4:-} 2>> "$OUTDIR/gpu_cost.err" |
 		tee "$OUTDIR/gpu_cost_$(basename "$(dirname "$1")")_$2.txt" | tail -n 30
 }
-say "cost at 1 s (the agent's default):"
-cost "$FW" 1s 20 --breakdown | sed 's/^/   /' | tee -a "$LOG"
-say "cost at 100 ms (utilisation from nvmlDeviceGetSamples):"
-cost "$FW" 100ms 50 --breakdown | sed 's/^/   /' | tee -a "$LOG"
+# COST_ROUNDS="N1 N2": rounds at 1 s and at 100 ms (fewer for a quick check).
+set -- ${COST_ROUNDS:-20 50}
+R1=$1 R2=$2
+say "cost at 1 s (the agent's default), $R1 rounds:"
+cost "$FW" 1s "$R1" --breakdown | sed 's/^/   /' | tee -a "$LOG"
+say "cost at 100 ms (utilisation from nvmlDeviceGetSamples), $R2 rounds:"
+cost "$FW" 100ms "$R2" --breakdown | sed 's/^/   /' | tee -a "$LOG"
 if [ -n "${FLAMEWATCH_BASE:-}" ] && [ -x "$FLAMEWATCH_BASE" ]; then
 	say "base build $FLAMEWATCH_BASE, same rounds:"
-	b1=$(cost "$FLAMEWATCH_BASE" 1s 20 | tail -1)
-	b2=$(cost "$FLAMEWATCH_BASE" 100ms 50 | tail -1)
+	b1=$(cost "$FLAMEWATCH_BASE" 1s "$R1" | tail -1)
+	b2=$(cost "$FLAMEWATCH_BASE" 100ms "$R2" | tail -1)
 	say "   1 s:    $b1"
 	say "   100 ms: $b2"
 	n1=$(tail -1 "$OUTDIR/gpu_cost_$(basename "$(dirname "$FW")")_1s.txt")
