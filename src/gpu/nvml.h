@@ -51,7 +51,11 @@ int nvml__available(const struct nvml *n, unsigned int gpu, enum nvml_metric m);
  * One round: appends this round's points to b (its dict interns the names
  * and labels). now_ns is the Unix time of the round: the timestamp of
  * every point except sampled ones (utilisation from nvmlDeviceGetSamples,
- * per-process utilisation), which carry the driver's own sample times.
+ * per-process utilisation), which carry the driver's own sample times, and
+ * the clock by which the values that hardly change (maximum clocks, power
+ * limit, slowdown temperature, MIG mode) are asked again every 60 s; they
+ * are exported every round. PCIe rates come from the driver's byte
+ * counters, so the first round has none.
  * Returns the number of points added or -ENOMEM (b keeps what was added).
  */
 int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns);
