@@ -5,9 +5,9 @@
 #include <stdint.h>
 
 /*
- * NVML rounds on a thread of their own. A round takes a fraction of a
- * millisecond per GPU where the driver has the PCIe byte counters, but
- * with older drivers PCIe throughput is measured over 20 ms, twice per GPU
+ * NVML rounds on a thread of their own. No query of a round sleeps where
+ * the driver has the PCIe byte counters, but with older drivers PCIe
+ * throughput is measured over 20 ms, twice per GPU
  * per round: 40 ms per GPU, which on an 8-GPU node would stall the agent's
  * 100 ms event loop for a third of a second every round. The thread fills
  * a staging batch; the event loop moves its points into the batch being
