@@ -36,6 +36,9 @@
  * FAKE_NVML_PCIE_SLEEP_MS=20 makes nvmlDeviceGetPcieThroughput take as long
  * as the real one, which measures over 20 ms.
  *
+ * FAKE_NVML_NO_FIELDS="197,198" makes those field ids NOT_SUPPORTED, as
+ * on drivers older than the PCIe counters.
+ *
  * FAKE_NVML_CALLS names a file that gets one line per call: "name gpu".
  *
  * FAKE_NVML_RELOAD=1: the process lines of FAKE_NVML_VALUES are read again
@@ -73,6 +76,7 @@ static int _nprocs, _inited, _pcie_sleep_ms, _reload;
 static unsigned long long _init_us, _proc_period_us;
 static struct timespec _mtime;
 static char _path[4096];		/* FAKE_NVML_VALUES at nvmlInit */
+static char _no_fields[256];		/* ",197,198," from FAKE_NVML_NO_FIELDS */
 static FILE *_calls;
 
 static unsigned long long _now_us(void)
@@ -153,6 +157,8 @@ static void _load(void)
 		_calls = fopen(getenv("FAKE_NVML_CALLS"), "w");
 	e = getenv("FAKE_NVML_VALUES");
 	snprintf(_path, sizeof(_path), "%s", e ? e : "");
+	e = getenv("FAKE_NVML_NO_FIELDS");
+	snprintf(_no_fields, sizeof(_no_fields), ",%s,", e ? e : "");
 	_read_values(1);
 }
 
@@ -337,11 +343,17 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFiel
 	for (int i = 0; i < count; i++) {
 		nvmlFieldValue_t *f = &v[i];
 		unsigned long long kib;
+		char id[16];
 
 		f->timestamp = (long long)now;
 		f->latencyUsec = 0;
 		f->nvmlReturn = NVML_SUCCESS;
 		f->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+		snprintf(id, sizeof(id), ",%u,", f->fieldId);
+		if (strstr(_no_fields, id)) {
+			f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+			continue;
+		}
 		switch (f->fieldId) {
 		case NVML_FI_DEV_PCIE_COUNT_TX_BYTES:
 		case NVML_FI_DEV_PCIE_COUNT_RX_BYTES:

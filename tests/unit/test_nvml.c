@@ -434,6 +434,45 @@ static void test_process_joins_later(void **state)
 	unlink(vals);
 }
 
+/*
+ * A driver with nvmlDeviceGetFieldValues but without the PCIe counter
+ * fields: PCIe from nvmlDeviceGetPcieThroughput from the first round on
+ * (said once), energy still from its field, no field asked again.
+ */
+static void test_field_fallback(void **state)
+{
+	char log[64] = "/tmp/fw-nvml-calls-XXXXXX";
+	struct batch *b = batch__new(1);
+	int fd = mkstemp(log), after1;
+	struct nvml *n;
+
+	assert_true(fd >= 0);
+	close(fd);
+	setenv("FAKE_NVML_NO_FIELDS", "197,198", 1);
+	setenv("FAKE_NVML_CALLS", log, 1);
+	n = nvml__open(FAKE);
+	unsetenv("FAKE_NVML_NO_FIELDS");
+	unsetenv("FAKE_NVML_CALLS");
+	assert_non_null(n);
+	assert_true(nvml__collect(n, b, _now()) > 0);
+	_expect(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
+	_expect(b, "flamewatch_gpu_pcie_rx_bytes_per_second", "1", 201 * 1024.0);
+	_expect(b, "flamewatch_gpu_energy_joules_total", "0", 987654.321);
+	after1 = _calls(log, 0, NULL);
+	batch__reset(b);
+	assert_true(nvml__collect(n, b, _now()) > 0);
+	_expect(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
+	_expect(b, "flamewatch_gpu_energy_joules_total", "1", 123456.79);
+	/* Per GPU: one field-values call (energy only), two throughput queries. */
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetFieldValues"), 2);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetPcieThroughput"), 4);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetTotalEnergyConsumption"), 0);
+	assert_true(nvml__available(n, 0, NVML_M_PCIE_TX));
+	batch__free(b);
+	nvml__close(n);
+	unlink(log);
+}
+
 /* Target: < 1 ms of CPU per GPU per round (real NVML calls cost more than the fake's). */
 static void test_round_cost(void **state)
 {
@@ -505,6 +544,7 @@ int main(void)
 		cmocka_unit_test(test_every_metric),
 		cmocka_unit_test(test_fallback_without_samples),
 		cmocka_unit_test(test_no_library),
+		cmocka_unit_test(test_field_fallback),
 		cmocka_unit_test(test_calls_per_round),
 		cmocka_unit_test(test_process_joins_later),
 		cmocka_unit_test(test_round_cost),
