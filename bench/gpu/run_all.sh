@@ -6,7 +6,8 @@
 #
 # BUILD_DIR holds flamewatch and libflamewatch-cuda.so (from `make`) and
 # dist/flamewatch (from `make dist`); nothing is built here. Needs root (BPF),
-# nvidia-smi and python3 with PyTorch. Logs go under $OUT.
+# nvidia-smi and python3 with PyTorch. Logs go under $OUT. FLAMEWATCH_BASE=
+# an older flamewatch binary adds its NVML round cost to step 2, for the ratio.
 set -u
 cd "$(dirname "$0")/../.."
 B=${1:-build}
