@@ -94,7 +94,7 @@ timeout $((LOAD_S + 150)) "$FW" run --listen "127.0.0.1:$PORT" --data "$OUTDIR/d
 	--interval 1s --gpu-interval 1s > "$OUTDIR/run.log" 2>&1 &
 RUN_PID=$!
 PIDS+=("$RUN_PID")
-for _ in $(seq 1 60); do
+for _ in $(seq 1 120); do
 	if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$PORT/healthz', timeout=1)" 2>/dev/null; then
 		RUN_OK=1; break
 	fi
