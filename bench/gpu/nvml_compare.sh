@@ -20,7 +20,13 @@
 #   4. the collection cost from `run`'s own count at exit;
 #   5. the per-process rows: the pids NVML lists (nvidia-smi) and ours, and
 #      our rows for the load's pid (the python process itself, which
-#      prints its pid: `timeout`'s pid is not the one on the GPU).
+#      prints its pid: `timeout`'s pid is not the one on the GPU); then one
+#      `flamewatch gpu` round beside the load, its per-process rows printed;
+#   6. with pynvml, the CPU time of each NVML query we make (median and
+#      best of 20), per-process ones included.
+# PCIe RX is also compared with the bytes the load itself copies to the GPU
+# (nvidia-smi dmon reads a 20 ms window, which mostly misses the copies).
+# Steps 5 and 6 run while the load does, before step 4.
 # Output: a table on stdout; everything (logs, raw answers) under $OUT (or
 # a temporary directory). Every step has a time limit; the script ends in
 # about SECONDS + 3 minutes at most and kills what it started. The load
@@ -116,16 +122,25 @@ y = torch.randn(8192, 8192, device="cuda:0", dtype=torch.bfloat16)
 h = torch.randn(64 << 20, dtype=torch.float32).pin_memory()   # 256 MiB for PCIe traffic
 import os
 print("load: started pid", os.getpid(), flush=True)
+# Host-to-device bytes copied so far, once a second: the reference for our
+# PCIe RX rate (nvidia-smi dmon looks at a 20 ms window, which mostly misses
+# these bursts).
+COPY = 256 << 20
 end = time.time() + dur
-n = 0
+n = copied = 0
+said = 0.0
 while time.time() < end:
     for _ in range(20):
         z = x @ y
     if n % 10 == 0:
         d = h.to("cuda:0", non_blocking=True)
+        copied += COPY
     torch.cuda.synchronize()
     n += 1
-print("load: done", n, "iterations", flush=True)
+    if time.time() - said >= 1:
+        said = time.time()
+        print("load: copied", said, copied, flush=True)
+print("load: done", n, "iterations", copied, "bytes copied to the GPU", flush=True)
 EOF
 # The load outlasts the comparisons (about 6 s each) and is stopped after them.
 timeout $((LOAD_S + 90)) python3 "$OUTDIR/load.py" $((LOAD_S + 60)) > "$OUTDIR/load.log" 2>&1 &
@@ -256,7 +271,17 @@ for k in range(rounds):
         if sv is not None and scale:
             sv *= scale
         rows.setdefault(name, []).append((ours.get(name, (None, None))[0], sv, ours.get(name, (None, None))[1]))
-    # PCIe from dmon (MB/s): columns "# gpu rxpci txpci"
+    # PCIe RX against what the load copied to the GPU over the last 5 s.
+    cps = []
+    for line in open(os.path.join(outdir, "load.log")):
+        p = line.split()
+        if len(p) == 4 and p[:2] == ["load:", "copied"]:
+            cps.append((float(p[2]), int(p[3])))
+    win = [c for c in cps if t_smi - 5.5 <= c[0] <= t_smi + 0.5]
+    load_rx = (win[-1][1] - win[0][1]) / (win[-1][0] - win[0][0]) if len(win) >= 2 and win[-1][0] > win[0][0] else None
+    rows.setdefault("flamewatch_gpu_pcie_rx_bytes_per_second:load", []).append(
+        (ours.get("flamewatch_gpu_pcie_rx_bytes_per_second", (None,))[0], load_rx, None))
+    # PCIe from dmon (MB/s): columns "# gpu rxpci txpci" (a 20 ms window: informative)
     for line in dmon.splitlines():
         p = line.split()
         if p and p[0] == "0" and len(p) >= 3:
@@ -283,7 +308,9 @@ for k in range(rounds):
     print(f"round {k + 1}/{rounds}: ours from {src}", flush=True)
 
 tols = {f[0]: f[3] for f in fields}
+# Ours is the mean over a second, the load's over five, of copies every ~0.3 s.
 tols.update({"flamewatch_gpu_pcie_rx_bytes_per_second": (200e6, 0.5), "flamewatch_gpu_pcie_tx_bytes_per_second": (200e6, 0.5),
+             "flamewatch_gpu_pcie_rx_bytes_per_second:load": (50e6, 0.35),
              "flamewatch_gpu_process_memory_used_bytes:proc": (64 << 20, 0.02), "flamewatch_gpu_process_utilization_percent:proc": (20, 0)})
 print()
 print(f"{'metric (GPU 0)':52s} {'ours (median)':>16s} {'nvidia-smi':>16s} {'diff':>12s} {'tolerance':>14s}  verdict   (n, max |dt| s)")
@@ -312,6 +339,50 @@ for name in ("flamewatch_gpu_process_memory_used_bytes:proc", "flamewatch_gpu_pr
     got = [o for o, s, dt in rows.get(name, []) if o is not None]
     print(f"  {name[:-5]} for pid {load_pid}: {len(got)}/{rounds} rounds" + (f", median {sorted(got)[len(got) // 2]:.6g}" if got else " (ABSENT)"))
 EOF
+
+say ""
+say "== 5. flamewatch gpu beside the load: the load's per-process rows (no server involved)"
+timeout 30 "$FW" gpu --rounds 2 --interval 1s > "$OUTDIR/gpu_load_round.txt" 2>> "$OUTDIR/gpu_cost.err"
+grep 'pid="' "$OUTDIR/gpu_load_round.txt" | sed 's/^/   /' | tee -a "$LOG"
+grep -q "pid=\"$GPU_PID\"" "$OUTDIR/gpu_load_round.txt" || say "   NO ROW for pid $GPU_PID"
+
+say ""
+say "== 6. CPU per NVML call on GPU 0 beside the load (pynvml; median and best of 20)"
+timeout 60 python3 - <<'PYEOF' 2>&1 | sed 's/^/   /' | tee -a "$LOG"
+import time
+try:
+    import pynvml as nv
+except ImportError:
+    print("no pynvml: skipped"); raise SystemExit
+nv.nvmlInit()
+h = nv.nvmlDeviceGetHandleByIndex(0)
+now_us = lambda: int(time.time() * 1e6)
+calls = {
+    "GetUtilizationRates": lambda: nv.nvmlDeviceGetUtilizationRates(h),
+    "GetMemoryInfo": lambda: nv.nvmlDeviceGetMemoryInfo(h),
+    "GetClockInfo(SM)": lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+    "GetPowerUsage": lambda: nv.nvmlDeviceGetPowerUsage(h),
+    "GetTemperature": lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+    "GetFieldValues(197,198)": lambda: nv.nvmlDeviceGetFieldValues(h, [197, 198]),
+    "GetFieldValues(197,198,83)": lambda: nv.nvmlDeviceGetFieldValues(h, [197, 198, 83]),
+    "GetFieldValues(83)": lambda: nv.nvmlDeviceGetFieldValues(h, [83]),
+    "GetProcessUtilization(now-1s)": lambda: nv.nvmlDeviceGetProcessUtilization(h, now_us() - 1000000),
+    "GetComputeRunningProcesses": lambda: nv.nvmlDeviceGetComputeRunningProcesses(h),
+    "GetGraphicsRunningProcesses": lambda: nv.nvmlDeviceGetGraphicsRunningProcesses(h),
+}
+for name, fn in calls.items():
+    ts = []
+    for _ in range(20):
+        t0 = time.thread_time()
+        try:
+            fn()
+        except nv.NVMLError as e:
+            err = str(e)
+        ts.append(time.thread_time() - t0)
+        time.sleep(0.01)
+    ts.sort()
+    print(f"{name:32s} median {ts[10] * 1e3:7.3f} ms  best {ts[0] * 1e3:7.3f} ms CPU")
+PYEOF
 
 say ""
 say "== 4. collection cost inside run"
