@@ -360,9 +360,14 @@ now_us = lambda: int(time.time() * 1e6)
 calls = {
     "GetUtilizationRates": lambda: nv.nvmlDeviceGetUtilizationRates(h),
     "GetMemoryInfo": lambda: nv.nvmlDeviceGetMemoryInfo(h),
+    "GetMemoryInfo_v2": lambda: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2),
     "GetClockInfo(SM)": lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+    "GetClockInfo(MEM)": lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
     "GetPowerUsage": lambda: nv.nvmlDeviceGetPowerUsage(h),
     "GetTemperature": lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+    "GetCurrentClocksEventReasons": lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h),
+    "GetTotalEnergyConsumption": lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h),
+    "GetSamples(GPU_UTIL, now-1s)": lambda: nv.nvmlDeviceGetSamples(h, nv.NVML_GPU_UTILIZATION_SAMPLES, now_us() - 1000000),
     "GetFieldValues(197,198)": lambda: nv.nvmlDeviceGetFieldValues(h, [197, 198]),
     "GetFieldValues(197,198,83)": lambda: nv.nvmlDeviceGetFieldValues(h, [197, 198, 83]),
     "GetFieldValues(83)": lambda: nv.nvmlDeviceGetFieldValues(h, [83]),
@@ -371,17 +376,17 @@ calls = {
     "GetGraphicsRunningProcesses": lambda: nv.nvmlDeviceGetGraphicsRunningProcesses(h),
 }
 for name, fn in calls.items():
-    ts = []
+    ts, err = [], ""
     for _ in range(20):
         t0 = time.thread_time()
         try:
             fn()
-        except nv.NVMLError as e:
-            err = str(e)
+        except Exception as e:   # NVMLError, or an older pynvml without the call
+            err = f"  ({type(e).__name__}: {e})"
         ts.append(time.thread_time() - t0)
         time.sleep(0.01)
     ts.sort()
-    print(f"{name:32s} median {ts[10] * 1e3:7.3f} ms  best {ts[0] * 1e3:7.3f} ms CPU")
+    print(f"{name:32s} median {ts[10] * 1e3:7.3f} ms  best {ts[0] * 1e3:7.3f} ms CPU{err}")
 PYEOF
 
 say ""
