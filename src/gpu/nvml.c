@@ -50,6 +50,9 @@ struct gpu {
 	int64_t static_due_ns;
 	uint32_t fv_unsupported;	/* bit per FV_*: the older query instead */
 	struct counter pcie[2];		/* FV_PCIE_TX, FV_PCIE_RX */
+	double energy_j;		/* the last energy reading, exported every round */
+	bool have_energy;
+	int64_t energy_due_ns;
 };
 
 struct nvml_query_cost {
@@ -96,6 +99,12 @@ struct nvml {
 
 /* How often the values that hardly change are asked again. */
 #define STATIC_REFRESH_NS (60 * 1000000000LL)
+/*
+ * The energy counter: nvmlDeviceGetTotalEnergyConsumption took 2.4 ms of CPU
+ * per call on an H200, and a counter of joules since the driver loaded
+ * needs no per-second reads for rate() over minutes.
+ */
+#define ENERGY_REFRESH_NS (10 * 1000000000LL)
 /*
  * nvmlDeviceGetSamples costs about a millisecond of CPU per call on an
  * H200, 300 times nvmlDeviceGetUtilizationRates; it pays only when rounds
@@ -708,11 +717,16 @@ static void _counters(struct round *r, struct gpu *g)
 	int slot[FV_MAX], nf = 0;
 	unsigned int v;
 	unsigned long long ull;
+	bool energy_due = r->now_ns >= g->energy_due_ns ||
+			  g->energy_due_ns - r->now_ns > ENERGY_REFRESH_NS;
 
+	if (energy_due)
+		g->energy_due_ns = r->now_ns + ENERGY_REFRESH_NS;
 	if (!n->f.field_values)
 		g->fv_unsupported = (1u << FV_MAX) - 1;
 	for (int k = 0; k < FV_MAX; k++) {
-		if (!_want(g, metric[k]) || (g->fv_unsupported & (1u << k)))
+		if (!_want(g, metric[k]) || (g->fv_unsupported & (1u << k)) ||
+		    (k == FV_ENERGY && !energy_due))
 			continue;
 		memset(&fv[nf], 0, sizeof(fv[nf]));
 		fv[nf].fieldId = ids[k];
@@ -726,11 +740,12 @@ static void _counters(struct round *r, struct gpu *g)
 			nvmlReturn_t fr = ret == NVML_SUCCESS ? fv[i].nvmlReturn : ret;
 
 			if (fr == NVML_SUCCESS) {
-				if (k == FV_ENERGY)
-					_point(r, r->gpu_series, NVML_M_ENERGY, r->now_ns,
-					       _value(fv[i].valueType, fv[i].value) / 1000.0);
-				else
+				if (k == FV_ENERGY) {
+					g->energy_j = _value(fv[i].valueType, fv[i].value) / 1000.0;
+					g->have_energy = true;
+				} else {
 					_pcie_counter(r, g, k, &fv[i]);
+				}
 			} else if (_field_unsupported(fr)) {
 				g->fv_unsupported |= 1u << k;
 				pr_info("nvml: GPU %s: field %u: %s; %s from %s instead\n", g->index,
@@ -759,13 +774,18 @@ static void _counters(struct round *r, struct gpu *g)
 							      NVML_PCIE_UTIL_RX_BYTES, &v))))
 			_point(r, r->gpu_series, m, r->now_ns, v * 1024.0);
 	}
-	if (_want(g, NVML_M_ENERGY) && (g->fv_unsupported & (1u << FV_ENERGY))) {
-		if (!n->f.energy)
+	if (_want(g, NVML_M_ENERGY) && (g->fv_unsupported & (1u << FV_ENERGY)) && energy_due) {
+		if (!n->f.energy) {
 			_unavailable(n, g, NVML_M_ENERGY, "no energy field, no nvmlDeviceGetTotalEnergyConsumption");
-		else if (_check(n, g, NVML_M_ENERGY,
-				CALL(n, NVML_Q_ENERGY, n->f.energy(g->dev, &ull))))
-			_point(r, r->gpu_series, NVML_M_ENERGY, r->now_ns, ull / 1000.0);
+		} else if (_check(n, g, NVML_M_ENERGY,
+				  CALL(n, NVML_Q_ENERGY, n->f.energy(g->dev, &ull)))) {
+			g->energy_j = ull / 1000.0;
+			g->have_energy = true;
+		}
 	}
+	/* The last reading, every round: a series that skipped rounds would expire on scrapes. */
+	if (_want(g, NVML_M_ENERGY) && g->have_energy)
+		_point(r, r->gpu_series, NVML_M_ENERGY, r->now_ns, g->energy_j);
 }
 
 static void _device(struct round *r, struct gpu *g)

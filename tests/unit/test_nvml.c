@@ -130,6 +130,24 @@ static void _expect_exact(const struct batch *b, uint32_t from, const char *name
 		fail_msg("%s gpu %s: no point", name, gpu);
 }
 
+/* Lines of the fake's call log from line skip on that name function fn (all: NULL). */
+static int _calls(const char *log, int skip, const char *fn)
+{
+	char line[256];
+	int n = 0, k = 0;
+	FILE *f = fopen(log, "r");
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		if (k++ < skip)
+			continue;
+		if (!fn || (!strncmp(line, fn, strlen(fn)) && line[strlen(fn)] == ' '))
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
 static void test_every_metric(void **state)
 {
 	struct nvml *n = nvml__open(FAKE);
@@ -236,25 +254,45 @@ static void test_every_metric(void **state)
 
 static void test_fallback_without_samples(void **state)
 {
-	struct nvml *n = nvml__open(FAKE_OLD);
+	char log[64] = "/tmp/fw-nvml-calls-XXXXXX";
 	struct batch *b = batch__new(1);
 	int64_t t0 = _now(), ts = 0;
+	int fd = mkstemp(log);
+	struct nvml *n;
 
+	assert_true(fd >= 0);
+	close(fd);
+	setenv("FAKE_NVML_CALLS", log, 1);
+	n = nvml__open(FAKE_OLD);
+	unsetenv("FAKE_NVML_CALLS");
 	assert_non_null(n);
 	nvml__set_interval(n, 100000000ULL);
 	assert_true(nvml__collect(n, b, t0) > 0);
 	_expect(b, "flamewatch_gpu_utilization_percent", "0", 61);
-	/* No field values: PCIe from nvmlDeviceGetPcieThroughput (KB/s), energy from its own query. */
-	_expect(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
-	_expect(b, "flamewatch_gpu_pcie_rx_bytes_per_second", "0", 2500 * 1024.0);
-	_expect(b, "flamewatch_gpu_energy_joules_total", "0", 987654.321);
 	_expect(b, "flamewatch_gpu_memory_utilization_percent", "0", 23);
 	_find(b, "flamewatch_gpu_utilization_percent", "0", 0, NULL, &ts);
 	assert_true(ts == t0);
 	/* nvmlDeviceGetMemoryInfo (v1): used includes the reserved 512 MiB. */
 	_expect(b, "flamewatch_gpu_memory_used_bytes", "0", 5368709120.0 + (512 << 20));
+	/* No field values: PCIe from nvmlDeviceGetPcieThroughput (KB/s), energy from its own query. */
+	_expect(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
+	_expect(b, "flamewatch_gpu_pcie_rx_bytes_per_second", "0", 2500 * 1024.0);
+	_expect(b, "flamewatch_gpu_energy_joules_total", "0", 987654.321);
+	assert_int_equal(_calls(log, 0, "nvmlDeviceGetTotalEnergyConsumption"), 2);
+
+	/*
+	 * The energy counter (2.4 ms of CPU a read on an H200) is read again
+	 * only 10 s on, its last reading exported every round meanwhile.
+	 */
+	for (int i = 1; i <= 9; i++)
+		assert_true(nvml__collect(n, b, t0 + i * 1000000000LL) > 0);
+	assert_int_equal(_calls(log, 0, "nvmlDeviceGetTotalEnergyConsumption"), 2);
+	assert_int_equal(_find(b, "flamewatch_gpu_energy_joules_total", "0", 0, NULL, NULL), 10);
+	assert_true(nvml__collect(n, b, t0 + 10000000000LL) > 0);
+	assert_int_equal(_calls(log, 0, "nvmlDeviceGetTotalEnergyConsumption"), 4);
 	batch__free(b);
 	nvml__close(n);
+	unlink(log);
 }
 
 static void test_no_library(void **state)
@@ -264,24 +302,6 @@ static void test_no_library(void **state)
 	assert_int_equal(errno, ENOENT);
 	assert_int_equal(nvml__ngpus(NULL), 0);
 	assert_int_equal(nvml__collect(NULL, NULL, 0), -EINVAL);
-}
-
-/* Lines of the fake's call log from line skip on that name function fn (all: NULL). */
-static int _calls(const char *log, int skip, const char *fn)
-{
-	char line[256];
-	int n = 0, k = 0;
-	FILE *f = fopen(log, "r");
-
-	assert_non_null(f);
-	while (fgets(line, sizeof(line), f)) {
-		if (k++ < skip)
-			continue;
-		if (!fn || (!strncmp(line, fn, strlen(fn)) && line[strlen(fn)] == ' '))
-			n++;
-	}
-	fclose(f);
-	return n;
 }
 
 /*
@@ -437,13 +457,14 @@ static void test_process_joins_later(void **state)
 /*
  * A driver with nvmlDeviceGetFieldValues but without the PCIe counter
  * fields: PCIe from nvmlDeviceGetPcieThroughput from the first round on
- * (said once), energy still from its field, no field asked again.
+ * (said once), energy still from its field, the PCIe fields not asked again.
  */
 static void test_field_fallback(void **state)
 {
 	char log[64] = "/tmp/fw-nvml-calls-XXXXXX";
 	struct batch *b = batch__new(1);
 	int fd = mkstemp(log), after1;
+	int64_t t0 = _now();
 	struct nvml *n;
 
 	assert_true(fd >= 0);
@@ -454,18 +475,22 @@ static void test_field_fallback(void **state)
 	unsetenv("FAKE_NVML_NO_FIELDS");
 	unsetenv("FAKE_NVML_CALLS");
 	assert_non_null(n);
-	assert_true(nvml__collect(n, b, _now()) > 0);
+	assert_true(nvml__collect(n, b, t0) > 0);
 	_expect(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
 	_expect(b, "flamewatch_gpu_pcie_rx_bytes_per_second", "1", 201 * 1024.0);
 	_expect(b, "flamewatch_gpu_energy_joules_total", "0", 987654.321);
 	after1 = _calls(log, 0, NULL);
 	batch__reset(b);
-	assert_true(nvml__collect(n, b, _now()) > 0);
+	assert_true(nvml__collect(n, b, t0 + 1000000000LL) > 0);
 	_expect(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
 	_expect(b, "flamewatch_gpu_energy_joules_total", "1", 123456.79);
-	/* Per GPU: one field-values call (energy only), two throughput queries. */
-	assert_int_equal(_calls(log, after1, "nvmlDeviceGetFieldValues"), 2);
+	/* Per GPU two throughput queries; no field is due (energy: every 10 s). */
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetFieldValues"), 0);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetPcieThroughput"), 4);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetTotalEnergyConsumption"), 0);
+	/* 10 s on: the energy field, alone in the call. */
+	assert_true(nvml__collect(n, b, t0 + 10000000000LL) > 0);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetFieldValues"), 2);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetTotalEnergyConsumption"), 0);
 	assert_true(nvml__available(n, 0, NVML_M_PCIE_TX));
 	batch__free(b);
