@@ -29,7 +29,7 @@
 # Steps 5 and 6 run while the load does, before step 4.
 # Output: a table on stdout; everything (logs, raw answers) under $OUT (or
 # a temporary directory). Every step has a time limit; the script ends in
-# about SECONDS + 3 minutes at most and kills what it started. The load
+# about SECONDS + 4 minutes at most and kills what it started. The load
 # runs for SECONDS / 2 of warm-up plus the five comparisons (~6 s each).
 set -u
 LOAD_S=${1:-20}
@@ -96,7 +96,7 @@ say ""
 say "== 2. flamewatch run + PyTorch load (${LOAD_S} s)"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 RUN_OK=0
-timeout $((LOAD_S + 150)) "$FW" run --listen "127.0.0.1:$PORT" --data "$OUTDIR/data" --node bench \
+timeout $((LOAD_S + 240)) "$FW" run --listen "127.0.0.1:$PORT" --data "$OUTDIR/data" --node bench \
 	--interval 1s --gpu-interval 1s > "$OUTDIR/run.log" 2>&1 &
 RUN_PID=$!
 PIDS+=("$RUN_PID")
@@ -143,7 +143,7 @@ while time.time() < end:
 print("load: done", n, "iterations", copied, "bytes copied to the GPU", flush=True)
 EOF
 # The load outlasts the comparisons (about 6 s each) and is stopped after them.
-timeout $((LOAD_S + 90)) python3 "$OUTDIR/load.py" $((LOAD_S + 60)) > "$OUTDIR/load.log" 2>&1 &
+timeout $((LOAD_S + 150)) python3 "$OUTDIR/load.py" $((LOAD_S + 120)) > "$OUTDIR/load.log" 2>&1 &
 LOAD_PID=$!
 PIDS+=("$LOAD_PID")
 for _ in $(seq 1 120); do grep -q "load: started" "$OUTDIR/load.log" && break; kill -0 $LOAD_PID 2>/dev/null || break; sleep 0.5; done
