@@ -331,7 +331,7 @@ clean:
 # ---- fake NVML (tests/fakes/fake_nvml.c) -------------------------------------
 # Stands in for libnvidia-ml.so.1 on machines without a GPU; tests load it
 # through LD_LIBRARY_PATH (build/fakes) or by path (the no-samples variant).
-FAKE_NVML := $(BUILD)/fakes/libnvidia-ml.so.1 $(BUILD)/fakes/nosamples/libnvidia-ml.so.1
+FAKE_NVML := $(BUILD)/fakes/libnvidia-ml.so.1 $(BUILD)/fakes/olddriver/libnvidia-ml.so.1
 
 $(BUILD)/fakes/libnvidia-ml.so.1: tests/fakes/fake_nvml.c src/gpu/nvml_api.h
 	$(call msg,CC,$@)
@@ -339,11 +339,11 @@ $(BUILD)/fakes/libnvidia-ml.so.1: tests/fakes/fake_nvml.c src/gpu/nvml_api.h
 	$(Q)$(CC) -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -fPIC -shared \
 		-fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
 
-$(BUILD)/fakes/nosamples/libnvidia-ml.so.1: tests/fakes/fake_nvml.c src/gpu/nvml_api.h
+$(BUILD)/fakes/olddriver/libnvidia-ml.so.1: tests/fakes/fake_nvml.c src/gpu/nvml_api.h
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -fPIC -shared \
-		-fvisibility=hidden -DFAKE_NO_SAMPLES -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
+		-fvisibility=hidden -DFAKE_OLD_DRIVER -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
 
 fakes: $(FAKE_NVML)
 unit system: fakes

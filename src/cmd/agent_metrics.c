@@ -57,10 +57,20 @@ static void _on_request(struct evhttp_request *req, void *arg)
 		       "# HELP flamewatch_agent_gpu_round_cpu_seconds_total CPU time spent in NVML rounds.\n"
 		       "# TYPE flamewatch_agent_gpu_round_cpu_seconds_total counter\n"
 		       "flamewatch_agent_gpu_round_cpu_seconds_total %.9f\n"
+		       "# HELP flamewatch_agent_gpu_round_wall_seconds_total Elapsed time of NVML rounds.\n"
+		       "# TYPE flamewatch_agent_gpu_round_wall_seconds_total counter\n"
+		       "flamewatch_agent_gpu_round_wall_seconds_total %.9f\n"
+		       "# HELP flamewatch_agent_gpu_round_max_wall_seconds The longest NVML round.\n"
+		       "# TYPE flamewatch_agent_gpu_round_max_wall_seconds gauge\n"
+		       "flamewatch_agent_gpu_round_max_wall_seconds %.9f\n"
+		       "# HELP flamewatch_agent_gpu_nvml_calls_total NVML queries made in rounds.\n"
+		       "# TYPE flamewatch_agent_gpu_nvml_calls_total counter\n"
+		       "flamewatch_agent_gpu_nvml_calls_total %llu\n"
 		       "# HELP flamewatch_agent_gpus GPUs NVML reports.\n"
 		       "# TYPE flamewatch_agent_gpus gauge\n"
 		       "flamewatch_agent_gpus %u\n",
-		       (unsigned long long)st.rounds, st.cpu_ns / 1e9, gpu_poller__ngpus(m->gpu));
+		       (unsigned long long)st.rounds, st.cpu_ns / 1e9, st.wall_ns / 1e9,
+		       st.max_wall_ns / 1e9, (unsigned long long)st.calls, gpu_poller__ngpus(m->gpu));
 	prom_points__write(m->points, &sb, gpu_metric__help, gpu_metric__type);
 	if (sb.oom)
 		_reply(req, 500, "text/plain", "out of memory\n", 14);

@@ -21,11 +21,12 @@
 static void _usage(FILE *out)
 {
 	fprintf(out,
-"usage: flamewatch gpu [--rounds N] [--interval DUR] [--lib PATH] [--quiet]\n"
+"usage: flamewatch gpu [--rounds N] [--interval DUR] [--lib PATH] [--quiet] [--breakdown]\n"
 "\n"
 "Reads GPU metrics from NVML N times (default 1), DUR apart (default 1s), and\n"
 "prints every point of the last round as `name{labels} value ts_ns`, then the\n"
-"CPU time one round took.\n");
+"CPU time one round took. --breakdown: also the calls and CPU time of each\n"
+"kind of NVML query, per GPU per round.\n");
 }
 
 static int64_t _unix_ns(void)
@@ -36,6 +37,24 @@ static int64_t _unix_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* Per query kind: calls and CPU per GPU per round, and per call. */
+static void _print_breakdown(const struct nvml *n, const struct nvml_stats *st)
+{
+	double per = (double)st->rounds * (nvml__ngpus(n) ? nvml__ngpus(n) : 1);
+	uint64_t calls, cpu_ns;
+
+	printf("# %-48s %14s %18s %14s\n", "query", "calls/GPU/round", "cpu_us/GPU/round",
+	       "cpu_us/call");
+	for (int q = 0; q < NVML_Q_MAX; q++) {
+		const char *name = nvml__query_cost(n, q, &calls, &cpu_ns);
+
+		if (!name || !calls)
+			continue;
+		printf("# %-48s %14.3f %18.2f %14.2f\n", name, calls / per, cpu_ns / 1e3 / per,
+		       cpu_ns / 1e3 / calls);
+	}
+}
+
 int cmd_gpu(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -43,6 +62,7 @@ int cmd_gpu(int argc, char **argv)
 		{ "interval", required_argument, NULL, 'i' },
 		{ "lib", required_argument, NULL, 'L' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "breakdown", no_argument, NULL, 'b' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -53,7 +73,7 @@ int cmd_gpu(int argc, char **argv)
 	struct nvml *n = NULL;
 	struct batch *b = NULL;
 	struct nvml_stats st;
-	int c, rc = 1, quiet = 0;
+	int c, rc = 1, quiet = 0, breakdown = 0;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "vhq", longopts, NULL)) != -1) {
@@ -82,6 +102,9 @@ int cmd_gpu(int argc, char **argv)
 		case 'q':
 			quiet = 1;
 			break;
+		case 'b':
+			breakdown = 1;
+			break;
 		case 'v':
 			log__set_level(LOG_DEBUG);
 			break;
@@ -98,6 +121,8 @@ int cmd_gpu(int argc, char **argv)
 		fprintf(stderr, "flamewatch: error: no NVML: %s\n", strerror(errno));
 		return 1;
 	}
+	nvml__set_interval(n, (uint64_t)interval);
+	nvml__set_profile(n, breakdown);
 	b = batch__new(1);
 	if (!b)
 		goto out;
@@ -135,10 +160,12 @@ int cmd_gpu(int argc, char **argv)
 		}
 	}
 	nvml__stats(n, &st);
-	printf("# rounds %llu gpus %u points %llu cpu_us_per_round %.1f cpu_us_per_gpu_round %.1f "
-	       "wall_ms_per_round %.2f max_wall_ms %.2f\n",
+	if (breakdown)
+		_print_breakdown(n, &st);
+	printf("# rounds %llu gpus %u points %llu calls_per_round %.1f cpu_us_per_round %.1f "
+	       "cpu_us_per_gpu_round %.1f wall_ms_per_round %.2f max_wall_ms %.2f\n",
 	       (unsigned long long)st.rounds, nvml__ngpus(n), (unsigned long long)st.points,
-	       st.cpu_ns / 1e3 / st.rounds,
+	       (double)st.calls / st.rounds, st.cpu_ns / 1e3 / st.rounds,
 	       nvml__ngpus(n) ? st.cpu_ns / 1e3 / st.rounds / nvml__ngpus(n) : 0.0,
 	       st.wall_ns / 1e6 / st.rounds, st.max_wall_ns / 1e6);
 	rc = 0;

@@ -25,12 +25,38 @@ struct proc_info {
 	char container[80], pod[48];
 };
 
+/*
+ * A cumulative counter read through nvmlDeviceGetFieldValues: the rate is
+ * the difference between two reads over the driver's timestamps.
+ */
+struct counter {
+	unsigned long long value;
+	long long us;			/* the driver's time of value */
+	bool have;
+};
+
+/* The slots of the one nvmlDeviceGetFieldValues call a round makes per GPU. */
+enum { FV_PCIE_TX, FV_PCIE_RX, FV_ENERGY, FV_MAX };
+
 struct gpu {
 	nvmlDevice_t dev;
 	char index[12], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
 	uint32_t unavailable;		/* bit per enum nvml_metric */
 	unsigned long long last_util_us, last_mem_util_us, last_proc_us;
 	bool samples_ok;		/* nvmlDeviceGetSamples works here */
+	/* Values that hardly change, asked every STATIC_REFRESH_NS, exported every round. */
+	double statics[NVML_M_MAX];
+	uint32_t have_static;		/* bit per enum nvml_metric */
+	int64_t static_due_ns;
+	uint32_t fv_unsupported;	/* bit per FV_*: the older query instead */
+	struct counter pcie[2];		/* FV_PCIE_TX, FV_PCIE_RX */
+	double energy_j;		/* the last energy reading, exported every round */
+	bool have_energy;
+	int64_t energy_due_ns;
+};
+
+struct nvml_query_cost {
+	uint64_t calls, cpu_ns;
 };
 
 struct nvml {
@@ -47,6 +73,7 @@ struct nvml {
 		nvmlDeviceGetTemperature_fn temperature;
 		nvmlDeviceGetTemperatureThreshold_fn temperature_threshold;
 		nvmlDeviceGetPcieThroughput_fn pcie_throughput;
+		nvmlDeviceGetFieldValues_fn field_values;
 		nvmlDeviceGetULL_fn clock_reasons, energy;
 		nvmlDeviceGetMigMode_fn mig_mode;
 		nvmlDeviceGetProcessUtilization_fn process_utilization;
@@ -54,6 +81,10 @@ struct nvml {
 	} f;
 	struct gpu *gpus;
 	unsigned int ngpus;
+	uint64_t interval_ns;
+	bool use_samples;		/* rounds less than a second apart */
+	unsigned int every_second;	/* rounds between the once-a-second queries */
+	bool profile;			/* CPU time per query kind */
 	struct proc_info *procs;
 	size_t nprocs, cap_procs;
 	nvmlProcessUtilizationSample_t *putil;
@@ -63,7 +94,69 @@ struct nvml {
 	nvmlSample_t *samples;
 	unsigned int cap_samples;
 	struct nvml_stats stats;
+	struct nvml_query_cost cost[NVML_Q_MAX];
 };
+
+/* How often the values that hardly change are asked again. */
+#define STATIC_REFRESH_NS (60 * 1000000000LL)
+/*
+ * The energy counter: nvmlDeviceGetTotalEnergyConsumption took 2.4 ms of CPU
+ * per call on an H200, and a counter of joules since the driver loaded
+ * needs no per-second reads for rate() over minutes.
+ */
+#define ENERGY_REFRESH_NS (10 * 1000000000LL)
+/*
+ * nvmlDeviceGetSamples costs about a millisecond of CPU per call on an
+ * H200, 300 times nvmlDeviceGetUtilizationRates; it pays only when rounds
+ * are less than a second apart, and there once a second is enough: it
+ * returns every sample the driver took since, each at its own time. The
+ * per-process queries are made once a second too.
+ */
+#define SAMPLES_BELOW_NS 1000000000ULL
+#define SECOND_NS 1000000000ULL
+
+static const char *const _query_names[NVML_Q_MAX] = {
+	[NVML_Q_UTILIZATION] = "nvmlDeviceGetUtilizationRates",
+	[NVML_Q_SAMPLES] = "nvmlDeviceGetSamples",
+	[NVML_Q_MEMORY] = "nvmlDeviceGetMemoryInfo",
+	[NVML_Q_CLOCK] = "nvmlDeviceGetClockInfo",
+	[NVML_Q_MAX_CLOCK] = "nvmlDeviceGetMaxClockInfo",
+	[NVML_Q_POWER] = "nvmlDeviceGetPowerUsage",
+	[NVML_Q_POWER_LIMIT] = "nvmlDeviceGetEnforcedPowerLimit",
+	[NVML_Q_TEMPERATURE] = "nvmlDeviceGetTemperature",
+	[NVML_Q_TEMPERATURE_THRESHOLD] = "nvmlDeviceGetTemperatureThreshold",
+	[NVML_Q_PCIE_THROUGHPUT] = "nvmlDeviceGetPcieThroughput",
+	[NVML_Q_FIELD_VALUES] = "nvmlDeviceGetFieldValues",
+	[NVML_Q_CLOCK_REASONS] = "nvmlDeviceGetCurrentClocksEventReasons",
+	[NVML_Q_ENERGY] = "nvmlDeviceGetTotalEnergyConsumption",
+	[NVML_Q_MIG_MODE] = "nvmlDeviceGetMigMode",
+	[NVML_Q_PROCESS_UTILIZATION] = "nvmlDeviceGetProcessUtilization",
+	[NVML_Q_RUNNING_PROCESSES] = "nvmlDeviceGet{Compute,Graphics}RunningProcesses",
+};
+
+static uint64_t _thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static void _account(struct nvml *n, enum nvml_query q, uint64_t t0)
+{
+	n->cost[q].calls++;
+	n->stats.calls++;
+	if (t0)
+		n->cost[q].cpu_ns += _thread_cpu_ns() - t0;
+}
+
+/* Every NVML call of a round goes through here: counted, and timed when profiling. */
+#define CALL(n, q, expr) ({						\
+	uint64_t _t0 = (n)->profile ? _thread_cpu_ns() : 0;		\
+	nvmlReturn_t _ret = (expr);					\
+	_account((n), (q), _t0);					\
+	_ret;								\
+})
 
 static void *_sym(void *lib, const char *const *names)
 {
@@ -156,6 +249,7 @@ struct nvml *nvml__open(const char *path)
 	n->f.temperature = SYM(n->lib, "nvmlDeviceGetTemperature");
 	n->f.temperature_threshold = SYM(n->lib, "nvmlDeviceGetTemperatureThreshold");
 	n->f.pcie_throughput = SYM(n->lib, "nvmlDeviceGetPcieThroughput");
+	n->f.field_values = SYM(n->lib, "nvmlDeviceGetFieldValues");
 	/* Renamed in CUDA 12.2's NVML; the old name stays for older drivers. */
 	n->f.clock_reasons = SYM(n->lib, "nvmlDeviceGetCurrentClocksEventReasons",
 				 "nvmlDeviceGetCurrentClocksThrottleReasons");
@@ -215,9 +309,7 @@ struct nvml *nvml__open(const char *path)
 			{ F(power_limit), { NVML_M_POWER_LIMIT } },
 			{ F(temperature), { NVML_M_TEMP } },
 			{ F(temperature_threshold), { NVML_M_TEMP_SLOWDOWN } },
-			{ F(pcie_throughput), { NVML_M_PCIE_TX, NVML_M_PCIE_RX } },
 			{ F(clock_reasons), { NVML_M_THROTTLE } },
-			{ F(energy), { NVML_M_ENERGY } },
 			{ F(mig_mode), { NVML_M_MIG_MODE } },
 			{ F(process_utilization), { NVML_M_PROC_UTIL, NVML_M_PROC_MEM_UTIL } },
 #undef F
@@ -236,10 +328,18 @@ struct nvml *nvml__open(const char *path)
 		if (!n->f.utilization_rates && !n->f.samples)
 			for (unsigned int i = 0; i < n->ngpus; i++)
 				n->gpus[i].unavailable |= 1u << NVML_M_UTIL | 1u << NVML_M_MEM_UTIL;
+		/* These two have a field value, else their own query. */
+		if (!n->f.field_values && !n->f.pcie_throughput)
+			for (unsigned int i = 0; i < n->ngpus; i++)
+				n->gpus[i].unavailable |= 1u << NVML_M_PCIE_TX | 1u << NVML_M_PCIE_RX;
+		if (!n->f.field_values && !n->f.energy)
+			for (unsigned int i = 0; i < n->ngpus; i++)
+				n->gpus[i].unavailable |= 1u << NVML_M_ENERGY;
 		if (!n->f.compute_procs && !n->f.graphics_procs)
 			for (unsigned int i = 0; i < n->ngpus; i++)
 				n->gpus[i].unavailable |= 1u << NVML_M_PROC_MEM_USED;
 	}
+	nvml__set_interval(n, 1000000000ULL);
 	pr_info("nvml: %u GPU%s%s%s\n", n->ngpus, n->ngpus == 1 ? "" : "s",
 		n->ngpus ? ", first: " : "", n->ngpus ? n->gpus[0].name : "");
 	return n;
@@ -276,6 +376,32 @@ int nvml__available(const struct nvml *n, unsigned int gpu, enum nvml_metric m)
 	return n && gpu < n->ngpus && (unsigned)m < NVML_M_MAX && _want(&n->gpus[gpu], m);
 }
 
+void nvml__set_interval(struct nvml *n, uint64_t interval_ns)
+{
+	if (!n)
+		return;
+	n->interval_ns = interval_ns;
+	n->use_samples = interval_ns < SAMPLES_BELOW_NS;
+	n->every_second = interval_ns && interval_ns < SECOND_NS ?
+			  (unsigned int)((SECOND_NS + interval_ns / 2) / interval_ns) : 1;
+}
+
+void nvml__set_profile(struct nvml *n, int on)
+{
+	if (n)
+		n->profile = on;
+}
+
+const char *nvml__query_cost(const struct nvml *n, enum nvml_query q, uint64_t *calls,
+			     uint64_t *cpu_ns)
+{
+	if (!n || (unsigned)q >= NVML_Q_MAX)
+		return NULL;
+	*calls = n->cost[q].calls;
+	*cpu_ns = n->cost[q].cpu_ns;
+	return _query_names[q];
+}
+
 void nvml__stats(const struct nvml *n, struct nvml_stats *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -291,6 +417,7 @@ struct round {
 	int64_t now_ns;
 	int64_t gpu_series;		/* this GPU's series in b */
 	uint32_t names[NVML_M_MAX];	/* string ids in b->dict, UINT32_MAX: not yet */
+	bool each_second;		/* the round that makes the once-a-second queries */
 	int added;
 	int err;
 };
@@ -341,11 +468,25 @@ static double _value(nvmlValueType_t t, nvmlValue_t v)
 	}
 }
 
+static int _grow_samples(struct round *r, unsigned int cap)
+{
+	nvmlSample_t *s = realloc(r->n->samples, cap * sizeof(*s));
+
+	if (!s) {
+		r->err = -ENOMEM;
+		return -ENOMEM;
+	}
+	r->n->samples = s;
+	r->n->cap_samples = cap;
+	return 0;
+}
+
 /*
  * Sub-second utilisation: every sample the driver took since the last one
- * we saw, each with its own time. The first round takes only the newest,
- * not the driver's whole history. Returns false when the caller should fall
- * back to nvmlDeviceGetUtilizationRates.
+ * we saw, each with its own time, in one call (the buffer is sized once).
+ * The first round takes only the newest, not the driver's whole history.
+ * Returns false when the caller should fall back to
+ * nvmlDeviceGetUtilizationRates.
  */
 static bool _sampled(struct round *r, struct gpu *g, nvmlSamplingType_t type,
 		     enum nvml_metric m, unsigned long long *last)
@@ -355,26 +496,30 @@ static bool _sampled(struct round *r, struct gpu *g, nvmlSamplingType_t type,
 	unsigned int cnt = 0;
 	nvmlReturn_t ret;
 
-	ret = n->f.samples(g->dev, type, *last, &vt, &cnt, NULL);
+	/* Once: the driver says how many samples it keeps. */
+	if (!n->cap_samples) {
+		ret = CALL(n, NVML_Q_SAMPLES, n->f.samples(g->dev, type, 0, &vt, &cnt, NULL));
+		if (ret != NVML_SUCCESS && ret != NVML_ERROR_INSUFFICIENT_SIZE &&
+		    ret != NVML_ERROR_NOT_FOUND)
+			goto fail;
+		if (_grow_samples(r, cnt > 64 ? cnt : 64))
+			return true;
+	}
+	for (int tries = 0; tries < 2; tries++) {
+		cnt = n->cap_samples;
+		ret = CALL(n, NVML_Q_SAMPLES,
+			   n->f.samples(g->dev, type, *last, &vt, &cnt, n->samples));
+		if (ret != NVML_ERROR_INSUFFICIENT_SIZE)
+			break;
+		if (_grow_samples(r, 2 * n->cap_samples > cnt ? 2 * n->cap_samples : cnt))
+			return true;
+	}
 	if (ret == NVML_ERROR_NOT_FOUND)
 		return true;	/* no new sample since last */
-	if (ret != NVML_SUCCESS && ret != NVML_ERROR_INSUFFICIENT_SIZE)
-		goto fail;
-	if (cnt > n->cap_samples) {
-		nvmlSample_t *s = realloc(n->samples, cnt * sizeof(*s));
-
-		if (!s) {
-			r->err = -ENOMEM;
-			return true;
-		}
-		n->samples = s;
-		n->cap_samples = cnt;
-	}
-	ret = n->f.samples(g->dev, type, *last, &vt, &cnt, n->samples);
-	if (ret == NVML_ERROR_NOT_FOUND)
-		return true;
 	if (ret != NVML_SUCCESS)
 		goto fail;
+	if (cnt > n->cap_samples)
+		cnt = n->cap_samples;
 	{
 		unsigned long long newest = *last;
 		unsigned int from = 0;
@@ -418,7 +563,10 @@ static void _utilization(struct round *r, struct gpu *g)
 	nvmlUtilization_t u;
 	nvmlReturn_t ret;
 
-	if (g->samples_ok) {
+	if (n->use_samples && g->samples_ok) {
+		/* The samples of the rounds in between come with the next call. */
+		if (!r->each_second)
+			return;
 		if (!done_util)
 			done_util = _sampled(r, g, NVML_GPU_UTILIZATION_SAMPLES, NVML_M_UTIL,
 					     &g->last_util_us);
@@ -433,29 +581,220 @@ static void _utilization(struct round *r, struct gpu *g)
 		_unavailable(n, g, NVML_M_MEM_UTIL, "no nvmlDeviceGetUtilizationRates");
 		return;
 	}
-	ret = n->f.utilization_rates(g->dev, &u);
+	ret = CALL(n, NVML_Q_UTILIZATION, n->f.utilization_rates(g->dev, &u));
 	if (!done_util && _check(n, g, NVML_M_UTIL, ret))
 		_point(r, r->gpu_series, NVML_M_UTIL, r->now_ns, u.gpu);
 	if (!done_mem && _check(n, g, NVML_M_MEM_UTIL, ret))
 		_point(r, r->gpu_series, NVML_M_MEM_UTIL, r->now_ns, u.memory);
 }
 
-/* Milliwatts to watts: divided, so that 250123 mW is exactly the double 250.123. */
-static void _milli_metric(struct round *r, struct gpu *g, enum nvml_metric m,
-			  nvmlDeviceGetUInt_fn fn)
+/* A value that hardly changes: remembered on success, forgotten when unavailable. */
+static void _static_value(struct nvml *n, struct gpu *g, enum nvml_metric m, nvmlReturn_t ret,
+			  double v)
 {
-	unsigned int v;
+	if (_check(n, g, m, ret)) {
+		g->statics[m] = v;
+		g->have_static |= 1u << m;
+	} else if (!_want(g, m)) {
+		g->have_static &= ~(1u << m);
+	}
+}
 
-	if (_want(g, m) && _check(r->n, g, m, fn(g->dev, &v)))
-		_point(r, r->gpu_series, m, r->now_ns, v / 1000.0);
+/*
+ * Maximum clocks, power limit, slowdown temperature and MIG mode: asked at
+ * the first round and every STATIC_REFRESH_NS after (a power limit or the
+ * MIG mode can be changed by an administrator), exported every round so
+ * that every scrape and chart has them. nvmlDeviceGetMaxClockInfo alone
+ * costs a millisecond of CPU per call on an H200.
+ */
+static void _statics(struct round *r, struct gpu *g)
+{
+	struct nvml *n = r->n;
+	unsigned int v = 0, v2;
+	nvmlReturn_t ret;
+
+	if (r->now_ns >= g->static_due_ns || g->static_due_ns - r->now_ns > STATIC_REFRESH_NS) {
+		g->static_due_ns = r->now_ns + STATIC_REFRESH_NS;
+		if (_want(g, NVML_M_SM_CLOCK_MAX)) {
+			ret = CALL(n, NVML_Q_MAX_CLOCK, n->f.max_clock_info(g->dev, NVML_CLOCK_SM, &v));
+			_static_value(n, g, NVML_M_SM_CLOCK_MAX, ret, v * 1e6);
+		}
+		if (_want(g, NVML_M_MEM_CLOCK_MAX)) {
+			ret = CALL(n, NVML_Q_MAX_CLOCK, n->f.max_clock_info(g->dev, NVML_CLOCK_MEM, &v));
+			_static_value(n, g, NVML_M_MEM_CLOCK_MAX, ret, v * 1e6);
+		}
+		/* Milliwatts to watts: divided, so that 250123 mW is exactly the double 250.123. */
+		if (_want(g, NVML_M_POWER_LIMIT)) {
+			ret = CALL(n, NVML_Q_POWER_LIMIT, n->f.power_limit(g->dev, &v));
+			_static_value(n, g, NVML_M_POWER_LIMIT, ret, v / 1000.0);
+		}
+		if (_want(g, NVML_M_TEMP_SLOWDOWN)) {
+			ret = CALL(n, NVML_Q_TEMPERATURE_THRESHOLD,
+				   n->f.temperature_threshold(g->dev, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+							      &v));
+			_static_value(n, g, NVML_M_TEMP_SLOWDOWN, ret, v);
+		}
+		if (_want(g, NVML_M_MIG_MODE)) {
+			ret = CALL(n, NVML_Q_MIG_MODE, n->f.mig_mode(g->dev, &v, &v2));
+			_static_value(n, g, NVML_M_MIG_MODE, ret, v);
+		}
+	}
+	for (int m = 0; m < NVML_M_MAX; m++)
+		if (g->have_static & (1u << m))
+			_point(r, r->gpu_series, m, r->now_ns, g->statics[m]);
+}
+
+/*
+ * A PCIe byte counter: the rate since the previous read, over the driver's
+ * own timestamps. A 32-bit counter may wrap once between reads; a 64-bit
+ * one that goes back was reset (driver reload): no rate then.
+ */
+static void _pcie_counter(struct round *r, struct gpu *g, int dir, const nvmlFieldValue_t *f)
+{
+	enum nvml_metric m = dir == FV_PCIE_TX ? NVML_M_PCIE_TX : NVML_M_PCIE_RX;
+	struct counter *c = &g->pcie[dir];
+	long long us = f->timestamp > 0 ? f->timestamp : r->now_ns / 1000;
+	unsigned long long v, d;
+	bool wraps = false;
+
+	switch (f->valueType) {
+	case NVML_VALUE_TYPE_UNSIGNED_INT:
+		v = f->value.uiVal;
+		wraps = true;
+		break;
+	case NVML_VALUE_TYPE_UNSIGNED_LONG:
+		v = f->value.ulVal;
+		break;
+	case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+		v = f->value.ullVal;
+		break;
+	default:
+		pr_debug("nvml: GPU %s: PCIe counter of value type %d\n", g->index, f->valueType);
+		return;
+	}
+	if (c->have && us <= c->us)
+		return;		/* the driver has not updated it since */
+	if (c->have) {
+		if (v >= c->value)
+			d = v - c->value;
+		else
+			d = wraps ? v + (1ULL << 32) - c->value : 0;
+		if (v >= c->value || wraps)
+			_point(r, r->gpu_series, m, r->now_ns, (double)d * 1e6 / (double)(us - c->us));
+	}
+	c->value = v;
+	c->us = us;
+	c->have = true;
+}
+
+/* Whether field answer ret means "use the older query from now on". */
+static bool _field_unsupported(nvmlReturn_t ret)
+{
+	return ret == NVML_ERROR_NOT_SUPPORTED || ret == NVML_ERROR_NO_PERMISSION ||
+	       ret == NVML_ERROR_INVALID_ARGUMENT;
+}
+
+/*
+ * PCIe traffic and energy: one nvmlDeviceGetFieldValues call for the
+ * cumulative counters (a fraction of a millisecond), where
+ * nvmlDeviceGetPcieThroughput sleeps 20 ms and costs 0.6 ms of CPU per
+ * direction and nvmlDeviceGetTotalEnergyConsumption 2.4 ms. A field the
+ * driver does not support falls back to the older query for good.
+ */
+static void _counters(struct round *r, struct gpu *g)
+{
+	static const unsigned int ids[FV_MAX] = {
+		[FV_PCIE_TX] = NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+		[FV_PCIE_RX] = NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+		[FV_ENERGY] = NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+	};
+	static const enum nvml_metric metric[FV_MAX] = {
+		[FV_PCIE_TX] = NVML_M_PCIE_TX, [FV_PCIE_RX] = NVML_M_PCIE_RX,
+		[FV_ENERGY] = NVML_M_ENERGY,
+	};
+	struct nvml *n = r->n;
+	nvmlFieldValue_t fv[FV_MAX];
+	int slot[FV_MAX], nf = 0;
+	unsigned int v;
+	unsigned long long ull;
+	bool energy_due = r->now_ns >= g->energy_due_ns ||
+			  g->energy_due_ns - r->now_ns > ENERGY_REFRESH_NS;
+
+	if (energy_due)
+		g->energy_due_ns = r->now_ns + ENERGY_REFRESH_NS;
+	if (!n->f.field_values)
+		g->fv_unsupported = (1u << FV_MAX) - 1;
+	for (int k = 0; k < FV_MAX; k++) {
+		if (!_want(g, metric[k]) || (g->fv_unsupported & (1u << k)) ||
+		    (k == FV_ENERGY && !energy_due))
+			continue;
+		memset(&fv[nf], 0, sizeof(fv[nf]));
+		fv[nf].fieldId = ids[k];
+		slot[nf++] = k;
+	}
+	if (nf) {
+		nvmlReturn_t ret = CALL(n, NVML_Q_FIELD_VALUES, n->f.field_values(g->dev, nf, fv));
+
+		for (int i = 0; i < nf; i++) {
+			int k = slot[i];
+			nvmlReturn_t fr = ret == NVML_SUCCESS ? fv[i].nvmlReturn : ret;
+
+			if (fr == NVML_SUCCESS) {
+				if (k == FV_ENERGY) {
+					g->energy_j = _value(fv[i].valueType, fv[i].value) / 1000.0;
+					g->have_energy = true;
+				} else {
+					_pcie_counter(r, g, k, &fv[i]);
+				}
+			} else if (_field_unsupported(fr)) {
+				g->fv_unsupported |= 1u << k;
+				pr_info("nvml: GPU %s: field %u: %s; %s from %s instead\n", g->index,
+					ids[k], _err(n, fr), gpu_metric__name(metric[k]),
+					k == FV_ENERGY ? "nvmlDeviceGetTotalEnergyConsumption" :
+					"nvmlDeviceGetPcieThroughput");
+			} else {
+				pr_debug("nvml: GPU %s: field %u: %s\n", g->index, ids[k], _err(n, fr));
+			}
+		}
+	}
+
+	/* The older queries, for the fields this driver lacks. NVML: KB/s over 20 ms. */
+	for (int k = FV_PCIE_TX; k <= FV_PCIE_RX; k++) {
+		enum nvml_metric m = metric[k];
+
+		if (!_want(g, m) || !(g->fv_unsupported & (1u << k)))
+			continue;
+		if (!n->f.pcie_throughput) {
+			_unavailable(n, g, m, "no PCIe counter field, no nvmlDeviceGetPcieThroughput");
+			continue;
+		}
+		if (_check(n, g, m, CALL(n, NVML_Q_PCIE_THROUGHPUT,
+					 n->f.pcie_throughput(g->dev, k == FV_PCIE_TX ?
+							      NVML_PCIE_UTIL_TX_BYTES :
+							      NVML_PCIE_UTIL_RX_BYTES, &v))))
+			_point(r, r->gpu_series, m, r->now_ns, v * 1024.0);
+	}
+	if (_want(g, NVML_M_ENERGY) && (g->fv_unsupported & (1u << FV_ENERGY)) && energy_due) {
+		if (!n->f.energy) {
+			_unavailable(n, g, NVML_M_ENERGY, "no energy field, no nvmlDeviceGetTotalEnergyConsumption");
+		} else if (_check(n, g, NVML_M_ENERGY,
+				  CALL(n, NVML_Q_ENERGY, n->f.energy(g->dev, &ull)))) {
+			g->energy_j = ull / 1000.0;
+			g->have_energy = true;
+		}
+	}
+	/* The last reading, every round: a series that skipped rounds would expire on scrapes. */
+	if (_want(g, NVML_M_ENERGY) && g->have_energy)
+		_point(r, r->gpu_series, NVML_M_ENERGY, r->now_ns, g->energy_j);
 }
 
 static void _device(struct round *r, struct gpu *g)
 {
 	struct nvml *n = r->n;
-	unsigned int v, v2;
+	unsigned int v;
 	unsigned long long ull;
 
+	_statics(r, g);
 	_utilization(r, g);
 	if (_want(g, NVML_M_MEM_USED) || _want(g, NVML_M_MEM_TOTAL)) {
 		nvmlMemory_t mem;
@@ -466,13 +805,14 @@ static void _device(struct round *r, struct gpu *g)
 		 * v2 leaves the driver's reserved memory out of used, as
 		 * nvidia-smi does; v1's used includes it.
 		 */
-		if (n->f.memory_info_v2 && n->f.memory_info_v2(g->dev, &m2) == NVML_SUCCESS &&
+		if (n->f.memory_info_v2 &&
+		    CALL(n, NVML_Q_MEMORY, n->f.memory_info_v2(g->dev, &m2)) == NVML_SUCCESS &&
 		    m2.total && m2.used <= m2.total) {
 			mem.total = m2.total;
 			mem.used = m2.used;
 			ret = NVML_SUCCESS;
 		} else if (n->f.memory_info) {
-			ret = n->f.memory_info(g->dev, &mem);
+			ret = CALL(n, NVML_Q_MEMORY, n->f.memory_info(g->dev, &mem));
 		}
 
 		if (_want(g, NVML_M_MEM_USED) && _check(n, g, NVML_M_MEM_USED, ret))
@@ -481,45 +821,26 @@ static void _device(struct round *r, struct gpu *g)
 			_point(r, r->gpu_series, NVML_M_MEM_TOTAL, r->now_ns, (double)mem.total);
 	}
 	if (_want(g, NVML_M_SM_CLOCK) &&
-	    _check(n, g, NVML_M_SM_CLOCK, n->f.clock_info(g->dev, NVML_CLOCK_SM, &v)))
+	    _check(n, g, NVML_M_SM_CLOCK,
+		   CALL(n, NVML_Q_CLOCK, n->f.clock_info(g->dev, NVML_CLOCK_SM, &v))))
 		_point(r, r->gpu_series, NVML_M_SM_CLOCK, r->now_ns, v * 1e6);
 	if (_want(g, NVML_M_MEM_CLOCK) &&
-	    _check(n, g, NVML_M_MEM_CLOCK, n->f.clock_info(g->dev, NVML_CLOCK_MEM, &v)))
+	    _check(n, g, NVML_M_MEM_CLOCK,
+		   CALL(n, NVML_Q_CLOCK, n->f.clock_info(g->dev, NVML_CLOCK_MEM, &v))))
 		_point(r, r->gpu_series, NVML_M_MEM_CLOCK, r->now_ns, v * 1e6);
-	if (_want(g, NVML_M_SM_CLOCK_MAX) &&
-	    _check(n, g, NVML_M_SM_CLOCK_MAX, n->f.max_clock_info(g->dev, NVML_CLOCK_SM, &v)))
-		_point(r, r->gpu_series, NVML_M_SM_CLOCK_MAX, r->now_ns, v * 1e6);
-	if (_want(g, NVML_M_MEM_CLOCK_MAX) &&
-	    _check(n, g, NVML_M_MEM_CLOCK_MAX, n->f.max_clock_info(g->dev, NVML_CLOCK_MEM, &v)))
-		_point(r, r->gpu_series, NVML_M_MEM_CLOCK_MAX, r->now_ns, v * 1e6);
-	if (_want(g, NVML_M_POWER))
-		_milli_metric(r, g, NVML_M_POWER, n->f.power_usage);
-	if (_want(g, NVML_M_POWER_LIMIT))
-		_milli_metric(r, g, NVML_M_POWER_LIMIT, n->f.power_limit);
+	if (_want(g, NVML_M_POWER) &&
+	    _check(n, g, NVML_M_POWER, CALL(n, NVML_Q_POWER, n->f.power_usage(g->dev, &v))))
+		_point(r, r->gpu_series, NVML_M_POWER, r->now_ns, v / 1000.0);
 	if (_want(g, NVML_M_TEMP) &&
-	    _check(n, g, NVML_M_TEMP, n->f.temperature(g->dev, NVML_TEMPERATURE_GPU, &v)))
+	    _check(n, g, NVML_M_TEMP,
+		   CALL(n, NVML_Q_TEMPERATURE,
+			n->f.temperature(g->dev, NVML_TEMPERATURE_GPU, &v))))
 		_point(r, r->gpu_series, NVML_M_TEMP, r->now_ns, v);
-	if (_want(g, NVML_M_TEMP_SLOWDOWN) &&
-	    _check(n, g, NVML_M_TEMP_SLOWDOWN,
-		   n->f.temperature_threshold(g->dev, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, &v)))
-		_point(r, r->gpu_series, NVML_M_TEMP_SLOWDOWN, r->now_ns, v);
-	/* NVML reports KB/s (1024 bytes) over a 20 ms window. */
-	if (_want(g, NVML_M_PCIE_TX) &&
-	    _check(n, g, NVML_M_PCIE_TX,
-		   n->f.pcie_throughput(g->dev, NVML_PCIE_UTIL_TX_BYTES, &v)))
-		_point(r, r->gpu_series, NVML_M_PCIE_TX, r->now_ns, v * 1024.0);
-	if (_want(g, NVML_M_PCIE_RX) &&
-	    _check(n, g, NVML_M_PCIE_RX,
-		   n->f.pcie_throughput(g->dev, NVML_PCIE_UTIL_RX_BYTES, &v)))
-		_point(r, r->gpu_series, NVML_M_PCIE_RX, r->now_ns, v * 1024.0);
 	if (_want(g, NVML_M_THROTTLE) &&
-	    _check(n, g, NVML_M_THROTTLE, n->f.clock_reasons(g->dev, &ull)))
+	    _check(n, g, NVML_M_THROTTLE,
+		   CALL(n, NVML_Q_CLOCK_REASONS, n->f.clock_reasons(g->dev, &ull))))
 		_point(r, r->gpu_series, NVML_M_THROTTLE, r->now_ns, (double)ull);
-	if (_want(g, NVML_M_ENERGY) && _check(n, g, NVML_M_ENERGY, n->f.energy(g->dev, &ull)))
-		_point(r, r->gpu_series, NVML_M_ENERGY, r->now_ns, ull / 1000.0);
-	if (_want(g, NVML_M_MIG_MODE) &&
-	    _check(n, g, NVML_M_MIG_MODE, n->f.mig_mode(g->dev, &v, &v2)))
-		_point(r, r->gpu_series, NVML_M_MIG_MODE, r->now_ns, v);
+	_counters(r, g);
 }
 
 static void _read_small(const char *path, char *buf, size_t len)
@@ -612,7 +933,7 @@ static void _proc_memory(struct round *r, struct gpu *g)
 		/* The list can grow between the two calls: retry a few times. */
 		for (int tries = 0; tries < 3; tries++) {
 			cnt = n->cap_pinfo - total;
-			ret = fns[k](g->dev, &cnt, n->pinfo + total);
+			ret = CALL(n, NVML_Q_RUNNING_PROCESSES, fns[k](g->dev, &cnt, n->pinfo + total));
 			if (ret != NVML_ERROR_INSUFFICIENT_SIZE)
 				break;
 			{
@@ -685,34 +1006,40 @@ static void _proc_util(struct round *r, struct gpu *g)
 	/* First round: only what ran since the previous second, not the whole buffer. */
 	if (!last)
 		last = (unsigned long long)(r->now_ns / 1000) - 1000000ULL;
-	ret = n->f.process_utilization(g->dev, NULL, &cnt, last);
+	/*
+	 * One call a round into the buffer kept from the last: a bigger one
+	 * only when the driver answers INSUFFICIENT_SIZE (more processes).
+	 */
+	for (int tries = 0; tries < 3; tries++) {
+		if (n->cap_putil < 16 || cnt > n->cap_putil) {
+			unsigned int cap = cnt > 16 ? cnt + 16 : 16;
+			nvmlProcessUtilizationSample_t *a = realloc(n->putil, cap * sizeof(*a));
+
+			if (!a) {
+				r->err = -ENOMEM;
+				return;
+			}
+			n->putil = a;
+			n->cap_putil = cap;
+		}
+		cnt = n->cap_putil;
+		ret = CALL(n, NVML_Q_PROCESS_UTILIZATION,
+			   n->f.process_utilization(g->dev, n->putil, &cnt, last));
+		if (ret != NVML_ERROR_INSUFFICIENT_SIZE)
+			break;
+		if (cnt <= n->cap_putil)
+			cnt = 2 * n->cap_putil;
+	}
 	if (ret == NVML_ERROR_NOT_FOUND)
-		goto none;
-	if (ret != NVML_SUCCESS && ret != NVML_ERROR_INSUFFICIENT_SIZE) {
+		goto none;	/* no sample newer than last */
+	if (ret != NVML_SUCCESS) {
 		_check(n, g, NVML_M_PROC_UTIL, ret);
 		if (!_want(g, NVML_M_PROC_UTIL))
 			_unavailable(n, g, NVML_M_PROC_MEM_UTIL, _err(n, ret));
 		return;
 	}
-	if (!cnt)
-		goto none;
-	if (cnt > n->cap_putil) {
-		nvmlProcessUtilizationSample_t *a = realloc(n->putil, cnt * sizeof(*a));
-
-		if (!a) {
-			r->err = -ENOMEM;
-			return;
-		}
-		n->putil = a;
-		n->cap_putil = cnt;
-	}
-	ret = n->f.process_utilization(g->dev, n->putil, &cnt, last);
-	if (ret == NVML_ERROR_NOT_FOUND)
-		goto none;
-	if (ret != NVML_SUCCESS) {
-		_check(n, g, NVML_M_PROC_UTIL, ret);
-		return;
-	}
+	if (cnt > n->cap_putil)
+		cnt = n->cap_putil;
 	newest = last;
 	for (unsigned int i = 0; i < cnt; i++) {
 		const nvmlProcessUtilizationSample_t *s = &n->putil[i];
@@ -736,14 +1063,6 @@ none:
 		g->last_proc_us = last;
 }
 
-static uint64_t _thread_cpu_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
 static uint64_t _mono_ns(void)
 {
 	struct timespec ts;
@@ -761,6 +1080,7 @@ int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns)
 	if (!n || !b)
 		return -EINVAL;
 	memset(r.names, 0xff, sizeof(r.names));
+	r.each_second = n->stats.rounds % n->every_second == 0;
 	n->stats.rounds++;
 	for (unsigned int i = 0; i < n->ngpus && !r.err; i++) {
 		struct gpu *g = &n->gpus[i];
@@ -773,16 +1093,19 @@ int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns)
 			break;
 		}
 		_device(&r, g);
+		if (!r.each_second)
+			continue;
 		if (_want(g, NVML_M_PROC_UTIL))
 			_proc_util(&r, g);
 		if (_want(g, NVML_M_PROC_MEM_USED))
 			_proc_memory(&r, g);
 	}
-	/* Forget processes that were on no GPU this round. */
-	for (size_t i = 0; i < n->nprocs; i++)
+	/* Forget processes that were on no GPU this time. */
+	for (size_t i = 0; i < n->nprocs && r.each_second; i++)
 		if (n->procs[i].seen == n->stats.rounds)
 			n->procs[k++] = n->procs[i];
-	n->nprocs = k;
+	if (r.each_second)
+		n->nprocs = k;
 	n->stats.points += r.added;
 	n->stats.cpu_ns += _thread_cpu_ns() - t0;
 	w = _mono_ns() - w0;

@@ -33,6 +33,14 @@ struct batch;
  * line logged) or NVML does not initialise (EIO; one warning).
  */
 struct nvml *nvml__open(const char *lib);
+/*
+ * How far apart the rounds will be (default 1 s; 0: back to back). Below a
+ * second, utilisation comes from nvmlDeviceGetSamples (every driver sample,
+ * each at its own time) instead of nvmlDeviceGetUtilizationRates, and both
+ * it and the per-process queries are made about once a second (every
+ * round when back to back), not every round.
+ */
+void nvml__set_interval(struct nvml *n, uint64_t interval_ns);
 /* Shuts NVML down and unloads it. Accepts NULL. */
 void nvml__close(struct nvml *n);
 unsigned int nvml__ngpus(const struct nvml *n);
@@ -43,18 +51,56 @@ int nvml__available(const struct nvml *n, unsigned int gpu, enum nvml_metric m);
  * One round: appends this round's points to b (its dict interns the names
  * and labels). now_ns is the Unix time of the round: the timestamp of
  * every point except sampled ones (utilisation from nvmlDeviceGetSamples,
- * per-process utilisation), which carry the driver's own sample times.
+ * per-process utilisation), which carry the driver's own sample times, and
+ * the clock by which the values that hardly change (maximum clocks, power
+ * limit, slowdown temperature, MIG mode) are asked again every 60 s; they
+ * are exported every round. PCIe rates come from the driver's byte
+ * counters, so the first round has none.
  * Returns the number of points added or -ENOMEM (b keeps what was added).
  */
 int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns);
 
 struct nvml_stats {
 	uint64_t rounds;
+	uint64_t calls;		/* NVML queries made in rounds */
 	uint64_t points;
 	uint64_t cpu_ns;	/* thread CPU time spent in rounds */
 	uint64_t wall_ns;	/* elapsed time in rounds (some NVML queries sleep) */
 	uint64_t max_wall_ns;	/* the longest round */
 };
 void nvml__stats(const struct nvml *n, struct nvml_stats *out);
+
+/* The NVML queries a round may make, for the cost breakdown. */
+enum nvml_query {
+	NVML_Q_UTILIZATION,
+	NVML_Q_SAMPLES,
+	NVML_Q_MEMORY,
+	NVML_Q_CLOCK,
+	NVML_Q_MAX_CLOCK,
+	NVML_Q_POWER,
+	NVML_Q_POWER_LIMIT,
+	NVML_Q_TEMPERATURE,
+	NVML_Q_TEMPERATURE_THRESHOLD,
+	NVML_Q_PCIE_THROUGHPUT,
+	NVML_Q_FIELD_VALUES,
+	NVML_Q_CLOCK_REASONS,
+	NVML_Q_ENERGY,
+	NVML_Q_MIG_MODE,
+	NVML_Q_PROCESS_UTILIZATION,
+	NVML_Q_RUNNING_PROCESSES,
+	NVML_Q_MAX,
+};
+
+/*
+ * Thread CPU time around every query from now on (two clock reads per
+ * query: for `flamewatch gpu --breakdown`, not for the agent).
+ */
+void nvml__set_profile(struct nvml *n, int on);
+/*
+ * Query q's name (NVML's function), calls and CPU time so far (cpu_ns is 0
+ * unless profiling). Returns the name, NULL when q is out of range.
+ */
+const char *nvml__query_cost(const struct nvml *n, enum nvml_query q, uint64_t *calls,
+			     uint64_t *cpu_ns);
 
 #endif

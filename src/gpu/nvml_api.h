@@ -104,6 +104,26 @@ typedef struct {
 	unsigned int smUtil, memUtil, encUtil, decUtil;
 } nvmlProcessUtilizationSample_t;
 
+/*
+ * nvmlDeviceGetFieldValues: the caller fills fieldId (scopeId 0: the whole
+ * device); the driver fills the rest, its answer per field in nvmlReturn.
+ */
+typedef struct {
+	unsigned int fieldId;
+	unsigned int scopeId;
+	long long timestamp;		/* CPU time of the value, Unix microseconds */
+	long long latencyUsec;
+	nvmlValueType_t valueType;
+	nvmlReturn_t nvmlReturn;
+	nvmlValue_t value;
+} nvmlFieldValue_t;
+_Static_assert(sizeof(nvmlFieldValue_t) == 40, "NVML's field value layout");
+
+/* Field ids (NVML_FI_DEV_...) */
+#define NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION 83	/* mJ since the driver was loaded */
+#define NVML_FI_DEV_PCIE_COUNT_TX_BYTES 197	/* cumulative bytes the GPU sent over PCIe */
+#define NVML_FI_DEV_PCIE_COUNT_RX_BYTES 198	/* cumulative bytes it received */
+
 /* The layout of the _v2 and _v3 running-process queries. */
 typedef struct {
 	unsigned int pid;
@@ -137,6 +157,7 @@ typedef nvmlReturn_t (*nvmlDeviceGetMigMode_fn)(nvmlDevice_t, unsigned int *, un
 typedef nvmlReturn_t (*nvmlDeviceGetProcessUtilization_fn)(nvmlDevice_t,
 							   nvmlProcessUtilizationSample_t *,
 							   unsigned int *, unsigned long long);
+typedef nvmlReturn_t (*nvmlDeviceGetFieldValues_fn)(nvmlDevice_t, int, nvmlFieldValue_t *);
 typedef nvmlReturn_t (*nvmlDeviceGetRunningProcesses_fn)(nvmlDevice_t, unsigned int *,
 							 nvmlProcessInfo_t *);
 

@@ -145,6 +145,7 @@ struct gpu_poller *gpu_poller__start(const char *lib, uint64_t interval_ns)
 		e = errno;
 		goto err;
 	}
+	nvml__set_interval(p->nvml, interval_ns);
 	p->staged = batch__new(1);
 	p->work = batch__new(1);
 	if (!p->staged || !p->work)

@@ -5,18 +5,22 @@
 #include <stdint.h>
 
 /*
- * NVML rounds on a thread of their own. Some NVML queries sleep (PCIe
- * throughput measures over 20 ms, twice per GPU per round: 40 ms per GPU),
- * which on an 8-GPU node would stall the agent's 100 ms event loop for a
- * third of a second every round. The thread fills a staging batch; the
- * event loop moves its points into the batch being filled with
- * gpu_poller__drain().
+ * NVML rounds on a thread of their own. No query of a round sleeps where
+ * the driver has the PCIe byte counters, but with older drivers PCIe
+ * throughput is measured over 20 ms, twice per GPU
+ * per round: 40 ms per GPU, which on an 8-GPU node would stall the agent's
+ * 100 ms event loop for a third of a second every round. The thread fills
+ * a staging batch; the event loop moves its points into the batch being
+ * filled with gpu_poller__drain().
  */
 struct gpu_poller;
 struct batch;
 struct nvml_stats;
 
-/* Opens NVML (lib as for nvml__open) and starts the thread; NULL (errno set) without NVML. */
+/*
+ * Opens NVML (lib as for nvml__open), tells it the interval
+ * (nvml__set_interval) and starts the thread; NULL (errno set) without NVML.
+ */
 struct gpu_poller *gpu_poller__start(const char *lib, uint64_t interval_ns);
 /* Stops and joins the thread, closes NVML. Accepts NULL. */
 void gpu_poller__free(struct gpu_poller *p);

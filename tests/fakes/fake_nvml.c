@@ -14,18 +14,41 @@
  *
  * Unset keys keep the defaults below. As real drivers do sometimes, one
  * function is missing (nvmlDeviceGetMigMode) and one answers
- * NOT_SUPPORTED (nvmlDeviceGetTemperatureThreshold). Built with
- * -DFAKE_NO_SAMPLES it also lacks nvmlDeviceGetSamples, so the collector
- * falls back to nvmlDeviceGetUtilizationRates.
+ * NOT_SUPPORTED (nvmlDeviceGetTemperatureThreshold).
+ *
+ * It answers as the H200's driver did when measured:
+ *  - nvmlDeviceGetFieldValues gives the PCIe byte counters (fields 197,
+ *    198: cumulative, growing at pcie_{tx,rx}_kb KiB/s since nvmlInit,
+ *    updated every 125 ms, with the µs time of the update) and the energy
+ *    counter (83, mJ);
+ *  - nvmlDeviceGetProcessUtilization has one sample per process, taken by
+ *    the "driver" every FAKE_NVML_PROC_PERIOD_MS (default 500) at a
+ *    Unix-µs time on that grid: only samples newer than lastSeenTimeStamp,
+ *    NOT_FOUND when there are none; with no buffer, INSUFFICIENT_SIZE and
+ *    the count;
+ *  - nvmlDeviceGetSamples keeps one sample every 100 ms for the last
+ *    second, returns those newer than lastSeenTimeStamp, NOT_FOUND when
+ *    none.
+ * Built with -DFAKE_OLD_DRIVER it lacks nvmlDeviceGetSamples,
+ * nvmlDeviceGetMemoryInfo_v2 and nvmlDeviceGetFieldValues, so the
+ * collector falls back to the older calls.
  *
  * FAKE_NVML_PCIE_SLEEP_MS=20 makes nvmlDeviceGetPcieThroughput take as long
  * as the real one, which measures over 20 ms.
  *
+ * FAKE_NVML_NO_FIELDS="197,198" makes those field ids NOT_SUPPORTED, as
+ * on drivers older than the PCIe counters.
+ *
  * FAKE_NVML_CALLS names a file that gets one line per call: "name gpu".
+ *
+ * FAKE_NVML_RELOAD=1: the process lines of FAKE_NVML_VALUES are read again
+ * whenever the file changes, so that a test can start and stop GPU
+ * processes while the collector runs.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "gpu/nvml_api.h"
@@ -49,8 +72,20 @@ static const char *const _fields[NFIELDS] = {
 
 static struct fake_gpu _gpus[NGPU];
 static struct { unsigned int gpu, pid, sm, mem; unsigned long long used; } _procs[NPROC];
-static int _nprocs, _inited, _pcie_sleep_ms;
+static int _nprocs, _inited, _pcie_sleep_ms, _reload;
+static unsigned long long _init_us, _proc_period_us;
+static struct timespec _mtime;
+static char _path[4096];		/* FAKE_NVML_VALUES at nvmlInit */
+static char _no_fields[256];		/* ",197,198," from FAKE_NVML_NO_FIELDS */
 static FILE *_calls;
+
+static unsigned long long _now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000ULL + ts.tv_nsec / 1000;
+}
 
 static void _defaults(void)
 {
@@ -75,19 +110,18 @@ static void _defaults(void)
 	}
 }
 
-static void _load(void)
+/* Reads the values file: everything (all), or only its process lines. */
+static void _read_values(int all)
 {
-	const char *path = getenv("FAKE_NVML_VALUES");
 	char line[256], key[64];
+	struct stat st;
 	FILE *f;
 
-	_defaults();
-	_nprocs = 0;
-	_pcie_sleep_ms = getenv("FAKE_NVML_PCIE_SLEEP_MS") ? atoi(getenv("FAKE_NVML_PCIE_SLEEP_MS")) : 0;
-	if (getenv("FAKE_NVML_CALLS"))
-		_calls = fopen(getenv("FAKE_NVML_CALLS"), "w");
-	if (!path || !(f = fopen(path, "r")))
+	if (!_path[0] || !(f = fopen(_path, "r")))
 		return;
+	if (!fstat(fileno(f), &st))
+		_mtime = st.st_mtim;
+	_nprocs = 0;
 	while (fgets(line, sizeof(line), f)) {
 		unsigned int g, pid, sm, mem;
 		unsigned long long val;
@@ -98,13 +132,45 @@ static void _load(void)
 				_procs[_nprocs++] = (typeof(_procs[0])){ g, pid, sm, mem, val };
 			continue;
 		}
-		if (sscanf(line, "gpu%u.%63s %llu", &g, key, &val) != 3 || g >= NGPU)
+		if (!all || sscanf(line, "gpu%u.%63s %llu", &g, key, &val) != 3 || g >= NGPU)
 			continue;
 		for (idx = 0; idx < NFIELDS; idx++)
 			if (!strcmp(key, _fields[idx]))
 				_gpus[g].v[idx] = val;
 	}
 	fclose(f);
+}
+
+static void _load(void)
+{
+	const char *e;
+
+	_defaults();
+	_nprocs = 0;
+	_init_us = _now_us();
+	e = getenv("FAKE_NVML_PCIE_SLEEP_MS");
+	_pcie_sleep_ms = e ? atoi(e) : 0;
+	e = getenv("FAKE_NVML_PROC_PERIOD_MS");
+	_proc_period_us = (e && atoi(e) > 0 ? (unsigned long long)atoi(e) : 500ULL) * 1000;
+	_reload = getenv("FAKE_NVML_RELOAD") != NULL;
+	if (getenv("FAKE_NVML_CALLS"))
+		_calls = fopen(getenv("FAKE_NVML_CALLS"), "w");
+	e = getenv("FAKE_NVML_VALUES");
+	snprintf(_path, sizeof(_path), "%s", e ? e : "");
+	e = getenv("FAKE_NVML_NO_FIELDS");
+	snprintf(_no_fields, sizeof(_no_fields), ",%s,", e ? e : "");
+	_read_values(1);
+}
+
+/* The process lines again if the file changed since it was read. */
+static void _maybe_reload(void)
+{
+	struct stat st;
+
+	if (!_reload || !_path[0] || stat(_path, &st))
+		return;
+	if (st.st_mtim.tv_sec != _mtime.tv_sec || st.st_mtim.tv_nsec != _mtime.tv_nsec)
+		_read_values(0);
 }
 
 static int _gpu(nvmlDevice_t d, const char *fn)
@@ -121,14 +187,6 @@ static int _gpu(nvmlDevice_t d, const char *fn)
 }
 
 #define GPU(d) int g = _gpu(d, __func__); if (g < 0) return NVML_ERROR_INVALID_ARGUMENT
-
-static unsigned long long _now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (unsigned long long)ts.tv_sec * 1000000ULL + ts.tv_nsec / 1000;
-}
 
 EXPORT nvmlReturn_t nvmlInit_v2(void)
 {
@@ -197,7 +255,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilizatio
 	return NVML_SUCCESS;
 }
 
-#ifndef FAKE_NO_SAMPLES
+#ifndef FAKE_OLD_DRIVER
 /* One sample every 100 ms over the last second, like a driver's ring. */
 EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t d, nvmlSamplingType_t type,
 					 unsigned long long last, nvmlValueType_t *vt,
@@ -237,7 +295,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
 	return NVML_SUCCESS;
 }
 
-#ifndef FAKE_NO_SAMPLES
+#ifndef FAKE_OLD_DRIVER
 /* v2: 512 MiB of the total reserved by the driver, not counted as used. */
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m)
 {
@@ -268,6 +326,53 @@ EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t d, nvmlClockType_t t,
 	*v = (unsigned int)_gpus[g].v[t == NVML_CLOCK_MEM ? MEM_MAX : SM_MAX];
 	return NVML_SUCCESS;
 }
+
+#ifndef FAKE_OLD_DRIVER
+/*
+ * The PCIe byte counters grow at the scripted KiB/s from nvmlInit on; the
+ * energy counter is the scripted mJ. Unknown field ids: NOT_SUPPORTED in
+ * that entry, as the driver answers.
+ */
+EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_t *v)
+{
+	unsigned long long now = _now_us();
+	GPU(d);
+
+	if (count < 0 || (count && !v))
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (int i = 0; i < count; i++) {
+		nvmlFieldValue_t *f = &v[i];
+		unsigned long long kib;
+		char id[16];
+
+		f->timestamp = (long long)now;
+		f->latencyUsec = 0;
+		f->nvmlReturn = NVML_SUCCESS;
+		f->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+		snprintf(id, sizeof(id), ",%u,", f->fieldId);
+		if (strstr(_no_fields, id)) {
+			f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+			continue;
+		}
+		switch (f->fieldId) {
+		case NVML_FI_DEV_PCIE_COUNT_TX_BYTES:
+		case NVML_FI_DEV_PCIE_COUNT_RX_BYTES:
+			/* Updated every 125 ms: a whole number of bytes at any KiB/s. */
+			kib = _gpus[g].v[f->fieldId == NVML_FI_DEV_PCIE_COUNT_TX_BYTES ? TX : RX];
+			f->timestamp = (long long)(now - (now - _init_us) % 125000);
+			f->value.ullVal = kib * 128 * ((now - _init_us) / 125000);
+			break;
+		case NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
+			f->value.ullVal = _gpus[g].v[ENERGY];
+			break;
+		default:
+			f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+			break;
+		}
+	}
+	return NVML_SUCCESS;
+}
+#endif
 
 EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *mw)
 {
@@ -329,17 +434,22 @@ EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned
 	return NVML_SUCCESS;
 }
 
+/*
+ * The driver's latest sample: one per process on this GPU, all taken at
+ * the last point of the sampling grid; nothing newer than last: NOT_FOUND.
+ */
 EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
 						    nvmlProcessUtilizationSample_t *u,
 						    unsigned int *count, unsigned long long last)
 {
-	unsigned long long now = _now_us();
+	unsigned long long now = _now_us(), ts = now - now % _proc_period_us;
 	unsigned int n = 0;
 	GPU(d);
 
+	_maybe_reload();
 	for (int i = 0; i < _nprocs; i++)
 		n += _procs[i].gpu == (unsigned int)g;
-	if (!n || now <= last)
+	if (!n || ts <= last)
 		return NVML_ERROR_NOT_FOUND;
 	if (!u || *count < n) {
 		*count = n;
@@ -349,7 +459,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
 	for (int i = 0; i < _nprocs; i++) {
 		if (_procs[i].gpu != (unsigned int)g)
 			continue;
-		u[n] = (nvmlProcessUtilizationSample_t){ .pid = _procs[i].pid, .timeStamp = now,
+		u[n] = (nvmlProcessUtilizationSample_t){ .pid = _procs[i].pid, .timeStamp = ts,
 							 .smUtil = _procs[i].sm,
 							 .memUtil = _procs[i].mem };
 		n++;
@@ -362,6 +472,7 @@ static nvmlReturn_t _running(int g, unsigned int *count, nvmlProcessInfo_t *p)
 {
 	unsigned int n = 0;
 
+	_maybe_reload();
 	for (int i = 0; i < _nprocs; i++)
 		n += _procs[i].gpu == (unsigned int)g;
 	if (*count < n) {

@@ -289,6 +289,24 @@ def test_gpu_metrics_end_to_end(flamewatch, procs, gpu_env, tmp_path):
         assert r.status == 200, r.describe()
         promtool_ok(r.text)
         check_all(parse_prom(r.text, node), node, pid, f"{where} /metrics")
+    # The agent's own cost of collecting: rounds, NVML queries, CPU and wall time.
+    own = {}
+    for line in Client(mport).get("/metrics").text.splitlines():
+        m = SAMPLE_RE.match(line)
+        if m and m.group(1).startswith("flamewatch_agent_gpu"):
+            own[m.group(1)] = float(m.group(4))
+    assert own.get("flamewatch_agent_gpus") == 2, own
+    rounds = own["flamewatch_agent_gpu_rounds_total"]
+    assert rounds >= 5, own
+    # At 200 ms, per GPU: memory, 2 clocks, power, temperature, clock
+    # reasons, one field-values call for PCIe and energy (7); every fifth
+    # round the utilisation samples (2) and the per-process queries (3); the
+    # values that hardly change once a minute.
+    calls = own["flamewatch_agent_gpu_nvml_calls_total"] / rounds
+    assert 2 * 7 <= calls <= 2 * 9, own
+    assert 0 < own["flamewatch_agent_gpu_round_cpu_seconds_total"] <= \
+        own["flamewatch_agent_gpu_round_wall_seconds_total"] * 1.5 + 0.01, own
+    assert 0 < own["flamewatch_agent_gpu_round_max_wall_seconds"] < 5, own
     # TYPE lines: the energy counter is a counter, the rest gauges.
     assert "# TYPE flamewatch_gpu_energy_joules_total counter" in client.get("/metrics").text
 
@@ -331,6 +349,70 @@ def test_run_with_fake_gpus(flamewatch, procs, gpu_env, tmp_path):
     check_all(got, node, pid, "run /metrics")
     promtool_ok(c.get("/metrics").text)
     check_all(api_latest(c, node), node, pid, "run api")
+
+
+def test_process_started_later(flamewatch, procs, tmp_path):
+    """A GPU process that starts after the agent, with the driver's
+    per-process samples every 500 ms at the driver's own time and
+    NOT_FOUND between them (as the H200's did): its rows appear under its
+    pid and comm, each utilisation sample once, and go when it leaves."""
+    values = tmp_path / "nvml-values"
+    values.write_text("gpu0.util 50\n")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(FAKE_DIR), FAKE_NVML_VALUES=str(values),
+               FAKE_NVML_RELOAD="1", FAKE_NVML_PROC_PERIOD_MS="500")
+    port = free_port()
+    node = "gpu-node-later"
+    p = procs.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp_path / "d",
+                     "--node", node, "--interval", "1s", "--gpu-interval", "1s"], "run", env=env)
+    assert p.wait_output(r"profiling this host", START_S), p.describe()
+    c = Client(port)
+    assert poll(lambda: parse_prom(c.get("/metrics").text, node), 30), p.describe()
+    time.sleep(1.5)
+    assert not [k for k in parse_prom(c.get("/metrics").text, node) if k[2]]
+
+    sleeper = subprocess.Popen(["sleep", "120"])
+    try:
+        t_start = time.time()
+        values.write_text(f"gpu0.util 50\nproc 0 {sleeper.pid} 66 6 2097152\n")
+        want = {"flamewatch_gpu_process_utilization_percent": 66,
+                "flamewatch_gpu_process_memory_utilization_percent": 6,
+                "flamewatch_gpu_process_memory_used_bytes": 2097152}
+
+        def rows():
+            got = {k[0]: v for k, v in parse_prom(c.get("/metrics").text, node).items()
+                   if k[2] == str(sleeper.pid)}
+            return got if len(got) == 3 else None
+        got = poll(rows, 15)
+        assert got, c.get("/metrics").text
+        for name, (v, ls) in got.items():
+            assert v == want[name] and ls["comm"] == "sleep" and ls["gpu"] == "0", (name, v, ls)
+        time.sleep(3)
+        r = c.get("/api/v1/gpu/metrics", {"from": "now-5m", "to": "now+1m", "step": "0",
+                                          "query": 'flamewatch_gpu_process_utilization_percent'
+                                                   '{pid="%d",node="%s"}' % (sleeper.pid, node)})
+        pts = r.json()["series"][0]["points"]
+        ts = [t for t, _ in pts]
+        # The driver's sample times: on its 500 ms grid, none twice, none before the process.
+        assert len(ts) >= 3 and ts == sorted(set(ts)), ts
+        assert all(t % 500_000_000 == 0 and t >= (t_start - 1.5) * 1e9 for t in ts), ts
+        assert all(v == 66 for _, v in pts), pts
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    values.write_text("gpu0.util 50\n")
+    t_gone = time.time()
+
+    def gpu_newest():
+        r = c.get("/api/v1/gpu/metrics", {"from": "now-5m", "to": "now+1m", "step": "0",
+                                          "query": 'flamewatch_gpu_power_watts{gpu="0",node="%s"}' % node})
+        return r.json()["series"][0]["points"][-1][0]
+    # Rows of the GPUs themselves keep coming...
+    assert poll(lambda: gpu_newest() > (t_gone + 2.5) * 1e9, 20)
+    # ...but none of the process after it left (one round may have been under way).
+    r = c.get("/api/v1/gpu/metrics", {"from": "now-5m", "to": "now+1m", "step": "0",
+                                      "query": '{pid="%d",node="%s"}' % (sleeper.pid, node)})
+    newest = max(t for s in r.json()["series"] for t, _ in s["points"])
+    assert newest < (t_gone + 1.5) * 1e9, (newest, t_gone)
 
 
 def test_no_nvml_library(flamewatch, procs, tmp_path):

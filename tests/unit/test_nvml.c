@@ -9,6 +9,7 @@
  * collector. Also measures the CPU cost of one round.
  */
 #include <errno.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "common/batch.h"
@@ -26,7 +28,7 @@
 #include "gpu/poller.h"
 
 #define FAKE "build/fakes/libnvidia-ml.so.1"
-#define FAKE_NOSAMPLES "build/fakes/nosamples/libnvidia-ml.so.1"
+#define FAKE_OLD "build/fakes/olddriver/libnvidia-ml.so.1"
 
 static char _values[64];
 static char _comm[32];
@@ -108,6 +110,44 @@ static void _expect(const struct batch *b, const char *name, const char *gpu, do
 		fail_msg("%s gpu %s: %.17g, want %.17g", name, gpu, v, want);
 }
 
+/* The points of name on GPU gpu from index from on: some, each exactly want. */
+static void _expect_exact(const struct batch *b, uint32_t from, const char *name, const char *gpu,
+			 double want)
+{
+	int found = 0;
+
+	for (uint32_t i = from; i < b->nmetrics; i++) {
+		const struct batch_metric *m = &b->metrics[i];
+
+		if (strcmp(profile__string(b->dict, m->name), name) ||
+		    strcmp(batch__series_label(b, m->series, "gpu"), gpu))
+			continue;
+		found++;
+		if (m->value != want)
+			fail_msg("%s gpu %s: %.17g, want %.17g", name, gpu, m->value, want);
+	}
+	if (!found)
+		fail_msg("%s gpu %s: no point", name, gpu);
+}
+
+/* Lines of the fake's call log from line skip on that name function fn (all: NULL). */
+static int _calls(const char *log, int skip, const char *fn)
+{
+	char line[256];
+	int n = 0, k = 0;
+	FILE *f = fopen(log, "r");
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		if (k++ < skip)
+			continue;
+		if (!fn || (!strncmp(line, fn, strlen(fn)) && line[strlen(fn)] == ' '))
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
 static void test_every_metric(void **state)
 {
 	struct nvml *n = nvml__open(FAKE);
@@ -118,6 +158,8 @@ static void test_every_metric(void **state)
 
 	assert_non_null(n);
 	assert_int_equal(nvml__ngpus(n), 2);
+	/* Rounds 100 ms apart: utilisation from every driver sample. */
+	nvml__set_interval(n, 100000000ULL);
 	rc = nvml__collect(n, b, t0);
 	assert_true(rc > 0);
 	assert_int_equal((uint32_t)rc, b->nmetrics);
@@ -132,8 +174,8 @@ static void test_every_metric(void **state)
 	_expect(b, "flamewatch_gpu_power_watts", "1", 90.001);
 	_expect(b, "flamewatch_gpu_power_limit_watts", "0", 700);
 	_expect(b, "flamewatch_gpu_temperature_celsius", "0", 47);
-	_expect(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
-	_expect(b, "flamewatch_gpu_pcie_rx_bytes_per_second", "0", 2500 * 1024.0);
+	/* PCIe rates need two reads of the counters: none in the first round. */
+	assert_int_equal(_find(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 0, NULL, NULL), 0);
 	_expect(b, "flamewatch_gpu_throttle_reasons", "0", 5);
 	_expect(b, "flamewatch_gpu_energy_joules_total", "0", 987654.321);
 	/* First round: the newest sample only, at the driver's time. */
@@ -151,8 +193,10 @@ static void test_every_metric(void **state)
 	assert_true(nvml__available(n, 1, NVML_M_POWER));
 
 	/* Per process: by pid, with comm; memory once although in both lists. */
-	assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "0", getpid(), &v, NULL), 1);
+	assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "0", getpid(), &v, &ts), 1);
 	assert_true(v == 55);
+	/* At the driver's sample time (the fake's 500 ms grid), not the round's. */
+	assert_true(ts <= t0 && ts > t0 - 1000000000LL && ts % 500000000LL == 0);
 	assert_int_equal(_find(b, "flamewatch_gpu_process_memory_utilization_percent", "0", getpid(), &v, NULL), 1);
 	assert_true(v == 11);
 	assert_int_equal(_find(b, "flamewatch_gpu_process_memory_used_bytes", "0", getpid(), &v, NULL), 1);
@@ -178,8 +222,14 @@ static void test_every_metric(void **state)
 		int nu = 0;
 
 		nanosleep(&d, NULL);
-		rc = nvml__collect(n, b, _now());
-		assert_true(rc > 0);
+		/* At 100 ms, samples are asked once a second: the tenth round. */
+		for (int k = 0; k < 10; k++) {
+			rc = nvml__collect(n, b, _now());
+			assert_true(rc > 0);
+			if (k < 9)
+				assert_int_equal(_find(b, "flamewatch_gpu_utilization_percent", "0", 0,
+						       NULL, NULL), 1);
+		}
 		for (uint32_t i = before; i < b->nmetrics; i++) {
 			const struct batch_metric *m = &b->metrics[i];
 
@@ -191,6 +241,12 @@ static void test_every_metric(void **state)
 			nu++;
 		}
 		assert_true(nu >= 3 && nu <= 4);
+		/* The counters' rate over the 0.35 s between the rounds. */
+		_expect_exact(b, before, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
+		_expect_exact(b, before, "flamewatch_gpu_pcie_rx_bytes_per_second", "0", 2500 * 1024.0);
+		/* Values that hardly change: from the first round's answer, every round. */
+		_expect_exact(b, before, "flamewatch_gpu_sm_clock_max_hertz", "0", 1980e6);
+		_expect_exact(b, before, "flamewatch_gpu_power_limit_watts", "0", 700);
 	}
 	batch__free(b);
 	nvml__close(n);
@@ -198,11 +254,19 @@ static void test_every_metric(void **state)
 
 static void test_fallback_without_samples(void **state)
 {
-	struct nvml *n = nvml__open(FAKE_NOSAMPLES);
+	char log[64] = "/tmp/fw-nvml-calls-XXXXXX";
 	struct batch *b = batch__new(1);
 	int64_t t0 = _now(), ts = 0;
+	int fd = mkstemp(log);
+	struct nvml *n;
 
+	assert_true(fd >= 0);
+	close(fd);
+	setenv("FAKE_NVML_CALLS", log, 1);
+	n = nvml__open(FAKE_OLD);
+	unsetenv("FAKE_NVML_CALLS");
 	assert_non_null(n);
+	nvml__set_interval(n, 100000000ULL);
 	assert_true(nvml__collect(n, b, t0) > 0);
 	_expect(b, "flamewatch_gpu_utilization_percent", "0", 61);
 	_expect(b, "flamewatch_gpu_memory_utilization_percent", "0", 23);
@@ -210,8 +274,25 @@ static void test_fallback_without_samples(void **state)
 	assert_true(ts == t0);
 	/* nvmlDeviceGetMemoryInfo (v1): used includes the reserved 512 MiB. */
 	_expect(b, "flamewatch_gpu_memory_used_bytes", "0", 5368709120.0 + (512 << 20));
+	/* No field values: PCIe from nvmlDeviceGetPcieThroughput (KB/s), energy from its own query. */
+	_expect(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
+	_expect(b, "flamewatch_gpu_pcie_rx_bytes_per_second", "0", 2500 * 1024.0);
+	_expect(b, "flamewatch_gpu_energy_joules_total", "0", 987654.321);
+	assert_int_equal(_calls(log, 0, "nvmlDeviceGetTotalEnergyConsumption"), 2);
+
+	/*
+	 * The energy counter (2.4 ms of CPU a read on an H200) is read again
+	 * only 10 s on, its last reading exported every round meanwhile.
+	 */
+	for (int i = 1; i <= 9; i++)
+		assert_true(nvml__collect(n, b, t0 + i * 1000000000LL) > 0);
+	assert_int_equal(_calls(log, 0, "nvmlDeviceGetTotalEnergyConsumption"), 2);
+	assert_int_equal(_find(b, "flamewatch_gpu_energy_joules_total", "0", 0, NULL, NULL), 10);
+	assert_true(nvml__collect(n, b, t0 + 10000000000LL) > 0);
+	assert_int_equal(_calls(log, 0, "nvmlDeviceGetTotalEnergyConsumption"), 4);
 	batch__free(b);
 	nvml__close(n);
+	unlink(log);
 }
 
 static void test_no_library(void **state)
@@ -221,6 +302,200 @@ static void test_no_library(void **state)
 	assert_int_equal(errno, ENOENT);
 	assert_int_equal(nvml__ngpus(NULL), 0);
 	assert_int_equal(nvml__collect(NULL, NULL, 0), -EINVAL);
+}
+
+/*
+ * What a round asks NVML at the default 1 s interval: every query once,
+ * the PCIe and energy counters in one nvmlDeviceGetFieldValues, none of
+ * the expensive ones (GetSamples, GetMaxClockInfo, GetPcieThroughput,
+ * GetTotalEnergyConsumption); the values that hardly change again only a
+ * minute later.
+ */
+static void test_calls_per_round(void **state)
+{
+	char log[64] = "/tmp/fw-nvml-calls-XXXXXX";
+	struct batch *b = batch__new(1);
+	struct nvml_stats st;
+	struct nvml *n;
+	int64_t t0 = _now();
+	int fd = mkstemp(log), at_open, after1, after5;
+
+	assert_true(fd >= 0);
+	close(fd);
+	setenv("FAKE_NVML_CALLS", log, 1);
+	n = nvml__open(FAKE);
+	unsetenv("FAKE_NVML_CALLS");
+	assert_non_null(n);
+	at_open = _calls(log, 0, NULL);
+	assert_true(nvml__collect(n, b, t0) > 0);
+	after1 = _calls(log, 0, NULL);
+	assert_int_equal(_calls(log, at_open, "nvmlDeviceGetMaxClockInfo"), 4);
+	assert_int_equal(_calls(log, at_open, "nvmlDeviceGetEnforcedPowerLimit"), 2);
+	for (int i = 1; i <= 4; i++)
+		assert_true(nvml__collect(n, b, t0 + i * 1000000000LL) > 0);
+	after5 = _calls(log, 0, NULL);
+
+	/* Rounds 2-5, two GPUs: 11 queries per GPU per round. */
+	assert_int_equal(after5 - after1, 4 * 2 * 11);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetFieldValues"), 8);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetUtilizationRates"), 8);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetProcessUtilization"), 8);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetComputeRunningProcesses_v3"), 8);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetClockInfo"), 16);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetSamples"), 0);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetMaxClockInfo"), 0);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetEnforcedPowerLimit"), 0);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetTemperatureThreshold"), 0);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetPcieThroughput"), 0);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetTotalEnergyConsumption"), 0);
+	/* Still exported every round, from the first answer. */
+	assert_int_equal(_find(b, "flamewatch_gpu_sm_clock_max_hertz", "1", 0, NULL, NULL), 5);
+	nvml__stats(n, &st);
+	assert_int_equal(st.calls, (uint64_t)(after5 - at_open));
+
+	/* A minute on: asked again (a power limit can be changed). */
+	assert_true(nvml__collect(n, b, t0 + 61000000000LL) > 0);
+	assert_int_equal(_calls(log, after5, "nvmlDeviceGetMaxClockInfo"), 4);
+	assert_int_equal(_calls(log, after5, "nvmlDeviceGetEnforcedPowerLimit"), 2);
+	batch__free(b);
+	nvml__close(n);
+	unlink(log);
+}
+
+/*
+ * Per-process rows as the H200's driver gives them: a process that starts
+ * after the collector, one utilisation sample per driver period at the
+ * driver's time, NOT_FOUND between samples. Each sample is exported once,
+ * under the process's own pid and comm, and the rows stop when it leaves.
+ */
+static void test_process_joins_later(void **state)
+{
+	char vals[64] = "/tmp/fw-nvml-procs-XXXXXX";
+	struct timespec d = { 0, 150000000 };
+	struct batch *b = batch__new(1);
+	int fd = mkstemp(vals), nu = 0, nm = 0;
+	struct nvml *n;
+	int64_t last = 0;
+	pid_t child;
+	FILE *f;
+
+	assert_true(fd >= 0);
+	assert_true(write(fd, "gpu0.util 5\n", 12) == 12);
+	close(fd);
+	child = fork();
+	assert_true(child >= 0);
+	if (!child) {
+		alarm(30);	/* gone even if the test fails before it kills us */
+		pause();
+		_exit(0);
+	}
+	setenv("FAKE_NVML_VALUES", vals, 1);
+	setenv("FAKE_NVML_RELOAD", "1", 1);
+	setenv("FAKE_NVML_PROC_PERIOD_MS", "200", 1);
+	n = nvml__open(FAKE);
+	setenv("FAKE_NVML_VALUES", _values, 1);
+	unsetenv("FAKE_NVML_RELOAD");
+	unsetenv("FAKE_NVML_PROC_PERIOD_MS");
+	assert_non_null(n);
+
+	for (int i = 0; i < 2; i++) {
+		assert_true(nvml__collect(n, b, _now()) > 0);
+		nanosleep(&d, NULL);
+	}
+	assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "0", child, NULL, NULL), 0);
+
+	f = fopen(vals, "a");
+	fprintf(f, "proc 0 %d 40 4 1048576\n", (int)child);
+	fclose(f);
+	batch__reset(b);
+	for (int i = 0; i < 10; i++) {
+		assert_true(nvml__collect(n, b, _now()) > 0);
+		nanosleep(&d, NULL);
+	}
+	for (uint32_t i = 0; i < b->nmetrics; i++) {
+		const struct batch_metric *m = &b->metrics[i];
+		const char *name = profile__string(b->dict, m->name);
+		const char *p = batch__series_label(b, m->series, "pid");
+		char want[16];
+
+		snprintf(want, sizeof(want), "%d", (int)child);
+		if (!p)
+			continue;
+		assert_string_equal(p, want);
+		assert_string_equal(batch__series_label(b, m->series, "comm"), _comm);
+		if (!strcmp(name, "flamewatch_gpu_process_utilization_percent")) {
+			assert_true(m->value == 40);
+			assert_true(m->ts_ns > last);		/* never the same sample twice */
+			assert_true(m->ts_ns % 200000000LL == 0);
+			last = m->ts_ns;
+			nu++;
+		} else if (!strcmp(name, "flamewatch_gpu_process_memory_used_bytes")) {
+			assert_true(m->value == 1048576);
+			nm++;
+		}
+	}
+	/* 1.5 s of rounds: one sample per 200 ms (under load, a few more or fewer). */
+	if (nu < 5 || nu > 10)
+		fail_msg("%d utilisation samples of the process in 1.5 s at 200 ms", nu);
+	assert_int_equal(nm, 10);
+
+	f = fopen(vals, "w");
+	fclose(f);
+	batch__reset(b);
+	nanosleep(&d, NULL);
+	assert_true(nvml__collect(n, b, _now()) > 0);
+	assert_int_equal(_find(b, "flamewatch_gpu_process_memory_used_bytes", "0", child, NULL, NULL), 0);
+	assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "0", child, NULL, NULL), 0);
+
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	batch__free(b);
+	nvml__close(n);
+	unlink(vals);
+}
+
+/*
+ * A driver with nvmlDeviceGetFieldValues but without the PCIe counter
+ * fields: PCIe from nvmlDeviceGetPcieThroughput from the first round on
+ * (said once), energy still from its field, the PCIe fields not asked again.
+ */
+static void test_field_fallback(void **state)
+{
+	char log[64] = "/tmp/fw-nvml-calls-XXXXXX";
+	struct batch *b = batch__new(1);
+	int fd = mkstemp(log), after1;
+	int64_t t0 = _now();
+	struct nvml *n;
+
+	assert_true(fd >= 0);
+	close(fd);
+	setenv("FAKE_NVML_NO_FIELDS", "197,198", 1);
+	setenv("FAKE_NVML_CALLS", log, 1);
+	n = nvml__open(FAKE);
+	unsetenv("FAKE_NVML_NO_FIELDS");
+	unsetenv("FAKE_NVML_CALLS");
+	assert_non_null(n);
+	assert_true(nvml__collect(n, b, t0) > 0);
+	_expect(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
+	_expect(b, "flamewatch_gpu_pcie_rx_bytes_per_second", "1", 201 * 1024.0);
+	_expect(b, "flamewatch_gpu_energy_joules_total", "0", 987654.321);
+	after1 = _calls(log, 0, NULL);
+	batch__reset(b);
+	assert_true(nvml__collect(n, b, t0 + 1000000000LL) > 0);
+	_expect(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
+	_expect(b, "flamewatch_gpu_energy_joules_total", "1", 123456.79);
+	/* Per GPU two throughput queries; no field is due (energy: every 10 s). */
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetFieldValues"), 0);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetPcieThroughput"), 4);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetTotalEnergyConsumption"), 0);
+	/* 10 s on: the energy field, alone in the call. */
+	assert_true(nvml__collect(n, b, t0 + 10000000000LL) > 0);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetFieldValues"), 2);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetTotalEnergyConsumption"), 0);
+	assert_true(nvml__available(n, 0, NVML_M_PCIE_TX));
+	batch__free(b);
+	nvml__close(n);
+	unlink(log);
 }
 
 /* Target: < 1 ms of CPU per GPU per round (real NVML calls cost more than the fake's). */
@@ -294,6 +569,9 @@ int main(void)
 		cmocka_unit_test(test_every_metric),
 		cmocka_unit_test(test_fallback_without_samples),
 		cmocka_unit_test(test_no_library),
+		cmocka_unit_test(test_field_fallback),
+		cmocka_unit_test(test_calls_per_round),
+		cmocka_unit_test(test_process_joins_later),
 		cmocka_unit_test(test_round_cost),
 		cmocka_unit_test(test_poller),
 	};
