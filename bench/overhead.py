@@ -15,6 +15,10 @@ tools the run time of their BPF programs (kernel.bpf_stats_enabled; it is
 charged to the sampled tasks, not to the tool, so it is listed apart and
 added in the "total" column). "busy" runs one CPU-bound cpu_split per CPU.
 Writes the table as markdown to --out (default: stdout only).
+
+FLAMEWATCH=PATH measures another binary; FLAMEWATCH_BASE=PATH adds a
+second agent, that binary, to the same run (its own node name, the same
+server): a before/after comparison under the same load.
 """
 
 import argparse
@@ -29,7 +33,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-FW = REPO / "build" / "flamewatch"
+FW = Path(os.environ.get("FLAMEWATCH", REPO / "build" / "flamewatch"))
+FW_BASE = os.environ.get("FLAMEWATCH_BASE")
 LOAD = REPO / "build" / "workloads" / "cpu_split"
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -93,17 +98,21 @@ def measure(load, hz, seconds, warmup, tmp):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1)
     tools = {
-        "flamewatch agent": [FW, "agent", "--server", f"http://127.0.0.1:{port}", "-F", str(hz)],
+        "flamewatch agent": [FW, "agent", "--server", f"http://127.0.0.1:{port}", "-F", str(hz),
+                             "--node", "bench"],
         "perf record -g": ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(hz), "-a", "-g",
                            "-o", str(tmp / f"perf-{load}-{hz}.data")],
         "bpftrace": ["bpftrace", "-e", f"profile:hz:{hz} {{ @[kstack, ustack, comm] = count(); }}"],
     }
+    if FW_BASE:
+        tools["flamewatch agent (base)"] = [FW_BASE, "agent", "--server", f"http://127.0.0.1:{port}",
+                                            "-F", str(hz), "--node", "bench-base"]
     procs = {}
     for name, argv in tools.items():
         if not shutil.which(str(argv[0])):
             continue
         procs[name] = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL,
-                                       stderr=open(tmp / f"{name.split()[0]}-{load}-{hz}.log", "w"))
+                                       stderr=open(tmp / f"{name.replace(' ', '_')}-{load}-{hz}.log", "w"))
     # Start-up (BPF load, BTF parsing, bpftrace's compile, the agent's unwind
     # tables and first symbolization) is reported on its own; the measured
     # window is the steady state that follows.
