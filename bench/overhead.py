@@ -10,11 +10,15 @@ seconds, sampling the whole host at that rate with stacks:
   - `perf record -e cpu-clock -F HZ -a -g`;
   - `bpftrace -e 'profile:hz:HZ { @[kstack, ustack, comm] = count(); }'`.
 and prints, per tool, CPU seconds (user + system of the tool's processes,
-from /proc/PID/stat), % of one core, peak RSS (VmHWM), and for the two BPF
-tools the run time of their BPF programs (kernel.bpf_stats_enabled; it is
-charged to the sampled tasks, not to the tool, so it is listed apart and
-added in the "total" column). "busy" runs one CPU-bound cpu_split per CPU.
+from /proc/PID/stat), % of one core, peak RSS (VmHWM), the RSS at the end
+of the window (VmRSS), and for the BPF tools the run time of their BPF
+programs (kernel.bpf_stats_enabled; it is charged to the sampled tasks,
+not to the tool, so it is listed apart and added in the "total" column). "busy" runs one CPU-bound cpu_split per CPU.
 Writes the table as markdown to --out (default: stdout only).
+
+FLAMEWATCH=PATH measures another binary; FLAMEWATCH_BASE=PATH adds a
+second agent, that binary, to the same run (its own node name, the same
+server): a before/after comparison under the same load.
 """
 
 import argparse
@@ -29,7 +33,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-FW = REPO / "build" / "flamewatch"
+FW = Path(os.environ.get("FLAMEWATCH", REPO / "build" / "flamewatch"))
+FW_BASE = os.environ.get("FLAMEWATCH_BASE")
 LOAD = REPO / "build" / "workloads" / "cpu_split"
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -49,14 +54,18 @@ def cpu_s(pid):
     return sum(int(x) for x in f[11:15]) / TICK
 
 
-def hwm_kib(pid):
+def status_kib(pid, field):
     try:
         for line in open(f"/proc/{pid}/status"):
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     except OSError:
         pass
     return None
+
+
+def hwm_kib(pid):
+    return status_kib(pid, "VmHWM")
 
 
 def bpf_ns(pid):
@@ -93,17 +102,21 @@ def measure(load, hz, seconds, warmup, tmp):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1)
     tools = {
-        "flamewatch agent": [FW, "agent", "--server", f"http://127.0.0.1:{port}", "-F", str(hz)],
+        "flamewatch agent": [FW, "agent", "--server", f"http://127.0.0.1:{port}", "-F", str(hz),
+                             "--node", "bench"],
         "perf record -g": ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(hz), "-a", "-g",
                            "-o", str(tmp / f"perf-{load}-{hz}.data")],
         "bpftrace": ["bpftrace", "-e", f"profile:hz:{hz} {{ @[kstack, ustack, comm] = count(); }}"],
     }
+    if FW_BASE:
+        tools["flamewatch agent (base)"] = [FW_BASE, "agent", "--server", f"http://127.0.0.1:{port}",
+                                            "-F", str(hz), "--node", "bench-base"]
     procs = {}
     for name, argv in tools.items():
         if not shutil.which(str(argv[0])):
             continue
         procs[name] = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL,
-                                       stderr=open(tmp / f"{name.split()[0]}-{load}-{hz}.log", "w"))
+                                       stderr=open(tmp / f"{name.replace(' ', '_')}-{load}-{hz}.log", "w"))
     # Start-up (BPF load, BTF parsing, bpftrace's compile, the agent's unwind
     # tables and first symbolization) is reported on its own; the measured
     # window is the steady state that follows.
@@ -122,10 +135,10 @@ def measure(load, hz, seconds, warmup, tmp):
     wall = time.monotonic() - t0
     rows = []
     for n, p in procs.items():
-        c1, hwm = cpu_s(p.pid), hwm_kib(p.pid)
+        c1, hwm, rss = cpu_s(p.pid), hwm_kib(p.pid), status_kib(p.pid, "VmRSS")
         cpu = (c1 - c0[n]) if c1 is not None and c0[n] is not None else None
         bpf = (last_b[n] - b0[n]) / 1e9 if last_b.get(n) is not None and b0[n] is not None else None
-        rows.append((n, cpu, hwm, bpf, wall, c0[n]))
+        rows.append((n, cpu, hwm, rss, bpf, wall, c0[n]))
     for p in procs.values():
         p.send_signal(signal.SIGINT)
     for p in procs.values():
@@ -155,20 +168,22 @@ def main():
         sys.exit("overhead: run `make all workloads` first")
     old = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
     open("/proc/sys/kernel/bpf_stats_enabled", "w").write("1")
-    lines = ["| load | Hz | tool | start-up CPU s | CPU s | % of a core | BPF s | total % of a core | peak RSS MB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| load | Hz | tool | start-up CPU s | CPU s | % of a core | BPF s | total % of a core | peak RSS MB | RSS MB at the end |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     try:
         with tempfile.TemporaryDirectory(prefix="fw-overhead-") as d:
             for load in a.load.split(","):
                 for hz in (int(x) for x in a.hz.split(",")):
-                    for n, cpu, hwm, bpf, wall, c0 in measure(load, hz, a.seconds, a.warmup, Path(d)):
+                    for n, cpu, hwm, rss, bpf, wall, c0 in measure(load, hz, a.seconds, a.warmup,
+                                                                   Path(d)):
                         pct = 100 * cpu / wall if cpu is not None else None
                         tot = 100 * (cpu + (bpf or 0)) / wall if cpu is not None else None
                         fmt = lambda v, f: f.format(v) if v is not None else "-"
                         lines.append(f"| {load} | {hz} | {n} | {fmt(c0, '{:.2f}')} | {fmt(cpu, '{:.2f}')} | "
                                      f"{fmt(pct, '{:.3f}')} | "
                                      f"{fmt(bpf, '{:.3f}')} | {fmt(tot, '{:.3f}')} | "
-                                     f"{fmt(hwm / 1024 if hwm else None, '{:.1f}')} |")
+                                     f"{fmt(hwm / 1024 if hwm else None, '{:.1f}')} | "
+                                     f"{fmt(rss / 1024 if rss else None, '{:.1f}')} |")
                         print(lines[-1], flush=True)
     finally:
         open("/proc/sys/kernel/bpf_stats_enabled", "w").write(old)

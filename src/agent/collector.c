@@ -28,7 +28,12 @@ struct collector {
 	struct java_perfmap *java;	/* NULL unless asked for */
 	struct cuda_tracker *cuda;	/* timed mode only: GPU time needs a batch */
 	uint64_t add_errors;
+	uint64_t next_sweep_ns;		/* CLOCK_MONOTONIC */
+	uint64_t swept;			/* processes forgotten by the sweep */
 };
+
+/* How often known processes are checked for being gone (proc_table__sweep). */
+#define SWEEP_INTERVAL_NS (5 * 1000000000ULL)
 
 static void _on_cuda_launch(void *ctx, const struct fw_cuda_launch *l)
 {
@@ -105,6 +110,25 @@ static void _on_sample(void *ctx, const struct fw_sample *s)
 	unwinder__note_sample(c->unwinder, s->pid, s->flags);
 }
 
+/* What every per-process table but the proc_table holds about pid: gone. */
+static void _forget(struct collector *c, pid_t pid)
+{
+	python__forget(c->py, pid);
+	ruby__forget(c->rb, pid);
+	java_perfmap__forget(c->java, pid);
+	if (c->cuda)
+		cuda_tracker__exit(c->cuda, pid);
+	unwinder__remove_pid(c->unwinder, pid);
+}
+
+static void _swept(void *ctx, pid_t pid)
+{
+	struct collector *c = ctx;
+
+	_forget(c, pid);
+	c->swept++;
+}
+
 static void _on_proc(void *ctx, const struct fw_proc_event *e)
 {
 	struct collector *c = ctx;
@@ -121,13 +145,8 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 			unwinder__queue(c->unwinder, e->pid);
 		break;
 	case FW_EVENT_EXIT:
-		python__forget(c->py, e->pid);
-		ruby__forget(c->rb, e->pid);
-		java_perfmap__forget(c->java, e->pid);
-		if (c->cuda)
-			cuda_tracker__exit(c->cuda, e->pid);
+		_forget(c, e->pid);
 		proc_table__exit(c->procs, e->pid);
-		unwinder__remove_pid(c->unwinder, e->pid);
 		if (c->opts.follow_only) {
 			sampler__unfollow(c->sampler, e->pid);
 			if (c->opts.on_followed_exit)
@@ -286,6 +305,17 @@ void collector__tick(struct collector *c)
 	if (c->cuda)
 		cuda_tracker__tick(c->cuda);
 	cpu_profile__symbolize_jit(c->cp);
+	{
+		struct timespec now;
+		uint64_t ns;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		ns = (uint64_t)now.tv_sec * 1000000000ULL + now.tv_nsec;
+		if (ns >= c->next_sweep_ns) {
+			c->next_sweep_ns = ns + SWEEP_INTERVAL_NS;
+			proc_table__sweep(c->procs, _swept, c);
+		}
+	}
 }
 
 struct batch *collector__take_batch(struct collector *c)
@@ -328,6 +358,8 @@ void collector__report(struct collector *c)
 	}
 	if (c->add_errors)
 		pr_warn("%llu samples dropped: out of memory\n", (unsigned long long)c->add_errors);
+	pr_debug("processes: %u known, %llu forgotten by the sweep\n",
+		 proc_table__nprocs(c->procs), (unsigned long long)c->swept);
 	if (c->py) {
 		struct python_stats ps;
 

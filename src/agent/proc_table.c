@@ -373,6 +373,37 @@ void proc_table__next_round(struct proc_table *t)
 	t->round++;
 }
 
+unsigned int proc_table__sweep(struct proc_table *t, void (*gone)(void *ctx, pid_t pid),
+			       void *ctx)
+{
+	char path[PATH_MAX];
+	unsigned int n = 0;
+	struct stat st;
+
+	for (int i = 0; i < PROC_BUCKETS; i++) {
+		struct proc **pp = &t->procs[i];
+
+		while (*pp) {
+			struct proc *p = *pp;
+
+			snprintf(path, sizeof(path), "%s/%d", t->proc_root, p->pid);
+			if (stat(path, &st) == 0 || errno != ENOENT) {
+				pp = &p->next;
+				continue;
+			}
+			if (gone)
+				gone(ctx, p->pid);
+			*pp = p->next;
+			free(p->maps);
+			_info_free(p->info);
+			free(p);
+			t->nprocs--;
+			n++;
+		}
+	}
+	return n;
+}
+
 /* Reads a small /proc file into buf, NUL-terminated, newline cut. Returns its length or -1. */
 static ssize_t _read_small(const char *path, char *buf, size_t len)
 {

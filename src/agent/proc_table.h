@@ -62,6 +62,21 @@ void proc_table__exit(struct proc_table *t, pid_t pid);
  */
 void proc_table__next_round(struct proc_table *t);
 
+/*
+ * Forgets every process whose procfs directory is gone, calling gone(ctx,
+ * pid) first for each (may be NULL; it must not call back into the table),
+ * and returns how many it forgot. Zombies still have theirs.
+ *
+ * Exit events alone do not keep the table bounded: a process's CPU strips
+ * and its last samples (taken in the kernel's exit path, after the exit
+ * tracepoint) are handled after its exit event and look it up again, and
+ * an exit event lost to a full ring buffer never comes. Each of those
+ * would leave an entry behind for good: under churn, hundreds of bytes per
+ * process. One stat() per known process; call it every few seconds.
+ */
+unsigned int proc_table__sweep(struct proc_table *t, void (*gone)(void *ctx, pid_t pid),
+			       void *ctx);
+
 struct cgroup_k8s;
 
 /* What labels a process's samples: read once per process image from /proc. */

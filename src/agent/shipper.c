@@ -20,6 +20,16 @@
 #define BACKOFF_MIN_MS 1000
 #define BACKOFF_MAX_MS 60000
 #define REQUEST_TIMEOUT_S 30
+/*
+ * The session dictionary grows with every process that is sampled (its
+ * series: pid, comm, exe) and every new stack; past this cap the next
+ * batch starts a new session and re-sends only what it refers to. The
+ * agent's whole memory budget is 8 MiB, so the wire format's default cap
+ * (the same 8 MiB) would let process churn alone use all of it; 2 MiB is
+ * about 7,000 new processes (~300 bytes each), and a reset costs one
+ * batch carrying the strings, frames and stacks still in use.
+ */
+#define SHIPPER_DICT_MAX_BYTES (2u << 20)
 
 struct queued {
 	struct batch *b;
@@ -279,6 +289,8 @@ struct shipper *shipper__new(struct event_base *base, const struct shipper_opts 
 	if (o->token && asprintf(&s->auth, "Bearer %s", o->token) < 0)
 		s->auth = NULL;
 	s->enc = wire_encoder__new(_random_u64());
+	if (s->enc)
+		wire_encoder__set_max_bytes(s->enc, SHIPPER_DICT_MAX_BYTES);
 	s->conn = evhttp_connection_base_new(base, NULL, host, port);
 	s->retry = evtimer_new(base, _on_retry, s);
 	if (!s->host_header || !s->node || (o->token && !s->auth) || !s->enc || !s->conn ||

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zstd.h>
+
 #include "common/hex.h"
 #include "common/log.h"
 #include "demangle.h"
@@ -353,23 +355,169 @@ out:
 	return err;
 }
 
-struct ksym_entry {
+/* The kernel's KSYM_NAME_LEN - 1: longer names cannot be in kallsyms. */
+#define KSYM_NAME_MAX 511
+
+/* One symbol while loading; names are in a blob until they are compressed. */
+struct kload {
 	uint64_t addr;
-	uint32_t name;		/* offset in the names blob */
+	uint32_t name;		/* offset in the blob */
+	uint32_t rank;		/* _rank(); UINT32_MAX: end of text */
+	uint32_t line;		/* file order: among equal ranks the first wins */
 };
 
-static int _entry_cmp(const void *a, const void *b)
-{
-	uint64_t x = ((const struct ksym_entry *)a)->addr, y = ((const struct ksym_entry *)b)->addr;
+struct kallsyms_cached {
+	uint32_t key;		/* entry index + 1; 0: empty slot */
+	char *name;
+};
 
-	return x < y ? -1 : x > y;
+static int _kload_cmp(const void *a, const void *b)
+{
+	const struct kload *x = a, *y = b;
+
+	if (x->addr != y->addr)
+		return x->addr < y->addr ? -1 : 1;
+	if (x->rank != y->rank)
+		return x->rank < y->rank ? -1 : 1;
+	return x->line < y->line ? -1 : x->line > y->line;
+}
+
+/* Appends a name, in its displayed form, to the blob. Returns its offset or -ENOMEM. */
+static int64_t _blob_add(char **blob, size_t *len, size_t *cap, const struct kline *k)
+{
+	char *dem = NULL, *nb;
+	const char *name = NULL;
+	size_t need, at = *len;
+	int name_len = k->name_len;
+
+	if (_is_text_end(k)) {
+		name = "";
+		name_len = 0;
+	} else if (k->name_len > 2 && k->name[0] == '_' && (k->name[1] == 'R' || k->name[1] == 'Z')) {
+		/* Rust kernel code: demangled, as the resolver does. */
+		char raw[KSYM_NAME_MAX + 1];
+
+		if (k->name_len <= KSYM_NAME_MAX) {
+			memcpy(raw, k->name, k->name_len);
+			raw[k->name_len] = '\0';
+			dem = demangle(raw);
+		}
+		if (dem) {
+			name = dem;
+			name_len = (int)strlen(dem);
+		}
+	}
+	if (!name)
+		name = k->name;
+	need = (size_t)name_len + (k->mod_len && name_len ? (size_t)k->mod_len + 3 : 0) + 1;
+	if (at + need > *cap) {
+		size_t c2 = *cap ? *cap * 2 : 1 << 18;
+
+		while (c2 < at + need)
+			c2 *= 2;
+		nb = realloc(*blob, c2);
+		if (!nb) {
+			free(dem);
+			return -ENOMEM;
+		}
+		*blob = nb;
+		*cap = c2;
+	}
+	memcpy(*blob + at, name, name_len);
+	*len = at + name_len;
+	if (k->mod_len && name_len)
+		*len += sprintf(*blob + *len, " [%.*s]", k->mod_len, k->mod);
+	(*blob)[(*len)++] = '\0';
+	free(dem);
+	return (int64_t)at;
+}
+
+/*
+ * Compresses the names of entries [0, n) (kept: v[i].name in blob) in
+ * blocks of KALLSYMS_BLOCK_NAMES, in entry order.
+ */
+static int _compress_names(struct kallsyms_table *t, const struct kload *v, const char *blob)
+{
+	size_t zcap = 0, zlen = 0, rcap = 0;
+	char *raw = NULL;
+	ZSTD_CCtx *cctx;
+	int err = 0;
+
+	t->nblocks = (t->n + KALLSYMS_BLOCK_NAMES - 1) / KALLSYMS_BLOCK_NAMES;
+	t->zoff = calloc(t->nblocks + 1, sizeof(*t->zoff));
+	cctx = ZSTD_createCCtx();
+	if (!t->zoff || !cctx) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t b = 0; b < t->nblocks; b++) {
+		size_t lo = b * KALLSYMS_BLOCK_NAMES, hi = lo + KALLSYMS_BLOCK_NAMES, len = 0, bound, zn;
+
+		if (hi > t->n)
+			hi = t->n;
+		for (size_t i = lo; i < hi; i++) {
+			size_t l = strlen(blob + v[i].name) + 1;
+
+			if (len + l > rcap) {
+				size_t c2 = rcap ? rcap * 2 : 8192;
+				char *nr;
+
+				while (c2 < len + l)
+					c2 *= 2;
+				nr = realloc(raw, c2);
+				if (!nr) {
+					err = -ENOMEM;
+					goto out;
+				}
+				raw = nr;
+				rcap = c2;
+			}
+			memcpy(raw + len, blob + v[i].name, l);
+			len += l;
+		}
+		bound = ZSTD_compressBound(len);
+		if (zlen + bound > zcap) {
+			size_t c2 = zcap ? zcap * 2 : 1 << 16;
+			uint8_t *nz;
+
+			while (c2 < zlen + bound)
+				c2 *= 2;
+			nz = realloc(t->z, c2);
+			if (!nz) {
+				err = -ENOMEM;
+				goto out;
+			}
+			t->z = nz;
+			zcap = c2;
+		}
+		zn = ZSTD_compressCCtx(cctx, t->z + zlen, bound, raw, len, 3);
+		if (ZSTD_isError(zn) || zlen + zn > UINT32_MAX) {
+			pr_debug("kallsyms: cannot compress names: %s\n", ZSTD_getErrorName(zn));
+			err = -EINVAL;
+			goto out;
+		}
+		t->zoff[b] = (uint32_t)zlen;
+		zlen += zn;
+	}
+	t->zoff[t->nblocks] = (uint32_t)zlen;
+	if (zlen && zlen < zcap) {
+		uint8_t *nz = realloc(t->z, zlen);
+
+		if (nz)
+			t->z = nz;
+	}
+out:
+	ZSTD_freeCCtx(cctx);
+	free(raw);
+	return err;
 }
 
 int kallsyms__load(const char *path, struct kallsyms_table *t)
 {
-	struct ksym_entry *v = NULL;
-	size_t nv = 0, cap = 0, line_cap = 0, nlen = 0, ncap = 0;
-	char *line = NULL, *names = NULL;
+	struct kload *v = NULL;
+	size_t nv = 0, cap = 0, line_cap = 0, blen = 0, bcap = 0, out = 0, first = 0;
+	char *line = NULL, *blob = NULL;
+	uint32_t lineno = 0;
 	struct kline k;
 	FILE *fp;
 	int err = 0;
@@ -379,14 +527,14 @@ int kallsyms__load(const char *path, struct kallsyms_table *t)
 	if (!fp)
 		return -errno;
 	while (getline(&line, &line_cap, fp) > 0) {
-		size_t need;
+		int64_t at;
 
+		lineno++;
 		if (!_parse_line(line, &k) || !k.addr || !(_is_text(k.type) || _is_text_end(&k)))
 			continue;
-		need = (size_t)k.name_len + (k.mod_len ? (size_t)k.mod_len + 3 : 0) + 1;
 		if (nv == cap) {
 			size_t c2 = cap ? cap * 2 : 8192;
-			struct ksym_entry *vv = realloc(v, c2 * sizeof(*v));
+			struct kload *vv = realloc(v, c2 * sizeof(*v));
 
 			if (!vv) {
 				err = -ENOMEM;
@@ -395,101 +543,198 @@ int kallsyms__load(const char *path, struct kallsyms_table *t)
 			v = vv;
 			cap = c2;
 		}
-		if (nlen + need > ncap) {
-			size_t n2 = ncap ? ncap * 2 : 1 << 18;
-			char *nn;
-
-			while (n2 < nlen + need)
-				n2 *= 2;
-			nn = realloc(names, n2);
-			if (!nn) {
-				err = -ENOMEM;
-				goto out;
-			}
-			names = nn;
-			ncap = n2;
+		at = _blob_add(&blob, &blen, &bcap, &k);
+		if (at < 0) {
+			err = (int)at;
+			goto out;
 		}
-		v[nv].addr = k.addr;
-		v[nv].name = nlen;
-		/* The end of text is an entry with an empty name: nothing resolves past it. */
-		if (_is_text_end(&k)) {
-			names[nlen++] = '\0';
-		} else {
-			memcpy(names + nlen, k.name, k.name_len);
-			nlen += k.name_len;
-			if (k.mod_len)
-				nlen += sprintf(names + nlen, " [%.*s]", k.mod_len, k.mod);
-			names[nlen++] = '\0';
-		}
-		nv++;
-		/* Rust kernel code: demangled, as the resolver does. */
-		if (k.name_len > 2 && k.name[0] == '_' && (k.name[1] == 'R' || k.name[1] == 'Z')) {
-			char *dem = demangle(names + v[nv - 1].name);
-			size_t dl = dem ? strlen(dem) + 1 : 0;
-
-			/* The raw name is the last thing in the blob: replace it in place. */
-			if (dem && v[nv - 1].name + dl <= ncap) {
-				memcpy(names + v[nv - 1].name, dem, dl);
-				nlen = v[nv - 1].name + dl;
-			}
-			free(dem);
+		v[nv++] = (struct kload){
+			.addr = k.addr,
+			.name = (uint32_t)at,
+			.rank = _is_text_end(&k) ? UINT32_MAX : _rank(&k),
+			.line = lineno,
+		};
+		if (blen > UINT32_MAX) {
+			err = -E2BIG;
+			goto out;
 		}
 	}
 	if (ferror(fp))
 		err = -EIO;
-out:
 	fclose(fp);
-	free(line);
+	fp = NULL;
 	if (err || !nv) {
-		free(v);
-		free(names);
-		return err ? err : -EPERM;
+		err = err ? err : -EPERM;
+		goto out;
 	}
-	qsort(v, nv, sizeof(*v), _entry_cmp);
-	/* Aliases at one address: keep the name with the fewest leading underscores. */
-	{
-		size_t out = 0;
+	qsort(v, nv, sizeof(*v), _kload_cmp);
+	/* Aliases: the best-ranked name at each address, the first in the file among equals. */
+	for (size_t i = 0; i < nv; i++) {
+		if (out && v[out - 1].addr == v[i].addr)
+			continue;
+		v[out++] = v[i];
+	}
+	nv = out;
+	/* Offsets are 32-bit: keep the top 4 GiB, where x86-64 puts all kernel text. */
+	while (v[nv - 1].addr - v[first].addr > UINT32_MAX)
+		first++;
+	if (first)
+		pr_debug("kallsyms: %zu symbols more than 4 GiB below the last one ignored\n", first);
+	t->base = v[first].addr;
+	t->n = nv - first;
+	t->off = malloc(t->n * sizeof(*t->off));
+	if (!t->off) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < t->n; i++) {
+		const struct kload *e = &v[first + i];
+		uint32_t *ne;
 
-		for (size_t i = 0; i < nv; i++) {
-			if (out && v[out - 1].addr == v[i].addr) {
-				const char *a = names + v[out - 1].name, *b = names + v[i].name;
-
-				if (a[0] && b[0] && strspn(b, "_") < strspn(a, "_"))
-					v[out - 1] = v[i];
-				continue;
-			}
-			v[out++] = v[i];
+		t->off[i] = (uint32_t)(e->addr - t->base);
+		if (e->rank != UINT32_MAX)
+			continue;
+		ne = realloc(t->ends, (t->nends + 1) * sizeof(*ne));
+		if (!ne) {
+			err = -ENOMEM;
+			goto out;
 		}
-		nv = out;
+		t->ends = ne;
+		t->ends[t->nends++] = t->off[i];
 	}
-	t->entries = v;
-	t->n = nv;
-	t->names = names;
+	err = _compress_names(t, v + first, blob);
+out:
+	if (fp)
+		fclose(fp);
+	free(line);
+	free(v);
+	free(blob);
+	if (err)
+		kallsyms__table_free(t);
+	return err;
+}
+
+static bool _is_end(const struct kallsyms_table *t, uint32_t off)
+{
+	for (size_t i = 0; i < t->nends; i++) {
+		if (t->ends[i] == off)
+			return true;
+	}
+	return false;
+}
+
+static struct kallsyms_cached *_cache_slot(const struct kallsyms_table *t, uint32_t key)
+{
+	size_t mask = t->cache_cap - 1, i = (key * 2654435761u) & mask;
+
+	while (t->cache[i].key && t->cache[i].key != key)
+		i = (i + 1) & mask;
+	return &t->cache[i];
+}
+
+static int _cache_grow(struct kallsyms_table *t)
+{
+	size_t cap = t->cache_cap ? t->cache_cap * 2 : 256;
+	struct kallsyms_cached *old = t->cache, *nc = calloc(cap, sizeof(*nc));
+	size_t old_cap = t->cache_cap;
+
+	if (!nc)
+		return -ENOMEM;
+	t->cache = nc;
+	t->cache_cap = cap;
+	for (size_t i = 0; i < old_cap; i++) {
+		if (old[i].key)
+			*_cache_slot(t, old[i].key) = old[i];
+	}
+	free(old);
 	return 0;
 }
 
-const char *kallsyms__lookup(const struct kallsyms_table *t, uint64_t addr, uint64_t *offset)
+/* Expands the name of entry i from its block. Returns an owned string or NULL. */
+static char *_expand(const struct kallsyms_table *t, size_t i)
 {
-	const struct ksym_entry *e = t->entries;
-	size_t lo = 0, hi = t->n;
+	size_t b = i / KALLSYMS_BLOCK_NAMES, skip = i % KALLSYMS_BLOCK_NAMES;
+	const uint8_t *z = t->z + t->zoff[b];
+	size_t zn = t->zoff[b + 1] - t->zoff[b];
+	unsigned long long len = ZSTD_getFrameContentSize(z, zn);
+	char *raw, *p, *end, *name = NULL;
+	size_t got;
 
+	if (len == ZSTD_CONTENTSIZE_ERROR || len == ZSTD_CONTENTSIZE_UNKNOWN || len > (1u << 24))
+		return NULL;
+	raw = malloc(len + 1);
+	if (!raw)
+		return NULL;
+	/* A context per call: misses are rare once the kernel's hot functions are named. */
+	got = ZSTD_decompress(raw, len, z, zn);
+	if (ZSTD_isError(got) || got != len)
+		goto out;
+	raw[len] = '\0';
+	for (p = raw, end = raw + len; skip && p < end; skip--)
+		p += strlen(p) + 1;
+	if (p < end)
+		name = strdup(p);
+out:
+	free(raw);
+	return name;
+}
+
+const char *kallsyms__lookup(struct kallsyms_table *t, uint64_t addr, uint64_t *offset)
+{
+	struct kallsyms_cached *c;
+	size_t lo = 0, hi = t->n;
+	uint64_t o;
+	char *name;
+
+	if (!t->n || addr < t->base || addr - t->base > UINT32_MAX)
+		return NULL;
+	o = addr - t->base;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
-		if (e[mid].addr <= addr)
+		if (t->off[mid] <= o)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	if (!lo || !t->names[e[lo - 1].name] || addr - e[lo - 1].addr >= KALLSYMS_MAX_OFFSET)
+	if (!lo || o - t->off[lo - 1] >= KALLSYMS_MAX_OFFSET || _is_end(t, t->off[lo - 1]))
 		return NULL;
-	*offset = addr - e[lo - 1].addr;
-	return t->names + e[lo - 1].name;
+	if ((t->cache_n + 1) * 2 > t->cache_cap && _cache_grow(t))
+		return NULL;
+	c = _cache_slot(t, (uint32_t)lo);
+	if (!c->key) {
+		name = _expand(t, lo - 1);
+		if (!name)
+			return NULL;
+		c->key = (uint32_t)lo;
+		c->name = name;
+		t->cache_n++;
+	}
+	*offset = o - t->off[lo - 1];
+	return c->name;
+}
+
+size_t kallsyms__memory(const struct kallsyms_table *t)
+{
+	size_t bytes = t->n * sizeof(*t->off) + (t->nblocks + 1) * sizeof(*t->zoff) +
+		       (t->nblocks ? t->zoff[t->nblocks] : 0) + t->nends * sizeof(*t->ends) +
+		       t->cache_cap * sizeof(*t->cache);
+
+	for (size_t i = 0; i < t->cache_cap; i++) {
+		if (t->cache[i].key)
+			bytes += strlen(t->cache[i].name) + 1;
+	}
+	return bytes;
 }
 
 void kallsyms__table_free(struct kallsyms_table *t)
 {
-	free(t->entries);
-	free(t->names);
+	for (size_t i = 0; i < t->cache_cap; i++)
+		free(t->cache[i].name);
+	free(t->cache);
+	free(t->off);
+	free(t->zoff);
+	free(t->z);
+	free(t->ends);
 	memset(t, 0, sizeof(*t));
 }

@@ -41,21 +41,47 @@ int kallsyms__resolve(const char *path, const uint64_t *addrs, size_t n,
 		      symbol_cb cb, void *ctx);
 
 /*
- * The kernel's text symbols held in memory (about 30 bytes a symbol): for a
- * long-running agent, which names kernel frames every few seconds, reading
- * /proc/kallsyms each time (the kernel formats every line) costs far more.
+ * The kernel's text symbols held in memory, for a long-running agent that
+ * names kernel frames every batch (reading /proc/kallsyms each time, the
+ * kernel formatting all ~120k lines, cost far more CPU than the rest).
+ *
+ * Compact, because it lives as long as the agent: the addresses as a
+ * sorted array of 32-bit offsets from the lowest one (all of x86-64's
+ * kernel text, modules and BPF programs lie in its top 2 GiB), and the
+ * names, in address order, zstd-compressed in blocks of
+ * KALLSYMS_BLOCK_NAMES; a lookup decompresses one block (a few KiB) and
+ * keeps the name it wanted, so only names of frames actually seen stay
+ * expanded. About 1 MiB for 120k symbols instead of ~6 MiB.
+ *
+ * Among aliases at one address the name with the fewest leading
+ * underscores wins, then a global one, as in kallsyms__resolve().
  */
-struct ksym_entry;
+#define KALLSYMS_BLOCK_NAMES 128
+
+struct kallsyms_cached;
 struct kallsyms_table {
-	struct ksym_entry *entries;
+	uint64_t base;		/* lowest address */
+	uint32_t *off;		/* n sorted offsets from base */
 	size_t n;
-	char *names;
+	uint32_t *zoff;		/* nblocks + 1 offsets of the compressed blocks in z */
+	uint8_t *z;
+	size_t nblocks;
+	uint32_t *ends;		/* sorted offsets of _etext/_einittext: nothing resolves there */
+	size_t nends;
+	struct kallsyms_cached *cache;	/* entry index + 1 -> expanded name; open addressing */
+	size_t cache_cap, cache_n;
 };
 
 /* Loads the table. Returns 0, -EPERM when the addresses are hidden, or -errno. */
 int kallsyms__load(const char *path, struct kallsyms_table *t);
-/* The name of the function holding addr (borrowed), or NULL; *offset from its start. */
-const char *kallsyms__lookup(const struct kallsyms_table *t, uint64_t addr, uint64_t *offset);
+/*
+ * The name of the function holding addr (borrowed until the table is
+ * freed), or NULL; *offset from its start. Not const: names are expanded
+ * and cached on first use.
+ */
+const char *kallsyms__lookup(struct kallsyms_table *t, uint64_t addr, uint64_t *offset);
+/* Bytes the table holds, expanded names included. */
+size_t kallsyms__memory(const struct kallsyms_table *t);
 void kallsyms__table_free(struct kallsyms_table *t);
 
 #endif

@@ -2,23 +2,20 @@
 /*
  * .eh_frame/.debug_frame → unwind_row tables.
  *
- * libdw interprets the CFI (dwarf_cfi_addrframe gives the rules that hold at
- * an address, and the pc range over which they hold); this file only lists
- * the FDEs, walks each FDE's rows through libdw and maps every row onto the
- * handful of rules the BPF unwinder implements. How libdw 0.188 spells the
- * rules was established by experiment on libc and -O2 programs:
+ * libdw splits the sections into CIEs and FDEs (dwarf_next_cfi); this file
+ * lists the FDEs, runs each FDE's CFA program once, from its start to its
+ * end, emitting a row whenever the location advances, and maps every row
+ * onto the handful of rules the BPF unwinder implements. Only three
+ * columns matter (the CFA, the return address and rbp), so the state is
+ * three rules, not a register file.
  *
- *   CFA = reg + off            dwarf_frame_cfa: one DW_OP_bregx(reg, off)
- *   CFA = expression           dwarf_frame_cfa: the expression's own ops
- *   reg same value             dwarf_frame_register: nops 0, ops NULL
- *                              (also what x86-64 callee-saved registers the
- *                              FDE never mentions get, from libdw's ABI CFI)
- *   reg undefined              nops 0, ops == ops_mem
- *   reg offset(N)              ops == ops_mem: DW_OP_call_frame_cfa,
- *                              DW_OP_plus_uconst N (N as two's complement;
- *                              the second op is absent when N is 0)
- *   reg expression(E)          ops points into libdw (not ops_mem):
- *                              DW_OP_call_frame_cfa, then E
+ * libdw's own interpreter (dwarf_cfi_addrframe) answers one address at a
+ * time: asked for every row, it re-ran each FDE's program from the start
+ * for each of its rows and cached every FDE it had seen, which made table
+ * building the agent's main CPU cost and, for a library with 100k FDEs,
+ * ~10 MiB of its peak memory. The rules below are the ones the libdw
+ * version accepted; tests/unit/test_unwind_table.c checks the tables
+ * against readelf's interpretation.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -48,8 +45,6 @@
 
 struct _source {
 	const char *what;	/* for log messages */
-	Dwarf_CFI *cfi;		/* owned, unless dwarf owns it */
-	Dwarf *dwarf;		/* owned; set for .debug_frame only */
 	Elf_Data *data;		/* raw section bytes, for dwarf_next_cfi() */
 	const unsigned char *ident;
 	uint64_t sh_addr;	/* base for pc-relative FDE addresses */
@@ -65,6 +60,7 @@ enum _span_kind {
 /* One FDE (or synthesized PLT range). Every address fits u32 by then. */
 struct _span {
 	uint32_t lo, hi;
+	uint32_t fde_off;	/* _SPAN_FDE: the FDE's offset in its section */
 	uint8_t kind;
 	uint8_t src;		/* index into the sources: the priority */
 };
@@ -138,24 +134,6 @@ static int _emit(struct _builder *b, uint64_t pc, uint8_t type, int16_t cfa_offs
 	return 0;
 }
 
-/* libdw's "offset(N)" rule: the register is saved at CFA + N. */
-static bool _rule_saved_at_cfa(const Dwarf_Op *ops, size_t nops, const Dwarf_Op *ops_mem,
-			       int64_t *n)
-{
-	/* Rules written as expressions live in libdw's memory, never in ops_mem. */
-	if (ops != ops_mem || nops == 0 || ops[0].atom != DW_OP_call_frame_cfa)
-		return false;
-	if (nops == 1) {
-		*n = 0;
-		return true;
-	}
-	if (nops == 2 && ops[1].atom == DW_OP_plus_uconst) {
-		*n = (int64_t)ops[1].number;
-		return true;
-	}
-	return false;
-}
-
 static bool _op_breg(const Dwarf_Op *op, unsigned int *reg, int64_t *off)
 {
 	if (op->atom >= DW_OP_breg0 && op->atom <= DW_OP_breg31) {
@@ -194,64 +172,6 @@ static bool _is_plt_expression(const Dwarf_Op *ops, size_t nops)
 	       (ops[4].atom == DW_OP_lit11 || ops[4].atom == DW_OP_lit10) &&
 	       ops[5].atom == DW_OP_ge && ops[6].atom == DW_OP_lit3 &&
 	       ops[7].atom == DW_OP_shl && ops[8].atom == DW_OP_plus;
-}
-
-/*
- * Maps libdw's rules for one pc range onto a row (all fields but pc).
- * Returns false when a row cannot express them; row is then NO_CFI.
- */
-static bool _translate(Dwarf_Frame *frame, bool signalp, struct unwind_row *row)
-{
-	Dwarf_Op ops_mem[3], *ops;
-	size_t nops;
-	unsigned int reg;
-	int64_t off, n;
-
-	memset(row, 0, sizeof(*row));
-	row->cfa_type = UNWIND_NO_CFI;
-	if (signalp) {
-		/* The rules are expressions into the ucontext; BPF knows its layout. */
-		row->cfa_type = UNWIND_CFA_SIGNAL;
-		return true;
-	}
-
-	if (dwarf_frame_register(frame, _REG_RA, ops_mem, &ops, &nops) != 0)
-		return false;
-	if (nops == 0 && ops == ops_mem) {
-		row->cfa_type = UNWIND_END;
-		return true;
-	}
-	if (!_rule_saved_at_cfa(ops, nops, ops_mem, &n) || n != -8)
-		return false;
-
-	if (dwarf_frame_cfa(frame, &ops, &nops) != 0 || nops == 0)
-		return false;
-	if (nops == 1 && _op_breg(&ops[0], &reg, &off) &&
-	    (reg == _REG_RSP || reg == _REG_RBP)) {
-		if (off < INT16_MIN || off > INT16_MAX)
-			return false;
-		row->cfa_type = reg == _REG_RSP ? UNWIND_CFA_RSP : UNWIND_CFA_RBP;
-		row->cfa_offset = (int16_t)off;
-	} else if (_is_plt_expression(ops, nops)) {
-		row->cfa_type = UNWIND_CFA_PLT;
-	} else {
-		return false;
-	}
-
-	if (dwarf_frame_register(frame, _REG_RBP, ops_mem, &ops, &nops) != 0)
-		goto unsupported;
-	if (nops == 0)
-		return true;	/* same value, or undefined: keep what rbp holds */
-	if (!_rule_saved_at_cfa(ops, nops, ops_mem, &n) || n >= 0 || n % 8 != 0 ||
-	    -n / 8 > UINT8_MAX || row->cfa_type == UNWIND_CFA_PLT)
-		goto unsupported;
-	row->rbp_slot = (uint8_t)(-n / 8);
-	return true;
-
-unsupported:
-	memset(row, 0, sizeof(*row));
-	row->cfa_type = UNWIND_NO_CFI;
-	return false;
 }
 
 /* Reads one value of a DW_EH_PE_* format (the low 4 bits of an encoding). */
@@ -379,7 +299,8 @@ static bool _cie_fde_encoding(const struct _source *src, Dwarf_Off cie_off, uint
 	return true;
 }
 
-static int _spans_push(struct _spans *sp, uint64_t lo, uint64_t hi, uint8_t kind, uint8_t src)
+static int _spans_push(struct _spans *sp, uint64_t lo, uint64_t hi, uint8_t kind, uint8_t src,
+		       Dwarf_Off fde_off)
 {
 	if (sp->n == sp->cap) {
 		size_t cap = sp->cap ? sp->cap * 2 : 256;
@@ -391,7 +312,7 @@ static int _spans_push(struct _spans *sp, uint64_t lo, uint64_t hi, uint8_t kind
 		sp->cap = cap;
 	}
 	sp->v[sp->n++] = (struct _span){ .lo = (uint32_t)lo, .hi = (uint32_t)hi,
-					 .kind = kind, .src = src };
+					 .fde_off = (uint32_t)fde_off, .kind = kind, .src = src };
 	return 0;
 }
 
@@ -412,6 +333,7 @@ static int _collect_fdes(const struct _source *src, uint8_t idx, uint64_t max_va
 	int err = 0, r;
 
 	for (;;) {
+		Dwarf_Off entry_off = off;
 		const uint8_t *p;
 		uint64_t lo, len;
 		Dwarf_CFI_Entry e;
@@ -450,7 +372,7 @@ static int _collect_fdes(const struct _source *src, uint8_t idx, uint64_t max_va
 			}
 			continue;
 		}
-		err = _spans_push(sp, lo, lo + len, _SPAN_FDE, idx);
+		err = _spans_push(sp, lo, lo + len, _SPAN_FDE, idx, entry_off);
 		if (err)
 			goto out;
 		found++;
@@ -505,36 +427,13 @@ static void _add_source(Elf *elf, bool eh_frame, const char *what, struct _sourc
 		return;
 	}
 	s->data = elf_getdata(scn, NULL);
-	if (!s->data || !s->data->d_buf || s->data->d_size == 0)
+	if (!s->data || !s->data->d_buf || s->data->d_size == 0 || s->data->d_size > UINT32_MAX)
 		return;
-	if (eh_frame) {
-		s->cfi = dwarf_getcfi_elf(elf);
-	} else {
-		s->dwarf = dwarf_begin_elf(elf, DWARF_C_READ, NULL);
-		s->cfi = s->dwarf ? dwarf_getcfi(s->dwarf) : NULL;
-	}
-	if (!s->cfi) {
-		pr_debug("unwind: %s: libdw cannot read it: %s\n", what, dwarf_errmsg(-1));
-		if (s->dwarf)
-			dwarf_end(s->dwarf);
-		memset(s, 0, sizeof(*s));
-		return;
-	}
 	s->what = what;
 	s->ident = (const unsigned char *)elf_getident(elf, NULL);
 	s->sh_addr = shdr.sh_addr;
 	s->eh_frame = eh_frame;
 	(*nsrc)++;
-}
-
-static void _sources_free(struct _source *srcs, size_t nsrc)
-{
-	for (size_t i = 0; i < nsrc; i++) {
-		if (srcs[i].dwarf)
-			dwarf_end(srcs[i].dwarf);	/* also frees its cfi */
-		else if (srcs[i].cfi)
-			dwarf_cfi_end(srcs[i].cfi);
-	}
 }
 
 /*
@@ -566,7 +465,7 @@ static int _add_plt_spans(Elf *elf, uint64_t max_vaddr, struct _spans *sp)
 			continue;
 		pr_debug("unwind: %s [%#lx, %#lx) has no FDE: synthesized rows\n", names[i],
 			 (unsigned long)lo, (unsigned long)hi);
-		err = _spans_push(sp, lo, hi, i == 0 ? _SPAN_PLT_LAZY : _SPAN_PLT_NOLAZY,
+		err = _spans_push(sp, lo, hi, i == 0 ? _SPAN_PLT_LAZY : _SPAN_PLT_NOLAZY, 0,
 				  _MAX_SOURCES);
 		if (err)
 			return err;
@@ -585,11 +484,401 @@ static int _span_cmp(const void *a, const void *b)
 	return x->hi < y->hi ? -1 : x->hi > y->hi;
 }
 
+/* How one column (the return address, rbp) is recovered. */
+enum _reg_kind {
+	_REG_SAME,	/* same value: keeps what it holds (also what nothing mentions) */
+	_REG_UNDEF,	/* undefined */
+	_REG_OFFSET,	/* saved at CFA + off */
+	_REG_OTHER,	/* anything else: register, expression, val_*: no row expresses it */
+};
+
+enum _cfa_kind {
+	_CFA_REG,	/* reg + off */
+	_CFA_PLT,	/* binutils' lazy PLT expression */
+	_CFA_OTHER,
+};
+
+struct _rules {
+	uint8_t cfa, ra, rbp;	/* enum _cfa_kind, enum _reg_kind x 2 */
+	uint32_t cfa_reg;
+	int64_t cfa_off, ra_off, rbp_off;
+};
+
+/* A CIE as its FDEs need it: decoded once, kept in a small cache. */
+struct _cie {
+	bool used, ok;
+	uint8_t src;
+	Dwarf_Off off;
+	uint8_t enc;		/* FDE address encoding */
+	bool z, signal;		/* augmentation 'z' (FDEs have augmentation data), 'S' */
+	uint64_t caf;		/* code alignment factor */
+	int64_t daf;		/* data alignment factor */
+	struct _rules init;	/* after the initial instructions */
+};
+
+#define _CIE_CACHE 64
+#define _STATE_STACK 16
+
+/* Where one FDE's rows go. */
+struct _walk {
+	struct _builder *b;
+	const struct _source *src;
+	uint64_t loc, lo, hi;	/* current location; rows are kept within [lo, hi) */
+	bool signal;
+};
+
+static bool _uleb(const uint8_t **pp, const uint8_t *end, uint64_t *v)
+{
+	return _read_value(pp, end, DW_EH_PE_uleb128, v);
+}
+
+static bool _sleb(const uint8_t **pp, const uint8_t *end, int64_t *v)
+{
+	return _read_value(pp, end, DW_EH_PE_sleb128, (uint64_t *)v);
+}
+
+/*
+ * Decodes a DWARF expression into ops, for the two shapes a row can use:
+ * one register plus offset, and the PLT expression. Returns the number of
+ * ops, or 0 for anything else (an unknown op, or more than max).
+ */
+static size_t _parse_expr(const uint8_t *p, const uint8_t *end, Dwarf_Op *ops, size_t max)
+{
+	size_t n = 0;
+
+	while (p < end) {
+		Dwarf_Op *op = &ops[n];
+		uint8_t atom = *p++;
+
+		if (n == max)
+			return 0;
+		memset(op, 0, sizeof(*op));
+		op->atom = atom;
+		if (atom >= DW_OP_breg0 && atom <= DW_OP_breg31) {
+			if (!_sleb(&p, end, (int64_t *)&op->number))
+				return 0;
+		} else if (atom == DW_OP_bregx) {
+			if (!_uleb(&p, end, &op->number) || !_sleb(&p, end, (int64_t *)&op->number2))
+				return 0;
+		} else if (atom == DW_OP_plus_uconst) {
+			if (!_uleb(&p, end, &op->number))
+				return 0;
+		} else if (!((atom >= DW_OP_lit0 && atom <= DW_OP_lit31) || atom == DW_OP_and ||
+			     atom == DW_OP_ge || atom == DW_OP_shl || atom == DW_OP_plus)) {
+			return 0;
+		}
+		n++;
+	}
+	return n;
+}
+
+/* DW_CFA_def_cfa_expression: a register plus offset, the PLT rule, or other. */
+static void _cfa_expr(struct _rules *r, const uint8_t *p, const uint8_t *end)
+{
+	Dwarf_Op ops[9];
+	size_t n = _parse_expr(p, end, ops, 9);
+	unsigned int reg;
+	int64_t off;
+
+	r->cfa = _CFA_OTHER;
+	if (n == 1 && _op_breg(&ops[0], &reg, &off)) {
+		r->cfa = _CFA_REG;
+		r->cfa_reg = reg;
+		r->cfa_off = off;
+	} else if (_is_plt_expression(ops, n)) {
+		r->cfa = _CFA_PLT;
+	}
+}
+
+/* Sets the rule of column reg, if it is one we follow. */
+static void _set_reg(struct _rules *r, uint64_t reg, uint8_t kind, int64_t off)
+{
+	if (reg == _REG_RA) {
+		r->ra = kind;
+		r->ra_off = off;
+	} else if (reg == _REG_RBP) {
+		r->rbp = kind;
+		r->rbp_off = off;
+	}
+}
+
+static void _restore_reg(struct _rules *r, uint64_t reg, const struct _rules *init)
+{
+	if (reg == _REG_RA)
+		_set_reg(r, reg, init->ra, init->ra_off);
+	else if (reg == _REG_RBP)
+		_set_reg(r, reg, init->rbp, init->rbp_off);
+}
+
+/*
+ * The row for a set of rules (all fields but pc). Returns false when no row
+ * can express them; the row is then UNWIND_NO_CFI.
+ */
+static bool _rules_row(const struct _rules *r, bool signal, struct unwind_row *row)
+{
+	memset(row, 0, sizeof(*row));
+	row->cfa_type = UNWIND_NO_CFI;
+	if (signal) {
+		/* The rules are expressions into the ucontext; BPF knows its layout. */
+		row->cfa_type = UNWIND_CFA_SIGNAL;
+		return true;
+	}
+	if (r->ra == _REG_UNDEF) {
+		row->cfa_type = UNWIND_END;
+		return true;
+	}
+	if (r->ra != _REG_OFFSET || r->ra_off != -8)
+		return false;
+	if (r->cfa == _CFA_REG && (r->cfa_reg == _REG_RSP || r->cfa_reg == _REG_RBP)) {
+		if (r->cfa_off < INT16_MIN || r->cfa_off > INT16_MAX)
+			return false;
+		row->cfa_type = r->cfa_reg == _REG_RSP ? UNWIND_CFA_RSP : UNWIND_CFA_RBP;
+		row->cfa_offset = (int16_t)r->cfa_off;
+	} else if (r->cfa == _CFA_PLT) {
+		row->cfa_type = UNWIND_CFA_PLT;
+	} else {
+		return false;
+	}
+	if (r->rbp == _REG_SAME || r->rbp == _REG_UNDEF)
+		return true;	/* keep what rbp holds */
+	if (r->rbp != _REG_OFFSET || r->rbp_off >= 0 || r->rbp_off % 8 != 0 ||
+	    -r->rbp_off / 8 > UINT8_MAX || row->cfa_type == UNWIND_CFA_PLT) {
+		memset(row, 0, sizeof(*row));
+		row->cfa_type = UNWIND_NO_CFI;
+		return false;
+	}
+	row->rbp_slot = (uint8_t)(-r->rbp_off / 8);
+	return true;
+}
+
+/* The rules r hold from w->loc to next: emits their row for the part within [lo, hi). */
+static int _walk_to(struct _walk *w, const struct _rules *r, uint64_t next)
+{
+	struct unwind_row row;
+	uint64_t at = w->loc > w->lo ? w->loc : w->lo;
+	int err = 0;
+
+	if (next > w->lo && at < w->hi && at < next) {
+		if (!_rules_row(r, w->signal, &row))
+			w->b->unsupported++;
+		err = _emit(w->b, at, row.cfa_type, row.cfa_offset, row.rbp_slot);
+	}
+	w->loc = next;
+	return err;
+}
+
+/*
+ * Runs CFA instructions [p, end) on r. With w (an FDE's instructions),
+ * every advance of the location emits the row of the rules that held
+ * before it; without (a CIE's initial instructions) an advance is an error.
+ * init is the CIE's state for DW_CFA_restore. Returns 0, -EBADMSG for a
+ * malformed or unknown instruction, or an error of _emit().
+ */
+static int _run_cfa(const uint8_t *p, const uint8_t *end, const struct _cie *cie,
+		    struct _rules *r, const struct _rules *init, struct _walk *w)
+{
+	struct _rules stack[_STATE_STACK];
+	unsigned int depth = 0;
+	int err;
+
+	while (p < end) {
+		uint8_t op = *p++, low = op & 0x3f;
+		uint64_t reg, u, delta = 0;
+		int64_t sv;
+		bool advance = false;
+
+		switch (op >> 6 ? op & 0xc0 : op) {
+		case DW_CFA_advance_loc:
+			delta = low;
+			advance = true;
+			break;
+		case DW_CFA_offset:
+			if (!_uleb(&p, end, &u))
+				return -EBADMSG;
+			_set_reg(r, low, _REG_OFFSET, (int64_t)u * cie->daf);
+			break;
+		case DW_CFA_restore:
+			_restore_reg(r, low, init);
+			break;
+		case DW_CFA_nop:
+			break;
+		case DW_CFA_set_loc: {
+			uint64_t loc;
+
+			if (!w || !_read_address(w->src, &p, end, cie->enc, &loc) || loc < w->loc)
+				return -EBADMSG;
+			if ((err = _walk_to(w, r, loc)))
+				return err;
+			break;
+		}
+		case DW_CFA_advance_loc1:
+		case DW_CFA_advance_loc2:
+		case DW_CFA_advance_loc4: {
+			unsigned int size = op == DW_CFA_advance_loc1 ? 1 : op == DW_CFA_advance_loc2 ? 2 : 4;
+
+			if (end - p < (ptrdiff_t)size)
+				return -EBADMSG;
+			for (unsigned int i = 0; i < size; i++)
+				delta |= (uint64_t)p[i] << (8 * i);
+			p += size;
+			advance = true;
+			break;
+		}
+		case DW_CFA_offset_extended:
+			if (!_uleb(&p, end, &reg) || !_uleb(&p, end, &u))
+				return -EBADMSG;
+			_set_reg(r, reg, _REG_OFFSET, (int64_t)u * cie->daf);
+			break;
+		case DW_CFA_offset_extended_sf:
+			if (!_uleb(&p, end, &reg) || !_sleb(&p, end, &sv))
+				return -EBADMSG;
+			_set_reg(r, reg, _REG_OFFSET, sv * cie->daf);
+			break;
+		case DW_CFA_GNU_negative_offset_extended:
+			if (!_uleb(&p, end, &reg) || !_uleb(&p, end, &u))
+				return -EBADMSG;
+			_set_reg(r, reg, _REG_OFFSET, -(int64_t)u * cie->daf);
+			break;
+		case DW_CFA_restore_extended:
+			if (!_uleb(&p, end, &reg))
+				return -EBADMSG;
+			_restore_reg(r, reg, init);
+			break;
+		case DW_CFA_undefined:
+		case DW_CFA_same_value:
+			if (!_uleb(&p, end, &reg))
+				return -EBADMSG;
+			_set_reg(r, reg, op == DW_CFA_undefined ? _REG_UNDEF : _REG_SAME, 0);
+			break;
+		case DW_CFA_register:
+		case DW_CFA_val_offset:
+			if (!_uleb(&p, end, &reg) || !_uleb(&p, end, &u))
+				return -EBADMSG;
+			_set_reg(r, reg, _REG_OTHER, 0);
+			break;
+		case DW_CFA_val_offset_sf:
+			if (!_uleb(&p, end, &reg) || !_sleb(&p, end, &sv))
+				return -EBADMSG;
+			_set_reg(r, reg, _REG_OTHER, 0);
+			break;
+		case DW_CFA_expression:
+		case DW_CFA_val_expression:
+			if (!_uleb(&p, end, &reg) || !_uleb(&p, end, &u) || u > (uint64_t)(end - p))
+				return -EBADMSG;
+			p += u;
+			_set_reg(r, reg, _REG_OTHER, 0);
+			break;
+		case DW_CFA_remember_state:
+			if (depth == _STATE_STACK)
+				return -EBADMSG;
+			stack[depth++] = *r;
+			break;
+		case DW_CFA_restore_state:
+			if (!depth)
+				return -EBADMSG;
+			*r = stack[--depth];
+			break;
+		case DW_CFA_def_cfa:
+			if (!_uleb(&p, end, &reg) || !_uleb(&p, end, &u))
+				return -EBADMSG;
+			r->cfa = _CFA_REG;
+			r->cfa_reg = (uint32_t)reg;
+			r->cfa_off = (int64_t)u;
+			break;
+		case DW_CFA_def_cfa_sf:
+			if (!_uleb(&p, end, &reg) || !_sleb(&p, end, &sv))
+				return -EBADMSG;
+			r->cfa = _CFA_REG;
+			r->cfa_reg = (uint32_t)reg;
+			r->cfa_off = sv * cie->daf;
+			break;
+		case DW_CFA_def_cfa_register:
+			if (!_uleb(&p, end, &reg))
+				return -EBADMSG;
+			/* Only a register rule has an offset to keep. */
+			if (r->cfa != _CFA_REG)
+				r->cfa = _CFA_OTHER;
+			r->cfa_reg = (uint32_t)reg;
+			break;
+		case DW_CFA_def_cfa_offset:
+			if (!_uleb(&p, end, &u))
+				return -EBADMSG;
+			if (r->cfa != _CFA_REG)
+				r->cfa = _CFA_OTHER;
+			r->cfa_off = (int64_t)u;
+			break;
+		case DW_CFA_def_cfa_offset_sf:
+			if (!_sleb(&p, end, &sv))
+				return -EBADMSG;
+			if (r->cfa != _CFA_REG)
+				r->cfa = _CFA_OTHER;
+			r->cfa_off = sv * cie->daf;
+			break;
+		case DW_CFA_def_cfa_expression:
+			if (!_uleb(&p, end, &u) || u > (uint64_t)(end - p))
+				return -EBADMSG;
+			_cfa_expr(r, p, p + u);
+			p += u;
+			break;
+		case DW_CFA_GNU_args_size:
+			if (!_uleb(&p, end, &u))
+				return -EBADMSG;
+			break;
+		default:
+			return -EBADMSG;
+		}
+		if (advance) {
+			if (!w)
+				return -EBADMSG;
+			if ((err = _walk_to(w, r, w->loc + delta * cie->caf)))
+				return err;
+		}
+	}
+	return 0;
+}
+
+/* The CIE at off in src, decoded (or found in the cache). NULL when unusable. */
+static const struct _cie *_get_cie(const struct _source *src, uint8_t idx, Dwarf_Off off,
+				   struct _cie *cache)
+{
+	struct _cie *c = &cache[(off * 2654435761u + idx) % _CIE_CACHE];
+	Dwarf_CFI_Entry e;
+	Dwarf_Off next;
+
+	if (c->used && c->off == off && c->src == idx)
+		return c->ok ? c : NULL;
+	memset(c, 0, sizeof(*c));
+	c->used = true;
+	c->off = off;
+	c->src = idx;
+	if (dwarf_next_cfi(src->ident, src->data, src->eh_frame, off, &next, &e) != 0 ||
+	    !dwarf_cfi_cie_p(&e) || !_cie_fde_encoding(src, off, &c->enc))
+		return NULL;
+	c->z = e.cie.augmentation[0] == 'z';
+	c->signal = strchr(e.cie.augmentation, 'S') != NULL;
+	c->caf = e.cie.code_alignment_factor;
+	c->daf = e.cie.data_alignment_factor;
+	/* What x86-64 code starts with, before the CIE says anything. */
+	c->init = (struct _rules){ .cfa = _CFA_OTHER, .ra = _REG_UNDEF, .rbp = _REG_SAME };
+	if (_run_cfa(e.cie.initial_instructions, e.cie.initial_instructions_end, c, &c->init,
+		     &c->init, NULL))
+		return NULL;
+	c->ok = true;
+	return c;
+}
+
 /* Emits the rows of one span from lo (>= span->lo, where overlap cut it) to span->hi. */
 static int _fill_span(struct _builder *b, const struct _span *span, uint64_t lo,
-		      const struct _source *srcs)
+		      const struct _source *srcs, struct _cie *cies)
 {
-	Dwarf_CFI *cfi = srcs[span->src < _MAX_SOURCES ? span->src : 0].cfi;
+	const struct _source *src = &srcs[span->src < _MAX_SOURCES ? span->src : 0];
+	struct _walk w = { .b = b, .src = src, .lo = lo, .hi = span->hi };
+	const struct _cie *cie;
+	struct _rules r;
+	const uint8_t *p;
+	Dwarf_CFI_Entry e;
+	Dwarf_Off next;
+	uint64_t start, len, aug;
 	uint64_t addr = lo;
 	int err;
 
@@ -612,32 +901,38 @@ static int _fill_span(struct _builder *b, const struct _span *span, uint64_t lo,
 		return _emit(b, lo, UNWIND_CFA_RSP, 8, 0);
 	}
 
-	while (addr < span->hi) {
-		Dwarf_Frame *frame = NULL;
-		struct unwind_row row;
-		Dwarf_Addr start, end;
-		bool signalp = false;
-
-		if (dwarf_cfi_addrframe(cfi, addr, &frame) != 0) {
-			pr_debug("unwind: no CFI rules at %#lx: %s\n", (unsigned long)addr,
-				 dwarf_errmsg(-1));
-			b->unsupported++;
-			return _emit(b, addr, UNWIND_NO_CFI, 0, 0);
-		}
-		if (dwarf_frame_info(frame, &start, &end, &signalp) < 0)
-			end = span->hi;
-		if (!_translate(frame, signalp, &row)) {
-			pr_debug("unwind: rules at [%#lx, %#lx) not expressible as a row\n",
-				 (unsigned long)addr, (unsigned long)end);
-			b->unsupported++;
-		}
-		free(frame);
-		err = _emit(b, addr, row.cfa_type, row.cfa_offset, row.rbp_slot);
-		if (err)
-			return err;
-		addr = end > addr && end < span->hi ? end : span->hi;
+	/* _collect_fdes() read this FDE already: it and its CIE decode. */
+	if (dwarf_next_cfi(src->ident, src->data, src->eh_frame, span->fde_off, &next, &e) != 0 ||
+	    dwarf_cfi_cie_p(&e) || !(cie = _get_cie(src, span->src, e.fde.CIE_pointer, cies)))
+		goto bad;
+	p = e.fde.start;
+	if (!_read_address(src, &p, e.fde.end, cie->enc, &start) ||
+	    !_read_value(&p, e.fde.end, cie->enc & 0x0f, &len))
+		goto bad;
+	if (cie->z) {
+		if (!_uleb(&p, e.fde.end, &aug) || aug > (uint64_t)(e.fde.end - p))
+			goto bad;
+		p += aug;
 	}
-	return 0;
+	w.loc = start;
+	w.signal = cie->signal;
+	r = cie->init;
+	err = _run_cfa(p, e.fde.end, cie, &r, &cie->init, &w);
+	if (err == -EBADMSG) {
+		/* The rows before the bad instruction stand; the rest has no rules. */
+		pr_debug("unwind: %s: bad CFA instruction in the FDE at %#lx\n", src->what,
+			 (unsigned long)span->fde_off);
+		b->unsupported++;
+		return w.loc < span->hi ? _emit(b, w.loc > lo ? w.loc : lo, UNWIND_NO_CFI, 0, 0) : 0;
+	}
+	if (err)
+		return err;
+	return _walk_to(&w, &r, span->hi);
+bad:
+	pr_debug("unwind: %s: cannot read the FDE at %#lx again\n", src->what,
+		 (unsigned long)span->fde_off);
+	b->unsupported++;
+	return _emit(b, lo, UNWIND_NO_CFI, 0, 0);
 }
 
 /* The end of the highest PT_LOAD; 0 when the file has no program headers. */
@@ -696,6 +991,7 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 			struct unwind_table_stats *stats)
 {
 	struct _source srcs[_MAX_SOURCES];
+	struct _cie *cies = NULL;
 	struct unwind_table_stats st = { 0 };
 	struct _spans sp = { 0 };
 	struct _builder b = { 0 };
@@ -752,6 +1048,11 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 	if (err)
 		goto out;
 	qsort(sp.v, sp.n, sizeof(*sp.v), _span_cmp);
+	cies = calloc(_CIE_CACHE, sizeof(*cies));
+	if (!cies) {
+		err = -ENOMEM;
+		goto out;
+	}
 
 	/*
 	 * Spans are visited by start address; where they overlap (the same
@@ -769,7 +1070,7 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 			if (err)
 				goto out;
 		}
-		err = _fill_span(&b, s, lo, srcs);
+		err = _fill_span(&b, s, lo, srcs, cies);
 		if (err)
 			goto out;
 		covered = s->hi;
@@ -799,9 +1100,9 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 	if (stats)
 		*stats = st;
 out:
+	free(cies);
 	free(b.rows);
 	free(sp.v);
-	_sources_free(srcs, nsrc);
 	elf_end(delf);
 	elf_end(elf);
 	return err;
