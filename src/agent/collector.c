@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
 #include <malloc.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -48,8 +49,16 @@ static void _on_cuda_launch(void *ctx, const struct fw_cuda_launch *l)
 static void _cuda_attach_named(struct cuda_tracker *t)
 {
 	const char *env = getenv("FLAMEWATCH_CUDA_LIB");
-	char *list, *p, *save = NULL;
+	char *list, *p, *save = NULL, own[PATH_MAX];
 
+	/*
+	 * The copy `flamewatch cuda` injects (beside this binary) too: a
+	 * process that loads it is then armed as it maps it, instead of when
+	 * a scan finds it, which may be after a short run is over.
+	 */
+	if (cuda_tracker__default_lib(own, sizeof(own)) == 0 &&
+	    cuda_tracker__attach_file(t, own) < 0)
+		pr_debug("cannot attach to %s at start\n", own);
 	if (!env || !env[0])
 		return;
 	list = strdup(env);
@@ -69,6 +78,14 @@ static void _cuda_process(void *ctx, pid_t pid)
 	struct collector *c = ctx;
 
 	unwinder__add_pid(c->unwinder, pid);
+}
+
+static void _on_cuda_name(void *ctx, const struct fw_cuda_name *n)
+{
+	struct collector *c = ctx;
+
+	if (c->cuda)
+		cuda_tracker__name(c->cuda, n);
 }
 
 static void _on_cuda_activity(void *ctx, const struct fw_cuda_activity *a)
@@ -147,6 +164,7 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.on_cuda_launch = o->timed ? _on_cuda_launch : NULL,
 		.on_cuda_activity = o->timed ? _on_cuda_activity : NULL,
 		.on_cuda_conflict = o->timed ? _on_cuda_conflict : NULL,
+		.on_cuda_name = o->timed ? _on_cuda_name : NULL,
 	};
 	int files_fd, procs_fd, err;
 

@@ -87,10 +87,17 @@ uint32_t fwc_weights_get(struct fwc_weights *w, uint32_t corr, uint32_t *canonic
 
 /*
  * Interned copies of kernel names, owned by the library and never freed (the
- * agent reads them from the process by address, at any later time). Callers
+ * agent may read them from the process by address, at any later time). Callers
  * serialise (the record path holds one lock). Bounded: past the cap every new
  * name maps to one fixed string.
+ *
+ * Each name is announced (the flamewatch:name probe) before the first record
+ * that carries it, so that the agent has it even when the records reach it
+ * after the process exited; fwc_names_reannounce() makes every name due
+ * again (a tracer attached anew and knows none of them).
  */
+/* Announces s (the library's copy); returns nonzero if a tracer got it. */
+typedef int (*fwc_announce_fn)(void *ctx, const char *s);
 #define FWC_NAME_SLOTS (1u << 14)
 #define FWC_NAME_BYTES_MAX (8u << 20)
 
@@ -102,12 +109,19 @@ struct fwc_names {
 	size_t bytes;
 	char *chunk;
 	size_t chunk_left;
+	uint32_t epoch;			/* names announced in another epoch are due */
+	uint32_t static_epoch[2];	/* for fwc_name_full and fwc_name_unknown */
+	fwc_announce_fn announce;	/* NULL: names are never announced */
+	void *announce_ctx;
 };
 
 extern const char fwc_name_full[];
 extern const char fwc_name_unknown[];
 /* Returns the library's copy of name (never NULL). */
 const char *fwc_names_intern(struct fwc_names *n, const char *name);
+/* Announces s (returned by fwc_names_intern) unless it was in this epoch. */
+void fwc_names_announce(struct fwc_names *n, const char *s);
+void fwc_names_reannounce(struct fwc_names *n);
 
 /* ---- records -------------------------------------------------------------- */
 

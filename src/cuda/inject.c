@@ -61,6 +61,8 @@ __extension__ volatile unsigned short flamewatch_activity_semaphore
 	__attribute__((unused)) __attribute__((section(".probes")));
 __extension__ volatile unsigned short flamewatch_conflict_semaphore
 	__attribute__((unused)) __attribute__((section(".probes")));
+__extension__ volatile unsigned short flamewatch_name_semaphore
+	__attribute__((unused)) __attribute__((section(".probes")));
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -125,6 +127,7 @@ static struct {
 	uint32_t on_slot;
 	uint64_t ctl_rng;
 	uint64_t last_window_seen;
+	int tracer_seen;		/* the name probe had a tracer at the last tick */
 	uint8_t rt_class[RT_IDS], drv_class[DRV_IDS];
 	int classes_known;
 
@@ -228,6 +231,14 @@ static void _emit(const struct fw_cuda_record *recs, uint32_t count, void *ctx)
 {
 	if (flamewatch_activity_semaphore)
 		STAP_PROBE2(flamewatch, activity, recs, count);
+}
+
+static int _announce(void *ctx, const char *s)
+{
+	if (!flamewatch_name_semaphore)
+		return 0;
+	STAP_PROBE2(flamewatch, name, (uint64_t)(uintptr_t)s, s);
+	return 1;
 }
 
 static void _conflict(const char *what)
@@ -634,6 +645,15 @@ static void _tick(void)
 			_unsubscribe();
 		return;
 	}
+	/* A tracer that attached anew knows none of the names it missed. */
+	if (!!flamewatch_name_semaphore != G.tracer_seen) {
+		G.tracer_seen = !!flamewatch_name_semaphore;
+		if (G.tracer_seen) {
+			pthread_mutex_lock(&G.rec);
+			fwc_names_reannounce(&G.names);
+			pthread_mutex_unlock(&G.rec);
+		}
+	}
 	if (!_listening()) {
 		if (!G.subscribed)
 			return;
@@ -843,6 +863,7 @@ EXPORT int InitializeInjection(void)
 	if (G.summary_path && !*G.summary_path)
 		G.summary_path = NULL;
 	G.batch.emit = _emit;
+	G.names.announce = _announce;
 	atomic_store(&G.p_fixed, UINT32_MAX);
 
 	if (_load_cupti()) {

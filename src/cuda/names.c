@@ -21,12 +21,15 @@ static uint64_t _hash(const char *s, size_t len)
 	return h;
 }
 
+/* Each copy is preceded by the epoch it was last announced in (0: never). */
+#define HDR sizeof(uint32_t)
+
 static const char *_copy(struct fwc_names *n, const char *name, size_t len)
 {
 	char *p;
 
-	if (len + 1 > n->chunk_left) {
-		size_t sz = len + 1 > CHUNK ? len + 1 : CHUNK;
+	if (HDR + len + 1 > n->chunk_left) {
+		size_t sz = HDR + len + 1 > CHUNK ? HDR + len + 1 : CHUNK;
 
 		if (n->bytes + sz > FWC_NAME_BYTES_MAX)
 			return NULL;
@@ -39,10 +42,12 @@ static const char *_copy(struct fwc_names *n, const char *name, size_t len)
 		n->bytes += sz;
 	}
 	p = n->chunk;
+	memset(p, 0, HDR);
+	p += HDR;
 	memcpy(p, name, len);
 	p[len] = 0;
-	n->chunk += len + 1;
-	n->chunk_left -= len + 1;
+	n->chunk += HDR + len + 1;
+	n->chunk_left -= HDR + len + 1;
 	return p;
 }
 
@@ -80,4 +85,32 @@ found:
 	n->by_ptr_key[pi] = name;
 	n->by_ptr_val[pi] = s;
 	return s;
+}
+
+void fwc_names_announce(struct fwc_names *n, const char *s)
+{
+	uint32_t cur = n->epoch + 1, seen, *fixed = NULL;
+
+	if (!n->announce)
+		return;
+	if (s == fwc_name_full)
+		fixed = &n->static_epoch[0];
+	else if (s == fwc_name_unknown)
+		fixed = &n->static_epoch[1];
+	if (fixed)
+		seen = *fixed;
+	else
+		memcpy(&seen, s - HDR, HDR);
+	if (seen == cur || !n->announce(n->announce_ctx, s))
+		return;
+	if (fixed)
+		*fixed = cur;
+	else
+		memcpy((char *)s - HDR, &cur, HDR);
+}
+
+void fwc_names_reannounce(struct fwc_names *n)
+{
+	/* cur = epoch + 1 must never be 0, the value of a name never announced. */
+	n->epoch = n->epoch + 2 == 0 ? 0 : n->epoch + 1;
 }

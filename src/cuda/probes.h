@@ -21,6 +21,14 @@
  *     records live in the library's memory only for the duration of the
  *     probe: the BPF program copies them.
  *
+ *   flamewatch:name(u64 addr, const char *name)
+ *     The NUL-terminated mangled kernel name at addr, fired before the
+ *     first activity probe whose records carry that name_addr, and again
+ *     for each name once a tracer attaches anew. The agent keeps the name
+ *     by (pid, addr), so records that reach it after the process exited
+ *     (the final flush at exit) are still named. Names longer than the
+ *     agent copies are read from the process by address, as without it.
+ *
  *   flamewatch:conflict(const char *what)
  *     Another CUPTI subscriber holds the process (torch.profiler, Nsight):
  *     GPU time is not collected; what says so in one NUL-terminated line.

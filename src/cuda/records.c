@@ -54,8 +54,13 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		r.kind = FW_CUDA_KERNEL;
 		r.device = k->deviceId;
 		r.stream = k->streamId;
-		if (weight && (start || end))
-			r.name_addr = (uintptr_t)fwc_names_intern(names, k->name);
+		if (weight && (start || end)) {
+			const char *name = fwc_names_intern(names, k->name);
+
+			/* Before the batch that carries it is emitted. */
+			fwc_names_announce(names, name);
+			r.name_addr = (uintptr_t)name;
+		}
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMCPY: {

@@ -623,3 +623,31 @@ int BPF_USDT(on_cuda_conflict, const char *what)
 	bpf_ringbuf_submit(c, 0);
 	return 0;
 }
+
+SEC("usdt")
+int BPF_USDT(on_cuda_name, __u64 addr, const char *name)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct fw_cuda_name *n;
+
+	if (!is_followed(tgid)) {
+		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
+		return 0;
+	}
+	n = bpf_ringbuf_reserve(&events, sizeof(*n), 0);
+	if (!n) {
+		cuda_stat_add(FW_CUDA_STAT_NAME_LOST, 1);
+		return 0;
+	}
+	n->type = FW_EVENT_CUDA_NAME;
+	n->pid = tgid;
+	n->addr = addr;
+	if (bpf_probe_read_user_str(n->name, sizeof(n->name), name) <= 0) {
+		bpf_ringbuf_discard(n, 0);
+		cuda_stat_add(FW_CUDA_STAT_NAME_LOST, 1);
+		return 0;
+	}
+	bpf_ringbuf_submit(n, 0);
+	cuda_stat_add(FW_CUDA_STAT_NAMES, 1);
+	return 0;
+}
