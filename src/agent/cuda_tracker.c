@@ -643,8 +643,11 @@ void cuda_tracker__activity(struct cuda_tracker *t, const struct fw_cuda_activit
 		if (r.kind == FW_CUDA_KERNEL) {
 			int64_t id = _kernel_name_id(t, a->pid, r.name_addr);
 
-			if (id < 0)
+			if (id < 0) {
 				t->name_errors++;
+				pr_debug("pid %u: kernel name at 0x%llx: %s\n", a->pid,
+					 (unsigned long long)r.name_addr, strerror((int)-id));
+			}
 			r.name_addr = id < 0 ? 0 : NAME_RESOLVED | (uint64_t)id;
 		}
 		if (cuda_join__record(t->join, a->pid, &r, now))

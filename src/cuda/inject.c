@@ -316,13 +316,12 @@ static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti
 			uint32_t oc = t->rt_active ? t->rt_corr : t->drv_corr;
 			uint32_t ow = t->rt_active ? t->rt_weight : t->drv_weight;
 
-			if (ow)
-				fwc_weights_put(&G.weights, cb->correlationId, oc, ow);
+			fwc_weights_put(&G.weights, cb->correlationId, oc, ow);
 			return;
 		}
+		/* Not kept (w == FWC_UNKEPT) too: its records' GPU time is carried. */
 		w = _take(t, cls);
-		if (w)
-			fwc_weights_put(&G.weights, cb->correlationId, cb->correlationId, w);
+		fwc_weights_put(&G.weights, cb->correlationId, cb->correlationId, w);
 		if (dom == CUPTI_CB_DOMAIN_RUNTIME_API) {
 			t->rt_active = 1;
 			t->rt_corr = cb->correlationId;
@@ -731,9 +730,10 @@ static void _write_summary(void)
 		(unsigned long long)atomic_load(&G.seen[FWC_KERNEL]),
 		(unsigned long long)atomic_load(&G.kept[FWC_KERNEL]),
 		(unsigned long long)atomic_load(&G.weight_sum[FWC_KERNEL]));
-	fprintf(f, ",\"records\":%llu,\"kept\":%llu,\"unsampled\":%llu,\"untimed\":%llu"
-		   ",\"cupti_dropped\":%llu,\"refused_buffers\":%llu,\"kernel_names\":%u",
+	fprintf(f, ",\"records\":%llu,\"kept\":%llu,\"carried\":%llu,\"unsampled\":%llu"
+		   ",\"untimed\":%llu,\"cupti_dropped\":%llu,\"refused_buffers\":%llu,\"kernel_names\":%u",
 		(unsigned long long)G.stats.records, (unsigned long long)G.stats.kept,
+		(unsigned long long)G.stats.carried,
 		(unsigned long long)G.stats.unsampled, (unsigned long long)G.stats.untimed,
 		(unsigned long long)G.stats.cupti_dropped, (unsigned long long)atomic_load(&G.refused_bufs),
 		G.names.count);
@@ -759,6 +759,9 @@ static void _at_exit(void)
 	if (G.subscribed) {
 		_turn_off();
 		G.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+		pthread_mutex_lock(&G.rec);
+		fwc_carry_flush(&G.names, &G.batch, atomic_load(&G.offset_ns), &G.stats);
+		pthread_mutex_unlock(&G.rec);
 	}
 	atomic_store(&G.inert, 1);
 	pthread_mutex_unlock(&G.ctl);
@@ -863,6 +866,7 @@ EXPORT int InitializeInjection(void)
 	if (G.summary_path && !*G.summary_path)
 		G.summary_path = NULL;
 	G.batch.emit = _emit;
+	G.batch.multiplier = G.duty;
 	G.names.announce = _announce;
 	atomic_store(&G.p_fixed, UINT32_MAX);
 

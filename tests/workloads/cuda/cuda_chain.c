@@ -19,8 +19,10 @@
  * Prints "attached" once the agent set the semaphores (waits up to 60 s;
  * exits 3 if it never does) and "done" at the end.
  *
- * `cuda_chain exitnow`: the same phases, each kernel name announced (the
- * name probe) before its first record, and an exit right after the last
+ * Each kernel name is announced (the name probe) before its records, as
+ * the library does.
+ *
+ * `cuda_chain exitnow`: the same phases, and an exit right after the last
  * record, as a CUDA process's final flush at exit does: the agent gets the
  * records only after the process is gone.
  *
@@ -220,7 +222,8 @@ int main(int argc, char **argv)
 		printf("done\n");
 		return 0;
 	}
-	announce_names = exitnow;
+	/* As the library does: names reach the agent however late it drains. */
+	announce_names = 1;
 	phase_launch_first();
 	phase_records_first();
 	phase_copy();
