@@ -186,7 +186,8 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 	}
 	sampler__unwind_fds(c->sampler, &files_fd, &procs_fd);
 	c->unwinder = unwinder__new(files_fd, procs_fd, c->procs, (uint64_t)o->unwind_mb << 20);
-	c->py = python__new(sampler__python_fd(c->sampler), c->procs);
+	c->py = python__new(sampler__python_fd(c->sampler), sampler__python_known_fd(c->sampler),
+			    c->procs);
 	if (!c->unwinder || !c->py) {
 		err = ENOMEM;
 		goto fail;
@@ -341,9 +342,14 @@ void collector__report(struct collector *c)
 		struct python_stats ps;
 
 		python__stats(c->py, &ps);
-		pr_debug("python: %llu processes, %llu code objects read, %llu unreadable\n",
-			 (unsigned long long)ps.procs, (unsigned long long)ps.code_reads,
-			 (unsigned long long)ps.code_read_errors);
+		/* Unreadable code objects are the samples' [python code 0x...] frames. */
+		if (ps.code_reads)
+			pr_info("python: %llu code objects read, %llu unreadable (%llu of exited "
+				"processes, %llu unmapped, %llu not code objects: freed or reused), "
+				"%llu read again\n",
+				(unsigned long long)ps.code_reads, (unsigned long long)ps.code_read_errors,
+				(unsigned long long)ps.code_read_gone, (unsigned long long)ps.code_read_fault,
+				(unsigned long long)ps.code_read_bad, (unsigned long long)ps.code_rereads);
 	}
 	if (!c->unwinder)
 		return;

@@ -53,6 +53,7 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_PY_FAULT] = "python_faults",
 	[FW_STAT_PY_TRUNCATED] = "python_truncated",
 	[FW_STAT_PY_FRAMES] = "python_frames",
+	[FW_STAT_PY_WAKEUPS] = "python_wakeups",
 };
 
 const char *fw_stat__name(enum fw_stat stat)
@@ -398,6 +399,11 @@ void sampler__unfollow(struct sampler *s, pid_t tgid)
 int sampler__python_fd(struct sampler *s)
 {
 	return bpf_map__fd(s->skel->maps.py_procs);
+}
+
+int sampler__python_known_fd(struct sampler *s)
+{
+	return bpf_map__fd(s->skel->maps.py_known);
 }
 
 void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd)

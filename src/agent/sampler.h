@@ -63,6 +63,8 @@ int sampler__poll(struct sampler *s, int timeout_ms);
 void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd);
 /* The py_procs map (pid -> struct fw_py_proc); a borrowed fd. */
 int sampler__python_fd(struct sampler *s);
+/* The py_known map (struct fw_py_code_key -> u8); a borrowed fd. */
+int sampler__python_known_fd(struct sampler *s);
 /*
  * A descriptor that becomes readable when a record asked for a wakeup (CUDA
  * records, when the ring buffer fills up); then call sampler__drain().

@@ -312,6 +312,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	struct task_struct *task;
 	struct pt_regs *regs;
 	struct fw_sample *s;
+	__u64 wake = BPF_RB_NO_WAKEUP;
 	long n;
 	__u64 size;
 
@@ -365,13 +366,13 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 				BPF_CORE_READ(regs, bp), 0);
 	}
 	if (task->mm)
-		python_walk(s, tgid, tid, task);
+		wake = python_walk(s, 0, tgid, tid, task);
 
 	size = offsetof(struct fw_sample, addrs) +
 	       ((__u64)s->kstack_len + s->ustack_len + 2 * (__u64)s->pystack_len) * sizeof(__u64);
 	if (size > sizeof(*s))
 		size = sizeof(*s);
-	if (bpf_ringbuf_output(&events, s, size, BPF_RB_NO_WAKEUP)) {
+	if (bpf_ringbuf_output(&events, s, size, wake)) {
 		stat_inc(FW_STAT_RINGBUF_FULL);
 		return 0;
 	}
@@ -507,7 +508,7 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 	__u32 tgid = id >> 32, zero = 0, one = 1;
 	struct fw_cuda_launch *l;
 	struct fw_sample *s;
-	__u64 size;
+	__u64 size, wake;
 
 	if (!is_followed(tgid)) {
 		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
@@ -537,7 +538,7 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 	/* A uprobe runs on the user registers at the probe: its ip is the probe site. */
 	walk_user_stack(s, tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), 1);
 	/* The Python code that launched the work (train_step, forward, ...). */
-	python_walk(s, tgid, (__u32)id, bpf_get_current_task_btf());
+	wake = python_walk(s, 1, tgid, (__u32)id, bpf_get_current_task_btf());
 
 	size = offsetof(struct fw_sample, addrs) +
 	       ((__u64)s->ustack_len + 2 * (__u64)s->pystack_len) * sizeof(__u64);
@@ -550,7 +551,7 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 	if (bpf_probe_read_kernel(&l->s, size, s))
 		return 0;
 	if (bpf_ringbuf_output(&events, l, offsetof(struct fw_cuda_launch, s) + size,
-			       cuda_submit_flags())) {
+			       wake == BPF_RB_FORCE_WAKEUP ? wake : cuda_submit_flags())) {
 		cuda_stat_add(FW_CUDA_STAT_LAUNCH_RINGBUF_FULL, 1);
 		return 0;
 	}
