@@ -35,6 +35,8 @@ static void _on_cuda_launch(void *ctx, const struct fw_cuda_launch *l)
 
 	if (!c->cuda)
 		return;
+	/* A process that launches before its first CPU sample gets its Python frames too. */
+	python__note_pid(c->py, l->s.pid);
 	cuda_tracker__launch(c->cuda, l);
 	/* As for CPU samples: a process BPF could not fully walk gets its tables. */
 	unwinder__note_sample(c->unwinder, l->s.pid, l->s.flags);

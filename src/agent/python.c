@@ -689,6 +689,8 @@ static struct code_entry *_code(struct python *py, const struct python_proc *pp,
 		py->st.code_reads++;
 		ce->err = _read_code(pp->pid, &pp->code, pp->code_type, code, ce);
 		if (ce->err) {
+			pr_debug("pid %d: code object 0x%llx: %s\n", pp->pid, (unsigned long long)code,
+				 strerror(-ce->err));
 			ce->failed_ns = _now_ns();
 			py->st.code_read_errors++;
 			if (ce->err == -ESRCH)

@@ -358,6 +358,53 @@ def test_real_library_short_run(flamewatch, tmp_path):
         client.close()
 
 
+def test_python_frames_in_launch_stacks(flamewatch, workloads, tmp_path):
+    """A Python process launching through the library (ctypes here, PyTorch
+    on a GPU) from main -> train_step -> forward: the GPU flame graph shows
+    those Python functions above the kernel, with no placeholder frame
+    (the process exits 3 s after its launches: their new code objects
+    wake the agent, which reads them while the process lives; before, the
+    launch probe's Python walk wrote the CPU sampler's scratch slot and the
+    launch stacks got stale words instead)."""
+    from test_python import interpreter
+
+    exe = interpreter("3.12")
+    script = Path(__file__).resolve().parent.parent / "workloads" / "python" / "cuda_launch.py"
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    try:
+        srv = _run_agent(ps, flamewatch, tmp_path, port)
+        client.wait_healthy(proc=srv)
+        t0 = time.time() - 1
+        lib = workloads / "cuda" / "libflamewatch-cuda.so"
+        work = ps.start([exe, script, lib], "cuda_launch")
+        assert srv.wait_output("GPU time profiling: attached to " + re.escape(str(lib)), 60), \
+            srv.describe()
+        assert work.wait(70) == 0, work.describe()
+        q = '{pid="%d"}' % work.pid
+        deadline = time.monotonic() + 40  # a loaded machine: the agent builds unwind tables first
+        while time.monotonic() < deadline and \
+                _top(client, q, t0, time.time() + 1)["total_ns"] < 40 * 1000:
+            time.sleep(0.5)
+        time.sleep(1.5)
+        r = _get(client, "/api/v1/profile", {"type": "gpu_time", "format": "folded", "query": q,
+                                             **window(t0, time.time() + 1)})
+        got = {}
+        for line in r.text.splitlines():
+            stack, _, n = line.rpartition(" ")
+            got[stack] = got.get(stack, 0) + int(n)
+        text = "\n".join(f"{k} {v}" for k, v in got.items())
+        assert sum(got.values()) == 40 * 1000, text
+        assert not any("[python code" in k for k in got), text
+        chained = sum(v for k, v in got.items()
+                      if re.search(r";main;train_step;forward;.*matmul\(\)$", k))
+        assert chained >= 40 * 1000 // 2, text
+    finally:
+        ps.close_all()
+        client.close()
+
+
 def test_gpu_routes_bad_input(gpu_run):
     h = gpu_run
     w = window(h.frm, h.to)
