@@ -26,8 +26,16 @@
 #include "symbolize/demangle.h"
 
 #define CUDA_LIB_NAME "libflamewatch-cuda.so"
-/* How long after an exec a process's maps are looked at on every tick. */
-#define CANDIDATE_WINDOW_NS (10ULL * 1000000000ULL)
+/*
+ * How long after an exec a process's maps are looked at for the library:
+ * every tick for the first seconds, then every half second. `import torch`
+ * and cuInit() can take longer than 10 s on a cold machine, and a copy of
+ * the library the agent did not attach at start is only found this way
+ * (or by the periodic scan, seconds later).
+ */
+#define CANDIDATE_WINDOW_NS (30ULL * 1000000000ULL)
+#define CANDIDATE_FAST_NS (3ULL * 1000000000ULL)
+#define CANDIDATE_SLOW_EVERY_NS (500ULL * 1000000ULL)
 #define MAX_CANDIDATES 256
 /* How often every process is looked at (for libraries dlopen'd long after exec). */
 #define FULL_SCAN_NS (5ULL * 1000000000ULL)
@@ -48,7 +56,7 @@ struct attached {
 
 struct candidate {
 	pid_t pid;
-	uint64_t until_ns;
+	uint64_t since_ns, until_ns, next_ns;
 };
 
 /* What a pending launch keeps: the placed stack and the thread's name. */
@@ -564,12 +572,12 @@ void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid)
 	_names_forget(t, pid);
 	for (uint32_t i = 0; i < t->ncand; i++)
 		if (t->cand[i].pid == pid) {
-			t->cand[i].until_ns = now + CANDIDATE_WINDOW_NS;
+			t->cand[i] = (struct candidate){ pid, now, now + CANDIDATE_WINDOW_NS, now };
 			return;
 		}
 	if (t->ncand == MAX_CANDIDATES)
 		return;		/* the periodic scan finds it */
-	t->cand[t->ncand++] = (struct candidate){ pid, now + CANDIDATE_WINDOW_NS };
+	t->cand[t->ncand++] = (struct candidate){ pid, now, now + CANDIDATE_WINDOW_NS, now };
 }
 
 void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid)
@@ -591,11 +599,17 @@ void cuda_tracker__tick(struct cuda_tracker *t)
 	uint64_t now = _mono_ns();
 
 	for (uint32_t i = 0; i < t->ncand;) {
-		if (now > t->cand[i].until_ns) {
-			t->cand[i] = t->cand[--t->ncand];
+		struct candidate *c = &t->cand[i];
+
+		if (now > c->until_ns) {
+			*c = t->cand[--t->ncand];
 			continue;
 		}
-		_scan_pid(t, t->cand[i].pid);
+		if (now >= c->next_ns) {
+			_scan_pid(t, c->pid);
+			c->next_ns = now - c->since_ns < CANDIDATE_FAST_NS ? now
+									   : now + CANDIDATE_SLOW_EVERY_NS;
+		}
 		i++;
 	}
 	if (now - t->last_scan_ns >= FULL_SCAN_NS)
