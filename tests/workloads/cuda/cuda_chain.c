@@ -60,6 +60,22 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
+/* Once per name, as the library does (a name probe copies 2 KiB). */
+static void announce(const char *name)
+{
+	static const char *done[8];
+
+	for (int i = 0; i < 8; i++) {
+		if (done[i] == name)
+			return;
+		if (!done[i]) {
+			done[i] = name;
+			break;
+		}
+	}
+	fwtest_name(name);
+}
+
 static struct fw_cuda_record rec(uint64_t corr, const char *name, uint32_t kind, uint64_t dur,
 				 uint32_t weight, uint64_t bytes)
 {
@@ -75,7 +91,7 @@ static struct fw_cuda_record rec(uint64_t corr, const char *name, uint32_t kind,
 	t += dur + 100;
 	r.name_addr = (uint64_t)(uintptr_t)name;
 	if (announce_names && name && kind == FW_CUDA_KERNEL)
-		fwtest_name(name);
+		announce(name);
 	r.device = 0;
 	r.stream = kind == FW_CUDA_KERNEL ? 7 : 13;
 	r.kind = kind;
