@@ -345,8 +345,9 @@ def main():
           f"{'dropped':>7} {'agent calls':>11} {'unknown ns':>10} {'py in GPU':>9} {'CPU smp':>7} {'placeh':>6}")
     for r in results:
         s = r.get("fw_summary")
-        if not s:
+        if not s and "agent_kernel_ns" not in r:
             continue
+        s = s or {}
         print(f"{r['workload']:9} {r['mode']:16} {s.get('launches_seen', 0):12} {s.get('kept', 0):7} "
               f"{s.get('carried', 0):8} {s.get('unsampled', 0):7} "
               f"{s.get('cupti_dropped', 0) + s.get('refused_buffers', 0):7} "
