@@ -289,3 +289,22 @@ def test_agent_process_exits_after_burst(flamewatch, tmp_path):
     finally:
         ps.close_all()
         client.close()
+
+
+def test_python_in_container(fw):
+    """A CPython in a container: its own pid and mount namespaces and root,
+    the interpreter and its libpython at /py (a path the host does not
+    have). The agent finds and reads them through /proc/PID/root; the
+    chain must be named as on the host."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("chroot"):
+        pytest.skip("needs root, unshare and chroot")
+    exe = interpreter("3.12")
+    script = Path(__file__).resolve().parent.parent / "workloads" / "python" / "container.sh"
+    res, prof = fw.record_folded(["--", "sh", script, exe.parent.parent, SCRIPT, SECONDS],
+                                 duration=SECONDS, hz=HZ)
+    w = python_samples(prof)
+    require(w.total >= 0.2 * SECONDS * HZ, f"only {w.total} samples of the contained CPython", prof)
+    chained = sum(n for s, n in w.stacks.items() if in_order(s.split(";"), CHAIN))
+    placeholders = sum(n for s, n in w.stacks.items() if "[python code" in s)
+    require(chained >= 0.8 * w.total, f"{chained} of {w.total} samples with the chain", prof)
+    require(placeholders <= 0.05 * w.total, f"{placeholders} of {w.total} with a placeholder", prof)
