@@ -44,6 +44,8 @@ OUT="$OUT/cuda" PYTHONUNBUFFERED=1 timeout $CUDA_TIMEOUT python3 bench/gpu/cuda_
 	> "$OUT/cuda.log" 2>&1
 echo "exit $?"
 grep -v '^{' "$OUT/cuda.log" | tail -n 60
+echo "-- the agent's own account (one line per agent start and stop):"
+grep -hE "python: |GPU time: |unwind tables: |lost|dropped" "$OUT/cuda/agent.log" 2>/dev/null | tail -n 12
 
 echo
 echo "== 4. the GPU flame graph and kernel table the agent stored"
