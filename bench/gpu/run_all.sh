@@ -2,19 +2,29 @@
 # Every check this repository makes on a GPU machine, in one bounded run
 # (about 9 minutes), for the closing notes of issues 7, 8 and 10:
 #
-#   OUT=/tmp/out bench/gpu/run_all.sh BUILD_DIR
+#   OUT=/tmp/out bench/gpu/run_all.sh BUILD_DIR [cuda]
 #
 # BUILD_DIR holds flamewatch and libflamewatch-cuda.so (from `make`) and
 # dist/flamewatch (from `make dist`); nothing is built here. Needs root (BPF),
 # nvidia-smi and python3 with PyTorch. Logs go under $OUT. FLAMEWATCH_BASE=
 # an older flamewatch binary adds its NVML round cost to step 2, for the ratio.
+# With `cuda`, only the GPU time checks (issues 8 and 6), with more repeats:
+# under 8 minutes.
 set -u
 cd "$(dirname "$0")/../.."
 B=${1:-build}
+ONLY=${2:-all}
 OUT=${OUT:-$(mktemp -d /tmp/fw-gpu.XXXXXX)}
 mkdir -p "$OUT"
 PORT=7181
+CUDA_BUDGET=170
+CUDA_TIMEOUT=300
+if [ "$ONLY" = cuda ]; then
+	CUDA_BUDGET=330
+	CUDA_TIMEOUT=420
+fi
 
+if [ "$ONLY" != cuda ]; then
 echo "== 1. the release binary on this distribution (issue 10)"
 timeout 90 sh deploy/smoke-test.sh "$B/dist" > "$OUT/smoke.log" 2>&1
 echo "exit $?"
@@ -26,14 +36,18 @@ FLAMEWATCH="$B/flamewatch" OUT="$OUT/nvml" timeout 300 bash bench/gpu/nvml_compa
 	> "$OUT/nvml.log" 2>&1
 echo "exit $?"
 tail -n 90 "$OUT/nvml.log"
+fi
 
 echo
 echo "== 3. GPU time: overhead and accuracy, with the agent attached (issue 8)"
-OUT="$OUT/cuda" timeout 300 python3 bench/gpu/cuda_overhead.py --build "$B" \
+OUT="$OUT/cuda" PYTHONUNBUFFERED=1 timeout $CUDA_TIMEOUT python3 bench/gpu/cuda_overhead.py \
+	--build "$B" --budget-s $CUDA_BUDGET --repeats 3 --agent-port $PORT \
 	--agent-cmd "exec $B/flamewatch run --listen 127.0.0.1:$PORT --data $OUT/fwdata --interval 1s --no-cpu-strips" \
 	> "$OUT/cuda.log" 2>&1
 echo "exit $?"
-grep -v '^{' "$OUT/cuda.log" | tail -n 30
+grep -v '^{' "$OUT/cuda.log" | tail -n 60
+echo "-- the agent's own account (one line per agent start and stop):"
+grep -hE "python: |GPU time: |unwind tables: |lost|dropped" "$OUT/cuda/agent.log" 2>/dev/null | tail -n 12
 
 echo
 echo "== 4. the GPU flame graph and kernel table the agent stored"
@@ -88,7 +102,7 @@ expect = 0
 for wl in {r["workload"] for r in res}:
     prof = [r["prof_kernel_ns"] / r["steps"] for r in res
             if r["workload"] == wl and r["mode"] == "torchprof" and r.get("prof_kernel_ns")]
-    steps = sum(r["steps"] for r in res if r["workload"] == wl and r["mode"] == "fw-agent")
+    steps = sum(r["steps"] for r in res if r["workload"] == wl and r["mode"].startswith("fw-agent"))
     if prof and steps:
         expect += statistics.median(prof) * steps
         print(f"  {wl}: {steps} steps under the agent x {statistics.median(prof):.0f} kernel ns/step "

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
 #include <malloc.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -41,6 +42,8 @@ static void _on_cuda_launch(void *ctx, const struct fw_cuda_launch *l)
 
 	if (!c->cuda)
 		return;
+	/* A process that launches before its first CPU sample gets its Python frames too. */
+	python__note_pid(c->py, l->s.pid);
 	cuda_tracker__launch(c->cuda, l);
 	/* As for CPU samples: a process BPF could not fully walk gets its tables. */
 	unwinder__note_sample(c->unwinder, l->s.pid, l->s.flags);
@@ -55,8 +58,16 @@ static void _on_cuda_launch(void *ctx, const struct fw_cuda_launch *l)
 static void _cuda_attach_named(struct cuda_tracker *t)
 {
 	const char *env = getenv("FLAMEWATCH_CUDA_LIB");
-	char *list, *p, *save = NULL;
+	char *list, *p, *save = NULL, own[PATH_MAX];
 
+	/*
+	 * The copy `flamewatch cuda` injects (beside this binary) too: a
+	 * process that loads it is then armed as it maps it, instead of when
+	 * a scan finds it, which may be after a short run is over.
+	 */
+	if (cuda_tracker__default_lib(own, sizeof(own)) == 0 &&
+	    cuda_tracker__attach_file(t, own) < 0)
+		pr_debug("cannot attach to %s at start\n", own);
 	if (!env || !env[0])
 		return;
 	list = strdup(env);
@@ -76,6 +87,14 @@ static void _cuda_process(void *ctx, pid_t pid)
 	struct collector *c = ctx;
 
 	unwinder__add_pid(c->unwinder, pid);
+}
+
+static void _on_cuda_name(void *ctx, const struct fw_cuda_name *n)
+{
+	struct collector *c = ctx;
+
+	if (c->cuda)
+		cuda_tracker__name(c->cuda, n);
 }
 
 static void _on_cuda_activity(void *ctx, const struct fw_cuda_activity *a)
@@ -171,6 +190,7 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.on_cuda_launch = o->timed ? _on_cuda_launch : NULL,
 		.on_cuda_activity = o->timed ? _on_cuda_activity : NULL,
 		.on_cuda_conflict = o->timed ? _on_cuda_conflict : NULL,
+		.on_cuda_name = o->timed ? _on_cuda_name : NULL,
 	};
 	int files_fd, procs_fd, err;
 
@@ -192,7 +212,8 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 	}
 	sampler__unwind_fds(c->sampler, &files_fd, &procs_fd);
 	c->unwinder = unwinder__new(files_fd, procs_fd, c->procs, (uint64_t)o->unwind_mb << 20);
-	c->py = python__new(sampler__python_fd(c->sampler), c->procs);
+	c->py = python__new(sampler__python_fd(c->sampler), sampler__python_known_fd(c->sampler),
+			    c->procs);
 	c->rb = ruby__new(sampler__ruby_fd(c->sampler), c->procs);
 	if (!c->unwinder || !c->py || !c->rb) {
 		err = ENOMEM;
@@ -364,9 +385,14 @@ void collector__report(struct collector *c)
 		struct python_stats ps;
 
 		python__stats(c->py, &ps);
-		pr_debug("python: %llu processes, %llu code objects read, %llu unreadable\n",
-			 (unsigned long long)ps.procs, (unsigned long long)ps.code_reads,
-			 (unsigned long long)ps.code_read_errors);
+		/* Unreadable code objects are the samples' [python code 0x...] frames. */
+		if (ps.code_reads)
+			pr_info("python: %llu code objects read, %llu unreadable (%llu of exited "
+				"processes, %llu unmapped, %llu not code objects: freed or reused), "
+				"%llu read again\n",
+				(unsigned long long)ps.code_reads, (unsigned long long)ps.code_read_errors,
+				(unsigned long long)ps.code_read_gone, (unsigned long long)ps.code_read_fault,
+				(unsigned long long)ps.code_read_bad, (unsigned long long)ps.code_rereads);
 	}
 	if (c->rb) {
 		struct ruby_stats rs;

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,23 +26,37 @@
 #include "symbolize/demangle.h"
 
 #define CUDA_LIB_NAME "libflamewatch-cuda.so"
-/* How long after an exec a process's maps are looked at on every tick. */
-#define CANDIDATE_WINDOW_NS (10ULL * 1000000000ULL)
+/*
+ * How long after an exec a process's maps are looked at for the library:
+ * every tick for the first seconds, then every half second. `import torch`
+ * and cuInit() can take longer than 10 s on a cold machine, and a copy of
+ * the library the agent did not attach at start is only found this way
+ * (or by the periodic scan, seconds later).
+ */
+#define CANDIDATE_WINDOW_NS (30ULL * 1000000000ULL)
+#define CANDIDATE_FAST_NS (3ULL * 1000000000ULL)
+#define CANDIDATE_SLOW_EVERY_NS (500ULL * 1000000ULL)
 #define MAX_CANDIDATES 256
 /* How often every process is looked at (for libraries dlopen'd long after exec). */
 #define FULL_SCAN_NS (5ULL * 1000000000ULL)
 /* Longest kernel name read from a process; longer mangled names are cut. */
 #define MAX_NAME 4096
 #define NAMECACHE_MAX 100000
+/*
+ * A record's name_addr, once resolved at arrival: the index of the name in
+ * t->names with this bit set (user addresses never have it), so that the
+ * record is named however late the join emits it.
+ */
+#define NAME_RESOLVED (1ULL << 63)
 
 struct attached {
 	uint64_t dev, inode;
-	struct bpf_link *links[3];
+	struct bpf_link *links[SAMPLER_CUDA_LINKS];
 };
 
 struct candidate {
 	pid_t pid;
-	uint64_t until_ns;
+	uint64_t since_ns, until_ns, next_ns;
 };
 
 /* What a pending launch keeps: the placed stack and the thread's name. */
@@ -50,8 +65,9 @@ struct launch_payload {
 	char comm[FW_COMM_LEN + 1];
 };
 
-struct name_key {
-	uint32_t pid, pad;
+/* (pid, name address) -> index in names; id1 == 0: an empty slot. */
+struct name_ent {
+	uint32_t pid, id1;
 	uint64_t addr;
 };
 
@@ -67,11 +83,10 @@ struct cuda_tracker {
 	uint32_t ncand;
 	uint64_t last_scan_ns;
 	struct cuda_join *join;
-	struct intern *name_keys;	/* (pid, addr) -> index in name_of */
+	struct name_ent *ntab;		/* open addressing, a power of two */
+	uint32_t ntab_cap, ntab_n;
 	struct intern *names;		/* demangled names, NUL included */
-	uint32_t *name_of;
-	uint32_t name_cap;
-	uint64_t name_errors, add_errors, conflicts;
+	uint64_t name_errors, names_announced, add_errors, conflicts;
 	void (*on_process)(void *ctx, pid_t pid);
 	void *on_process_ctx;
 	pid_t *seen;			/* processes handed to on_process, until they exit */
@@ -119,16 +134,115 @@ static uint64_t _mono_ns(void)
 
 /* ---- kernel names ---- */
 
-static int _names_init(struct cuda_tracker *t)
+static uint32_t _ntab_hash(uint32_t pid, uint64_t addr)
 {
-	intern__free(t->name_keys);
-	intern__free(t->names);
-	free(t->name_of);
-	t->name_of = NULL;
-	t->name_cap = 0;
-	t->name_keys = intern__new();
-	t->names = intern__new();
-	return t->name_keys && t->names ? 0 : -ENOMEM;
+	uint64_t h = (addr ^ ((uint64_t)pid << 40)) * 0x9E3779B97F4A7C15ULL;
+
+	return (uint32_t)(h >> 32);
+}
+
+static int64_t _ntab_find(const struct cuda_tracker *t, uint32_t pid, uint64_t addr)
+{
+	uint32_t mask = t->ntab_cap - 1;
+
+	if (!t->ntab_cap)
+		return -1;
+	for (uint32_t i = _ntab_hash(pid, addr) & mask;; i = (i + 1) & mask) {
+		const struct name_ent *e = &t->ntab[i];
+
+		if (!e->id1)
+			return -1;
+		if (e->pid == pid && e->addr == addr)
+			return e->id1 - 1;
+	}
+}
+
+static void _ntab_insert(struct name_ent *tab, uint32_t cap, const struct name_ent *e)
+{
+	uint32_t mask = cap - 1, i;
+
+	for (i = _ntab_hash(e->pid, e->addr) & mask; tab[i].id1; i = (i + 1) & mask)
+		if (tab[i].pid == e->pid && tab[i].addr == e->addr)
+			break;
+	tab[i] = *e;
+}
+
+/* Rebuilds the table at cap slots without the entries of pid (0: none). */
+static int _ntab_rebuild(struct cuda_tracker *t, uint32_t cap, uint32_t drop_pid)
+{
+	struct name_ent *tab = calloc(cap, sizeof(*tab));
+	uint32_t n = 0;
+
+	if (!tab)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < t->ntab_cap; i++)
+		if (t->ntab[i].id1 && (!drop_pid || t->ntab[i].pid != drop_pid)) {
+			_ntab_insert(tab, cap, &t->ntab[i]);
+			n++;
+		}
+	free(t->ntab);
+	t->ntab = tab;
+	t->ntab_cap = cap;
+	t->ntab_n = n;
+	return 0;
+}
+
+/* Forgets the names of a process that exited or exec'd: a new one may reuse the pid. */
+static void _names_forget(struct cuda_tracker *t, uint32_t pid)
+{
+	for (uint32_t i = 0; i < t->ntab_cap; i++)
+		if (t->ntab[i].id1 && t->ntab[i].pid == pid) {
+			_ntab_rebuild(t, t->ntab_cap, pid);
+			return;
+		}
+}
+
+static bool _join_idle(struct cuda_tracker *t)
+{
+	struct cuda_join_stats st;
+
+	cuda_join__stats(t->join, &st);
+	return st.records == st.joined + st.unattributed;
+}
+
+/*
+ * Keeps the mangled name raw as pid's name at addr. Returns the index of
+ * its demangled form in t->names, or -errno. The tables are bounded: when
+ * full they start again, but only once no record that refers to a name by
+ * index is waiting in the join.
+ */
+static int64_t _name_put(struct cuda_tracker *t, uint32_t pid, uint64_t addr, const char *raw)
+{
+	struct name_ent e = { .pid = pid, .addr = addr };
+	const char *name = raw;
+	char *dem;
+	int64_t nid;
+
+	if (intern__count(t->names) >= NAMECACHE_MAX || t->ntab_n >= NAMECACHE_MAX) {
+		if (!_join_idle(t))
+			return -ENOSPC;
+		intern__free(t->names);
+		t->names = intern__new();
+		free(t->ntab);
+		t->ntab = NULL;
+		t->ntab_cap = t->ntab_n = 0;
+		if (!t->names)
+			return -ENOMEM;
+	}
+	if ((t->ntab_n + 1) * 2 > t->ntab_cap &&
+	    _ntab_rebuild(t, t->ntab_cap ? t->ntab_cap * 2 : 1024, 0))
+		return -ENOMEM;
+	dem = demangle(raw);
+	if (dem)
+		name = dem;
+	nid = intern__add(t->names, name, strlen(name) + 1, NULL);
+	free(dem);
+	if (nid < 0)
+		return nid;
+	e.id1 = (uint32_t)nid + 1;
+	_ntab_insert(t->ntab, t->ntab_cap, &e);
+	t->ntab_n++;
+	return nid;
 }
 
 /*
@@ -163,56 +277,35 @@ static ssize_t _read_remote_str(pid_t pid, uint64_t addr, char *buf, size_t len)
 	return got;
 }
 
-/* The demangled name of the kernel whose mangled name is at addr in pid. Borrowed. */
-static const char *_kernel_name(struct cuda_tracker *t, uint32_t pid, uint64_t addr)
+/*
+ * The index in t->names of the kernel name at addr in pid: the name the
+ * library announced, else read from the process now. -errno when neither.
+ */
+static int64_t _kernel_name_id(struct cuda_tracker *t, uint32_t pid, uint64_t addr)
 {
-	struct name_key key = { .pid = pid, .addr = addr };
-	char buf[MAX_NAME], *dem;
-	const char *name = buf;
-	int64_t id, nid;
-	bool added;
+	char buf[MAX_NAME];
+	int64_t id;
 	ssize_t n;
 
 	if (!addr)
-		return "[unknown kernel]";
-	if (!t->name_keys || intern__count(t->name_keys) >= NAMECACHE_MAX)
-		if (_names_init(t))
-			return "[unknown kernel]";
-	id = intern__find(t->name_keys, &key, sizeof(key));
+		return -ENOENT;
+	id = _ntab_find(t, pid, addr);
 	if (id >= 0)
-		return intern__key(t->names, t->name_of[id], NULL);
-
+		return id;
 	n = _read_remote_str(pid, addr, buf, sizeof(buf));
-	if (n <= 0) {
-		/* Not cached: the process may have been between states. */
-		t->name_errors++;
-		return "[unknown kernel]";
-	}
-	dem = demangle(buf);
-	if (dem)
-		name = dem;
-	nid = intern__add(t->names, name, strlen(name) + 1, NULL);
-	free(dem);
-	if (nid < 0)
-		return "[unknown kernel]";
-	id = intern__add(t->name_keys, &key, sizeof(key), &added);
-	if (id < 0)
-		return intern__key(t->names, nid, NULL);
-	if ((uint32_t)id >= t->name_cap) {
-		uint32_t cap = t->name_cap ? t->name_cap * 2 : 256;
-		uint32_t *no = realloc(t->name_of, cap * sizeof(*no));
+	if (n <= 0)
+		return n < 0 ? n : -ENOENT;
+	return _name_put(t, pid, addr, buf);
+}
 
-		if (!no) {
-			const char *s = intern__key(t->names, nid, NULL);
+/* The name a record resolved at arrival carries. Borrowed. */
+static const char *_record_name(struct cuda_tracker *t, uint64_t name_addr)
+{
+	const char *s = NULL;
 
-			/* Keep the name alive for this call by not dropping the tables. */
-			return s;
-		}
-		t->name_of = no;
-		t->name_cap = cap;
-	}
-	t->name_of[id] = nid;
-	return intern__key(t->names, nid, NULL);
+	if (name_addr & NAME_RESOLVED)
+		s = intern__key(t->names, (int64_t)(name_addr & ~NAME_RESOLVED), NULL);
+	return s ? s : "[unknown kernel]";
 }
 
 /* ---- the join's output ---- */
@@ -240,7 +333,7 @@ static void _emit(void *ctx, uint32_t pid, const struct fw_cuda_record *r,
 	};
 
 	if (a.kind == GPU_KERNEL) {
-		a.name = _kernel_name(t, pid, r->name_addr);
+		a.name = _record_name(t, r->name_addr);
 	} else {
 		snprintf(copy, sizeof(copy), "[%s]", gpu_activity_kind__name(a.kind));
 		a.name = copy;
@@ -385,6 +478,31 @@ int cuda_tracker__attach_file(struct cuda_tracker *t, const char *path)
 	return 1;
 }
 
+int cuda_tracker__default_lib(char *out, size_t size)
+{
+	static const char *const rel[] = { "/" CUDA_LIB_NAME, "/../lib/flamewatch/" CUDA_LIB_NAME,
+					   "/../lib/" CUDA_LIB_NAME };
+	char exe[PATH_MAX], cand[PATH_MAX + 64], real[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char *slash;
+
+	if (n <= 0)
+		return n < 0 ? -errno : -ENOENT;
+	exe[n] = 0;
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return -ENOENT;
+	*slash = 0;
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		snprintf(cand, sizeof(cand), "%s%s", exe, rel[i]);
+		if (access(cand, R_OK) == 0 && realpath(cand, real) && strlen(real) < size) {
+			strcpy(out, real);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
 int cuda_tracker__scan(struct cuda_tracker *t)
 {
 	struct dirent *de;
@@ -417,7 +535,8 @@ struct cuda_tracker *cuda_tracker__new(struct sampler *sampler, struct cpu_profi
 	jo.ctx = t;
 	t->proc_root = strdup(proc_root);
 	t->join = cuda_join__new(&jo);
-	if (!t->proc_root || !t->join || _names_init(t)) {
+	t->names = intern__new();
+	if (!t->proc_root || !t->join || !t->names) {
 		cuda_tracker__free(t);
 		errno = ENOMEM;
 		return NULL;
@@ -430,15 +549,14 @@ void cuda_tracker__free(struct cuda_tracker *t)
 	if (!t)
 		return;
 	for (uint32_t i = 0; i < t->natt; i++)
-		for (int k = 0; k < 3; k++)
+		for (int k = 0; k < SAMPLER_CUDA_LINKS; k++)
 			bpf_link__destroy(t->att[i].links[k]);
 	free(t->att);
 	free(t->failed);
 	free(t->seen);
 	cuda_join__free(t->join);
-	intern__free(t->name_keys);
 	intern__free(t->names);
-	free(t->name_of);
+	free(t->ntab);
 	free(t->proc_root);
 	free(t);
 }
@@ -449,28 +567,26 @@ void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid)
 
 	_unseen(t, pid);
 	/* The old image's launches and names are gone with it. */
-	if (cuda_join__has_pid(t->join, pid)) {
+	if (cuda_join__has_pid(t->join, pid))
 		cuda_join__flush_pid(t->join, pid);
-		_names_init(t);
-	}
+	_names_forget(t, pid);
 	for (uint32_t i = 0; i < t->ncand; i++)
 		if (t->cand[i].pid == pid) {
-			t->cand[i].until_ns = now + CANDIDATE_WINDOW_NS;
+			t->cand[i] = (struct candidate){ pid, now, now + CANDIDATE_WINDOW_NS, now };
 			return;
 		}
 	if (t->ncand == MAX_CANDIDATES)
 		return;		/* the periodic scan finds it */
-	t->cand[t->ncand++] = (struct candidate){ pid, now + CANDIDATE_WINDOW_NS };
+	t->cand[t->ncand++] = (struct candidate){ pid, now, now + CANDIDATE_WINDOW_NS, now };
 }
 
 void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid)
 {
 	_unseen(t, pid);
-	if (cuda_join__has_pid(t->join, pid)) {
+	/* Its records are named already (at arrival): its names can go. */
+	if (cuda_join__has_pid(t->join, pid))
 		cuda_join__flush_pid(t->join, pid);
-		/* Its names are cached by address: a new process may reuse the pid. */
-		_names_init(t);
-	}
+	_names_forget(t, pid);
 	for (uint32_t i = 0; i < t->ncand; i++)
 		if (t->cand[i].pid == pid) {
 			t->cand[i] = t->cand[--t->ncand];
@@ -483,11 +599,17 @@ void cuda_tracker__tick(struct cuda_tracker *t)
 	uint64_t now = _mono_ns();
 
 	for (uint32_t i = 0; i < t->ncand;) {
-		if (now > t->cand[i].until_ns) {
-			t->cand[i] = t->cand[--t->ncand];
+		struct candidate *c = &t->cand[i];
+
+		if (now > c->until_ns) {
+			*c = t->cand[--t->ncand];
 			continue;
 		}
-		_scan_pid(t, t->cand[i].pid);
+		if (now >= c->next_ns) {
+			_scan_pid(t, c->pid);
+			c->next_ns = now - c->since_ns < CANDIDATE_FAST_NS ? now
+									   : now + CANDIDATE_SLOW_EVERY_NS;
+		}
 		i++;
 	}
 	if (now - t->last_scan_ns >= FULL_SCAN_NS)
@@ -525,15 +647,42 @@ void cuda_tracker__activity(struct cuda_tracker *t, const struct fw_cuda_activit
 	uint64_t now = _mono_ns();
 
 	/*
-	 * Kernel names are read now, while the process surely lives: a record
-	 * may wait for its launch until the process has exited.
+	 * Kernel names are resolved now, from the name probe or else while
+	 * the process surely lives: a record may wait for its launch until
+	 * the process has exited.
 	 */
-	for (uint32_t i = 0; i < a->count && i < FW_CUDA_MAX_BATCH; i++)
-		if (a->recs[i].kind == FW_CUDA_KERNEL)
-			_kernel_name(t, a->pid, a->recs[i].name_addr);
-	for (uint32_t i = 0; i < a->count && i < FW_CUDA_MAX_BATCH; i++)
-		if (cuda_join__record(t->join, a->pid, &a->recs[i], now))
+	for (uint32_t i = 0; i < a->count && i < FW_CUDA_MAX_BATCH; i++) {
+		struct fw_cuda_record r = a->recs[i];
+
+		if (r.kind == FW_CUDA_KERNEL) {
+			int64_t id = _kernel_name_id(t, a->pid, r.name_addr);
+
+			if (id < 0) {
+				t->name_errors++;
+				pr_debug("pid %u: kernel name at 0x%llx: %s\n", a->pid,
+					 (unsigned long long)r.name_addr, strerror((int)-id));
+			}
+			r.name_addr = id < 0 ? 0 : NAME_RESOLVED | (uint64_t)id;
+		}
+		if (cuda_join__record(t->join, a->pid, &r, now))
 			t->add_errors++;
+	}
+}
+
+void cuda_tracker__name(struct cuda_tracker *t, const struct fw_cuda_name *n)
+{
+	char raw[FW_CUDA_NAME_LEN];
+
+	/* Cut: the whole name is read from the process when a record needs it. */
+	if (!memchr(n->name, '\0', sizeof(n->name)))
+		return;
+	memcpy(raw, n->name, sizeof(raw));
+	if (_ntab_find(t, n->pid, n->addr) >= 0)
+		return;
+	if (_name_put(t, n->pid, n->addr, raw) < 0)
+		t->name_errors++;
+	else
+		t->names_announced++;
 }
 
 void cuda_tracker__conflict(struct cuda_tracker *t, const struct fw_cuda_conflict *c)
@@ -576,8 +725,9 @@ void cuda_tracker__report(struct cuda_tracker *t)
 	pr_info("GPU time: %u library files; %" PRIu64 " launches, %" PRIu64 " records: %"
 		PRIu64 " joined, %" PRIu64 " without their launch (%" PRIu64 " by count, %"
 		PRIu64 " by distance, %" PRIu64 " waited too long); %" PRIu64
-		" launches never matched; %" PRIu64 " unreadable kernel names\n",
+		" launches never matched; %" PRIu64 " kernel names announced, %" PRIu64
+		" unreadable\n",
 		t->natt, st.launches, st.records, st.joined, st.unattributed,
 		st.records_evicted_count, st.records_evicted_distance, st.records_expired,
-		st.launches_unmatched, t->name_errors);
+		st.launches_unmatched, t->names_announced, t->name_errors);
 }

@@ -2,6 +2,7 @@
 #ifndef FW_AGENT_CUDA_TRACKER_H
 #define FW_AGENT_CUDA_TRACKER_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -41,6 +42,12 @@ void cuda_tracker__free(struct cuda_tracker *t);
  * already, or -errno.
  */
 int cuda_tracker__attach_file(struct cuda_tracker *t, const char *path);
+/*
+ * The libflamewatch-cuda.so that `flamewatch cuda` injects: beside this
+ * binary (build tree), or in ../lib/flamewatch or ../lib (install). Writes
+ * its real path to out. Returns 0 or -errno (-ENOENT: none).
+ */
+int cuda_tracker__default_lib(char *out, size_t size);
 /* Looks at every process now. Returns the number of library files newly attached. */
 int cuda_tracker__scan(struct cuda_tracker *t);
 /* A process exec'd: look at it on the next ticks, while it loads its libraries. */
@@ -56,6 +63,8 @@ void cuda_tracker__flush(struct cuda_tracker *t);
 void cuda_tracker__launch(struct cuda_tracker *t, const struct fw_cuda_launch *l);
 void cuda_tracker__activity(struct cuda_tracker *t, const struct fw_cuda_activity *a);
 void cuda_tracker__conflict(struct cuda_tracker *t, const struct fw_cuda_conflict *c);
+/* A kernel name the library announced (flamewatch:name): kept by (pid, address). */
+void cuda_tracker__name(struct cuda_tracker *t, const struct fw_cuda_name *n);
 
 /* Number of library files attached. */
 uint32_t cuda_tracker__nattached(const struct cuda_tracker *t);

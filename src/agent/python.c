@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <bpf/bpf.h>
 
@@ -34,13 +35,30 @@ struct python_proc {
 	uint32_t minor;			/* 3.minor */
 	uint64_t epoch;			/* this image's code objects in the cache */
 	uint64_t eval_start, eval_end;	/* _PyEval_EvalFrameDefault */
+	uint64_t code_type;		/* &PyCode_Type in the process */
 	uint64_t interp_start, interp_end;	/* the interpreter binary's code */
 	struct code_layout code;
 };
 
+static uint64_t _now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
 #define CODE_CACHE_MAX 65536
 #define STR_MAX 512
 #define LINETABLE_MAX 65536
+/*
+ * A code object that could not be read is tried again on a later sample,
+ * at most this often and this many times: a read that failed once (memory
+ * being reused, a page not yet mapped) must not name every later sample of
+ * that code object with a placeholder for the life of the process.
+ */
+#define REREAD_NS 200000000ULL
+#define REREADS_MAX 3
 
 struct code_entry {
 	char *function, *file;
@@ -48,10 +66,13 @@ struct code_entry {
 	uint8_t *lt;
 	uint32_t ltlen;
 	int err;		/* the read failed */
+	uint32_t rereads;
+	uint64_t failed_ns;
 };
 
 struct python {
 	int map_fd;
+	int known_fd;		/* py_known: code objects read, so BPF stops waking us */
 	struct proc_table *procs;
 	struct interp_procs *pids;	/* pid -> struct python_proc */
 	uint64_t next_epoch;
@@ -61,13 +82,14 @@ struct python {
 	struct python_stats st;
 };
 
-struct python *python__new(int map_fd, struct proc_table *procs)
+struct python *python__new(int map_fd, int known_fd, struct proc_table *procs)
 {
 	struct python *py = calloc(1, sizeof(*py));
 
 	if (!py)
 		return NULL;
 	py->map_fd = map_fd;
+	py->known_fd = known_fd;
 	py->procs = procs;
 	py->next_epoch = 1;
 	py->pids = interp_procs__new();
@@ -402,6 +424,7 @@ static int _describe(void *ctx, pid_t pid, void **out)
 	pp->minor = minor;
 	pp->epoch = py->next_epoch++;
 	pp->code = cl;
+	pp->code_type = bp.code_type;
 	pp->interp_start = f.lo;
 	pp->interp_end = f.hi;
 	if (syms.have_eval) {
@@ -523,24 +546,31 @@ static char *_read_str(pid_t pid, const struct code_layout *cl, uint64_t obj)
 	return out;
 }
 
-static int _read_code(pid_t pid, const struct code_layout *cl, uint64_t code,
+static int _read_code(pid_t pid, const struct code_layout *cl, uint64_t code_type, uint64_t code,
 		      struct code_entry *ce)
 {
 	uint8_t obj[256];
-	uint64_t name, file, lt, ltlen;
+	uint64_t name, file, lt, ltlen, type;
 	int32_t first;
 	int err = interp__read_mem(pid, code, obj, sizeof(obj));
 
 	if (err)
 		return err;
+	memcpy(&type, obj + 8, 8);
+	/* BPF checked the type at the sample; memory freed since may hold anything. */
+	if (code_type && type != code_type)
+		return -EINVAL;
 	memcpy(&name, obj + cl->name, 8);
 	memcpy(&file, obj + cl->filename, 8);
 	memcpy(&first, obj + cl->firstlineno, 4);
 	memcpy(&lt, obj + cl->linetable, 8);
 	ce->function = _read_str(pid, cl, name);
 	ce->file = _read_str(pid, cl, file);
-	if (!ce->function)
-		return -EFAULT;
+	if (!ce->function) {
+		free(ce->file);
+		ce->file = NULL;
+		return -EINVAL;
+	}
 	ce->firstlineno = first > 0 ? first : 0;
 	if (lt && interp__read_mem(pid, lt + 16, &ltlen, 8) == 0 && ltlen <= LINETABLE_MAX) {
 		ce->lt = malloc(ltlen + 1);
@@ -584,10 +614,37 @@ static struct code_entry *_code(struct python *py, const struct python_proc *pp,
 	ce = &py->codes[id];
 	if (added) {
 		memset(ce, 0, sizeof(*ce));
+	} else if (ce->err && ce->err != -ESRCH && ce->rereads < REREADS_MAX &&
+		   _now_ns() - ce->failed_ns >= REREAD_NS) {
+		uint32_t rereads = ce->rereads + 1;
+
+		free(ce->lt);
+		memset(ce, 0, sizeof(*ce));
+		ce->rereads = rereads;
+		py->st.code_rereads++;
+		added = true;
+	}
+	if (added) {
+		struct fw_py_code_key k = { .pid = (uint32_t)pp->pid, .code = code };
+		uint8_t one = 1;
+
+		/* Read, or tried: later samples of it need not wake us. */
+		if (py->known_fd >= 0)
+			bpf_map_update_elem(py->known_fd, &k, &one, BPF_ANY);
 		py->st.code_reads++;
-		ce->err = _read_code(pp->pid, &pp->code, code, ce);
-		if (ce->err)
+		ce->err = _read_code(pp->pid, &pp->code, pp->code_type, code, ce);
+		if (ce->err) {
+			pr_debug("pid %d: code object 0x%llx: %s\n", pp->pid, (unsigned long long)code,
+				 strerror(-ce->err));
+			ce->failed_ns = _now_ns();
 			py->st.code_read_errors++;
+			if (ce->err == -ESRCH)
+				py->st.code_read_gone++;
+			else if (ce->err == -EINVAL)
+				py->st.code_read_bad++;
+			else
+				py->st.code_read_fault++;
+		}
 	}
 	return ce;
 }

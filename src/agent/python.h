@@ -21,11 +21,18 @@ struct proc_table;
 struct python_stats {
 	uint64_t procs;			/* CPython processes described to BPF now */
 	uint64_t code_reads;		/* code objects read from processes */
-	uint64_t code_read_errors;	/* code objects that could not be read */
+	uint64_t code_read_errors;	/* code objects that could not be read, of which: */
+	uint64_t code_read_gone;	/*  the process had exited (ESRCH) */
+	uint64_t code_read_fault;	/*  the memory was not mapped */
+	uint64_t code_read_bad;		/*  not a code object (freed, reused) or no name */
+	uint64_t code_rereads;		/* failed reads tried again */
 };
 
-/* map_fd is the sampler's py_procs map and procs the process table (both borrowed). */
-struct python *python__new(int map_fd, struct proc_table *procs);
+/*
+ * map_fd is the sampler's py_procs map, known_fd its py_known map (-1: none)
+ * and procs the process table (all borrowed).
+ */
+struct python *python__new(int map_fd, int known_fd, struct proc_table *procs);
 /* Accepts NULL. */
 void python__free(struct python *py);
 

@@ -28,6 +28,7 @@ struct sampler {
 	sampler_cuda_launch_fn on_cuda_launch;
 	sampler_cuda_activity_fn on_cuda_activity;
 	sampler_cuda_conflict_fn on_cuda_conflict;
+	sampler_cuda_name_fn on_cuda_name;
 };
 
 static const char *const _stat_names[FW_STAT_MAX] = {
@@ -57,6 +58,7 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_RB_FAULT] = "ruby_faults",
 	[FW_STAT_RB_TRUNCATED] = "ruby_truncated",
 	[FW_STAT_RB_FRAMES] = "ruby_frames",
+	[FW_STAT_PY_WAKEUPS] = "python_wakeups",
 };
 
 const char *fw_stat__name(enum fw_stat stat)
@@ -156,6 +158,14 @@ static int _on_record(void *ctx, void *data, size_t size)
 		}
 		if (s->on_cuda_conflict)
 			s->on_cuda_conflict(s->ctx, data);
+		break;
+	case FW_EVENT_CUDA_NAME:
+		if (size < sizeof(struct fw_cuda_name)) {
+			s->decode_errors++;
+			return 0;
+		}
+		if (s->on_cuda_name)
+			s->on_cuda_name(s->ctx, data);
 		break;
 	default:
 		s->decode_errors++;
@@ -265,6 +275,7 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	s->on_cuda_launch = opts->on_cuda_launch;
 	s->on_cuda_activity = opts->on_cuda_activity;
 	s->on_cuda_conflict = opts->on_cuda_conflict;
+	s->on_cuda_name = opts->on_cuda_name;
 
 	s->skel = sample_bpf__open();
 	if (!s->skel) {
@@ -276,6 +287,7 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	bpf_program__set_autoattach(s->skel->progs.on_cuda_launch, false);
 	bpf_program__set_autoattach(s->skel->progs.on_cuda_activity, false);
 	bpf_program__set_autoattach(s->skel->progs.on_cuda_conflict, false);
+	bpf_program__set_autoattach(s->skel->progs.on_cuda_name, false);
 	s->skel->rodata->follow_only = opts->follow_only;
 	s->skel->rodata->follow_children = opts->follow_children;
 	s->skel->rodata->wakeup_on_exec = opts->wakeup_on_exec;
@@ -399,6 +411,11 @@ int sampler__ruby_fd(struct sampler *s)
 	return bpf_map__fd(s->skel->maps.rb_procs);
 }
 
+int sampler__python_known_fd(struct sampler *s)
+{
+	return bpf_map__fd(s->skel->maps.py_known);
+}
+
 void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd)
 {
 	*files_fd = bpf_map__fd(s->skel->maps.unwind_files);
@@ -448,6 +465,8 @@ static const char *const _cuda_stat_names[FW_CUDA_STAT_MAX] = {
 	[FW_CUDA_STAT_ACTIVITY_TRUNCATED] = "cuda_records_truncated",
 	[FW_CUDA_STAT_CONFLICTS] = "cuda_conflicts",
 	[FW_CUDA_STAT_FILTERED] = "cuda_filtered",
+	[FW_CUDA_STAT_NAMES] = "cuda_names",
+	[FW_CUDA_STAT_NAME_LOST] = "cuda_names_lost",
 };
 
 const char *fw_cuda_stat__name(enum fw_cuda_stat stat)
@@ -455,35 +474,38 @@ const char *fw_cuda_stat__name(enum fw_cuda_stat stat)
 	return stat < FW_CUDA_STAT_MAX ? _cuda_stat_names[stat] : "unknown";
 }
 
-int sampler__attach_cuda(struct sampler *s, const char *path, struct bpf_link *links[3])
+int sampler__attach_cuda(struct sampler *s, const char *path,
+			 struct bpf_link *links[SAMPLER_CUDA_LINKS])
 {
-	struct bpf_program *progs[3] = {
+	struct bpf_program *progs[SAMPLER_CUDA_LINKS] = {
 		s->skel->progs.on_cuda_launch,
 		s->skel->progs.on_cuda_activity,
 		s->skel->progs.on_cuda_conflict,
+		s->skel->progs.on_cuda_name,
 	};
-	static const char *const names[3] = { "launch", "activity", "conflict" };
+	static const char *const names[SAMPLER_CUDA_LINKS] = { "launch", "activity", "conflict",
+							       "name" };
 	int err = 0;
 
-	memset(links, 0, 3 * sizeof(*links));
-	for (int i = 0; i < 3; i++) {
+	memset(links, 0, SAMPLER_CUDA_LINKS * sizeof(*links));
+	for (int i = 0; i < SAMPLER_CUDA_LINKS; i++) {
 		/* pid -1: every process mapping the file, including later ones. */
 		links[i] = bpf_program__attach_usdt(progs[i], -1, path, FW_CUDA_PROVIDER,
 						    names[i], NULL);
 		if (links[i])
 			continue;
 		err = -errno;
-		/* Only launch and activity are needed; an old library may lack conflict. */
-		if (i == 2) {
+		/* Only launch and activity are needed; an old library may lack the others. */
+		if (i >= 2) {
 			pr_debug("%s: no %s:%s probe: %s\n", path, FW_CUDA_PROVIDER, names[i],
 				 strerror(-err));
-			return 0;
+			continue;
 		}
 		goto fail;
 	}
 	return 0;
 fail:
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < SAMPLER_CUDA_LINKS; i++) {
 		bpf_link__destroy(links[i]);
 		links[i] = NULL;
 	}

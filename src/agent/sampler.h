@@ -22,6 +22,7 @@ typedef void (*sampler_proc_fn)(void *ctx, const struct fw_proc_event *e);
 typedef void (*sampler_cuda_launch_fn)(void *ctx, const struct fw_cuda_launch *l);
 typedef void (*sampler_cuda_activity_fn)(void *ctx, const struct fw_cuda_activity *a);
 typedef void (*sampler_cuda_conflict_fn)(void *ctx, const struct fw_cuda_conflict *c);
+typedef void (*sampler_cuda_name_fn)(void *ctx, const struct fw_cuda_name *n);
 
 struct sampler_opts {
 	unsigned int freq_hz;		/* samples per second per CPU */
@@ -35,6 +36,7 @@ struct sampler_opts {
 	sampler_cuda_launch_fn on_cuda_launch;
 	sampler_cuda_activity_fn on_cuda_activity;
 	sampler_cuda_conflict_fn on_cuda_conflict;
+	sampler_cuda_name_fn on_cuda_name;
 };
 
 struct sampler_stats {
@@ -63,6 +65,8 @@ void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd);
 int sampler__python_fd(struct sampler *s);
 /* The rb_procs map (pid -> struct fw_rb_proc); a borrowed fd. */
 int sampler__ruby_fd(struct sampler *s);
+/* The py_known map (struct fw_py_code_key -> u8); a borrowed fd. */
+int sampler__python_known_fd(struct sampler *s);
 /*
  * A descriptor that becomes readable when a record asked for a wakeup (CUDA
  * records, when the ring buffer fills up); then call sampler__drain().
@@ -82,15 +86,17 @@ uint64_t sampler__boot_to_unix_ns(uint64_t boot_ns);
 
 /*
  * Attaches the CUDA probe programs to the USDT probes flamewatch:launch,
- * activity and conflict of one libflamewatch-cuda.so file (path as this
+ * activity, conflict and name of one libflamewatch-cuda.so file (path as this
  * process can open it, e.g. through /proc/PID/root), for every process that
  * maps it now or later: a uprobe belongs to the file, and the kernel sets
- * the probes' semaphores in each process that maps it. On success links[3]
+ * the probes' semaphores in each process that maps it. On success links[]
  * receives the owned links (bpf_link__destroy() each). Returns 0 or -errno
  * (-ENOENT: the file has no flamewatch launch probe).
  */
 struct bpf_link;
-int sampler__attach_cuda(struct sampler *s, const char *path, struct bpf_link *links[3]);
+#define SAMPLER_CUDA_LINKS 4
+int sampler__attach_cuda(struct sampler *s, const char *path,
+			 struct bpf_link *links[SAMPLER_CUDA_LINKS]);
 
 /* The CUDA probes' counters (enum fw_cuda_stat), summed over CPUs. Returns 0 or -errno. */
 int sampler__cuda_stats(struct sampler *s, uint64_t counters[FW_CUDA_STAT_MAX]);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/cuda_tracker.h"
 #include "cmd/cmd.h"
 
 #define LIB_NAME "libflamewatch-cuda.so"
@@ -35,30 +36,6 @@ static void _usage(FILE *out)
 "  FLAMEWATCH_CUDA_WINDOW_MS      window length (default 50)\n"
 "  FLAMEWATCH_CUDA_LAUNCH_BUDGET  launches reported per second before sampling (default 500)\n"
 "  FLAMEWATCH_CUDA_SUMMARY        collect without an agent; append totals to this file at exit\n");
-}
-
-/* Finds the library beside the running binary (build tree or install). */
-static int _default_lib(char *out, size_t size)
-{
-	static const char *const rel[] = { "/" LIB_NAME, "/../lib/flamewatch/" LIB_NAME,
-					   "/../lib/" LIB_NAME };
-	char exe[PATH_MAX], cand[PATH_MAX + 64];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	char *slash;
-
-	if (n <= 0)
-		return -errno;
-	exe[n] = 0;
-	slash = strrchr(exe, '/');
-	if (!slash)
-		return -ENOENT;
-	*slash = 0;
-	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-		snprintf(cand, sizeof(cand), "%s%s", exe, rel[i]);
-		if (access(cand, R_OK) == 0 && realpath(cand, out) && strlen(out) < size)
-			return 0;
-	}
-	return -ENOENT;
 }
 
 int cmd_cuda(int argc, char **argv)
@@ -96,7 +73,7 @@ int cmd_cuda(int argc, char **argv)
 			fprintf(stderr, "flamewatch cuda: --lib %s: %s\n", lib_arg, strerror(errno));
 			return 2;
 		}
-	} else if (_default_lib(lib, sizeof(lib))) {
+	} else if (cuda_tracker__default_lib(lib, sizeof(lib))) {
 		fprintf(stderr, "flamewatch cuda: cannot find " LIB_NAME " next to this binary; "
 				"give its path with --lib\n");
 		return 2;

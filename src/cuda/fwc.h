@@ -79,18 +79,55 @@ struct fwc_weights {
 	struct fwc_weight_slot slot[FWC_WEIGHT_SLOTS];
 };
 
+/* weight 0: a launch seen in a collecting window but not kept (FWC_UNKEPT). */
+#define FWC_UNKEPT 0
 void fwc_weights_put(struct fwc_weights *w, uint32_t corr, uint32_t canonical, uint32_t weight);
-/* Returns the weight (0: not found) and sets *canonical. */
+/* Returns the weight (0: not found, or not kept) and sets *canonical. */
 uint32_t fwc_weights_get(struct fwc_weights *w, uint32_t corr, uint32_t *canonical);
+/* Returns 1 and sets *canonical and *weight (FWC_UNKEPT too) when corr is there, else 0. */
+int fwc_weights_find(struct fwc_weights *w, uint32_t corr, uint32_t *canonical, uint32_t *weight);
+
+/*
+ * GPU time of recorded work whose launch was seen but not kept: carried to
+ * the next kept record of the same kernel name (of the same kind, for
+ * copies and sets) by raising that record's weight, so that duration x
+ * weight over the emitted records adds up to the GPU time of every record
+ * CUPTI delivered, not to an estimate from the kept launches' durations
+ * (heavy-tailed: a few long GEMMs among many short kernels, where the
+ * estimate is off by tens of percent in a short run). The remainder below
+ * one duration stays for the next one. The last record carried stands in
+ * for whatever is left at exit (fwc_carry_flush()).
+ */
+struct fwc_carry {
+	uint64_t ns;			/* GPU ns x multiplier not yet carried */
+	uint64_t start, end, bytes;	/* the last record carried, CUPTI's clock */
+	uint32_t device, stream;
+	uint32_t has_last;
+	uint32_t pad;
+};
 
 /* ---- kernel names --------------------------------------------------------- */
 
 /*
  * Interned copies of kernel names, owned by the library and never freed (the
- * agent reads them from the process by address, at any later time). Callers
+ * agent may read them from the process by address, at any later time). Callers
  * serialise (the record path holds one lock). Bounded: past the cap every new
  * name maps to one fixed string.
+ *
+ * Each name is announced (the flamewatch:name probe) before the first record
+ * that carries it, so that the agent has it even when the records reach it
+ * after the process exited; fwc_names_reannounce() makes every name due
+ * again (a tracer attached anew and knows none of them).
  */
+/* Announces s (the library's copy); returns nonzero if a tracer got it. */
+typedef int (*fwc_announce_fn)(void *ctx, const char *s);
+/* Stored before each interned copy (8-byte aligned). */
+struct fwc_name_hdr {
+	uint32_t epoch;			/* announced in this epoch + 1 (0: never) */
+	uint32_t pad;
+	struct fwc_carry carry;
+};
+
 #define FWC_NAME_SLOTS (1u << 14)
 #define FWC_NAME_BYTES_MAX (8u << 20)
 
@@ -102,12 +139,21 @@ struct fwc_names {
 	size_t bytes;
 	char *chunk;
 	size_t chunk_left;
+	uint32_t epoch;			/* names announced in another epoch are due */
+	struct fwc_name_hdr fixed_hdr[2];	/* for fwc_name_full and fwc_name_unknown */
+	fwc_announce_fn announce;	/* NULL: names are never announced */
+	void *announce_ctx;
 };
 
 extern const char fwc_name_full[];
 extern const char fwc_name_unknown[];
 /* Returns the library's copy of name (never NULL). */
 const char *fwc_names_intern(struct fwc_names *n, const char *name);
+/* Announces s (returned by fwc_names_intern) unless it was in this epoch. */
+void fwc_names_announce(struct fwc_names *n, const char *s);
+void fwc_names_reannounce(struct fwc_names *n);
+/* The carry of name s (returned by fwc_names_intern). */
+struct fwc_carry *fwc_names_carry(struct fwc_names *n, const char *s);
 
 /* ---- records -------------------------------------------------------------- */
 
@@ -118,13 +164,16 @@ struct fwc_batch {
 	uint32_t n;
 	fwc_emit_fn emit;
 	void *ctx;
+	uint32_t multiplier;		/* D: what each recorded launch stands for (0: 1) */
+	struct fwc_carry kind_carry[6];	/* copies and sets, per FW_CUDA_* kind */
 };
 
 /* Totals of what the record path saw, for the summary and the tests. */
 struct fwc_stats {
 	uint64_t records;		/* activity records read */
 	uint64_t kept;			/* converted and emitted */
-	uint64_t unsampled;		/* dropped: their launch was not kept */
+	uint64_t unsampled;		/* dropped: their launch was not seen in a window */
+	uint64_t carried;		/* not kept: their GPU time carried to a kept one */
 	uint64_t untimed;		/* dropped: CUPTI had no timestamps */
 	uint64_t other;			/* kinds we do not convert */
 	uint64_t cupti_dropped;		/* records CUPTI could not store */
@@ -138,5 +187,12 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		    int64_t offset_ns, struct fwc_batch *b, struct fwc_stats *st);
 /* Emits what b holds. */
 void fwc_batch_flush(struct fwc_batch *b);
+/*
+ * At exit: emits, for each name and kind with GPU time still carried, its
+ * last carried record standing for it (correlation 0: no launch), then
+ * flushes b. Within one duration per name of exact.
+ */
+void fwc_carry_flush(struct fwc_names *n, struct fwc_batch *b, int64_t offset_ns,
+		     struct fwc_stats *st);
 
 #endif

@@ -61,6 +61,8 @@ __extension__ volatile unsigned short flamewatch_activity_semaphore
 	__attribute__((unused)) __attribute__((section(".probes")));
 __extension__ volatile unsigned short flamewatch_conflict_semaphore
 	__attribute__((unused)) __attribute__((section(".probes")));
+__extension__ volatile unsigned short flamewatch_name_semaphore
+	__attribute__((unused)) __attribute__((section(".probes")));
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -125,6 +127,7 @@ static struct {
 	uint32_t on_slot;
 	uint64_t ctl_rng;
 	uint64_t last_window_seen;
+	int tracer_seen;		/* the name probe had a tracer at the last tick */
 	uint8_t rt_class[RT_IDS], drv_class[DRV_IDS];
 	int classes_known;
 
@@ -230,6 +233,14 @@ static void _emit(const struct fw_cuda_record *recs, uint32_t count, void *ctx)
 		STAP_PROBE2(flamewatch, activity, recs, count);
 }
 
+static int _announce(void *ctx, const char *s)
+{
+	if (!flamewatch_name_semaphore)
+		return 0;
+	STAP_PROBE2(flamewatch, name, (uint64_t)(uintptr_t)s, s);
+	return 1;
+}
+
 static void _conflict(const char *what)
 {
 	if (flamewatch_conflict_semaphore)
@@ -305,13 +316,12 @@ static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti
 			uint32_t oc = t->rt_active ? t->rt_corr : t->drv_corr;
 			uint32_t ow = t->rt_active ? t->rt_weight : t->drv_weight;
 
-			if (ow)
-				fwc_weights_put(&G.weights, cb->correlationId, oc, ow);
+			fwc_weights_put(&G.weights, cb->correlationId, oc, ow);
 			return;
 		}
+		/* Not kept (w == FWC_UNKEPT) too: its records' GPU time is carried. */
 		w = _take(t, cls);
-		if (w)
-			fwc_weights_put(&G.weights, cb->correlationId, cb->correlationId, w);
+		fwc_weights_put(&G.weights, cb->correlationId, cb->correlationId, w);
 		if (dom == CUPTI_CB_DOMAIN_RUNTIME_API) {
 			t->rt_active = 1;
 			t->rt_corr = cb->correlationId;
@@ -634,6 +644,15 @@ static void _tick(void)
 			_unsubscribe();
 		return;
 	}
+	/* A tracer that attached anew knows none of the names it missed. */
+	if (!!flamewatch_name_semaphore != G.tracer_seen) {
+		G.tracer_seen = !!flamewatch_name_semaphore;
+		if (G.tracer_seen) {
+			pthread_mutex_lock(&G.rec);
+			fwc_names_reannounce(&G.names);
+			pthread_mutex_unlock(&G.rec);
+		}
+	}
 	if (!_listening()) {
 		if (!G.subscribed)
 			return;
@@ -711,9 +730,10 @@ static void _write_summary(void)
 		(unsigned long long)atomic_load(&G.seen[FWC_KERNEL]),
 		(unsigned long long)atomic_load(&G.kept[FWC_KERNEL]),
 		(unsigned long long)atomic_load(&G.weight_sum[FWC_KERNEL]));
-	fprintf(f, ",\"records\":%llu,\"kept\":%llu,\"unsampled\":%llu,\"untimed\":%llu"
-		   ",\"cupti_dropped\":%llu,\"refused_buffers\":%llu,\"kernel_names\":%u",
+	fprintf(f, ",\"records\":%llu,\"kept\":%llu,\"carried\":%llu,\"unsampled\":%llu"
+		   ",\"untimed\":%llu,\"cupti_dropped\":%llu,\"refused_buffers\":%llu,\"kernel_names\":%u",
 		(unsigned long long)G.stats.records, (unsigned long long)G.stats.kept,
+		(unsigned long long)G.stats.carried,
 		(unsigned long long)G.stats.unsampled, (unsigned long long)G.stats.untimed,
 		(unsigned long long)G.stats.cupti_dropped, (unsigned long long)atomic_load(&G.refused_bufs),
 		G.names.count);
@@ -739,6 +759,9 @@ static void _at_exit(void)
 	if (G.subscribed) {
 		_turn_off();
 		G.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+		pthread_mutex_lock(&G.rec);
+		fwc_carry_flush(&G.names, &G.batch, atomic_load(&G.offset_ns), &G.stats);
+		pthread_mutex_unlock(&G.rec);
 	}
 	atomic_store(&G.inert, 1);
 	pthread_mutex_unlock(&G.ctl);
@@ -843,6 +866,8 @@ EXPORT int InitializeInjection(void)
 	if (G.summary_path && !*G.summary_path)
 		G.summary_path = NULL;
 	G.batch.emit = _emit;
+	G.batch.multiplier = G.duty;
+	G.names.announce = _announce;
 	atomic_store(&G.p_fixed, UINT32_MAX);
 
 	if (_load_cupti()) {

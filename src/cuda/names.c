@@ -21,16 +21,20 @@ static uint64_t _hash(const char *s, size_t len)
 	return h;
 }
 
+/* Each copy is preceded by its header, 8-byte aligned. */
+#define HDR sizeof(struct fwc_name_hdr)
+#define ENTRY(len) ((HDR + (len) + 1 + 7) & ~(size_t)7)
+
 static const char *_copy(struct fwc_names *n, const char *name, size_t len)
 {
 	char *p;
 
-	if (len + 1 > n->chunk_left) {
-		size_t sz = len + 1 > CHUNK ? len + 1 : CHUNK;
+	if (ENTRY(len) > n->chunk_left) {
+		size_t sz = ENTRY(len) > CHUNK ? ENTRY(len) : CHUNK;
 
 		if (n->bytes + sz > FWC_NAME_BYTES_MAX)
 			return NULL;
-		n->chunk = malloc(sz);
+		n->chunk = aligned_alloc(8, (sz + 7) & ~(size_t)7);
 		if (!n->chunk) {
 			n->chunk_left = 0;
 			return NULL;
@@ -39,10 +43,12 @@ static const char *_copy(struct fwc_names *n, const char *name, size_t len)
 		n->bytes += sz;
 	}
 	p = n->chunk;
+	memset(p, 0, HDR);
+	p += HDR;
 	memcpy(p, name, len);
 	p[len] = 0;
-	n->chunk += len + 1;
-	n->chunk_left -= len + 1;
+	n->chunk += ENTRY(len);
+	n->chunk_left -= ENTRY(len);
 	return p;
 }
 
@@ -80,4 +86,34 @@ found:
 	n->by_ptr_key[pi] = name;
 	n->by_ptr_val[pi] = s;
 	return s;
+}
+
+static struct fwc_name_hdr *_hdr(struct fwc_names *n, const char *s)
+{
+	if (s == fwc_name_full)
+		return &n->fixed_hdr[0];
+	if (s == fwc_name_unknown)
+		return &n->fixed_hdr[1];
+	return (struct fwc_name_hdr *)(uintptr_t)(s - HDR);
+}
+
+struct fwc_carry *fwc_names_carry(struct fwc_names *n, const char *s)
+{
+	return &_hdr(n, s)->carry;
+}
+
+void fwc_names_announce(struct fwc_names *n, const char *s)
+{
+	struct fwc_name_hdr *h = _hdr(n, s);
+	uint32_t cur = n->epoch + 1;
+
+	if (!n->announce || h->epoch == cur || !n->announce(n->announce_ctx, s))
+		return;
+	h->epoch = cur;
+}
+
+void fwc_names_reannounce(struct fwc_names *n)
+{
+	/* cur = epoch + 1 must never be 0, the value of a name never announced. */
+	n->epoch = n->epoch + 2 == 0 ? 0 : n->epoch + 1;
 }

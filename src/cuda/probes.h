@@ -14,12 +14,20 @@
  *     runtime or driver, counted once when one wraps the other), in the
  *     launching thread, so the CPU stack at the probe is the stack that
  *     launched the work. weight: this launch stands for `weight` launches
- *     (1 unless launches are being sampled).
+ *     (1 unless launches are being sampled or duty-cycled).
  *
  *   flamewatch:activity(const struct fw_cuda_record *recs, u32 count)
  *     A batch of completed GPU work, count <= FW_CUDA_MAX_BATCH. The
  *     records live in the library's memory only for the duration of the
  *     probe: the BPF program copies them.
+ *
+ *   flamewatch:name(u64 addr, const char *name)
+ *     The NUL-terminated mangled kernel name at addr, fired before the
+ *     first activity probe whose records carry that name_addr, and again
+ *     for each name once a tracer attaches anew. The agent keeps the name
+ *     by (pid, addr), so records that reach it after the process exited
+ *     (the final flush at exit) are still named. Names longer than the
+ *     agent copies are read from the process by address, as without it.
  *
  *   flamewatch:conflict(const char *what)
  *     Another CUPTI subscriber holds the process (torch.profiler, Nsight):
@@ -65,7 +73,13 @@ struct fw_cuda_record {
 	__u32 device;
 	__u32 stream;
 	__u32 kind;		/* FW_CUDA_* */
-	__u32 weight;		/* as for the launch probe; 1 unless sampled */
+	/*
+	 * Duration x weight is the GPU time this record stands for: its own
+	 * x the duty cycle, plus that of records of its kernel whose launches
+	 * were not kept (docs/gpu-time.md, "Weights"). About the number of
+	 * launches of this kernel it stands for; 1 unless sampled.
+	 */
+	__u32 weight;
 };
 
 _Static_assert(sizeof(struct fw_cuda_record) == 56, "fw_cuda_record is part of the ABI");

@@ -33,13 +33,64 @@ static int64_t _unix(uint64_t t, int64_t offset_ns)
 	return (int64_t)t + offset_ns;
 }
 
+/*
+ * The weight of a kept record of duration dur: itself (x the multiplier)
+ * plus what its carry holds, as a whole number of durations; the rest stays.
+ */
+static uint32_t _weight_with_carry(struct fwc_carry *c, uint64_t dur, uint32_t mult,
+				   uint32_t launch_weight)
+{
+	uint64_t want, w;
+
+	if (!dur)
+		return launch_weight;	/* nothing to carry into */
+	want = dur * mult + c->ns;
+	w = want / dur;
+	if (w > UINT32_MAX)
+		w = UINT32_MAX;
+	c->ns = want - w * dur;
+	return (uint32_t)w;
+}
+
+static void _carry_add(struct fwc_carry *c, const struct fw_cuda_record *r, uint64_t start,
+		       uint64_t end, uint32_t mult)
+{
+	c->ns += (end - start) * mult;
+	c->start = start;
+	c->end = end;
+	c->bytes = r->bytes;
+	c->device = r->device;
+	c->stream = r->stream;
+	c->has_last = 1;
+}
+
+static void _append(struct fwc_batch *b, const struct fw_cuda_record *r, struct fwc_stats *st)
+{
+	st->kept++;
+	st->weighted_ns[r->kind] += (r->end_ns - r->start_ns) * (uint64_t)r->weight;
+	st->weighted_count[r->kind] += r->weight;
+	b->recs[b->n++] = *r;
+	if (b->n == FW_CUDA_MAX_BATCH)
+		fwc_batch_flush(b);
+}
+
+/* Looks corr up; 1 if the launch was seen in a window (kept or not). */
+static int _find(struct fwc_weights *w, uint32_t corr, uint32_t *canonical, uint32_t *weight)
+{
+	return corr && fwc_weights_find(w, corr, canonical, weight);
+}
+
 void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_names *names,
 		    int64_t offset_ns, struct fwc_batch *b, struct fwc_stats *st)
 {
 	const CUpti_Activity *a = cupti_record;
-	struct fw_cuda_record r;
+	uint32_t mult = b->multiplier ? b->multiplier : 1;
 	uint32_t weight = 0, canonical = 0;
+	const char *name = NULL, *cupti_name = NULL;
+	struct fwc_carry *carry;
+	struct fw_cuda_record r;
 	uint64_t start, end;
+	int seen = 0;
 
 	st->records++;
 	memset(&r, 0, sizeof(r));
@@ -48,24 +99,29 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
 		const CUpti_ActivityKernel10 *k = cupti_record;
 
-		weight = fwc_weights_get(w, k->correlationId, &canonical);
+		seen = _find(w, k->correlationId, &canonical, &weight);
 		start = k->start;
 		end = k->end;
 		r.kind = FW_CUDA_KERNEL;
 		r.device = k->deviceId;
 		r.stream = k->streamId;
-		if (weight && (start || end))
-			r.name_addr = (uintptr_t)fwc_names_intern(names, k->name);
+		cupti_name = k->name;
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMCPY: {
 		const CUpti_ActivityMemcpy6 *m = cupti_record;
 
 		/* A runtime copy is reported under the runtime call's id. */
-		if (m->runtimeCorrelationId)
-			weight = fwc_weights_get(w, m->runtimeCorrelationId, &canonical);
-		if (!weight)
-			weight = fwc_weights_get(w, m->correlationId, &canonical);
+		seen = _find(w, m->runtimeCorrelationId, &canonical, &weight);
+		if (!seen || weight == FWC_UNKEPT) {
+			uint32_t c2, w2;
+
+			if (_find(w, m->correlationId, &c2, &w2) && (!seen || w2 != FWC_UNKEPT)) {
+				seen = 1;
+				canonical = c2;
+				weight = w2;
+			}
+		}
 		start = m->start;
 		end = m->end;
 		r.kind = _copy_kind(m->copyKind);
@@ -77,7 +133,7 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 	case CUPTI_ACTIVITY_KIND_MEMCPY2: {
 		const CUpti_ActivityMemcpyPtoP4 *m = cupti_record;
 
-		weight = fwc_weights_get(w, m->correlationId, &canonical);
+		seen = _find(w, m->correlationId, &canonical, &weight);
 		start = m->start;
 		end = m->end;
 		r.kind = _copy_kind(m->copyKind);
@@ -89,7 +145,7 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 	case CUPTI_ACTIVITY_KIND_MEMSET: {
 		const CUpti_ActivityMemset4 *m = cupti_record;
 
-		weight = fwc_weights_get(w, m->correlationId, &canonical);
+		seen = _find(w, m->correlationId, &canonical, &weight);
 		start = m->start;
 		end = m->end;
 		r.kind = FW_CUDA_MEMSET;
@@ -102,7 +158,8 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		st->other++;
 		return;
 	}
-	if (!weight) {
+	/* Launched outside a collecting window (its edges): not ours to count. */
+	if (!seen) {
 		st->unsampled++;
 		return;
 	}
@@ -110,14 +167,69 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		st->untimed++;
 		return;
 	}
+	if (r.kind == FW_CUDA_KERNEL) {
+		name = fwc_names_intern(names, cupti_name);
+		carry = fwc_names_carry(names, name);
+	} else {
+		carry = &b->kind_carry[r.kind];
+	}
+	if (weight == FWC_UNKEPT) {
+		_carry_add(carry, &r, start, end, mult);
+		st->carried++;
+		return;
+	}
+	if (name) {
+		/* Before the batch that carries it is emitted. */
+		fwc_names_announce(names, name);
+		r.name_addr = (uintptr_t)name;
+	}
 	r.correlation = canonical;
 	r.start_ns = (uint64_t)_unix(start, offset_ns);
 	r.end_ns = (uint64_t)_unix(end, offset_ns);
-	r.weight = weight;
-	st->kept++;
-	st->weighted_ns[r.kind] += (end - start) * (uint64_t)weight;
-	st->weighted_count[r.kind] += weight;
-	b->recs[b->n++] = r;
-	if (b->n == FW_CUDA_MAX_BATCH)
-		fwc_batch_flush(b);
+	r.weight = _weight_with_carry(carry, end - start, mult, weight);
+	_append(b, &r, st);
+}
+
+static void _carry_emit(struct fwc_carry *c, uint32_t kind, const char *name, int64_t offset_ns,
+			struct fwc_names *names, struct fwc_batch *b, struct fwc_stats *st)
+{
+	struct fw_cuda_record r;
+	uint64_t dur = c->end - c->start, w;
+
+	if (!c->ns || !c->has_last || !dur)
+		return;
+	/* The nearest whole number of durations: within half of one of exact. */
+	w = (c->ns + dur / 2) / dur;
+	c->ns = 0;
+	if (!w)
+		return;
+	memset(&r, 0, sizeof(r));
+	r.kind = kind;
+	r.start_ns = (uint64_t)_unix(c->start, offset_ns);
+	r.end_ns = (uint64_t)_unix(c->end, offset_ns);
+	r.bytes = c->bytes;
+	r.device = c->device;
+	r.stream = c->stream;
+	r.weight = w > UINT32_MAX ? UINT32_MAX : (uint32_t)w;
+	if (name) {
+		fwc_names_announce(names, name);
+		r.name_addr = (uintptr_t)name;
+	}
+	_append(b, &r, st);
+}
+
+void fwc_carry_flush(struct fwc_names *n, struct fwc_batch *b, int64_t offset_ns,
+		     struct fwc_stats *st)
+{
+	for (uint32_t i = 0; i < FWC_NAME_SLOTS; i++)
+		if (n->by_text[i])
+			_carry_emit(fwc_names_carry(n, n->by_text[i]), FW_CUDA_KERNEL, n->by_text[i],
+				    offset_ns, n, b, st);
+	_carry_emit(fwc_names_carry(n, fwc_name_full), FW_CUDA_KERNEL, fwc_name_full, offset_ns, n,
+		    b, st);
+	_carry_emit(fwc_names_carry(n, fwc_name_unknown), FW_CUDA_KERNEL, fwc_name_unknown,
+		    offset_ns, n, b, st);
+	for (uint32_t k = 1; k < 6; k++)
+		_carry_emit(&b->kind_carry[k], k, NULL, offset_ns, n, b, st);
+	fwc_batch_flush(b);
 }

@@ -56,7 +56,7 @@ void fwc_weights_put(struct fwc_weights *w, uint32_t corr, uint32_t canonical, u
 	atomic_store_explicit(&s->key, (uint64_t)corr + 1, memory_order_release);
 }
 
-uint32_t fwc_weights_get(struct fwc_weights *w, uint32_t corr, uint32_t *canonical)
+int fwc_weights_find(struct fwc_weights *w, uint32_t corr, uint32_t *canonical, uint32_t *weight)
 {
 	struct fwc_weight_slot *s = &w->slot[corr & (FWC_WEIGHT_SLOTS - 1)];
 	uint64_t k1, v, k2;
@@ -70,5 +70,16 @@ uint32_t fwc_weights_get(struct fwc_weights *w, uint32_t corr, uint32_t *canonic
 	if (k2 != k1)
 		return 0;
 	*canonical = (uint32_t)(v >> 32);
-	return (uint32_t)v;
+	*weight = (uint32_t)v;
+	return 1;
+}
+
+uint32_t fwc_weights_get(struct fwc_weights *w, uint32_t corr, uint32_t *canonical)
+{
+	uint32_t c, weight;
+
+	if (!fwc_weights_find(w, corr, &c, &weight) || weight == FWC_UNKEPT)
+		return 0;
+	*canonical = c;
+	return weight;
 }

@@ -10,9 +10,12 @@ attach to its probes, join every record with its launch whichever comes
 first, and store exactly these gpu_time samples and intervals.
 """
 
+import json
 import os
 import re
+import subprocess
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -261,6 +264,142 @@ def test_burst_loses_nothing(flamewatch, workloads, tmp_path):
         assert sum(got.values()) == n * 1000, text
         assert set(got) <= {chain, ("kernelA(int)",)}, text
         assert got.get(chain, 0) >= n * 1000 // 4, text
+    finally:
+        ps.close_all()
+        client.close()
+
+
+def _run_agent(ps, flamewatch, tmp_path, port):
+    srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
+                    tmp_path / "data", "-F", "19", "--interval", "1s"], "run")
+    assert srv.wait_output(r"profiling this host at", START_S), srv.describe()
+    return srv
+
+
+def test_names_outlive_the_process(flamewatch, workloads, tmp_path):
+    """The records of a process's final flush reach the agent after the
+    process is gone (cuda_chain exitnow exits right after them): the
+    kernel names come from the name probe, never from the dead process."""
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    try:
+        srv = _run_agent(ps, flamewatch, tmp_path, port)
+        client.wait_healthy(proc=srv)
+        t0 = time.time() - 1
+        go = tmp_path / "go"
+        work = ps.start([workloads / "cuda" / "cuda_chain", "exitnow"], "cuda_chain",
+                        env={**os.environ, "CUDA_CHAIN_GO": str(go)})
+        lib = str(workloads / "cuda" / "libflamewatch-cuda.so")
+        assert srv.wait_output("GPU time profiling: attached to " + re.escape(lib), 60), \
+            srv.describe()
+        go.touch()
+        assert work.wait(70) == 0, work.describe()
+        q = '{pid="%d"}' % work.pid
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and \
+                _top(client, q, t0, time.time() + 1)["total_ns"] < TOTAL:
+            time.sleep(0.5)
+        time.sleep(1.5)
+        top = _top(client, q, t0, time.time() + 1)
+        names = {k["name"]: k["total_ns"] for k in top["kernels"]}
+        assert names == {"kernelA(int)": 110000, "kernelB(float*, int)": 105000,
+                         "orphan()": 5000, "[memcpy HtoD]": 3000}, (names, srv.text()[-3000:])
+    finally:
+        ps.close_all()
+        client.close()
+
+
+def test_real_library_short_run(flamewatch, tmp_path):
+    """The real libflamewatch-cuda.so (fake CUPTI, build/fakes) in a process
+    that starts after the agent and exits right after its work: the agent
+    armed the library's probes at its own start (the copy beside its
+    binary, which `flamewatch cuda` injects), so the run is collected from
+    its first window without a /proc scan, the records of the flush at
+    exit are all stored, and every kernel is named. CUPTI always on
+    (duty cycle 1) and no launch sampling: the stored GPU time must equal
+    the fake GPU's to the nanosecond."""
+    build = Path(flamewatch).resolve().parent
+    lib, host, cupti = build / "libflamewatch-cuda.so", build / "fakes" / "cuda_host", \
+        build / "fakes" / "libcupti.so"
+    res = subprocess.run(["make", "-s", "fakes"], cwd=build.parent, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    try:
+        srv = _run_agent(ps, flamewatch, tmp_path, port)
+        assert srv.wait_output("GPU time profiling: attached to " + re.escape(str(lib)), 10), \
+            "the agent did not attach to the library beside it at start\n" + srv.describe()
+        client.wait_healthy(proc=srv)
+        t0 = time.time() - 5
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("FLAMEWATCH_CUDA", "FAKE_CUPTI"))}
+        env.update(FLAMEWATCH_CUPTI_PATH=str(cupti), FLAMEWATCH_CUDA_DUTY_CYCLE="1",
+                   FLAMEWATCH_CUDA_LAUNCH_BUDGET="100000000")
+        work = ps.start([host, "drive", lib, "3000", "20000", "0"], "cuda_host", env=env)
+        assert work.wait(60) == 0, work.describe()
+        truth = json.loads([ln for ln in work.text().splitlines() if ln.startswith("{")][-1])
+        want = truth["kernel_ns"] + truth["memcpy_ns"] + truth["memset_ns"]
+        q = '{pid="%d"}' % work.pid
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and \
+                _top(client, q, t0, time.time() + 5)["total_ns"] < want:
+            time.sleep(0.5)
+        time.sleep(1.5)
+        top = _top(client, q, t0, time.time() + 5)
+        names = {k["name"] for k in top["kernels"]}
+        text = f"truth {truth}\n{json.dumps(top)[:3000]}\n{srv.text()[-3000:]}"
+        assert top["total_ns"] == want, text
+        assert names == {"kernel_one(float*)", "kernel_two(float*, int)", "driver_kernel(float*)",
+                         "graph_kernel()", "[memcpy HtoD]", "[memset]"}, text
+    finally:
+        ps.close_all()
+        client.close()
+
+
+def test_python_frames_in_launch_stacks(flamewatch, workloads, tmp_path):
+    """A Python process launching through the library (ctypes here, PyTorch
+    on a GPU) from main -> train_step -> forward: the GPU flame graph shows
+    those Python functions above the kernel, with no placeholder frame
+    (the process exits 3 s after its launches: their new code objects
+    wake the agent, which reads them while the process lives; before, the
+    launch probe's Python walk wrote the CPU sampler's scratch slot and the
+    launch stacks got stale words instead)."""
+    from test_python import interpreter
+
+    exe = interpreter("3.12")
+    script = Path(__file__).resolve().parent.parent / "workloads" / "python" / "cuda_launch.py"
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    try:
+        srv = _run_agent(ps, flamewatch, tmp_path, port)
+        client.wait_healthy(proc=srv)
+        t0 = time.time() - 1
+        lib = workloads / "cuda" / "libflamewatch-cuda.so"
+        work = ps.start([exe, script, lib], "cuda_launch")
+        assert srv.wait_output("GPU time profiling: attached to " + re.escape(str(lib)), 60), \
+            srv.describe()
+        assert work.wait(70) == 0, work.describe()
+        q = '{pid="%d"}' % work.pid
+        deadline = time.monotonic() + 40  # a loaded machine: the agent builds unwind tables first
+        while time.monotonic() < deadline and \
+                _top(client, q, t0, time.time() + 1)["total_ns"] < 40 * 1000:
+            time.sleep(0.5)
+        time.sleep(1.5)
+        r = _get(client, "/api/v1/profile", {"type": "gpu_time", "format": "folded", "query": q,
+                                             **window(t0, time.time() + 1)})
+        got = {}
+        for line in r.text.splitlines():
+            stack, _, n = line.rpartition(" ")
+            got[stack] = got.get(stack, 0) + int(n)
+        text = "\n".join(f"{k} {v}" for k, v in got.items())
+        assert sum(got.values()) == 40 * 1000, text
+        assert not any("[python code" in k for k in got), text
+        chained = sum(v for k, v in got.items()
+                      if re.search(r";main;train_step;forward;.*matmul\(\)$", k))
+        assert chained >= 40 * 1000 // 2, text
     finally:
         ps.close_all()
         client.close()

@@ -120,7 +120,8 @@ def test_library_shape():
     notes = subprocess.run(["readelf", "-n", str(LIB)], capture_output=True, text=True).stdout
     probes = re.findall(r"Provider: (\S+)\s+Name: (\S+)\s+Location: \S+, Base: \S+, Semaphore: (\S+)", notes)
     assert sorted((p, n) for p, n, _ in probes) == [
-        ("flamewatch", "activity"), ("flamewatch", "conflict"), ("flamewatch", "launch")]
+        ("flamewatch", "activity"), ("flamewatch", "conflict"), ("flamewatch", "launch"),
+        ("flamewatch", "name")]
     assert all(int(s, 16) != 0 for _, _, s in probes), probes
 
 

@@ -230,3 +230,81 @@ def test_process_started_before(fw, version):
     require(w.total >= 100, f"only {w.total} samples of CPython {version}", prof)
     full = w.count(lambda f: contains_run(user(f), ["<module>"] + CHAIN))
     require(full >= 0.9 * w.total, f"CPython {version}: only {full} of {w.total} samples show the chain", w)
+
+
+def test_agent_process_exits_after_burst(flamewatch, tmp_path):
+    """Through the agent (`flamewatch run`, which describes a Python process
+    on its first sample and names frames as it drains its ring buffer every
+    100 ms): short Python processes that exit right after a burst of work,
+    as a short training script does. The samples of the work must be named
+    with the chain, never with a `[python code 0x...]` placeholder, up to
+    the process's exit: the code objects are read while the process lives
+    (a sample with a code object not read yet wakes the agent), and a
+    failed read is tried again. Startup is another matter: a module's
+    `<module>` code object is freed as soon as the module has run, often
+    before any reader gets to it, so import-time samples may keep a
+    placeholder (a few %, here; most of a short `import torch` script)."""
+    from serverlib import Client, Procs, free_port, window
+
+    import time
+
+    exe = interpreter("3.12")
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    try:
+        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp_path / "data",
+                        "-F", "99", "--interval", "1s", "--no-cpu-strips"], "run")
+        assert srv.wait_output(r"profiling this host at", 60), srv.describe()
+        # Its first unwind tables take seconds on a busy machine, the tick waits for them.
+        srv.wait_output(r"unwind tables: ", 60)
+        client.wait_healthy(proc=srv)
+        t0 = time.time() - 1
+        pids = []
+        for _ in range(3):
+            p = ps.start([exe, SCRIPT, "chain", "1.5"], "python")
+            assert p.wait(60) == 0, p.describe()
+            pids.append(p.pid)
+        time.sleep(3)		# two flushes
+        total = placeholders = chained = work_placeholders = 0
+        text = []
+        for pid in pids:
+            r = client.get("/api/v1/profile", {"type": "cpu", "format": "folded",
+                                               "query": '{pid="%d"}' % pid, **window(t0, time.time() + 1)})
+            assert r.status == 200, r.describe()
+            for line in r.text.splitlines():
+                stack, _, n = line.rpartition(" ")
+                total += int(n)
+                if "[python code" in stack:
+                    placeholders += int(n)
+                    text.append(line[-600:])
+                    if in_order(stack.split(";"), ["main", "outer"]):
+                        work_placeholders += int(n)
+                chained += int(n) if in_order(stack.split(";"), CHAIN) else 0
+        msg = f"{total} samples, {placeholders} with a placeholder, {chained} with the chain\n" + "\n".join(text)
+        require(total >= 30, msg)
+        assert work_placeholders == 0, msg
+        assert placeholders <= total // 10, msg
+        assert chained >= total // 2, msg
+    finally:
+        ps.close_all()
+        client.close()
+
+
+def test_python_in_container(fw):
+    """A CPython in a container: its own pid and mount namespaces and root,
+    the interpreter and its libpython at /py (a path the host does not
+    have). The agent finds and reads them through /proc/PID/root; the
+    chain must be named as on the host."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("chroot"):
+        pytest.skip("needs root, unshare and chroot")
+    exe = interpreter("3.12")
+    script = Path(__file__).resolve().parent.parent / "workloads" / "python" / "container.sh"
+    res, prof = fw.record_folded(["--", "sh", script, exe.parent.parent, SCRIPT, SECONDS],
+                                 duration=SECONDS, hz=HZ)
+    w = python_samples(prof)
+    require(w.total >= 0.2 * SECONDS * HZ, f"only {w.total} samples of the contained CPython", prof)
+    chained = sum(n for s, n in w.stacks.items() if in_order(s.split(";"), CHAIN))
+    placeholders = sum(n for s, n in w.stacks.items() if "[python code" in s)
+    require(chained >= 0.8 * w.total, f"{chained} of {w.total} samples with the chain", prof)
+    require(placeholders <= 0.05 * w.total, f"{placeholders} of {w.total} with a placeholder", prof)

@@ -24,6 +24,13 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct fw_py_code_key);
+	__type(value, __u8);
+} py_known SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);		/* tid */
 	__type(value, __u64);		/* its PyThreadState */
@@ -36,9 +43,10 @@ struct fw_py_buf {
 	__u8 b[FW_PY_FRAME_READ];
 };
 
+/* One per scratch slot: a CPU sample may interrupt a CUDA launch's walk. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct fw_py_buf);
 } py_scratch SEC(".maps");
@@ -49,6 +57,7 @@ struct fw_py_walk {
 	__u32 base;	/* index in addrs of the first Python word */
 	__u32 n;
 	__u32 fault;
+	__u32 slot;	/* the scratch slot s lives in: 1 for a CUDA launch */
 };
 
 static __always_inline __u64 py_u64(struct fw_py_buf *buf, __u32 off)
@@ -75,13 +84,13 @@ static long py_step(__u32 i, void *ctx)
 	__u64 code, prev, instr, type = 0, *slot;
 	struct fw_py_buf *buf;
 	struct fw_sample *s;
-	__u32 zero = 0, idx, layout, rd;
+	__u32 idx, layout, rd;
 	bool entry = false;
 
 	if (!w->frame)
 		return 1;
-	s = bpf_map_lookup_elem(&scratch, &zero);
-	buf = bpf_map_lookup_elem(&py_scratch, &zero);
+	s = bpf_map_lookup_elem(&scratch, &w->slot);
+	buf = bpf_map_lookup_elem(&py_scratch, &w->slot);
 	if (!s || !buf)
 		return 1;
 	layout = pp->layout;
@@ -134,6 +143,34 @@ static long py_step(__u32 i, void *ctx)
 	return 0;
 }
 
+struct fw_py_known_walk {
+	__u32 base, n, pid, unknown, slot;
+};
+
+/* Is frame i's code object one user space has read? */
+static long py_known_step(__u32 i, void *ctx)
+{
+	struct fw_py_known_walk *k = ctx;
+	struct fw_py_code_key key = { .pid = k->pid };
+	struct fw_sample *s;
+	__u32 idx;
+
+	if (i >= k->n)
+		return 1;
+	s = bpf_map_lookup_elem(&scratch, &k->slot);
+	if (!s)
+		return 1;
+	idx = k->base + 2 * i;
+	if (idx >= FW_MAX_FRAMES + 2 * FW_MAX_PYFRAMES)
+		return 1;
+	key.code = s->addrs[idx];
+	if (!bpf_map_lookup_elem(&py_known, &key)) {
+		k->unknown = 1;
+		return 1;
+	}
+	return 0;
+}
+
 static __always_inline __u64 py_find_tstate(struct fw_py_proc *pp, __u32 tid, __u64 tcb)
 {
 	__u64 interp = 0, ts = 0, id = 0, *cached;
@@ -161,22 +198,27 @@ static __always_inline __u64 py_find_tstate(struct fw_py_proc *pp, __u32 tid, __
 	return 0;
 }
 
-/* Appends the Python frames of the sampled thread, if its process is CPython. */
-static __always_inline void python_walk(struct fw_sample *s, __u32 tgid, __u32 tid,
-					struct task_struct *task)
+/*
+ * Appends the Python frames of the sampled thread, if its process is
+ * CPython, to s, which is scratch slot `slot` (the walk's callbacks find it
+ * there, as the native unwinder's do). Returns the ring buffer flag for the sample: a wakeup when one
+ * of its code objects is new to user space.
+ */
+static __always_inline __u64 python_walk(struct fw_sample *s, __u32 slot, __u32 tgid, __u32 tid,
+					 struct task_struct *task)
 {
-	struct fw_py_walk w = { .base = (__u32)s->kstack_len + s->ustack_len };
+	struct fw_py_walk w = { .base = (__u32)s->kstack_len + s->ustack_len, .slot = slot };
 	struct fw_py_proc *pp;
 	__u64 ts, frame = 0;
 
 	pp = bpf_map_lookup_elem(&py_procs, &tgid);
 	if (!pp)
-		return;
+		return BPF_RB_NO_WAKEUP;
 	ts = py_find_tstate(pp, tid, BPF_CORE_READ(task, thread.fsbase));
 	if (!ts) {
 		/* Threads that never ran Python have no thread state: not a failure of ours. */
 		stat_inc(FW_STAT_PY_NO_THREAD);
-		return;
+		return BPF_RB_NO_WAKEUP;
 	}
 	if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(ts + pp->tstate_frame)))
 		goto fault;
@@ -184,14 +226,14 @@ static __always_inline void python_walk(struct fw_sample *s, __u32 tgid, __u32 t
 	    bpf_probe_read_user(&frame, sizeof(frame), (void *)(frame + pp->cframe_current_frame)))
 		goto fault;
 	if (!frame)
-		return;
+		return BPF_RB_NO_WAKEUP;
 	w.pp = pp;
 	w.frame = frame;
 	bpf_loop(FW_MAX_PYFRAMES + 16, py_step, &w, 0);	/* + shim frames */
 	if (w.fault)
 		stat_inc(FW_STAT_PY_FAULT);
 	if (!w.n)
-		return;
+		return BPF_RB_NO_WAKEUP;
 	s->pystack_len = w.n;
 	stat_inc(FW_STAT_PY_SAMPLES);
 	{
@@ -201,7 +243,17 @@ static __always_inline void python_walk(struct fw_sample *s, __u32 tgid, __u32 t
 		if (v)
 			*v += w.n;
 	}
-	return;
+	{
+		struct fw_py_known_walk k = { .base = w.base, .n = w.n, .pid = tgid, .slot = slot };
+
+		bpf_loop(FW_MAX_PYFRAMES, py_known_step, &k, 0);
+		if (k.unknown) {
+			stat_inc(FW_STAT_PY_WAKEUPS);
+			return BPF_RB_FORCE_WAKEUP;
+		}
+	}
+	return BPF_RB_NO_WAKEUP;
 fault:
 	stat_inc(FW_STAT_PY_FAULT);
+	return BPF_RB_NO_WAKEUP;
 }

@@ -28,6 +28,19 @@ enum fw_py_layout {
  * process; offsets come from CPython's headers (3.10-3.12) or from the
  * _Py_DebugOffsets table the runtime publishes (3.13+).
  */
+/*
+ * py_known's key: a code object user space has read (or tried to). A
+ * sample with a Python frame whose code object is not there wakes the
+ * agent at once instead of waiting for its 100 ms drain: short-lived code
+ * objects (exec'd .pth lines, generated functions, a script's own at exit)
+ * are read while they still exist. Old entries fall out (LRU).
+ */
+struct fw_py_code_key {
+	__u32 pid;
+	__u32 pad;
+	__u64 code;
+};
+
 struct fw_py_proc {
 	__u64 interp_head;	/* address of _PyRuntime.interpreters.head */
 	__u64 code_type;	/* address of PyCode_Type: frames whose code is not one are skipped */

@@ -313,6 +313,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	struct task_struct *task;
 	struct pt_regs *regs;
 	struct fw_sample *s;
+	__u64 wake = BPF_RB_NO_WAKEUP;
 	long n;
 	__u64 size;
 
@@ -366,7 +367,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 				BPF_CORE_READ(regs, bp), 0);
 	}
 	if (task->mm) {
-		python_walk(s, tgid, tid, task);
+		wake = python_walk(s, 0, tgid, tid, task);
 		if (!s->pystack_len)
 			ruby_walk(s, tgid, task);
 	}
@@ -375,7 +376,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	       ((__u64)s->kstack_len + s->ustack_len + 2 * (__u64)s->pystack_len) * sizeof(__u64);
 	if (size > sizeof(*s))
 		size = sizeof(*s);
-	if (bpf_ringbuf_output(&events, s, size, BPF_RB_NO_WAKEUP)) {
+	if (bpf_ringbuf_output(&events, s, size, wake)) {
 		stat_inc(FW_STAT_RINGBUF_FULL);
 		return 0;
 	}
@@ -511,7 +512,7 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 	__u32 tgid = id >> 32, zero = 0, one = 1;
 	struct fw_cuda_launch *l;
 	struct fw_sample *s;
-	__u64 size;
+	__u64 size, wake;
 
 	if (!is_followed(tgid)) {
 		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
@@ -541,7 +542,7 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 	/* A uprobe runs on the user registers at the probe: its ip is the probe site. */
 	walk_user_stack(s, tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), 1);
 	/* The Python code that launched the work (train_step, forward, ...). */
-	python_walk(s, tgid, (__u32)id, bpf_get_current_task_btf());
+	wake = python_walk(s, 1, tgid, (__u32)id, bpf_get_current_task_btf());
 
 	size = offsetof(struct fw_sample, addrs) +
 	       ((__u64)s->ustack_len + 2 * (__u64)s->pystack_len) * sizeof(__u64);
@@ -554,7 +555,7 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 	if (bpf_probe_read_kernel(&l->s, size, s))
 		return 0;
 	if (bpf_ringbuf_output(&events, l, offsetof(struct fw_cuda_launch, s) + size,
-			       cuda_submit_flags())) {
+			       wake == BPF_RB_FORCE_WAKEUP ? wake : cuda_submit_flags())) {
 		cuda_stat_add(FW_CUDA_STAT_LAUNCH_RINGBUF_FULL, 1);
 		return 0;
 	}
@@ -625,5 +626,33 @@ int BPF_USDT(on_cuda_conflict, const char *what)
 	if (bpf_probe_read_user_str(c->what, sizeof(c->what), what) < 0)
 		c->what[0] = '\0';
 	bpf_ringbuf_submit(c, 0);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_cuda_name, __u64 addr, const char *name)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct fw_cuda_name *n;
+
+	if (!is_followed(tgid)) {
+		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
+		return 0;
+	}
+	n = bpf_ringbuf_reserve(&events, sizeof(*n), 0);
+	if (!n) {
+		cuda_stat_add(FW_CUDA_STAT_NAME_LOST, 1);
+		return 0;
+	}
+	n->type = FW_EVENT_CUDA_NAME;
+	n->pid = tgid;
+	n->addr = addr;
+	if (bpf_probe_read_user_str(n->name, sizeof(n->name), name) <= 0) {
+		bpf_ringbuf_discard(n, 0);
+		cuda_stat_add(FW_CUDA_STAT_NAME_LOST, 1);
+		return 0;
+	}
+	bpf_ringbuf_submit(n, 0);
+	cuda_stat_add(FW_CUDA_STAT_NAMES, 1);
 	return 0;
 }

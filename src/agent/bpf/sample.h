@@ -99,6 +99,7 @@ enum fw_stat {
 	FW_STAT_RB_FAULT,		/* a read of VM memory failed: Ruby walk stopped */
 	FW_STAT_RB_TRUNCATED,		/* Ruby stacks deeper than FW_MAX_PYFRAMES */
 	FW_STAT_RB_FRAMES,		/* Ruby frames emitted */
+	FW_STAT_PY_WAKEUPS,		/* samples that woke the agent: new code objects */
 	FW_STAT_MAX,
 };
 
@@ -154,6 +155,8 @@ enum fw_cuda_stat {
 	FW_CUDA_STAT_ACTIVITY_TRUNCATED,	/* count > FW_CUDA_MAX_BATCH: the rest dropped */
 	FW_CUDA_STAT_CONFLICTS,		/* conflict probes (another CUPTI subscriber) */
 	FW_CUDA_STAT_FILTERED,		/* probes of processes not being followed */
+	FW_CUDA_STAT_NAMES,		/* kernel names copied */
+	FW_CUDA_STAT_NAME_LOST,		/* names lost: ring buffer full or unreadable */
 	FW_CUDA_STAT_MAX,
 };
 
@@ -169,5 +172,23 @@ struct fw_cuda_conflict {
 
 _Static_assert(sizeof(struct fw_cuda_conflict) == 128,
 	       "fw_cuda_conflict layout is shared with user space");
+
+/*
+ * A name probe: a kernel's mangled name, copied when the library first
+ * reports it, so that it outlives the process. A name that does not fit
+ * (no NUL in name[]) is read from the process by address instead.
+ */
+#define FW_EVENT_CUDA_NAME 35
+#define FW_CUDA_NAME_LEN 2032
+
+struct fw_cuda_name {
+	__u32 type;		/* FW_EVENT_CUDA_NAME */
+	__u32 pid;
+	__u64 addr;		/* the name_addr the records carry */
+	char name[FW_CUDA_NAME_LEN];
+};
+
+_Static_assert(sizeof(struct fw_cuda_name) == 2048,
+	       "fw_cuda_name layout is shared with user space");
 
 #endif

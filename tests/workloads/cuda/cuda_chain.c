@@ -19,6 +19,13 @@
  * Prints "attached" once the agent set the semaphores (waits up to 60 s;
  * exits 3 if it never does) and "done" at the end.
  *
+ * Each kernel name is announced (the name probe) before its records, as
+ * the library does.
+ *
+ * `cuda_chain exitnow`: the same phases, and an exit right after the last
+ * record, as a CUDA process's final flush at exit does: the agent gets the
+ * records only after the process is gone.
+ *
  * `cuda_chain burst N [noattach]`: instead, N launches from
  * main;phase_burst;a;b;launch_kernel;fwtest_launch, each followed in
  * batches of 64 by its record (kernelA(int), 1000 ns, weight 1): N * 1000
@@ -46,6 +53,9 @@
 int fwtest_attached(void);
 void fwtest_launch(uint64_t correlation, uint32_t weight);
 void fwtest_activity(const struct fw_cuda_record *recs, uint32_t count);
+void fwtest_name(const char *name);
+
+static int announce_names;
 
 static const char kernel_a[] = "_Z7kernelAi";
 static const char kernel_b[] = "_Z7kernelBPfi";
@@ -57,6 +67,22 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+/* Once per name, as the library does (a name probe copies 2 KiB). */
+static void announce(const char *name)
+{
+	static const char *done[8];
+
+	for (int i = 0; i < 8; i++) {
+		if (done[i] == name)
+			return;
+		if (!done[i]) {
+			done[i] = name;
+			break;
+		}
+	}
+	fwtest_name(name);
 }
 
 static struct fw_cuda_record rec(uint64_t corr, const char *name, uint32_t kind, uint64_t dur,
@@ -73,6 +99,8 @@ static struct fw_cuda_record rec(uint64_t corr, const char *name, uint32_t kind,
 	r.end_ns = t + dur;
 	t += dur + 100;
 	r.name_addr = (uint64_t)(uintptr_t)name;
+	if (announce_names && name && kind == FW_CUDA_KERNEL)
+		announce(name);
 	r.device = 0;
 	r.stream = kind == FW_CUDA_KERNEL ? 7 : 13;
 	r.kind = kind;
@@ -230,6 +258,7 @@ int main(int argc, char **argv)
 	int burst = argc >= 3 && !strcmp(argv[1], "burst");
 	int gap = argc >= 4 && !strcmp(argv[1], "gap");
 	int wait = !(argc >= 4 && !strcmp(argv[3], "noattach") && !gap);
+	int exitnow = argc >= 2 && !strcmp(argv[1], "exitnow");
 
 	for (int i = 0; wait && !fwtest_attached(); i++) {
 		if (i == 6000) {
@@ -274,10 +303,17 @@ int main(int argc, char **argv)
 		printf("done\n");
 		return 0;
 	}
+	/* As the library does: names reach the agent however late it drains. */
+	announce_names = 1;
 	phase_launch_first();
 	phase_records_first();
 	phase_copy();
 	phase_orphan();
+	if (exitnow) {
+		printf("done\n");
+		fflush(stdout);
+		_exit(0);	/* gone before the agent's next drain */
+	}
 	/* The agent drains every 100 ms: let it see the launches while we live. */
 	usleep(300000);
 	printf("done\n");

@@ -19,6 +19,8 @@ __extension__ unsigned short flamewatch_activity_semaphore
 	__attribute__((unused)) __attribute__((section(".probes")));
 __extension__ unsigned short flamewatch_conflict_semaphore
 	__attribute__((unused)) __attribute__((section(".probes")));
+__extension__ unsigned short flamewatch_name_semaphore
+	__attribute__((unused)) __attribute__((section(".probes")));
 
 /* True once an agent attached to both probes that carry GPU time. */
 int fwtest_attached(void)
@@ -44,4 +46,11 @@ __attribute__((noinline)) void fwtest_conflict(const char *what)
 {
 	if (flamewatch_conflict_semaphore)
 		STAP_PROBE1(flamewatch, conflict, what);
+}
+
+/* Announces a kernel name, as the library does before its first record. */
+__attribute__((noinline)) void fwtest_name(const char *name)
+{
+	if (flamewatch_name_semaphore)
+		STAP_PROBE2(flamewatch, name, (uint64_t)(uintptr_t)name, name);
 }
