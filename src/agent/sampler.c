@@ -52,6 +52,7 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_PY_FAULT] = "python_faults",
 	[FW_STAT_PY_TRUNCATED] = "python_truncated",
 	[FW_STAT_PY_FRAMES] = "python_frames",
+	[FW_STAT_UNWIND_GO_SWITCH] = "unwind_go_switches",
 };
 
 const char *fw_stat__name(enum fw_stat stat)

@@ -32,6 +32,7 @@
 #include <libelf.h>
 
 #include "common/log.h"
+#include "unwind/go_switch.h"
 #include "unwind/unwind_table.h"
 
 /* DWARF register numbers from the x86-64 psABI. */
@@ -90,6 +91,7 @@ const char *unwind_cfa_type__name(unsigned int type)
 	case UNWIND_CFA_SIGNAL: return "signal";
 	case UNWIND_NO_CFI: return "no-cfi";
 	case UNWIND_END: return "end";
+	case UNWIND_GO_ASMCGOCALL: return "go-asmcgocall";
 	default: return "?";
 	}
 }
@@ -692,9 +694,49 @@ out:
 	return err;
 }
 
+/*
+ * Overrides the rows over [sw->pc, sw->pc + sw->len) with the Go stack
+ * switch's rule; the rule that held at the end of the range holds again
+ * from there. b keeps its invariants (sorted, no empty or repeated rows).
+ */
+static int _splice_go_switch(struct _builder *b, const struct go_switch *sw)
+{
+	uint32_t lo = sw->pc, hi = sw->pc + sw->len;
+	struct unwind_row after = { .pc = hi, .cfa_type = UNWIND_NO_CFI };
+	const struct unwind_row *r = unwind_table__find(b->rows, b->n, hi);
+	struct unwind_row *v;
+	size_t k = 0;
+
+	if (r) {
+		after = *r;
+		after.pc = hi;
+	}
+	v = malloc((b->n + 2) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < b->n && b->rows[i].pc < lo; i++)
+		v[k++] = b->rows[i];
+	v[k++] = (struct unwind_row){
+		.pc = lo,
+		.cfa_offset = sw->g_off,
+		.cfa_type = UNWIND_GO_ASMCGOCALL,
+		.rbp_slot = sw->depth_off,
+	};
+	v[k++] = after;
+	for (size_t i = 0; i < b->n; i++)
+		if (b->rows[i].pc > hi)
+			v[k++] = b->rows[i];
+	free(b->rows);
+	b->rows = v;
+	b->n = k;
+	b->cap = b->n + 2;
+	return 0;
+}
+
 int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *nrows,
 			struct unwind_table_stats *stats)
 {
+	struct go_switch go[GO_SWITCH_MAX];
 	struct _source srcs[_MAX_SOURCES];
 	struct unwind_table_stats st = { 0 };
 	struct _spans sp = { 0 };
@@ -702,7 +744,7 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 	Elf *elf = NULL, *delf = NULL;
 	uint64_t max_vaddr, covered = 0, limit;
 	bool have_phdrs, main_eh;
-	size_t nsrc = 0;
+	size_t nsrc = 0, ngo;
 	int err;
 
 	*rows = NULL;
@@ -744,7 +786,8 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 		if (err)
 			goto out;
 	}
-	if (sp.n == 0) {
+	ngo = go_switch__find(elf, go);
+	if (sp.n == 0 && !ngo) {
 		err = -ENOENT;
 		goto out;
 	}
@@ -778,6 +821,14 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 	err = _emit(&b, covered, UNWIND_NO_CFI, 0, 0);
 	if (err)
 		goto out;
+	/* Without CFI, b holds one UNWIND_NO_CFI row at 0: frame pointers around the Go rows. */
+	for (size_t i = 0; i < ngo; i++) {
+		if (go[i].pc + go[i].len > limit)
+			continue;
+		err = _splice_go_switch(&b, &go[i]);
+		if (err)
+			goto out;
+	}
 
 	st.rows_raw = b.rows_raw;
 	st.rows = b.n;
@@ -786,6 +837,7 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 		st.no_cfi_rows += b.rows[i].cfa_type == UNWIND_NO_CFI;
 		st.signal_rows += b.rows[i].cfa_type == UNWIND_CFA_SIGNAL;
 		st.plt_rows += b.rows[i].cfa_type == UNWIND_CFA_PLT;
+		st.go_rows += b.rows[i].cfa_type == UNWIND_GO_ASMCGOCALL;
 	}
 	if (b.n < b.cap) {
 		struct unwind_row *v = realloc(b.rows, b.n * sizeof(*v));

@@ -39,6 +39,15 @@ enum unwind_cfa_type {            /* in unwind_row.cfa_type */
 	UNWIND_NO_CFI = 5,
 	/* Outermost frame (return address undefined: _start, clone's child): stop. */
 	UNWIND_END = 6,
+	/*
+	 * Go's runtime.asmcgocall calling C on the g0 stack (the call
+	 * instruction only): the caller is on the goroutine's stack. rsp +
+	 * cfa_offset holds the goroutine's g (or 0) and rsp + rbp_slot (bytes,
+	 * not words, for this type) the depth g.stack.hi - sp (or, when g is
+	 * 0, the sp itself); the return address into runtime.cgocall is at
+	 * that sp, and rbp keeps its value. See src/unwind/go_switch.c.
+	 */
+	UNWIND_GO_ASMCGOCALL = 7,
 };
 
 struct unwind_row {
@@ -69,6 +78,7 @@ struct unwind_table_stats {
 	size_t unsupported_rows;
 	size_t signal_rows;
 	size_t plt_rows;
+	size_t go_rows;          /* UNWIND_GO_ASMCGOCALL rows */
 };
 
 /*
@@ -85,8 +95,13 @@ struct unwind_table_stats {
  * UNWIND_NO_CFI row after the last FDE. stats may be NULL. Nothing else is
  * retained once the call returns.
  *
+ * A Go binary's runtime.asmcgocall gets UNWIND_GO_ASMCGOCALL rows over its
+ * calls of C code, even when the binary has no CFI at all (built with
+ * -ldflags=-w, or stripped): its table is then those rows between
+ * UNWIND_NO_CFI rows.
+ *
  * Returns 0, -EBADF (bad fd), -ENOEXEC (not an ELF file), -ENOTSUP (not
- * x86-64 ELF64), -ENOENT (no CFI at all), -E2BIG (a virtual address does
+ * x86-64 ELF64), -ENOENT (no CFI at all and no Go stack switch), -E2BIG (a virtual address does
  * not fit u32), -ENOMEM, or -EIO when the ELF or CFI cannot be read.
  * On error *rows is NULL and *nrows 0.
  */

@@ -397,3 +397,55 @@ def test_table_cap(fw, workloads, tmp_path):
         "evicted or never loaded)",
         w,
     )
+
+
+# ---------------------------------------------------------------------------
+# Go: cgo's switch to the system stack, and binaries without symbols or CFI
+
+CGO_RUN = ["main.main", "main.goCaller"]
+
+
+def _cgo_chain_ok(frames):
+    """main.main;main.goCaller consecutive, then cgo's runtime frames, and
+    c_hot as the user leaf: the walk crossed asmcgocall's stack switch."""
+    user = user_frames(frames)
+    if not user or user[-1] != "c_hot" or not contains_run(user, CGO_RUN):
+        return False
+    rest = user[user.index("main.goCaller") + 1 : -1]
+    return any(f.startswith("runtime.asmcgocall") for f in rest) and "runtime.cgocall" in rest
+
+
+@pytest.mark.parametrize("variant", ["", "go_stripped"])
+def test_cgo_chain(fw, workloads, variant):
+    """Go main.main -> main.goCaller -> (cgo) -> C c_hot: >= 90 % of the
+    samples hold the whole chain in order, with and without symbols/DWARF."""
+    res, prof = fw.record_folded(["-v", "--", workloads / variant / "cgo_hot", "3"], duration=3)
+    w = prof.for_comm("cgo_hot")
+    require(w.total >= 0.5 * 3 * HZ, f"only {w.total} samples of cgo_hot, expected ~{3 * HZ}", prof)
+    n = w.count(_cgo_chain_ok)
+    pct = n / w.total
+    switches = bpf_stats(res.stderr).get("unwind_go_switches")
+    print(f"\ncgo_hot {variant or 'unstripped'}: main.main;main.goCaller;...;c_hot in {n}/{w.total} = {pct:.1%}"
+          f" (unwind_go_switches={switches})")
+    require(
+        pct >= 0.90,
+        f"{n} of {w.total} cgo_hot samples ({pct:.1%}) contain {';'.join(CGO_RUN)};...;runtime.cgocall;"
+        f"runtime.asmcgocall;...;c_hot; expected >= 90 % (unwind_go_switches={switches})",
+        w,
+    )
+
+
+def test_go_stripped_chain(fw, workloads):
+    """A pure-Go binary linked with -s -w has no CFI and no .symtab: frame
+    pointers give the whole chain and .gopclntab its names."""
+    _, prof = fw.record_folded(["--", workloads / "go_stripped" / "hot_go", "3"], duration=3)
+    w = prof.for_comm("hot_go")
+    require(w.total >= 0.5 * 3 * HZ, f"only {w.total} samples of hot_go, expected ~{3 * HZ}", prof)
+    run = ["runtime.main", "main.main", "main.outer", "main.hotLoop"]
+    n = w.count(lambda f: contains_run(user_frames(f), run) and user_frames(f)[-1] == "main.hotLoop")
+    print(f"\nstripped hot_go: {';'.join(run)} in {n}/{w.total} = {n / w.total:.1%}")
+    require(
+        n >= 0.8 * w.total,
+        f"{n} of {w.total} samples ({n / w.total:.1%}) end in {';'.join(run)}; expected >= 80 %",
+        w,
+    )

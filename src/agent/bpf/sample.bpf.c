@@ -171,6 +171,8 @@ static __always_inline int read_user_u64(__u64 *dst, __u64 addr)
 	return bpf_probe_read_user(dst, sizeof(*dst), (void *)addr);
 }
 
+#include "go.bpf.h"
+
 /*
  * One frame: records ip, then computes the caller's ip, sp and bp from the
  * row covering ip in its file's table, or from the frame pointer chain when
@@ -240,6 +242,15 @@ static long unwind_step(__u32 i, void *ctx)
 	case UNWIND_CFA_PLT:
 		cfa = st->sp + 8 + ((st->ip & 15) >= 11 ? 8 : 0);
 		break;
+	case UNWIND_GO_ASMCGOCALL:
+		switch (go_leave_g0(st, row)) {
+		case 0:
+			return 0;
+		case 1:
+			return 1;
+		default:
+			goto fault;
+		}
 	case UNWIND_CFA_SIGNAL:
 		if (read_user_u64(&ip, st->sp + SIGCONTEXT_RIP) ||
 		    read_user_u64(&sp, st->sp + SIGCONTEXT_RSP) ||

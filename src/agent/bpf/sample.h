@@ -93,6 +93,7 @@ enum fw_stat {
 	FW_STAT_PY_FAULT,		/* a read of interpreter memory failed: Python walk stopped */
 	FW_STAT_PY_TRUNCATED,		/* Python stacks deeper than FW_MAX_PYFRAMES */
 	FW_STAT_PY_FRAMES,		/* Python frames emitted */
+	FW_STAT_UNWIND_GO_SWITCH,	/* steps from Go's g0 stack back to a goroutine's (cgo) */
 	FW_STAT_MAX,
 };
 

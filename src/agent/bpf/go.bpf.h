@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Go: crossing from the g0 (system) stack back to the goroutine stack at
+ * runtime.asmcgocall, so that C code called through cgo keeps the Go
+ * frames that called it. Included by sample.bpf.c after the unwinder's
+ * state; the row's facts come from src/unwind/go_switch.c.
+ */
+#ifndef FW_AGENT_BPF_GO_BPF_H
+#define FW_AGENT_BPF_GO_BPF_H
+
+/* g.stack.hi: g starts with stack {lo, hi} in every Go release. */
+#define GO_G_STACK_HI 8
+
+/*
+ * st is at the call of C code in asmcgocall, with st->sp the g0 stack
+ * pointer of that call. Moves st to asmcgocall's return address into
+ * runtime.cgocall on the goroutine stack. The goroutine stack lies
+ * anywhere relative to g0's (Go heap vs. thread stack), so the "callers
+ * live higher" check cannot apply across this step.
+ * Returns 0 to go on, 1 to stop, -1 on a fault.
+ */
+static __always_inline int go_leave_g0(struct fw_unwind_state *st, const struct unwind_row *row)
+{
+	__u64 g, v, hi, sp, ip;
+
+	if (read_user_u64(&g, st->sp + row->cfa_offset) ||
+	    read_user_u64(&v, st->sp + row->rbp_slot))
+		return -1;
+	if (g) {
+		if (read_user_u64(&hi, g + GO_G_STACK_HI))
+			return -1;
+		sp = hi - v;
+	} else {
+		sp = v;
+	}
+	if (read_user_u64(&ip, sp))
+		return -1;
+	stat_inc(FW_STAT_UNWIND_GO_SWITCH);
+	st->ip = ip;
+	st->sp = sp + 8;
+	return ip ? 0 : 1;
+}
+
+#endif

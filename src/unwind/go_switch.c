@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * runtime.asmcgocall (src/runtime/asm_amd64.s) runs C code on the thread's
+ * g0 stack. Before it calls the C function it aligns the g0 stack pointer
+ * and leaves two words there, at fixed offsets from the rsp of the call:
+ *
+ *   from a goroutine:   g        (the goroutine's g)
+ *                       depth    (g.stack.hi - the goroutine's sp at entry)
+ *   already on g0:      0        (no g was saved)
+ *                       sp       (the sp at entry itself)
+ *
+ * The runtime saves a depth rather than the sp because a callback into Go
+ * may move the goroutine's stack while C runs; g.stack.hi is the second
+ * word of g (offset 8) in every Go release. asmcgocall has a zero-size
+ * frame, so the sp at entry points at its return address into
+ * runtime.cgocall, and rbp still holds cgocall's frame pointer.
+ *
+ * The offsets are read from the instructions that store the words (in Go
+ * 1.19 these are 0x30(%rsp) and 0x28(%rsp) in both paths), so a release
+ * that moves them keeps working as long as it stores them the same way:
+ *
+ *   48 89 7c 24 G    mov %rdi,G(%rsp)     save g
+ *   48 8b 7f 08      mov 0x8(%rdi),%rdi   g.stack.hi
+ *   48 29 d7         sub %rdx,%rdi        - sp at entry
+ *   48 89 7c 24 D    mov %rdi,D(%rsp)     save depth
+ *   ...              (argument moves)
+ *   ff d0            call *%rax
+ *
+ *   48 c7 44 24 G 00 00 00 00   movq $0x0,G(%rsp)    no g
+ *   48 89 54 24 D               mov %rdx,D(%rsp)     save sp at entry
+ *   ...
+ *   ff d0                       call *%rax
+ *
+ * A displacement of 0 drops the disp8 byte (mod 00 instead of 01).
+ */
+#include <stdbool.h>
+#include <string.h>
+
+#include <gelf.h>
+
+#include "common/log.h"
+#include "unwind/go_switch.h"
+
+#define _REG_RDX 2
+#define _REG_RDI 7
+#define _CALL_WINDOW 16		/* bytes from the last store to the call */
+#define _MAX_FUNC_BYTES 1024	/* asmcgocall is 174 bytes in Go 1.19 */
+
+static const char *const _names[] = { "runtime.asmcgocall.abi0", "runtime.asmcgocall" };
+
+/*
+ * An instruction `opcode modrm(reg, [rsp + disp]) [imm]` with a 64-bit
+ * operand at p: its length (0: no match) and its displacement.
+ */
+static size_t _rsp_operand(const uint8_t *p, size_t n, uint8_t opcode, uint8_t reg,
+			   uint8_t *disp)
+{
+	if (n >= 5 && p[0] == 0x48 && p[1] == opcode && p[2] == (0x44 | reg << 3) && p[3] == 0x24) {
+		*disp = p[4];
+		return 5;
+	}
+	if (n >= 4 && p[0] == 0x48 && p[1] == opcode && p[2] == (0x04 | reg << 3) && p[3] == 0x24) {
+		*disp = 0;
+		return 4;
+	}
+	return 0;
+}
+
+static size_t _find_call_rax(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i + 1 < n && i < _CALL_WINDOW; i++)
+		if (p[i] == 0xff && p[i + 1] == 0xd0)
+			return i;
+	return SIZE_MAX;
+}
+
+/* Matches one of the two store sequences at p; returns the bytes it covers, 0 if none. */
+static size_t _match(const uint8_t *p, size_t n, uint8_t *g_off, uint8_t *depth_off)
+{
+	static const uint8_t hi_minus_sp[] = { 0x48, 0x8b, 0x7f, 0x08, 0x48, 0x29, 0xd7 };
+	size_t a, b;
+
+	/* From a goroutine. */
+	a = _rsp_operand(p, n, 0x89, _REG_RDI, g_off);
+	if (a && n - a >= sizeof(hi_minus_sp) && !memcmp(p + a, hi_minus_sp, sizeof(hi_minus_sp))) {
+		a += sizeof(hi_minus_sp);
+		b = _rsp_operand(p + a, n - a, 0x89, _REG_RDI, depth_off);
+		if (b)
+			return a + b;
+	}
+	/* Already on g0: movq $0, G(%rsp) has a 4-byte immediate of zero. */
+	a = _rsp_operand(p, n, 0xc7, 0, g_off);
+	if (a && n - a >= 4 && !memcmp(p + a, "\0\0\0\0", 4)) {
+		a += 4;
+		b = _rsp_operand(p + a, n - a, 0x89, _REG_RDX, depth_off);
+		if (b)
+			return a + b;
+	}
+	return 0;
+}
+
+/* The bytes of [lo, hi) in the executable section holding them, or NULL. */
+static const uint8_t *_code(Elf *elf, uint64_t lo, uint64_t hi)
+{
+	Elf_Scn *scn = NULL;
+	GElf_Shdr shdr;
+
+	while ((scn = elf_nextscn(elf, scn))) {
+		Elf_Data *d;
+
+		if (!gelf_getshdr(scn, &shdr) || shdr.sh_type != SHT_PROGBITS ||
+		    !(shdr.sh_flags & SHF_EXECINSTR))
+			continue;
+		if (lo < shdr.sh_addr || hi > shdr.sh_addr + shdr.sh_size || lo >= hi)
+			continue;
+		d = elf_getdata(scn, NULL);
+		if (!d || !d->d_buf || d->d_size < hi - shdr.sh_addr)
+			return NULL;
+		return (const uint8_t *)d->d_buf + (lo - shdr.sh_addr);
+	}
+	return NULL;
+}
+
+static Elf_Scn *_section(Elf *elf, const char *name, GElf_Shdr *shdr)
+{
+	Elf_Scn *scn = NULL;
+	size_t shstrndx;
+
+	if (elf_getshdrstrndx(elf, &shstrndx) != 0)
+		return NULL;
+	while ((scn = elf_nextscn(elf, scn))) {
+		const char *n;
+
+		if (!gelf_getshdr(scn, shdr))
+			continue;
+		n = elf_strptr(elf, shstrndx, shdr->sh_name);
+		if (n && !strcmp(n, name))
+			return scn;
+	}
+	return NULL;
+}
+
+/* [lo, hi) of the function called name, from .symtab. */
+static bool _symtab_func(Elf *elf, const char *name, uint64_t *lo, uint64_t *hi)
+{
+	Elf_Scn *scn = NULL;
+	GElf_Shdr shdr;
+
+	while ((scn = elf_nextscn(elf, scn))) {
+		Elf_Data *d;
+		size_t n;
+
+		if (!gelf_getshdr(scn, &shdr) || shdr.sh_type != SHT_SYMTAB || !shdr.sh_entsize)
+			continue;
+		d = elf_getdata(scn, NULL);
+		if (!d)
+			continue;
+		n = shdr.sh_size / shdr.sh_entsize;
+		for (size_t i = 0; i < n; i++) {
+			const char *s;
+			GElf_Sym sym;
+
+			if (!gelf_getsym(d, (int)i, &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
+			    !sym.st_value)
+				continue;
+			s = elf_strptr(elf, shdr.sh_link, sym.st_name);
+			if (s && !strcmp(s, name)) {
+				*lo = sym.st_value;
+				*hi = sym.st_value + (sym.st_size ? sym.st_size : _MAX_FUNC_BYTES);
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+static uint32_t _le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t _le64(const uint8_t *p)
+{
+	return (uint64_t)_le32(p) | (uint64_t)_le32(p + 4) << 32;
+}
+
+/*
+ * [lo, hi) of the function called name, from .gopclntab, which stripped Go
+ * binaries keep (the runtime needs it). Go 1.18 and later (magic
+ * 0xfffffff0, 0xfffffff1): a header of eight-byte words (nfunc at 8,
+ * textStart at 24, funcnameOffset at 32, pclnOffset at 64), then at
+ * pclnOffset nfunc + 1 pairs {entryOff, funcOff} of u32, sorted by entry;
+ * the _func at pclnOffset + funcOff starts {u32 entryOff, s32 nameOff}.
+ * Older layouts are not read: those binaries are found by .symtab or not at all.
+ */
+static bool _pclntab_func(Elf *elf, const char *name, uint64_t *lo, uint64_t *hi)
+{
+	uint64_t nfunc, text, names, pcln;
+	size_t size, namelen = strlen(name);
+	const uint8_t *p;
+	GElf_Shdr shdr, tshdr;
+	Elf_Data *d;
+	Elf_Scn *scn;
+	uint32_t magic;
+
+	scn = _section(elf, ".gopclntab", &shdr);
+	if (!scn || shdr.sh_type != SHT_PROGBITS)
+		return false;
+	d = elf_getdata(scn, NULL);
+	if (!d || !d->d_buf || d->d_size < 72)
+		return false;
+	p = d->d_buf;
+	size = d->d_size;
+	magic = _le32(p);
+	if ((magic != 0xfffffff0 && magic != 0xfffffff1) || p[7] != 8)
+		return false;
+	nfunc = _le64(p + 8);
+	text = _le64(p + 24);
+	names = _le64(p + 32);
+	pcln = _le64(p + 64);
+	/* A position-independent binary leaves textStart to a relocation: .text is where it points. */
+	if (!text && _section(elf, ".text", &tshdr))
+		text = tshdr.sh_addr;
+	if (pcln > size || names > size || nfunc > (size - pcln) / 8 - 1)
+		return false;
+	for (uint64_t i = 0; i < nfunc; i++) {
+		const uint8_t *ft = p + pcln + 8 * i;
+		uint64_t func = pcln + _le32(ft + 4), at;
+		int32_t name_off;
+
+		if (func > size - 8)
+			return false;
+		name_off = (int32_t)_le32(p + func + 4);
+		if (name_off < 0)
+			continue;
+		at = names + (uint64_t)name_off;
+		if (at > size || size - at <= namelen || memcmp(p + at, name, namelen + 1))
+			continue;
+		*lo = text + _le32(ft);
+		*hi = text + _le32(ft + 8);	/* the next entry (the last one ends the text) */
+		return *hi > *lo;
+	}
+	return false;
+}
+
+size_t go_switch__find(Elf *elf, struct go_switch *out)
+{
+	for (size_t k = 0; k < sizeof(_names) / sizeof(_names[0]); k++) {
+		uint64_t lo, hi;
+		const uint8_t *code;
+		size_t n, found = 0;
+
+		if (!_symtab_func(elf, _names[k], &lo, &hi) && !_pclntab_func(elf, _names[k], &lo, &hi))
+			continue;
+		if (hi - lo > _MAX_FUNC_BYTES)
+			hi = lo + _MAX_FUNC_BYTES;
+		code = _code(elf, lo, hi);
+		if (!code || hi > UINT32_MAX)
+			continue;
+		n = hi - lo;
+		for (size_t i = 0; i < n && found < GO_SWITCH_MAX; i++) {
+			uint8_t g_off, depth_off;
+			size_t m = _match(code + i, n - i, &g_off, &depth_off), c;
+
+			if (!m)
+				continue;
+			c = _find_call_rax(code + i + m, n - i - m);
+			if (c == SIZE_MAX)
+				continue;
+			out[found++] = (struct go_switch){
+				.pc = (uint32_t)(lo + i + m + c),
+				.len = 2,
+				.g_off = g_off,
+				.depth_off = depth_off,
+			};
+			i += m + c + 1;
+		}
+		if (found) {
+			pr_debug("unwind: %s: %zu calls of C code\n", _names[k], found);
+			return found;
+		}
+	}
+	return 0;
+}

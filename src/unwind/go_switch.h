@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_UNWIND_GO_SWITCH_H
+#define FW_UNWIND_GO_SWITCH_H
+
+/*
+ * Where a Go binary's runtime leaves the goroutine stack for the thread's
+ * system (g0) stack to call C, and how to get back. Internal to
+ * src/unwind: unwind_table__build() turns what this finds into
+ * UNWIND_GO_ASMCGOCALL rows.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libelf.h>
+
+#include "unwind/unwind_table.h"
+
+/* asmcgocall has two calls of C code: one after the switch, one already on g0. */
+#define GO_SWITCH_MAX 4
+
+struct go_switch {
+	uint32_t pc;		/* ELF virtual address of the `call *%rax` */
+	uint8_t len;		/* its length in bytes */
+	int16_t g_off;		/* rsp + g_off holds the goroutine's g, or 0 */
+	uint8_t depth_off;	/* rsp + depth_off holds stack.hi - sp, or sp when g is 0 */
+};
+
+/*
+ * Finds the calls of C code in the runtime.asmcgocall of elf (borrowed):
+ * by name in .symtab, or in .gopclntab when the binary is stripped. Fills
+ * at most GO_SWITCH_MAX entries of out and returns how many, 0 when elf is
+ * not a Go binary or its asmcgocall does not have a layout we know.
+ */
+size_t go_switch__find(Elf *elf, struct go_switch *out);
+
+#endif

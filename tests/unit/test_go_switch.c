@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The Go stack switch rows (UNWIND_GO_ASMCGOCALL) are checked against
+ * binutils' objdump, an independent disassembler: every `call *%rax` in
+ * runtime.asmcgocall must get a row of its own, whose offsets are the
+ * displacements of the two stores to (%rsp) before it. The Go programs are
+ * the cgo and pure-Go workloads, built with Debian's go at test time, with
+ * and without symbols and DWARF (-ldflags=-s -w).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "unwind/unwind_table.h"
+
+#define CGO_SRC FW_TEST_DATA "/workloads/cgo_hot.go"
+#define GO_SRC FW_TEST_DATA "/workloads/hot_go.go"
+#define LIBC "/lib/x86_64-linux-gnu/libc.so.6"
+
+static char tmpdir[64];
+static bool have_go;
+
+static const char *tmp_path(const char *name)
+{
+	static char bufs[8][256];
+	static unsigned int next;
+	char *p = bufs[next++ % 8];
+
+	snprintf(p, sizeof(bufs[0]), "%s/%s", tmpdir, name);
+	return p;
+}
+
+static int run(const char *fmt, ...)
+{
+	char cmd[2048];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return system(cmd);
+}
+
+/* Builds src into tmpdir/out with extra go build flags; GOCACHE as make keeps it. */
+static int go_build(const char *src, const char *out, const char *flags)
+{
+	const char *cache = getenv("GOCACHE");
+	char cwd[512];
+
+	if (!cache) {
+		if (!getcwd(cwd, sizeof(cwd)))
+			return -1;
+		return run("cd %s && GOCACHE='%s/build/gocache' GOFLAGS=-mod=mod go build %s -o %s %s/%s",
+			   tmpdir, cwd, flags, out, cwd, src);
+	}
+	return run("cd %s && GOFLAGS=-mod=mod go build %s -o %s %s/%s", tmpdir, flags, out,
+		   getcwd(cwd, sizeof(cwd)) ? cwd : ".", src);
+}
+
+/*
+ * cgo:          the cgo workload
+ * cgo-stripped: the same, -ldflags='-s -w': no .symtab, no .debug_frame
+ * go-stripped:  the pure-Go workload, -s -w: no CFI at all
+ */
+static int group_setup(void **state)
+{
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/fw-goswitch-XXXXXX");
+	if (!mkdtemp(tmpdir))
+		return -1;
+	have_go = run("command -v go >/dev/null") == 0;
+	if (!have_go)
+		return 0;
+	if (go_build(CGO_SRC, "cgo", "") ||
+	    go_build(CGO_SRC, "cgo-stripped", "-ldflags='-s -w'") ||
+	    go_build(GO_SRC, "go-stripped", "-ldflags='-s -w'")) {
+		fprintf(stderr, "building the Go programs in %s failed\n", tmpdir);
+		return -1;
+	}
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	if (tmpdir[0])
+		run("rm -rf '%s'", tmpdir);
+	return 0;
+}
+
+static int build(const char *path, struct unwind_row **rows, size_t *n,
+		 struct unwind_table_stats *st)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), err;
+
+	if (fd < 0)
+		return -errno;
+	err = unwind_table__build(fd, -1, rows, n, st);
+	close(fd);
+	return err;
+}
+
+static void check_sorted(const struct unwind_row *rows, size_t n)
+{
+	for (size_t i = 1; i < n; i++) {
+		if (rows[i - 1].pc >= rows[i].pc)
+			fail_msg("rows %zu and %zu: pc %#x then %#x", i - 1, i, rows[i - 1].pc,
+				 rows[i].pc);
+		if (!memcmp(&rows[i - 1].cfa_offset, &rows[i].cfa_offset, 4))
+			fail_msg("rows %zu and %zu are identical and not merged", i - 1, i);
+	}
+}
+
+struct call {
+	uint64_t pc;
+	unsigned int g_off, depth_off;
+};
+
+/*
+ * The `call *%rax` instructions of runtime.asmcgocall.abi0 in objdump's
+ * disassembly, each with the displacements of the last two stores to
+ * N(%rsp) (or (%rsp)) before it: the g slot, then the depth slot.
+ */
+static size_t objdump_calls(const char *path, struct call *out, size_t max)
+{
+	unsigned int disp[2] = { 0, 0 };
+	char line[512];
+	bool in = false;
+	size_t n = 0;
+	FILE *f;
+
+	snprintf(line, sizeof(line), "objdump -d --no-show-raw-insn %s", path);
+	f = popen(line, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		const char *s;
+		unsigned int d = 0;
+
+		if (strstr(line, "<runtime.asmcgocall.abi0>:")) {
+			in = true;
+			continue;
+		}
+		if (!in)
+			continue;
+		if (line[0] == '\n')
+			break;
+		/* A store: the destination, the last operand, is N(%rsp) or (%rsp). */
+		s = strrchr(line, ',');
+		if (strstr(line, "mov") && s && !strcmp(s + 1 + strcspn(s + 1, "("), "(%rsp)\n")) {
+			if (s[1] == '0' && s[2] == 'x')
+				d = (unsigned int)strtoul(s + 1, NULL, 16);
+			disp[0] = disp[1];
+			disp[1] = d;
+			continue;
+		}
+		if (strstr(line, "call") && strstr(line, "*%rax") && n < max) {
+			out[n].pc = strtoull(line, NULL, 16);
+			out[n].g_off = disp[0];
+			out[n].depth_off = disp[1];
+			n++;
+		}
+	}
+	pclose(f);
+	return n;
+}
+
+static void test_cgo_rows_match_objdump(void **state)
+{
+	struct unwind_table_stats st;
+	struct unwind_row *rows;
+	struct call calls[8];
+	size_t n, ncalls;
+
+	if (!have_go)
+		skip();
+	ncalls = objdump_calls(tmp_path("cgo"), calls, 8);
+	/* From a goroutine and already on g0. */
+	assert_int_equal(ncalls, 2);
+	assert_int_equal(build(tmp_path("cgo"), &rows, &n, &st), 0);
+	check_sorted(rows, n);
+	assert_int_equal(st.go_rows, 2);
+	for (size_t i = 0; i < ncalls; i++) {
+		const struct unwind_row *at = unwind_table__find(rows, n, calls[i].pc);
+		const struct unwind_row *end = unwind_table__find(rows, n, calls[i].pc + 1);
+		const struct unwind_row *before = unwind_table__find(rows, n, calls[i].pc - 1);
+		const struct unwind_row *after = unwind_table__find(rows, n, calls[i].pc + 2);
+
+		print_message("call *%%rax at %#" PRIx64 ": g at rsp+%#x, depth at rsp+%#x\n",
+			      calls[i].pc, calls[i].g_off, calls[i].depth_off);
+		assert_non_null(at);
+		assert_int_equal(at->pc, calls[i].pc);
+		assert_int_equal(at->cfa_type, UNWIND_GO_ASMCGOCALL);
+		assert_int_equal(at->cfa_offset, calls[i].g_off);
+		assert_int_equal(at->rbp_slot, calls[i].depth_off);
+		assert_ptr_equal(end, at);
+		/* asmcgocall's own rule (a frame of size 0) holds on both sides. */
+		assert_int_equal(after->pc, calls[i].pc + 2);
+		assert_int_equal(after->cfa_type, before->cfa_type);
+		assert_int_equal(after->cfa_offset, before->cfa_offset);
+		assert_int_equal(after->rbp_slot, before->rbp_slot);
+	}
+	free(rows);
+}
+
+/* Without .symtab, asmcgocall is found through .gopclntab: the same rows. */
+static void test_stripped_cgo_same_rows(void **state)
+{
+	struct unwind_row *rows, *srows;
+	size_t n, sn, k = 0;
+
+	if (!have_go)
+		skip();
+	assert_int_equal(build(tmp_path("cgo"), &rows, &n, NULL), 0);
+	assert_int_equal(build(tmp_path("cgo-stripped"), &srows, &sn, NULL), 0);
+	check_sorted(srows, sn);
+	for (size_t i = 0; i < n; i++) {
+		if (rows[i].cfa_type != UNWIND_GO_ASMCGOCALL)
+			continue;
+		while (k < sn && srows[k].cfa_type != UNWIND_GO_ASMCGOCALL)
+			k++;
+		assert_true(k < sn);
+		assert_memory_equal(&rows[i], &srows[k], sizeof(rows[i]));
+		k++;
+	}
+	assert_true(k > 0);
+	free(rows);
+	free(srows);
+}
+
+/* No CFI at all: the table is the Go rows between rows that say "frame pointers". */
+static void test_no_cfi_go_rows_only(void **state)
+{
+	struct unwind_table_stats st;
+	struct unwind_row *rows;
+	size_t n;
+
+	if (!have_go)
+		skip();
+	assert_int_equal(build(tmp_path("go-stripped"), &rows, &n, &st), 0);
+	check_sorted(rows, n);
+	assert_int_equal(st.go_rows, 2);
+	assert_int_equal(n, 5);
+	assert_int_equal(rows[0].pc, 0);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(rows[i].cfa_type, i % 2 ? UNWIND_GO_ASMCGOCALL : UNWIND_NO_CFI);
+	assert_int_equal(rows[2].pc, rows[1].pc + 2);
+	assert_int_equal(rows[4].pc, rows[3].pc + 2);
+	free(rows);
+}
+
+/* A C library has no Go rows, and its table does not change. */
+static void test_not_go(void **state)
+{
+	struct unwind_table_stats st;
+	struct unwind_row *rows;
+	size_t n;
+
+	assert_int_equal(build(LIBC, &rows, &n, &st), 0);
+	assert_int_equal(st.go_rows, 0);
+	for (size_t i = 0; i < n; i++)
+		assert_int_not_equal(rows[i].cfa_type, UNWIND_GO_ASMCGOCALL);
+	free(rows);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cgo_rows_match_objdump),
+		cmocka_unit_test(test_stripped_cgo_same_rows),
+		cmocka_unit_test(test_no_cfi_go_rows_only),
+		cmocka_unit_test(test_not_go),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
