@@ -106,7 +106,7 @@ int gopclntab__open(int fd, Elf *e, struct gopclntab **out)
 	if (!t->text && _section(e, ".text", &text))
 		t->text = text.sh_addr;
 	if (t->pcln > t->size || t->names > t->size || !t->nfunc ||
-	    t->nfunc > (t->size - t->pcln) / 8 - 1) {
+	    t->nfunc >= (t->size - t->pcln) / 8) {
 		err = -ENOENT;
 		goto out;
 	}

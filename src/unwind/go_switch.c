@@ -32,6 +32,20 @@
  *   ff d0                       call *%rax
  *
  * A displacement of 0 drops the disp8 byte (mod 00 instead of 01).
+ *
+ * runtime.systemstack runs a function on g0 the same way, having saved the
+ * goroutine's sp (pointing at systemstack's return address) in
+ * curg.sched.sp. The code after its call finds it back, and so does BPF:
+ *
+ *   ff d7                          call *%rdi
+ *   64 48 8b 04 25 f8 ff ff ff     mov %fs:-8,%rax         g0 (TLS slot of g)
+ *   48 8b 58 30                    mov 0x30(%rax),%rbx     g0.m
+ *   48 8b 83 C C C C               mov C(%rbx),%rax        m.curg
+ *   64 48 89 04 25 f8 ff ff ff     mov %rax,%fs:-8
+ *   48 8b 60 38                    mov 0x38(%rax),%rsp     curg.sched.sp
+ *
+ * The TLS slot, g.m and g.sched.sp are fixed by the match (BPF knows them);
+ * only C, which moves whenever struct m changes, goes into the row.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -46,7 +60,8 @@
 #define _CALL_WINDOW 16		/* bytes from the last store to the call */
 #define _MAX_FUNC_BYTES 1024	/* asmcgocall is 174 bytes in Go 1.19 */
 
-static const char *const _names[] = { "runtime.asmcgocall.abi0", "runtime.asmcgocall" };
+static const char *const _asmcgocall[] = { "runtime.asmcgocall.abi0", "runtime.asmcgocall" };
+static const char *const _systemstack[] = { "runtime.systemstack.abi0", "runtime.systemstack" };
 
 /*
  * An instruction `opcode modrm(reg, [rsp + disp]) [imm]` with a 64-bit
@@ -185,7 +200,7 @@ static uint64_t _le64(const uint8_t *p)
 }
 
 /*
- * [lo, hi) of the function called name, from .gopclntab, which stripped Go
+ * [lo, hi) of the nth function called name, from .gopclntab, which stripped Go
  * binaries keep (the runtime needs it). Go 1.18 and later (magic
  * 0xfffffff0, 0xfffffff1): a header of eight-byte words (nfunc at 8,
  * textStart at 24, funcnameOffset at 32, pclnOffset at 64), then at
@@ -193,7 +208,8 @@ static uint64_t _le64(const uint8_t *p)
  * the _func at pclnOffset + funcOff starts {u32 entryOff, s32 nameOff}.
  * Older layouts are not read: those binaries are found by .symtab or not at all.
  */
-static bool _pclntab_func(Elf *elf, const char *name, uint64_t *lo, uint64_t *hi)
+static bool _pclntab_func(Elf *elf, const char *name, unsigned int nth, uint64_t *lo,
+			  uint64_t *hi)
 {
 	uint64_t nfunc, text, names, pcln;
 	size_t size, namelen = strlen(name);
@@ -221,7 +237,7 @@ static bool _pclntab_func(Elf *elf, const char *name, uint64_t *lo, uint64_t *hi
 	/* A position-independent binary leaves textStart to a relocation: .text is where it points. */
 	if (!text && _section(elf, ".text", &tshdr))
 		text = tshdr.sh_addr;
-	if (pcln > size || names > size || nfunc > (size - pcln) / 8 - 1)
+	if (pcln > size || names > size || nfunc >= (size - pcln) / 8)
 		return false;
 	for (uint64_t i = 0; i < nfunc; i++) {
 		const uint8_t *ft = p + pcln + 8 * i;
@@ -236,6 +252,8 @@ static bool _pclntab_func(Elf *elf, const char *name, uint64_t *lo, uint64_t *hi
 		at = names + (uint64_t)name_off;
 		if (at > size || size - at <= namelen || memcmp(p + at, name, namelen + 1))
 			continue;
+		if (nth--)
+			continue;
 		*lo = text + _le32(ft);
 		*hi = text + _le32(ft + 8);	/* the next entry (the last one ends the text) */
 		return *hi > *lo;
@@ -243,42 +261,118 @@ static bool _pclntab_func(Elf *elf, const char *name, uint64_t *lo, uint64_t *hi
 	return false;
 }
 
-size_t go_switch__find(Elf *elf, struct go_switch *out)
+/* The calls of C code in asmcgocall's code [lo, lo + n). */
+static size_t _scan_asmcgocall(const uint8_t *code, size_t n, uint64_t lo, struct go_switch *out,
+			       size_t max)
 {
-	for (size_t k = 0; k < sizeof(_names) / sizeof(_names[0]); k++) {
-		uint64_t lo, hi;
-		const uint8_t *code;
-		size_t n, found = 0;
+	size_t found = 0;
 
-		if (!_symtab_func(elf, _names[k], &lo, &hi) && !_pclntab_func(elf, _names[k], &lo, &hi))
-			continue;
-		if (hi - lo > _MAX_FUNC_BYTES)
-			hi = lo + _MAX_FUNC_BYTES;
-		code = _code(elf, lo, hi);
-		if (!code || hi > UINT32_MAX)
-			continue;
-		n = hi - lo;
-		for (size_t i = 0; i < n && found < GO_SWITCH_MAX; i++) {
-			uint8_t g_off, depth_off;
-			size_t m = _match(code + i, n - i, &g_off, &depth_off), c;
+	for (size_t i = 0; i < n && found < max; i++) {
+		uint8_t g_off, depth_off;
+		size_t m = _match(code + i, n - i, &g_off, &depth_off), c;
 
-			if (!m)
-				continue;
-			c = _find_call_rax(code + i + m, n - i - m);
-			if (c == SIZE_MAX)
-				continue;
-			out[found++] = (struct go_switch){
-				.pc = (uint32_t)(lo + i + m + c),
-				.len = 2,
-				.g_off = g_off,
-				.depth_off = depth_off,
-			};
-			i += m + c + 1;
+		if (!m)
+			continue;
+		c = _find_call_rax(code + i + m, n - i - m);
+		if (c == SIZE_MAX)
+			continue;
+		out[found++] = (struct go_switch){
+			.pc = (uint32_t)(lo + i + m + c),
+			.len = 2,
+			.type = UNWIND_GO_ASMCGOCALL,
+			.off1 = g_off,
+			.off2 = depth_off,
+		};
+		i += m + c + 1;
+	}
+	return found;
+}
+
+/* The call on g0 in systemstack's code [lo, lo + n). */
+static size_t _scan_systemstack(const uint8_t *code, size_t n, uint64_t lo, struct go_switch *out,
+				size_t max)
+{
+	static const uint8_t call_tls[] = { 0xff, 0xd7, 0x64, 0x48, 0x8b, 0x04, 0x25,
+					    0xf8, 0xff, 0xff, 0xff, 0x48, 0x8b, 0x58, 0x30 };
+	static const uint8_t set_tls_sp[] = { 0x64, 0x48, 0x89, 0x04, 0x25, 0xf8, 0xff,
+					      0xff, 0xff, 0x48, 0x8b, 0x60, 0x38 };
+	const size_t need = sizeof(call_tls) + 7 + sizeof(set_tls_sp);
+
+	for (size_t i = 0; max && i + need <= n; i++) {
+		const uint8_t *p = code + i + sizeof(call_tls);
+		uint32_t curg;
+		size_t k;
+
+		if (memcmp(code + i, call_tls, sizeof(call_tls)) || p[0] != 0x48 || p[1] != 0x8b)
+			continue;
+		if (p[2] == 0x83) {		/* disp32 */
+			curg = (uint32_t)p[3] | (uint32_t)p[4] << 8 | (uint32_t)p[5] << 16 |
+			       (uint32_t)p[6] << 24;
+			k = 7;
+		} else if (p[2] == 0x43) {	/* disp8 */
+			curg = p[3];
+			k = 4;
+		} else {
+			continue;
 		}
-		if (found) {
-			pr_debug("unwind: %s: %zu calls of C code\n", _names[k], found);
-			return found;
-		}
+		if (curg > INT16_MAX || memcmp(p + k, set_tls_sp, sizeof(set_tls_sp)))
+			continue;
+		out[0] = (struct go_switch){
+			.pc = (uint32_t)(lo + i),
+			.len = 2,
+			.type = UNWIND_GO_SYSTEMSTACK,
+			.off1 = (int16_t)curg,
+		};
+		return 1;
 	}
 	return 0;
+}
+
+struct _target {
+	const char *const *names;
+	size_t nnames;
+	size_t (*scan)(const uint8_t *code, size_t n, uint64_t lo, struct go_switch *out,
+		       size_t max);
+};
+
+size_t go_switch__find(Elf *elf, struct go_switch *out)
+{
+	static const struct _target targets[] = {
+		{ _asmcgocall, sizeof(_asmcgocall) / sizeof(_asmcgocall[0]), _scan_asmcgocall },
+		{ _systemstack, sizeof(_systemstack) / sizeof(_systemstack[0]), _scan_systemstack },
+	};
+	size_t total = 0;
+
+	for (size_t t = 0; t < sizeof(targets) / sizeof(targets[0]); t++) {
+		size_t found = 0;
+
+		for (size_t k = 0; k < targets[t].nnames && !found; k++) {
+			const char *name = targets[t].names[k];
+
+			/*
+			 * .gopclntab names an assembly function and its ABI
+			 * wrapper alike: try every function of that name.
+			 */
+			for (unsigned int nth = 0; nth < 4 && !found; nth++) {
+				uint64_t lo, hi;
+				const uint8_t *code;
+
+				if (nth == 0 && _symtab_func(elf, name, &lo, &hi))
+					;
+				else if (!_pclntab_func(elf, name, nth, &lo, &hi))
+					break;
+				if (hi - lo > _MAX_FUNC_BYTES)
+					hi = lo + _MAX_FUNC_BYTES;
+				code = _code(elf, lo, hi);
+				if (!code || hi > UINT32_MAX)
+					continue;
+				found = targets[t].scan(code, hi - lo, lo, out + total,
+							GO_SWITCH_MAX - total);
+				if (found)
+					pr_debug("unwind: %s: %zu calls on the g0 stack\n", name, found);
+			}
+		}
+		total += found;
+	}
+	return total;
 }

@@ -15,21 +15,27 @@
 
 #include "unwind/unwind_table.h"
 
-/* asmcgocall has two calls of C code: one after the switch, one already on g0. */
+/*
+ * asmcgocall has two calls of C code (after the switch, and already on
+ * g0), systemstack one call on g0.
+ */
 #define GO_SWITCH_MAX 4
 
 struct go_switch {
-	uint32_t pc;		/* ELF virtual address of the `call *%rax` */
+	uint32_t pc;		/* ELF virtual address of the call */
 	uint8_t len;		/* its length in bytes */
-	int16_t g_off;		/* rsp + g_off holds the goroutine's g, or 0 */
-	uint8_t depth_off;	/* rsp + depth_off holds stack.hi - sp, or sp when g is 0 */
+	uint8_t type;		/* UNWIND_GO_ASMCGOCALL or UNWIND_GO_SYSTEMSTACK */
+	int16_t off1;		/* asmcgocall: rsp + off1 holds the goroutine's g, or 0;
+				   systemstack: offset of curg in m */
+	uint8_t off2;		/* asmcgocall: rsp + off2 holds stack.hi - sp, or sp when g is 0 */
 };
 
 /*
- * Finds the calls of C code in the runtime.asmcgocall of elf (borrowed):
- * by name in .symtab, or in .gopclntab when the binary is stripped. Fills
- * at most GO_SWITCH_MAX entries of out and returns how many, 0 when elf is
- * not a Go binary or its asmcgocall does not have a layout we know.
+ * Finds the calls in runtime.asmcgocall and runtime.systemstack of elf
+ * (borrowed) that run code on the g0 stack: by name in .symtab, or in
+ * .gopclntab when the binary is stripped. Fills at most GO_SWITCH_MAX
+ * entries of out and returns how many, 0 when elf is not a Go binary or
+ * its runtime does not have a code layout we know.
  */
 size_t go_switch__find(Elf *elf, struct go_switch *out);
 

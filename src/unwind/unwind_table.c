@@ -92,6 +92,7 @@ const char *unwind_cfa_type__name(unsigned int type)
 	case UNWIND_NO_CFI: return "no-cfi";
 	case UNWIND_END: return "end";
 	case UNWIND_GO_ASMCGOCALL: return "go-asmcgocall";
+	case UNWIND_GO_SYSTEMSTACK: return "go-systemstack";
 	default: return "?";
 	}
 }
@@ -718,9 +719,9 @@ static int _splice_go_switch(struct _builder *b, const struct go_switch *sw)
 		v[k++] = b->rows[i];
 	v[k++] = (struct unwind_row){
 		.pc = lo,
-		.cfa_offset = sw->g_off,
-		.cfa_type = UNWIND_GO_ASMCGOCALL,
-		.rbp_slot = sw->depth_off,
+		.cfa_offset = sw->off1,
+		.cfa_type = sw->type,
+		.rbp_slot = sw->off2,
 	};
 	v[k++] = after;
 	for (size_t i = 0; i < b->n; i++)
@@ -837,7 +838,8 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 		st.no_cfi_rows += b.rows[i].cfa_type == UNWIND_NO_CFI;
 		st.signal_rows += b.rows[i].cfa_type == UNWIND_CFA_SIGNAL;
 		st.plt_rows += b.rows[i].cfa_type == UNWIND_CFA_PLT;
-		st.go_rows += b.rows[i].cfa_type == UNWIND_GO_ASMCGOCALL;
+		st.go_rows += b.rows[i].cfa_type == UNWIND_GO_ASMCGOCALL ||
+			      b.rows[i].cfa_type == UNWIND_GO_SYSTEMSTACK;
 	}
 	if (b.n < b.cap) {
 		struct unwind_row *v = realloc(b.rows, b.n * sizeof(*v));

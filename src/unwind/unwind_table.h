@@ -48,6 +48,14 @@ enum unwind_cfa_type {            /* in unwind_row.cfa_type */
 	 * that sp, and rbp keeps its value. See src/unwind/go_switch.c.
 	 */
 	UNWIND_GO_ASMCGOCALL = 7,
+	/*
+	 * Go's runtime.systemstack calling a function on the g0 stack (the
+	 * call instruction only): the caller is on the stack of the goroutine
+	 * m.curg, whose sp systemstack saved in curg.sched.sp (g + 0x38), where
+	 * the return address is. g0 is at %fs:-8 and its m at g0 + 0x30;
+	 * cfa_offset is the offset of curg in m. rbp keeps its value.
+	 */
+	UNWIND_GO_SYSTEMSTACK = 8,
 };
 
 struct unwind_row {
@@ -78,7 +86,7 @@ struct unwind_table_stats {
 	size_t unsupported_rows;
 	size_t signal_rows;
 	size_t plt_rows;
-	size_t go_rows;          /* UNWIND_GO_ASMCGOCALL rows */
+	size_t go_rows;          /* UNWIND_GO_ASMCGOCALL and UNWIND_GO_SYSTEMSTACK rows */
 };
 
 /*
@@ -96,7 +104,8 @@ struct unwind_table_stats {
  * retained once the call returns.
  *
  * A Go binary's runtime.asmcgocall gets UNWIND_GO_ASMCGOCALL rows over its
- * calls of C code, even when the binary has no CFI at all (built with
+ * calls of C code, and its runtime.systemstack an UNWIND_GO_SYSTEMSTACK row
+ * over its call on the g0 stack, even when the binary has no CFI at all (built with
  * -ldflags=-w, or stripped): its table is then those rows between
  * UNWIND_NO_CFI rows.
  *

@@ -449,3 +449,34 @@ def test_go_stripped_chain(fw, workloads):
         f"{n} of {w.total} samples ({n / w.total:.1%}) end in {';'.join(run)}; expected >= 80 %",
         w,
     )
+
+
+def test_go_systemstack_reaches_goroutine(fw, workloads):
+    """The garbage collector runs on the g0 stack through runtime.systemstack:
+    >= 90 % of those samples continue on the goroutine's stack down to
+    runtime.goexit, and the allocating ones show main.main;main.churn."""
+    res, prof = fw.record_folded(["-v", "--", workloads / "gc_go", "3"], duration=3)
+    w = prof.for_comm("gc_go")
+    require(w.total >= 0.5 * 3 * HZ, f"only {w.total} samples of gc_go, expected ~{3 * HZ}", prof)
+
+    def on_g0(f):
+        return any(x.startswith("runtime.systemstack") for x in user_frames(f))
+
+    def rooted(f):
+        user = user_frames(f)
+        return on_g0(f) and user[0].startswith("runtime.goexit")
+
+    g0 = w.count(on_g0)
+    ok = w.count(rooted)
+    alloc = w.count(lambda f: on_g0(f) and "runtime.mallocgc" in f)
+    alloc_ok = w.count(lambda f: on_g0(f) and "runtime.mallocgc" in f and contains_run(f, ["main.main", "main.churn"]))
+    switches = bpf_stats(res.stderr).get("unwind_go_switches")
+    print(f"\ngc_go: {g0}/{w.total} samples through systemstack; {ok} reach runtime.goexit; "
+          f"{alloc_ok}/{alloc} allocating ones show main.main;main.churn (unwind_go_switches={switches})")
+    require(g0 >= 0.05 * w.total, f"only {g0} of {w.total} samples run through runtime.systemstack", w)
+    require(
+        ok >= 0.9 * g0 and alloc_ok >= 0.9 * alloc,
+        f"{ok} of {g0} systemstack samples reach runtime.goexit, {alloc_ok} of {alloc} allocating ones "
+        f"show main.main;main.churn; expected >= 90 % (unwind_go_switches={switches})",
+        w,
+    )

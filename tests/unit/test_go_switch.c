@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * The Go stack switch rows (UNWIND_GO_ASMCGOCALL) are checked against
+ * The Go stack switch rows (UNWIND_GO_*) are checked against
  * binutils' objdump, an independent disassembler: every `call *%rax` in
  * runtime.asmcgocall must get a row of its own, whose offsets are the
  * displacements of the two stores to (%rsp) before it. The Go programs are
@@ -187,7 +187,7 @@ static void test_cgo_rows_match_objdump(void **state)
 	assert_int_equal(ncalls, 2);
 	assert_int_equal(build(tmp_path("cgo"), &rows, &n, &st), 0);
 	check_sorted(rows, n);
-	assert_int_equal(st.go_rows, 2);
+	assert_int_equal(st.go_rows, 3);	/* and systemstack's */
 	for (size_t i = 0; i < ncalls; i++) {
 		const struct unwind_row *at = unwind_table__find(rows, n, calls[i].pc);
 		const struct unwind_row *end = unwind_table__find(rows, n, calls[i].pc + 1);
@@ -223,9 +223,10 @@ static void test_stripped_cgo_same_rows(void **state)
 	assert_int_equal(build(tmp_path("cgo-stripped"), &srows, &sn, NULL), 0);
 	check_sorted(srows, sn);
 	for (size_t i = 0; i < n; i++) {
-		if (rows[i].cfa_type != UNWIND_GO_ASMCGOCALL)
+		if (rows[i].cfa_type != UNWIND_GO_ASMCGOCALL && rows[i].cfa_type != UNWIND_GO_SYSTEMSTACK)
 			continue;
-		while (k < sn && srows[k].cfa_type != UNWIND_GO_ASMCGOCALL)
+		while (k < sn && srows[k].cfa_type != UNWIND_GO_ASMCGOCALL &&
+		       srows[k].cfa_type != UNWIND_GO_SYSTEMSTACK)
 			k++;
 		assert_true(k < sn);
 		assert_memory_equal(&rows[i], &srows[k], sizeof(rows[i]));
@@ -241,23 +242,86 @@ static void test_no_cfi_go_rows_only(void **state)
 {
 	struct unwind_table_stats st;
 	struct unwind_row *rows;
-	size_t n;
+	size_t n, nsys = 0;
 
 	if (!have_go)
 		skip();
 	assert_int_equal(build(tmp_path("go-stripped"), &rows, &n, &st), 0);
 	check_sorted(rows, n);
-	assert_int_equal(st.go_rows, 2);
-	assert_int_equal(n, 5);
+	assert_int_equal(st.go_rows, 3);
+	assert_int_equal(n, 7);
 	assert_int_equal(rows[0].pc, 0);
-	for (size_t i = 0; i < n; i++)
-		assert_int_equal(rows[i].cfa_type, i % 2 ? UNWIND_GO_ASMCGOCALL : UNWIND_NO_CFI);
-	assert_int_equal(rows[2].pc, rows[1].pc + 2);
-	assert_int_equal(rows[4].pc, rows[3].pc + 2);
+	for (size_t i = 0; i < n; i++) {
+		if (i % 2 == 0) {
+			assert_int_equal(rows[i].cfa_type, UNWIND_NO_CFI);
+			continue;
+		}
+		assert_true(rows[i].cfa_type == UNWIND_GO_ASMCGOCALL ||
+			    rows[i].cfa_type == UNWIND_GO_SYSTEMSTACK);
+		nsys += rows[i].cfa_type == UNWIND_GO_SYSTEMSTACK;
+		assert_int_equal(rows[i + 1].pc, rows[i].pc + 2);
+	}
+	assert_int_equal(nsys, 1);
 	free(rows);
 }
 
-/* A C library has no Go rows, and its table does not change. */
+/*
+ * systemstack's `call *%rdi`, and the offset of m.curg in the
+ * `mov N(%rbx),%rax` that follows it, from objdump.
+ */
+static void test_systemstack_row_matches_objdump(void **state)
+{
+	uint64_t call = 0, curg = 0;
+	struct unwind_row *rows;
+	const struct unwind_row *r;
+	char line[512];
+	bool in = false, after = false;
+	size_t n;
+	FILE *f;
+
+	if (!have_go)
+		skip();
+	snprintf(line, sizeof(line), "objdump -d --no-show-raw-insn %s", tmp_path("cgo"));
+	f = popen(line, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		const char *s;
+
+		if (strstr(line, "<runtime.systemstack.abi0>:")) {
+			in = true;
+			continue;
+		}
+		if (!in || line[0] == '\n') {
+			if (in)
+				break;
+			continue;
+		}
+		if (!call && strstr(line, "call") && strstr(line, "*%rdi")) {
+			call = strtoull(line, NULL, 16);
+			after = true;
+		} else if (after && (s = strstr(line, "(%rbx),%rax")) && strstr(line, "mov")) {
+			const char *c = strrchr(line, '\t');
+
+			curg = strtoull(c ? c + 1 + strcspn(c + 1, "0") : s, NULL, 16);
+			after = false;
+		}
+	}
+	pclose(f);
+	print_message("systemstack: call *%%rdi at %#" PRIx64 ", m.curg at %#" PRIx64 "\n", call,
+		      curg);
+	assert_true(call && curg);
+	assert_int_equal(build(tmp_path("cgo"), &rows, &n, NULL), 0);
+	r = unwind_table__find(rows, n, call);
+	assert_non_null(r);
+	assert_int_equal(r->pc, call);
+	assert_int_equal(r->cfa_type, UNWIND_GO_SYSTEMSTACK);
+	assert_int_equal(r->cfa_offset, curg);
+	assert_ptr_equal(unwind_table__find(rows, n, call + 1), r);
+	assert_int_not_equal(unwind_table__find(rows, n, call + 2)->cfa_type, UNWIND_GO_SYSTEMSTACK);
+	free(rows);
+}
+
+/* A C library has no Go rows. */
 static void test_not_go(void **state)
 {
 	struct unwind_table_stats st;
@@ -267,7 +331,7 @@ static void test_not_go(void **state)
 	assert_int_equal(build(LIBC, &rows, &n, &st), 0);
 	assert_int_equal(st.go_rows, 0);
 	for (size_t i = 0; i < n; i++)
-		assert_int_not_equal(rows[i].cfa_type, UNWIND_GO_ASMCGOCALL);
+		assert_true(rows[i].cfa_type < UNWIND_GO_ASMCGOCALL);
 	free(rows);
 }
 
@@ -277,6 +341,7 @@ int main(void)
 		cmocka_unit_test(test_cgo_rows_match_objdump),
 		cmocka_unit_test(test_stripped_cgo_same_rows),
 		cmocka_unit_test(test_no_cfi_go_rows_only),
+		cmocka_unit_test(test_systemstack_row_matches_objdump),
 		cmocka_unit_test(test_not_go),
 	};
 

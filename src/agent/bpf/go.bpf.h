@@ -10,6 +10,10 @@
 
 /* g.stack.hi: g starts with stack {lo, hi} in every Go release. */
 #define GO_G_STACK_HI 8
+/* The rest src/unwind/go_switch.c checks in systemstack's code before it emits a row. */
+#define GO_TLS_G (-8)		/* g is at %fs:-8 */
+#define GO_G_M 0x30
+#define GO_G_SCHED_SP 0x38
 
 /*
  * st is at the call of C code in asmcgocall, with st->sp the g0 stack
@@ -34,6 +38,30 @@ static __always_inline int go_leave_g0(struct fw_unwind_state *st, const struct 
 		sp = v;
 	}
 	if (read_user_u64(&ip, sp))
+		return -1;
+	stat_inc(FW_STAT_UNWIND_GO_SWITCH);
+	st->ip = ip;
+	st->sp = sp + 8;
+	return ip ? 0 : 1;
+}
+
+/*
+ * st is at the call in systemstack on the g0 stack. Moves st to
+ * systemstack's return address on the stack of the goroutine it left,
+ * m.curg, which saved its sp in curg.sched.sp: what systemstack itself
+ * reads to switch back. The thread's g (g0 now) is in its TLS block.
+ */
+static __always_inline int go_leave_systemstack(struct fw_unwind_state *st,
+						const struct unwind_row *row)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 g0, m, curg, sp, ip;
+
+	if (read_user_u64(&g0, task->thread.fsbase + GO_TLS_G) || !g0 ||
+	    read_user_u64(&m, g0 + GO_G_M) || !m ||
+	    read_user_u64(&curg, m + row->cfa_offset) || !curg ||
+	    read_user_u64(&sp, curg + GO_G_SCHED_SP) || !sp ||
+	    read_user_u64(&ip, sp))
 		return -1;
 	stat_inc(FW_STAT_UNWIND_GO_SWITCH);
 	st->ip = ip;

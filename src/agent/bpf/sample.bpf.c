@@ -243,7 +243,9 @@ static long unwind_step(__u32 i, void *ctx)
 		cfa = st->sp + 8 + ((st->ip & 15) >= 11 ? 8 : 0);
 		break;
 	case UNWIND_GO_ASMCGOCALL:
-		switch (go_leave_g0(st, row)) {
+	case UNWIND_GO_SYSTEMSTACK:
+		switch (row->cfa_type == UNWIND_GO_ASMCGOCALL ? go_leave_g0(st, row) :
+			go_leave_systemstack(st, row)) {
 		case 0:
 			return 0;
 		case 1:
