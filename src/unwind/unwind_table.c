@@ -795,7 +795,8 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 	err = _add_plt_spans(elf, limit, &sp);
 	if (err)
 		goto out;
-	qsort(sp.v, sp.n, sizeof(*sp.v), _span_cmp);
+	if (sp.n)	/* a Go binary without CFI has no spans */
+		qsort(sp.v, sp.n, sizeof(*sp.v), _span_cmp);
 
 	/*
 	 * Spans are visited by start address; where they overlap (the same
