@@ -46,6 +46,23 @@
  *
  * The TLS slot, g.m and g.sched.sp are fixed by the match (BPF knows them);
  * only C, which moves whenever struct m changes, goes into the row.
+ *
+ * runtime.cgocallback, C calling Go, opens its frame on the g0 (C) stack,
+ * saves that sp in g0.sched.sp, and calls cgocallbackg on the goroutine's
+ * stack; BPF goes back to the C frames through g0.sched.sp:
+ *
+ *   48 83 ec F                 sub $F,%rsp             (at entry)
+ *   48 89 6c 24 F-8            mov %rbp,F-8(%rsp)      the caller's rbp at CFA - 16
+ *   ...
+ *   48 8b 33                   mov (%rbx),%rsi         m.g0
+ *   48 8b 46 38                mov 0x38(%rsi),%rax
+ *   48 89 04 24                mov %rax,(%rsp)
+ *   48 89 66 38                mov %rsp,0x38(%rsi)     g0.sched.sp = rsp
+ *   ...
+ *   48 8d 05 R R R R           lea cgocallbackg(%rip),%rax
+ *   ff d0                      call *%rax
+ *
+ * The row holds F + 8, the frame's CFA relative to its sp.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -62,6 +79,7 @@
 
 static const char *const _asmcgocall[] = { "runtime.asmcgocall.abi0", "runtime.asmcgocall" };
 static const char *const _systemstack[] = { "runtime.systemstack.abi0", "runtime.systemstack" };
+static const char *const _cgocallback[] = { "runtime.cgocallback.abi0", "runtime.cgocallback" };
 
 /*
  * An instruction `opcode modrm(reg, [rsp + disp]) [imm]` with a 64-bit
@@ -328,6 +346,39 @@ static size_t _scan_systemstack(const uint8_t *code, size_t n, uint64_t lo, stru
 	return 0;
 }
 
+/* The call of cgocallbackg in cgocallback's code [lo, lo + n). */
+static size_t _scan_cgocallback(const uint8_t *code, size_t n, uint64_t lo, struct go_switch *out,
+				size_t max)
+{
+	static const uint8_t save_sp[] = { 0x48, 0x8b, 0x33, 0x48, 0x8b, 0x46, 0x38, 0x48,
+					   0x89, 0x04, 0x24, 0x48, 0x89, 0x66, 0x38 };
+	uint8_t frame;
+	size_t i;
+
+	if (!max || n < 9 || code[0] != 0x48 || code[1] != 0x83 || code[2] != 0xec)
+		return 0;
+	frame = code[3];
+	if (frame < 8 || frame > 0x70 || code[4] != 0x48 || code[5] != 0x89 || code[6] != 0x6c ||
+	    code[7] != 0x24 || code[8] != frame - 8)
+		return 0;
+	for (i = 9; i + sizeof(save_sp) <= n; i++)
+		if (!memcmp(code + i, save_sp, sizeof(save_sp)))
+			break;
+	for (i += sizeof(save_sp); i + 9 <= n; i++) {
+		if (code[i] != 0x48 || code[i + 1] != 0x8d || code[i + 2] != 0x05 ||
+		    code[i + 7] != 0xff || code[i + 8] != 0xd0)
+			continue;
+		out[0] = (struct go_switch){
+			.pc = (uint32_t)(lo + i + 7),
+			.len = 2,
+			.type = UNWIND_GO_CGOCALLBACK,
+			.off1 = (int16_t)(frame + 8),
+		};
+		return 1;
+	}
+	return 0;
+}
+
 struct _target {
 	const char *const *names;
 	size_t nnames;
@@ -340,6 +391,7 @@ size_t go_switch__find(Elf *elf, struct go_switch *out)
 	static const struct _target targets[] = {
 		{ _asmcgocall, sizeof(_asmcgocall) / sizeof(_asmcgocall[0]), _scan_asmcgocall },
 		{ _systemstack, sizeof(_systemstack) / sizeof(_systemstack[0]), _scan_systemstack },
+		{ _cgocallback, sizeof(_cgocallback) / sizeof(_cgocallback[0]), _scan_cgocallback },
 	};
 	size_t total = 0;
 

@@ -17,22 +17,23 @@
 
 /*
  * asmcgocall has two calls of C code (after the switch, and already on
- * g0), systemstack one call on g0.
+ * g0), systemstack one call on g0, cgocallback one call of Go for C.
  */
-#define GO_SWITCH_MAX 4
+#define GO_SWITCH_MAX 5
 
 struct go_switch {
 	uint32_t pc;		/* ELF virtual address of the call */
 	uint8_t len;		/* its length in bytes */
-	uint8_t type;		/* UNWIND_GO_ASMCGOCALL or UNWIND_GO_SYSTEMSTACK */
+	uint8_t type;		/* UNWIND_GO_* */
 	int16_t off1;		/* asmcgocall: rsp + off1 holds the goroutine's g, or 0;
-				   systemstack: offset of curg in m */
+				   systemstack: offset of curg in m;
+				   cgocallback: its g0 frame's CFA - g0.sched.sp */
 	uint8_t off2;		/* asmcgocall: rsp + off2 holds stack.hi - sp, or sp when g is 0 */
 };
 
 /*
- * Finds the calls in runtime.asmcgocall and runtime.systemstack of elf
- * (borrowed) that run code on the g0 stack: by name in .symtab, or in
+ * Finds the calls in runtime.asmcgocall, runtime.systemstack and
+ * runtime.cgocallback of elf (borrowed) that switch stacks: by name in .symtab, or in
  * .gopclntab when the binary is stripped. Fills at most GO_SWITCH_MAX
  * entries of out and returns how many, 0 when elf is not a Go binary or
  * its runtime does not have a code layout we know.

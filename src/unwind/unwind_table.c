@@ -80,6 +80,7 @@ struct _builder {
 	size_t n, cap;
 	size_t rows_raw;
 	size_t unsupported;
+	bool go;		/* a Go binary: its .debug_frame is Go's (see _fill_span) */
 };
 
 const char *unwind_cfa_type__name(unsigned int type)
@@ -93,6 +94,7 @@ const char *unwind_cfa_type__name(unsigned int type)
 	case UNWIND_END: return "end";
 	case UNWIND_GO_ASMCGOCALL: return "go-asmcgocall";
 	case UNWIND_GO_SYSTEMSTACK: return "go-systemstack";
+	case UNWIND_GO_CGOCALLBACK: return "go-cgocallback";
 	default: return "?";
 	}
 }
@@ -635,6 +637,17 @@ static int _fill_span(struct _builder *b, const struct _span *span, uint64_t lo,
 			b->unsupported++;
 		}
 		free(frame);
+		/*
+		 * Go's linker writes .debug_frame without rbp rules, but every
+		 * Go function with a frame keeps its caller's rbp right below
+		 * the return address (the amd64 frame-pointer layout since Go
+		 * 1.7). Saying so lets rbp follow Go frames unwound by their
+		 * CFI, which the frames after them need when they find their
+		 * CFA through rbp (C called back from Go) or use frame pointers.
+		 */
+		if (b->go && !srcs[span->src].eh_frame && row.cfa_type == UNWIND_CFA_RSP &&
+		    row.cfa_offset > 8 && !row.rbp_slot)
+			row.rbp_slot = 2;
 		err = _emit(b, addr, row.cfa_type, row.cfa_offset, row.rbp_slot);
 		if (err)
 			return err;
@@ -788,6 +801,7 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 			goto out;
 	}
 	ngo = go_switch__find(elf, go);
+	b.go = ngo > 0;
 	if (sp.n == 0 && !ngo) {
 		err = -ENOENT;
 		goto out;
@@ -839,8 +853,8 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 		st.no_cfi_rows += b.rows[i].cfa_type == UNWIND_NO_CFI;
 		st.signal_rows += b.rows[i].cfa_type == UNWIND_CFA_SIGNAL;
 		st.plt_rows += b.rows[i].cfa_type == UNWIND_CFA_PLT;
-		st.go_rows += b.rows[i].cfa_type == UNWIND_GO_ASMCGOCALL ||
-			      b.rows[i].cfa_type == UNWIND_GO_SYSTEMSTACK;
+		st.go_rows += b.rows[i].cfa_type >= UNWIND_GO_ASMCGOCALL &&
+			      b.rows[i].cfa_type <= UNWIND_GO_CGOCALLBACK;
 	}
 	if (b.n < b.cap) {
 		struct unwind_row *v = realloc(b.rows, b.n * sizeof(*v));

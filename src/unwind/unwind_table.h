@@ -56,6 +56,15 @@ enum unwind_cfa_type {            /* in unwind_row.cfa_type */
 	 * cfa_offset is the offset of curg in m. rbp keeps its value.
 	 */
 	UNWIND_GO_SYSTEMSTACK = 8,
+	/*
+	 * Go's runtime.cgocallback calling Go (cgocallbackg) on the
+	 * goroutine's stack for C code: the caller, C, is on the g0 stack,
+	 * where cgocallback left its own frame at g0.sched.sp (g0 = m.g0 at
+	 * offset 0 of m, m = g.m with g at %fs:-8). That frame's CFA is
+	 * g0.sched.sp + cfa_offset, with the return address at CFA - 8 and
+	 * the caller's rbp at CFA - 16.
+	 */
+	UNWIND_GO_CGOCALLBACK = 9,
 };
 
 struct unwind_row {
@@ -86,7 +95,7 @@ struct unwind_table_stats {
 	size_t unsupported_rows;
 	size_t signal_rows;
 	size_t plt_rows;
-	size_t go_rows;          /* UNWIND_GO_ASMCGOCALL and UNWIND_GO_SYSTEMSTACK rows */
+	size_t go_rows;          /* UNWIND_GO_* rows */
 };
 
 /*
@@ -104,8 +113,9 @@ struct unwind_table_stats {
  * retained once the call returns.
  *
  * A Go binary's runtime.asmcgocall gets UNWIND_GO_ASMCGOCALL rows over its
- * calls of C code, and its runtime.systemstack an UNWIND_GO_SYSTEMSTACK row
- * over its call on the g0 stack, even when the binary has no CFI at all (built with
+ * calls of C code, its runtime.systemstack an UNWIND_GO_SYSTEMSTACK row
+ * over its call on the g0 stack and its runtime.cgocallback an
+ * UNWIND_GO_CGOCALLBACK row over its call of Go for C, even when the binary has no CFI at all (built with
  * -ldflags=-w, or stripped): its table is then those rows between
  * UNWIND_NO_CFI rows.
  *

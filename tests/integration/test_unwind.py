@@ -480,3 +480,31 @@ def test_go_systemstack_reaches_goroutine(fw, workloads):
         f"show main.main;main.churn; expected >= 90 % (unwind_go_switches={switches})",
         w,
     )
+
+
+def test_cgo_callback_chain(fw, workloads):
+    """Go -> C -> Go: >= 90 % of the samples in main.hotGo hold the Go
+    frames on both sides and the C frames between them, in order."""
+    res, prof = fw.record_folded(["-v", "--", workloads / "cgo_callback", "3"], duration=3)
+    w = prof.for_comm("cgo_callback")
+    require(w.total >= 0.5 * 3 * HZ, f"only {w.total} samples of cgo_callback, expected ~{3 * HZ}", prof)
+    chain = ["main.main", "main.goCaller", "runtime.cgocall", "c_middle", "goCallback",
+             "crosscall2", "runtime.cgocallbackg", "main.hotGo"]
+
+    def ok(frames):
+        user = [f.removesuffix(".abi0") for f in user_frames(frames)]
+        if user[-1:] != ["main.hotGo"]:
+            return False
+        i = 0
+        for f in user:
+            if i < len(chain) and f == chain[i]:
+                i += 1
+        return i == len(chain)
+
+    hot = w.count(lambda f: user_frames(f)[-1:] == ["main.hotGo"])
+    n = w.count(ok)
+    pct = n / hot if hot else 0.0
+    print(f"\ncgo_callback: {';'.join(chain)} in order in {n}/{hot} samples in main.hotGo = {pct:.1%}")
+    require(hot >= 0.8 * w.total, f"only {hot} of {w.total} samples are in main.hotGo", w)
+    require(pct >= 0.90, f"{n} of {hot} samples in main.hotGo ({pct:.1%}) hold {';'.join(chain)} in order; "
+            "expected >= 90 %", w)

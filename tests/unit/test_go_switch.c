@@ -187,7 +187,7 @@ static void test_cgo_rows_match_objdump(void **state)
 	assert_int_equal(ncalls, 2);
 	assert_int_equal(build(tmp_path("cgo"), &rows, &n, &st), 0);
 	check_sorted(rows, n);
-	assert_int_equal(st.go_rows, 3);	/* and systemstack's */
+	assert_int_equal(st.go_rows, 4);	/* and systemstack's, cgocallback's */
 	for (size_t i = 0; i < ncalls; i++) {
 		const struct unwind_row *at = unwind_table__find(rows, n, calls[i].pc);
 		const struct unwind_row *end = unwind_table__find(rows, n, calls[i].pc + 1);
@@ -223,10 +223,9 @@ static void test_stripped_cgo_same_rows(void **state)
 	assert_int_equal(build(tmp_path("cgo-stripped"), &srows, &sn, NULL), 0);
 	check_sorted(srows, sn);
 	for (size_t i = 0; i < n; i++) {
-		if (rows[i].cfa_type != UNWIND_GO_ASMCGOCALL && rows[i].cfa_type != UNWIND_GO_SYSTEMSTACK)
+		if (rows[i].cfa_type < UNWIND_GO_ASMCGOCALL)
 			continue;
-		while (k < sn && srows[k].cfa_type != UNWIND_GO_ASMCGOCALL &&
-		       srows[k].cfa_type != UNWIND_GO_SYSTEMSTACK)
+		while (k < sn && srows[k].cfa_type < UNWIND_GO_ASMCGOCALL)
 			k++;
 		assert_true(k < sn);
 		assert_memory_equal(&rows[i], &srows[k], sizeof(rows[i]));
@@ -242,12 +241,13 @@ static void test_no_cfi_go_rows_only(void **state)
 {
 	struct unwind_table_stats st;
 	struct unwind_row *rows;
-	size_t n, nsys = 0;
+	size_t n, nsys = 0, ncb = 0;
 
 	if (!have_go)
 		skip();
 	assert_int_equal(build(tmp_path("go-stripped"), &rows, &n, &st), 0);
 	check_sorted(rows, n);
+	/* A program without cgo has no cgocallback: the linker dropped it. */
 	assert_int_equal(st.go_rows, 3);
 	assert_int_equal(n, 7);
 	assert_int_equal(rows[0].pc, 0);
@@ -256,12 +256,14 @@ static void test_no_cfi_go_rows_only(void **state)
 			assert_int_equal(rows[i].cfa_type, UNWIND_NO_CFI);
 			continue;
 		}
-		assert_true(rows[i].cfa_type == UNWIND_GO_ASMCGOCALL ||
-			    rows[i].cfa_type == UNWIND_GO_SYSTEMSTACK);
+		assert_true(rows[i].cfa_type >= UNWIND_GO_ASMCGOCALL &&
+			    rows[i].cfa_type <= UNWIND_GO_CGOCALLBACK);
 		nsys += rows[i].cfa_type == UNWIND_GO_SYSTEMSTACK;
+		ncb += rows[i].cfa_type == UNWIND_GO_CGOCALLBACK;
 		assert_int_equal(rows[i + 1].pc, rows[i].pc + 2);
 	}
 	assert_int_equal(nsys, 1);
+	assert_int_equal(ncb, 0);
 	free(rows);
 }
 
@@ -321,6 +323,70 @@ static void test_systemstack_row_matches_objdump(void **state)
 	free(rows);
 }
 
+/*
+ * cgocallback's call of cgocallbackg (the `call *%rax` after a `lea` of
+ * runtime.cgocallbackg) has a row holding its frame's CFA offset: the
+ * `sub $F,%rsp` at its entry, + 8. And Go's .debug_frame rows for frames
+ * above 8 bytes get rbp at CFA - 16: crosscall2 (Go assembly with a frame).
+ */
+static void test_cgocallback_and_go_rbp(void **state)
+{
+	uint64_t call = 0, frame = 0, cc2 = 0;
+	const struct unwind_row *r;
+	struct unwind_row *rows;
+	char line[512], prev[512] = "";
+	bool in = false;
+	size_t n;
+	FILE *f;
+
+	if (!have_go)
+		skip();
+	snprintf(line, sizeof(line), "objdump -d --no-show-raw-insn %s", tmp_path("cgo"));
+	f = popen(line, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		const char *s;
+
+		if (strstr(line, "<crosscall2>:"))
+			cc2 = strtoull(line, NULL, 16);
+		if (strstr(line, "<runtime.cgocallback.abi0>:")) {
+			in = true;
+			continue;
+		}
+		if (!in)
+			continue;
+		if (line[0] == '\n') {
+			in = false;
+			continue;
+		}
+		if (!frame && (s = strstr(line, "sub    $0x")) && strstr(line, ",%rsp"))
+			frame = strtoull(s + 8, NULL, 16);
+		if (!call && strstr(line, "call") && strstr(line, "*%rax") &&
+		    strstr(prev, "<runtime.cgocallbackg.abi0>"))
+			call = strtoull(line, NULL, 16);
+		snprintf(prev, sizeof(prev), "%s", line);
+	}
+	pclose(f);
+	print_message("cgocallback: call of cgocallbackg at %#" PRIx64 ", frame %#" PRIx64
+		      "; crosscall2 at %#" PRIx64 "\n", call, frame, cc2);
+	assert_true(call && frame && cc2);
+	assert_int_equal(build(tmp_path("cgo"), &rows, &n, NULL), 0);
+	r = unwind_table__find(rows, n, call);
+	assert_int_equal(r->pc, call);
+	assert_int_equal(r->cfa_type, UNWIND_GO_CGOCALLBACK);
+	assert_int_equal(r->cfa_offset, frame + 8);
+	/* crosscall2: rsp+8 at entry, then its frame, with rbp saved. */
+	r = unwind_table__find(rows, n, cc2);
+	assert_int_equal(r->cfa_type, UNWIND_CFA_RSP);
+	assert_int_equal(r->cfa_offset, 8);
+	assert_int_equal(r->rbp_slot, 0);
+	r = unwind_table__find(rows, n, cc2 + 0x10);
+	assert_int_equal(r->cfa_type, UNWIND_CFA_RSP);
+	assert_true(r->cfa_offset > 8);
+	assert_int_equal(r->rbp_slot, 2);
+	free(rows);
+}
+
 /* A C library has no Go rows. */
 static void test_not_go(void **state)
 {
@@ -342,6 +408,7 @@ int main(void)
 		cmocka_unit_test(test_stripped_cgo_same_rows),
 		cmocka_unit_test(test_no_cfi_go_rows_only),
 		cmocka_unit_test(test_systemstack_row_matches_objdump),
+		cmocka_unit_test(test_cgocallback_and_go_rbp),
 		cmocka_unit_test(test_not_go),
 	};
 

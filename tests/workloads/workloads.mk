@@ -57,6 +57,14 @@ $(WL)/go_stripped/%: tests/workloads/%.go | $(DEPS_STAMP)
 	$(Q)GOCACHE=$(abspath $(BUILD))/gocache GOFLAGS=-mod=mod go build -ldflags='-s -w' -o $@ $<
 WORKLOADS += $(WL)/go_stripped/hot_go $(WL)/go_stripped/cgo_hot
 
+# Go calling C calling Go: a package of its own (//export needs the C in a .c file).
+$(WL)/cgo_callback: $(wildcard tests/workloads/cgo_callback/*) | $(DEPS_STAMP)
+	$(call msg,GO,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)cd tests/workloads/cgo_callback && GOCACHE=$(abspath $(BUILD))/gocache GOFLAGS=-mod=mod \
+		go build -o $(abspath $@) .
+WORKLOADS += $(WL)/cgo_callback
+
 # A Go program writing its own CPU profile with runtime/pprof.
 $(WL)/go_pprof: tests/workloads/go_pprof/main.go | $(DEPS_STAMP)
 	$(call msg,GO,$@)

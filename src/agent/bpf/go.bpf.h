@@ -14,6 +14,7 @@
 #define GO_TLS_G (-8)		/* g is at %fs:-8 */
 #define GO_G_M 0x30
 #define GO_G_SCHED_SP 0x38
+#define GO_M_G0 0		/* g0 is the first field of m */
 
 /*
  * st is at the call of C code in asmcgocall, with st->sp the g0 stack
@@ -66,6 +67,34 @@ static __always_inline int go_leave_systemstack(struct fw_unwind_state *st,
 	stat_inc(FW_STAT_UNWIND_GO_SWITCH);
 	st->ip = ip;
 	st->sp = sp + 8;
+	return ip ? 0 : 1;
+}
+
+/*
+ * st is at cgocallback's call of Go code for C, on the goroutine's stack.
+ * Moves st to cgocallback's own frame on the g0 stack, whose sp is in
+ * g0.sched.sp, and from there to its caller in C (crosscall2). The
+ * thread's g is the goroutine or, inside a nested switch, g0: both lead
+ * to the same m and g0.
+ */
+static __always_inline int go_leave_cgocallback(struct fw_unwind_state *st,
+						const struct unwind_row *row)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 g, m, g0, sp, cfa, ip, bp;
+
+	if (read_user_u64(&g, task->thread.fsbase + GO_TLS_G) || !g ||
+	    read_user_u64(&m, g + GO_G_M) || !m ||
+	    read_user_u64(&g0, m + GO_M_G0) || !g0 ||
+	    read_user_u64(&sp, g0 + GO_G_SCHED_SP) || !sp)
+		return -1;
+	cfa = sp + row->cfa_offset;
+	if (read_user_u64(&ip, cfa - 8) || read_user_u64(&bp, cfa - 16))
+		return -1;
+	stat_inc(FW_STAT_UNWIND_GO_SWITCH);
+	st->ip = ip;
+	st->sp = cfa;
+	st->bp = bp;
 	return ip ? 0 : 1;
 }
 

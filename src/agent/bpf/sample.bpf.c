@@ -250,8 +250,10 @@ static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_p
 		break;
 	case UNWIND_GO_ASMCGOCALL:
 	case UNWIND_GO_SYSTEMSTACK:
+	case UNWIND_GO_CGOCALLBACK:
 		switch (row->cfa_type == UNWIND_GO_ASMCGOCALL ? go_leave_g0(st, row) :
-			go_leave_systemstack(st, row)) {
+			row->cfa_type == UNWIND_GO_SYSTEMSTACK ? go_leave_systemstack(st, row) :
+			go_leave_cgocallback(st, row)) {
 		case 0:
 			return 0;
 		case 1:
