@@ -408,10 +408,9 @@ size_t go_switch__find(Elf *elf, struct go_switch *out)
 			for (unsigned int nth = 0; nth < 4 && !found; nth++) {
 				uint64_t lo, hi;
 				const uint8_t *code;
+				bool named = nth == 0 && _symtab_func(elf, name, &lo, &hi);
 
-				if (nth == 0 && _symtab_func(elf, name, &lo, &hi))
-					;
-				else if (!_pclntab_func(elf, name, nth, &lo, &hi))
+				if (!named && !_pclntab_func(elf, name, nth, &lo, &hi))
 					break;
 				if (hi - lo > _MAX_FUNC_BYTES)
 					hi = lo + _MAX_FUNC_BYTES;
