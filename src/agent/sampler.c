@@ -59,7 +59,17 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_RB_TRUNCATED] = "ruby_truncated",
 	[FW_STAT_RB_FRAMES] = "ruby_frames",
 	[FW_STAT_PY_WAKEUPS] = "python_wakeups",
+	[FW_STAT_UNWIND_GO_SWITCH] = "unwind_go_switches",
 };
+
+bool sampler__use_bpf_loop(void)
+{
+	const char *force = getenv("FLAMEWATCH_NO_BPF_LOOP");
+
+	if (force && force[0] && strcmp(force, "0"))
+		return false;
+	return libbpf_probe_bpf_helper(BPF_PROG_TYPE_PERF_EVENT, BPF_FUNC_loop, NULL) == 1;
+}
 
 const char *fw_stat__name(enum fw_stat stat)
 {
@@ -291,6 +301,9 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	s->skel->rodata->follow_only = opts->follow_only;
 	s->skel->rodata->follow_children = opts->follow_children;
 	s->skel->rodata->wakeup_on_exec = opts->wakeup_on_exec;
+	s->skel->rodata->have_bpf_loop = sampler__use_bpf_loop();
+	if (!s->skel->rodata->have_bpf_loop)
+		pr_info("no bpf_loop(): stack walks use bounded loops (kernels before 5.17)\n");
 	{
 		uint32_t size = _ringbuf_size(opts->freq_hz, ncpus);
 

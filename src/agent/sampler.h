@@ -46,6 +46,15 @@ struct sampler_stats {
 
 /* Loads and attaches everything; returns NULL with errno set and a logged reason. */
 struct sampler *sampler__open(const struct sampler_opts *opts);
+
+/*
+ * Whether the BPF stack walks run on bpf_loop() (Linux 5.17+) or, on
+ * older kernels, on bounded loops over global functions (same depth,
+ * one more hash lookup per frame). The environment variable
+ * FLAMEWATCH_NO_BPF_LOOP=1 forces the fallback, to test it on a newer
+ * kernel. Probes the kernel (a tiny program load); needs CAP_BPF.
+ */
+bool sampler__use_bpf_loop(void);
 /* Detaches and frees. Accepts NULL. */
 void sampler__close(struct sampler *s);
 /* Adds a thread group to the followed set. Returns 0 or -errno. */

@@ -19,6 +19,7 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 
+#include "agent/sampler.h"
 #include "cmd/cmd.h"
 #include "store/timeparse.h"
 
@@ -205,7 +206,6 @@ static int _check_bpf_features(void)
 		enum bpf_func_id id;
 		const char *name, *since;
 	} helpers[] = {
-		{ BPF_FUNC_loop, "bpf_loop", "5.17" },
 		{ BPF_FUNC_task_pt_regs, "bpf_task_pt_regs", "5.15" },
 		{ BPF_FUNC_get_stack, "bpf_get_stack", "4.18" },
 		{ BPF_FUNC_ringbuf_reserve, "bpf_ringbuf_reserve", "5.8" },
@@ -232,7 +232,7 @@ static int _check_bpf_features(void)
 			continue;
 		snprintf(what, sizeof(what), "this kernel lacks the BPF helper %s() for "
 			 "perf_event programs", helpers[i].name);
-		snprintf(fix, sizeof(fix), "%s() came with Linux %s; flamewatch needs Linux 5.17 "
+		snprintf(fix, sizeof(fix), "%s() came with Linux %s; flamewatch needs Linux 5.15 "
 			 "or newer", helpers[i].name, helpers[i].since);
 		ret = _missing(what, fix);
 	}
@@ -290,7 +290,7 @@ int cmd__check_kernel(void)
 	if (ret == 0 && _check_tracepoints())
 		ret = -1;
 	if (ret && uname(&u) == 0)
-		fprintf(stderr, "  (this kernel: %s %s; flamewatch needs Linux 5.17+ with BTF, "
+		fprintf(stderr, "  (this kernel: %s %s; flamewatch needs Linux 5.15+ with BTF, "
 			"see docs/install.md)\n", u.sysname, u.release);
 	return ret;
 }
@@ -311,6 +311,12 @@ int cmd_check(int argc, char **argv)
 	if (cmd__check_kernel())
 		return 1;
 	printf("flamewatch: this kernel and these privileges have everything the sampler needs\n");
+	/* Not a failure either way: which of the two stack walks this kernel runs. */
+	if (sampler__use_bpf_loop())
+		printf("flamewatch: stack walks: bpf_loop() (Linux 5.17+)\n");
+	else
+		printf("flamewatch: stack walks: bounded loops (no bpf_loop(): Linux before 5.17, "
+		       "or FLAMEWATCH_NO_BPF_LOOP is set)\n");
 	return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "demangle.h"
 #include "elf_file.h"
+#include "gopclntab.h"
 
 /*
  * Build ids are 20 bytes (SHA-1) from GNU ld and gold, 16 (MD5) or 8 (xxhash)
@@ -849,6 +850,34 @@ static int _find_debug_file(const struct elf_file *f, int *fdp, Elf **ep)
 	return -ENOENT;
 }
 
+/*
+ * Answers what the symbol tables left from a Go binary's .gopclntab: all
+ * of a stripped Go binary, nothing of any other file.
+ */
+static int _resolve_gopclntab(struct search *s, int fd, Elf *e, symbol_cb cb, void *ctx)
+{
+	struct gopclntab *t;
+	size_t left = 0;
+	int err;
+
+	err = gopclntab__open(fd, e, &t);
+	if (err)
+		return err == -ENOENT ? 0 : err;
+	for (size_t j = 0; j < s->n; j++) {
+		const char *name;
+		uint64_t off;
+
+		if (gopclntab__lookup(t, s->reqs[j].addr, &name, &off)) {
+			s->reqs[left++] = s->reqs[j];
+			continue;
+		}
+		cb(ctx, s->reqs[j].index, name, off);
+	}
+	s->n = left;
+	gopclntab__close(t);
+	return 0;
+}
+
 int elf_file__resolve(struct elf_file *f, const uint64_t *vaddrs, size_t n,
 		      symbol_cb cb, void *ctx)
 {
@@ -893,7 +922,11 @@ int elf_file__resolve(struct elf_file *f, const uint64_t *vaddrs, size_t n,
 		err = _resolve_from(&s, f->fd, main_elf, SHT_DYNSYM, cb, ctx);
 		if (err == -ENOENT)
 			err = 0;
+		if (err)
+			goto out;
 	}
+	if (s.n)
+		err = _resolve_gopclntab(&s, f->fd, main_elf, cb, ctx);
 out:
 	if (ready) {
 		for (size_t j = 0; j < s.n; j++)

@@ -29,6 +29,7 @@
 #include <libelf.h>
 
 #include "common/log.h"
+#include "unwind/go_switch.h"
 #include "unwind/unwind_table.h"
 
 /* DWARF register numbers from the x86-64 psABI. */
@@ -75,6 +76,7 @@ struct _builder {
 	size_t n, cap;
 	size_t rows_raw;
 	size_t unsupported;
+	bool go;		/* a Go binary: its .debug_frame is Go's (see _walk_to) */
 };
 
 const char *unwind_cfa_type__name(unsigned int type)
@@ -86,6 +88,9 @@ const char *unwind_cfa_type__name(unsigned int type)
 	case UNWIND_CFA_SIGNAL: return "signal";
 	case UNWIND_NO_CFI: return "no-cfi";
 	case UNWIND_END: return "end";
+	case UNWIND_GO_ASMCGOCALL: return "go-asmcgocall";
+	case UNWIND_GO_SYSTEMSTACK: return "go-systemstack";
+	case UNWIND_GO_CGOCALLBACK: return "go-cgocallback";
 	default: return "?";
 	}
 }
@@ -661,6 +666,17 @@ static int _walk_to(struct _walk *w, const struct _rules *r, uint64_t next)
 	if (next > w->lo && at < w->hi && at < next) {
 		if (!_rules_row(r, w->signal, &row))
 			w->b->unsupported++;
+		/*
+		 * Go's linker writes .debug_frame without rbp rules, but every
+		 * Go function with a frame keeps its caller's rbp right below
+		 * the return address (the amd64 frame-pointer layout since Go
+		 * 1.7). Saying so lets rbp follow Go frames unwound by their
+		 * CFI, which the frames after them need when they find their
+		 * CFA through rbp (C called back from Go) or use frame pointers.
+		 */
+		if (w->b->go && !w->src->eh_frame && row.cfa_type == UNWIND_CFA_RSP &&
+		    row.cfa_offset > 8 && !row.rbp_slot)
+			row.rbp_slot = 2;
 		err = _emit(w->b, at, row.cfa_type, row.cfa_offset, row.rbp_slot);
 	}
 	w->loc = next;
@@ -987,9 +1003,49 @@ out:
 	return err;
 }
 
+/*
+ * Overrides the rows over [sw->pc, sw->pc + sw->len) with the Go stack
+ * switch's rule; the rule that held at the end of the range holds again
+ * from there. b keeps its invariants (sorted, no empty or repeated rows).
+ */
+static int _splice_go_switch(struct _builder *b, const struct go_switch *sw)
+{
+	uint32_t lo = sw->pc, hi = sw->pc + sw->len;
+	struct unwind_row after = { .pc = hi, .cfa_type = UNWIND_NO_CFI };
+	const struct unwind_row *r = unwind_table__find(b->rows, b->n, hi);
+	struct unwind_row *v;
+	size_t k = 0;
+
+	if (r) {
+		after = *r;
+		after.pc = hi;
+	}
+	v = malloc((b->n + 2) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < b->n && b->rows[i].pc < lo; i++)
+		v[k++] = b->rows[i];
+	v[k++] = (struct unwind_row){
+		.pc = lo,
+		.cfa_offset = sw->off1,
+		.cfa_type = sw->type,
+		.rbp_slot = sw->off2,
+	};
+	v[k++] = after;
+	for (size_t i = 0; i < b->n; i++)
+		if (b->rows[i].pc > hi)
+			v[k++] = b->rows[i];
+	free(b->rows);
+	b->rows = v;
+	b->n = k;
+	b->cap = b->n + 2;
+	return 0;
+}
+
 int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *nrows,
 			struct unwind_table_stats *stats)
 {
+	struct go_switch go[GO_SWITCH_MAX];
 	struct _source srcs[_MAX_SOURCES];
 	struct _cie *cies = NULL;
 	struct unwind_table_stats st = { 0 };
@@ -998,7 +1054,7 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 	Elf *elf = NULL, *delf = NULL;
 	uint64_t max_vaddr, covered = 0, limit;
 	bool have_phdrs, main_eh;
-	size_t nsrc = 0;
+	size_t nsrc = 0, ngo;
 	int err;
 
 	*rows = NULL;
@@ -1040,14 +1096,17 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 		if (err)
 			goto out;
 	}
-	if (sp.n == 0) {
+	ngo = go_switch__find(elf, go);
+	b.go = ngo > 0;
+	if (sp.n == 0 && !ngo) {
 		err = -ENOENT;
 		goto out;
 	}
 	err = _add_plt_spans(elf, limit, &sp);
 	if (err)
 		goto out;
-	qsort(sp.v, sp.n, sizeof(*sp.v), _span_cmp);
+	if (sp.n)	/* a Go binary without CFI has no spans */
+		qsort(sp.v, sp.n, sizeof(*sp.v), _span_cmp);
 	cies = calloc(_CIE_CACHE, sizeof(*cies));
 	if (!cies) {
 		err = -ENOMEM;
@@ -1079,6 +1138,14 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 	err = _emit(&b, covered, UNWIND_NO_CFI, 0, 0);
 	if (err)
 		goto out;
+	/* Without CFI, b holds one UNWIND_NO_CFI row at 0: frame pointers around the Go rows. */
+	for (size_t i = 0; i < ngo; i++) {
+		if (go[i].pc + go[i].len > limit)
+			continue;
+		err = _splice_go_switch(&b, &go[i]);
+		if (err)
+			goto out;
+	}
 
 	st.rows_raw = b.rows_raw;
 	st.rows = b.n;
@@ -1087,6 +1154,8 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 		st.no_cfi_rows += b.rows[i].cfa_type == UNWIND_NO_CFI;
 		st.signal_rows += b.rows[i].cfa_type == UNWIND_CFA_SIGNAL;
 		st.plt_rows += b.rows[i].cfa_type == UNWIND_CFA_PLT;
+		st.go_rows += b.rows[i].cfa_type >= UNWIND_GO_ASMCGOCALL &&
+			      b.rows[i].cfa_type <= UNWIND_GO_CGOCALLBACK;
 	}
 	if (b.n < b.cap) {
 		struct unwind_row *v = realloc(b.rows, b.n * sizeof(*v));

@@ -39,6 +39,32 @@ enum unwind_cfa_type {            /* in unwind_row.cfa_type */
 	UNWIND_NO_CFI = 5,
 	/* Outermost frame (return address undefined: _start, clone's child): stop. */
 	UNWIND_END = 6,
+	/*
+	 * Go's runtime.asmcgocall calling C on the g0 stack (the call
+	 * instruction only): the caller is on the goroutine's stack. rsp +
+	 * cfa_offset holds the goroutine's g (or 0) and rsp + rbp_slot (bytes,
+	 * not words, for this type) the depth g.stack.hi - sp (or, when g is
+	 * 0, the sp itself); the return address into runtime.cgocall is at
+	 * that sp, and rbp keeps its value. See src/unwind/go_switch.c.
+	 */
+	UNWIND_GO_ASMCGOCALL = 7,
+	/*
+	 * Go's runtime.systemstack calling a function on the g0 stack (the
+	 * call instruction only): the caller is on the stack of the goroutine
+	 * m.curg, whose sp systemstack saved in curg.sched.sp (g + 0x38), where
+	 * the return address is. g0 is at %fs:-8 and its m at g0 + 0x30;
+	 * cfa_offset is the offset of curg in m. rbp keeps its value.
+	 */
+	UNWIND_GO_SYSTEMSTACK = 8,
+	/*
+	 * Go's runtime.cgocallback calling Go (cgocallbackg) on the
+	 * goroutine's stack for C code: the caller, C, is on the g0 stack,
+	 * where cgocallback left its own frame at g0.sched.sp (g0 = m.g0 at
+	 * offset 0 of m, m = g.m with g at %fs:-8). That frame's CFA is
+	 * g0.sched.sp + cfa_offset, with the return address at CFA - 8 and
+	 * the caller's rbp at CFA - 16.
+	 */
+	UNWIND_GO_CGOCALLBACK = 9,
 };
 
 struct unwind_row {
@@ -69,6 +95,7 @@ struct unwind_table_stats {
 	size_t unsupported_rows;
 	size_t signal_rows;
 	size_t plt_rows;
+	size_t go_rows;          /* UNWIND_GO_* rows */
 };
 
 /*
@@ -85,8 +112,15 @@ struct unwind_table_stats {
  * UNWIND_NO_CFI row after the last FDE. stats may be NULL. Nothing else is
  * retained once the call returns.
  *
+ * A Go binary's runtime.asmcgocall gets UNWIND_GO_ASMCGOCALL rows over its
+ * calls of C code, its runtime.systemstack an UNWIND_GO_SYSTEMSTACK row
+ * over its call on the g0 stack and its runtime.cgocallback an
+ * UNWIND_GO_CGOCALLBACK row over its call of Go for C, even when the binary has no CFI at all (built with
+ * -ldflags=-w, or stripped): its table is then those rows between
+ * UNWIND_NO_CFI rows.
+ *
  * Returns 0, -EBADF (bad fd), -ENOEXEC (not an ELF file), -ENOTSUP (not
- * x86-64 ELF64), -ENOENT (no CFI at all), -E2BIG (a virtual address does
+ * x86-64 ELF64), -ENOENT (no CFI at all and no Go stack switch), -E2BIG (a virtual address does
  * not fit u32), -ENOMEM, or -EIO when the ELF or CFI cannot be read.
  * On error *rows is NULL and *nrows 0.
  */

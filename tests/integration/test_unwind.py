@@ -397,3 +397,114 @@ def test_table_cap(fw, workloads, tmp_path):
         "evicted or never loaded)",
         w,
     )
+
+
+# ---------------------------------------------------------------------------
+# Go: cgo's switch to the system stack, and binaries without symbols or CFI
+
+CGO_RUN = ["main.main", "main.goCaller"]
+
+
+def _cgo_chain_ok(frames):
+    """main.main;main.goCaller consecutive, then cgo's runtime frames, and
+    c_hot as the user leaf: the walk crossed asmcgocall's stack switch."""
+    user = user_frames(frames)
+    if not user or user[-1] != "c_hot" or not contains_run(user, CGO_RUN):
+        return False
+    rest = user[user.index("main.goCaller") + 1 : -1]
+    return any(f.startswith("runtime.asmcgocall") for f in rest) and "runtime.cgocall" in rest
+
+
+@pytest.mark.parametrize("variant", ["", "go_stripped"])
+def test_cgo_chain(fw, workloads, variant):
+    """Go main.main -> main.goCaller -> (cgo) -> C c_hot: >= 90 % of the
+    samples hold the whole chain in order, with and without symbols/DWARF."""
+    res, prof = fw.record_folded(["-v", "--", workloads / variant / "cgo_hot", "3"], duration=3)
+    w = prof.for_comm("cgo_hot")
+    require(w.total >= 0.5 * 3 * HZ, f"only {w.total} samples of cgo_hot, expected ~{3 * HZ}", prof)
+    n = w.count(_cgo_chain_ok)
+    pct = n / w.total
+    switches = bpf_stats(res.stderr).get("unwind_go_switches")
+    print(f"\ncgo_hot {variant or 'unstripped'}: main.main;main.goCaller;...;c_hot in {n}/{w.total} = {pct:.1%}"
+          f" (unwind_go_switches={switches})")
+    require(
+        pct >= 0.90,
+        f"{n} of {w.total} cgo_hot samples ({pct:.1%}) contain {';'.join(CGO_RUN)};...;runtime.cgocall;"
+        f"runtime.asmcgocall;...;c_hot; expected >= 90 % (unwind_go_switches={switches})",
+        w,
+    )
+
+
+def test_go_stripped_chain(fw, workloads):
+    """A pure-Go binary linked with -s -w has no CFI and no .symtab: frame
+    pointers give the whole chain and .gopclntab its names."""
+    _, prof = fw.record_folded(["--", workloads / "go_stripped" / "hot_go", "3"], duration=3)
+    w = prof.for_comm("hot_go")
+    require(w.total >= 0.5 * 3 * HZ, f"only {w.total} samples of hot_go, expected ~{3 * HZ}", prof)
+    run = ["runtime.main", "main.main", "main.outer", "main.hotLoop"]
+    n = w.count(lambda f: contains_run(user_frames(f), run) and user_frames(f)[-1] == "main.hotLoop")
+    print(f"\nstripped hot_go: {';'.join(run)} in {n}/{w.total} = {n / w.total:.1%}")
+    require(
+        n >= 0.8 * w.total,
+        f"{n} of {w.total} samples ({n / w.total:.1%}) end in {';'.join(run)}; expected >= 80 %",
+        w,
+    )
+
+
+def test_go_systemstack_reaches_goroutine(fw, workloads):
+    """The garbage collector runs on the g0 stack through runtime.systemstack:
+    >= 90 % of those samples continue on the goroutine's stack down to
+    runtime.goexit, and the allocating ones show main.main;main.churn."""
+    res, prof = fw.record_folded(["-v", "--", workloads / "gc_go", "3"], duration=3)
+    w = prof.for_comm("gc_go")
+    require(w.total >= 0.5 * 3 * HZ, f"only {w.total} samples of gc_go, expected ~{3 * HZ}", prof)
+
+    def on_g0(f):
+        return any(x.startswith("runtime.systemstack") for x in user_frames(f))
+
+    def rooted(f):
+        user = user_frames(f)
+        return on_g0(f) and user[0].startswith("runtime.goexit")
+
+    g0 = w.count(on_g0)
+    ok = w.count(rooted)
+    alloc = w.count(lambda f: on_g0(f) and "runtime.mallocgc" in f)
+    alloc_ok = w.count(lambda f: on_g0(f) and "runtime.mallocgc" in f and contains_run(f, ["main.main", "main.churn"]))
+    switches = bpf_stats(res.stderr).get("unwind_go_switches")
+    print(f"\ngc_go: {g0}/{w.total} samples through systemstack; {ok} reach runtime.goexit; "
+          f"{alloc_ok}/{alloc} allocating ones show main.main;main.churn (unwind_go_switches={switches})")
+    require(g0 >= 0.05 * w.total, f"only {g0} of {w.total} samples run through runtime.systemstack", w)
+    require(
+        ok >= 0.9 * g0 and alloc_ok >= 0.9 * alloc,
+        f"{ok} of {g0} systemstack samples reach runtime.goexit, {alloc_ok} of {alloc} allocating ones "
+        f"show main.main;main.churn; expected >= 90 % (unwind_go_switches={switches})",
+        w,
+    )
+
+
+def test_cgo_callback_chain(fw, workloads):
+    """Go -> C -> Go: >= 90 % of the samples in main.hotGo hold the Go
+    frames on both sides and the C frames between them, in order."""
+    res, prof = fw.record_folded(["-v", "--", workloads / "cgo_callback", "3"], duration=3)
+    w = prof.for_comm("cgo_callback")
+    require(w.total >= 0.5 * 3 * HZ, f"only {w.total} samples of cgo_callback, expected ~{3 * HZ}", prof)
+    chain = ["main.main", "main.goCaller", "runtime.cgocall", "c_middle", "goCallback",
+             "crosscall2", "runtime.cgocallbackg", "main.hotGo"]
+
+    def ok(frames):
+        user = [f.removesuffix(".abi0") for f in user_frames(frames)]
+        if user[-1:] != ["main.hotGo"]:
+            return False
+        i = 0
+        for f in user:
+            if i < len(chain) and f == chain[i]:
+                i += 1
+        return i == len(chain)
+
+    hot = w.count(lambda f: user_frames(f)[-1:] == ["main.hotGo"])
+    n = w.count(ok)
+    pct = n / hot if hot else 0.0
+    print(f"\ncgo_callback: {';'.join(chain)} in order in {n}/{hot} samples in main.hotGo = {pct:.1%}")
+    require(hot >= 0.8 * w.total, f"only {hot} of {w.total} samples are in main.hotGo", w)
+    require(pct >= 0.90, f"{n} of {hot} samples in main.hotGo ({pct:.1%}) hold {';'.join(chain)} in order; "
+            "expected >= 90 %", w)

@@ -48,6 +48,23 @@ $(WL)/nofp/%: tests/workloads/nofp/%.rs | $(DEPS_STAMP)
 NOFP_SRCS := $(wildcard tests/workloads/nofp/*.c tests/workloads/nofp/*.cpp tests/workloads/nofp/*.rs)
 WORKLOADS += $(addprefix $(WL)/nofp/,$(basename $(notdir $(NOFP_SRCS))))
 
+# The Go workloads as most Go binaries ship (Docker images, releases):
+# linked with -s -w, so without .symtab and .debug_frame. Stacks must stay
+# complete through frame pointers, and names come from .gopclntab.
+$(WL)/go_stripped/%: tests/workloads/%.go | $(DEPS_STAMP)
+	$(call msg,GO,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)GOCACHE=$(abspath $(BUILD))/gocache GOFLAGS=-mod=mod go build -ldflags='-s -w' -o $@ $<
+WORKLOADS += $(WL)/go_stripped/hot_go $(WL)/go_stripped/cgo_hot
+
+# Go calling C calling Go: a package of its own (//export needs the C in a .c file).
+$(WL)/cgo_callback: $(wildcard tests/workloads/cgo_callback/*) | $(DEPS_STAMP)
+	$(call msg,GO,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)cd tests/workloads/cgo_callback && GOCACHE=$(abspath $(BUILD))/gocache GOFLAGS=-mod=mod \
+		go build -o $(abspath $@) .
+WORKLOADS += $(WL)/cgo_callback
+
 # A Go program writing its own CPU profile with runtime/pprof.
 $(WL)/go_pprof: tests/workloads/go_pprof/main.go | $(DEPS_STAMP)
 	$(call msg,GO,$@)

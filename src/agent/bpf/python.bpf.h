@@ -58,6 +58,7 @@ struct fw_py_walk {
 	__u32 n;
 	__u32 fault;
 	__u32 slot;	/* the scratch slot s lives in: 1 for a CUDA launch */
+	__u32 tgid;
 };
 
 static __always_inline __u64 py_u64(struct fw_py_buf *buf, __u32 off)
@@ -77,10 +78,8 @@ static __always_inline __u8 py_u8(struct fw_py_buf *buf, __u32 off)
 	return buf->b[off];
 }
 
-static long py_step(__u32 i, void *ctx)
+static __always_inline long py_frame(struct fw_py_walk *w, struct fw_py_proc *pp)
 {
-	struct fw_py_walk *w = ctx;
-	struct fw_py_proc *pp = w->pp;
 	__u64 code, prev, instr, type = 0, *slot;
 	struct fw_py_buf *buf;
 	struct fw_sample *s;
@@ -171,6 +170,36 @@ static long py_known_step(__u32 i, void *ctx)
 	return 0;
 }
 
+/* As py_frame_noloop(), for the check of code objects user space has read. */
+__noinline int py_known_noloop(struct fw_py_known_walk *k, __u32 i)
+{
+	if (!k)
+		return 1;
+	return py_known_step(i, k);
+}
+
+static long py_step(__u32 i, void *ctx)
+{
+	struct fw_py_walk *w = ctx;
+
+	return py_frame(w, w->pp);
+}
+
+/* As unwind_frame_noloop(), for kernels without bpf_loop(). */
+__noinline int py_frame_noloop(struct fw_py_walk *w)
+{
+	struct fw_py_proc *pp;
+	__u32 tgid;
+
+	if (!w)
+		return 1;
+	tgid = w->tgid;
+	pp = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (!pp)
+		return 1;
+	return py_frame(w, pp);
+}
+
 static __always_inline __u64 py_find_tstate(struct fw_py_proc *pp, __u32 tid, __u64 tcb)
 {
 	__u64 interp = 0, ts = 0, id = 0, *cached;
@@ -229,7 +258,14 @@ static __always_inline __u64 python_walk(struct fw_sample *s, __u32 slot, __u32 
 		return BPF_RB_NO_WAKEUP;
 	w.pp = pp;
 	w.frame = frame;
-	bpf_loop(FW_MAX_PYFRAMES + 16, py_step, &w, 0);	/* + shim frames */
+	w.tgid = tgid;
+	if (have_bpf_loop) {
+		bpf_loop(FW_MAX_PYFRAMES + 16, py_step, &w, 0);	/* + shim frames */
+	} else {
+		for (__u32 i = 0; i < FW_MAX_PYFRAMES + 16; i++)
+			if (py_frame_noloop(&w))
+				break;
+	}
 	if (w.fault)
 		stat_inc(FW_STAT_PY_FAULT);
 	if (!w.n)
@@ -246,7 +282,13 @@ static __always_inline __u64 python_walk(struct fw_sample *s, __u32 slot, __u32 
 	{
 		struct fw_py_known_walk k = { .base = w.base, .n = w.n, .pid = tgid, .slot = slot };
 
-		bpf_loop(FW_MAX_PYFRAMES, py_known_step, &k, 0);
+		if (have_bpf_loop) {
+			bpf_loop(FW_MAX_PYFRAMES, py_known_step, &k, 0);
+		} else {
+			for (__u32 i = 0; i < FW_MAX_PYFRAMES; i++)
+				if (py_known_noloop(&k, i))
+					break;
+		}
 		if (k.unknown) {
 			stat_inc(FW_STAT_PY_WAKEUPS);
 			return BPF_RB_FORCE_WAKEUP;

@@ -109,6 +109,9 @@ static __always_inline void ruby_walk(struct fw_sample *s, __u32 tgid, struct ta
 	struct fw_rb_proc *rp;
 	__u64 ec, head[4] = {}, stack_end;
 
+	/* The Ruby walk has no bounded-loop variant: native frames only before 5.17. */
+	if (!have_bpf_loop)
+		return;
 	rp = bpf_map_lookup_elem(&rb_procs, &tgid);
 	if (!rp)
 		return;

@@ -19,6 +19,11 @@ char LICENSE[] SEC("license") = "GPL";
 const volatile bool follow_only = false;	/* sample only tgids in `followed` */
 const volatile bool follow_children = false;	/* add forked children of followed tgids */
 const volatile bool wakeup_on_exec = false;	/* wake user space for exec events */
+/*
+ * False on kernels without bpf_loop() (before 5.17): the walks then step
+ * through global functions from bounded loops instead (see unwind_frame_noloop).
+ */
+const volatile bool have_bpf_loop = true;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -117,6 +122,7 @@ struct fw_unwind_state {
 	__u32 exact_ip;				/* ip is not a return address (leaf, signal) */
 	__u32 flags;
 	__u32 slot;				/* scratch slot being filled */
+	__u32 tgid;
 };
 
 static __always_inline struct fw_mapping *find_mapping(struct fw_proc_mappings *pm, __u64 pc)
@@ -172,14 +178,16 @@ static __always_inline int read_user_u64(__u64 *dst, __u64 addr)
 	return bpf_probe_read_user(dst, sizeof(*dst), (void *)addr);
 }
 
+#include "go.bpf.h"
+
 /*
  * One frame: records ip, then computes the caller's ip, sp and bp from the
  * row covering ip in its file's table, or from the frame pointer chain when
- * there is no table or no rule for this code. Returns 1 to stop.
+ * there is no table or no rule for this code. pm is the process's
+ * mappings, NULL for frame pointers only. Returns 1 to stop.
  */
-static long unwind_step(__u32 i, void *ctx)
+static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_proc_mappings *pm)
 {
-	struct fw_unwind_state *st = ctx;
 	__u64 pc, cfa, ip = 0, sp, bp = st->bp;
 	struct unwind_row *row = NULL;
 	struct fw_mapping *m = NULL;
@@ -201,8 +209,8 @@ static long unwind_step(__u32 i, void *ctx)
 	/* A return address is one past the call; the call is what we must look up. */
 	pc = st->exact_ip ? st->ip : st->ip - 1;
 	st->exact_ip = 0;
-	if (st->procmaps) {
-		m = find_mapping(st->procmaps, pc);
+	if (pm) {
+		m = find_mapping(pm, pc);
 		if (!m)
 			st->flags |= FW_SAMPLE_UNKNOWN_MAPPING;
 		else if (m->row_count && pc - m->bias <= 0xffffffffULL)
@@ -241,6 +249,19 @@ static long unwind_step(__u32 i, void *ctx)
 	case UNWIND_CFA_PLT:
 		cfa = st->sp + 8 + ((st->ip & 15) >= 11 ? 8 : 0);
 		break;
+	case UNWIND_GO_ASMCGOCALL:
+	case UNWIND_GO_SYSTEMSTACK:
+	case UNWIND_GO_CGOCALLBACK:
+		switch (row->cfa_type == UNWIND_GO_ASMCGOCALL ? go_leave_g0(st, row) :
+			row->cfa_type == UNWIND_GO_SYSTEMSTACK ? go_leave_systemstack(st, row) :
+			go_leave_cgocallback(st, row)) {
+		case 0:
+			return 0;
+		case 1:
+			return 1;
+		default:
+			goto fault;
+		}
 	case UNWIND_CFA_SIGNAL:
 		if (read_user_u64(&ip, st->sp + SIGCONTEXT_RIP) ||
 		    read_user_u64(&sp, st->sp + SIGCONTEXT_RSP) ||
@@ -280,6 +301,34 @@ fault:
 	return 1;
 }
 
+static long unwind_step(__u32 i, void *ctx)
+{
+	struct fw_unwind_state *st = ctx;
+
+	return unwind_frame(st, st->procmaps);
+}
+
+/*
+ * The step for kernels without bpf_loop(), called from a bounded loop. A
+ * global function is verified once, on its own, rather than once per
+ * iteration of the loop, which keeps 127 frames far below the verifier's
+ * limits. It cannot trust pointers kept in *st, so it looks the process's
+ * mappings up again (one hash lookup per frame).
+ */
+__noinline int unwind_frame_noloop(struct fw_unwind_state *st)
+{
+	struct fw_proc_mappings *pm = NULL;
+	__u32 tgid;
+
+	if (!st)
+		return 1;
+	if (st->procmaps) {
+		tgid = st->tgid;
+		pm = bpf_map_lookup_elem(&proc_mappings, &tgid);
+	}
+	return unwind_frame(st, pm);
+}
+
 /*
  * Walks the user stack into s through scratch slot `slot`: 0 for CPU
  * samples, 1 for launch probes, which a sample's timer interrupt can
@@ -293,6 +342,7 @@ static __always_inline void walk_user_stack(struct fw_sample *s, __u32 tgid,
 		.k = s->kstack_len,
 		.exact_ip = 1,
 		.slot = slot,
+		.tgid = tgid,
 	};
 
 	st.procmaps = bpf_map_lookup_elem(&proc_mappings, &tgid);
@@ -300,7 +350,13 @@ static __always_inline void walk_user_stack(struct fw_sample *s, __u32 tgid,
 		st.flags |= FW_SAMPLE_NO_TABLES;
 		stat_inc(FW_STAT_UNWIND_NO_TABLES);
 	}
-	bpf_loop(FW_MAX_USTACK, unwind_step, &st, 0);
+	if (have_bpf_loop) {
+		bpf_loop(FW_MAX_USTACK, unwind_step, &st, 0);
+	} else {
+		for (__u32 i = 0; i < FW_MAX_USTACK; i++)
+			if (unwind_frame_noloop(&st))
+				break;
+	}
 	s->ustack_len = st.n;
 	s->flags |= st.flags;
 }

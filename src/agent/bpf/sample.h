@@ -100,6 +100,7 @@ enum fw_stat {
 	FW_STAT_RB_TRUNCATED,		/* Ruby stacks deeper than FW_MAX_PYFRAMES */
 	FW_STAT_RB_FRAMES,		/* Ruby frames emitted */
 	FW_STAT_PY_WAKEUPS,		/* samples that woke the agent: new code objects */
+	FW_STAT_UNWIND_GO_SWITCH,	/* steps from Go's g0 stack back to a goroutine's (cgo) */
 	FW_STAT_MAX,
 };
 

@@ -1,0 +1,3 @@
+module cgo_callback
+
+go 1.19
