@@ -1056,9 +1056,8 @@ int ch__metrics(void *impl, int64_t from, int64_t to, int64_t step, const struct
 	struct strbuf sql = STRBUF_INIT, resp = STRBUF_INIT;
 	const char *cur_name = NULL;
 	uint64_t cur_series = 0;
-	int64_t bucket = 0, w;
-	double sum = 0, max = 0;
-	uint32_t count = 0;
+	struct store_metric_fold fold = { .v = v, .step = step };
+	int64_t w;
 	bool match = false;
 	struct rbr r;
 	int err;
@@ -1066,6 +1065,7 @@ int ch__metrics(void *impl, int64_t from, int64_t to, int64_t step, const struct
 	err = ch__watermark(st, "metrics", &w);
 	if (err || (from < w && (from = w) >= to))
 		goto out;
+	fold.from = from;
 	strbuf__printf(&sql, "SELECT series, name, ts, value FROM %s.metric_points FINAL"
 		       " WHERE ts >= %" PRId64 " AND ts < %" PRId64 " ORDER BY series, name, ts"
 		       " FORMAT RowBinary", st->db, from, to);
@@ -1074,7 +1074,7 @@ int ch__metrics(void *impl, int64_t from, int64_t to, int64_t step, const struct
 	while (!err && rbr__more(&r)) {
 		uint64_t series = rbr__u64(&r);
 		const char *name = rbr__str(&r);
-		int64_t ts = rbr__i64(&r), b;
+		int64_t ts = rbr__i64(&r);
 		double val = rbr__f64(&r);
 
 		if (r.bad)
@@ -1082,13 +1082,11 @@ int ch__metrics(void *impl, int64_t from, int64_t to, int64_t step, const struct
 		if (!cur_name || series != cur_series || strcmp(name, cur_name)) {
 			const struct ch_series *s;
 
-			if (match && count)
-				err = v->point(v->ctx, bucket, sum / count, max, count);
+			err = store_metric_fold__flush(&fold);
 			if (err)
 				break;
 			cur_name = name;
 			cur_series = series;
-			count = 0;
 			err = ch__series(st, series, &s);
 			if (err)
 				break;
@@ -1104,25 +1102,12 @@ int ch__metrics(void *impl, int64_t from, int64_t to, int64_t step, const struct
 		}
 		if (!match)
 			continue;
-		b = step > 0 ? from + (ts - from) / step * step : ts;
-		if (count && b != bucket) {
-			err = v->point(v->ctx, bucket, sum / count, max, count);
-			count = 0;
-		}
-		if (!count) {
-			bucket = b;
-			sum = 0;
-			max = val;
-		}
-		sum += val;
-		if (val > max)
-			max = val;
-		count++;
+		err = store_metric_fold__add(&fold, ts, val);
 	}
 	if (!err && r.bad)
 		err = -EIO;
-	if (!err && match && count)
-		err = v->point(v->ctx, bucket, sum / count, max, count);
+	if (!err)
+		err = store_metric_fold__flush(&fold);
 out:
 	strbuf__release(&sql);
 	strbuf__release(&resp);

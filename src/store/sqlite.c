@@ -3596,9 +3596,8 @@ static int _sqlite_metrics(void *impl, int64_t from, int64_t to, int64_t step,
 	struct sqlite_store *st = impl;
 	sqlite3_stmt *s;
 	char *cur_name = NULL;
-	int64_t cur_series = -1, bucket = 0;
-	double sum = 0, max = 0;
-	uint32_t count = 0;
+	int64_t cur_series = -1;
+	struct store_metric_fold fold = { .v = v, .from = from, .step = step };
 	bool match = false;
 	int rc = SQLITE_DONE, err;
 
@@ -3612,7 +3611,7 @@ static int _sqlite_metrics(void *impl, int64_t from, int64_t to, int64_t step,
 	sqlite3_bind_int64(s, 1, from);
 	sqlite3_bind_int64(s, 2, to);
 	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-		int64_t series = sqlite3_column_int64(s, 0), ts = sqlite3_column_int64(s, 2), b;
+		int64_t series = sqlite3_column_int64(s, 0), ts = sqlite3_column_int64(s, 2);
 		const char *name = (const char *)sqlite3_column_text(s, 1);
 		double val = sqlite3_column_double(s, 3);
 
@@ -3621,8 +3620,7 @@ static int _sqlite_metrics(void *impl, int64_t from, int64_t to, int64_t step,
 		if (series != cur_series || !cur_name || strcmp(name, cur_name)) {
 			const struct series_info *si;
 
-			if (match && count)
-				err = v->point(v->ctx, bucket, sum / count, max, count);
+			err = store_metric_fold__flush(&fold);
 			if (err)
 				break;
 			free(cur_name);
@@ -3632,7 +3630,6 @@ static int _sqlite_metrics(void *impl, int64_t from, int64_t to, int64_t step,
 				break;
 			}
 			cur_series = series;
-			count = 0;
 			err = _series_info(st, series, &si);
 			if (err)
 				break;
@@ -3648,23 +3645,10 @@ static int _sqlite_metrics(void *impl, int64_t from, int64_t to, int64_t step,
 		}
 		if (!match)
 			continue;
-		b = step > 0 ? from + (ts - from) / step * step : ts;
-		if (count && b != bucket) {
-			err = v->point(v->ctx, bucket, sum / count, max, count);
-			count = 0;
-		}
-		if (!count) {
-			bucket = b;
-			sum = 0;
-			max = val;
-		}
-		sum += val;
-		if (val > max)
-			max = val;
-		count++;
+		err = store_metric_fold__add(&fold, ts, val);
 	}
-	if (!err && match && count)
-		err = v->point(v->ctx, bucket, sum / count, max, count);
+	if (!err)
+		err = store_metric_fold__flush(&fold);
 	sqlite3_reset(s);
 	if (!err && rc != SQLITE_DONE && rc != SQLITE_ROW)
 		err = _sq_fail(st, rc, "metric_points");

@@ -260,3 +260,32 @@ int store__cpu_intervals(struct store *s, int64_t from, int64_t to, const struct
 		return -EOPNOTSUPP;
 	return LOCKED(s, s->ops->cpu_intervals(s->impl, from, to, sel, cpu, cb, ctx));
 }
+
+int store_metric_fold__flush(struct store_metric_fold *f)
+{
+	uint32_t n = f->count;
+
+	if (!n)
+		return 0;
+	f->count = 0;
+	return f->v->point(f->v->ctx, f->bucket, f->sum / n, f->max, n);
+}
+
+int store_metric_fold__add(struct store_metric_fold *f, int64_t ts, double val)
+{
+	int64_t b = f->step > 0 ? f->from + (ts - f->from) / f->step * f->step : ts;
+	int err = 0;
+
+	if (f->count && b != f->bucket)
+		err = store_metric_fold__flush(f);
+	if (!f->count) {
+		f->bucket = b;
+		f->sum = 0;
+		f->max = val;
+	}
+	f->sum += val;
+	if (val > f->max)
+		f->max = val;
+	f->count++;
+	return err;
+}

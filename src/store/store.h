@@ -212,6 +212,22 @@ int store__metrics_latest(struct store *s, int64_t since,
 			  void *ctx);
 
 /*
+ * For backends only: folds the points of one (series, name), given in time
+ * order, into v's buckets as store__metrics() defines them. Zero-initialise
+ * with v, from and step; add() each point; flush() when the run ends (a new
+ * series or name, or the end). Both return 0 or what v->point() returned.
+ */
+struct store_metric_fold {
+	const struct store_metric_visitor *v;
+	int64_t from, step;
+	int64_t bucket;
+	double sum, max;
+	uint32_t count;
+};
+int store_metric_fold__add(struct store_metric_fold *f, int64_t ts, double val);
+int store_metric_fold__flush(struct store_metric_fold *f);
+
+/*
  * For backends only: what store.c dispatches to. Each backend exports one
  * of these; open returns the backend's own state, which the others receive.
  */
