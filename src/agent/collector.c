@@ -7,6 +7,7 @@
 
 #include "agent/collector.h"
 #include "agent/cpu_profile.h"
+#include "agent/hotspot.h"
 #include "agent/java_perfmap.h"
 #include "agent/cuda_tracker.h"
 #include "agent/proc_table.h"
@@ -23,6 +24,7 @@ struct collector {
 	struct unwinder *unwinder;
 	struct cpu_profile *cp;
 	struct python *py;
+	struct hotspot *hs;
 	struct java_perfmap *java;	/* NULL unless asked for */
 	struct cuda_tracker *cuda;	/* timed mode only: GPU time needs a batch */
 	uint64_t add_errors;
@@ -92,6 +94,7 @@ static void _on_sample(void *ctx, const struct fw_sample *s)
 	struct collector *c = ctx;
 
 	python__note_pid(c->py, s->pid);
+	hotspot__note_pid(c->hs, s->pid);
 	if (c->java) {
 		const struct proc_info *info = proc_table__info(c->procs, s->pid);
 
@@ -109,6 +112,7 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 	switch (e->type) {
 	case FW_EVENT_EXEC:
 		python__forget(c->py, e->pid);
+		hotspot__forget(c->hs, e->pid);
 		proc_table__exec(c->procs, e->pid);
 		if (c->cuda)
 			cuda_tracker__exec(c->cuda, e->pid);
@@ -118,6 +122,7 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 		break;
 	case FW_EVENT_EXIT:
 		python__forget(c->py, e->pid);
+		hotspot__forget(c->hs, e->pid);
 		java_perfmap__forget(c->java, e->pid);
 		if (c->cuda)
 			cuda_tracker__exit(c->cuda, e->pid);
@@ -148,7 +153,7 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.on_cuda_activity = o->timed ? _on_cuda_activity : NULL,
 		.on_cuda_conflict = o->timed ? _on_cuda_conflict : NULL,
 	};
-	int files_fd, procs_fd, err;
+	int files_fd, procs_fd, hs_fd, hs_stats_fd, err;
 
 	if (!c)
 		return NULL;
@@ -169,11 +174,14 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 	sampler__unwind_fds(c->sampler, &files_fd, &procs_fd);
 	c->unwinder = unwinder__new(files_fd, procs_fd, c->procs, (uint64_t)o->unwind_mb << 20);
 	c->py = python__new(sampler__python_fd(c->sampler), c->procs);
-	if (!c->unwinder || !c->py) {
+	sampler__hotspot_fds(c->sampler, &hs_fd, &hs_stats_fd);
+	c->hs = hotspot__new(hs_fd, hs_stats_fd, c->procs);
+	if (!c->unwinder || !c->py || !c->hs) {
 		err = ENOMEM;
 		goto fail;
 	}
 	cpu_profile__set_python(c->cp, c->py);
+	cpu_profile__set_hotspot(c->cp, c->hs);
 	if (o->java_perfmap_interval_ns) {
 		c->java = java_perfmap__new(o->java_perfmap_interval_ns);
 		if (!c->java) {
@@ -230,6 +238,7 @@ void collector__free(struct collector *c)
 	unwinder__free(c->unwinder);
 	cpu_profile__free(c->cp);
 	python__free(c->py);
+	hotspot__free(c->hs);
 	java_perfmap__free(c->java);
 	proc_table__free(c->procs);
 	free(c);
@@ -247,6 +256,7 @@ int collector__follow(struct collector *c, pid_t pid)
 	 * longer, and samples in between still get their Python frames.
 	 */
 	python__note_pid(c->py, pid);
+	hotspot__note_pid(c->hs, pid);
 	unwinder__add_pid(c->unwinder, pid);
 	return 0;
 }
@@ -326,6 +336,19 @@ void collector__report(struct collector *c)
 		pr_debug("python: %llu processes, %llu code objects read, %llu unreadable\n",
 			 (unsigned long long)ps.procs, (unsigned long long)ps.code_reads,
 			 (unsigned long long)ps.code_read_errors);
+	}
+	if (c->hs) {
+		struct hotspot_stats hs;
+
+		hotspot__stats(c->hs, &hs);
+		pr_debug("hotspot: %llu JVMs; %llu interpreted, %llu compiled, %llu stub frames walked, "
+			 "%llu pcs outside blobs, %llu faults; %llu methods read (%llu unreadable), "
+			 "%llu compiled pcs resolved (%llu not)\n",
+			 (unsigned long long)hs.procs, (unsigned long long)hs.interp_frames,
+			 (unsigned long long)hs.compiled_frames, (unsigned long long)hs.stub_frames,
+			 (unsigned long long)hs.no_blob, (unsigned long long)hs.faults,
+			 (unsigned long long)hs.method_reads, (unsigned long long)hs.method_read_errors,
+			 (unsigned long long)hs.nmethod_reads, (unsigned long long)hs.nmethod_read_errors);
 	}
 	if (!c->unwinder)
 		return;

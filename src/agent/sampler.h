@@ -61,6 +61,8 @@ int sampler__poll(struct sampler *s, int timeout_ms);
 void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd);
 /* The py_procs map (pid -> struct fw_py_proc); a borrowed fd. */
 int sampler__python_fd(struct sampler *s);
+/* The hs_procs map (pid -> struct fw_hs_proc) and the hs_stats map; borrowed fds. */
+void sampler__hotspot_fds(struct sampler *s, int *procs_fd, int *stats_fd);
 /*
  * A descriptor that becomes readable when a record asked for a wakeup (CUDA
  * records, when the ring buffer fills up); then call sampler__drain().

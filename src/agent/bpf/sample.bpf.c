@@ -111,6 +111,7 @@ struct {
 struct fw_unwind_state {
 	__u64 ip, sp, bp;
 	struct fw_proc_mappings *procmaps;	/* NULL: frame pointers only */
+	struct fw_hs_proc *hs;			/* a JVM's code cache, or NULL */
 	__u32 n;				/* user frames written */
 	__u32 k;				/* kernel frames before them */
 	__u32 exact_ip;				/* ip is not a return address (leaf, signal) */
@@ -171,6 +172,8 @@ static __always_inline int read_user_u64(__u64 *dst, __u64 addr)
 	return bpf_probe_read_user(dst, sizeof(*dst), (void *)addr);
 }
 
+#include "hotspot.bpf.h"
+
 /*
  * One frame: records ip, then computes the caller's ip, sp and bp from the
  * row covering ip in its file's table, or from the frame pointer chain when
@@ -200,6 +203,13 @@ static long unwind_step(__u32 i, void *ctx)
 	/* A return address is one past the call; the call is what we must look up. */
 	pc = st->exact_ip ? st->ip : st->ip - 1;
 	st->exact_ip = 0;
+	if (st->hs) {
+		/* JIT code and the interpreter live outside every file mapping. */
+		long r = hotspot_step(st, s, idx, pc);
+
+		if (r >= 0)
+			return r;
+	}
 	if (st->procmaps) {
 		m = find_mapping(st->procmaps, pc);
 		if (!m)
@@ -299,6 +309,7 @@ static __always_inline void walk_user_stack(struct fw_sample *s, __u32 tgid,
 		st.flags |= FW_SAMPLE_NO_TABLES;
 		stat_inc(FW_STAT_UNWIND_NO_TABLES);
 	}
+	st.hs = bpf_map_lookup_elem(&hs_procs, &tgid);
 	bpf_loop(FW_MAX_USTACK, unwind_step, &st, 0);
 	s->ustack_len = st.n;
 	s->flags |= st.flags;

@@ -1,0 +1,109 @@
+"""System tests for Java frames without JVM flags: `flamewatch record` (real
+BPF) on HotSpot 17 running tests/workloads/java/Chains.java, whose call
+chains are known. The JVM gets no option at all: its frames are named from
+the vmStructs tables libjvm.so exports (src/agent/hotspot.c).
+
+Interpreted frames: Cold.inner is generated here with more bytecode than
+HotSpot's HugeMethodLimit, so the JIT never compiles it and its samples
+stay in the interpreter (its callers do get compiled: the walk crosses
+compiled -> interpreted frames). Compiled frames: outer -> middle ->
+{hotA, hotB} is compiled (and inlined) by C2 after a few ms.
+"""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import require
+
+HZ = 199
+SECONDS = 3
+SRC = Path(__file__).resolve().parent.parent / "workloads" / "java" / "Chains.java"
+COLD_CHAIN = ["Chains.main", "Chains.coldOuter", "Chains.coldMiddle", "Cold.inner"]
+JIT_CHAIN = ["Chains.main", "Chains.outer", "Chains.middle"]
+
+
+def cold_source():
+    """Cold.inner: 1,100 statements, about 11,000 bytes of bytecode (> 8,000)."""
+    body = "\n".join(f"\t\ts = s * {31 + i % 7} + {i};" for i in range(1100))
+    return (
+        "final class Cold {\n\tstatic long inner(long n) {\n\t\tlong s = n;\n"
+        + body
+        + "\n\t\treturn s;\n\t}\n}\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def classes(tmp_path_factory):
+    for tool in ("java", "javac"):
+        if not shutil.which(tool):
+            pytest.skip(f"{tool} is not installed")
+    d = tmp_path_factory.mktemp("java")
+    (d / "Cold.java").write_text(cold_source())
+    shutil.copy(SRC, d / "Chains.java")
+    subprocess.run(["javac", "-d", str(d / "classes"), str(d / "Chains.java"), str(d / "Cold.java")],
+                   check=True, timeout=120)
+    return d / "classes"
+
+
+def java_frames(frames):
+    """The Java frames of a stack (comm first, leaf last), in order."""
+    return [f for f in frames if f.startswith("Chains.") or f.startswith("Cold.")]
+
+
+def ends_with(frames, chain):
+    return java_frames(frames)[-len(chain):] == chain
+
+
+def record_running(fw, classes, mode):
+    """Starts `java Chains MODE`, waits until it is warm, records it with -p."""
+    proc = subprocess.Popen(["java", "-cp", str(classes), "Chains", mode, str(SECONDS + 8)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        if line.strip() != "ready":
+            pytest.fail(f"java Chains {mode} did not start: {line!r}", pytrace=False)
+        res, prof = fw.record_folded(["-v", "-p", str(proc.pid), "-d", str(SECONDS)],
+                                     duration=SECONDS, hz=HZ)
+    finally:
+        proc.kill()
+        proc.wait()
+    return res, prof.for_comm("java")
+
+
+def test_interpreted_chain(fw, classes):
+    res, w = record_running(fw, classes, "interp")
+    good = w.count(lambda f: ends_with(f, COLD_CHAIN))
+    print(f"interpreted: {good} of {w.total} samples end in {' -> '.join(COLD_CHAIN)}")
+    require(w.total >= 30, f"only {w.total} samples of the Java thread", w)
+    require(good >= 0.9 * w.total, f"only {good} of {w.total} samples show the interpreted chain in order", w)
+    require(w.count(lambda f: any(x.startswith("[jit pid") for x in f)) == 0,
+            "JVM code left unnamed as anonymous JIT memory", w)
+
+
+def test_compiled_chain_and_split(fw, classes):
+    res, w = record_running(fw, classes, "jit")
+    a = w.count(lambda f: ends_with(f, JIT_CHAIN + ["Chains.hotA"]))
+    b = w.count(lambda f: ends_with(f, JIT_CHAIN + ["Chains.hotB"]))
+    print(f"compiled: hotA {a}, hotB {b} of {w.total} samples")
+    require(w.total >= 30, f"only {w.total} samples of the Java thread", w)
+    require(a + b >= 0.9 * w.total, f"only {a + b} of {w.total} samples show outer -> middle -> hotA|hotB", w)
+    # hotA runs three times as many iterations as hotB: 75 %.
+    share = a / (a + b) if a + b else 0
+    require(0.6 <= share <= 0.9, f"hotA has {share:.0%} of the chain's samples, expected about 75 %", w)
+    out = res.stderr if hasattr(res, "stderr") else ""
+    require("hotspot:" not in out or " 0 compiled" not in out, "no frame was unwound as compiled code", w)
+
+
+def test_started_under_flamewatch(fw, classes):
+    """`record -- java ...`: the JVM is described while it starts, with no -p."""
+    res, prof = fw.record_folded(["--", "java", "-cp", str(classes), "Chains", "jit", str(SECONDS)],
+                                 duration=SECONDS + 5, hz=HZ)
+    w = prof.for_comm("java")
+    good = w.count(lambda f: java_frames(f)[-3:-1] == JIT_CHAIN[1:])
+    print(f"started under flamewatch: {good} of {w.total} samples show outer -> middle")
+    # Start-up (loading the JVM, before main) and the first tick's samples,
+    # taken before the agent had read the JVM's tables, make up the rest.
+    require(good >= 0.7 * w.total, f"only {good} of {w.total} samples show outer -> middle", w)
