@@ -423,9 +423,9 @@ void hotspot__note_pid(struct hotspot *hs, pid_t pid)
 	err = _describe(hs, pid, &e->proc);
 	if (!err)
 		hs->st.procs++;
-	else if (err == -ENOENT && e->checks >= MAX_CHECKS_NO_JVM)
+	else if ((err == -ENOENT && e->checks >= MAX_CHECKS_NO_JVM) || err == -ESRCH)
 		e->checks = MAX_CHECKS;
-	else if (err != -ENOENT && err != -EAGAIN)
+	else if (err != -ENOENT && err != -EAGAIN && err != -ESRCH)
 		pr_debug("pid %d: HotSpot not supported: %s\n", pid, strerror(-err));
 }
 
@@ -479,14 +479,19 @@ int64_t hotspot__read_int(const uint8_t *buf, size_t len, size_t *pos)
 		}
 	}
 	*pos = i;
-	return (int64_t)(int32_t)sum;
+	return sum;
 }
 
-static int32_t _read_signed(const uint8_t *buf, size_t len, size_t *pos)
+/* A signed int: zigzag-coded (v << 1 ^ v >> 31). False when the stream is torn. */
+static bool _read_signed(const uint8_t *buf, size_t len, size_t *pos, int64_t *out)
 {
-	uint32_t v = (uint32_t)hotspot__read_int(buf, len, pos);
+	int64_t raw = hotspot__read_int(buf, len, pos);
+	uint32_t v = (uint32_t)raw;
 
-	return (int32_t)((v >> 1) ^ -(v & 1));
+	if (raw < 0)
+		return false;
+	*out = (int32_t)((v >> 1) ^ -(v & 1));
+	return true;
 }
 
 /*
@@ -507,8 +512,12 @@ uint32_t hotspot__line(const uint8_t *t, size_t len, uint32_t bci)
 		if (b == 0)
 			break;
 		if (b == 0xff) {
-			cur_bci += _read_signed(t, len, &i);
-			cur_line += _read_signed(t, len, &i);
+			int64_t db, dl;
+
+			if (!_read_signed(t, len, &i, &db) || !_read_signed(t, len, &i, &dl))
+				break;
+			cur_bci += db;
+			cur_line += dl;
 		} else {
 			cur_bci += b >> 3;
 			cur_line += b & 7;

@@ -71,8 +71,8 @@ void hotspot__stats(const struct hotspot *hs, struct hotspot_stats *out);
 
 /*
  * Pure decoders, exposed for unit tests. hotspot__read_int: one int of
- * HotSpot's CompressedReadStream (UNSIGNED5) at *pos, advancing it;
- * returns -1 past the end. hotspot__line: the line of bytecode index bci
+ * HotSpot's CompressedReadStream (UNSIGNED5) at *pos, advancing it,
+ * as the unsigned 32-bit value it codes; -1 when the stream ends first. hotspot__line: the line of bytecode index bci
  * in a compressed line number table (0 when none).
  */
 int64_t hotspot__read_int(const uint8_t *buf, size_t len, size_t *pos);

@@ -10,6 +10,7 @@ compiled -> interpreted frames). Compiled frames: outer -> middle ->
 {hotA, hotB} is compiled (and inlined) by C2 after a few ms.
 """
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -59,7 +60,8 @@ def ends_with(frames, chain):
 
 def record_running(fw, classes, mode):
     """Starts `java Chains MODE`, waits until it is warm, records it with -p."""
-    proc = subprocess.Popen(["java", "-cp", str(classes), "Chains", mode, str(SECONDS + 8)],
+    # It runs until killed: starting the recorder can take many seconds on a loaded machine.
+    proc = subprocess.Popen(["java", "-cp", str(classes), "Chains", mode, "600"],
                             stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -93,8 +95,9 @@ def test_compiled_chain_and_split(fw, classes):
     # hotA runs three times as many iterations as hotB: 75 %.
     share = a / (a + b) if a + b else 0
     require(0.6 <= share <= 0.9, f"hotA has {share:.0%} of the chain's samples, expected about 75 %", w)
-    out = res.stderr if hasattr(res, "stderr") else ""
-    require("hotspot:" not in out or " 0 compiled" not in out, "no frame was unwound as compiled code", w)
+    # The agent's own count: frames the BPF walk unwound by their nmethod's frame size.
+    m = re.search(r"hotspot: .* (\d+) compiled, ", res.stderr)
+    require(m and int(m.group(1)) > 0, "no frame was unwound as compiled code:\n" + (m.group(0) if m else "no hotspot line"), w)
 
 
 def test_started_under_flamewatch(fw, classes):
