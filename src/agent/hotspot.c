@@ -39,22 +39,30 @@ struct hotspot_proc {
 	struct hotspot_layout l;
 };
 
+struct vm_tables;
+
 struct pid_entry {
 	pid_t pid;
 	uint8_t checks;
-	uint64_t next_check_ns;
+	uint64_t first_ns, next_check_ns;
+	struct vm_tables *tables;	/* read once, while the JVM starts */
 	struct hotspot_proc *proc;
 	struct pid_entry *next;
 };
 
 #define PID_BUCKETS 1024
 /*
- * Looks while the JVM is not set up yet: 40 ms .. 10 s after the first,
- * since its Java code runs (and is sampled) as soon as it is. A process
- * with no libjvm.so mapped after MAX_CHECKS_NO_JVM looks is not a JVM.
+ * A process with neither libjvm.so nor the java launcher's libjli.so
+ * mapped after MAX_CHECKS_NO_JVM looks (40, 80, 160 ms apart) is not a JVM.
+ * A JVM still starting is looked at again every STARTING_NS, for up to
+ * STARTING_MAX_NS: its Java code runs (and is sampled) as soon as its code
+ * cache exists, and after its vmStructs were read once a look costs a few
+ * reads.
  */
-#define MAX_CHECKS 9
+#define MAX_CHECKS 255
 #define MAX_CHECKS_NO_JVM 4
+#define STARTING_NS (20ULL * 1000000ULL)
+#define STARTING_MAX_NS (60ULL * 1000000000ULL)
 #define METHOD_CACHE_MAX 65536
 #define PC_CACHE_MAX 16384
 /* Compiled code moves: names found for a pc are trusted this long. */
@@ -153,6 +161,7 @@ void hotspot__free(struct hotspot *hs)
 
 		for (; e; e = next) {
 			next = e->next;
+			free(e->tables);
 			free(e->proc);
 			free(e);
 		}
@@ -176,6 +185,7 @@ static struct pid_entry **_slot(struct hotspot *hs, pid_t pid)
 struct find_ctx {
 	struct binary *bin;
 	uint64_t bias;
+	bool launcher;		/* libjli.so: a java launcher, which maps libjvm.so next */
 };
 
 static int _find_jvm(void *ctx, const struct proc_mapping *m, struct binary *b)
@@ -186,7 +196,10 @@ static int _find_jvm(void *ctx, const struct proc_mapping *m, struct binary *b)
 	if (f->bin || !b || !b->elf)
 		return 0;
 	base = strrchr(b->path, '/');
-	if (strcmp(base ? base + 1 : b->path, "libjvm.so"))
+	base = base ? base + 1 : b->path;
+	if (strcmp(base, "libjli.so") == 0)
+		f->launcher = true;
+	if (strcmp(base, "libjvm.so"))
 		return 0;
 	if (elf_file__load_bias(b->elf, m->start, m->end, m->offset, &f->bias))
 		return 0;
@@ -287,19 +300,59 @@ static int _heaps(pid_t pid, const struct vm_field *f, struct fw_hs_proc *bp)
 		    vmstructs__read_mem(pid, heaps[i] + f[F_HEAP_LOG2].value, &log2, sizeof(log2)))
 			return -EFAULT;
 		if (log2 <= 0 || log2 > 20 || h->hi <= h->lo || !h->segmap)
-			return -EINVAL;
+			return -EAGAIN;	/* being set up */
 		h->log2_seg = log2;
 	}
 	bp->nheaps = len;
 	return 0;
 }
 
-static int _describe(struct hotspot *hs, pid_t pid, struct hotspot_proc **out)
-{
+struct vm_tables {
 	struct vm_field f[F_MAX];
 	struct vm_type t[T_MAX];
-	struct vm_const c[1] = { { "ConstMethod::_has_linenumber_table" } };
-	struct vm_want w = { f, F_MAX, t, T_MAX, c, 1 };
+	struct vm_const c[1];
+};
+
+/* The vmStructs entries we use, read from the process the first time. */
+static int _tables(pid_t pid, const struct find_ctx *fc, struct vm_tables **out)
+{
+	struct vm_tables *vt;
+	struct vm_want w;
+	int err;
+
+	if (*out)
+		return 0;
+	vt = calloc(1, sizeof(*vt));
+	if (!vt)
+		return -ENOMEM;
+	memcpy(vt->f, want_fields, sizeof(vt->f));
+	memcpy(vt->t, want_types, sizeof(vt->t));
+	vt->c[0].name = "ConstMethod::_has_linenumber_table";
+	w = (struct vm_want){ vt->f, F_MAX, vt->t, T_MAX, vt->c, 1 };
+	err = vmstructs__read(pid, fc->bin->fd, fc->bias, &w);
+	for (int i = 0; !err && i < F_MAX; i++) {
+		if (!vt->f[i].found || vt->f[i].value > (vt->f[i].is_static ? UINT64_MAX : 0xffff)) {
+			pr_debug("pid %d: vmStructs lacks %s::%s\n", pid, vt->f[i].type, vt->f[i].field);
+			err = -ENOTSUP;
+		}
+	}
+	for (int i = 0; !err && i < T_MAX; i++)
+		if (!vt->t[i].found || vt->t[i].size > 0xffff)
+			err = -ENOTSUP;
+	if (err) {
+		free(vt);
+		return err;
+	}
+	*out = vt;
+	return 0;
+}
+
+static int _describe(struct hotspot *hs, struct pid_entry *e, struct hotspot_proc **out)
+{
+	pid_t pid = e->pid;
+	const struct vm_field *f;
+	const struct vm_type *t;
+	const struct vm_const *c;
 	struct find_ctx fc = { 0 };
 	struct fw_hs_proc bp;
 	struct hotspot_layout l;
@@ -314,21 +367,13 @@ static int _describe(struct hotspot *hs, pid_t pid, struct hotspot_proc **out)
 	if (err)
 		return err;
 	if (!fc.bin)
-		return -ENOENT;
-	memcpy(f, want_fields, sizeof(f));
-	memcpy(t, want_types, sizeof(t));
-	err = vmstructs__read(pid, fc.bin->fd, fc.bias, &w);
+		return fc.launcher ? -EAGAIN : -ENOENT;
+	err = _tables(pid, &fc, &e->tables);
 	if (err)
 		return err;
-	for (int i = 0; i < F_MAX; i++) {
-		if (!f[i].found || f[i].value > (f[i].is_static ? UINT64_MAX : 0xffff)) {
-			pr_debug("pid %d: vmStructs lacks %s::%s\n", pid, f[i].type, f[i].field);
-			return -ENOTSUP;
-		}
-	}
-	for (int i = 0; i < T_MAX; i++)
-		if (!t[i].found || t[i].size > 0xffff)
-			return -ENOTSUP;
+	f = e->tables->f;
+	t = e->tables->t;
+	c = e->tables->c;
 
 	memset(&bp, 0, sizeof(bp));
 	if (_read_u64(pid, f[F_LOW_BOUND].value, &bp.cc_lo) ||
@@ -416,17 +461,26 @@ void hotspot__note_pid(struct hotspot *hs, pid_t pid)
 		if (!e)
 			return;
 		e->pid = pid;
+		e->first_ns = now;
 		*pe = e;
 	}
 	e->checks++;
-	e->next_check_ns = now + (20000000ULL << e->checks);
-	err = _describe(hs, pid, &e->proc);
-	if (!err)
+	err = _describe(hs, e, &e->proc);
+	if (!err) {
 		hs->st.procs++;
-	else if ((err == -ENOENT && e->checks >= MAX_CHECKS_NO_JVM) || err == -ESRCH)
-		e->checks = MAX_CHECKS;
-	else if (err != -ENOENT && err != -EAGAIN && err != -ESRCH)
-		pr_debug("pid %d: HotSpot not supported: %s\n", pid, strerror(-err));
+	} else if (err == -EAGAIN && now - e->first_ns < STARTING_MAX_NS) {
+		e->next_check_ns = now + STARTING_NS;
+	} else if (err == -ENOENT && e->checks < MAX_CHECKS_NO_JVM) {
+		e->next_check_ns = now + (20000000ULL << e->checks);
+	} else {
+		if (err != -ENOENT && err != -ESRCH)
+			pr_debug("pid %d: HotSpot not supported: %s\n", pid, strerror(-err));
+		e->checks = MAX_CHECKS;	/* not a JVM, or not one we can read: stop looking */
+	}
+	if (e->proc || e->checks >= MAX_CHECKS) {
+		free(e->tables);
+		e->tables = NULL;
+	}
 }
 
 void hotspot__forget(struct hotspot *hs, pid_t pid)
@@ -441,6 +495,7 @@ void hotspot__forget(struct hotspot *hs, pid_t pid)
 		hs->st.procs--;
 	}
 	*pe = e->next;
+	free(e->tables);
 	free(e->proc);
 	free(e);
 }

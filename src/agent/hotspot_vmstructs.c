@@ -217,8 +217,10 @@ int vmstructs__read(pid_t pid, int fd, uint64_t bias, struct vm_want *w)
 		if (err)
 			return err;
 	}
-	if (!v[S_STRUCTS] || !v[S_TYPES] || !v[S_INTS])
-		return -EAGAIN;	/* not initialised yet */
+	/* The entry layouts are set while the JVM starts (VMStructs::init). */
+	if (!v[S_STRUCTS] || !v[S_TYPES] || !v[S_INTS] || !v[S_S_STRIDE] || !v[S_T_STRIDE] ||
+	    !v[S_I_STRIDE])
+		return -EAGAIN;
 	err = _fields(pid, v, w);
 	if (!err)
 		err = _types(pid, v, w);
