@@ -7,6 +7,8 @@
 #   sudo bench/java_overhead.sh [SECONDS]       # default 60
 #
 # Environment: HZ (default 19), LOAD, FLAMEWATCH (default build/flamewatch),
+# FLAMEWATCH_BASE (a second agent, e.g. a build without the HotSpot walk,
+# recording the same JVMs in the same run, side by side),
 # WARMUP (seconds left out at the start, default 20: reading libjvm.so's
 # unwind table and the JVMs' vmStructs is start-up, not steady state).
 # Reports flamewatch's own CPU over the steady state (from /proc/PID/stat),
@@ -49,40 +51,69 @@ sysctl -q -w kernel.bpf_stats_enabled=1
 pidlist=$(IFS=,; echo "${PIDS[*]}")
 "$FW" record -q -v -F "$HZ" -d "$DUR" -p "$pidlist" -o "$OUT/out.folded" 2>"$OUT/log" &
 FWPID=$!
-ticks() { awk '{print $14 + $15}' "/proc/$FWPID/stat"; }
-# This agent's program: other flamewatch instances may run on the machine.
-prog_stats() { bpftool prog show --json | python3 -c '
-import json, sys
-fw = int(sys.argv[1])
-for p in json.load(sys.stdin):
-    if p.get("name") == "on_cpu_sample" and any(q.get("pid") == fw for q in p.get("pids", [])):
-        print(p.get("run_time_ns", 0), p.get("run_cnt", 0)); break
+BASEPID=
+if [ -n "${FLAMEWATCH_BASE:-}" ]; then
+	"$FLAMEWATCH_BASE" record -q -v -F "$HZ" -d "$DUR" -p "$pidlist" -o "$OUT/base.folded" 2>"$OUT/base.log" &
+	BASEPID=$!
+fi
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# This agent's program (other flamewatch instances may run on the machine):
+# its prog ids are in the fdinfo of the agent's descriptors.
+prog_stats() { python3 - "$1" <<'PY'
+import glob, json, subprocess, sys
+ids = set()
+for f in glob.glob(f"/proc/{sys.argv[1]}/fdinfo/*"):
+    try:
+        for line in open(f):
+            if line.startswith("prog_id:"):
+                ids.add(int(line.split()[1]))
+    except OSError:
+        pass
+for i in sorted(ids):
+    p = json.loads(subprocess.run(["bpftool", "prog", "show", "id", str(i), "--json"],
+                                  capture_output=True, text=True).stdout or "{}")
+    if p.get("name") == "on_cpu_sample":
+        print(p.get("run_time_ns", 0), p.get("run_cnt", 0))
+        break
 else:
-    print(0, 0)' "$FWPID"; }
+    print(0, 0)
+PY
+}
 sleep "$WARMUP"
-t0=$(ticks); s0=$(date +%s.%N)
-read -r ns0 cnt0 < <(prog_stats)
+s0=$(date +%s.%N)
+t0=$(ticks "$FWPID"); read -r ns0 cnt0 < <(prog_stats "$FWPID")
+[ -n "$BASEPID" ] && { b0=$(ticks "$BASEPID"); read -r bns0 bcnt0 < <(prog_stats "$BASEPID"); }
 sleep $((DUR - WARMUP - 3))
-t1=$(ticks); s1=$(date +%s.%N)
-read -r ns1 cnt1 < <(prog_stats)
+s1=$(date +%s.%N)
+t1=$(ticks "$FWPID"); read -r ns1 cnt1 < <(prog_stats "$FWPID")
+[ -n "$BASEPID" ] && { b1=$(ticks "$BASEPID"); read -r bns1 bcnt1 < <(prog_stats "$BASEPID"); }
 wait "$FWPID"
+[ -n "$BASEPID" ] && wait "$BASEPID"
 hz=$(getconf CLK_TCK)
-python3 - "$t0" "$t1" "$s0" "$s1" "$hz" "$ns0" "$ns1" "$cnt0" "$cnt1" <<'PY'
+report() {
+python3 - "$@" <<'PY'
 import sys
-t0, t1, s0, s1, hz, ns0, ns1, c0, c1 = map(float, sys.argv[1:])
+who = sys.argv[1]
+t0, t1, s0, s1, hz, ns0, ns1, c0, c1 = map(float, sys.argv[2:])
 cpu = (t1 - t0) / hz
 wall = s1 - s0
-print(f"flamewatch CPU {cpu:.2f} s ({t1 - t0:.0f} ticks of 1/{hz:.0f} s) over {wall:.1f} s"
+print(f"{who}: CPU {cpu:.2f} s ({t1 - t0:.0f} ticks of 1/{hz:.0f} s) over {wall:.1f} s"
       f" = {100 * cpu / wall:.3f} % of one core (steady state; one tick = {100 / hz / wall:.3f} %)")
 if c1 > c0:
     per = (ns1 - ns0) / (c1 - c0)
     print(f"BPF on_cpu_sample: {per / 1000:.1f} us per run, {c1 - c0:.0f} runs"
           f" = {100 * (ns1 - ns0) / 1e9 / wall:.3f} % of one core (charged to the sampled tasks)")
 else:
-    print("BPF on_cpu_sample: no run-time figures (bpftool shows no pids for the program?)")
+    print("BPF on_cpu_sample: no run-time figures (program not found in the agent's descriptors)")
 PY
-grep -E "^flamewatch: debug: (hotspot:|bpf stat samples )" "$OUT/log" | sed 's/flamewatch: debug: //'
+}
+report flamewatch "$t0" "$t1" "$s0" "$s1" "$hz" "$ns0" "$ns1" "$cnt0" "$cnt1"
+[ -n "$BASEPID" ] && report base "$b0" "$b1" "$s0" "$s1" "$hz" "$bns0" "$bns1" "$bcnt0" "$bcnt1"
+grep -E "^flamewatch: (debug: (hotspot:|bpf stat samples )|info: unwind tables)" "$OUT/log" | sed 's/flamewatch: [a-z]*: //'
 awk '/^java;/ {n += $NF}
      /;Chains\.outer;Chains\.middle;Chains\.hot[AB]( |;)/ {c += $NF}
      /;Chains\.coldOuter;Chains\.coldMiddle;Cold\.inner( |;)/ {c += $NF}
      END {printf "chain in %.1f %% of %d samples\n", 100 * c / n, n}' "$OUT/out.folded"
+if [ -n "$BASEPID" ]; then
+	grep -E "^flamewatch: info: unwind tables" "$OUT/base.log" | sed 's/flamewatch: [a-z]*: /base: /'
+fi
