@@ -45,34 +45,37 @@ static __always_inline void hs_stat_inc(enum fw_hs_stat stat)
 /* The code blob holding pc, or 0: the segment map walked back to its block's header. */
 static __always_inline __u64 hs_find_blob(struct fw_hs_proc *hp, __u64 pc)
 {
-	__u64 seg, block;
+	__u64 lo = 0, segmap = 0, seg, block;
+	__u32 log2 = 0;
 	__u8 hop = 0, used = 0;
 
+	/* The heap first, into scalars: one hop loop for the verifier, not one per heap. */
 	for (int h = 0; h < FW_HS_MAX_HEAPS; h++) {
-		struct fw_hs_heap *heap = &hp->heaps[h];
-
-		if (h >= hp->nheaps || pc < heap->lo || pc >= heap->hi)
-			continue;
-		seg = (pc - heap->lo) >> (heap->log2_seg & 63);
-		for (int i = 0; i < FW_HS_MAX_HOPS; i++) {
-			if (bpf_probe_read_user(&hop, 1, (void *)(heap->segmap + seg)))
-				return 0;
-			if (hop == 0xff)	/* free_sentinel: not in a used block */
-				return 0;
-			if (hop == 0)
-				break;
-			if (seg < hop)
-				return 0;
-			seg -= hop;
+		if (h < hp->nheaps && pc >= hp->heaps[h].lo && pc < hp->heaps[h].hi) {
+			lo = hp->heaps[h].lo;
+			segmap = hp->heaps[h].segmap;
+			log2 = hp->heaps[h].log2_seg & 63;
+			break;
 		}
-		if (hop)
-			return 0;
-		block = heap->lo + (seg << (heap->log2_seg & 63));
-		if (bpf_probe_read_user(&used, 1, (void *)(block + hp->block_used)) || !used)
-			return 0;
-		return block + hp->block_size;
 	}
-	return 0;
+	if (!segmap)
+		return 0;
+	seg = (pc - lo) >> log2;
+	for (int i = 0; i < FW_HS_MAX_HOPS; i++) {
+		if (bpf_probe_read_user(&hop, 1, (void *)(segmap + seg)))
+			return 0;
+		if (hop == 0xff)	/* free_sentinel: not in a used block */
+			return 0;
+		if (hop == 0 || seg < hop)
+			break;
+		seg -= hop;
+	}
+	if (hop)
+		return 0;
+	block = lo + (seg << log2);
+	if (bpf_probe_read_user(&used, 1, (void *)(block + hp->block_used)) || !used)
+		return 0;
+	return block + hp->block_size;
 }
 
 /*
@@ -80,7 +83,12 @@ static __always_inline __u64 hs_find_blob(struct fw_hs_proc *hp, __u64 pc)
  * caller's ip, sp and bp in st. Returns -1 when pc is not the JVM's (the
  * native rules apply), 0 to go on, 1 to stop.
  */
-static __always_inline int hotspot_step(struct fw_unwind_state *st, struct fw_sample *s,
+/*
+ * Not inlined: a subprogram returns with a clean state, so the verifier
+ * does not walk the native unwinder once per way out of here (three times
+ * the load time when it did).
+ */
+static __noinline int hotspot_step(struct fw_unwind_state *st, struct fw_sample *s,
 					__u32 idx, __u64 pc)
 {
 	struct fw_hs_proc *hp = st->hs;
@@ -103,6 +111,8 @@ static __always_inline int hotspot_step(struct fw_unwind_state *st, struct fw_sa
 		if (method && !read_user_u64(&cm, method + hp->method_const) && cm &&
 		    bcp >= cm + hp->const_size && bcp - cm - hp->const_size < FW_HS_BCI_NONE)
 			bci = bcp - cm - hp->const_size;
+		/* Checked again after the barrier: clang keeps the check on another register. */
+		barrier_var(idx);
 		if (idx < FW_MAX_FRAMES)
 			s->addrs[idx] = FW_HS_INTERP | (bci << FW_HS_BCI_SHIFT) |
 					(method & FW_HS_METHOD_MASK);

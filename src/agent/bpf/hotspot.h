@@ -14,8 +14,8 @@
 
 /* Code heaps: non-nmethods, profiled and non-profiled nmethods (one when not segmented). */
 #define FW_HS_MAX_HEAPS 4
-/* Segment map hops to a blob's start: a block of 254 * 32 segments (1 MB at 128 B). */
-#define FW_HS_MAX_HOPS 32
+/* Segment map hops to a blob's start: blocks up to 254 * 7 segments (227 KB at 128 B). */
+#define FW_HS_MAX_HOPS 8
 
 /* One CodeHeap: its reserved range and the segment map that finds block starts. */
 struct fw_hs_heap {
