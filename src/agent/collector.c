@@ -8,6 +8,7 @@
 
 #include "agent/collector.h"
 #include "agent/cpu_profile.h"
+#include "agent/hotspot.h"
 #include "agent/java_perfmap.h"
 #include "agent/cuda_tracker.h"
 #include "agent/proc_table.h"
@@ -26,6 +27,7 @@ struct collector {
 	struct cpu_profile *cp;
 	struct python *py;
 	struct ruby *rb;
+	struct hotspot *hs;
 	struct java_perfmap *java;	/* NULL unless asked for */
 	struct cuda_tracker *cuda;	/* timed mode only: GPU time needs a batch */
 	uint64_t add_errors;
@@ -119,6 +121,7 @@ static void _on_sample(void *ctx, const struct fw_sample *s)
 
 	python__note_pid(c->py, s->pid);
 	ruby__note_pid(c->rb, s->pid);
+	hotspot__note_pid(c->hs, s->pid);
 	if (c->java) {
 		const struct proc_info *info = proc_table__info(c->procs, s->pid);
 
@@ -134,6 +137,7 @@ static void _forget(struct collector *c, pid_t pid)
 {
 	python__forget(c->py, pid);
 	ruby__forget(c->rb, pid);
+	hotspot__forget(c->hs, pid);
 	java_perfmap__forget(c->java, pid);
 	if (c->cuda)
 		cuda_tracker__exit(c->cuda, pid);
@@ -156,6 +160,7 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 	case FW_EVENT_EXEC:
 		python__forget(c->py, e->pid);
 		ruby__forget(c->rb, e->pid);
+		hotspot__forget(c->hs, e->pid);
 		proc_table__exec(c->procs, e->pid);
 		if (c->cuda)
 			cuda_tracker__exec(c->cuda, e->pid);
@@ -192,7 +197,7 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.on_cuda_conflict = o->timed ? _on_cuda_conflict : NULL,
 		.on_cuda_name = o->timed ? _on_cuda_name : NULL,
 	};
-	int files_fd, procs_fd, err;
+	int files_fd, procs_fd, hs_fd, hs_stats_fd, err;
 
 	if (!c)
 		return NULL;
@@ -215,12 +220,15 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 	c->py = python__new(sampler__python_fd(c->sampler), sampler__python_known_fd(c->sampler),
 			    c->procs);
 	c->rb = ruby__new(sampler__ruby_fd(c->sampler), c->procs);
-	if (!c->unwinder || !c->py || !c->rb) {
+	sampler__hotspot_fds(c->sampler, &hs_fd, &hs_stats_fd);
+	c->hs = hotspot__new(hs_fd, hs_stats_fd, c->procs);
+	if (!c->unwinder || !c->py || !c->rb || !c->hs) {
 		err = ENOMEM;
 		goto fail;
 	}
 	cpu_profile__set_python(c->cp, c->py);
 	cpu_profile__set_ruby(c->cp, c->rb);
+	cpu_profile__set_hotspot(c->cp, c->hs);
 	if (o->java_perfmap_interval_ns) {
 		c->java = java_perfmap__new(o->java_perfmap_interval_ns);
 		if (!c->java) {
@@ -278,6 +286,7 @@ void collector__free(struct collector *c)
 	cpu_profile__free(c->cp);
 	python__free(c->py);
 	ruby__free(c->rb);
+	hotspot__free(c->hs);
 	java_perfmap__free(c->java);
 	proc_table__free(c->procs);
 	free(c);
@@ -296,6 +305,7 @@ int collector__follow(struct collector *c, pid_t pid)
 	 */
 	python__note_pid(c->py, pid);
 	ruby__note_pid(c->rb, pid);
+	hotspot__note_pid(c->hs, pid);
 	unwinder__add_pid(c->unwinder, pid);
 	return 0;
 }
@@ -401,6 +411,19 @@ void collector__report(struct collector *c)
 		pr_debug("ruby: %llu processes, %llu iseqs read, %llu unreadable\n",
 			 (unsigned long long)rs.procs, (unsigned long long)rs.iseq_reads,
 			 (unsigned long long)rs.iseq_read_errors);
+	}
+	if (c->hs) {
+		struct hotspot_stats hs;
+
+		hotspot__stats(c->hs, &hs);
+		pr_debug("hotspot: %llu JVMs; %llu interpreted, %llu compiled, %llu stub frames walked, "
+			 "%llu pcs outside blobs, %llu faults; %llu methods read (%llu unreadable), "
+			 "%llu compiled pcs resolved (%llu not)\n",
+			 (unsigned long long)hs.procs, (unsigned long long)hs.interp_frames,
+			 (unsigned long long)hs.compiled_frames, (unsigned long long)hs.stub_frames,
+			 (unsigned long long)hs.no_blob, (unsigned long long)hs.faults,
+			 (unsigned long long)hs.method_reads, (unsigned long long)hs.method_read_errors,
+			 (unsigned long long)hs.nmethod_reads, (unsigned long long)hs.nmethod_read_errors);
 	}
 	if (!c->unwinder)
 		return;

@@ -8,6 +8,7 @@
 
 #include "agent/cgroup.h"
 #include "agent/cpu_profile.h"
+#include "agent/hotspot.h"
 #include "agent/proc_table.h"
 #include "agent/python.h"
 #include "agent/ruby.h"
@@ -50,6 +51,7 @@ struct cpu_profile {
 	uint32_t sym_cap;
 	struct python *py;		/* borrowed; NULL: Python frames are ignored */
 	struct ruby *rb;		/* borrowed; NULL: Ruby frames are ignored */
+	struct hotspot *hs;		/* borrowed; NULL: JVM code is named as anonymous memory */
 	uint32_t *leaf;			/* scratch: one user stack, leaf first */
 };
 
@@ -347,6 +349,53 @@ void cpu_profile__set_python(struct cpu_profile *cp, struct python *py)
 	cp->py = py;
 }
 
+void cpu_profile__set_hotspot(struct cpu_profile *cp, struct hotspot *hs)
+{
+	cp->hs = hs;
+}
+
+#define LEAF_MAX (FW_MAX_USTACK + FW_MAX_PYFRAMES)
+
+/*
+ * A JVM's user stack, leaf first into cp->leaf: each word the walk left
+ * for JVM code becomes its Java frames (a compiled frame, the methods
+ * inlined into it first), the others stay native. Returns its length or
+ * -errno.
+ */
+static int _java_user_stack(struct cpu_profile *cp, const struct fw_sample *s,
+			    const struct hotspot_proc *hp)
+{
+	const __u64 *ustack = s->addrs + s->kstack_len;
+	struct hotspot_frame jf[HOTSPOT_MAX_INLINE];
+	int64_t id, mapping = -1;
+	uint32_t n = 0;
+
+	for (uint32_t j = 0; j < s->ustack_len && n < LEAF_MAX; j++) {
+		int nj = hotspot__frames(cp->hs, hp, ustack[j], j > 0, jf);
+
+		if (nj == 0) {
+			id = _user_frame(cp, s->pid, ustack[j], j > 0);
+			if (id < 0)
+				return id;
+			cp->leaf[n++] = id;
+			continue;
+		}
+		if (mapping < 0) {
+			mapping = profile__intern_mapping(cp->p, "[java]", NULL);
+			if (mapping < 0)
+				return mapping;
+		}
+		for (int i = 0; i < nj && n < LEAF_MAX; i++) {
+			id = profile__intern_named_frame(cp->p, FRAME_JIT, mapping, 0, jf[i].function,
+							 jf[i].file, jf[i].line);
+			if (id < 0)
+				return id;
+			cp->leaf[n++] = id;
+		}
+	}
+	return n;
+}
+
 static int64_t _python_frame(struct cpu_profile *cp, const struct python_proc *pp,
 			     const __u64 *word)
 {
@@ -498,20 +547,23 @@ int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t
 	const __u64 *kstack = s->addrs, *ustack = s->addrs + s->kstack_len;
 	const struct python_proc *pp = s->pystack_len ? python__proc(cp->py, s->pid) : NULL;
 	const struct ruby_proc *rp = s->pystack_len && !pp ? ruby__proc(cp->rb, s->pid) : NULL;
+	const struct hotspot_proc *hp = !pp && !rp && s->ustack_len ?
+					hotspot__proc(cp->hs, s->pid) : NULL;
 	char comm[FW_COMM_LEN + 1];
 	uint32_t n = 0;
 	int64_t id, comm_id;
 
 	/* Root first: the user stack from its outermost frame, then the kernel's. */
-	if (pp || rp) {
-		int len = pp ? _mixed_user_stack(cp, s, pp) : _ruby_user_stack(cp, s, rp);
+	if (pp || rp || hp) {
+		int len = pp ? _mixed_user_stack(cp, s, pp) :
+			  rp ? _ruby_user_stack(cp, s, rp) : _java_user_stack(cp, s, hp);
 
 		if (len < 0)
 			return len;
 		for (int i = len - 1; i >= 0; i--)
 			cp->frames[n++] = cp->leaf[i];
 	}
-	for (int i = pp || rp ? -1 : s->ustack_len - 1; i >= 0; i--) {
+	for (int i = pp || rp || hp ? -1 : s->ustack_len - 1; i >= 0; i--) {
 		id = _user_frame(cp, s->pid, ustack[i], i > 0);
 		if (id < 0)
 			return id;

@@ -47,6 +47,9 @@ struct python;
  * stacks in place of the interpreter's own frames. NULL turns that off.
  */
 void cpu_profile__set_python(struct cpu_profile *cp, struct python *py);
+/* Names JVM frames through hs (borrowed); NULL: they stay anonymous JIT code. */
+struct hotspot;
+void cpu_profile__set_hotspot(struct cpu_profile *cp, struct hotspot *hs);
 
 struct ruby;
 /* Borrows rb: the same for samples with Ruby frames, in place of the VM's. */

@@ -429,6 +429,12 @@ int sampler__python_known_fd(struct sampler *s)
 	return bpf_map__fd(s->skel->maps.py_known);
 }
 
+void sampler__hotspot_fds(struct sampler *s, int *procs_fd, int *stats_fd)
+{
+	*procs_fd = bpf_map__fd(s->skel->maps.hs_procs);
+	*stats_fd = bpf_map__fd(s->skel->maps.hs_stats);
+}
+
 void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd)
 {
 	*files_fd = bpf_map__fd(s->skel->maps.unwind_files);

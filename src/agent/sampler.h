@@ -76,6 +76,8 @@ int sampler__python_fd(struct sampler *s);
 int sampler__ruby_fd(struct sampler *s);
 /* The py_known map (struct fw_py_code_key -> u8); a borrowed fd. */
 int sampler__python_known_fd(struct sampler *s);
+/* The hs_procs map (pid -> struct fw_hs_proc) and the hs_stats map; borrowed fds. */
+void sampler__hotspot_fds(struct sampler *s, int *procs_fd, int *stats_fd);
 /*
  * A descriptor that becomes readable when a record asked for a wakeup (CUDA
  * records, when the ring buffer fills up); then call sampler__drain().

@@ -117,6 +117,7 @@ struct {
 struct fw_unwind_state {
 	__u64 ip, sp, bp;
 	struct fw_proc_mappings *procmaps;	/* NULL: frame pointers only */
+	struct fw_hs_proc *hs;			/* a JVM's code cache, or NULL */
 	__u32 n;				/* user frames written */
 	__u32 k;				/* kernel frames before them */
 	__u32 exact_ip;				/* ip is not a return address (leaf, signal) */
@@ -179,6 +180,7 @@ static __always_inline int read_user_u64(__u64 *dst, __u64 addr)
 }
 
 #include "go.bpf.h"
+#include "hotspot.bpf.h"
 
 /*
  * One frame: records ip, then computes the caller's ip, sp and bp from the
@@ -186,7 +188,8 @@ static __always_inline int read_user_u64(__u64 *dst, __u64 addr)
  * there is no table or no rule for this code. pm is the process's
  * mappings, NULL for frame pointers only. Returns 1 to stop.
  */
-static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_proc_mappings *pm)
+static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_proc_mappings *pm,
+					 struct fw_hs_proc *hp)
 {
 	__u64 pc, cfa, ip = 0, sp, bp = st->bp;
 	struct unwind_row *row = NULL;
@@ -209,6 +212,13 @@ static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_p
 	/* A return address is one past the call; the call is what we must look up. */
 	pc = st->exact_ip ? st->ip : st->ip - 1;
 	st->exact_ip = 0;
+	if (hp) {
+		/* JIT code and the interpreter live outside every file mapping. */
+		long r = hotspot_step(st, hp, s, idx, pc);
+
+		if (r >= 0)
+			return r;
+	}
 	if (pm) {
 		m = find_mapping(pm, pc);
 		if (!m)
@@ -305,7 +315,7 @@ static long unwind_step(__u32 i, void *ctx)
 {
 	struct fw_unwind_state *st = ctx;
 
-	return unwind_frame(st, st->procmaps);
+	return unwind_frame(st, st->procmaps, st->hs);
 }
 
 /*
@@ -313,20 +323,22 @@ static long unwind_step(__u32 i, void *ctx)
  * global function is verified once, on its own, rather than once per
  * iteration of the loop, which keeps 127 frames far below the verifier's
  * limits. It cannot trust pointers kept in *st, so it looks the process's
- * mappings up again (one hash lookup per frame).
+ * mappings (and its JVM's description) up again: a hash lookup per frame.
  */
 __noinline int unwind_frame_noloop(struct fw_unwind_state *st)
 {
 	struct fw_proc_mappings *pm = NULL;
+	struct fw_hs_proc *hp = NULL;
 	__u32 tgid;
 
 	if (!st)
 		return 1;
-	if (st->procmaps) {
-		tgid = st->tgid;
+	tgid = st->tgid;
+	if (st->procmaps)
 		pm = bpf_map_lookup_elem(&proc_mappings, &tgid);
-	}
-	return unwind_frame(st, pm);
+	if (st->hs)
+		hp = bpf_map_lookup_elem(&hs_procs, &tgid);
+	return unwind_frame(st, pm, hp);
 }
 
 /*
@@ -350,6 +362,7 @@ static __always_inline void walk_user_stack(struct fw_sample *s, __u32 tgid,
 		st.flags |= FW_SAMPLE_NO_TABLES;
 		stat_inc(FW_STAT_UNWIND_NO_TABLES);
 	}
+	st.hs = bpf_map_lookup_elem(&hs_procs, &tgid);
 	if (have_bpf_loop) {
 		bpf_loop(FW_MAX_USTACK, unwind_step, &st, 0);
 	} else {
