@@ -20,6 +20,7 @@
 #include "agent/cuda_tracker.h"
 #include "agent/sampler.h"
 #include "common/batch.h"
+#include "common/clock.h"
 #include "common/intern.h"
 #include "common/log.h"
 #include "gpu/cuda_join.h"
@@ -122,14 +123,6 @@ static void _unseen(struct cuda_tracker *t, pid_t pid)
 			t->seen[i] = t->seen[--t->nseen];
 			return;
 		}
-}
-
-static uint64_t _mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
 /* ---- kernel names ---- */
@@ -509,7 +502,7 @@ int cuda_tracker__scan(struct cuda_tracker *t)
 	int found = 0;
 	DIR *d;
 
-	t->last_scan_ns = _mono_ns();
+	t->last_scan_ns = clock__mono_ns();
 	d = opendir(t->proc_root);
 	if (!d)
 		return 0;
@@ -563,7 +556,7 @@ void cuda_tracker__free(struct cuda_tracker *t)
 
 void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid)
 {
-	uint64_t now = _mono_ns();
+	uint64_t now = clock__mono_ns();
 
 	_unseen(t, pid);
 	/* The old image's launches and names are gone with it. */
@@ -596,7 +589,7 @@ void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid)
 
 void cuda_tracker__tick(struct cuda_tracker *t)
 {
-	uint64_t now = _mono_ns();
+	uint64_t now = clock__mono_ns();
 
 	for (uint32_t i = 0; i < t->ncand;) {
 		struct candidate *c = &t->cand[i];
@@ -638,13 +631,13 @@ void cuda_tracker__launch(struct cuda_tracker *t, const struct fw_cuda_launch *l
 	}
 	memcpy(lp->comm, l->s.comm, FW_COMM_LEN);
 	if (cuda_join__launch(t->join, l->s.pid, l->correlation, l->s.tid, l->s.cpu, l->weight,
-			      lp, _mono_ns()))
+			      lp, clock__mono_ns()))
 		t->add_errors++;
 }
 
 void cuda_tracker__activity(struct cuda_tracker *t, const struct fw_cuda_activity *a)
 {
-	uint64_t now = _mono_ns();
+	uint64_t now = clock__mono_ns();
 
 	/*
 	 * Kernel names are resolved now, from the name probe or else while

@@ -13,6 +13,7 @@
 #include "agent/hotspot_vmstructs.h"
 #include "agent/procmaps.h"
 #include "agent/proc_table.h"
+#include "common/clock.h"
 #include "common/intern.h"
 #include "common/log.h"
 #include "symbolize/elf_file.h"
@@ -101,14 +102,6 @@ struct hotspot {
 	char names[HOTSPOT_MAX_INLINE][64];
 	struct hotspot_stats st;
 };
-
-static uint64_t _now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
 
 struct hotspot *hotspot__new(int map_fd, int stats_fd, struct proc_table *procs)
 {
@@ -453,7 +446,7 @@ void hotspot__note_pid(struct hotspot *hs, pid_t pid)
 
 	if (e && (e->proc || e->checks >= MAX_CHECKS))
 		return;
-	now = _now_ns();
+	now = clock__mono_ns();
 	if (e && now < e->next_check_ns)
 		return;
 	if (!e) {
@@ -843,7 +836,7 @@ static struct pc_entry *_pc(struct hotspot *hs, const struct hotspot_proc *hp, u
 {
 	struct { uint64_t epoch, pc; } key = { hp->epoch, pc };
 	struct pc_entry *pe;
-	uint64_t now = _now_ns(), blob;
+	uint64_t now = clock__mono_ns(), blob;
 	char name[32];
 	bool added;
 	int64_t id;

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "agent/interp_procs.h"
+#include "common/clock.h"
 
 struct pid_entry {
 	pid_t pid;
@@ -42,14 +43,6 @@ void interp_procs__free(struct interp_procs *t)
 	free(t);
 }
 
-static uint64_t _now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
 static struct pid_entry **_slot(struct interp_procs *t, pid_t pid)
 {
 	struct pid_entry **pe = &t->pids[(uint32_t)pid % PID_BUCKETS];
@@ -66,7 +59,7 @@ int interp_procs__note(struct interp_procs *t, pid_t pid, interp_describe_fn fn,
 
 	if (e && (e->proc || e->checks >= MAX_CHECKS))
 		return 0;
-	now = _now_ns();
+	now = clock__mono_ns();
 	if (e && now < e->next_check_ns)
 		return 0;
 	if (!e) {

@@ -15,6 +15,7 @@
 #include "agent/procmaps.h"
 #include "agent/proc_table.h"
 #include "agent/python.h"
+#include "common/clock.h"
 #include "common/intern.h"
 #include "common/log.h"
 #include "symbolize/elf_file.h"
@@ -39,14 +40,6 @@ struct python_proc {
 	uint64_t interp_start, interp_end;	/* the interpreter binary's code */
 	struct code_layout code;
 };
-
-static uint64_t _now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
 
 #define CODE_CACHE_MAX 65536
 #define STR_MAX 512
@@ -615,7 +608,7 @@ static struct code_entry *_code(struct python *py, const struct python_proc *pp,
 	if (added) {
 		memset(ce, 0, sizeof(*ce));
 	} else if (ce->err && ce->err != -ESRCH && ce->rereads < REREADS_MAX &&
-		   _now_ns() - ce->failed_ns >= REREAD_NS) {
+		   clock__mono_ns() - ce->failed_ns >= REREAD_NS) {
 		uint32_t rereads = ce->rereads + 1;
 
 		free(ce->lt);
@@ -636,7 +629,7 @@ static struct code_entry *_code(struct python *py, const struct python_proc *pp,
 		if (ce->err) {
 			pr_debug("pid %d: code object 0x%llx: %s\n", pp->pid, (unsigned long long)code,
 				 strerror(-ce->err));
-			ce->failed_ns = _now_ns();
+			ce->failed_ns = clock__mono_ns();
 			py->st.code_read_errors++;
 			if (ce->err == -ESRCH)
 				py->st.code_read_gone++;

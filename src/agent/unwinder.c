@@ -16,6 +16,7 @@
 #include "agent/proc_table.h"
 #include "agent/procmaps.h"
 #include "agent/unwinder.h"
+#include "common/clock.h"
 #include "common/intern.h"
 #include "common/log.h"
 #include "symbolize/elf_file.h"
@@ -100,14 +101,6 @@ void unwinder__free(struct unwinder *u)
 	free(u->scratch);
 	free(u->scratch_files);
 	free(u);
-}
-
-static uint64_t _now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
 /* Opens the binary's separate debug file by build id, or returns -1. */
@@ -209,14 +202,14 @@ static int _load_file(struct unwinder *u, uint32_t idx, struct binary *b)
 	struct unwind_table_stats st;
 	struct unwind_row *rows = NULL;
 	size_t n = 0;
-	uint64_t t0 = _now_ns();
+	uint64_t t0 = clock__mono_ns();
 	int debug_fd, err;
 
 	debug_fd = _open_debug_file(b);
 	err = unwind_table__build(b->fd, debug_fd, &rows, &n, &st);
 	if (debug_fd >= 0)
 		close(debug_fd);
-	u->stats.build_ns += _now_ns() - t0;
+	u->stats.build_ns += clock__mono_ns() - t0;
 	if (err || n == 0 || n > UINT32_MAX) {
 		pr_debug("no unwind table for %s: %s\n", b->path, strerror(err ? -err : ENOENT));
 		f->state = FILE_NO_CFI;
@@ -374,7 +367,7 @@ int unwinder__add_pid(struct unwinder *u, pid_t pid)
 		}
 	}
 	p->nfiles = nfiles;
-	p->described_ns = _now_ns();
+	p->described_ns = clock__mono_ns();
 	if (bpf_map_update_elem(u->procs_fd, &key, u->scratch, BPF_ANY))
 		return -errno;
 	return 0;
@@ -415,7 +408,7 @@ void unwinder__note_sample(struct unwinder *u, pid_t pid, uint32_t flags)
 	if (!(flags & (FW_SAMPLE_NO_TABLES | FW_SAMPLE_UNKNOWN_MAPPING)))
 		return;
 	p = *_pid_slot(u, pid);
-	if (p && _now_ns() - p->described_ns < _redescribe_interval_ns(p))
+	if (p && clock__mono_ns() - p->described_ns < _redescribe_interval_ns(p))
 		return;
 	unwinder__queue(u, pid);
 }

@@ -12,6 +12,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "format/wire.h"
@@ -25,14 +26,6 @@
 
 #define MAX_SESSIONS 4096
 #define MAX_SESSION_BYTES (256u << 20)
-
-static uint64_t _now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
 
 static enum status_class _class(int status)
 {
@@ -177,7 +170,7 @@ static void _dispatch(struct evhttp_request *req, void *arg)
 	const char *path = evhttp_uri_get_path(uri), *query = evhttp_uri_get_query(uri);
 	bool is_get = method == EVHTTP_REQ_GET || method == EVHTTP_REQ_HEAD;
 	bool is_post = method == EVHTTP_REQ_POST;
-	uint64_t t0 = _now_ns();
+	uint64_t t0 = clock__mono_ns();
 
 	TAILQ_INIT(&r.params);
 	if (!path)
@@ -286,7 +279,7 @@ static void _dispatch(struct evhttp_request *req, void *arg)
 	}
 out:
 	srv->metrics.requests[r.route][_class(r.status)]++;
-	srv->metrics.request_ns[r.route] += _now_ns() - t0;
+	srv->metrics.request_ns[r.route] += clock__mono_ns() - t0;
 	evhttp_clear_headers(&r.params);
 }
 
