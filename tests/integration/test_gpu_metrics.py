@@ -266,10 +266,13 @@ def test_gpu_metrics_end_to_end(flamewatch, procs, gpu_env, tmp_path):
     check_all(got, node, pid, "api")
 
     # Sub-second utilisation: the fake takes a sample every 100 ms, all of them kept.
-    r = client.get("/api/v1/gpu/metrics", {"from": "now-5m", "to": "now+1m", "step": "0",
-                                           "query": 'flamewatch_gpu_utilization_percent{gpu="0",node="%s"}' % node})
-    pts = r.json()["series"][0]["points"]
-    ts = [p[0] for p in pts]
+    # The agent asks for them once a second (nvmlDeviceGetSamples returns every
+    # sample since the last call), so the first batches may hold only one.
+    def util_ts():
+        r = client.get("/api/v1/gpu/metrics", {"from": "now-5m", "to": "now+1m", "step": "0",
+                                               "query": 'flamewatch_gpu_utilization_percent{gpu="0",node="%s"}' % node})
+        return [p[0] for p in r.json()["series"][0]["points"]]
+    ts = poll(lambda: (lambda t: t if len(t) >= 5 else None)(util_ts()), 15) or util_ts()
     assert len(ts) >= 5 and ts == sorted(set(ts)), ts[:20]
     assert all(b - a == 100_000_000 for a, b in zip(ts, ts[1:])), "utilisation samples not every 100 ms"
     # Bucketed: a 1 s step averages ten samples of the constant value.
