@@ -108,6 +108,7 @@ static struct {
 	struct cupti_api api;
 	int initialized;
 	_Atomic int inert;		/* forked child, fatal CUPTI error: do nothing */
+	_Atomic int exiting;		/* exit() has begun: the control thread stops */
 
 	/* configuration */
 	uint64_t budget;		/* kept launches per second */
@@ -690,7 +691,7 @@ static void _tick(void)
 	G.slot++;
 	if (was_on || G.on)
 		G.api.ActivityFlushAll(0);
-	if (G.slot % 16 == 0)
+	if (G.slot % 16 == 0 && !atomic_load(&G.exiting))
 		_update_offset();
 }
 
@@ -699,7 +700,7 @@ static void *_control(void *arg)
 	struct timespec next;
 
 	clock_gettime(CLOCK_MONOTONIC, &next);
-	while (!atomic_load(&G.inert)) {
+	while (!atomic_load(&G.inert) && !atomic_load(&G.exiting)) {
 		next.tv_nsec += (long)G.window_ms * 1000000L;
 		while (next.tv_nsec >= 1000000000L) {
 			next.tv_nsec -= 1000000000L;
@@ -707,7 +708,8 @@ static void *_control(void *arg)
 		}
 		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
 		pthread_mutex_lock(&G.ctl);
-		_tick();
+		if (!atomic_load(&G.exiting))
+			_tick();
 		pthread_mutex_unlock(&G.ctl);
 	}
 	return NULL;
@@ -745,17 +747,28 @@ static void _write_summary(void)
 	fclose(f);
 }
 
+/*
+ * exit(): one last flush, then nothing. The control thread is detached and
+ * keeps running while the C library runs the destructors of every shared
+ * object, CUPTI's and the driver's included; a CUPTI call of ours after
+ * those would crash the application at exit. So the control thread is told
+ * first (exiting), and stops before its next call into CUPTI. If it is
+ * inside CUPTI for more than a second, we give up the final flush rather
+ * than hang the exit, and the flag still keeps it from making another call.
+ */
 static void _at_exit(void)
 {
 	struct timespec until;
 
+	atomic_store(&G.exiting, 1);
 	if (atomic_load(&G.inert))
 		return;
-	/* Never hang the exit: if the control thread is stuck in CUPTI, give up. */
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += 1;
-	if (pthread_mutex_timedlock(&G.ctl, &until))
+	if (pthread_mutex_timedlock(&G.ctl, &until)) {
+		atomic_store(&G.inert, 1);
 		return;
+	}
 	if (G.subscribed) {
 		_turn_off();
 		G.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);

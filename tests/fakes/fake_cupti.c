@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cupti.h>
 
@@ -67,7 +68,38 @@ static uint64_t _now(void)
 	return (uint64_t)((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec + skew);
 }
 
-#define FAIL_CHECK() do { _init(); if (_mode_fail) return CUPTI_ERROR_UNKNOWN; } while (0)
+/*
+ * The real CUPTI is torn down by its destructor at exit while a client's
+ * threads may still run: a call after that is a crash in the application.
+ * Here it is a loud abort, so that a test sees it. FAKE_CUPTI_DTOR_LINGER_MS
+ * keeps the process in that state a while (the real teardown takes time),
+ * and FAKE_CUPTI_FLUSH_BLOCKS=1 makes a periodic flush (flag 0) block until
+ * that teardown begins, as a flush stuck in the driver at exit would.
+ */
+static volatile int _dead;
+
+static void _dead_check(void)
+{
+	static const char msg[] = "fake CUPTI: called after its destructor ran\n";
+
+	if (!_dead)
+		return;
+	if (write(2, msg, sizeof(msg) - 1) < 0) {
+		/* aborting anyway */
+	}
+	abort();
+}
+
+__attribute__((destructor)) static void _destructor(void)
+{
+	const char *s = getenv("FAKE_CUPTI_DTOR_LINGER_MS");
+
+	_dead = 1;
+	if (s)
+		usleep((useconds_t)atoi(s) * 1000);
+}
+
+#define FAIL_CHECK() do { _dead_check(); _init(); if (_mode_fail) return CUPTI_ERROR_UNKNOWN; } while (0)
 
 API CUptiResult cuptiGetResultString(CUptiResult r, const char **s)
 {
@@ -265,6 +297,11 @@ API CUptiResult cuptiActivityFlushAll(uint32_t flag)
 	size_t n, i = 0;
 
 	FAIL_CHECK();
+	if (flag == 0 && getenv("FAKE_CUPTI_FLUSH_BLOCKS")) {
+		for (int i = 0; i < 1000 && !_dead; i++)
+			usleep(10000);
+		return CUPTI_SUCCESS;
+	}
 	pthread_mutex_lock(&_mu);
 	q = _q;
 	n = _nq;

@@ -273,3 +273,18 @@ def test_conflict_later(fakes, tmp_path):
     assert host.returncode == 0, err
     assert "C another CUPTI client (CUPTI for fake profiler) holds" in bt_out  # str() keeps 64 bytes
     assert "another CUPTI client" in err
+
+
+def test_exit_while_control_thread_is_in_cupti(fakes, tmp_path):
+    """exit() while the control thread is stuck in a CUPTI flush: the library
+    gives up its final flush after a second, and the control thread must not
+    call CUPTI again once CUPTI's destructor has run (a crash at exit in the
+    application). The fake aborts on any call after its destructor."""
+    for i in range(3):
+        summary = tmp_path / f"s{i}.json"
+        res = run_plain([HOST, "drive", LIB, 2000, 20000, 100],
+                        host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=1,
+                                 FLAMEWATCH_CUDA_WINDOW_MS=20, FAKE_CUPTI_FLUSH_BLOCKS=1,
+                                 FAKE_CUPTI_DTOR_LINGER_MS=500), timeout=60)
+        assert res.returncode == 0, (res.returncode, res.stderr)
+        assert "after its destructor" not in res.stderr, res.stderr
