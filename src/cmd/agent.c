@@ -46,6 +46,10 @@ static void _usage(FILE *out)
 "                       this often (default off)\n"
 "  --gpu-interval DUR   how often GPU metrics are read from NVML (default 1s,\n"
 "                       at least 100ms; off: none)\n"
+"  --gpu-pcie-interval DUR     how often the PCIe byte counters are read: costly\n"
+"                       on some drivers; the rate covers the whole time (default 5s)\n"
+"  --gpu-process-interval DUR  how often per-process GPU utilisation is read:\n"
+"                       every driver sample since the last read (default 10s)\n"
 "  --metrics-listen H:P serve /metrics (GPU metrics, Prometheus text) here\n"
 "  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n"
 "  --cuda-lib-dir DIR   copy libflamewatch-cuda.so (shipped beside this binary) into\n"
@@ -170,6 +174,8 @@ int cmd_agent(int argc, char **argv)
 		{ "unwind-table-mb", required_argument, NULL, 'U' },
 		{ "java-perfmap-interval", required_argument, NULL, 'J' },
 		{ "gpu-interval", required_argument, NULL, 'g' },
+		{ "gpu-pcie-interval", required_argument, NULL, 'X' },
+		{ "gpu-process-interval", required_argument, NULL, 'Y' },
 		{ "metrics-listen", required_argument, NULL, 'M' },
 		{ "no-cpu-strips", no_argument, NULL, 'S' },
 		{ "cuda-lib-dir", required_argument, NULL, 'C' },
@@ -181,7 +187,9 @@ int cmd_agent(int argc, char **argv)
 	struct continuous_opts co = {
 		.freq_hz = 19, .unwind_mb = 64, .interval_ns = 10000000000ULL,
 		.max_samples = 200000, .deliver = _deliver,
-		.gpu_interval_ns = CONTINUOUS_GPU_INTERVAL_NS, .on_gpu_round = _on_gpu_round,
+		.gpu_interval_ns = CONTINUOUS_GPU_INTERVAL_NS,
+		.gpu_pcie_interval_ns = CONTINUOUS_GPU_PCIE_INTERVAL_NS,
+		.gpu_process_interval_ns = CONTINUOUS_GPU_PROCESS_INTERVAL_NS, .on_gpu_round = _on_gpu_round,
 	};
 	const char *metrics_listen = NULL;
 	struct agent a = { 0 };
@@ -249,6 +257,16 @@ int cmd_agent(int argc, char **argv)
 			if (continuous__parse_gpu_interval(optarg, &co.gpu_interval_ns))
 				return 2;
 			break;
+		case 'X':
+			if (continuous__parse_gpu_costly_interval("gpu-pcie-interval", optarg,
+								  &co.gpu_pcie_interval_ns))
+				return 2;
+			break;
+		case 'Y':
+			if (continuous__parse_gpu_costly_interval("gpu-process-interval", optarg,
+								  &co.gpu_process_interval_ns))
+				return 2;
+			break;
 		case 'M':
 			metrics_listen = optarg;
 			break;
@@ -295,7 +313,8 @@ int cmd_agent(int argc, char **argv)
 		goto out;
 	if (metrics_listen) {
 		a.metrics = agent_metrics__start(a.base, metrics_listen, so.node,
-						 co.gpu_interval_ns, a.cont.gpu);
+						 co.gpu_interval_ns, co.gpu_process_interval_ns,
+						 a.cont.gpu);
 		if (!a.metrics)
 			goto out;
 	}

@@ -63,6 +63,9 @@ static void _on_request(struct evhttp_request *req, void *arg)
 		       "# HELP flamewatch_agent_gpu_round_max_wall_seconds The longest NVML round.\n"
 		       "# TYPE flamewatch_agent_gpu_round_max_wall_seconds gauge\n"
 		       "flamewatch_agent_gpu_round_max_wall_seconds %.9f\n"
+		       "# HELP flamewatch_agent_gpu_round_max_cpu_seconds CPU time of the costliest NVML round.\n"
+		       "# TYPE flamewatch_agent_gpu_round_max_cpu_seconds gauge\n"
+		       "flamewatch_agent_gpu_round_max_cpu_seconds %.9f\n"
 		       "# HELP flamewatch_agent_gpu_nvml_calls_total NVML queries made in rounds.\n"
 		       "# TYPE flamewatch_agent_gpu_nvml_calls_total counter\n"
 		       "flamewatch_agent_gpu_nvml_calls_total %llu\n"
@@ -70,7 +73,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 		       "# TYPE flamewatch_agent_gpus gauge\n"
 		       "flamewatch_agent_gpus %u\n",
 		       (unsigned long long)st.rounds, st.cpu_ns / 1e9, st.wall_ns / 1e9,
-		       st.max_wall_ns / 1e9, (unsigned long long)st.calls, gpu_poller__ngpus(m->gpu));
+		       st.max_wall_ns / 1e9, st.max_cpu_ns / 1e9, (unsigned long long)st.calls, gpu_poller__ngpus(m->gpu));
 	prom_points__write(m->points, &sb, gpu_metric__help, gpu_metric__type);
 	if (sb.oom)
 		_reply(req, 500, "text/plain", "out of memory\n", 14);
@@ -81,7 +84,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 
 struct agent_metrics *agent_metrics__start(struct event_base *base, const char *listen,
 					   const char *node, uint64_t gpu_interval_ns,
-					   struct gpu_poller *gpu)
+					   uint64_t gpu_process_interval_ns, struct gpu_poller *gpu)
 {
 	struct agent_metrics *m = calloc(1, sizeof(*m));
 	char host[256];
@@ -91,10 +94,15 @@ struct agent_metrics *agent_metrics__start(struct event_base *base, const char *
 		return NULL;
 	m->node = node;
 	m->gpu = gpu;
-	/* A process that left the GPU stops showing after three rounds (at least 5 s). */
+	/*
+	 * A process that left the GPU stops showing after three rounds (at
+	 * least 5 s) past the time its utilisation is asked again: until then
+	 * its last sample is its current value.
+	 */
 	m->max_age_ns = 3 * (int64_t)gpu_interval_ns;
 	if (m->max_age_ns < 5000000000LL)
 		m->max_age_ns = 5000000000LL;
+	m->max_age_ns += (int64_t)gpu_process_interval_ns;
 	if (server__parse_listen(listen, host, sizeof(host), &port)) {
 		fprintf(stderr, "flamewatch: error: --metrics-listen: '%s' is not HOST:PORT\n", listen);
 		goto err;

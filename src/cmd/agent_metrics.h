@@ -17,7 +17,7 @@ struct gpu_poller;
 /* Prints the reason and returns NULL on failure. Borrows node (kept) and gpu (may be NULL). */
 struct agent_metrics *agent_metrics__start(struct event_base *base, const char *listen,
 					   const char *node, uint64_t gpu_interval_ns,
-					   struct gpu_poller *gpu);
+					   uint64_t gpu_process_interval_ns, struct gpu_poller *gpu);
 void agent_metrics__free(struct agent_metrics *m);
 /* Takes the points b->metrics[first..] of the round just done. */
 void agent_metrics__round(struct agent_metrics *m, const struct batch *b, uint32_t first);

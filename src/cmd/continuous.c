@@ -58,6 +58,23 @@ int continuous__parse_gpu_interval(const char *arg, uint64_t *ns)
 	return 0;
 }
 
+int continuous__parse_gpu_costly_interval(const char *flag, const char *arg, uint64_t *ns)
+{
+	int64_t v;
+
+	if (!strcmp(arg, "0")) {
+		*ns = 0;
+		return 0;
+	}
+	if (duration__parse(arg, &v) || v < 0) {
+		fprintf(stderr, "flamewatch: error: --%s: '%s' is not a duration (0: every round)\n",
+			flag, arg);
+		return -1;
+	}
+	*ns = (uint64_t)v;
+	return 0;
+}
+
 /* Moves the points of the GPU thread's rounds into the batch being filled. */
 static void _gpu_drain(struct continuous *c, struct batch *b)
 {
@@ -142,7 +159,8 @@ int continuous__start(struct continuous *c, struct event_base *base,
 	if (o->gpu_interval_ns) {
 		c->gpu_interval_ns = o->gpu_interval_ns;
 		c->on_gpu_round = o->on_gpu_round;
-		c->gpu = gpu_poller__start(NULL, o->gpu_interval_ns);
+		c->gpu = gpu_poller__start(NULL, o->gpu_interval_ns, o->gpu_pcie_interval_ns,
+					   o->gpu_process_interval_ns);
 	}
 	return 0;
 }
@@ -182,10 +200,10 @@ void continuous__stop(struct continuous *c)
 
 		gpu_poller__stats(c->gpu, &st);
 		if (st.rounds)
-			pr_info("nvml: %llu rounds, %llu points, %.1f us CPU per round, "
+			pr_info("nvml: %llu rounds, %llu points, %.1f us CPU per round (max %.1f), "
 				"%.2f ms wall per round (max %.2f)\n",
 				(unsigned long long)st.rounds, (unsigned long long)st.points,
-				st.cpu_ns / 1e3 / st.rounds, st.wall_ns / 1e6 / st.rounds,
+				st.cpu_ns / 1e3 / st.rounds, st.max_cpu_ns / 1e3, st.wall_ns / 1e6 / st.rounds,
 				st.max_wall_ns / 1e6);
 		gpu_poller__free(c->gpu);
 		c->gpu = NULL;

@@ -42,6 +42,8 @@ struct continuous_opts {
 	void *ctx;
 	/* NVML metrics every gpu_interval_ns; 0: none */
 	uint64_t gpu_interval_ns;
+	/* the PCIe counters and per-process utilisation this often (0: every round) */
+	uint64_t gpu_pcie_interval_ns, gpu_process_interval_ns;
 	/* Called after each GPU round with the batch and its first new metric; may be NULL. */
 	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 	int no_cpu_strips;		/* --no-cpu-strips */
@@ -52,7 +54,11 @@ struct continuous_opts {
  * reason and returns -1 on a bad value.
  */
 int continuous__parse_gpu_interval(const char *arg, uint64_t *ns);
+/* --gpu-pcie-interval, --gpu-process-interval: a duration, 0 for every round. */
+int continuous__parse_gpu_costly_interval(const char *flag, const char *arg, uint64_t *ns);
 #define CONTINUOUS_GPU_INTERVAL_NS 1000000000ULL
+#define CONTINUOUS_GPU_PCIE_INTERVAL_NS 5000000000ULL
+#define CONTINUOUS_GPU_PROCESS_INTERVAL_NS 10000000000ULL
 
 /* Starts sampling the whole host. Prints the reason and returns -1 on failure. */
 int continuous__start(struct continuous *c, struct event_base *base,

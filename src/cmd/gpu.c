@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "cmd/cmd.h"
+#include "cmd/continuous.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/profile.h"
@@ -22,11 +23,14 @@ static void _usage(FILE *out)
 {
 	fprintf(out,
 "usage: flamewatch gpu [--rounds N] [--interval DUR] [--lib PATH] [--quiet] [--breakdown]\n"
+"                      [--pcie-interval DUR] [--process-interval DUR]\n"
 "\n"
 "Reads GPU metrics from NVML N times (default 1), DUR apart (default 1s), and\n"
 "prints every point of the last round as `name{labels} value ts_ns`, then the\n"
 "CPU time one round took. --breakdown: also the calls and CPU time of each\n"
-"kind of NVML query, per GPU per round.\n");
+"kind of NVML query, per GPU per round. The PCIe counters and per-process\n"
+"utilisation are read every 5s and 10s as by the agent, or as given (0: every\n"
+"round).\n");
 }
 
 static int64_t _unix_ns(void)
@@ -63,11 +67,15 @@ int cmd_gpu(int argc, char **argv)
 		{ "lib", required_argument, NULL, 'L' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "breakdown", no_argument, NULL, 'b' },
+		{ "pcie-interval", required_argument, NULL, 'X' },
+		{ "process-interval", required_argument, NULL, 'Y' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
 	unsigned long rounds = 1;
+	uint64_t pcie_ns = CONTINUOUS_GPU_PCIE_INTERVAL_NS;
+	uint64_t process_ns = CONTINUOUS_GPU_PROCESS_INTERVAL_NS;
 	int64_t interval = 1000000000LL;
 	const char *lib = NULL;
 	struct nvml *n = NULL;
@@ -96,6 +104,14 @@ int cmd_gpu(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'X':
+			if (continuous__parse_gpu_costly_interval("pcie-interval", optarg, &pcie_ns))
+				return 2;
+			break;
+		case 'Y':
+			if (continuous__parse_gpu_costly_interval("process-interval", optarg, &process_ns))
+				return 2;
+			break;
 		case 'L':
 			lib = optarg;
 			break;
@@ -122,6 +138,7 @@ int cmd_gpu(int argc, char **argv)
 		return 1;
 	}
 	nvml__set_interval(n, (uint64_t)interval);
+	nvml__set_costly_intervals(n, pcie_ns, process_ns);
 	nvml__set_profile(n, breakdown);
 	b = batch__new(1);
 	if (!b)
@@ -163,11 +180,11 @@ int cmd_gpu(int argc, char **argv)
 	if (breakdown)
 		_print_breakdown(n, &st);
 	printf("# rounds %llu gpus %u points %llu calls_per_round %.1f cpu_us_per_round %.1f "
-	       "cpu_us_per_gpu_round %.1f wall_ms_per_round %.2f max_wall_ms %.2f\n",
+	       "cpu_us_per_gpu_round %.1f max_cpu_us %.1f wall_ms_per_round %.2f max_wall_ms %.2f\n",
 	       (unsigned long long)st.rounds, nvml__ngpus(n), (unsigned long long)st.points,
 	       (double)st.calls / st.rounds, st.cpu_ns / 1e3 / st.rounds,
 	       nvml__ngpus(n) ? st.cpu_ns / 1e3 / st.rounds / nvml__ngpus(n) : 0.0,
-	       st.wall_ns / 1e6 / st.rounds, st.max_wall_ns / 1e6);
+	       st.max_cpu_ns / 1e3, st.wall_ns / 1e6 / st.rounds, st.max_wall_ns / 1e6);
 	rc = 0;
 out:
 	batch__free(b);

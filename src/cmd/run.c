@@ -39,6 +39,10 @@ static void _usage(FILE *out)
 "                       this often, naming JIT-compiled Java frames (default off)\n"
 "  --gpu-interval DUR   how often GPU metrics are read from NVML (default 1s,\n"
 "                       at least 100ms; off: none)\n"
+"  --gpu-pcie-interval DUR     how often the PCIe byte counters are read: costly\n"
+"                       on some drivers; the rate covers the whole time (default 5s)\n"
+"  --gpu-process-interval DUR  how often per-process GPU utilisation is read:\n"
+"                       every driver sample since the last read (default 10s)\n"
 "  --insecure           allow a non-loopback --listen without a token\n"
 "  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n");
 }
@@ -73,6 +77,8 @@ int cmd_run(int argc, char **argv)
 		{ "interval", required_argument, NULL, 'i' },
 		{ "java-perfmap-interval", required_argument, NULL, 'J' },
 		{ "gpu-interval", required_argument, NULL, 'g' },
+		{ "gpu-pcie-interval", required_argument, NULL, 'X' },
+		{ "gpu-process-interval", required_argument, NULL, 'Y' },
 		{ "no-cpu-strips", no_argument, NULL, 'S' },
 	};
 	struct option longopts[32];
@@ -81,6 +87,8 @@ int cmd_run(int argc, char **argv)
 		.freq_hz = 19, .unwind_mb = 64, .interval_ns = 10000000000ULL,
 		.max_samples = 200000, .deliver = _deliver,
 		.gpu_interval_ns = CONTINUOUS_GPU_INTERVAL_NS,
+		.gpu_pcie_interval_ns = CONTINUOUS_GPU_PCIE_INTERVAL_NS,
+		.gpu_process_interval_ns = CONTINUOUS_GPU_PROCESS_INTERVAL_NS,
 	};
 	struct run r = { 0 };
 	struct continuous cont = { 0 };
@@ -142,6 +150,14 @@ int cmd_run(int argc, char **argv)
 		}
 		if (c == 'g') {
 			if (continuous__parse_gpu_interval(optarg, &co.gpu_interval_ns))
+				return 2;
+			continue;
+		}
+		if (c == 'X' || c == 'Y') {
+			if (continuous__parse_gpu_costly_interval(c == 'X' ? "gpu-pcie-interval" :
+								  "gpu-process-interval", optarg,
+								  c == 'X' ? &co.gpu_pcie_interval_ns :
+								  &co.gpu_process_interval_ns))
 				return 2;
 			continue;
 		}

@@ -41,6 +41,14 @@ struct nvml *nvml__open(const char *lib);
  * round when back to back), not every round.
  */
 void nvml__set_interval(struct nvml *n, uint64_t interval_ns);
+/*
+ * How often the two costly queries are made (0: every round): the PCIe
+ * byte counters (default 5 s; every round anyway where the driver's
+ * counters are 32 bits, which wrap within seconds) and the per-process
+ * utilisation samples (default 10 s). Both cover the whole time since the
+ * last call; the last PCIe rates are exported every round.
+ */
+void nvml__set_costly_intervals(struct nvml *n, uint64_t pcie_ns, uint64_t process_ns);
 /* Shuts NVML down and unloads it. Accepts NULL. */
 void nvml__close(struct nvml *n);
 unsigned int nvml__ngpus(const struct nvml *n);
@@ -55,7 +63,7 @@ int nvml__available(const struct nvml *n, unsigned int gpu, enum nvml_metric m);
  * the clock by which the values that hardly change (maximum clocks, power
  * limit, slowdown temperature, MIG mode) are asked again every 60 s; they
  * are exported every round. PCIe rates come from the driver's byte
- * counters, so the first round has none.
+ * counters, so the first round has none (the second has).
  * Returns the number of points added or -ENOMEM (b keeps what was added).
  */
 int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns);
@@ -65,6 +73,7 @@ struct nvml_stats {
 	uint64_t calls;		/* NVML queries made in rounds */
 	uint64_t points;
 	uint64_t cpu_ns;	/* thread CPU time spent in rounds */
+	uint64_t max_cpu_ns;	/* the costliest round */
 	uint64_t wall_ns;	/* elapsed time in rounds (some NVML queries sleep) */
 	uint64_t max_wall_ns;	/* the longest round */
 };

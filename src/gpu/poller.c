@@ -126,7 +126,8 @@ static void *_run(void *arg)
 	return NULL;
 }
 
-struct gpu_poller *gpu_poller__start(const char *lib, uint64_t interval_ns)
+struct gpu_poller *gpu_poller__start(const char *lib, uint64_t interval_ns, uint64_t pcie_ns,
+				     uint64_t process_ns)
 {
 	struct gpu_poller *p = calloc(1, sizeof(*p));
 	pthread_condattr_t ca;
@@ -146,6 +147,7 @@ struct gpu_poller *gpu_poller__start(const char *lib, uint64_t interval_ns)
 		goto err;
 	}
 	nvml__set_interval(p->nvml, interval_ns);
+	nvml__set_costly_intervals(p->nvml, pcie_ns, process_ns);
 	p->staged = batch__new(1);
 	p->work = batch__new(1);
 	if (!p->staged || !p->work)

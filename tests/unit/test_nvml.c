@@ -305,11 +305,13 @@ static void test_no_library(void **state)
 }
 
 /*
- * What a round asks NVML at the default 1 s interval: every query once,
- * the PCIe and energy counters in one nvmlDeviceGetFieldValues, none of
- * the expensive ones (GetSamples, GetMaxClockInfo, GetPcieThroughput,
- * GetTotalEnergyConsumption); the values that hardly change again only a
- * minute later.
+ * What a round asks NVML at the default 1 s interval: every cheap query
+ * once, none of the expensive ones (GetSamples, GetMaxClockInfo,
+ * GetPcieThroughput, GetTotalEnergyConsumption); the PCIe and energy
+ * counters in one nvmlDeviceGetFieldValues in the first two rounds and
+ * then every 5 s, per-process utilisation in the first round and then
+ * every 10 s, never both in one round; the values that hardly change again
+ * only a minute later.
  */
 static void test_calls_per_round(void **state)
 {
@@ -335,11 +337,12 @@ static void test_calls_per_round(void **state)
 		assert_true(nvml__collect(n, b, t0 + i * 1000000000LL) > 0);
 	after5 = _calls(log, 0, NULL);
 
-	/* Rounds 2-5, two GPUs: 11 queries per GPU per round. */
-	assert_int_equal(after5 - after1, 4 * 2 * 11);
-	assert_int_equal(_calls(log, after1, "nvmlDeviceGetFieldValues"), 8);
+	/* Rounds 2-5, two GPUs: 9 cheap queries per GPU per round, and the
+	 * second read of the PCIe counters in round 2. */
+	assert_int_equal(after5 - after1, 2 * (4 * 9 + 1));
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetFieldValues"), 2);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetUtilizationRates"), 8);
-	assert_int_equal(_calls(log, after1, "nvmlDeviceGetProcessUtilization"), 8);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetProcessUtilization"), 0);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetComputeRunningProcesses_v3"), 8);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetClockInfo"), 16);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetSamples"), 0);
@@ -357,6 +360,61 @@ static void test_calls_per_round(void **state)
 	assert_true(nvml__collect(n, b, t0 + 61000000000LL) > 0);
 	assert_int_equal(_calls(log, after5, "nvmlDeviceGetMaxClockInfo"), 4);
 	assert_int_equal(_calls(log, after5, "nvmlDeviceGetEnforcedPowerLimit"), 2);
+	batch__free(b);
+	nvml__close(n);
+	unlink(log);
+}
+
+/*
+ * The costly queries at their default cadence over 21 one-second rounds:
+ * the PCIe counters in rounds 0 and 1 (a rate at once) and then every 5 s,
+ * per-process utilisation every 10 s, not in the same round after the
+ * first; the PCIe rates and energy are exported in every round all the same.
+ */
+static void test_costly_cadence(void **state)
+{
+	char log[64] = "/tmp/fw-nvml-calls-XXXXXX";
+	struct batch *b = batch__new(1);
+	int fd = mkstemp(log), before, fv_rounds = 0, pu_rounds = 0, energy = 0;
+	int64_t t0 = _now();
+	struct nvml *n;
+
+	assert_true(fd >= 0);
+	close(fd);
+	setenv("FAKE_NVML_CALLS", log, 1);
+	n = nvml__open(FAKE);
+	unsetenv("FAKE_NVML_CALLS");
+	assert_non_null(n);
+	for (int i = 0; i <= 20; i++) {
+		int fv, pu;
+
+		before = _calls(log, 0, NULL);
+		batch__reset(b);
+		if (i == 1) {	/* the fake's counters move every 125 ms of real time */
+			struct timespec d = { 0, 130000000 };
+
+			nanosleep(&d, NULL);
+		}
+		assert_true(nvml__collect(n, b, t0 + i * 1000000000LL) > 0);
+		fv = _calls(log, before, "nvmlDeviceGetFieldValues");
+		pu = _calls(log, before, "nvmlDeviceGetProcessUtilization");
+		assert_true(fv == 0 || fv == 2);	/* one call per GPU, or none */
+		assert_true(pu == 0 || pu == 2);
+		if (fv)
+			fv_rounds |= 1 << i;
+		if (pu)
+			pu_rounds |= 1 << i;
+		if (i >= 1) {
+			assert_int_equal(_find(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 0,
+					       NULL, NULL), 1);
+			assert_int_equal(_find(b, "flamewatch_gpu_pcie_rx_bytes_per_second", "1", 0,
+					       NULL, NULL), 1);
+		}
+		energy += _find(b, "flamewatch_gpu_energy_joules_total", "0", 0, NULL, NULL);
+	}
+	assert_int_equal(fv_rounds, 1 << 0 | 1 << 1 | 1 << 6 | 1 << 11 | 1 << 16);
+	assert_int_equal(pu_rounds, 1 << 0 | 1 << 10 | 1 << 20);
+	assert_int_equal(energy, 21);
 	batch__free(b);
 	nvml__close(n);
 	unlink(log);
@@ -397,6 +455,7 @@ static void test_process_joins_later(void **state)
 	unsetenv("FAKE_NVML_RELOAD");
 	unsetenv("FAKE_NVML_PROC_PERIOD_MS");
 	assert_non_null(n);
+	nvml__set_costly_intervals(n, 0, 0);	/* every round, to see each sample */
 
 	for (int i = 0; i < 2; i++) {
 		assert_true(nvml__collect(n, b, _now()) > 0);
@@ -475,6 +534,7 @@ static void test_field_fallback(void **state)
 	unsetenv("FAKE_NVML_NO_FIELDS");
 	unsetenv("FAKE_NVML_CALLS");
 	assert_non_null(n);
+	nvml__set_costly_intervals(n, 0, 0);
 	assert_true(nvml__collect(n, b, t0) > 0);
 	_expect(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
 	_expect(b, "flamewatch_gpu_pcie_rx_bytes_per_second", "1", 201 * 1024.0);
@@ -538,7 +598,7 @@ static void test_poller(void **state)
 
 	/* As slow as real PCIe queries: 4 x 20 ms of each 100 ms round. */
 	setenv("FAKE_NVML_PCIE_SLEEP_MS", "20", 1);
-	p = gpu_poller__start(FAKE, 100000000ULL);
+	p = gpu_poller__start(FAKE, 100000000ULL, 0, 0);
 	unsetenv("FAKE_NVML_PCIE_SLEEP_MS");
 	assert_non_null(p);
 	assert_int_equal(gpu_poller__ngpus(p), 2);
@@ -560,7 +620,7 @@ static void test_poller(void **state)
 	assert_true(st.rounds >= (uint64_t)k);
 	gpu_poller__free(p);
 	batch__free(b);
-	assert_null(gpu_poller__start("/nonexistent/libnvidia-ml.so.1", 100000000ULL));
+	assert_null(gpu_poller__start("/nonexistent/libnvidia-ml.so.1", 100000000ULL, 0, 0));
 }
 
 int main(void)
@@ -571,6 +631,7 @@ int main(void)
 		cmocka_unit_test(test_no_library),
 		cmocka_unit_test(test_field_fallback),
 		cmocka_unit_test(test_calls_per_round),
+		cmocka_unit_test(test_costly_cadence),
 		cmocka_unit_test(test_process_joins_later),
 		cmocka_unit_test(test_round_cost),
 		cmocka_unit_test(test_poller),
