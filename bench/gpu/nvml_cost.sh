@@ -4,9 +4,9 @@
 # The CPU cost of the agent's NVML rounds on a real GPU machine (issue 7),
 # beside a PyTorch matmul load on GPU 0:
 #
-#   bench/gpu/nvml_cost.sh [BUILD_DIR]      (about 75 s)
+#   bench/gpu/nvml_cost.sh [BUILD_DIR]      (about 65 s)
 #
-# 1. `flamewatch gpu --rounds 30 --interval 1s --breakdown`: the agent's
+# 1. `flamewatch gpu --rounds 20 --interval 1s --breakdown`: the agent's
 #    defaults (PCIe counters every 5 s, per-process utilisation every 10 s);
 # 2. the same, 10 rounds, everything every round (the previous behaviour);
 # 3. bench/gpu/nvml_probe.py: the CPU time of each costly query and what
@@ -31,8 +31,8 @@ while time.time() < end:
 ' > "$OUTDIR/load.log" 2>&1 &
 LOAD=$!
 sleep 6
-echo "== defaults (PCIe every 5 s, per-process every 10 s), 30 rounds at 1 s"
-timeout 60 "$B/flamewatch" gpu --rounds 30 --interval 1s --breakdown --quiet 2>&1 | tee "$OUTDIR/default.txt" | grep "^#"
+echo "== defaults (PCIe every 5 s, per-process every 10 s), 20 rounds at 1 s"
+timeout 60 "$B/flamewatch" gpu --rounds 20 --interval 1s --breakdown --quiet 2>&1 | tee "$OUTDIR/default.txt" | grep "^#"
 echo "== everything every round, 10 rounds at 1 s"
 timeout 30 "$B/flamewatch" gpu --rounds 10 --interval 1s --breakdown --quiet --pcie-interval 0 \
 	--process-interval 0 2>&1 | tee "$OUTDIR/every.txt" | grep "^#"

@@ -78,6 +78,10 @@ queries = {
     "GetFieldValues(PCIe TX)": fv([197]),
     "GetFieldValues(energy)": fv([83]),
     "GetTotalEnergyConsumption": lambda: nv.nvmlDeviceGetTotalEnergyConsumption(dev, C.byref(ull)),
+    "GetMaxClockInfo(SM)": lambda: nv.nvmlDeviceGetMaxClockInfo(dev, 1, C.byref(u)),
+    "GetEnforcedPowerLimit": lambda: nv.nvmlDeviceGetEnforcedPowerLimit(dev, C.byref(u)),
+    "GetTemperatureThreshold(slowdown)": lambda: nv.nvmlDeviceGetTemperatureThreshold(dev, 1, C.byref(u)),
+    "GetMigMode": lambda: nv.nvmlDeviceGetMigMode(dev, C.byref(u), C.byref(C.c_uint())),
     "GetPowerUsage": lambda: nv.nvmlDeviceGetPowerUsage(dev, C.byref(u)),
     "GetTemperature": lambda: nv.nvmlDeviceGetTemperature(dev, 0, C.byref(u)),
 }
