@@ -58,7 +58,7 @@ int continuous__parse_gpu_interval(const char *arg, uint64_t *ns);
 int continuous__parse_gpu_costly_interval(const char *flag, const char *arg, uint64_t *ns);
 #define CONTINUOUS_GPU_INTERVAL_NS 1000000000ULL
 #define CONTINUOUS_GPU_PCIE_INTERVAL_NS 5000000000ULL
-#define CONTINUOUS_GPU_PROCESS_INTERVAL_NS 10000000000ULL
+#define CONTINUOUS_GPU_PROCESS_INTERVAL_NS 1000000000ULL
 
 /* Starts sampling the whole host. Prints the reason and returns -1 on failure. */
 int continuous__start(struct continuous *c, struct event_base *base,

@@ -11,6 +11,7 @@
 
 #include "agent/cgroup.h"
 #include "common/batch.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/profile.h"
 #include "gpu/nvml.h"
@@ -58,6 +59,7 @@ struct gpu {
 	double energy_j;		/* the last energy reading, exported every round */
 	bool have_energy;
 	int64_t energy_due_ns;
+	unsigned int empty_lists;	/* running-process reads in a row that found none */
 };
 
 struct nvml_query_cost {
@@ -106,30 +108,34 @@ struct nvml {
 /* How often the values that hardly change are asked again. */
 #define STATIC_REFRESH_NS (60 * 1000000000LL)
 /*
- * The energy counter: nvmlDeviceGetTotalEnergyConsumption took 2.4 ms of CPU
- * per call on an H200, and a counter of joules since the driver loaded
- * needs no per-second reads for rate() over minutes.
+ * The energy counter: read alone through nvmlDeviceGetFieldValues it took
+ * 2.5 ms of CPU per call on an H200 (nvmlDeviceGetTotalEnergyConsumption
+ * 2.7 ms), and a counter of joules since the driver loaded needs no
+ * per-second reads for rate() over minutes.
  */
-#define ENERGY_REFRESH_NS (10 * 1000000000LL)
+#define ENERGY_REFRESH_NS (60 * 1000000000LL)
 /*
  * nvmlDeviceGetSamples costs about a millisecond of CPU per call on an
  * H200, 300 times nvmlDeviceGetUtilizationRates; it pays only when rounds
  * are less than a second apart, and there once a second is enough: it
  * returns every sample the driver took since, each at its own time. The
- * per-process queries are made once a second too.
+ * running-process lists are read once a second too.
  */
 #define SAMPLES_BELOW_NS 1000000000ULL
 #define SECOND_NS 1000000000ULL
 /*
  * The two costly queries left, measured on an H200 (CPU per call):
- * nvmlDeviceGetProcessUtilization 1.7 ms, nvmlDeviceGetFieldValues for the
- * PCIe counters 0.9 ms; every other per-round query is under 0.06 ms. Both
- * answer for the whole time since the last call (the driver's per-process
- * samples since a timestamp, cumulative byte counters), so asking less
- * often loses no time covered, only resolution: by default every 10 s and
- * every 5 s, on different rounds, which keeps the mean round under 1 ms.
+ * nvmlDeviceGetProcessUtilization 1.1 to 1.6 ms, nvmlDeviceGetFieldValues
+ * for the two PCIe counters 0.2 ms; every other per-round query is under
+ * 0.06 ms. The driver keeps one utilisation sample per process, its
+ * latest, renewed about every 500 ms: reading it more than once a second
+ * gains little, and once a second is the default. It is skipped while the
+ * running-process lists of the GPU have been empty twice in a row (an idle
+ * GPU costs no such call). The PCIe counters are cumulative, so reading
+ * them every 5 s loses no traffic, only resolution (32-bit counters, which
+ * could wrap between reads, are read every round).
  */
-#define PROCESS_INTERVAL_NS (10 * 1000000000ULL)
+#define PROCESS_INTERVAL_NS (1 * 1000000000ULL)
 #define PCIE_INTERVAL_NS (5 * 1000000000ULL)
 
 static const char *const _query_names[NVML_Q_MAX] = {
@@ -455,9 +461,12 @@ struct round {
  */
 static bool _due(const struct round *r, int64_t *due_ns, uint64_t interval_ns)
 {
+	/* Half a round early is on time: rounds come a little early or late. */
+	int64_t slack = (int64_t)(r->n->interval_ns / 2);
+
 	if (!interval_ns)
 		return true;
-	if (r->now_ns < *due_ns && *due_ns - r->now_ns <= (int64_t)interval_ns)
+	if (r->now_ns + slack < *due_ns && *due_ns - r->now_ns <= (int64_t)interval_ns)
 		return false;
 	*due_ns = r->now_ns + (int64_t)interval_ns;
 	return true;
@@ -1027,6 +1036,10 @@ static void _proc_memory(struct round *r, struct gpu *g)
 		_unavailable(n, g, NVML_M_PROC_MEM_USED, "no running-process list");
 		return;
 	}
+	if (any_ok && total == 0)
+		g->empty_lists++;
+	else
+		g->empty_lists = 0;
 	/* A process in both lists uses one address space: its larger figure. */
 	for (unsigned int i = 0; i < total; i++) {
 		unsigned int pid = n->pinfo[i].pid;
@@ -1126,18 +1139,10 @@ none:
 		g->last_proc_us = last;
 }
 
-static uint64_t _mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
 int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns)
 {
 	struct round r = { .n = n, .b = b, .now_ns = now_ns };
-	uint64_t t0 = _thread_cpu_ns(), w0 = _mono_ns(), w, c;
+	uint64_t t0 = _thread_cpu_ns(), w0 = clock__mono_ns(), w, c;
 	size_t k = 0;
 
 	if (!n || !b)
@@ -1156,12 +1161,12 @@ int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns)
 			break;
 		}
 		_device(&r, g);
-		if (_want(g, NVML_M_PROC_UTIL) && _due(&r, &g->proc_util_due_ns, n->process_interval_ns))
-			_proc_util(&r, g);
-		if (!r.each_second)
-			continue;
-		if (_want(g, NVML_M_PROC_MEM_USED))
+		/* The lists first: they tell whether any process is there to sample. */
+		if (r.each_second && _want(g, NVML_M_PROC_MEM_USED))
 			_proc_memory(&r, g);
+		if (_want(g, NVML_M_PROC_UTIL) && g->empty_lists < 2 &&
+		    _due(&r, &g->proc_util_due_ns, n->process_interval_ns))
+			_proc_util(&r, g);
 	}
 	/* Forget processes that were on no GPU this time. */
 	for (size_t i = 0; i < n->nprocs && r.each_second; i++)
@@ -1174,7 +1179,7 @@ int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns)
 	n->stats.cpu_ns += c;
 	if (c > n->stats.max_cpu_ns)
 		n->stats.max_cpu_ns = c;
-	w = _mono_ns() - w0;
+	w = clock__mono_ns() - w0;
 	n->stats.wall_ns += w;
 	if (w > n->stats.max_wall_ns)
 		n->stats.max_wall_ns = w;

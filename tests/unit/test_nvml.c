@@ -182,8 +182,9 @@ static void test_every_metric(void **state)
 	_expect(b, "flamewatch_gpu_utilization_percent", "0", 61);
 	_expect(b, "flamewatch_gpu_utilization_percent", "1", 3);
 	_expect(b, "flamewatch_gpu_memory_utilization_percent", "0", 23);
+	/* (the driver's clock may pass a 100 ms mark between t0 and its answer) */
 	_find(b, "flamewatch_gpu_utilization_percent", "0", 0, NULL, &ts);
-	assert_true(ts <= t0 && ts > t0 - 1000000000LL && ts % 100000000LL == 0);
+	assert_true(ts <= _now() && ts > t0 - 1000000000LL && ts % 100000000LL == 0);
 
 	/* Missing function and NOT_SUPPORTED: absent, not zero. */
 	assert_int_equal(_find(b, "flamewatch_gpu_mig_mode", "0", 0, NULL, NULL), 0);
@@ -281,14 +282,15 @@ static void test_fallback_without_samples(void **state)
 	assert_int_equal(_calls(log, 0, "nvmlDeviceGetTotalEnergyConsumption"), 2);
 
 	/*
-	 * The energy counter (2.4 ms of CPU a read on an H200) is read again
-	 * only 10 s on, its last reading exported every round meanwhile.
+	 * The energy counter (2.7 ms of CPU a read on an H200) is read again
+	 * only 60 s on, its last reading exported every round meanwhile.
 	 */
 	for (int i = 1; i <= 9; i++)
 		assert_true(nvml__collect(n, b, t0 + i * 1000000000LL) > 0);
+	assert_true(nvml__collect(n, b, t0 + 59000000000LL) > 0);
 	assert_int_equal(_calls(log, 0, "nvmlDeviceGetTotalEnergyConsumption"), 2);
-	assert_int_equal(_find(b, "flamewatch_gpu_energy_joules_total", "0", 0, NULL, NULL), 10);
-	assert_true(nvml__collect(n, b, t0 + 10000000000LL) > 0);
+	assert_int_equal(_find(b, "flamewatch_gpu_energy_joules_total", "0", 0, NULL, NULL), 11);
+	assert_true(nvml__collect(n, b, t0 + 60000000000LL) > 0);
 	assert_int_equal(_calls(log, 0, "nvmlDeviceGetTotalEnergyConsumption"), 4);
 	batch__free(b);
 	nvml__close(n);
@@ -337,12 +339,13 @@ static void test_calls_per_round(void **state)
 		assert_true(nvml__collect(n, b, t0 + i * 1000000000LL) > 0);
 	after5 = _calls(log, 0, NULL);
 
-	/* Rounds 2-5, two GPUs: 9 cheap queries per GPU per round, and the
-	 * second read of the PCIe counters in round 2. */
-	assert_int_equal(after5 - after1, 2 * (4 * 9 + 1));
+	/* Rounds 2-5, two GPUs: 9 cheap queries and the per-process
+	 * utilisation per GPU per round, and the second read of the PCIe
+	 * counters in round 2. */
+	assert_int_equal(after5 - after1, 2 * (4 * 10 + 1));
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetFieldValues"), 2);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetUtilizationRates"), 8);
-	assert_int_equal(_calls(log, after1, "nvmlDeviceGetProcessUtilization"), 0);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetProcessUtilization"), 8);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetComputeRunningProcesses_v3"), 8);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetClockInfo"), 16);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetSamples"), 0);
@@ -368,8 +371,9 @@ static void test_calls_per_round(void **state)
 /*
  * The costly queries at their default cadence over 21 one-second rounds:
  * the PCIe counters in rounds 0 and 1 (a rate at once) and then every 5 s,
- * per-process utilisation every 10 s, not in the same round after the
- * first; the PCIe rates and energy are exported in every round all the same.
+ * per-process utilisation every second (processes are on both GPUs), the
+ * energy field once (it is due again after 60 s); the PCIe rates and
+ * energy are exported in every round all the same.
  */
 static void test_costly_cadence(void **state)
 {
@@ -413,10 +417,62 @@ static void test_costly_cadence(void **state)
 		energy += _find(b, "flamewatch_gpu_energy_joules_total", "0", 0, NULL, NULL);
 	}
 	assert_int_equal(fv_rounds, 1 << 0 | 1 << 1 | 1 << 6 | 1 << 11 | 1 << 16);
-	assert_int_equal(pu_rounds, 1 << 0 | 1 << 10 | 1 << 20);
+	assert_int_equal(pu_rounds, (1 << 21) - 1);
 	assert_int_equal(energy, 21);
 	batch__free(b);
 	nvml__close(n);
+	unlink(log);
+}
+
+/*
+ * nvmlDeviceGetProcessUtilization costs over a millisecond of CPU: a GPU
+ * whose running-process lists were empty twice in a row is not asked, and
+ * is asked again in the round its lists name a process.
+ */
+static void test_idle_gpu_skips_process_utilization(void **state)
+{
+	char vals[64] = "/tmp/fw-nvml-idle-XXXXXX", log[64] = "/tmp/fw-nvml-calls-XXXXXX";
+	struct batch *b = batch__new(1);
+	int fd = mkstemp(vals), lfd = mkstemp(log), pu[6];
+	int64_t t0 = _now();
+	struct nvml *n;
+	FILE *f;
+
+	assert_true(fd >= 0 && lfd >= 0);
+	assert_true(write(fd, "gpu0.util 5\n", 12) == 12);
+	close(fd);
+	close(lfd);
+	setenv("FAKE_NVML_VALUES", vals, 1);
+	setenv("FAKE_NVML_RELOAD", "1", 1);
+	setenv("FAKE_NVML_CALLS", log, 1);
+	n = nvml__open(FAKE);
+	setenv("FAKE_NVML_VALUES", _values, 1);
+	unsetenv("FAKE_NVML_RELOAD");
+	unsetenv("FAKE_NVML_CALLS");
+	assert_non_null(n);
+	for (int i = 0; i < 6; i++) {
+		int before = _calls(log, 0, NULL);
+
+		if (i == 4) {	/* a process comes to GPU 1 */
+			f = fopen(vals, "a");
+			fprintf(f, "proc 1 %d 40 4 1048576\n", (int)getpid());
+			fclose(f);
+		}
+		if (i < 5)	/* rounds 4 and 5 in one batch: the sample, once */
+			batch__reset(b);
+		assert_true(nvml__collect(n, b, t0 + i * 1000000000LL) > 0);
+		pu[i] = _calls(log, before, "nvmlDeviceGetProcessUtilization");
+	}
+	assert_int_equal(pu[0], 2);	/* both GPUs: one empty read is not enough */
+	assert_int_equal(pu[1], 0);
+	assert_int_equal(pu[2], 0);
+	assert_int_equal(pu[3], 0);
+	assert_int_equal(pu[4], 1);	/* GPU 1 only, the round its list names the process */
+	assert_int_equal(pu[5], 1);
+	assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "1", getpid(), NULL, NULL), 1);
+	batch__free(b);
+	nvml__close(n);
+	unlink(vals);
 	unlink(log);
 }
 
@@ -544,12 +600,12 @@ static void test_field_fallback(void **state)
 	assert_true(nvml__collect(n, b, t0 + 1000000000LL) > 0);
 	_expect(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "0", 1500 * 1024.0);
 	_expect(b, "flamewatch_gpu_energy_joules_total", "1", 123456.79);
-	/* Per GPU two throughput queries; no field is due (energy: every 10 s). */
+	/* Per GPU two throughput queries; no field is due (energy: every 60 s). */
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetFieldValues"), 0);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetPcieThroughput"), 4);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetTotalEnergyConsumption"), 0);
-	/* 10 s on: the energy field, alone in the call. */
-	assert_true(nvml__collect(n, b, t0 + 10000000000LL) > 0);
+	/* 60 s on: the energy field, alone in the call. */
+	assert_true(nvml__collect(n, b, t0 + 60000000000LL) > 0);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetFieldValues"), 2);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetTotalEnergyConsumption"), 0);
 	assert_true(nvml__available(n, 0, NVML_M_PCIE_TX));
@@ -632,6 +688,7 @@ int main(void)
 		cmocka_unit_test(test_field_fallback),
 		cmocka_unit_test(test_calls_per_round),
 		cmocka_unit_test(test_costly_cadence),
+		cmocka_unit_test(test_idle_gpu_skips_process_utilization),
 		cmocka_unit_test(test_process_joins_later),
 		cmocka_unit_test(test_round_cost),
 		cmocka_unit_test(test_poller),
