@@ -37,7 +37,7 @@ LDFLAGS ?=
 
 # Everything but glibc links statically so the binary runs unchanged on other
 # distributions. Order matters for static archives: users before providers.
-STATIC_LIBS := -lbpf -ldw -lelf -lprotobuf-c -liberty -levent_extra -levent_core -lsqlite3 -lzstd -llzma -lbz2 -lz
+STATIC_LIBS := -lbpf -ldw -lelf -lprotobuf-c -liberty -levent_openssl -levent_extra -levent_core -lssl -lcrypto -lsqlite3 -lzstd -llzma -lbz2 -lz
 LDLIBS := -Wl,-Bstatic $(STATIC_LIBS) -Wl,-Bdynamic -lpthread -ldl -lm
 
 # ---- BPF -------------------------------------------------------------------
@@ -258,7 +258,7 @@ FUZZ_OBJS := $(patsubst src/%.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS)) \
 FUZZ_CFLAGS := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer -Wall -std=gnu11 -D_GNU_SOURCE -Isrc -I$(BUILD) -I$(BUILD)/gen -MMD -MP
 FUZZ_LDLIBS := -lbpf -ldw -lelf -lprotobuf-c -Wl,-Bstatic -liberty -Wl,-Bdynamic \
-	-levent_extra -levent_core -lsqlite3 -lzstd -llzma -lbz2 -lz -lpthread -ldl -lm
+	-levent_openssl -levent_extra -levent_core -lssl -lcrypto -lsqlite3 -lzstd -llzma -lbz2 -lz -lpthread -ldl -lm
 
 $(BUILD)/fuzz/obj/%.o: src/%.c | $(GENERATED) $(DEPS_STAMP)
 	$(call msg,FUZZCC,$@)

@@ -127,9 +127,10 @@ static struct chhttp *_client(const struct server *s, const char *user)
 	struct chhttp_opts o = { .host = "127.0.0.1", .port = port, .user = user,
 				 .password = "p@ss", .timeout_s = 10 };
 	struct chhttp *c;
+	char err[256];
 
 	snprintf(port, sizeof(port), "%d", s->port);
-	c = chhttp__new(&o);
+	c = chhttp__new(&o, err, sizeof(err));
 	assert_non_null(c);
 	return c;
 }
