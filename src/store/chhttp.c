@@ -127,9 +127,24 @@ void chhttp__free(struct chhttp *c)
 	free(c);
 }
 
-/* TLS on the freshly connected c->fd; the socket's timeouts bound it. */
+/*
+ * A handshake gets a shorter timeout than a query: a plain HTTP port given
+ * with secure=1 may wait for the end of a request line that never comes.
+ */
+#define HANDSHAKE_TIMEOUT_S 10
+
+static void _set_timeout(int fd, int seconds)
+{
+	struct timeval tv = { .tv_sec = seconds };
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* TLS on the freshly connected c->fd. */
 static int _handshake(struct chhttp *c, char *err, size_t err_len)
 {
+	int limit = c->timeout_s < HANDSHAKE_TIMEOUT_S ? c->timeout_s : HANDSHAKE_TIMEOUT_S;
 	char why[512];
 	int rc;
 
@@ -140,13 +155,17 @@ static int _handshake(struct chhttp *c, char *err, size_t err_len)
 	}
 	ERR_clear_error();
 	errno = 0;
+	_set_timeout(c->fd, limit);
 	rc = SSL_connect(c->ssl);
-	if (rc == 1)
+	if (rc == 1) {
+		_set_timeout(c->fd, c->timeout_s);
 		return 0;
+	}
 	switch (SSL_get_error(c->ssl, rc)) {
 	case SSL_ERROR_WANT_READ:
 	case SSL_ERROR_WANT_WRITE:
-		snprintf(why, sizeof(why), "timed out");
+		snprintf(why, sizeof(why), "no answer within %d s (does this port speak TLS?)",
+			 limit);
 		rc = -ETIMEDOUT;
 		break;
 	case SSL_ERROR_SYSCALL:
