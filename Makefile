@@ -174,7 +174,8 @@ GLIBC_WRAP := stat stat64 lstat lstat64 fstat fstat64 arc4random arc4random_buf 
 	dlopen dlclose dlerror dlsym pthread_create pthread_join pthread_mutex_trylock \
 	pthread_mutexattr_destroy pthread_mutexattr_init pthread_mutexattr_settype \
 	pthread_rwlock_destroy pthread_rwlock_init pthread_rwlock_rdlock \
-	pthread_rwlock_tryrdlock pthread_rwlock_unlock pthread_rwlock_wrlock pthread_condattr_setclock
+	pthread_rwlock_tryrdlock pthread_rwlock_unlock pthread_rwlock_wrlock pthread_condattr_setclock \
+	dladdr pthread_once pthread_key_create pthread_key_delete pthread_getspecific pthread_setspecific
 DIST_WRAP  := __libc_start_main $(GLIBC_WRAP)
 # libdl.so.2 and libpthread.so.0 stay needed: on glibc < 2.34 dlopen and
 # pthread_create live there (on newer glibc they are empty stubs).
