@@ -54,21 +54,25 @@ static int _on_verify(int ok, X509_STORE_CTX *st)
 	return ok;
 }
 
+unsigned long tls__first_error(void)
+{
+	unsigned long first = ERR_get_error();
+
+	/* The first error is the root cause; later ones repeat it higher up. */
+	while (ERR_get_error())
+		;
+	return first;
+}
+
 void tls__drain_errors(char *buf, size_t len)
 {
-	unsigned long e;
-	size_t n = 0;
+	unsigned long e = tls__first_error();
 
-	if (len)
-		buf[0] = '\0';
-	while ((e = ERR_get_error())) {
-		char one[256];
-
-		ERR_error_string_n(e, one, sizeof(one));
-		/* The first error is the root cause; later ones repeat it higher up. */
-		if (n < len && !n)
-			n += snprintf(buf, len, "%s", one);
-	}
+	if (!len)
+		return;
+	buf[0] = '\0';
+	if (e)
+		ERR_error_string_n(e, buf, len);
 }
 
 static int _load_system_store(SSL_CTX *ctx, char *err, size_t err_len)
@@ -157,15 +161,16 @@ SSL_CTX *tls__server_ctx(const char *cert_file, const char *key_file, char *err,
 		snprintf(err, err_len, "cannot load the certificate %s: %s", cert_file, why);
 		goto fail;
 	}
+	/* OpenSSL checks here that the key belongs to the certificate. */
 	if (SSL_CTX_use_PrivateKey_file(ctx, key_file, SSL_FILETYPE_PEM) != 1) {
-		tls__drain_errors(why, sizeof(why));
-		snprintf(err, err_len, "cannot load the private key %s: %s", key_file, why);
-		goto fail;
-	}
-	if (SSL_CTX_check_private_key(ctx) != 1) {
-		tls__drain_errors(why, sizeof(why));
-		snprintf(err, err_len, "the private key %s does not belong to the certificate %s: %s",
-			 key_file, cert_file, why);
+		unsigned long code = tls__first_error();
+
+		ERR_error_string_n(code, why, sizeof(why));
+		if (ERR_GET_REASON(code) == X509_R_KEY_VALUES_MISMATCH)
+			snprintf(err, err_len, "the private key %s does not belong to the "
+				 "certificate %s", key_file, cert_file);
+		else
+			snprintf(err, err_len, "cannot load the private key %s: %s", key_file, why);
 		goto fail;
 	}
 	return ctx;
@@ -202,7 +207,8 @@ fail:
 	return NULL;
 }
 
-void tls__explain(const SSL *ssl, const char *ca_file, const char *what, char *buf, size_t len)
+void tls__explain(const SSL *ssl, const char *ca_file, unsigned long code, const char *what,
+		  char *buf, size_t len)
 {
 	long v = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
 	char why[256];
@@ -220,8 +226,8 @@ void tls__explain(const SSL *ssl, const char *ca_file, const char *what, char *b
 		OPENSSL_free(ip);
 		return;
 	}
-	tls__drain_errors(why, sizeof(why));
-	if (why[0]) {
+	if (code) {
+		ERR_error_string_n(code, why, sizeof(why));
 		/* A plain HTTP answer to our ClientHello reads as a bad record version. */
 		snprintf(buf, len, "%s%s", why, strstr(why, "wrong version number") ||
 			 strstr(why, "packet length too long") ?

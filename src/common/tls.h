@@ -42,11 +42,15 @@ SSL *tls__client_ssl(SSL_CTX *ctx, const char *host, char *err, size_t err_len);
 /*
  * Why a handshake or a transfer on ssl failed, in words, into buf: the
  * certificate verification result if that failed (naming the certificate,
- * the host expected and ca_file, NULL for the system's store), else
- * OpenSSL's error queue (which this drains), else what (may be NULL): a
+ * the host expected and ca_file, NULL for the system's store), else the
+ * OpenSSL error code (see tls__first_error), else what (may be NULL): a
  * failure that left no error behind, e.g. "connection closed".
  */
-void tls__explain(const SSL *ssl, const char *ca_file, const char *what, char *buf, size_t len);
+void tls__explain(const SSL *ssl, const char *ca_file, unsigned long code, const char *what,
+		  char *buf, size_t len);
+
+/* Empties OpenSSL's error queue of this thread; returns its first (root) error, or 0. */
+unsigned long tls__first_error(void);
 
 /* Empties OpenSSL's error queue of this thread into buf, "" if it was empty. */
 void tls__drain_errors(char *buf, size_t len);

@@ -169,13 +169,13 @@ static int _handshake(struct chhttp *c, char *err, size_t err_len)
 		rc = -ETIMEDOUT;
 		break;
 	case SSL_ERROR_SYSCALL:
-		tls__explain(c->ssl, c->ca_file, errno ? strerror(errno) :
+		tls__explain(c->ssl, c->ca_file, tls__first_error(), errno ? strerror(errno) :
 			     "the server closed the connection (does this port speak TLS?)",
 			     why, sizeof(why));
 		rc = errno ? -errno : -ECONNRESET;
 		break;
 	default:
-		tls__explain(c->ssl, c->ca_file, NULL, why, sizeof(why));
+		tls__explain(c->ssl, c->ca_file, tls__first_error(), NULL, why, sizeof(why));
 		rc = -EPROTO;
 		break;
 	}
