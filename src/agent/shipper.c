@@ -13,7 +13,6 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <openssl/err.h>
 
 #include "agent/shipper.h"
 #include "common/batch.h"

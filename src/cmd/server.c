@@ -91,6 +91,8 @@ int cmd__serve(const struct cmd_server_opts *o, struct event_base *base, struct 
 		fprintf(stderr, "flamewatch: error: --listen: '%s' is not HOST:PORT\n", o->listen);
 		return -1;
 	}
+	/* Already while the store opens: OpenSSL writes to ClickHouse with write(2). */
+	signal(SIGPIPE, SIG_IGN);
 	if (!server__is_loopback(host) && !o->write_token && !o->read_token && !o->insecure) {
 		fprintf(stderr, "flamewatch: error: --listen %s is reachable from other machines: "
 			"give --token (or --read-token and --write-token), or --insecure\n", o->listen);

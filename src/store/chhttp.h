@@ -14,6 +14,8 @@
  * it with its own lock held, so it needs none. It is not libevent's evhttp
  * (the agent's shipper) because the store answers synchronously inside the
  * server's event loop callbacks, where running a nested loop is not safe.
+ * Over TLS, OpenSSL writes with write(2), not send(MSG_NOSIGNAL): the
+ * process must ignore SIGPIPE (the server and `run` do).
  */
 struct chhttp;
 
