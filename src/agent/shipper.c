@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,6 +311,17 @@ static void _kick(struct shipper *s)
 	if (evhttp_make_request(s->conn, req, EVHTTP_REQ_POST, s->path)) {
 		_retry_later(s, "cannot send");
 		return;
+	}
+	if (s->tls) {
+		/*
+		 * The request goes out as several TLS records, one write(2) each:
+		 * without TCP_NODELAY the body waits for the server's delayed ACK.
+		 * The socket exists once the request is made (a blocking resolve).
+		 */
+		int fd = bufferevent_getfd(evhttp_connection_get_bufferevent(s->conn)), one = 1;
+
+		if (fd >= 0)
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	}
 	s->stats.bytes_sent += len;
 	s->in_flight = true;

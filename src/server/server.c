@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/queue.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -393,6 +395,16 @@ struct server *server__new(struct event_base *base, struct store *store,
 		goto fail;
 	}
 	fd = evhttp_bound_socket_get_fd(s->sock);
+	/*
+	 * bufferevent_openssl writes a reply as several TLS records, one
+	 * write(2) each; with Nagle the last one waits for the client's
+	 * delayed ACK (40 ms). Accepted sockets inherit TCP_NODELAY.
+	 */
+	if (s->tls) {
+		int one = 1;
+
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	}
 	{
 		struct sockaddr_storage ss;
 		socklen_t len = sizeof(ss);
