@@ -29,8 +29,10 @@ static const char *const SYSTEM_BUNDLES[] = {
 
 /*
  * The certificate that failed verification, for tls__explain: OpenSSL
- * keeps no peer certificate after a failed handshake. A thread runs one
- * client handshake at a time, so one buffer per thread is enough.
+ * keeps no peer certificate after a failed handshake. Each client has one
+ * connection on its thread (the store's under its lock, the agent's
+ * shipper on its event loop), so one buffer per thread is enough; it is
+ * cleared for every new session.
  */
 static __thread char failed_cert[512];
 
