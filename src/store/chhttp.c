@@ -146,7 +146,7 @@ static int _handshake(struct chhttp *c, char *err, size_t err_len)
 {
 	int limit = c->timeout_s < HANDSHAKE_TIMEOUT_S ? c->timeout_s : HANDSHAKE_TIMEOUT_S;
 	char why[512];
-	int rc;
+	int rc, e;
 
 	c->ssl = tls__client_ssl(c->tls, c->host, err, err_len);
 	if (!c->ssl || SSL_set_fd(c->ssl, c->fd) != 1) {
@@ -157,6 +157,7 @@ static int _handshake(struct chhttp *c, char *err, size_t err_len)
 	errno = 0;
 	_set_timeout(c->fd, limit);
 	rc = SSL_connect(c->ssl);
+	e = errno;
 	if (rc == 1) {
 		_set_timeout(c->fd, c->timeout_s);
 		return 0;
@@ -169,10 +170,10 @@ static int _handshake(struct chhttp *c, char *err, size_t err_len)
 		rc = -ETIMEDOUT;
 		break;
 	case SSL_ERROR_SYSCALL:
-		tls__explain(c->ssl, c->ca_file, tls__first_error(), errno ? strerror(errno) :
+		tls__explain(c->ssl, c->ca_file, tls__first_error(), e ? strerror(e) :
 			     "the server closed the connection (does this port speak TLS?)",
 			     why, sizeof(why));
-		rc = errno ? -errno : -ECONNRESET;
+		rc = e ? -e : -ECONNRESET;
 		break;
 	default:
 		tls__explain(c->ssl, c->ca_file, tls__first_error(), NULL, why, sizeof(why));
