@@ -37,7 +37,7 @@ LDFLAGS ?=
 
 # Everything but glibc links statically so the binary runs unchanged on other
 # distributions. Order matters for static archives: users before providers.
-STATIC_LIBS := -lbpf -ldw -lelf -lprotobuf-c -liberty -levent_extra -levent_core -lsqlite3 -lzstd -llzma -lbz2 -lz
+STATIC_LIBS := -lbpf -ldw -lelf -lprotobuf-c -liberty -levent_openssl -levent_extra -levent_core -lssl -lcrypto -lsqlite3 -lzstd -llzma -lbz2 -lz
 LDLIBS := -Wl,-Bstatic $(STATIC_LIBS) -Wl,-Bdynamic -lpthread -ldl -lm
 
 # ---- BPF -------------------------------------------------------------------
@@ -174,7 +174,8 @@ GLIBC_WRAP := stat stat64 lstat lstat64 fstat fstat64 arc4random arc4random_buf 
 	dlopen dlclose dlerror dlsym pthread_create pthread_join pthread_mutex_trylock \
 	pthread_mutexattr_destroy pthread_mutexattr_init pthread_mutexattr_settype \
 	pthread_rwlock_destroy pthread_rwlock_init pthread_rwlock_rdlock \
-	pthread_rwlock_tryrdlock pthread_rwlock_unlock pthread_rwlock_wrlock pthread_condattr_setclock
+	pthread_rwlock_tryrdlock pthread_rwlock_unlock pthread_rwlock_wrlock pthread_condattr_setclock \
+	dladdr pthread_once pthread_key_create pthread_key_delete pthread_getspecific pthread_setspecific
 DIST_WRAP  := __libc_start_main $(GLIBC_WRAP)
 # libdl.so.2 and libpthread.so.0 stay needed: on glibc < 2.34 dlopen and
 # pthread_create live there (on newer glibc they are empty stubs).
@@ -258,7 +259,7 @@ FUZZ_OBJS := $(patsubst src/%.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS)) \
 FUZZ_CFLAGS := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer -Wall -std=gnu11 -D_GNU_SOURCE -Isrc -I$(BUILD) -I$(BUILD)/gen -MMD -MP
 FUZZ_LDLIBS := -lbpf -ldw -lelf -lprotobuf-c -Wl,-Bstatic -liberty -Wl,-Bdynamic \
-	-levent_extra -levent_core -lsqlite3 -lzstd -llzma -lbz2 -lz -lpthread -ldl -lm
+	-levent_openssl -levent_extra -levent_core -lssl -lcrypto -lsqlite3 -lzstd -llzma -lbz2 -lz -lpthread -ldl -lm
 
 $(BUILD)/fuzz/obj/%.o: src/%.c | $(GENERATED) $(DEPS_STAMP)
 	$(call msg,FUZZCC,$@)

@@ -26,7 +26,7 @@ CH=${CLICKHOUSE_SERVER:-/usr/sbin/clickhouse-server}
 if [ ! -x build/ingest_bench ] || [ bench/ingest_bench.c -nt build/ingest_bench ]; then
 	gcc -O2 -g -std=gnu11 -D_GNU_SOURCE -Isrc -Ibuild -Ibuild/gen bench/ingest_bench.c \
 		build/libflamewatch.a -Wl,-Bstatic -lbpf -ldw -lelf -lprotobuf-c -liberty \
-		-levent_extra -levent_core -lsqlite3 -lzstd -llzma -lbz2 -lz -Wl,-Bdynamic \
+		-levent_openssl -levent_extra -levent_core -lssl -lcrypto -lsqlite3 -lzstd -llzma -lbz2 -lz -Wl,-Bdynamic \
 		-lpthread -ldl -lm -o build/ingest_bench
 fi
 

@@ -35,6 +35,7 @@
 #include "common/batch.h"
 #include "common/intern.h"
 #include "common/profile.h"
+#include "common/tls.h"
 #include "format/wire.h"
 
 #define SEC		1000000000LL
@@ -50,6 +51,7 @@
 
 static struct {
 	const char *url, *server, *data, *tmp, *cpu_list, *store;
+	const char *tls_cert, *tls_key, *tls_ca;	/* HTTPS: the server's files, the client's CA */
 	double hours, busy;
 	int nodes, cpus, hz, procs, stacks, batch_s, conns, rate_div, reps;
 	pid_t pid;
@@ -499,10 +501,14 @@ err:
 	return NULL;
 }
 
-/* ---- a plain blocking HTTP/1.1 client ---------------------------------------- */
+/* ---- a plain blocking HTTP/1.1 client, over TLS with --tls-ca ----------------- */
+
+/* The client side of --tls-ca: common/tls.c's context, as the agent's. */
+static SSL_CTX *client_tls;
 
 struct conn {
 	int fd;
+	SSL *ssl;
 	char host[128];
 	uint16_t port;
 	char *rbuf;
@@ -537,11 +543,29 @@ static int _conn_open(struct conn *c)
 		return err;
 	}
 	c->rlen = c->rpos = 0;
+	if (client_tls) {
+		char err[512];
+
+		c->ssl = tls__client_ssl(client_tls, c->host[0] ? c->host : "127.0.0.1", err,
+					 sizeof(err));
+		if (!c->ssl || SSL_set_fd(c->ssl, c->fd) != 1 || SSL_connect(c->ssl) != 1) {
+			tls__explain(c->ssl, opt.tls_ca, tls__first_error(), "handshake failed", err,
+				     sizeof(err));
+			fprintf(stderr, "ingest_bench: TLS: %s\n", err);
+			SSL_free(c->ssl);
+			c->ssl = NULL;
+			close(c->fd);
+			c->fd = -1;
+			return -EPROTO;
+		}
+	}
 	return 0;
 }
 
 static void _conn_close(struct conn *c)
 {
+	SSL_free(c->ssl);
+	c->ssl = NULL;
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
@@ -568,9 +592,17 @@ static int _fill(struct conn *c)
 			c->rcap = c->rcap ? c->rcap * 2 : 65536;
 		}
 	}
-	do
-		n = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
-	while (n < 0 && errno == EINTR);
+	if (c->ssl) {
+		size_t got = 0;
+
+		/* A close without close_notify is an end like any other here. */
+		n = SSL_read_ex(c->ssl, c->rbuf + c->rlen, c->rcap - c->rlen, &got) == 1 ?
+		    (ssize_t)got : 0;
+	} else {
+		do
+			n = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+		while (n < 0 && errno == EINTR);
+	}
 	if (n < 0)
 		return -errno;
 	if (n == 0)
@@ -640,8 +672,15 @@ static int _read_n(struct conn *c, struct reply *r, size_t n)
 	return 0;
 }
 
-static int _write_all(int fd, struct iovec *iov, int n)
+static int _write_all(int fd, SSL *ssl, struct iovec *iov, int n)
 {
+	/* One TLS record stream: each part in turn, as evbuffer chains go out. */
+	for (; ssl && n; iov++, n--) {
+		size_t done = 0;
+
+		if (iov->iov_len && SSL_write_ex(ssl, iov->iov_base, iov->iov_len, &done) != 1)
+			return -EPIPE;
+	}
 	while (n) {
 		ssize_t w = writev(fd, iov, n);
 
@@ -680,7 +719,7 @@ static int _request_once(struct conn *c, const char *method, const char *path, c
 		return err;
 	iov[0] = (struct iovec){ head, (size_t)n };
 	iov[1] = (struct iovec){ (void *)body, len };
-	if ((err = _write_all(c->fd, iov, len ? 2 : 1)))
+	if ((err = _write_all(c->fd, c->ssl, iov, len ? 2 : 1)))
 		return err;
 	if (wire_bytes)
 		*wire_bytes = (size_t)n + len;
@@ -822,14 +861,29 @@ static int _spawn_server(void)
 		const char *where = opt.store ? "--store" : "--data";
 		const char *what = opt.store ? opt.store : srv.datadir;
 
+		const char *argv[16];
+		int n = 0;
+
+		/* taskset-like pinning without a dependency: exec through taskset. */
 		if (opt.cpu_list) {
-			/* taskset-like pinning without a dependency: exec through taskset. */
-			execlp("taskset", "taskset", "-c", opt.cpu_list, opt.server, "server",
-			       "--listen", listen, where, what, (char *)NULL);
-		} else {
-			execl(opt.server, opt.server, "server", "--listen", listen, where, what,
-			      (char *)NULL);
+			argv[n++] = "taskset";
+			argv[n++] = "-c";
+			argv[n++] = opt.cpu_list;
 		}
+		argv[n++] = opt.server;
+		argv[n++] = "server";
+		argv[n++] = "--listen";
+		argv[n++] = listen;
+		argv[n++] = where;
+		argv[n++] = what;
+		if (opt.tls_cert) {
+			argv[n++] = "--tls-cert";
+			argv[n++] = opt.tls_cert;
+			argv[n++] = "--tls-key";
+			argv[n++] = opt.tls_key;
+		}
+		argv[n] = NULL;
+		execvp(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	srv.pid = pid;
@@ -1402,7 +1456,10 @@ static void _usage(FILE *f, const char *argv0)
 "  --keep            keep the data directory\n"
 "  --store URI       start the server with --store URI (e.g. clickhouse://127.0.0.1:8123/bench)\n"
 "                    instead of a data directory; disk bytes then come from the store's\n"
-"                    own figure (its /metrics flamewatch_store_bytes)\n", argv0);
+"                    own figure (its /metrics flamewatch_store_bytes)\n"
+"  --tls-cert FILE --tls-key FILE  start the server with HTTPS (its --tls-cert/--tls-key)\n"
+"  --tls-ca FILE     speak HTTPS to the server, trusting this CA (needed with --tls-cert;\n"
+"                    the certificate must name 127.0.0.1 or --url's host)\n", argv0);
 }
 
 int main(int argc, char **argv)
@@ -1419,6 +1476,8 @@ int main(int argc, char **argv)
 		{ "server-cpus", required_argument, NULL, 'A' }, { "keep", no_argument, NULL, 'k' },
 		{ "pregen", no_argument, NULL, 'G' }, { "fresh-dict", no_argument, NULL, 'F' },
 		{ "store", required_argument, NULL, 'U' },
+		{ "tls-cert", required_argument, NULL, 'T' }, { "tls-key", required_argument, NULL, 'K' },
+		{ "tls-ca", required_argument, NULL, 'Q' },
 		{ "help", no_argument, NULL, 'h' }, {}
 	};
 	struct worker *workers;
@@ -1458,6 +1517,9 @@ int main(int argc, char **argv)
 		case 'G': opt.pregen = true; break;
 		case 'F': opt.fresh_dict = true; break;
 		case 'U': opt.store = optarg; break;
+		case 'T': opt.tls_cert = optarg; break;
+		case 'K': opt.tls_key = optarg; break;
+		case 'Q': opt.tls_ca = optarg; break;
 		case 'h': _usage(stdout, argv[0]); return 0;
 		default: _usage(stderr, argv[0]); return 2;
 		}
@@ -1471,6 +1533,19 @@ int main(int argc, char **argv)
 	}
 	if (opt.conns > opt.nodes)
 		opt.conns = opt.nodes;
+	if (!opt.tls_cert != !opt.tls_key || (opt.tls_cert && !opt.tls_ca)) {
+		fprintf(stderr, "ingest_bench: --tls-cert, --tls-key and --tls-ca go together\n");
+		return 2;
+	}
+	if (opt.tls_ca) {
+		char err[512];
+
+		client_tls = tls__client_ctx(opt.tls_ca, err, sizeof(err));
+		if (!client_tls) {
+			fprintf(stderr, "ingest_bench: %s\n", err);
+			return 2;
+		}
+	}
 	signal(SIGPIPE, SIG_IGN);
 	if (_fleet_init()) {
 		fprintf(stderr, "ingest_bench: out of memory\n");

@@ -34,3 +34,30 @@ rm -rf "$out/data"
 sleep 1
 kill "$pid" && wait "$pid" || true
 [ -f "$out/data/flamewatch.db" ] && echo "server under glibc 2.31: store created"
+# TLS (static OpenSSL: its threads and dladdr go through the 2.31 shims): an
+# HTTPS server and an agent shipping to it, verifying a test CA.
+(
+	cd "$out"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+		-keyout ca.key -out ca.pem -subj "/CN=glibc 2.31 test CA" 2>/dev/null
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout srv.key \
+		-out srv.csr -subj "/CN=glibc 2.31 test server" 2>/dev/null
+	printf 'subjectAltName=IP:127.0.0.1\n' > ext.cnf
+	openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
+		-extfile ext.cnf -out srv.pem 2>/dev/null
+)
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Not through run(): $! must be the process itself, not a subshell, for kill.
+"$lib/ld-linux-x86-64.so.2" --library-path "$lib" "$bin" server --listen 127.0.0.1:$port \
+	--data "$out/tls-data" --tls-cert "$out/srv.pem" --tls-key "$out/srv.key" 2>/dev/null & pid=$!
+sleep 1
+"$lib/ld-linux-x86-64.so.2" --library-path "$lib" "$bin" agent --server https://127.0.0.1:$port \
+	--ca-file "$out/ca.pem" --node glibc231 -F 99 --interval 1s 2>"$out/agent.log" & apid=$!
+sleep 8
+kill "$apid" && wait "$apid" || true
+now=$(date +%s)
+n=$(curl -s --cacert "$out/ca.pem" "https://127.0.0.1:$port/api/v1/profile?format=json&query=%7Bnode%3D%22glibc231%22%7D&from=$((now - 60))&to=$((now + 1))" |
+	python3 -c 'import json, sys; print(json.load(sys.stdin)["total"])')
+kill "$pid" && wait "$pid" || true
+echo "agent -> server over HTTPS under glibc 2.31: $n samples"
+[ "$n" -gt 0 ]

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +10,8 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -15,6 +19,7 @@
 #include "agent/shipper.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "common/tls.h"
 #include "format/wire.h"
 
 #define BACKOFF_MIN_MS 1000
@@ -40,6 +45,17 @@ struct queued {
 struct shipper {
 	struct event_base *base;
 	struct evhttp_connection *conn;
+	/*
+	 * https: libevent cannot reconnect a TLS bufferevent (its SSL object
+	 * is spent), so a connection that closed or failed is replaced by a
+	 * new one, outside of libevent's callbacks, before the next request.
+	 */
+	SSL_CTX *tls;
+	SSL *ssl;		/* conn's session, owned by its bufferevent */
+	bool conn_dead;
+	char *ca_file;
+	const char *host;	/* in uri */
+	int port;
 	struct evhttp_uri *uri;
 	char *host_header;
 	char path[512];
@@ -57,6 +73,70 @@ struct shipper {
 };
 
 static void _kick(struct shipper *s);
+
+static void _on_close(struct evhttp_connection *conn, void *arg)
+{
+	struct shipper *s = arg;
+
+	(void)conn;
+	if (s->tls)
+		s->conn_dead = true;
+}
+
+/* A new connection to the server; over TLS with a new session. Returns 0 or -errno. */
+static int _connect(struct shipper *s, char *err, size_t err_len)
+{
+	struct bufferevent *bev = NULL;
+
+	if (s->tls) {
+		SSL *ssl = tls__client_ssl(s->tls, s->host, err, err_len);
+
+		if (!ssl)
+			return -ENOMEM;
+		bev = bufferevent_openssl_socket_new(s->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+						     BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+		if (!bev) {
+			SSL_free(ssl);
+			snprintf(err, err_len, "out of memory");
+			return -ENOMEM;
+		}
+		/* HTTP frames every message; a close without close_notify loses nothing. */
+		bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+		s->ssl = ssl;
+	}
+	/* With bev NULL, evhttp makes (and remakes) a plain socket itself. */
+	s->conn = evhttp_connection_base_bufferevent_new(s->base, NULL, bev, s->host, s->port);
+	if (!s->conn) {
+		if (bev)
+			bufferevent_free(bev);
+		s->ssl = NULL;
+		snprintf(err, err_len, "out of memory");
+		return -ENOMEM;
+	}
+	evhttp_connection_set_timeout(s->conn, REQUEST_TIMEOUT_S);
+	evhttp_connection_set_closecb(s->conn, _on_close, s);
+	s->conn_dead = false;
+	return 0;
+}
+
+/* Why a request got no answer, for the log: TLS says more than "no connection". */
+static void _why_failed(struct shipper *s, char *why, size_t len)
+{
+	struct bufferevent *bev;
+	unsigned long code = 0, e;
+
+	if (!s->tls) {
+		snprintf(why, len, "no connection");
+		return;
+	}
+	bev = evhttp_connection_get_bufferevent(s->conn);
+	while (bev && (e = bufferevent_get_openssl_error(bev)))
+		if (!code)
+			code = e;
+	if (!code)
+		code = tls__first_error();
+	tls__explain(s->ssl, s->ca_file, code, "no connection", why, len);
+}
 
 static uint64_t _random_u64(void)
 {
@@ -126,10 +206,21 @@ static void _retry_later(struct shipper *s, const char *why)
 static void _on_retry(evutil_socket_t fd, short what, void *arg)
 {
 	struct shipper *s = arg;
+	char err[256];
 
 	(void)fd;
 	(void)what;
 	s->waiting = false;
+	if (s->conn_dead) {
+		evhttp_connection_free(s->conn);
+		s->conn = NULL;
+		s->ssl = NULL;
+		if (_connect(s, err, sizeof(err))) {
+			s->conn_dead = true;
+			_retry_later(s, err);
+			return;
+		}
+	}
 	_kick(s);
 }
 
@@ -137,7 +228,7 @@ static void _on_response(struct evhttp_request *req, void *arg)
 {
 	struct shipper *s = arg;
 	int code = req ? evhttp_request_get_response_code(req) : 0;
-	char why[64];
+	char why[768];
 
 	s->in_flight = false;
 	if (code == 200) {
@@ -166,10 +257,13 @@ static void _on_response(struct evhttp_request *req, void *arg)
 		_kick(s);
 		return;
 	}
-	if (code)
+	if (code) {
 		snprintf(why, sizeof(why), "HTTP %d%s", code, code == 401 ? ", check --token" : "");
-	else
-		snprintf(why, sizeof(why), "no connection");
+	} else {
+		_why_failed(s, why, sizeof(why));
+		if (s->tls)
+			s->conn_dead = true;
+	}
 	_retry_later(s, why);
 }
 
@@ -183,6 +277,14 @@ static void _kick(struct shipper *s)
 
 	if (s->in_flight || s->waiting || !s->head)
 		return;
+	if (s->conn_dead) {
+		/* Replaced from the retry timer: we may be inside the old one's callback. */
+		struct timeval now = { 0, 0 };
+
+		s->waiting = true;
+		evtimer_add(s->retry, &now);
+		return;
+	}
 	err = wire_encoder__encode(s->enc, s->node, s->head->b, WIRE_ZSTD, &body, &len);
 	if (err) {
 		pr_warn("cannot encode a batch of %u samples: %s; dropped\n",
@@ -209,6 +311,17 @@ static void _kick(struct shipper *s)
 	if (evhttp_make_request(s->conn, req, EVHTTP_REQ_POST, s->path)) {
 		_retry_later(s, "cannot send");
 		return;
+	}
+	if (s->tls) {
+		/*
+		 * The request goes out as several TLS records, one write(2) each:
+		 * without TCP_NODELAY the body waits for the server's delayed ACK.
+		 * The socket exists once the request is made (a blocking resolve).
+		 */
+		int fd = bufferevent_getfd(evhttp_connection_get_bufferevent(s->conn)), one = 1;
+
+		if (fd >= 0)
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	}
 	s->stats.bytes_sent += len;
 	s->in_flight = true;
@@ -270,16 +383,30 @@ struct shipper *shipper__new(struct event_base *base, const struct shipper_opts 
 	s->uri = evhttp_uri_parse(o->url);
 	scheme = s->uri ? evhttp_uri_get_scheme(s->uri) : NULL;
 	host = s->uri ? evhttp_uri_get_host(s->uri) : NULL;
-	if (!scheme || strcmp(scheme, "http") || !host || !host[0]) {
-		snprintf(err, err_len, "--server: '%s' is not an http://HOST:PORT URL%s", o->url,
-			 scheme && !strcmp(scheme, "https") ?
-			 " (https is not supported yet: put a TLS proxy in front)" : "");
+	if (!scheme || (strcmp(scheme, "http") && strcmp(scheme, "https")) || !host || !host[0]) {
+		snprintf(err, err_len, "--server: '%s' is not an http[s]://HOST:PORT URL", o->url);
+		errno = EINVAL;
+		goto fail;
+	}
+	if (!strcmp(scheme, "https")) {
+		s->tls = tls__client_ctx(o->ca_file, err, err_len);
+		if (!s->tls)
+			goto fail;
+		if (o->ca_file && !(s->ca_file = strdup(o->ca_file))) {
+			snprintf(err, err_len, "out of memory");
+			errno = ENOMEM;
+			goto fail;
+		}
+	} else if (o->ca_file) {
+		snprintf(err, err_len, "--ca-file needs an https:// --server");
 		errno = EINVAL;
 		goto fail;
 	}
 	port = evhttp_uri_get_port(s->uri);
 	if (port < 0)
-		port = 80;
+		port = s->tls ? 443 : 80;
+	s->host = host;
+	s->port = port;
 	path = evhttp_uri_get_path(s->uri);
 	snprintf(s->path, sizeof(s->path), "%s/api/v1/ingest",
 		 path && strcmp(path, "/") ? path : "");
@@ -291,15 +418,16 @@ struct shipper *shipper__new(struct event_base *base, const struct shipper_opts 
 	s->enc = wire_encoder__new(_random_u64());
 	if (s->enc)
 		wire_encoder__set_max_bytes(s->enc, SHIPPER_DICT_MAX_BYTES);
-	s->conn = evhttp_connection_base_new(base, NULL, host, port);
 	s->retry = evtimer_new(base, _on_retry, s);
-	if (!s->host_header || !s->node || (o->token && !s->auth) || !s->enc || !s->conn ||
-	    !s->retry) {
+	if (!s->host_header || !s->node || (o->token && !s->auth) || !s->enc || !s->retry) {
 		snprintf(err, err_len, "out of memory");
 		errno = ENOMEM;
 		goto fail;
 	}
-	evhttp_connection_set_timeout(s->conn, REQUEST_TIMEOUT_S);
+	if (_connect(s, err, err_len)) {
+		errno = ENOMEM;
+		goto fail;
+	}
 	return s;
 fail:
 	shipper__free(s);
@@ -318,6 +446,8 @@ void shipper__free(struct shipper *s)
 		event_free(s->retry);
 	if (s->uri)
 		evhttp_uri_free(s->uri);
+	SSL_CTX_free(s->tls);
+	free(s->ca_file);
 	wire_encoder__free(s->enc);
 	free(s->host_header);
 	free(s->node);

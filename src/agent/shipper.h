@@ -12,13 +12,17 @@
  * session (a restart): nothing kept is ever made unreadable. While the
  * server is unreachable the queue grows up to its cap, then the oldest
  * batches are dropped and counted; retries back off from 1 s to 60 s.
+ * Over https:// the server's certificate must chain to the CA file (or the
+ * system's trust store) and name the URL's host; a failed check is a
+ * failed delivery like any other, so batches wait for a fixed setup.
  */
 struct batch;
 struct event_base;
 struct shipper;
 
 struct shipper_opts {
-	const char *url;	/* http://HOST:PORT (a path prefix is allowed) */
+	const char *url;	/* http[s]://HOST:PORT (a path prefix is allowed) */
+	const char *ca_file;	/* https: trusted CAs (PEM); NULL: the system's store */
 	const char *token;	/* NULL: no Authorization header */
 	const char *node;
 	size_t max_buffer;	/* bytes of queued batches */

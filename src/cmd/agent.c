@@ -29,13 +29,15 @@
 static void _usage(FILE *out)
 {
 	fprintf(out,
-"usage: flamewatch agent --server URL [--token T] [--node NAME] [-F HZ]\n"
+"usage: flamewatch agent --server URL [--token T] [--ca-file FILE] [--node NAME] [-F HZ]\n"
 "                        [--interval 10s] [--buffer-mb 16] [--unwind-table-mb 64]\n"
 "\n"
 "Samples every CPU of this host and ships the stacks to a flamewatch server.\n"
 "Runs in the host's pid namespace (pids are the host's, as NVML reports them).\n"
 "\n"
-"  --server URL         http://HOST:PORT of the server\n"
+"  --server URL         http://HOST:PORT or https://HOST:PORT of the server\n"
+"  --ca-file FILE       https: trust the CAs in this PEM file, not the system's\n"
+"                       store; the certificate must also name HOST\n"
 "  --token T            bearer token (or FLAMEWATCH_TOKEN in the environment)\n"
 "  --node NAME          this host's name in the data (default: the hostname)\n"
 "  -F, --freq HZ        samples per second per CPU (default 19)\n"
@@ -168,6 +170,7 @@ int cmd_agent(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "server", required_argument, NULL, 's' },
 		{ "token", required_argument, NULL, 't' },
+		{ "ca-file", required_argument, NULL, 'A' },
 		{ "node", required_argument, NULL, 'n' },
 		{ "freq", required_argument, NULL, 'F' },
 		{ "interval", required_argument, NULL, 'i' },
@@ -212,6 +215,9 @@ int cmd_agent(int argc, char **argv)
 			break;
 		case 't':
 			so.token = optarg;
+			break;
+		case 'A':
+			so.ca_file = optarg;
 			break;
 		case 'n':
 			so.node = optarg;

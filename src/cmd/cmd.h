@@ -26,6 +26,7 @@ struct cmd_server_opts {
 	size_t max_body;
 	unsigned int hz;	/* the agents' sampling rate, for CPU time in exports */
 	bool insecure;
+	const char *tls_cert, *tls_key;	/* serve HTTPS */
 };
 
 struct event_base;
@@ -41,6 +42,8 @@ int cmd__serve(const struct cmd_server_opts *o, struct event_base *base, struct 
 	       struct server **server);
 /* The host part of --listen, for printing URLs. Borrowed, static. */
 const char *cmd__listen_host(const struct cmd_server_opts *o);
+/* "https" with --tls-cert, else "http". */
+const char *cmd__scheme(const struct cmd_server_opts *o);
 /* Runs base until SIGINT/SIGTERM, applying retention every minute. */
 int cmd__run_loop(struct event_base *base, struct store *store, int64_t retention_ns);
 

@@ -25,6 +25,7 @@ static void _usage(FILE *out)
 	fprintf(out,
 "usage: flamewatch run [--listen HOST:PORT] [--data DIR] [-F HZ] [--token T]\n"
 "                      [--retention 7d] [--insecure] [--node NAME]\n"
+"                      [--tls-cert FILE --tls-key FILE]\n"
 "\n"
 "Profiles this host continuously and serves the UI and API, all in one process.\n"
 "\n"
@@ -45,6 +46,8 @@ static void _usage(FILE *out)
 "                       driver's latest sample per process (default 1s; 1.1-1.6 ms\n"
 "                       of CPU a read on an H200; none while no process is on it)\n"
 "  --insecure           allow a non-loopback --listen without a token\n"
+"  --tls-cert FILE      serve HTTPS with this PEM certificate (chain: server first)\n"
+"  --tls-key FILE       the certificate's private key (PEM)\n"
 "  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n");
 }
 
@@ -197,8 +200,9 @@ int cmd_run(int argc, char **argv)
 	co.ctx = &r;
 	if (continuous__start(&cont, base, &co))
 		goto out;
-	fprintf(stderr, "flamewatch: profiling this host at %u Hz; open http://%s:%u/ "
-		"(data in %s; Ctrl-C stops)\n", co.freq_hz, cmd__listen_host(&so), server__port(srv),
+	fprintf(stderr, "flamewatch: profiling this host at %u Hz; open %s://%s:%u/ "
+		"(data in %s; Ctrl-C stops)\n", co.freq_hz, cmd__scheme(&so), cmd__listen_host(&so),
+		server__port(srv),
 		so.store_uri ? so.store_uri : so.data_dir);
 	rc = cmd__run_loop(base, r.store, so.retention_ns) ? 1 : 0;
 out:

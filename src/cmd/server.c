@@ -24,7 +24,7 @@ static void _usage(FILE *out)
 	fprintf(out,
 "usage: flamewatch server [--listen HOST:PORT] [--data DIR | --store URI] [--token T]\n"
 "                         [--read-token T] [--write-token T] [--retention 7d]\n"
-"                         [--max-body BYTES] [--insecure]\n"
+"                         [--max-body BYTES] [--insecure] [--tls-cert FILE --tls-key FILE]\n"
 "\n"
 "Stores what agents send and answers the query API.\n"
 "\n"
@@ -38,6 +38,8 @@ static void _usage(FILE *out)
 "  --retention DUR      drop data older than this (default 7d)\n"
 "  --max-body BYTES     largest request accepted (default 64 MiB)\n"
 "  --insecure           allow a non-loopback --listen without tokens\n"
+"  --tls-cert FILE      serve HTTPS with this PEM certificate (chain: server first)\n"
+"  --tls-key FILE       the certificate's private key (PEM)\n"
 "  --agent-hz HZ        -F assumed for CPU samples stored without their period\n"
 "                       (data from before schema version 2; default 19)\n");
 }
@@ -77,6 +79,8 @@ int cmd__serve(const struct cmd_server_opts *o, struct event_base *base, struct 
 		.read_token = o->read_token,
 		.max_body = o->max_body,
 		.default_hz = o->hz,
+		.tls_cert = o->tls_cert,
+		.tls_key = o->tls_key,
 	};
 	char host[256], err[512], uri[4096];
 	struct store *store;
@@ -87,11 +91,21 @@ int cmd__serve(const struct cmd_server_opts *o, struct event_base *base, struct 
 		fprintf(stderr, "flamewatch: error: --listen: '%s' is not HOST:PORT\n", o->listen);
 		return -1;
 	}
+	/* Already while the store opens: OpenSSL writes to ClickHouse with write(2). */
+	signal(SIGPIPE, SIG_IGN);
 	if (!server__is_loopback(host) && !o->write_token && !o->read_token && !o->insecure) {
 		fprintf(stderr, "flamewatch: error: --listen %s is reachable from other machines: "
 			"give --token (or --read-token and --write-token), or --insecure\n", o->listen);
 		return -1;
 	}
+	if (!o->tls_cert != !o->tls_key) {
+		fprintf(stderr, "flamewatch: error: --tls-cert and --tls-key go together\n");
+		return -1;
+	}
+	/* Allowed, as before TLS existed; but say what it means. */
+	if (!server__is_loopback(host) && !o->tls_cert)
+		fprintf(stderr, "flamewatch: warning: --listen %s without --tls-cert: tokens and "
+			"profiles cross the network in clear text\n", o->listen);
 	if (o->store_uri) {
 		snprintf(uri, sizeof(uri), "%s", o->store_uri);
 	} else {
@@ -116,6 +130,11 @@ int cmd__serve(const struct cmd_server_opts *o, struct event_base *base, struct 
 	*store_out = store;
 	*server_out = srv;
 	return 0;
+}
+
+const char *cmd__scheme(const struct cmd_server_opts *o)
+{
+	return o->tls_cert ? "https" : "http";
 }
 
 const char *cmd__listen_host(const struct cmd_server_opts *o)
@@ -170,6 +189,12 @@ int cmd__parse_server_opt(struct cmd_server_opts *o, int c, const char *arg)
 	}
 	case 'I':
 		o->insecure = true;
+		return 0;
+	case 'c':
+		o->tls_cert = arg;
+		return 0;
+	case 'k':
+		o->tls_key = arg;
 		return 0;
 	case 'H': {
 		char *end;
@@ -236,6 +261,8 @@ const struct option cmd__server_longopts[] = {
 	{ "max-body", required_argument, NULL, 'B' },
 	{ "insecure", no_argument, NULL, 'I' },
 	{ "agent-hz", required_argument, NULL, 'H' },
+	{ "tls-cert", required_argument, NULL, 'c' },
+	{ "tls-key", required_argument, NULL, 'k' },
 	{ "verbose", no_argument, NULL, 'v' },
 	{ "help", no_argument, NULL, 'h' },
 	{}
@@ -280,8 +307,8 @@ int cmd_server(int argc, char **argv)
 	}
 	if (cmd__serve(&o, base, &store, &srv))
 		goto out;
-	fprintf(stderr, "flamewatch: listening on http://%s:%u (data in %s)\n",
-		cmd__listen_host(&o), server__port(srv), o.store_uri ? o.store_uri : o.data_dir);
+	fprintf(stderr, "flamewatch: listening on %s://%s:%u (data in %s)\n",
+		cmd__scheme(&o), cmd__listen_host(&o), server__port(srv), o.store_uri ? o.store_uri : o.data_dir);
 	rc = cmd__run_loop(base, store, o.retention_ns) ? 1 : 0;
 out:
 	server__free(srv);

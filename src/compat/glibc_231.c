@@ -73,6 +73,13 @@ FW_OLD(int, pthread_rwlock_rdlock, (pthread_rwlock_t *l), (l))
 FW_OLD(int, pthread_rwlock_tryrdlock, (pthread_rwlock_t *l), (l))
 FW_OLD(int, pthread_rwlock_unlock, (pthread_rwlock_t *l), (l))
 FW_OLD(int, pthread_rwlock_wrlock, (pthread_rwlock_t *l), (l))
+/* OpenSSL's thread-local state and its error strings' dladdr. */
+FW_OLD(int, dladdr, (const void *addr, Dl_info *info), (addr, info))
+FW_OLD(int, pthread_once, (pthread_once_t *o, void (*fn)(void)), (o, fn))
+FW_OLD(int, pthread_key_create, (pthread_key_t *k, void (*dtor)(void *)), (k, dtor))
+FW_OLD(int, pthread_key_delete, (pthread_key_t k), (k))
+FW_OLD(void *, pthread_getspecific, (pthread_key_t k), (k))
+FW_OLD(int, pthread_setspecific, (pthread_key_t k, const void *v), (k, v))
 FW_OLD_V(OLD_2_3_3, int, pthread_condattr_setclock, (pthread_condattr_t *a, clockid_t c), (a, c))
 
 /* stat family: the pre-2.33 ABI. */

@@ -22,6 +22,7 @@ struct server {
 	struct evhttp_bound_socket *sock;
 	struct store *store;
 	struct wire_session_table *sessions;
+	struct ssl_ctx_st *tls;		/* NULL: plain HTTP */
 	char *write_token, *read_token;
 	size_t max_body;
 	unsigned int default_hz;

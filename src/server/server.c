@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/queue.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -9,12 +11,14 @@
 #include <time.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/strbuf.h"
+#include "common/tls.h"
 #include "format/wire.h"
 #include "server/request.h"
 #include "server/routes_gpu.h"
@@ -330,6 +334,22 @@ int server__is_loopback(const char *host)
 	return 0;
 }
 
+/* evhttp asks for each accepted connection's bufferevent: a TLS one. */
+static struct bufferevent *_tls_bev(struct event_base *base, void *arg)
+{
+	struct server *s = arg;
+	SSL *ssl = SSL_new(s->tls);
+	struct bufferevent *bev;
+
+	if (!ssl)
+		return NULL;
+	bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+					     BEV_OPT_CLOSE_ON_FREE);
+	if (!bev)
+		SSL_free(ssl);
+	return bev;
+}
+
 struct server *server__new(struct event_base *base, struct store *store,
 			   const struct server_opts *opts, char *err, size_t err_len)
 {
@@ -363,12 +383,28 @@ struct server *server__new(struct event_base *base, struct store *store,
 	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
 	evhttp_set_timeout(s->http, 60);
 	evhttp_set_gencb(s->http, _dispatch, s);
+	if (opts->tls_cert) {
+		s->tls = tls__server_ctx(opts->tls_cert, opts->tls_key, err, err_len);
+		if (!s->tls)
+			goto fail;
+		evhttp_set_bevcb(s->http, _tls_bev, s);
+	}
 	s->sock = evhttp_bind_socket_with_handle(s->http, host, port);
 	if (!s->sock) {
 		snprintf(err, err_len, "cannot listen on %s: %s", opts->listen, strerror(errno));
 		goto fail;
 	}
 	fd = evhttp_bound_socket_get_fd(s->sock);
+	/*
+	 * bufferevent_openssl writes a reply as several TLS records, one
+	 * write(2) each; with Nagle the last one waits for the client's
+	 * delayed ACK (40 ms). Accepted sockets inherit TCP_NODELAY.
+	 */
+	if (s->tls) {
+		int one = 1;
+
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	}
 	{
 		struct sockaddr_storage ss;
 		socklen_t len = sizeof(ss);
@@ -390,6 +426,7 @@ void server__free(struct server *s)
 		return;
 	if (s->http)
 		evhttp_free(s->http);
+	SSL_CTX_free(s->tls);
 	wire_sessions__free(s->sessions);
 	free(s->write_token);
 	free(s->read_token);

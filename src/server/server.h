@@ -21,6 +21,8 @@ struct server_opts {
 	const char *read_token;		/* bearer token for the API; NULL: none needed */
 	size_t max_body;		/* bytes; larger requests get 413 */
 	unsigned int default_hz;	/* sampling rate of stored CPU samples, for ?hz= */
+	const char *tls_cert;		/* PEM certificate chain: serve HTTPS; NULL: HTTP */
+	const char *tls_key;		/* its private key (PEM) */
 };
 
 /*

@@ -12,13 +12,19 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+
 #include "chhttp.h"
 #include "common/log.h"
+#include "common/tls.h"
 
 struct chhttp {
 	char *host, *port, *auth, *params;
 	int timeout_s;
 	int fd;
+	SSL_CTX *tls;		/* NULL: plain HTTP */
+	SSL *ssl;		/* the session on fd when tls */
+	char *ca_file;
 	bool reused;		/* fd has served a request before */
 	/* Bytes received but not consumed yet. */
 	char *in;
@@ -50,12 +56,24 @@ static char *_base64(const char *s)
 	return out;
 }
 
-struct chhttp *chhttp__new(const struct chhttp_opts *o)
+struct chhttp *chhttp__new(const struct chhttp_opts *o, char *err, size_t err_len)
 {
 	struct chhttp *c = calloc(1, sizeof(*c));
 
 	if (!c)
 		goto oom;
+	if (o->secure) {
+		c->tls = tls__client_ctx(o->ca_file, err, err_len);
+		if (!c->tls) {
+			int e = errno;
+
+			chhttp__free(c);
+			errno = e;
+			return NULL;
+		}
+		if (o->ca_file && !(c->ca_file = strdup(o->ca_file)))
+			goto oom;
+	}
 	c->fd = -1;
 	c->timeout_s = o->timeout_s > 0 ? o->timeout_s : 300;
 	c->host = strdup(o->host);
@@ -77,12 +95,16 @@ struct chhttp *chhttp__new(const struct chhttp_opts *o)
 	return c;
 oom:
 	chhttp__free(c);
+	snprintf(err, err_len, "out of memory");
 	errno = ENOMEM;
 	return NULL;
 }
 
 static void _disconnect(struct chhttp *c)
 {
+	/* No close_notify: the connection is dropped, not ended, and the data is framed. */
+	SSL_free(c->ssl);
+	c->ssl = NULL;
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
@@ -99,8 +121,69 @@ void chhttp__free(struct chhttp *c)
 	free(c->port);
 	free(c->auth);
 	free(c->params);
+	free(c->ca_file);
+	SSL_CTX_free(c->tls);
 	free(c->in);
 	free(c);
+}
+
+/*
+ * A handshake gets a shorter timeout than a query: a plain HTTP port given
+ * with secure=1 may wait for the end of a request line that never comes.
+ */
+#define HANDSHAKE_TIMEOUT_S 10
+
+static void _set_timeout(int fd, int seconds)
+{
+	struct timeval tv = { .tv_sec = seconds };
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* TLS on the freshly connected c->fd. */
+static int _handshake(struct chhttp *c, char *err, size_t err_len)
+{
+	int limit = c->timeout_s < HANDSHAKE_TIMEOUT_S ? c->timeout_s : HANDSHAKE_TIMEOUT_S;
+	char why[512];
+	int rc, e;
+
+	c->ssl = tls__client_ssl(c->tls, c->host, err, err_len);
+	if (!c->ssl || SSL_set_fd(c->ssl, c->fd) != 1) {
+		_disconnect(c);
+		return -ENOMEM;
+	}
+	ERR_clear_error();
+	errno = 0;
+	_set_timeout(c->fd, limit);
+	rc = SSL_connect(c->ssl);
+	e = errno;
+	if (rc == 1) {
+		_set_timeout(c->fd, c->timeout_s);
+		return 0;
+	}
+	switch (SSL_get_error(c->ssl, rc)) {
+	case SSL_ERROR_WANT_READ:
+	case SSL_ERROR_WANT_WRITE:
+		snprintf(why, sizeof(why), "no answer within %d s (does this port speak TLS?)",
+			 limit);
+		rc = -ETIMEDOUT;
+		break;
+	case SSL_ERROR_SYSCALL:
+		tls__explain(c->ssl, c->ca_file, tls__first_error(), e ? strerror(e) :
+			     "the server closed the connection (does this port speak TLS?)",
+			     why, sizeof(why));
+		rc = e ? -e : -ECONNRESET;
+		break;
+	default:
+		tls__explain(c->ssl, c->ca_file, tls__first_error(), NULL, why, sizeof(why));
+		rc = -EPROTO;
+		break;
+	}
+	snprintf(err, err_len, "TLS handshake with ClickHouse at %s:%s failed: %s", c->host,
+		 c->port, why);
+	_disconnect(c);
+	return rc;
 }
 
 static int _connect(struct chhttp *c, char *err, size_t err_len)
@@ -139,7 +222,73 @@ static int _connect(struct chhttp *c, char *err, size_t err_len)
 			 strerror(e));
 		return -e;
 	}
-	return 0;
+	return c->tls ? _handshake(c, err, err_len) : 0;
+}
+
+/*
+ * One SSL_read or SSL_write result as a byte count, 0 for the end of the
+ * stream, or -errno. With blocking sockets, "want read/write" only means
+ * the socket's timeout expired. A peer that closes without close_notify
+ * reads as a reset, not an end: HTTP's framing decides where a body ends.
+ */
+static ssize_t _tls_result(struct chhttp *c, int ok, size_t n)
+{
+	if (ok == 1)
+		return (ssize_t)n;
+	switch (SSL_get_error(c->ssl, ok)) {
+	case SSL_ERROR_ZERO_RETURN:
+		return 0;
+	case SSL_ERROR_WANT_READ:
+	case SSL_ERROR_WANT_WRITE:
+		return -EAGAIN;
+	case SSL_ERROR_SYSCALL:
+		if (errno == EINTR)
+			return -EINTR;
+		return errno ? -errno : -ECONNRESET;
+	default: {
+		char why[256];
+
+		tls__drain_errors(why, sizeof(why));
+		pr_debug("clickhouse: TLS with %s:%s: %s\n", c->host, c->port, why);
+		return -ECONNRESET;
+	}
+	}
+}
+
+static ssize_t _send(struct chhttp *c, const void *p, size_t len)
+{
+	size_t n = 0;
+	ssize_t r;
+	int ok;
+
+	if (!c->ssl)
+		return send(c->fd, p, len, MSG_NOSIGNAL);
+	errno = 0;
+	ok = SSL_write_ex(c->ssl, p, len, &n);
+	r = _tls_result(c, ok, n);
+	if (r < 0) {
+		errno = (int)-r;
+		return -1;
+	}
+	return r;
+}
+
+static ssize_t _recv(struct chhttp *c, void *p, size_t len)
+{
+	size_t n = 0;
+	ssize_t r;
+	int ok;
+
+	if (!c->ssl)
+		return recv(c->fd, p, len, 0);
+	errno = 0;
+	ok = SSL_read_ex(c->ssl, p, len, &n);
+	r = _tls_result(c, ok, n);
+	if (r < 0) {
+		errno = (int)-r;
+		return -1;
+	}
+	return r;
 }
 
 static int _send_all(struct chhttp *c, const void *p, size_t len)
@@ -147,7 +296,7 @@ static int _send_all(struct chhttp *c, const void *p, size_t len)
 	const char *s = p;
 
 	while (len) {
-		ssize_t n = send(c->fd, s, len, MSG_NOSIGNAL);
+		ssize_t n = _send(c, s, len);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -176,7 +325,7 @@ static ssize_t _fill(struct chhttp *c)
 		c->in_cap = cap;
 	}
 	do {
-		n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+		n = _recv(c, c->in + c->in_len, c->in_cap - c->in_len);
 	} while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
@@ -326,7 +475,10 @@ static int _exchange(struct chhttp *c, const char *head, size_t head_len, const 
 fail:
 	strbuf__release(&ebody);
 	_disconnect(c);
-	snprintf(err, err_len, "ClickHouse at %s:%s: %s", c->host, c->port, strerror(-e));
+	/* ClickHouse's https_port hangs up on plain HTTP without a word. */
+	snprintf(err, err_len, "ClickHouse at %s:%s: %s%s", c->host, c->port, strerror(-e),
+		 !c->tls && !*got_any && e == -ECONNRESET ?
+		 " (if this is ClickHouse's https_port, add secure=1)" : "");
 	return e;
 }
 

@@ -2,17 +2,20 @@
 #ifndef FW_STORE_CHHTTP_H
 #define FW_STORE_CHHTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/strbuf.h"
 
 /*
  * A small synchronous client for ClickHouse's HTTP interface: one
- * keep-alive connection, plain TCP, HTTP/1.1 with Content-Length requests
+ * keep-alive connection, plain TCP or TLS, HTTP/1.1 with Content-Length requests
  * and Content-Length, chunked or close-delimited responses. The store calls
  * it with its own lock held, so it needs none. It is not libevent's evhttp
  * (the agent's shipper) because the store answers synchronously inside the
  * server's event loop callbacks, where running a nested loop is not safe.
+ * Over TLS, OpenSSL writes with write(2), not send(MSG_NOSIGNAL): the
+ * process must ignore SIGPIPE (the server and `run` do).
  */
 struct chhttp;
 
@@ -23,10 +26,15 @@ struct chhttp_opts {
 	const char *password;
 	const char *params;	/* URL parameters sent with every request, e.g. "database=fw" */
 	int timeout_s;		/* per send/receive; 0: 300 */
+	bool secure;		/* HTTPS: verify the certificate and that it names host */
+	const char *ca_file;	/* trusted CAs (PEM); NULL: the system's store */
 };
 
-/* Copies what it needs of o. Returns an owned client, or NULL with errno set. Connects lazily. */
-struct chhttp *chhttp__new(const struct chhttp_opts *o);
+/*
+ * Copies what it needs of o. Returns an owned client, or NULL with errno set
+ * and the reason in err (a CA file that cannot be read). Connects lazily.
+ */
+struct chhttp *chhttp__new(const struct chhttp_opts *o, char *err, size_t err_len);
 /* Accepts NULL. */
 void chhttp__free(struct chhttp *c);
 

@@ -19,6 +19,7 @@
  * so a batch resent after a failure part way through stores them once.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,18 +336,21 @@ static void _ch_close(void *impl)
 }
 
 /*
- * location: [USER[:PASSWORD]@]HOST[:PORT][/DB][?user=U&password=P&secure=0|1]
+ * location: [USER[:PASSWORD]@]HOST[:PORT][/DB][?user=U&password=P&secure=0|1&ca=FILE]
  * (what follows "clickhouse://"). The password may also come from the
  * environment (FLAMEWATCH_CLICKHOUSE_PASSWORD), so that it stays out of
- * process listings.
+ * process listings. secure=1 is HTTPS (default port 8443, ClickHouse's
+ * https_port) with the certificate checked against ca (default: the
+ * system's trust store) and against HOST.
  */
 static void *_ch_open(const char *location, char *err, size_t err_len)
 {
-	char *loc = strdup(location), *host, *at, *slash, *qm, *colon, *port = "8123";
+	char *loc = strdup(location), *host, *at, *slash, *qm, *colon, *port = NULL, *ca = NULL;
 	char *user = NULL, *password = getenv("FLAMEWATCH_CLICKHOUSE_PASSWORD");
 	const char *db = "flamewatch";
 	struct ch_store *st = calloc(1, sizeof(*st));
 	struct chhttp_opts o = { 0 };
+	bool secure = false;
 	int e = EINVAL;
 
 	if (!loc || !st) {
@@ -372,15 +376,19 @@ static void *_ch_open(const char *location, char *err, size_t err_len)
 			} else if (!strcmp(kv, "password")) {
 				password = v;
 			} else if (!strcmp(kv, "secure")) {
-				if (strcmp(v, "0") && strcmp(v, "false")) {
-					snprintf(err, err_len, "TLS (secure=%s) is not supported yet: "
-						 "reach ClickHouse through a local TLS proxy", v);
-					e = EPROTONOSUPPORT;
+				if (!strcmp(v, "1") || !strcmp(v, "true")) {
+					secure = true;
+				} else if (!strcmp(v, "0") || !strcmp(v, "false")) {
+					secure = false;
+				} else {
+					snprintf(err, err_len, "secure=%s: expected 1 or 0", v);
 					goto fail;
 				}
+			} else if (!strcmp(kv, "ca")) {
+				ca = v;
 			} else {
-				snprintf(err, err_len, "unknown option \"%s\" (user, password, secure)",
-					 kv);
+				snprintf(err, err_len, "unknown option \"%s\" (user, password, secure, "
+					 "ca)", kv);
 				goto fail;
 			}
 		}
@@ -415,6 +423,12 @@ static void *_ch_open(const char *location, char *err, size_t err_len)
 		*colon = '\0';
 		port = colon + 1;
 	}
+	if (!port)
+		port = secure ? "8443" : "8123";
+	if (ca && !secure) {
+		snprintf(err, err_len, "ca=%s needs secure=1", ca);
+		goto fail;
+	}
 	if (host[0] == '[') {
 		size_t n = strlen(host);
 
@@ -437,13 +451,18 @@ static void *_ch_open(const char *location, char *err, size_t err_len)
 		goto fail;
 	}
 	snprintf(st->db, sizeof(st->db), "%s", db);
-	o = (struct chhttp_opts){ .host = host, .port = port, .user = user, .password = password };
-	st->http = chhttp__new(&o);
+	o = (struct chhttp_opts){ .host = host, .port = port, .user = user, .password = password,
+				  .secure = secure, .ca_file = ca };
+	st->http = chhttp__new(&o, err, err_len);
+	if (!st->http) {
+		e = errno;
+		goto fail;
+	}
 	st->seen_frames = intern__new();
 	st->seen_stacks = intern__new();
 	st->seen_series = intern__new();
 	st->series_idx = intern__new();
-	if (!st->http || !st->seen_frames || !st->seen_stacks || !st->seen_series ||
+	if (!st->seen_frames || !st->seen_stacks || !st->seen_series ||
 	    !st->series_idx) {
 		e = ENOMEM;
 		snprintf(err, err_len, "out of memory");

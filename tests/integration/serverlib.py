@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.parse
@@ -251,10 +252,12 @@ class Response:
 
 class Client:
     """HTTP/1.1 client for one server; a new connection per request. The
-    last exchanges are kept for diagnostics."""
+    last exchanges are kept for diagnostics. With ca (a PEM file), it
+    speaks HTTPS and trusts only that CA."""
 
-    def __init__(self, port, host="127.0.0.1", token=None, timeout=30):
+    def __init__(self, port, host="127.0.0.1", token=None, timeout=30, ca=None):
         self.host = host
+        self.ca = ca
         self.port = port
         self.token = token
         self.timeout = timeout
@@ -273,7 +276,7 @@ class Client:
 
     @property
     def base(self):
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.ca else 'http'}://{self.host}:{self.port}"
 
     def request(self, method, path, params=None, body=None, headers=None, token=..., timeout=None):
         """Returns a Response; connection errors are a Response with
@@ -285,7 +288,12 @@ class Client:
         if tok is not None:
             hdrs["Authorization"] = f"Bearer {tok}"
         t0 = time.monotonic()
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
+        if self.ca:
+            ctx = ssl.create_default_context(cafile=str(self.ca))
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout or self.timeout,
+                                               context=ctx)
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
         try:
             try:
                 conn.request(method, path, body=body, headers=hdrs)

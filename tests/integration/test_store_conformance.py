@@ -10,9 +10,11 @@ intervals, GPU metric points and CPU busy intervals) spread over 13 minutes
 with edges inside minutes, so that answers combine rollup minutes and raw
 samples. Each backend gets its own server; the ClickHouse one is also
 checked with the batches ingested through two servers and queried through
-a third (stateless servers on one database). Two more tests run on
-ClickHouse alone: retention by one server seen exactly by another, and
-ClickHouse killed and restarted under a running server.
+a third (stateless servers on one database), and once more over HTTPS
+(secure=1, ClickHouse's https_port with a certificate from a CA the test
+makes). More tests run on ClickHouse alone: retention by one server seen
+exactly by another, ClickHouse killed and restarted under a running
+server, and TLS failures (wrong CA, wrong host name, plain HTTP port).
 """
 
 import json
@@ -28,6 +30,7 @@ import uuid
 import pytest
 
 from serverlib import Client, Procs, free_port, port_open, register_plugin, window
+from tlslib import make_ca, make_cert
 
 CLICKHOUSE = shutil.which("clickhouse-server") or "/usr/sbin/clickhouse-server"
 START_S = 60
@@ -57,9 +60,22 @@ def _ch_query(port, sql):
         c.close()
 
 
-def _clickhouse_config(d):
-    """Writes a configuration for a private clickhouse-server under d; returns its HTTP port."""
+def _clickhouse_config(d, tls=None):
+    """Writes a configuration for a private clickhouse-server under d; returns its HTTP port.
+    With tls (a dict with cert and key), it also serves HTTPS on tls["port"]."""
     http_port, tcp_port = free_port(), free_port()
+    https = ""
+    if tls:
+        # ClickHouse 18.16 (Poco) takes the server's certificate from
+        # <openSSL><server>; verificationMode none: clients show no certificate.
+        https = f"""<https_port>{tls["port"]}</https_port>
+  <openSSL><server>
+    <certificateFile>{tls["cert"]}</certificateFile>
+    <privateKeyFile>{tls["key"]}</privateKeyFile>
+    <verificationMode>none</verificationMode>
+    <loadDefaultCAFile>false</loadDefaultCAFile>
+    <disableProtocols>sslv2,sslv3,tlsv1,tlsv1_1</disableProtocols>
+  </server></openSSL>"""
     for sub in ("data", "tmp", "log", "fmt"):
         (d / sub).mkdir(exist_ok=True)
     (d / "users.xml").write_text(
@@ -75,6 +91,7 @@ def _clickhouse_config(d):
   <listen_host>127.0.0.1</listen_host>
   <http_port>{http_port}</http_port>
   <tcp_port>{tcp_port}</tcp_port>
+  {https}
   <path>{d}/data/</path>
   <tmp_path>{d}/tmp/</tmp_path>
   <format_schema_path>{d}/fmt/</format_schema_path>
@@ -107,16 +124,29 @@ def _clickhouse_start(procs, d, http_port, name="clickhouse-server"):
 
 
 @pytest.fixture(scope="module")
-def clickhouse(tmp_path_factory):
-    """A private clickhouse-server for the module; yields its HTTP port."""
+def clickhouse_env(tmp_path_factory):
+    """A private clickhouse-server for the module, serving HTTP and HTTPS;
+    yields {"port": HTTP port, "https_port", "ca": the CA's certificate,
+    "pki": the CA's directory}. The server certificate names 127.0.0.1
+    only (an IP SAN), not localhost."""
     d = tmp_path_factory.mktemp("clickhouse")
-    port = _clickhouse_config(d)
+    pki = d / "pki"
+    ca = make_ca(pki)
+    cert, key = make_cert(pki, ca, "clickhouse", ["IP:127.0.0.1"])
+    tls = {"port": free_port(), "cert": cert, "key": key}
+    port = _clickhouse_config(d, tls)
     procs = Procs(d / "procs")
     try:
         _clickhouse_start(procs, d, port)
-        yield port
+        yield {"port": port, "https_port": tls["port"], "ca": ca[0], "pki": pki}
     finally:
         procs.close_all()
+
+
+@pytest.fixture(scope="module")
+def clickhouse(clickhouse_env):
+    """The module's clickhouse-server; its HTTP port."""
+    return clickhouse_env["port"]
 
 
 # ---------------------------------------------------------------------------
@@ -334,7 +364,11 @@ def data():
     return {"t0": t0, "batches": batches, "expect": expect}
 
 
-@pytest.fixture(scope="module", params=["sqlite", "clickhouse"])
+def tls_uri(env, db, host="127.0.0.1", ca=None):
+    return f"clickhouse://{host}:{env['https_port']}/{db}?secure=1&ca={ca or env['ca']}"
+
+
+@pytest.fixture(scope="module", params=["sqlite", "clickhouse", "clickhouse-tls"])
 def backend(request, flamewatch, data, tmp_path_factory):
     d = tmp_path_factory.mktemp(f"conf-{request.param}")
     procs = Procs(d / "logs")
@@ -344,15 +378,18 @@ def backend(request, flamewatch, data, tmp_path_factory):
             ingest([c], data["batches"])
             yield {"name": "sqlite", "client": c}
         else:
-            port = request.getfixturevalue("clickhouse")
+            env = request.getfixturevalue("clickhouse_env")
+            port = env["port"]
             db = "conf_" + uuid.uuid4().hex[:8]
             uri = f"clickhouse://127.0.0.1:{port}/{db}"
+            if request.param == "clickhouse-tls":
+                uri = tls_uri(env, db)
             _, a = start_server(procs, flamewatch, ["--store", uri], "server-ch-a")
             _, b = start_server(procs, flamewatch, ["--store", uri], "server-ch-b")
             # Two servers ingest, a third one (started afterwards) answers.
             ingest([a, b], data["batches"])
             _, c = start_server(procs, flamewatch, ["--store", uri], "server-ch-c")
-            yield {"name": "clickhouse", "client": c, "db": db, "port": port}
+            yield {"name": request.param, "client": c, "db": db, "port": port}
     finally:
         procs.close_all()
 
@@ -549,15 +586,17 @@ def test_gpu_metrics(backend, data):
 
 
 def test_backends_agree(backend, data):
-    """Runs last for each backend; after the second, both answered the same."""
-    if backend["name"] != "clickhouse":
+    """Runs last for each backend; each ClickHouse one answered what SQLite did."""
+    name = backend["name"]
+    if name == "sqlite":
         return
     diffs = []
     for key, by in ANSWERS.items():
-        if len(by) == 2 and _norm(by["sqlite"]) != _norm(by["clickhouse"]):
-            diffs.append((key, json.dumps(by["sqlite"])[:600], json.dumps(by["clickhouse"])[:600]))
+        if "sqlite" in by and name in by and _norm(by["sqlite"]) != _norm(by[name]):
+            diffs.append((key, json.dumps(by["sqlite"])[:600], json.dumps(by[name])[:600]))
     assert not diffs, "\n".join(map(str, diffs))
-    assert len([k for k, by in ANSWERS.items() if len(by) == 2]) >= 10, list(ANSWERS)
+    assert len([k for k, by in ANSWERS.items() if "sqlite" in by and name in by]) >= 10, \
+        list(ANSWERS)
 
 
 def _norm(v):
@@ -683,5 +722,61 @@ def test_clickhouse_user_and_password(flamewatch, clickhouse, data, tmp_path):
         assert p.wait(START_S) not in (None, 0), p.describe()
         assert "cannot open the store" in p.text() and "ClickHouse answered HTTP" in p.text(), \
             p.describe()
+    finally:
+        procs.close_all()
+
+
+def _refused(procs, flamewatch, uri, name):
+    """Starts a server on uri, which must stop it; returns its output."""
+    p = procs.start([flamewatch, "server", "--listen", f"127.0.0.1:{free_port()}", "--store", uri],
+                    name)
+    assert p.wait(START_S) not in (None, 0), p.describe()
+    text = p.text()
+    assert "cannot open the store" in text, p.describe()
+    return text
+
+
+def test_clickhouse_tls_failures(flamewatch, clickhouse_env, data, tmp_path):
+    """Over HTTPS, a certificate from another CA, a certificate for another
+    host, a plain HTTP port with secure=1, the HTTPS port without it and an
+    unreadable CA file each stop a new server with the reason; what a good
+    server had stored stays there and is still served."""
+    env = clickhouse_env
+    db = "tlsfail_" + uuid.uuid4().hex[:8]
+    procs = Procs(tmp_path / "logs")
+    try:
+        _, good = start_server(procs, flamewatch, ["--store", tls_uri(env, db)], "server-tls")
+        ingest([good], data["batches"][:3])
+        t0 = data["t0"]
+        before = folded(good, t0, t0 + 13 * MIN)
+        assert sum(before.values()) > 0
+
+        other = make_ca(tmp_path / "other", cn="another CA")
+        text = _refused(procs, flamewatch, tls_uri(env, db, ca=other[0]), "server-wrong-ca")
+        assert "certificate verification failed" in text, text
+        assert "flamewatch test CA" in text and str(other[0]) in text, text
+
+        # The certificate names 127.0.0.1 only.
+        text = _refused(procs, flamewatch, tls_uri(env, db, host="localhost"), "server-wrong-host")
+        assert "certificate verification failed: hostname mismatch" in text, text
+        assert "expected host localhost" in text, text
+
+        text = _refused(procs, flamewatch,
+                        f"clickhouse://127.0.0.1:{env['port']}/{db}?secure=1&ca={env['ca']}",
+                        "server-plain-port")
+        assert "TLS handshake with ClickHouse" in text and "does this port speak TLS" in text, text
+
+        text = _refused(procs, flamewatch, f"clickhouse://127.0.0.1:{env['https_port']}/{db}",
+                        "server-no-secure")
+        assert "add secure=1" in text, text
+
+        text = _refused(procs, flamewatch, tls_uri(env, db, ca=tmp_path / "missing.pem"),
+                        "server-no-ca-file")
+        assert "cannot load the CA file" in text, text
+
+        # Nothing accepted before was lost, for the old server or a new one.
+        assert folded(good, t0, t0 + 13 * MIN) == before
+        _, again = start_server(procs, flamewatch, ["--store", tls_uri(env, db)], "server-tls-2")
+        assert folded(again, t0, t0 + 13 * MIN) == before
     finally:
         procs.close_all()

@@ -127,9 +127,10 @@ static struct chhttp *_client(const struct server *s, const char *user)
 	struct chhttp_opts o = { .host = "127.0.0.1", .port = port, .user = user,
 				 .password = "p@ss", .timeout_s = 10 };
 	struct chhttp *c;
+	char err[256];
 
 	snprintf(port, sizeof(port), "%d", s->port);
-	c = chhttp__new(&o);
+	c = chhttp__new(&o, err, sizeof(err));
 	assert_non_null(c);
 	return c;
 }
@@ -265,7 +266,13 @@ static void test_bad_uris(void **state)
 	_refused("clickhouse://h:80x/db", EINVAL, "expected clickhouse://HOST[:PORT]/DB");
 	_refused("clickhouse://h/bad-name", EINVAL, "bad database name");
 	_refused("clickhouse://h/9db", EINVAL, "bad database name");
-	_refused("clickhouse://h/db?secure=1", EPROTONOSUPPORT, "TLS");
+	_refused("clickhouse://h/db?secure=yes", EINVAL, "secure=yes: expected 1 or 0");
+	_refused("clickhouse://h/db?ca=ca.pem", EINVAL, "ca=ca.pem needs secure=1");
+	/* The CA file is read at open, before any connection: missing, or not PEM. */
+	_refused("clickhouse://h/db?secure=1&ca=/nonexistent/ca.pem", EINVAL,
+		 "cannot load the CA file /nonexistent/ca.pem");
+	_refused("clickhouse://h/db?secure=1&ca=" FW_TEST_DATA "/unit/test_clickhouse_http.c", EINVAL,
+		 "cannot load the CA file " FW_TEST_DATA "/unit/test_clickhouse_http.c");
 	_refused("clickhouse://h/db?compress=1", EINVAL, "unknown option \"compress\"");
 	_refused("clickhouse://h/db?user", EINVAL, "needs a value");
 	_refused("clickhouse://[::1/db", EINVAL, "bad IPv6 address");
