@@ -370,6 +370,14 @@ struct cpu_profile *collector__profile(struct collector *c)
 	return c->cp;
 }
 
+int collector__cuda_stats(struct collector *c, struct cuda_tracker_stats *out)
+{
+	if (!c || !c->cuda)
+		return -ENOENT;
+	cuda_tracker__stats(c->cuda, out);
+	return 0;
+}
+
 void collector__report(struct collector *c)
 {
 	struct sampler_stats st;

@@ -92,6 +92,7 @@ struct cuda_tracker {
 	void *on_process_ctx;
 	pid_t *seen;			/* processes handed to on_process, until they exit */
 	uint32_t nseen;
+	struct cuda_tracker_stats stats;
 };
 
 void cuda_tracker__on_process(struct cuda_tracker *t, void (*fn)(void *ctx, pid_t pid), void *ctx)
@@ -413,6 +414,7 @@ static int _scan_pid(struct cuda_tracker *t, pid_t pid)
 	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/%d/maps", t->proc_root, pid);
+	t->stats.maps_reads++;
 	f = fopen(path, "re");
 	if (!f)
 		return 0;
@@ -503,6 +505,7 @@ int cuda_tracker__scan(struct cuda_tracker *t)
 	DIR *d;
 
 	t->last_scan_ns = clock__mono_ns();
+	t->stats.full_scans++;
 	d = opendir(t->proc_root);
 	if (!d)
 		return 0;
@@ -691,6 +694,11 @@ void cuda_tracker__conflict(struct cuda_tracker *t, const struct fw_cuda_conflic
 uint32_t cuda_tracker__nattached(const struct cuda_tracker *t)
 {
 	return t->natt;
+}
+
+void cuda_tracker__stats(const struct cuda_tracker *t, struct cuda_tracker_stats *out)
+{
+	*out = t->stats;
 }
 
 void cuda_tracker__report(struct cuda_tracker *t)

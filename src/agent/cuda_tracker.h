@@ -68,6 +68,13 @@ void cuda_tracker__name(struct cuda_tracker *t, const struct fw_cuda_name *n);
 
 /* Number of library files attached. */
 uint32_t cuda_tracker__nattached(const struct cuda_tracker *t);
+
+/* What finding the library cost so far (the agent's /metrics). */
+struct cuda_tracker_stats {
+	uint64_t maps_reads;	/* /proc/PID/maps files opened, full scans included */
+	uint64_t full_scans;	/* looks at every process */
+};
+void cuda_tracker__stats(const struct cuda_tracker *t, struct cuda_tracker_stats *out);
 /* Logs the join's and the probes' counters (info), losses (warn). */
 void cuda_tracker__report(struct cuda_tracker *t);
 

@@ -295,7 +295,7 @@ int cmd_agent(int argc, char **argv)
 		goto out;
 	if (metrics_listen) {
 		a.metrics = agent_metrics__start(a.base, metrics_listen, so.node,
-						 co.gpu_interval_ns, a.cont.gpu);
+						 co.gpu_interval_ns, a.cont.gpu, a.cont.collector);
 		if (!a.metrics)
 			goto out;
 	}

@@ -8,6 +8,8 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 
+#include "agent/collector.h"
+#include "agent/cuda_tracker.h"
 #include "cmd/agent_metrics.h"
 #include "common/batch.h"
 #include "common/log.h"
@@ -23,8 +25,27 @@ struct agent_metrics {
 	struct prom_points *points;
 	const char *node;
 	struct gpu_poller *gpu;
+	struct collector *collector;
 	int64_t max_age_ns;
 };
+
+/* What looking for libflamewatch-cuda.so costs (src/agent/cuda_tracker.c). */
+static void _cuda_tracker(struct agent_metrics *m, struct strbuf *sb)
+{
+	struct cuda_tracker_stats st;
+
+	if (collector__cuda_stats(m->collector, &st))
+		return;
+	strbuf__printf(sb, "# HELP flamewatch_agent_cuda_maps_reads_total /proc/PID/maps files "
+		       "read looking for libflamewatch-cuda.so.\n"
+		       "# TYPE flamewatch_agent_cuda_maps_reads_total counter\n"
+		       "flamewatch_agent_cuda_maps_reads_total %llu\n"
+		       "# HELP flamewatch_agent_cuda_full_scans_total Looks at every process for "
+		       "libflamewatch-cuda.so.\n"
+		       "# TYPE flamewatch_agent_cuda_full_scans_total counter\n"
+		       "flamewatch_agent_cuda_full_scans_total %llu\n",
+		       (unsigned long long)st.maps_reads, (unsigned long long)st.full_scans);
+}
 
 static void _reply(struct evhttp_request *req, int code, const char *type, const char *body,
 		   size_t len)
@@ -71,6 +92,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 		       "flamewatch_agent_gpus %u\n",
 		       (unsigned long long)st.rounds, st.cpu_ns / 1e9, st.wall_ns / 1e9,
 		       st.max_wall_ns / 1e9, (unsigned long long)st.calls, gpu_poller__ngpus(m->gpu));
+	_cuda_tracker(m, &sb);
 	prom_points__write(m->points, &sb, gpu_metric__help, gpu_metric__type);
 	if (sb.oom)
 		_reply(req, 500, "text/plain", "out of memory\n", 14);
@@ -81,7 +103,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 
 struct agent_metrics *agent_metrics__start(struct event_base *base, const char *listen,
 					   const char *node, uint64_t gpu_interval_ns,
-					   struct gpu_poller *gpu)
+					   struct gpu_poller *gpu, struct collector *collector)
 {
 	struct agent_metrics *m = calloc(1, sizeof(*m));
 	char host[256];
@@ -91,6 +113,7 @@ struct agent_metrics *agent_metrics__start(struct event_base *base, const char *
 		return NULL;
 	m->node = node;
 	m->gpu = gpu;
+	m->collector = collector;
 	/* A process that left the GPU stops showing after three rounds (at least 5 s). */
 	m->max_age_ns = 3 * (int64_t)gpu_interval_ns;
 	if (m->max_age_ns < 5000000000LL)
