@@ -18,6 +18,7 @@
 
 #include "agent/cpu_profile.h"
 #include "agent/cuda_tracker.h"
+#include "agent/lib_watch.h"
 #include "agent/sampler.h"
 #include "common/batch.h"
 #include "common/clock.h"
@@ -27,19 +28,36 @@
 #include "symbolize/demangle.h"
 
 #define CUDA_LIB_NAME "libflamewatch-cuda.so"
+#define SEC_NS 1000000000ULL
 /*
- * How long after an exec a process's maps are looked at for the library:
- * every tick for the first seconds, then every half second. `import torch`
- * and cuInit() can take longer than 10 s on a cold machine, and a copy of
- * the library the agent did not attach at start is only found this way
- * (or by the periodic scan, seconds later).
+ * With the kernel's word (lib_watch.h), a process that maps the library is
+ * looked at on the next tick; the hook fires before the mapping exists, so
+ * it is looked at again on every tick until its maps show the library, for
+ * up to this long (a failed dlopen unmaps it again).
  */
-#define CANDIDATE_WINDOW_NS (30ULL * 1000000000ULL)
-#define CANDIDATE_FAST_NS (3ULL * 1000000000ULL)
+#define CANDIDATE_EVENT_NS (1ULL * SEC_NS)
+/*
+ * Without it (older kernels, FLAMEWATCH_CUDA_WATCH=0): how long after an
+ * exec a process's maps are looked at for the library: every tick for the
+ * first seconds, then every half second. `import torch` and cuInit() can
+ * take longer than 10 s on a cold machine, and a copy of the library the
+ * agent did not attach at start is only found this way (or by the periodic
+ * scan, seconds later). This is what a busy host paid for: every process
+ * it starts read ~80 times in its first 30 s.
+ */
+#define CANDIDATE_WINDOW_NS (30ULL * SEC_NS)
+#define CANDIDATE_FAST_NS (3ULL * SEC_NS)
 #define CANDIDATE_SLOW_EVERY_NS (500ULL * 1000000ULL)
 #define MAX_CANDIDATES 256
-/* How often every process is looked at (for libraries dlopen'd long after exec). */
-#define FULL_SCAN_NS (5ULL * 1000000000ULL)
+/*
+ * How often every process is looked at. With events it is a safety net
+ * (an event the kernel could not queue is counted, and triggers a scan
+ * too); polling, it finds libraries dlopen'd after the candidate window.
+ */
+#define FULL_SCAN_WATCH_NS (30ULL * SEC_NS)
+#define FULL_SCAN_POLL_NS (5ULL * SEC_NS)
+/* How often the hook's loss counter is read. */
+#define LOST_CHECK_NS (1ULL * SEC_NS)
 /* Longest kernel name read from a process; longer mangled names are cut. */
 #define MAX_NAME 4096
 #define NAMECACHE_MAX 100000
@@ -57,6 +75,7 @@ struct attached {
 
 struct candidate {
 	pid_t pid;
+	bool until_found;		/* from an event: done once the maps show the library */
 	uint64_t since_ns, until_ns, next_ns;
 };
 
@@ -83,6 +102,11 @@ struct cuda_tracker {
 	struct candidate cand[MAX_CANDIDATES];
 	uint32_t ncand;
 	uint64_t last_scan_ns;
+	uint64_t scan_every_ns;		/* 0: only at start */
+	bool scan_every_set;		/* else the default of the mode */
+	bool rescan;			/* events were lost: scan on the next tick */
+	struct lib_watch *watch;	/* NULL: polling */
+	uint64_t last_lost_check_ns;
 	struct cuda_join *join;
 	struct name_ent *ntab;		/* open addressing, a power of two */
 	uint32_t ntab_cap, ntab_n;
@@ -405,26 +429,51 @@ static int _attach(struct cuda_tracker *t, pid_t pid, const char *path, uint64_t
 	return 1;
 }
 
-/* Looks for the library in one process's maps. Returns 1 if a new file was attached. */
-static int _scan_pid(struct cuda_tracker *t, pid_t pid)
+/* Hooks a dynamic loader pid maps (lib_watch.h), once per file. */
+static void _loader(struct cuda_tracker *t, pid_t pid, const char *path, uint64_t dev,
+		    uint64_t inode)
+{
+	char full[4096 + 64];
+	int err;
+
+	snprintf(full, sizeof(full), "%s/%d/root%s", t->proc_root, pid, path);
+	err = lib_watch__add_loader(t->watch, full, dev, inode);
+	if (err > 0)
+		pr_info("GPU time profiling: watching the library loads of %s (pid %d)\n", path,
+			pid);
+	else if (err < 0)
+		pr_debug("cannot watch the library loads of %s (pid %d): %s\n", path, pid,
+			 strerror(-err));
+}
+
+/*
+ * Looks for the library in one process's maps; *mapped says whether it is
+ * there. Hooks the process's loader if new. Returns 1 if a new library
+ * file was attached, 0 if not, -errno when the maps cannot be read (the
+ * process is gone).
+ */
+static int _scan_pid(struct cuda_tracker *t, pid_t pid, bool *mapped)
 {
 	char path[4096 + 64], *line = NULL;
 	size_t cap = 0;
 	int found = 0;
 	FILE *f;
 
+	*mapped = false;
 	snprintf(path, sizeof(path), "%s/%d/maps", t->proc_root, pid);
 	t->stats.maps_reads++;
 	f = fopen(path, "re");
 	if (!f)
-		return 0;
+		return -errno;
 	while (getline(&line, &cap, f) > 0) {
+		bool loader = t->watch && strstr(line, "/ld-");
 		unsigned int major, minor;
 		unsigned long inode;
+		uint64_t dev;
 		int off = 0;
 		char *p, *nl;
 
-		if (!strstr(line, CUDA_LIB_NAME))
+		if (!loader && !strstr(line, CUDA_LIB_NAME))
 			continue;
 		if (sscanf(line, "%*x-%*x %*4s %*x %x:%x %lu %n", &major, &minor, &inode, &off) < 3 ||
 		    !off)
@@ -433,12 +482,20 @@ static int _scan_pid(struct cuda_tracker *t, pid_t pid)
 		nl = strchr(p, '\n');
 		if (nl)
 			*nl = '\0';
-		if (*p != '/' || strstr(p, " (deleted)") || !_is_cuda_lib(p))
+		if (*p != '/' || strstr(p, " (deleted)"))
 			continue;
+		dev = ((uint64_t)major << 32) | minor;
+		if (loader && lib_watch__is_loader(p)) {
+			_loader(t, pid, p, dev, inode);
+			continue;
+		}
+		if (!_is_cuda_lib(p))
+			continue;
+		*mapped = true;
 		_seen(t, pid);
-		if (_known(t, ((uint64_t)major << 32) | minor, inode))
+		if (_known(t, dev, inode))
 			continue;
-		if (_attach(t, pid, p, ((uint64_t)major << 32) | minor, inode) > 0)
+		if (_attach(t, pid, p, dev, inode) > 0)
 			found = 1;
 	}
 	free(line);
@@ -510,9 +567,12 @@ int cuda_tracker__scan(struct cuda_tracker *t)
 	if (!d)
 		return 0;
 	while ((de = readdir(d))) {
+		bool mapped;
+
 		if (!isdigit((unsigned char)de->d_name[0]))
 			continue;
-		found += _scan_pid(t, atoi(de->d_name));
+		if (_scan_pid(t, atoi(de->d_name), &mapped) > 0)
+			found++;
 	}
 	closedir(d);
 	return found;
@@ -544,6 +604,7 @@ void cuda_tracker__free(struct cuda_tracker *t)
 {
 	if (!t)
 		return;
+	lib_watch__close(t->watch);
 	for (uint32_t i = 0; i < t->natt; i++)
 		for (int k = 0; k < SAMPLER_CUDA_LINKS; k++)
 			bpf_link__destroy(t->att[i].links[k]);
@@ -557,23 +618,50 @@ void cuda_tracker__free(struct cuda_tracker *t)
 	free(t);
 }
 
-void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid)
+int cuda_tracker__watch(struct cuda_tracker *t)
+{
+	if (t->watch)
+		return 0;
+	t->watch = lib_watch__open(CUDA_LIB_NAME);
+	if (!t->watch)
+		return -errno;
+	t->stats.watching = 1;
+	t->last_lost_check_ns = clock__mono_ns();
+	return 0;
+}
+
+void cuda_tracker__set_scan_interval(struct cuda_tracker *t, uint64_t ns)
+{
+	t->scan_every_ns = ns;
+	t->scan_every_set = true;
+}
+
+/* Looks at pid from the next tick on, for window_ns (again: from now). */
+static void _candidate(struct cuda_tracker *t, pid_t pid, uint64_t window_ns, bool until_found)
 {
 	uint64_t now = clock__mono_ns();
+	struct candidate c = { pid, until_found, now, now + window_ns, now };
 
+	for (uint32_t i = 0; i < t->ncand; i++)
+		if (t->cand[i].pid == pid) {
+			t->cand[i] = c;
+			return;
+		}
+	if (t->ncand == MAX_CANDIDATES)
+		return;		/* the periodic scan finds it */
+	t->cand[t->ncand++] = c;
+}
+
+void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid)
+{
 	_unseen(t, pid);
 	/* The old image's launches and names are gone with it. */
 	if (cuda_join__has_pid(t->join, pid))
 		cuda_join__flush_pid(t->join, pid);
 	_names_forget(t, pid);
-	for (uint32_t i = 0; i < t->ncand; i++)
-		if (t->cand[i].pid == pid) {
-			t->cand[i] = (struct candidate){ pid, now, now + CANDIDATE_WINDOW_NS, now };
-			return;
-		}
-	if (t->ncand == MAX_CANDIDATES)
-		return;		/* the periodic scan finds it */
-	t->cand[t->ncand++] = (struct candidate){ pid, now, now + CANDIDATE_WINDOW_NS, now };
+	/* With events, the new image's loads are reported as they happen. */
+	if (!t->watch)
+		_candidate(t, pid, CANDIDATE_WINDOW_NS, false);
 }
 
 void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid)
@@ -590,26 +678,65 @@ void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid)
 		}
 }
 
+static void _on_lib_event(void *ctx, pid_t pid)
+{
+	struct cuda_tracker *t = ctx;
+
+	t->stats.lib_events++;
+	/* Once in the list, a process is read at most once a tick, however often it maps the file. */
+	_candidate(t, pid, CANDIDATE_EVENT_NS, true);
+}
+
+/* The processes the kernel reported; a full scan on the next tick if it dropped some. */
+static void _watch_drain(struct cuda_tracker *t, uint64_t now)
+{
+	struct lib_watch_stats st;
+
+	lib_watch__drain(t->watch, _on_lib_event, t);
+	if (now - t->last_lost_check_ns < LOST_CHECK_NS)
+		return;
+	t->last_lost_check_ns = now;
+	if (lib_watch__stats(t->watch, &st))
+		return;
+	t->stats.loaders = st.loaders;
+	if (st.lost <= t->stats.lib_events_lost)
+		return;
+	pr_debug("GPU time: %" PRIu64 " library loads not reported (ring buffer full): "
+		 "scanning every process\n", st.lost - t->stats.lib_events_lost);
+	t->stats.lib_events_lost = st.lost;
+	t->rescan = true;
+}
+
 void cuda_tracker__tick(struct cuda_tracker *t)
 {
 	uint64_t now = clock__mono_ns();
+	uint64_t every = t->scan_every_set ? t->scan_every_ns :
+			 t->watch ? FULL_SCAN_WATCH_NS : FULL_SCAN_POLL_NS;
 
+	if (t->watch)
+		_watch_drain(t, now);
 	for (uint32_t i = 0; i < t->ncand;) {
 		struct candidate *c = &t->cand[i];
+		bool mapped;
 
 		if (now > c->until_ns) {
 			*c = t->cand[--t->ncand];
 			continue;
 		}
 		if (now >= c->next_ns) {
-			_scan_pid(t, c->pid);
+			if (_scan_pid(t, c->pid, &mapped) < 0 || (mapped && c->until_found)) {
+				*c = t->cand[--t->ncand];
+				continue;
+			}
 			c->next_ns = now - c->since_ns < CANDIDATE_FAST_NS ? now
 									   : now + CANDIDATE_SLOW_EVERY_NS;
 		}
 		i++;
 	}
-	if (now - t->last_scan_ns >= FULL_SCAN_NS)
+	if (t->rescan || (every && now - t->last_scan_ns >= every)) {
+		t->rescan = false;
 		cuda_tracker__scan(t);
+	}
 	cuda_join__expire(t->join, now);
 }
 
@@ -706,6 +833,19 @@ void cuda_tracker__report(struct cuda_tracker *t)
 	uint64_t c[FW_CUDA_STAT_MAX];
 	struct cuda_join_stats st;
 
+	if (t->watch) {
+		struct lib_watch_stats w;
+
+		if (lib_watch__stats(t->watch, &w) == 0)
+			pr_debug("GPU time: %u loaders watched: %" PRIu64 " loader changes, %"
+				 PRIu64 " walks, %" PRIu64 " names compared, %" PRIu64
+				 " loads of the library reported (%" PRIu64 " lost), %" PRIu64
+				 " walks stopped by faults, %" PRIu64 " cut\n", w.loaders, w.calls,
+				 w.walks, w.names, w.events, w.lost, w.faults, w.truncated);
+	}
+	pr_debug("GPU time: the library looked for %s: %" PRIu64 " maps read, %" PRIu64
+		 " full scans\n", t->watch ? "on loader events" : "by polling",
+		 t->stats.maps_reads, t->stats.full_scans);
 	if (!t->natt)
 		return;
 	cuda_join__stats(t->join, &st);
