@@ -438,9 +438,11 @@ static void _loader(struct cuda_tracker *t, pid_t pid, const char *path, uint64_
 
 	snprintf(full, sizeof(full), "%s/%d/root%s", t->proc_root, pid, path);
 	err = lib_watch__add_loader(t->watch, full, dev, inode);
-	if (err > 0)
+	if (err > 0) {
+		t->stats.loaders++;
 		pr_info("GPU time profiling: watching the library loads of %s (pid %d)\n", path,
 			pid);
+	}
 	else if (err < 0)
 		pr_debug("cannot watch the library loads of %s (pid %d): %s\n", path, pid,
 			 strerror(-err));
@@ -696,10 +698,7 @@ static void _watch_drain(struct cuda_tracker *t, uint64_t now)
 	if (now - t->last_lost_check_ns < LOST_CHECK_NS)
 		return;
 	t->last_lost_check_ns = now;
-	if (lib_watch__stats(t->watch, &st))
-		return;
-	t->stats.loaders = st.loaders;
-	if (st.lost <= t->stats.lib_events_lost)
+	if (lib_watch__stats(t->watch, &st) || st.lost <= t->stats.lib_events_lost)
 		return;
 	pr_debug("GPU time: %" PRIu64 " library loads not reported (ring buffer full): "
 		 "scanning every process\n", st.lost - t->stats.lib_events_lost);

@@ -90,7 +90,7 @@ struct cuda_tracker_stats {
 	uint64_t lib_events;	/* loads of the library the loaders' hook reported */
 	uint64_t lib_events_lost;	/* ... and could not (read once a second) */
 	uint32_t watching;	/* 1: on loader events (cuda_tracker__watch()); 0: polling */
-	uint32_t loaders;	/* loader files hooked (read once a second) */
+	uint32_t loaders;	/* loader files hooked */
 };
 void cuda_tracker__stats(const struct cuda_tracker *t, struct cuda_tracker_stats *out);
 /* Logs the join's and the probes' counters (info), losses (warn). */

@@ -43,8 +43,25 @@ static void _cuda_tracker(struct agent_metrics *m, struct strbuf *sb)
 		       "# HELP flamewatch_agent_cuda_full_scans_total Looks at every process for "
 		       "libflamewatch-cuda.so.\n"
 		       "# TYPE flamewatch_agent_cuda_full_scans_total counter\n"
-		       "flamewatch_agent_cuda_full_scans_total %llu\n",
-		       (unsigned long long)st.maps_reads, (unsigned long long)st.full_scans);
+		       "flamewatch_agent_cuda_full_scans_total %llu\n"
+		       "# HELP flamewatch_agent_cuda_lib_watch 1: the dynamic loaders report loads "
+		       "of libflamewatch-cuda.so; 0: new processes are polled.\n"
+		       "# TYPE flamewatch_agent_cuda_lib_watch gauge\n"
+		       "flamewatch_agent_cuda_lib_watch %u\n"
+		       "# HELP flamewatch_agent_cuda_loaders Dynamic loader files hooked.\n"
+		       "# TYPE flamewatch_agent_cuda_loaders gauge\n"
+		       "flamewatch_agent_cuda_loaders %u\n"
+		       "# HELP flamewatch_agent_cuda_lib_events_total Loads of libflamewatch-cuda.so "
+		       "the loaders reported.\n"
+		       "# TYPE flamewatch_agent_cuda_lib_events_total counter\n"
+		       "flamewatch_agent_cuda_lib_events_total %llu\n"
+		       "# HELP flamewatch_agent_cuda_lib_events_lost_total Loads not reported: the "
+		       "ring buffer was full.\n"
+		       "# TYPE flamewatch_agent_cuda_lib_events_lost_total counter\n"
+		       "flamewatch_agent_cuda_lib_events_lost_total %llu\n",
+		       (unsigned long long)st.maps_reads, (unsigned long long)st.full_scans,
+		       st.watching, st.loaders, (unsigned long long)st.lib_events,
+		       (unsigned long long)st.lib_events_lost);
 }
 
 static void _reply(struct evhttp_request *req, int code, const char *type, const char *body,
