@@ -194,7 +194,7 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 		hotspot__forget(c->hs, e->pid);
 		proc_table__exec(c->procs, e->pid);
 		if (c->cuda)
-			cuda_tracker__exec(c->cuda, e->pid);
+			cuda_tracker__exec(c->cuda, e->pid, e->mnt_ns);
 		unwinder__remove_pid(c->unwinder, e->pid);
 		if (c->opts.follow_only)
 			unwinder__queue(c->unwinder, e->pid);

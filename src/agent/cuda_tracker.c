@@ -50,6 +50,14 @@
 #define CANDIDATE_SLOW_EVERY_NS (500ULL * 1000000ULL)
 #define MAX_CANDIDATES 256
 /*
+ * Mount namespaces whose loader was looked for (one read of one process's
+ * maps each); forgotten all at once when full. A namespace whose first
+ * processes map no loader (static binaries) is looked at up to
+ * MNT_NS_TRIES times.
+ */
+#define MAX_MNT_NS 4096
+#define MNT_NS_TRIES 3
+/*
  * How often every process is looked at. With events it is a safety net
  * (an event the kernel could not queue is counted, and triggers a scan
  * too); polling, it finds libraries dlopen'd after the candidate window.
@@ -76,7 +84,15 @@ struct attached {
 struct candidate {
 	pid_t pid;
 	bool until_found;		/* from an event: done once the maps show the library */
+	uint32_t mnt_ns;		/* looked at once for a loader in this namespace; 0: not */
 	uint64_t since_ns, until_ns, next_ns;
+};
+
+struct mnt_ns {
+	uint32_t inum;
+	uint8_t tries;
+	bool pending;			/* a process of it waits to be looked at */
+	bool done;			/* a loader was seen, or MNT_NS_TRIES looks found none */
 };
 
 /* What a pending launch keeps: the placed stack and the thread's name. */
@@ -107,6 +123,8 @@ struct cuda_tracker {
 	bool rescan;			/* events were lost: scan on the next tick */
 	struct lib_watch *watch;	/* NULL: polling */
 	uint64_t last_lost_check_ns;
+	struct mnt_ns *mnt;		/* MAX_MNT_NS, allocated with the watch */
+	uint32_t nmnt;
 	struct cuda_join *join;
 	struct name_ent *ntab;		/* open addressing, a power of two */
 	uint32_t ntab_cap, ntab_n;
@@ -454,7 +472,7 @@ static void _loader(struct cuda_tracker *t, pid_t pid, const char *path, uint64_
  * file was attached, 0 if not, -errno when the maps cannot be read (the
  * process is gone).
  */
-static int _scan_pid(struct cuda_tracker *t, pid_t pid, bool *mapped)
+static int _scan_pid(struct cuda_tracker *t, pid_t pid, bool *mapped, bool *loader_seen)
 {
 	char path[4096 + 64], *line = NULL;
 	size_t cap = 0;
@@ -462,6 +480,7 @@ static int _scan_pid(struct cuda_tracker *t, pid_t pid, bool *mapped)
 	FILE *f;
 
 	*mapped = false;
+	*loader_seen = false;
 	snprintf(path, sizeof(path), "%s/%d/maps", t->proc_root, pid);
 	t->stats.maps_reads++;
 	f = fopen(path, "re");
@@ -488,6 +507,7 @@ static int _scan_pid(struct cuda_tracker *t, pid_t pid, bool *mapped)
 			continue;
 		dev = ((uint64_t)major << 32) | minor;
 		if (loader && lib_watch__is_loader(p)) {
+			*loader_seen = true;
 			_loader(t, pid, p, dev, inode);
 			continue;
 		}
@@ -569,11 +589,11 @@ int cuda_tracker__scan(struct cuda_tracker *t)
 	if (!d)
 		return 0;
 	while ((de = readdir(d))) {
-		bool mapped;
+		bool mapped, loader;
 
 		if (!isdigit((unsigned char)de->d_name[0]))
 			continue;
-		if (_scan_pid(t, atoi(de->d_name), &mapped) > 0)
+		if (_scan_pid(t, atoi(de->d_name), &mapped, &loader) > 0)
 			found++;
 	}
 	closedir(d);
@@ -607,6 +627,7 @@ void cuda_tracker__free(struct cuda_tracker *t)
 	if (!t)
 		return;
 	lib_watch__close(t->watch);
+	free(t->mnt);
 	for (uint32_t i = 0; i < t->natt; i++)
 		for (int k = 0; k < SAMPLER_CUDA_LINKS; k++)
 			bpf_link__destroy(t->att[i].links[k]);
@@ -624,9 +645,17 @@ int cuda_tracker__watch(struct cuda_tracker *t)
 {
 	if (t->watch)
 		return 0;
+	t->mnt = calloc(MAX_MNT_NS, sizeof(*t->mnt));
+	if (!t->mnt)
+		return -ENOMEM;
 	t->watch = lib_watch__open(CUDA_LIB_NAME);
-	if (!t->watch)
-		return -errno;
+	if (!t->watch) {
+		int err = -errno;
+
+		free(t->mnt);
+		t->mnt = NULL;
+		return err;
+	}
 	t->stats.watching = 1;
 	t->last_lost_check_ns = clock__mono_ns();
 	return 0;
@@ -638,32 +667,80 @@ void cuda_tracker__set_scan_interval(struct cuda_tracker *t, uint64_t ns)
 	t->scan_every_set = true;
 }
 
-/* Looks at pid from the next tick on, for window_ns (again: from now). */
-static void _candidate(struct cuda_tracker *t, pid_t pid, uint64_t window_ns, bool until_found)
+/*
+ * Looks at pid from the next tick on, for window_ns (again: from now; 0:
+ * once). Returns false when the list is full: the periodic scan finds it.
+ */
+static bool _candidate(struct cuda_tracker *t, pid_t pid, uint64_t window_ns, bool until_found,
+		       uint32_t mnt_ns)
 {
 	uint64_t now = clock__mono_ns();
-	struct candidate c = { pid, until_found, now, now + window_ns, now };
+	struct candidate c = { pid, until_found, mnt_ns, now, now + window_ns, now };
 
 	for (uint32_t i = 0; i < t->ncand; i++)
 		if (t->cand[i].pid == pid) {
+			if (!c.mnt_ns)
+				c.mnt_ns = t->cand[i].mnt_ns;	/* that look is still owed */
 			t->cand[i] = c;
-			return;
+			return true;
 		}
 	if (t->ncand == MAX_CANDIDATES)
-		return;		/* the periodic scan finds it */
+		return false;
 	t->cand[t->ncand++] = c;
+	return true;
 }
 
-void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid)
+/* The namespace's entry, added if new. */
+static struct mnt_ns *_mnt_ns(struct cuda_tracker *t, uint32_t inum)
 {
+	for (uint32_t i = 0; i < t->nmnt; i++)
+		if (t->mnt[i].inum == inum)
+			return &t->mnt[i];
+	if (t->nmnt == MAX_MNT_NS)
+		t->nmnt = 0;	/* containers come and go: start again */
+	t->mnt[t->nmnt] = (struct mnt_ns){ .inum = inum };
+	return &t->mnt[t->nmnt++];
+}
+
+/*
+ * A namespace's process was looked at (rc: _scan_pid()'s): done when its
+ * maps showed a loader. A process gone before its look is no try: the
+ * next exec there is looked at.
+ */
+static void _mnt_ns_looked(struct cuda_tracker *t, uint32_t inum, int rc, bool loader_seen)
+{
+	for (uint32_t i = 0; i < t->nmnt; i++)
+		if (t->mnt[i].inum == inum) {
+			struct mnt_ns *ns = &t->mnt[i];
+
+			ns->pending = false;
+			if (rc >= 0)
+				ns->done = loader_seen || ++ns->tries >= MNT_NS_TRIES;
+			return;
+		}
+}
+
+void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid, uint32_t mnt_ns)
+{
+	struct mnt_ns *ns;
+
 	_unseen(t, pid);
 	/* The old image's launches and names are gone with it. */
 	if (cuda_join__has_pid(t->join, pid))
 		cuda_join__flush_pid(t->join, pid);
 	_names_forget(t, pid);
-	/* With events, the new image's loads are reported as they happen. */
-	if (!t->watch)
-		_candidate(t, pid, CANDIDATE_WINDOW_NS, false);
+	if (!t->watch) {
+		_candidate(t, pid, CANDIDATE_WINDOW_NS, false, 0);
+		return;
+	}
+	/*
+	 * With events, the new image's loads are reported as they happen, if
+	 * its loader is hooked: the first process of a namespace shows which
+	 * loader it brings (mapped by the kernel before this event).
+	 */
+	ns = mnt_ns ? _mnt_ns(t, mnt_ns) : NULL;
+	if (ns && !ns->done && !ns->pending)
+		ns->pending = _candidate(t, pid, 0, false, mnt_ns);
 }
 
 void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid)
@@ -675,6 +752,8 @@ void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid)
 	_names_forget(t, pid);
 	for (uint32_t i = 0; i < t->ncand; i++)
 		if (t->cand[i].pid == pid) {
+			if (t->cand[i].mnt_ns)
+				_mnt_ns_looked(t, t->cand[i].mnt_ns, -ESRCH, false);
 			t->cand[i] = t->cand[--t->ncand];
 			break;
 		}
@@ -686,7 +765,7 @@ static void _on_lib_event(void *ctx, pid_t pid)
 
 	t->stats.lib_events++;
 	/* Once in the list, a process is read at most once a tick, however often it maps the file. */
-	_candidate(t, pid, CANDIDATE_EVENT_NS, true);
+	_candidate(t, pid, CANDIDATE_EVENT_NS, true, 0);
 }
 
 /* The processes the kernel reported; a full scan on the next tick if it dropped some. */
@@ -716,19 +795,22 @@ void cuda_tracker__tick(struct cuda_tracker *t)
 		_watch_drain(t, now);
 	for (uint32_t i = 0; i < t->ncand;) {
 		struct candidate *c = &t->cand[i];
-		bool mapped;
+		bool mapped, loader;
+		int rc;
 
-		if (now > c->until_ns) {
-			*c = t->cand[--t->ncand];
-			continue;
-		}
 		if (now >= c->next_ns) {
-			if (_scan_pid(t, c->pid, &mapped) < 0 || (mapped && c->until_found)) {
+			rc = _scan_pid(t, c->pid, &mapped, &loader);
+			if (c->mnt_ns)
+				_mnt_ns_looked(t, c->mnt_ns, rc, loader);
+			if (rc < 0 || (mapped && c->until_found) || now >= c->until_ns) {
 				*c = t->cand[--t->ncand];
 				continue;
 			}
 			c->next_ns = now - c->since_ns < CANDIDATE_FAST_NS ? now
 									   : now + CANDIDATE_SLOW_EVERY_NS;
+		} else if (now > c->until_ns) {
+			*c = t->cand[--t->ncand];
+			continue;
 		}
 		i++;
 	}

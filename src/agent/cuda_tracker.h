@@ -64,8 +64,13 @@ int cuda_tracker__watch(struct cuda_tracker *t);
 void cuda_tracker__set_scan_interval(struct cuda_tracker *t, uint64_t ns);
 /* Looks at every process now. Returns the number of library files newly attached. */
 int cuda_tracker__scan(struct cuda_tracker *t);
-/* A process exec'd: polling, look at it on the next ticks, while it loads its libraries. */
-void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid);
+/*
+ * A process exec'd, in the mount namespace mnt_ns (0: unknown). Polling,
+ * look at it on the next ticks, while it loads its libraries; on loader
+ * events, only the first process of a namespace (a new container, which
+ * may bring its own loader) is looked at, once.
+ */
+void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid, uint32_t mnt_ns);
 /* A process exited: its pending records are emitted unattributed. */
 void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid);
 /* Every tick: reported and new processes' maps, the periodic scan, records that waited too long. */

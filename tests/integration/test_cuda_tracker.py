@@ -7,7 +7,8 @@ maps of every new process for 30 s.
   agent has never seen (the real library, fake CUPTI: what the CUDA driver
   does at a late cuInit) is attached within a second of its dlopen, by the
   loader's event (no periodic scan: it is off), and its GPU time is stored
-  to the nanosecond.
+  to the nanosecond. The same for a process in a new mount namespace on a
+  loader file the agent has never seen (a container's own).
 - An exec storm (300 processes that live 1 s) costs no /proc/PID/maps
   read, where polling (FLAMEWATCH_CUDA_WATCH=0, the old way, measured
   through the same counter on the agent's /metrics) reads each of them.
@@ -41,7 +42,14 @@ def _top(client, q, frm, to):
     return r.json()
 
 
-def test_late_dlopen_attaches_within_a_second(flamewatch, tmp_path):
+@pytest.mark.parametrize("where", ["host", "new_loader"])
+def test_late_dlopen_attaches_within_a_second(flamewatch, tmp_path, where):
+    """host: a process of this host (its loader hooked at the agent's
+    start) loads the library 10 s after its start. new_loader: a process
+    in a new mount namespace that runs on a loader file the agent has
+    never seen (a copy, as a container brings its own), 3 s after its
+    start: its first exec in the namespace makes the agent look for its
+    loader once and hook it."""
     build = Path(flamewatch).resolve().parent
     host, cupti = build / "fakes" / "cuda_host", build / "fakes" / "libcupti.so"
     res = subprocess.run(["make", "-s", "fakes"], cwd=build.parent, capture_output=True, text=True,
@@ -51,6 +59,14 @@ def test_late_dlopen_attaches_within_a_second(flamewatch, tmp_path):
     lib = tmp_path / "inject" / "libflamewatch-cuda.so"
     lib.parent.mkdir()
     shutil.copy(build / "libflamewatch-cuda.so", lib)
+    argv, after_ms = [host, "drive", lib, "200", "20000", "0"], 10000
+    if where == "new_loader":
+        if not shutil.which("unshare"):
+            pytest.skip("needs unshare")
+        loader = tmp_path / "loader" / "ld-linux-x86-64.so.2"
+        loader.parent.mkdir()
+        shutil.copy(Path("/lib64/ld-linux-x86-64.so.2").resolve(), loader)
+        argv, after_ms = ["unshare", "-m", "--", loader] + argv, 3000
     ps = Procs(tmp_path / "logs")
     port = free_port()
     client = Client(port)
@@ -62,10 +78,13 @@ def test_late_dlopen_attaches_within_a_second(flamewatch, tmp_path):
         assert re.search(r"watching the library loads of \S*/ld-", srv.text()), srv.describe()
         client.wait_healthy(proc=srv)
         t0 = time.time() - 1
-        work = ps.start([host, "drive", lib, "200", "20000", "0"], "cuda_host",
+        work = ps.start(argv, "cuda_host",
                         env=_env(FLAMEWATCH_CUPTI_PATH=cupti, FLAMEWATCH_CUDA_DUTY_CYCLE=1,
                                  FLAMEWATCH_CUDA_LAUNCH_BUDGET=100000000,
-                                 CUDA_HOST_LOAD_AFTER_MS=10000))
+                                 CUDA_HOST_LOAD_AFTER_MS=after_ms))
+        if where == "new_loader":
+            assert srv.wait_output("watching the library loads of %s \\(pid %d\\)" %
+                                   (re.escape(str(loader)), work.pid), after_ms / 1000), srv.describe()
         loaded = work.wait_output(r"loaded (\d+\.\d+)", 30)
         assert loaded, work.describe()
         attached = re.compile("attached to %s \\(pid %d\\)" % (re.escape(str(lib)), work.pid))
@@ -78,7 +97,7 @@ def test_late_dlopen_attaches_within_a_second(flamewatch, tmp_path):
             time.sleep(0.05)
         assert seen, f"the agent did not attach to {lib}\n{srv.describe()}"
         delay = seen - float(loaded.group(1))
-        print(f"\nattached {delay * 1000:.0f} ms after the dlopen")
+        print(f"\n{where}: attached {delay * 1000:.0f} ms after the dlopen")
         assert delay < 1.0, f"attached {delay:.2f} s after the dlopen\n{srv.describe()}"
 
         assert work.wait(60) == 0, work.describe()
