@@ -22,9 +22,10 @@ Per phase and agent: CPU seconds of the agent (user + system, /proc/PID/stat),
 % of one core, /proc/PID/maps reads and full scans (the agents' own /metrics),
 and, for the events agent, the run time of its loader-hook BPF programs
 (kernel.bpf_stats_enabled, set for the run and put back; charged to the
-processes that load libraries, not to the agent). Before the agents start
-and during the dlopen phase the dlopen loop's ns per pair is printed: what
-the hook costs a process that loads libraries (the uprobe trap included).
+processes that load libraries, not to the agent). Then what the hook costs
+processes, uprobe traps included: the dlopen loop's ns per pair and the
+µs to spawn and wait for /bin/true, before the agents start, with all of
+them, and with all but the events agent.
 
 FLAMEWATCH=PATH measures another binary than build/flamewatch.
 """
@@ -45,7 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 FW = Path(os.environ.get("FLAMEWATCH", REPO / "build" / "flamewatch"))
 FW_BASE = os.environ.get("FLAMEWATCH_BASE")
 TICK = os.sysconf("SC_CLK_TCK")
-HOOK_PROGS = {"on_dl_debug_state", "libwatch_exec", "libwatch_exit"}
+HOOK_PROGS = {"on_dl_debug_state"}
 
 
 def free_port():
@@ -97,35 +98,47 @@ def hook_ns(pid):
     return total
 
 
-class Spawner:
-    """argv spawned rate times a second until stopped; children reaped."""
-
-    def __init__(self, argv, rate):
-        self.argv, self.rate, self.n = argv, rate, 0
-
-    def run(self, seconds):
-        path = shutil.which(self.argv[0])
-        end = time.monotonic() + seconds
-        nxt = time.monotonic()
-        while time.monotonic() < end:
-            nxt += 1 / self.rate
-            delay = nxt - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            os.posix_spawn(path, self.argv, os.environ)
-            self.n += 1
-            while True:
-                try:
-                    pid, _ = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if pid == 0:
-                    break
+def spawn(rate, seconds, argv):
+    """argv spawned rate times a second for seconds; children reaped. Run
+    in a process of its own (--spawn), whose only children they are."""
+    path = shutil.which(argv[0])
+    end = time.monotonic() + seconds
+    nxt = time.monotonic()
+    n = 0
+    while time.monotonic() < end:
+        nxt += 1 / rate
+        delay = nxt - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        os.posix_spawn(path, argv, os.environ)
+        n += 1
         while True:
             try:
-                os.waitpid(-1, 0)
+                pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
+            if pid == 0:
+                break
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    print(n)
+
+
+def spawner(argv, rate, seconds):
+    subprocess.run([sys.executable, __file__, "--spawn", str(rate), str(seconds)] + argv, check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def exec_us(n=500):
+    """Mean µs to spawn /bin/true and wait for it, n times in a row."""
+    path = shutil.which("true")
+    t = time.monotonic()
+    for _ in range(n):
+        os.waitpid(os.posix_spawn(path, ["true"], os.environ), 0)
+    return (time.monotonic() - t) * 1e6 / n
 
 
 def dlopen_loop(exe, seconds):
@@ -134,6 +147,9 @@ def dlopen_loop(exe, seconds):
 
 
 def main():
+    if len(sys.argv) > 4 and sys.argv[1] == "--spawn":
+        spawn(float(sys.argv[2]), float(sys.argv[3]), sys.argv[4:])
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--warmup", type=float, default=10)
@@ -149,7 +165,7 @@ def main():
     Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1")
     procs, lines = [], []
     try:
-        base_pairs, base_ns = dlopen_loop(loop, 3)
+        cost = {"no agent": (dlopen_loop(loop, 5)[1], exec_us())}
         port = free_port()
         procs.append(subprocess.Popen([FW, "server", "--listen", f"127.0.0.1:{port}", "--data",
                                        tmp / "data"], stdout=subprocess.DEVNULL,
@@ -172,11 +188,10 @@ def main():
         time.sleep(args.warmup)
         phases = {
             "idle": lambda s: time.sleep(s),
-            "true": lambda s: Spawner(["true"], args.rate).run(s),
-            "sleep1": lambda s: Spawner(["sleep", "1"], args.rate).run(s),
-            "dlopen": lambda s: phase_dlopen.update(zip(("pairs", "ns"), dlopen_loop(loop, s))),
+            "true": lambda s: spawner(["true"], args.rate, s),
+            "sleep1": lambda s: spawner(["sleep", "1"], args.rate, s),
+            "dlopen": lambda s: dlopen_loop(loop, s),
         }
-        phase_dlopen = {}
         lines.append(f"flamewatch {FW}; {args.rate:g} execs/s; {args.seconds:g} s per phase; "
                      f"{os.cpu_count()} CPUs")
         lines.append("")
@@ -200,10 +215,19 @@ def main():
                 hook = f"{(h1 - h0) / 1e6:.1f}" if n == "events" and h0 is not None and h1 is not None else ""
                 lines.append(f"| {phase} | {n} | {cpu:.2f} | {100 * cpu / wall:.2f} | {reads:.0f} | "
                              f"{reads / wall:.0f} | {scans:.0f} | {hook} |")
+        # What the loader hook costs processes: the same loops with all agents,
+        # then without the events agent (the only one that hooks the loaders).
+        cost["all agents"] = (dlopen_loop(loop, 5)[1], exec_us())
+        p = running.pop("events")[0]
+        p.terminate()
+        p.wait(timeout=20)
+        time.sleep(1)
+        cost["all but events"] = (dlopen_loop(loop, 5)[1], exec_us())
         lines.append("")
-        lines.append(f"dlopen+dlclose of libz: {base_ns:.0f} ns per pair before the agents started "
-                     f"({base_pairs} pairs in 3 s), {phase_dlopen.get('ns', 0):.0f} ns with them "
-                     f"({phase_dlopen.get('pairs', 0)} pairs in {args.seconds:g} s)")
+        lines.append("| agents running | dlopen+dlclose of libz, ns | spawn+wait of /bin/true, µs |")
+        lines.append("|---|---|---|")
+        for k, (ns, us) in cost.items():
+            lines.append(f"| {k} | {ns:.0f} | {us:.0f} |")
     finally:
         for p in reversed(procs):
             p.terminate()

@@ -59,10 +59,14 @@ struct {
 /*
  * Per process: how many objects of its list were looked at. The loader
  * appends new objects at the end, so a dlopen reads only the new names;
- * a dlclose shortens the list and the count with it.
+ * a dlclose shortens the list and the count with it. Whose list: an exec
+ * gives the process a new mm (and, with ASLR off, maybe the same _r_debug
+ * address); a pid reused by a new process has a new mm too. No exec or
+ * exit hook then: an exited process's entry waits for the LRU.
  */
 struct dl_seen {
-	__u64 r_debug;		/* whose list (a new image after exec has another) */
+	__u64 r_debug;
+	__u64 mm;
 	__u32 nseen;
 	__u32 pad;
 };
@@ -166,6 +170,7 @@ int on_dl_debug_state(struct pt_regs *ctx)
 	__u64 r = PT_REGS_IP(ctx) + bpf_get_attach_cookie(ctx);
 	struct dl_seen *seen, upd = {};
 	struct walk w = {};
+	__u64 mm;
 	int state;
 
 	stat_inc(FW_LIBWATCH_CALLS);
@@ -177,8 +182,9 @@ int on_dl_debug_state(struct pt_regs *ctx)
 	if (state != RT_CONSISTENT)
 		return 0;
 	stat_inc(FW_LIBWATCH_WALKS);
+	mm = (__u64)bpf_get_current_task_btf()->mm;
 	seen = bpf_map_lookup_elem(&dl_seen, &tgid);
-	if (seen && seen->r_debug == r)
+	if (seen && seen->r_debug == r && seen->mm == mm)
 		w.nseen = seen->nseen;
 	/* bpf_loop(): one check of the step, whatever the length (Linux 5.17+; before, no events). */
 	bpf_loop(FW_LIBWATCH_MAX_OBJECTS, walk_step, &w, 0);
@@ -187,6 +193,7 @@ int on_dl_debug_state(struct pt_regs *ctx)
 	else if (w.l)
 		stat_inc(FW_LIBWATCH_TRUNCATED);
 	upd.r_debug = r;
+	upd.mm = mm;
 	upd.nseen = w.n;
 	bpf_map_update_elem(&dl_seen, &tgid, &upd, BPF_ANY);
 	if (w.found) {
@@ -202,25 +209,5 @@ int on_dl_debug_state(struct pt_regs *ctx)
 		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 		stat_inc(FW_LIBWATCH_EVENTS);
 	}
-	return 0;
-}
-
-/* A new image starts its list afresh; an exited process's entry can go. */
-SEC("tp_btf/sched_process_exec")
-int BPF_PROG(libwatch_exec, struct task_struct *p)
-{
-	__u32 tgid = p->tgid;
-
-	bpf_map_delete_elem(&dl_seen, &tgid);
-	return 0;
-}
-
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(libwatch_exit, struct task_struct *p)
-{
-	__u32 tgid = p->tgid;
-
-	if (p->pid == p->tgid)
-		bpf_map_delete_elem(&dl_seen, &tgid);
 	return 0;
 }
