@@ -23,9 +23,9 @@ Per phase and agent: CPU seconds of the agent (user + system, /proc/PID/stat),
 and, for the events agent, the run time of its loader-hook BPF programs
 (kernel.bpf_stats_enabled, set for the run and put back; charged to the
 processes that load libraries, not to the agent). Then what the hook costs
-processes, uprobe traps included: the dlopen loop's ns per pair and the
-µs to spawn and wait for /bin/true, before the agents start, with all of
-them, and with all but the events agent.
+processes, uprobe traps included (hook_ab()): the dlopen loop's ns per pair
+and the µs to spawn and wait for /bin/true, alternating no agent, a polling
+agent and an agent with the hook, and under an empty bpftrace uprobe.
 
 FLAMEWATCH=PATH measures another binary than build/flamewatch.
 """
@@ -146,6 +146,49 @@ def dlopen_loop(exe, seconds):
     return int(out[0]), float(out[1])
 
 
+def hook_ab(lines, loop, port, tmp, rounds=2):
+    """What the loader hook costs processes, uprobe traps included: the
+    dlopen loop and spawns of /bin/true with no agent, an agent that polls
+    and one with the hook, alternated (an agent's own sampling costs them
+    too: the polling one shows how much), and under an empty bpftrace
+    uprobe on the same function (the trap alone)."""
+    loader = Path("/lib64/ld-linux-x86-64.so.2").resolve()
+    rows = {}
+
+    def measure(name):
+        ns, us = dlopen_loop(loop, 3)[1], exec_us()
+        rows.setdefault(name, []).append((ns, us))
+
+    for _ in range(rounds):
+        for name, extra in (("no agent", None), ("agent, polling", {"FLAMEWATCH_CUDA_WATCH": "0"}),
+                            ("agent, loader events", {})):
+            if extra is None:
+                measure(name)
+                continue
+            env = {k: v for k, v in os.environ.items() if not k.startswith("FLAMEWATCH_CUDA")}
+            env.update(extra)
+            p = subprocess.Popen([FW, "agent", "--server", f"http://127.0.0.1:{port}", "--node",
+                                  "bench-ab", "--gpu-interval", "off"], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=open(tmp / "ab.log", "a"))
+            time.sleep(6)
+            measure(name)
+            p.terminate()
+            p.wait(timeout=20)
+    if shutil.which("bpftrace"):
+        bt = subprocess.Popen(["bpftrace", "-e", f"uprobe:{loader}:_dl_debug_state {{ }}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(5)
+        measure("bpftrace, empty uprobe")
+        bt.terminate()
+        bt.wait(timeout=20)
+    lines.append("")
+    lines.append("| running | dlopen+dlclose of libz, ns (each round) | spawn+wait of /bin/true, µs (each round) |")
+    lines.append("|---|---|---|")
+    for name, r in rows.items():
+        lines.append(f"| {name} | {', '.join(f'{ns:.0f}' for ns, _ in r)} | "
+                     f"{', '.join(f'{us:.0f}' for _, us in r)} |")
+
+
 def main():
     if len(sys.argv) > 4 and sys.argv[1] == "--spawn":
         spawn(float(sys.argv[2]), float(sys.argv[3]), sys.argv[4:])
@@ -165,7 +208,6 @@ def main():
     Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1")
     procs, lines = [], []
     try:
-        cost = {"no agent": (dlopen_loop(loop, 5)[1], exec_us())}
         port = free_port()
         procs.append(subprocess.Popen([FW, "server", "--listen", f"127.0.0.1:{port}", "--data",
                                        tmp / "data"], stdout=subprocess.DEVNULL,
@@ -215,19 +257,10 @@ def main():
                 hook = f"{(h1 - h0) / 1e6:.1f}" if n == "events" and h0 is not None and h1 is not None else ""
                 lines.append(f"| {phase} | {n} | {cpu:.2f} | {100 * cpu / wall:.2f} | {reads:.0f} | "
                              f"{reads / wall:.0f} | {scans:.0f} | {hook} |")
-        # What the loader hook costs processes: the same loops with all agents,
-        # then without the events agent (the only one that hooks the loaders).
-        cost["all agents"] = (dlopen_loop(loop, 5)[1], exec_us())
-        p = running.pop("events")[0]
-        p.terminate()
-        p.wait(timeout=20)
-        time.sleep(1)
-        cost["all but events"] = (dlopen_loop(loop, 5)[1], exec_us())
-        lines.append("")
-        lines.append("| agents running | dlopen+dlclose of libz, ns | spawn+wait of /bin/true, µs |")
-        lines.append("|---|---|---|")
-        for k, (ns, us) in cost.items():
-            lines.append(f"| {k} | {ns:.0f} | {us:.0f} |")
+        for p, _ in running.values():
+            p.terminate()
+            p.wait(timeout=20)
+        hook_ab(lines, loop, port, tmp)
     finally:
         for p in reversed(procs):
             p.terminate()
