@@ -30,20 +30,19 @@
 #define CUDA_LIB_NAME "libflamewatch-cuda.so"
 #define SEC_NS 1000000000ULL
 /*
- * With the kernel's word (lib_watch.h), a process that maps the library is
- * looked at on the next tick; the hook fires before the mapping exists, so
- * it is looked at again on every tick until its maps show the library, for
- * up to this long (a failed dlopen unmaps it again).
+ * With loader events (lib_watch.h), a process that loaded the library is
+ * looked at on the next tick, and again on every tick until its maps show
+ * the library, for up to this long (it may have unloaded it meanwhile).
  */
 #define CANDIDATE_EVENT_NS (1ULL * SEC_NS)
 /*
- * Without it (older kernels, FLAMEWATCH_CUDA_WATCH=0): how long after an
- * exec a process's maps are looked at for the library: every tick for the
- * first seconds, then every half second. `import torch` and cuInit() can
- * take longer than 10 s on a cold machine, and a copy of the library the
- * agent did not attach at start is only found this way (or by the periodic
- * scan, seconds later). This is what a busy host paid for: every process
- * it starts read ~80 times in its first 30 s.
+ * Without them (kernels without bpf_loop(), FLAMEWATCH_CUDA_WATCH=0): how
+ * long after an exec a process's maps are looked at for the library:
+ * every tick for the first seconds, then every half second. `import torch`
+ * and cuInit() can take longer than 10 s on a cold machine, and a copy of
+ * the library the agent did not attach at start is only found this way
+ * (or by the periodic scan, seconds later). This is what a busy host paid
+ * for: every process it starts read ~80 times in its first 30 s.
  */
 #define CANDIDATE_WINDOW_NS (30ULL * SEC_NS)
 #define CANDIDATE_FAST_NS (3ULL * SEC_NS)
@@ -59,8 +58,9 @@
 #define MNT_NS_TRIES 3
 /*
  * How often every process is looked at. With events it is a safety net
- * (an event the kernel could not queue is counted, and triggers a scan
- * too); polling, it finds libraries dlopen'd after the candidate window.
+ * (for loaders that cannot be hooked; an event the ring buffer could not
+ * take is counted, and triggers a scan too); polling, it finds libraries
+ * dlopen'd after the candidate window.
  */
 #define FULL_SCAN_WATCH_NS (30ULL * SEC_NS)
 #define FULL_SCAN_POLL_NS (5ULL * SEC_NS)
@@ -447,7 +447,7 @@ static int _attach(struct cuda_tracker *t, pid_t pid, const char *path, uint64_t
 	return 1;
 }
 
-/* Hooks a dynamic loader pid maps (lib_watch.h), once per file. */
+/* Hooks a dynamic loader that pid maps (lib_watch.h), once per file. */
 static void _loader(struct cuda_tracker *t, pid_t pid, const char *path, uint64_t dev,
 		    uint64_t inode)
 {
@@ -460,10 +460,10 @@ static void _loader(struct cuda_tracker *t, pid_t pid, const char *path, uint64_
 		t->stats.loaders++;
 		pr_info("GPU time profiling: watching the library loads of %s (pid %d)\n", path,
 			pid);
-	}
-	else if (err < 0)
+	} else if (err < 0) {
 		pr_debug("cannot watch the library loads of %s (pid %d): %s\n", path, pid,
 			 strerror(-err));
+	}
 }
 
 /*
@@ -764,11 +764,11 @@ static void _on_lib_event(void *ctx, pid_t pid)
 	struct cuda_tracker *t = ctx;
 
 	t->stats.lib_events++;
-	/* Once in the list, a process is read at most once a tick, however often it maps the file. */
+	/* Once in the list, a process is read at most once a tick, however often it loads the library. */
 	_candidate(t, pid, CANDIDATE_EVENT_NS, true, 0);
 }
 
-/* The processes the kernel reported; a full scan on the next tick if it dropped some. */
+/* The processes the loaders reported; a full scan on the next tick if some were dropped. */
 static void _watch_drain(struct cuda_tracker *t, uint64_t now)
 {
 	struct lib_watch_stats st;

@@ -62,8 +62,6 @@ struct lib_watch *lib_watch__open(const char *name)
 	memcpy((char *)w->skel->rodata->watch_name, name, len);
 	w->skel->rodata->watch_len = len;
 	err = libwatch_bpf__load(w->skel);
-	if (!err)
-		err = libwatch_bpf__attach(w->skel);
 	if (err)
 		goto fail;
 	w->rb = ring_buffer__new(bpf_map__fd(w->skel->maps.lib_events), _on_record, w, NULL);
