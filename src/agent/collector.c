@@ -102,8 +102,8 @@ static void _cuda_discovery(struct cuda_tracker *t)
 		pr_info("FLAMEWATCH_CUDA_WATCH=0: new processes are polled for %s\n",
 			"libflamewatch-cuda.so");
 	else if ((err = cuda_tracker__watch(t)))
-		pr_info("cannot watch library loads (%s): new processes are polled for %s\n", strerror(-err),
-			"libflamewatch-cuda.so");
+		pr_info("cannot watch library loads (%s): new processes are polled for %s\n",
+			err == -EOPNOTSUPP ? "no bpf_loop()" : strerror(-err), "libflamewatch-cuda.so");
 	if (!every || !every[0])
 		return;
 	if (!strcmp(every, "off") || !strcmp(every, "0"))

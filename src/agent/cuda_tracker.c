@@ -645,6 +645,9 @@ int cuda_tracker__watch(struct cuda_tracker *t)
 {
 	if (t->watch)
 		return 0;
+	/* The walk of the loader's list needs bpf_loop() (FLAMEWATCH_NO_BPF_LOOP=1 says no too). */
+	if (!sampler__use_bpf_loop())
+		return -EOPNOTSUPP;
 	t->mnt = calloc(MAX_MNT_NS, sizeof(*t->mnt));
 	if (!t->mnt)
 		return -ENOMEM;

@@ -54,7 +54,8 @@ int cuda_tracker__default_lib(char *out, size_t size);
  * Learns which processes load the library from their dynamic loaders, as
  * they load it (lib_watch.h), instead of polling every new process for
  * 30 s; the loaders are hooked as scans find them. Call before the first
- * scan. Returns 0, or -errno (the tracker then polls).
+ * scan. Returns 0, or -errno (the tracker then polls): -EOPNOTSUPP without
+ * bpf_loop() (Linux 5.17+).
  */
 int cuda_tracker__watch(struct cuda_tracker *t);
 /*

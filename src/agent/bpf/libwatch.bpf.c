@@ -16,11 +16,12 @@
  * the distance from _dl_debug_state to _r_debug in the loader file: the
  * probe's address then gives _r_debug's in the process.
  *
- * Not hooked: kprobes and BPF trampolines (fentry on security_mmap_file
- * would see every loader at once) are missing on some kernels, this
- * agent's CI among them; uprobes are what the CUDA probes need anyway.
- * Loaders without the two symbols (musl) and static binaries are left to
- * the agent's periodic scan.
+ * Why not a kernel function: kprobes and BPF trampolines (fentry on
+ * security_mmap_file would see every loader at once) are missing on some
+ * kernels, this project's CI machine among them; uprobes are what the CUDA
+ * probes need anyway. Loaders without the two symbols (musl), static
+ * binaries and paths longer than PATH_LEN are left to the agent's
+ * periodic scan. Needs bpf_loop() (Linux 5.17+): the agent polls without.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
