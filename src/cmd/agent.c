@@ -295,10 +295,11 @@ int cmd_agent(int argc, char **argv)
 		goto out;
 	if (metrics_listen) {
 		a.metrics = agent_metrics__start(a.base, metrics_listen, so.node,
-						 co.gpu_interval_ns, a.cont.gpu, a.cont.collector);
+						 co.gpu_interval_ns, a.cont.gpu);
 		if (!a.metrics)
 			goto out;
 	}
+	agent_metrics__set_collector(a.metrics, a.cont.collector);
 	sigint = evsignal_new(a.base, SIGINT, _on_signal, a.base);
 	sigterm = evsignal_new(a.base, SIGTERM, _on_signal, a.base);
 	if (!sigint || !sigterm || event_add(sigint, NULL) || event_add(sigterm, NULL))

@@ -88,6 +88,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 		_reply(req, 404, "text/plain", "only /metrics here\n", 19);
 		return;
 	}
+	_cuda_tracker(m, &sb);
 	gpu_poller__stats(m->gpu, &st);
 	strbuf__printf(&sb, "# HELP flamewatch_agent_gpu_rounds_total NVML collection rounds.\n"
 		       "# TYPE flamewatch_agent_gpu_rounds_total counter\n"
@@ -109,7 +110,6 @@ static void _on_request(struct evhttp_request *req, void *arg)
 		       "flamewatch_agent_gpus %u\n",
 		       (unsigned long long)st.rounds, st.cpu_ns / 1e9, st.wall_ns / 1e9,
 		       st.max_wall_ns / 1e9, (unsigned long long)st.calls, gpu_poller__ngpus(m->gpu));
-	_cuda_tracker(m, &sb);
 	prom_points__write(m->points, &sb, gpu_metric__help, gpu_metric__type);
 	if (sb.oom)
 		_reply(req, 500, "text/plain", "out of memory\n", 14);
@@ -120,7 +120,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 
 struct agent_metrics *agent_metrics__start(struct event_base *base, const char *listen,
 					   const char *node, uint64_t gpu_interval_ns,
-					   struct gpu_poller *gpu, struct collector *collector)
+					   struct gpu_poller *gpu)
 {
 	struct agent_metrics *m = calloc(1, sizeof(*m));
 	char host[256];
@@ -130,7 +130,6 @@ struct agent_metrics *agent_metrics__start(struct event_base *base, const char *
 		return NULL;
 	m->node = node;
 	m->gpu = gpu;
-	m->collector = collector;
 	/* A process that left the GPU stops showing after three rounds (at least 5 s). */
 	m->max_age_ns = 3 * (int64_t)gpu_interval_ns;
 	if (m->max_age_ns < 5000000000LL)
@@ -155,6 +154,12 @@ struct agent_metrics *agent_metrics__start(struct event_base *base, const char *
 err:
 	agent_metrics__free(m);
 	return NULL;
+}
+
+void agent_metrics__set_collector(struct agent_metrics *m, struct collector *c)
+{
+	if (m)
+		m->collector = c;
 }
 
 void agent_metrics__free(struct agent_metrics *m)

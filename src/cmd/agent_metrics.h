@@ -7,7 +7,7 @@
 /*
  * `flamewatch agent --metrics-listen ADDR`: /metrics on the agent itself,
  * the newest value of each GPU metric (as the server shows them, with the
- * node label) and the collectors' own cost. Fed after every GPU round.
+ * node label) and the collector's own cost. Fed after every GPU round.
  */
 struct agent_metrics;
 struct batch;
@@ -15,15 +15,17 @@ struct collector;
 struct event_base;
 struct gpu_poller;
 
-/*
- * Prints the reason and returns NULL on failure. Borrows node (kept), gpu
- * and collector (each may be NULL), which must outlive it.
- */
+/* Prints the reason and returns NULL on failure. Borrows node (kept) and gpu (may be NULL). */
 struct agent_metrics *agent_metrics__start(struct event_base *base, const char *listen,
 					   const char *node, uint64_t gpu_interval_ns,
-					   struct gpu_poller *gpu, struct collector *collector);
+					   struct gpu_poller *gpu);
 void agent_metrics__free(struct agent_metrics *m);
 /* Takes the points b->metrics[first..] of the round just done. */
 void agent_metrics__round(struct agent_metrics *m, const struct batch *b, uint32_t first);
+/*
+ * Exports too what finding libflamewatch-cuda.so costs c (cuda_tracker.h).
+ * Borrows c, which must outlive m. Accepts a NULL m.
+ */
+void agent_metrics__set_collector(struct agent_metrics *m, struct collector *c);
 
 #endif

@@ -72,9 +72,10 @@ struct dl_seen {
 	__u32 pad;
 };
 
+/* Preallocated (~0.6 MiB); a process evicted meanwhile compares all its names again. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 8192);
 	__type(key, __u32);
 	__type(value, struct dl_seen);
 } dl_seen SEC(".maps");
