@@ -60,7 +60,7 @@ int cuda_tracker__default_lib(char *out, size_t size);
 int cuda_tracker__watch(struct cuda_tracker *t);
 /*
  * How often every process is looked at after the first scan; 0: never.
- * The default is 30 s with the kernel's events, 5 s polling.
+ * The default is 30 s with loader events, 5 s polling.
  */
 void cuda_tracker__set_scan_interval(struct cuda_tracker *t, uint64_t ns);
 /* Looks at every process now. Returns the number of library files newly attached. */
@@ -74,7 +74,10 @@ int cuda_tracker__scan(struct cuda_tracker *t);
 void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid, uint32_t mnt_ns);
 /* A process exited: its pending records are emitted unattributed. */
 void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid);
-/* Every tick: reported and new processes' maps, the periodic scan, records that waited too long. */
+/*
+ * Every tick: the maps of reported and new processes, the periodic scan,
+ * records that waited too long.
+ */
 void cuda_tracker__tick(struct cuda_tracker *t);
 /* Emits every pending record (unattributed): the agent is stopping. */
 void cuda_tracker__flush(struct cuda_tracker *t);
@@ -91,7 +94,7 @@ uint32_t cuda_tracker__nattached(const struct cuda_tracker *t);
 
 /* What finding the library cost so far (the agent's /metrics). */
 struct cuda_tracker_stats {
-	uint64_t maps_reads;	/* /proc/PID/maps files opened, full scans included */
+	uint64_t maps_reads;	/* /proc/PID/maps opens tried, full scans included */
 	uint64_t full_scans;	/* looks at every process */
 	uint64_t lib_events;	/* loads of the library the loaders' hook reported */
 	uint64_t lib_events_lost;	/* ... and could not (read once a second) */
