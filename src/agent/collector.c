@@ -18,6 +18,7 @@
 #include "agent/unwinder.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "store/timeparse.h"
 
 struct collector {
 	struct collector_opts opts;
@@ -82,6 +83,36 @@ static void _cuda_attach_named(struct cuda_tracker *t)
 			pr_warn("FLAMEWATCH_CUDA_LIB: cannot attach to %s: %s\n", p, strerror(-err));
 	}
 	free(list);
+}
+
+/*
+ * How the library is found after the first scan: from the dynamic
+ * loaders' events (FLAMEWATCH_CUDA_WATCH=0 polls instead, to compare or to
+ * work around a problem), and every FLAMEWATCH_CUDA_SCAN_INTERVAL (a
+ * duration, or off) in every process.
+ */
+static void _cuda_discovery(struct cuda_tracker *t)
+{
+	const char *watch = getenv("FLAMEWATCH_CUDA_WATCH");
+	const char *every = getenv("FLAMEWATCH_CUDA_SCAN_INTERVAL");
+	int64_t ns;
+	int err;
+
+	if (watch && !strcmp(watch, "0"))
+		pr_info("FLAMEWATCH_CUDA_WATCH=0: new processes are polled for %s\n",
+			"libflamewatch-cuda.so");
+	else if ((err = cuda_tracker__watch(t)))
+		pr_info("cannot watch library loads (%s): new processes are polled for %s\n",
+			err == -EOPNOTSUPP ? "no bpf_loop()" : strerror(-err), "libflamewatch-cuda.so");
+	if (!every || !every[0])
+		return;
+	if (!strcmp(every, "off") || !strcmp(every, "0"))
+		cuda_tracker__set_scan_interval(t, 0);
+	else if (duration__parse(every, &ns) == 0 && ns >= 1000000000LL)
+		cuda_tracker__set_scan_interval(t, (uint64_t)ns);
+	else
+		pr_warn("FLAMEWATCH_CUDA_SCAN_INTERVAL: '%s' is not a duration of 1s or more, "
+			"nor off: the default is kept\n", every);
 }
 
 static void _cuda_process(void *ctx, pid_t pid)
@@ -163,7 +194,7 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 		hotspot__forget(c->hs, e->pid);
 		proc_table__exec(c->procs, e->pid);
 		if (c->cuda)
-			cuda_tracker__exec(c->cuda, e->pid);
+			cuda_tracker__exec(c->cuda, e->pid, e->mnt_ns);
 		unwinder__remove_pid(c->unwinder, e->pid);
 		if (c->opts.follow_only)
 			unwinder__queue(c->unwinder, e->pid);
@@ -249,6 +280,8 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		}
 		cuda_tracker__on_process(c->cuda, _cuda_process, c);
 		_cuda_attach_named(c->cuda);
+		/* Hooked before the scan: a process mapping the library meanwhile is not missed. */
+		_cuda_discovery(c->cuda);
 		cuda_tracker__scan(c->cuda);
 	}
 	return c;
@@ -368,6 +401,14 @@ struct batch *collector__take_batch(struct collector *c)
 struct cpu_profile *collector__profile(struct collector *c)
 {
 	return c->cp;
+}
+
+int collector__cuda_stats(struct collector *c, struct cuda_tracker_stats *out)
+{
+	if (!c || !c->cuda)
+		return -ENOENT;
+	cuda_tracker__stats(c->cuda, out);
+	return 0;
 }
 
 void collector__report(struct collector *c)

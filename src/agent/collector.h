@@ -60,6 +60,12 @@ struct batch *collector__take_batch(struct collector *c);
 
 /* The profile (or batch) being filled. Borrowed. */
 struct cpu_profile *collector__profile(struct collector *c);
+/*
+ * What finding libflamewatch-cuda.so cost so far. Returns 0, or -ENOENT
+ * when GPU time is not collected (not timed mode, or stopped).
+ */
+struct cuda_tracker_stats;
+int collector__cuda_stats(struct collector *c, struct cuda_tracker_stats *out);
 /* Logs lost samples (always) and the BPF and unwinder counters (info/debug). */
 void collector__report(struct collector *c);
 

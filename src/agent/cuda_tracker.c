@@ -18,6 +18,7 @@
 
 #include "agent/cpu_profile.h"
 #include "agent/cuda_tracker.h"
+#include "agent/lib_watch.h"
 #include "agent/sampler.h"
 #include "common/batch.h"
 #include "common/clock.h"
@@ -27,19 +28,44 @@
 #include "symbolize/demangle.h"
 
 #define CUDA_LIB_NAME "libflamewatch-cuda.so"
+#define SEC_NS 1000000000ULL
 /*
- * How long after an exec a process's maps are looked at for the library:
+ * With loader events (lib_watch.h), a process that loaded the library is
+ * looked at on the next tick, and again on every tick until its maps show
+ * the library, for up to this long (it may have unloaded it meanwhile).
+ */
+#define CANDIDATE_EVENT_NS (1ULL * SEC_NS)
+/*
+ * Without them (kernels without bpf_loop(), FLAMEWATCH_CUDA_WATCH=0): how
+ * long after an exec a process's maps are looked at for the library:
  * every tick for the first seconds, then every half second. `import torch`
  * and cuInit() can take longer than 10 s on a cold machine, and a copy of
  * the library the agent did not attach at start is only found this way
- * (or by the periodic scan, seconds later).
+ * (or by the periodic scan, seconds later). This is what a busy host paid
+ * for: every process it starts read ~80 times in its first 30 s.
  */
-#define CANDIDATE_WINDOW_NS (30ULL * 1000000000ULL)
-#define CANDIDATE_FAST_NS (3ULL * 1000000000ULL)
+#define CANDIDATE_WINDOW_NS (30ULL * SEC_NS)
+#define CANDIDATE_FAST_NS (3ULL * SEC_NS)
 #define CANDIDATE_SLOW_EVERY_NS (500ULL * 1000000ULL)
 #define MAX_CANDIDATES 256
-/* How often every process is looked at (for libraries dlopen'd long after exec). */
-#define FULL_SCAN_NS (5ULL * 1000000000ULL)
+/*
+ * Mount namespaces whose loader was looked for (one read of one process's
+ * maps each); forgotten all at once when full. A namespace whose first
+ * processes map no loader (static binaries) is looked at up to
+ * MNT_NS_TRIES times.
+ */
+#define MAX_MNT_NS 4096
+#define MNT_NS_TRIES 3
+/*
+ * How often every process is looked at. With events it is a safety net
+ * (for loaders that cannot be hooked; an event the ring buffer could not
+ * take is counted, and triggers a scan too); polling, it finds libraries
+ * dlopen'd after the candidate window.
+ */
+#define FULL_SCAN_WATCH_NS (30ULL * SEC_NS)
+#define FULL_SCAN_POLL_NS (5ULL * SEC_NS)
+/* How often the hook's loss counter is read. */
+#define LOST_CHECK_NS (1ULL * SEC_NS)
 /* Longest kernel name read from a process; longer mangled names are cut. */
 #define MAX_NAME 4096
 #define NAMECACHE_MAX 100000
@@ -57,7 +83,16 @@ struct attached {
 
 struct candidate {
 	pid_t pid;
+	bool until_found;		/* from an event: done once the maps show the library */
+	uint32_t mnt_ns;		/* looked at once for a loader in this namespace; 0: not */
 	uint64_t since_ns, until_ns, next_ns;
+};
+
+struct mnt_ns {
+	uint32_t inum;
+	uint8_t tries;
+	bool pending;			/* a process of it waits to be looked at */
+	bool done;			/* a loader was seen, or MNT_NS_TRIES looks found none */
 };
 
 /* What a pending launch keeps: the placed stack and the thread's name. */
@@ -83,6 +118,13 @@ struct cuda_tracker {
 	struct candidate cand[MAX_CANDIDATES];
 	uint32_t ncand;
 	uint64_t last_scan_ns;
+	uint64_t scan_every_ns;		/* 0: only at start */
+	bool scan_every_set;		/* else the default of the mode */
+	bool rescan;			/* events were lost: scan on the next tick */
+	struct lib_watch *watch;	/* NULL: polling */
+	uint64_t last_lost_check_ns;
+	struct mnt_ns *mnt;		/* MAX_MNT_NS, allocated with the watch */
+	uint32_t nmnt;
 	struct cuda_join *join;
 	struct name_ent *ntab;		/* open addressing, a power of two */
 	uint32_t ntab_cap, ntab_n;
@@ -92,6 +134,7 @@ struct cuda_tracker {
 	void *on_process_ctx;
 	pid_t *seen;			/* processes handed to on_process, until they exit */
 	uint32_t nseen;
+	struct cuda_tracker_stats stats;
 };
 
 void cuda_tracker__on_process(struct cuda_tracker *t, void (*fn)(void *ctx, pid_t pid), void *ctx)
@@ -404,25 +447,54 @@ static int _attach(struct cuda_tracker *t, pid_t pid, const char *path, uint64_t
 	return 1;
 }
 
-/* Looks for the library in one process's maps. Returns 1 if a new file was attached. */
-static int _scan_pid(struct cuda_tracker *t, pid_t pid)
+/* Hooks a dynamic loader that pid maps (lib_watch.h), once per file. */
+static void _loader(struct cuda_tracker *t, pid_t pid, const char *path, uint64_t dev,
+		    uint64_t inode)
+{
+	char full[4096 + 64];
+	int err;
+
+	snprintf(full, sizeof(full), "%s/%d/root%s", t->proc_root, pid, path);
+	err = lib_watch__add_loader(t->watch, full, dev, inode);
+	if (err > 0) {
+		t->stats.loaders++;
+		pr_info("GPU time profiling: watching the library loads of %s (pid %d)\n", path,
+			pid);
+	} else if (err < 0) {
+		pr_debug("cannot watch the library loads of %s (pid %d): %s\n", path, pid,
+			 strerror(-err));
+	}
+}
+
+/*
+ * Looks for the library in one process's maps; *mapped says whether it is
+ * there. Hooks the process's loader if new. Returns 1 if a new library
+ * file was attached, 0 if not, -errno when the maps cannot be read (the
+ * process is gone).
+ */
+static int _scan_pid(struct cuda_tracker *t, pid_t pid, bool *mapped, bool *loader_seen)
 {
 	char path[4096 + 64], *line = NULL;
 	size_t cap = 0;
 	int found = 0;
 	FILE *f;
 
+	*mapped = false;
+	*loader_seen = false;
 	snprintf(path, sizeof(path), "%s/%d/maps", t->proc_root, pid);
+	t->stats.maps_reads++;
 	f = fopen(path, "re");
 	if (!f)
-		return 0;
+		return -errno;
 	while (getline(&line, &cap, f) > 0) {
+		bool loader = t->watch && strstr(line, "/ld-");
 		unsigned int major, minor;
 		unsigned long inode;
+		uint64_t dev;
 		int off = 0;
 		char *p, *nl;
 
-		if (!strstr(line, CUDA_LIB_NAME))
+		if (!loader && !strstr(line, CUDA_LIB_NAME))
 			continue;
 		if (sscanf(line, "%*x-%*x %*4s %*x %x:%x %lu %n", &major, &minor, &inode, &off) < 3 ||
 		    !off)
@@ -431,12 +503,21 @@ static int _scan_pid(struct cuda_tracker *t, pid_t pid)
 		nl = strchr(p, '\n');
 		if (nl)
 			*nl = '\0';
-		if (*p != '/' || strstr(p, " (deleted)") || !_is_cuda_lib(p))
+		if (*p != '/' || strstr(p, " (deleted)"))
 			continue;
+		dev = ((uint64_t)major << 32) | minor;
+		if (loader && lib_watch__is_loader(p)) {
+			*loader_seen = true;
+			_loader(t, pid, p, dev, inode);
+			continue;
+		}
+		if (!_is_cuda_lib(p))
+			continue;
+		*mapped = true;
 		_seen(t, pid);
-		if (_known(t, ((uint64_t)major << 32) | minor, inode))
+		if (_known(t, dev, inode))
 			continue;
-		if (_attach(t, pid, p, ((uint64_t)major << 32) | minor, inode) > 0)
+		if (_attach(t, pid, p, dev, inode) > 0)
 			found = 1;
 	}
 	free(line);
@@ -503,13 +584,17 @@ int cuda_tracker__scan(struct cuda_tracker *t)
 	DIR *d;
 
 	t->last_scan_ns = clock__mono_ns();
+	t->stats.full_scans++;
 	d = opendir(t->proc_root);
 	if (!d)
 		return 0;
 	while ((de = readdir(d))) {
+		bool mapped, loader;
+
 		if (!isdigit((unsigned char)de->d_name[0]))
 			continue;
-		found += _scan_pid(t, atoi(de->d_name));
+		if (_scan_pid(t, atoi(de->d_name), &mapped, &loader) > 0)
+			found++;
 	}
 	closedir(d);
 	return found;
@@ -541,6 +626,8 @@ void cuda_tracker__free(struct cuda_tracker *t)
 {
 	if (!t)
 		return;
+	lib_watch__close(t->watch);
+	free(t->mnt);
 	for (uint32_t i = 0; i < t->natt; i++)
 		for (int k = 0; k < SAMPLER_CUDA_LINKS; k++)
 			bpf_link__destroy(t->att[i].links[k]);
@@ -554,23 +641,109 @@ void cuda_tracker__free(struct cuda_tracker *t)
 	free(t);
 }
 
-void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid)
+int cuda_tracker__watch(struct cuda_tracker *t)
+{
+	if (t->watch)
+		return 0;
+	/* The walk of the loader's list needs bpf_loop() (FLAMEWATCH_NO_BPF_LOOP=1 says no too). */
+	if (!sampler__use_bpf_loop())
+		return -EOPNOTSUPP;
+	t->mnt = calloc(MAX_MNT_NS, sizeof(*t->mnt));
+	if (!t->mnt)
+		return -ENOMEM;
+	t->watch = lib_watch__open(CUDA_LIB_NAME);
+	if (!t->watch) {
+		int err = -errno;
+
+		free(t->mnt);
+		t->mnt = NULL;
+		return err;
+	}
+	t->stats.watching = 1;
+	t->last_lost_check_ns = clock__mono_ns();
+	return 0;
+}
+
+void cuda_tracker__set_scan_interval(struct cuda_tracker *t, uint64_t ns)
+{
+	t->scan_every_ns = ns;
+	t->scan_every_set = true;
+}
+
+/*
+ * Looks at pid from the next tick on, for window_ns (again: from now; 0:
+ * once). Returns false when the list is full: the periodic scan finds it.
+ */
+static bool _candidate(struct cuda_tracker *t, pid_t pid, uint64_t window_ns, bool until_found,
+		       uint32_t mnt_ns)
 {
 	uint64_t now = clock__mono_ns();
+	struct candidate c = { pid, until_found, mnt_ns, now, now + window_ns, now };
+
+	for (uint32_t i = 0; i < t->ncand; i++)
+		if (t->cand[i].pid == pid) {
+			if (!c.mnt_ns)
+				c.mnt_ns = t->cand[i].mnt_ns;	/* that look is still owed */
+			t->cand[i] = c;
+			return true;
+		}
+	if (t->ncand == MAX_CANDIDATES)
+		return false;
+	t->cand[t->ncand++] = c;
+	return true;
+}
+
+/* The namespace's entry, added if new. */
+static struct mnt_ns *_mnt_ns(struct cuda_tracker *t, uint32_t inum)
+{
+	for (uint32_t i = 0; i < t->nmnt; i++)
+		if (t->mnt[i].inum == inum)
+			return &t->mnt[i];
+	if (t->nmnt == MAX_MNT_NS)
+		t->nmnt = 0;	/* containers come and go: start again */
+	t->mnt[t->nmnt] = (struct mnt_ns){ .inum = inum };
+	return &t->mnt[t->nmnt++];
+}
+
+/*
+ * A namespace's process was looked at (rc: _scan_pid()'s): done when its
+ * maps showed a loader. A process gone before its look is no try: the
+ * next exec there is looked at.
+ */
+static void _mnt_ns_looked(struct cuda_tracker *t, uint32_t inum, int rc, bool loader_seen)
+{
+	for (uint32_t i = 0; i < t->nmnt; i++)
+		if (t->mnt[i].inum == inum) {
+			struct mnt_ns *ns = &t->mnt[i];
+
+			ns->pending = false;
+			if (rc >= 0)
+				ns->done = loader_seen || ++ns->tries >= MNT_NS_TRIES;
+			return;
+		}
+}
+
+void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid, uint32_t mnt_ns)
+{
+	struct mnt_ns *ns;
 
 	_unseen(t, pid);
 	/* The old image's launches and names are gone with it. */
 	if (cuda_join__has_pid(t->join, pid))
 		cuda_join__flush_pid(t->join, pid);
 	_names_forget(t, pid);
-	for (uint32_t i = 0; i < t->ncand; i++)
-		if (t->cand[i].pid == pid) {
-			t->cand[i] = (struct candidate){ pid, now, now + CANDIDATE_WINDOW_NS, now };
-			return;
-		}
-	if (t->ncand == MAX_CANDIDATES)
-		return;		/* the periodic scan finds it */
-	t->cand[t->ncand++] = (struct candidate){ pid, now, now + CANDIDATE_WINDOW_NS, now };
+	if (!t->watch) {
+		_candidate(t, pid, CANDIDATE_WINDOW_NS, false, 0);
+		return;
+	}
+	/*
+	 * With events, the new image's loads are reported as they happen, if
+	 * its loader is hooked: the first process of a namespace shows which
+	 * loader it brings (mapped by the kernel before this event).
+	 */
+	ns = mnt_ns ? _mnt_ns(t, mnt_ns) : NULL;
+	if (ns && !ns->done && !ns->pending)
+		ns->pending = _candidate(t, pid, 0, false, mnt_ns);
 }
 
 void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid)
@@ -582,31 +755,72 @@ void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid)
 	_names_forget(t, pid);
 	for (uint32_t i = 0; i < t->ncand; i++)
 		if (t->cand[i].pid == pid) {
+			if (t->cand[i].mnt_ns)
+				_mnt_ns_looked(t, t->cand[i].mnt_ns, -ESRCH, false);
 			t->cand[i] = t->cand[--t->ncand];
 			break;
 		}
 }
 
+static void _on_lib_event(void *ctx, pid_t pid)
+{
+	struct cuda_tracker *t = ctx;
+
+	t->stats.lib_events++;
+	/* Once in the list, a process is read at most once a tick, however often it loads the library. */
+	_candidate(t, pid, CANDIDATE_EVENT_NS, true, 0);
+}
+
+/* The processes the loaders reported; a full scan on the next tick if some were dropped. */
+static void _watch_drain(struct cuda_tracker *t, uint64_t now)
+{
+	struct lib_watch_stats st;
+
+	lib_watch__drain(t->watch, _on_lib_event, t);
+	if (now - t->last_lost_check_ns < LOST_CHECK_NS)
+		return;
+	t->last_lost_check_ns = now;
+	if (lib_watch__stats(t->watch, &st) || st.lost <= t->stats.lib_events_lost)
+		return;
+	pr_debug("GPU time: %" PRIu64 " library loads not reported (ring buffer full): "
+		 "scanning every process\n", st.lost - t->stats.lib_events_lost);
+	t->stats.lib_events_lost = st.lost;
+	t->rescan = true;
+}
+
 void cuda_tracker__tick(struct cuda_tracker *t)
 {
 	uint64_t now = clock__mono_ns();
+	uint64_t every = t->scan_every_set ? t->scan_every_ns :
+			 t->watch ? FULL_SCAN_WATCH_NS : FULL_SCAN_POLL_NS;
 
+	if (t->watch)
+		_watch_drain(t, now);
 	for (uint32_t i = 0; i < t->ncand;) {
 		struct candidate *c = &t->cand[i];
+		bool mapped, loader;
+		int rc;
 
-		if (now > c->until_ns) {
+		if (now >= c->next_ns) {
+			rc = _scan_pid(t, c->pid, &mapped, &loader);
+			if (c->mnt_ns)
+				_mnt_ns_looked(t, c->mnt_ns, rc, loader);
+			if (rc < 0 || (mapped && c->until_found) || now >= c->until_ns) {
+				*c = t->cand[--t->ncand];
+				continue;
+			}
+			c->next_ns = now - c->since_ns < CANDIDATE_FAST_NS ? now
+									   : now + CANDIDATE_SLOW_EVERY_NS;
+		} else if (now > c->until_ns) {
 			*c = t->cand[--t->ncand];
 			continue;
 		}
-		if (now >= c->next_ns) {
-			_scan_pid(t, c->pid);
-			c->next_ns = now - c->since_ns < CANDIDATE_FAST_NS ? now
-									   : now + CANDIDATE_SLOW_EVERY_NS;
-		}
 		i++;
 	}
-	if (now - t->last_scan_ns >= FULL_SCAN_NS)
+	if (t->rescan || (every && now - t->last_scan_ns >= every)) {
+		t->rescan = false;
 		cuda_tracker__scan(t);
+	}
 	cuda_join__expire(t->join, now);
 }
 
@@ -693,11 +907,29 @@ uint32_t cuda_tracker__nattached(const struct cuda_tracker *t)
 	return t->natt;
 }
 
+void cuda_tracker__stats(const struct cuda_tracker *t, struct cuda_tracker_stats *out)
+{
+	*out = t->stats;
+}
+
 void cuda_tracker__report(struct cuda_tracker *t)
 {
 	uint64_t c[FW_CUDA_STAT_MAX];
 	struct cuda_join_stats st;
 
+	if (t->watch) {
+		struct lib_watch_stats w;
+
+		if (lib_watch__stats(t->watch, &w) == 0)
+			pr_debug("GPU time: %u loaders watched: %" PRIu64 " loader changes, %"
+				 PRIu64 " walks, %" PRIu64 " names compared, %" PRIu64
+				 " loads of the library reported (%" PRIu64 " lost), %" PRIu64
+				 " walks stopped by faults, %" PRIu64 " cut\n", w.loaders, w.calls,
+				 w.walks, w.names, w.events, w.lost, w.faults, w.truncated);
+	}
+	pr_debug("GPU time: the library looked for %s: %" PRIu64 " maps read, %" PRIu64
+		 " full scans\n", t->watch ? "on loader events" : "by polling",
+		 t->stats.maps_reads, t->stats.full_scans);
 	if (!t->natt)
 		return;
 	cuda_join__stats(t->join, &st);

@@ -10,11 +10,13 @@
 
 /*
  * GPU time profiling, agent side: finds the copies of libflamewatch-cuda.so
- * that processes map (scanning /proc/PID/maps at start, after execs and
- * every few seconds; through /proc/PID/root, so containers work), attaches
- * the sampler's USDT programs to each file once, and turns the probes'
- * launches and activity records into gpu_time samples and GPU intervals of
- * the batch being filled (src/gpu/cuda_join.h pairs them up).
+ * that processes map (every process's /proc/PID/maps at start; then the
+ * maps of each process whose dynamic loader reports loading it
+ * (lib_watch.h), or, polling, of every process for a while after its exec;
+ * and every process now and then; through /proc/PID/root, so containers
+ * work), attaches the sampler's USDT programs to each file once, and turns
+ * the probes' launches and activity records into gpu_time samples and GPU
+ * intervals of the batch being filled (src/gpu/cuda_join.h pairs them up).
  */
 struct cuda_tracker;
 struct cpu_profile;
@@ -48,13 +50,34 @@ int cuda_tracker__attach_file(struct cuda_tracker *t, const char *path);
  * its real path to out. Returns 0 or -errno (-ENOENT: none).
  */
 int cuda_tracker__default_lib(char *out, size_t size);
+/*
+ * Learns which processes load the library from their dynamic loaders, as
+ * they load it (lib_watch.h), instead of polling every new process for
+ * 30 s; the loaders are hooked as scans find them. Call before the first
+ * scan. Returns 0, or -errno (the tracker then polls): -EOPNOTSUPP without
+ * bpf_loop() (Linux 5.17+).
+ */
+int cuda_tracker__watch(struct cuda_tracker *t);
+/*
+ * How often every process is looked at after the first scan; 0: never.
+ * The default is 30 s with loader events, 5 s polling.
+ */
+void cuda_tracker__set_scan_interval(struct cuda_tracker *t, uint64_t ns);
 /* Looks at every process now. Returns the number of library files newly attached. */
 int cuda_tracker__scan(struct cuda_tracker *t);
-/* A process exec'd: look at it on the next ticks, while it loads its libraries. */
-void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid);
+/*
+ * A process exec'd, in the mount namespace mnt_ns (0: unknown). Polling,
+ * look at it on the next ticks, while it loads its libraries; on loader
+ * events, only the first process of a namespace (a new container, which
+ * may bring its own loader) is looked at, once.
+ */
+void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid, uint32_t mnt_ns);
 /* A process exited: its pending records are emitted unattributed. */
 void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid);
-/* Every tick: new processes' maps, the periodic scan, records that waited too long. */
+/*
+ * Every tick: the maps of reported and new processes, the periodic scan,
+ * records that waited too long.
+ */
 void cuda_tracker__tick(struct cuda_tracker *t);
 /* Emits every pending record (unattributed): the agent is stopping. */
 void cuda_tracker__flush(struct cuda_tracker *t);
@@ -68,6 +91,17 @@ void cuda_tracker__name(struct cuda_tracker *t, const struct fw_cuda_name *n);
 
 /* Number of library files attached. */
 uint32_t cuda_tracker__nattached(const struct cuda_tracker *t);
+
+/* What finding the library cost so far (the agent's /metrics). */
+struct cuda_tracker_stats {
+	uint64_t maps_reads;	/* /proc/PID/maps opens tried, full scans included */
+	uint64_t full_scans;	/* looks at every process */
+	uint64_t lib_events;	/* loads of the library the loaders' hook reported */
+	uint64_t lib_events_lost;	/* ... and could not (read once a second) */
+	uint32_t watching;	/* 1: on loader events (cuda_tracker__watch()); 0: polling */
+	uint32_t loaders;	/* loader files hooked */
+};
+void cuda_tracker__stats(const struct cuda_tracker *t, struct cuda_tracker_stats *out);
 /* Logs the join's and the probes' counters (info), losses (warn). */
 void cuda_tracker__report(struct cuda_tracker *t);
 

@@ -325,6 +325,7 @@ int cmd_agent(int argc, char **argv)
 		if (!a.metrics)
 			goto out;
 	}
+	agent_metrics__set_collector(a.metrics, a.cont.collector);
 	sigint = evsignal_new(a.base, SIGINT, _on_signal, a.base);
 	sigterm = evsignal_new(a.base, SIGTERM, _on_signal, a.base);
 	if (!sigint || !sigterm || event_add(sigint, NULL) || event_add(sigterm, NULL))

@@ -8,6 +8,8 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 
+#include "agent/collector.h"
+#include "agent/cuda_tracker.h"
 #include "cmd/agent_metrics.h"
 #include "common/batch.h"
 #include "common/log.h"
@@ -23,8 +25,44 @@ struct agent_metrics {
 	struct prom_points *points;
 	const char *node;
 	struct gpu_poller *gpu;
+	struct collector *collector;
 	int64_t max_age_ns;
 };
+
+/* What looking for libflamewatch-cuda.so costs (src/agent/cuda_tracker.c). */
+static void _cuda_tracker(struct agent_metrics *m, struct strbuf *sb)
+{
+	struct cuda_tracker_stats st;
+
+	if (collector__cuda_stats(m->collector, &st))
+		return;
+	strbuf__printf(sb, "# HELP flamewatch_agent_cuda_maps_reads_total /proc/PID/maps files "
+		       "read looking for libflamewatch-cuda.so.\n"
+		       "# TYPE flamewatch_agent_cuda_maps_reads_total counter\n"
+		       "flamewatch_agent_cuda_maps_reads_total %llu\n"
+		       "# HELP flamewatch_agent_cuda_full_scans_total Looks at every process for "
+		       "libflamewatch-cuda.so.\n"
+		       "# TYPE flamewatch_agent_cuda_full_scans_total counter\n"
+		       "flamewatch_agent_cuda_full_scans_total %llu\n"
+		       "# HELP flamewatch_agent_cuda_lib_watch 1: the dynamic loaders report loads "
+		       "of libflamewatch-cuda.so; 0: new processes are polled.\n"
+		       "# TYPE flamewatch_agent_cuda_lib_watch gauge\n"
+		       "flamewatch_agent_cuda_lib_watch %u\n"
+		       "# HELP flamewatch_agent_cuda_loaders Dynamic loader files hooked.\n"
+		       "# TYPE flamewatch_agent_cuda_loaders gauge\n"
+		       "flamewatch_agent_cuda_loaders %u\n"
+		       "# HELP flamewatch_agent_cuda_lib_events_total Loads of libflamewatch-cuda.so "
+		       "the loaders reported.\n"
+		       "# TYPE flamewatch_agent_cuda_lib_events_total counter\n"
+		       "flamewatch_agent_cuda_lib_events_total %llu\n"
+		       "# HELP flamewatch_agent_cuda_lib_events_lost_total Loads not reported: the "
+		       "ring buffer was full.\n"
+		       "# TYPE flamewatch_agent_cuda_lib_events_lost_total counter\n"
+		       "flamewatch_agent_cuda_lib_events_lost_total %llu\n",
+		       (unsigned long long)st.maps_reads, (unsigned long long)st.full_scans,
+		       st.watching, st.loaders, (unsigned long long)st.lib_events,
+		       (unsigned long long)st.lib_events_lost);
+}
 
 static void _reply(struct evhttp_request *req, int code, const char *type, const char *body,
 		   size_t len)
@@ -50,6 +88,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 		_reply(req, 404, "text/plain", "only /metrics here\n", 19);
 		return;
 	}
+	_cuda_tracker(m, &sb);
 	gpu_poller__stats(m->gpu, &st);
 	strbuf__printf(&sb, "# HELP flamewatch_agent_gpu_rounds_total NVML collection rounds.\n"
 		       "# TYPE flamewatch_agent_gpu_rounds_total counter\n"
@@ -123,6 +162,12 @@ struct agent_metrics *agent_metrics__start(struct event_base *base, const char *
 err:
 	agent_metrics__free(m);
 	return NULL;
+}
+
+void agent_metrics__set_collector(struct agent_metrics *m, struct collector *c)
+{
+	if (m)
+		m->collector = c;
 }
 
 void agent_metrics__free(struct agent_metrics *m)

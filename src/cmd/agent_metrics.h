@@ -11,6 +11,7 @@
  */
 struct agent_metrics;
 struct batch;
+struct collector;
 struct event_base;
 struct gpu_poller;
 
@@ -21,5 +22,10 @@ struct agent_metrics *agent_metrics__start(struct event_base *base, const char *
 void agent_metrics__free(struct agent_metrics *m);
 /* Takes the points b->metrics[first..] of the round just done. */
 void agent_metrics__round(struct agent_metrics *m, const struct batch *b, uint32_t first);
+/*
+ * Exports too what finding libflamewatch-cuda.so costs c (cuda_tracker.h).
+ * Borrows c, which must outlive m. Accepts a NULL m.
+ */
+void agent_metrics__set_collector(struct agent_metrics *m, struct collector *c);
 
 #endif

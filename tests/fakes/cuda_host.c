@@ -14,6 +14,10 @@
  *       waits for a subscription, then for the library to let CUPTI go,
  *       then holds CUPTI as another client would until the library is
  *       refused (up to 30 s)
+ *
+ * CUDA_HOST_LOAD_AFTER_MS=N: runs N ms before it loads the library, as an
+ * application that calls cuInit late does, then prints
+ * "loaded SECONDS.NANOSECONDS" (CLOCK_REALTIME) once dlopen returned.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -188,12 +192,23 @@ static int _later(void)
 
 int main(int argc, char **argv)
 {
+	const char *after = getenv("CUDA_HOST_LOAD_AFTER_MS");
+	struct timespec now;
+
 	if (argc < 3) {
 		fprintf(stderr, "usage: cuda_host app|drive|later LIB [N DUR_NS SLEEP_US]\n");
 		return 2;
 	}
-	if (_inject(argv[2]))
+	if (after) {
+		_sleep_us(atol(after) * 1000);
+		if (_inject(argv[2]))
+			return 2;
+		clock_gettime(CLOCK_REALTIME, &now);
+		printf("loaded %lld.%09ld\n", (long long)now.tv_sec, now.tv_nsec);
+		fflush(stdout);
+	} else if (_inject(argv[2])) {
 		return 2;
+	}
 	if (!strcmp(argv[1], "app"))
 		return _app();
 	if (_fake())

@@ -5,7 +5,9 @@ src/cuda/probes.h with synthetic timings from known call chains
 (tests/workloads/cuda/cuda_chain.c documents the phases).
 
 The agent must find the library (in a process started after it, through
-the exec event; and in one already running, through its /proc scan),
+its loader's event, or polling after the exec event with
+FLAMEWATCH_CUDA_WATCH=0, the fallback of kernels without bpf_loop(); and
+in one already running, through its /proc scan),
 attach to its probes, join every record with its launch whichever comes
 first, and store exactly these gpu_time samples and intervals.
 """
@@ -89,7 +91,7 @@ def _start_server_agent(ps, flamewatch, tmp, port, lib):
     return srv, agent
 
 
-@pytest.fixture(scope="module", params=["agent_first", "workload_first", "agent_server"])
+@pytest.fixture(scope="module", params=["agent_first", "workload_first", "agent_server", "polling"])
 def gpu_run(request, flamewatch, workloads, tmp_path_factory):
     """One `flamewatch run` and one cuda_chain, started in either order;
     yields once all of cuda_chain's GPU time is stored."""
@@ -115,14 +117,15 @@ def gpu_run(request, flamewatch, workloads, tmp_path_factory):
         else:
             srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
                             tmp / "data", "-F", "19", "--interval", "1s", "--node", "fwtest-cuda"],
-                           "run")
+                           "run", env={**os.environ, "FLAMEWATCH_CUDA_WATCH": "0"}
+                           if request.param == "polling" else None)
             if not srv.wait_output(r"profiling this host at", START_S):
                 pytest.fail(f"`flamewatch run` did not start within {START_S} s\n{srv.describe()}",
                             pytrace=False)
             logproc = srv
         client.wait_healthy(proc=srv)
         if work is None:
-            # Started after the agent: found through its exec event.
+            # Started after the agent: found through its loader's event (polling: its exec).
             work = ps.start([chain], "cuda_chain", env=wenv)
         lib = str(workloads / "cuda" / "libflamewatch-cuda.so")
         if not logproc.wait_output("GPU time profiling: attached to " + re.escape(lib), 60):

@@ -466,7 +466,7 @@ static __always_inline void emit_proc_event(__u32 type, struct task_struct *p, _
 	e->type = type;
 	e->pid = p->tgid;
 	e->ppid = ppid;
-	e->pad = 0;
+	e->mnt_ns = type == FW_EVENT_EXEC ? BPF_CORE_READ(p, nsproxy, mnt_ns, ns.inum) : 0;
 	e->boot_ns = bpf_ktime_get_boot_ns();
 	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), p->comm);
 	bpf_ringbuf_submit(e, submit_flags);

@@ -63,7 +63,7 @@ struct fw_proc_event {
 	__u32 type;		/* FW_EVENT_EXEC, FW_EVENT_EXIT or FW_EVENT_FORK */
 	__u32 pid;
 	__u32 ppid;		/* FW_EVENT_FORK: the parent's thread group id */
-	__u32 pad;
+	__u32 mnt_ns;		/* FW_EVENT_EXEC: the mount namespace's inode number (a container) */
 	__u64 boot_ns;
 	char comm[FW_COMM_LEN];
 };
