@@ -507,6 +507,9 @@ int cmd_record(int argc, char **argv)
 		gate_fd = report_fd = -1;
 	}
 
+	/* Loading the BPF programs takes seconds: say when sampling has begun. */
+	if (!r.opts.quiet && !progress)
+		fprintf(stderr, "flamewatch: sampling at %u Hz\n", r.opts.freq_hz);
 	start_mono = _now_ns(CLOCK_MONOTONIC);
 	next_tick = start_mono + COLLECTOR_TICK_MS * 1000000ULL;
 	for (;;) {

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -200,7 +201,8 @@ def test_cmd_follows_children(fw, workloads):
 
 
 def test_pid_follows_threads(fw, workloads, spawn):
-    target = spawn([workloads / "threads", "10"])
+    # Long enough to outlive record's start (BPF loading: seconds) on a busy host.
+    target = spawn([workloads / "threads", "60"])
     time.sleep(0.5)
     res, prof = fw.record_folded(["-p", str(target.pid), "-d", "2"], duration=2)
     assert target.poll() is None, "the workload ended before the recording did"
@@ -240,15 +242,31 @@ def test_pid_stops_on_signal_and_writes(fw, workloads, spawn, sig):
     argv = [str(fw.binary), "record", "-F", str(HZ), "--format", "folded", "-o", str(out), "-p", str(target.pid), "-d", "60"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=fw.tmp)
     t0 = time.monotonic()
+    # Loading the BPF programs takes seconds (more on a busy host): the
+    # signal comes 3 s after record says it samples, not 3 s after start.
+    err = []
+    reader = threading.Thread(target=lambda: err.extend(iter(proc.stderr.readline, b"")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + SLACK_S
+    while not any(b"sampling at" in line for line in list(err)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            reader.join(5)
+            pytest.fail(f"record did not say it samples within {SLACK_S} s\n{b''.join(err).decode(errors='replace')}")
+        time.sleep(0.05)
     time.sleep(3)
     proc.send_signal(sig)
     try:
-        stdout, stderr = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"flamewatch did not exit within 30 s of {sig.name}\n{stderr.decode(errors='replace')[-3000:]}")
-    res = Result(argv, proc.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"), time.monotonic() - t0)
+        proc.wait()
+        reader.join(5)
+        pytest.fail(f"flamewatch did not exit within 30 s of {sig.name}\n{b''.join(err).decode(errors='replace')[-3000:]}")
+    reader.join(5)
+    stdout = proc.stdout.read()
+    res = Result(argv, proc.returncode, stdout.decode(errors="replace"), b"".join(err).decode(errors="replace"),
+                 time.monotonic() - t0)
     res.check_ok()
     assert out.exists(), f"no output written after {sig.name}\n" + res.describe()
     prof = Profile.parse(out.read_text(errors="replace"), source=str(out))
