@@ -75,15 +75,24 @@ static void _deliver(void *ctx, struct batch *b)
 
 int cmd_run(int argc, char **argv)
 {
+	/*
+	 * The server's options come first in longopts and use letters: run's
+	 * own long options are numbered above any letter, so that none can
+	 * take one of theirs (--no-cpu-strips once swallowed --store).
+	 */
+	enum {
+		OPT_NODE = 256, OPT_INTERVAL, OPT_JAVA_PERFMAP, OPT_GPU_INTERVAL,
+		OPT_GPU_PCIE, OPT_GPU_PROCESS, OPT_NO_CPU_STRIPS,
+	};
 	static const struct option extra[] = {
 		{ "freq", required_argument, NULL, 'F' },
-		{ "node", required_argument, NULL, 'n' },
-		{ "interval", required_argument, NULL, 'i' },
-		{ "java-perfmap-interval", required_argument, NULL, 'J' },
-		{ "gpu-interval", required_argument, NULL, 'g' },
-		{ "gpu-pcie-interval", required_argument, NULL, 'X' },
-		{ "gpu-process-interval", required_argument, NULL, 'Y' },
-		{ "no-cpu-strips", no_argument, NULL, 'S' },
+		{ "node", required_argument, NULL, OPT_NODE },
+		{ "interval", required_argument, NULL, OPT_INTERVAL },
+		{ "java-perfmap-interval", required_argument, NULL, OPT_JAVA_PERFMAP },
+		{ "gpu-interval", required_argument, NULL, OPT_GPU_INTERVAL },
+		{ "gpu-pcie-interval", required_argument, NULL, OPT_GPU_PCIE },
+		{ "gpu-process-interval", required_argument, NULL, OPT_GPU_PROCESS },
+		{ "no-cpu-strips", no_argument, NULL, OPT_NO_CPU_STRIPS },
 	};
 	struct option longopts[32];
 	struct cmd_server_opts so;
@@ -133,15 +142,15 @@ int cmd_run(int argc, char **argv)
 			co.freq_hz = v;
 			continue;
 		}
-		if (c == 'S') {
+		if (c == OPT_NO_CPU_STRIPS) {
 			co.no_cpu_strips = 1;
 			continue;
 		}
-		if (c == 'n') {
+		if (c == OPT_NODE) {
 			r.node = optarg;
 			continue;
 		}
-		if (c == 'J') {
+		if (c == OPT_JAVA_PERFMAP) {
 			int64_t ns;
 
 			if (cmd__parse_java_interval(optarg, &ns)) {
@@ -152,20 +161,20 @@ int cmd_run(int argc, char **argv)
 			co.java_perfmap_interval_ns = ns;
 			continue;
 		}
-		if (c == 'g') {
+		if (c == OPT_GPU_INTERVAL) {
 			if (continuous__parse_gpu_interval(optarg, &co.gpu_interval_ns))
 				return 2;
 			continue;
 		}
-		if (c == 'X' || c == 'Y') {
-			if (continuous__parse_gpu_costly_interval(c == 'X' ? "gpu-pcie-interval" :
+		if (c == OPT_GPU_PCIE || c == OPT_GPU_PROCESS) {
+			if (continuous__parse_gpu_costly_interval(c == OPT_GPU_PCIE ? "gpu-pcie-interval" :
 								  "gpu-process-interval", optarg,
-								  c == 'X' ? &co.gpu_pcie_interval_ns :
+								  c == OPT_GPU_PCIE ? &co.gpu_pcie_interval_ns :
 								  &co.gpu_process_interval_ns))
 				return 2;
 			continue;
 		}
-		if (c == 'i') {
+		if (c == OPT_INTERVAL) {
 			int64_t ns;
 
 			if (duration__parse(optarg, &ns) || ns < 100000000LL) {

@@ -1005,3 +1005,20 @@ def test_non_loopback_needs_token(flamewatch, fw, procs, clients, tmp_path):
     c.wait_healthy(proc=p)
     assert c.get("/api/v1/labels").status == 401
     assert c.get("/api/v1/labels", token="tok").status == 200
+
+
+def test_run_store_flag(flamewatch, fw, procs, clients, tmp_path):
+    """`run --store` is the store `run` writes to (run's --no-cpu-strips
+    once took --store's option letter and --store was silently ignored)."""
+    res = fw.run(["run", "--listen", f"127.0.0.1:{free_port()}", "--store", "nosuch://x"], timeout=30)
+    res.check_error("nosuch://x")
+
+    port = free_port()
+    d = tmp_path / "store-dir"
+    p = procs.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--store", f"sqlite:{d}",
+                     "--interval", "1s"], "run-store")
+    assert p.wait_output(r"profiling this host at", START_S), p.describe()
+    clients(port).wait_healthy(proc=p)
+    assert d.is_dir() and any(d.iterdir()), f"nothing in {d}\n{p.describe()}"
+    rc, _ = p.stop(signal.SIGTERM)
+    assert rc == 0, p.describe()

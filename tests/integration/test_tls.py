@@ -156,3 +156,26 @@ def test_server_tls_setup(flamewatch, procs, pki, tmp_path):
             "agent-no-ca", r"cannot load the CA file .*nope\.pem")
     refused(["agent", "--server", f"http://127.0.0.1:{port}", "--ca-file", str(pki["ca1"])],
             "agent-ca-http", r"--ca-file needs an https:// --server")
+
+
+def test_run_serves_https(flamewatch, procs, pki, tmp_path):
+    """`flamewatch run --tls-cert/--tls-key`: the UI and API over HTTPS,
+    with its own samples in them."""
+    port = free_port()
+    cert = pki["cert1"]
+    p = procs.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", str(tmp_path / "data"),
+                     "--interval", "1s", "--node", "fwtest-run-tls",
+                     "--tls-cert", str(cert[0]), "--tls-key", str(cert[1])], "run-tls")
+    if not p.wait_output(rf"profiling this host at \d+ Hz; open https://127\.0\.0\.1:{port}/", START_S):
+        pytest.fail(f"run did not print its https banner\n{p.describe()}", pytrace=False)
+    c = Client(port, ca=pki["ca1"])
+    c.wait_healthy(proc=p)
+    r = c.get("/")
+    assert r.status == 200 and b"<html" in r.body.lower(), r.describe()
+    # Samples of this host reach the store and come back over TLS.
+    values = "/api/v1/labels/node/values"
+    got = poll(lambda: "fwtest-run-tls" in c.get(values).text, timeout=30)
+    assert got, c.get(values).describe()
+    assert Client(port).get("/healthz", timeout=5).status is None  # plain HTTP: no answer
+    rc, _ = p.stop(signal.SIGTERM)
+    assert rc == 0, p.describe()
