@@ -406,7 +406,7 @@ static int64_t _python_frame(struct cpu_profile *cp, const struct python_proc *p
 
 	if (mapping < 0)
 		return mapping;
-	if (python__frame(cp->py, pp, word[0], word[1] & FW_PY_INSTR_MASK, &function, &file,
+	if (python__frame(cp->py, pp, word[0], word[1], &function, &file,
 			  &line) || !function) {
 		snprintf(placeholder, sizeof(placeholder), "[python code 0x%llx]",
 			 (unsigned long long)word[0]);
@@ -923,7 +923,7 @@ struct cpu_placed_stack *cpu_profile__place(struct cpu_profile *cp, const struct
 		if (items[i].j >= 0)
 			continue;
 		if (python__frame(cp->py, pp, pyw[2 * items[i].pos],
-				  pyw[2 * items[i].pos + 1] & FW_PY_INSTR_MASK, &function, &file,
+				  pyw[2 * items[i].pos + 1], &function, &file,
 				  &line) || !function) {
 			snprintf(placeholder, sizeof(placeholder), "[python code 0x%llx]",
 				 (unsigned long long)pyw[2 * items[i].pos]);

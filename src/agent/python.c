@@ -39,6 +39,7 @@ struct python_proc {
 	uint64_t code_type;		/* &PyCode_Type in the process */
 	uint64_t interp_start, interp_end;	/* the interpreter binary's code */
 	struct code_layout code;
+	bool line_checked;		/* BPF sends co_firstlineno's low byte (FW_PY_LINE_MASK) */
 };
 
 #define CODE_CACHE_MAX 65536
@@ -61,6 +62,7 @@ struct code_entry {
 	int err;		/* the read failed */
 	uint32_t rereads;
 	uint64_t failed_ns;
+	int replaced_by;	/* 1 + the co_firstlineno byte that last made it read again */
 };
 
 struct python {
@@ -409,6 +411,8 @@ static int _describe(void *ctx, pid_t pid, void **out)
 	}
 	bp.interp_head = syms.runtime + f.bias + head_off;
 	bp.code_type = syms.code_type + f.bias;
+	if (cl.firstlineno && cl.firstlineno + 4 <= FW_PY_CODE_READ)
+		bp.code_firstlineno = cl.firstlineno;
 
 	pp = calloc(1, sizeof(*pp));
 	if (!pp)
@@ -418,6 +422,7 @@ static int _describe(void *ctx, pid_t pid, void **out)
 	pp->epoch = py->next_epoch++;
 	pp->code = cl;
 	pp->code_type = bp.code_type;
+	pp->line_checked = bp.code_firstlineno != 0;
 	pp->interp_start = f.lo;
 	pp->interp_end = f.hi;
 	if (syms.have_eval) {
@@ -577,7 +582,9 @@ static int _read_code(pid_t pid, const struct code_layout *cl, uint64_t code_typ
 	return 0;
 }
 
-static struct code_entry *_code(struct python *py, const struct python_proc *pp, uint64_t code)
+/* line_byte: co_firstlineno's low byte at the sample, -1 when BPF did not read it. */
+static struct code_entry *_code(struct python *py, const struct python_proc *pp, uint64_t code,
+				int line_byte)
 {
 	struct { uint64_t epoch, code; } key = { pp->epoch, code };
 	struct code_entry *ce;
@@ -615,6 +622,16 @@ static struct code_entry *_code(struct python *py, const struct python_proc *pp,
 		memset(ce, 0, sizeof(*ce));
 		ce->rereads = rereads;
 		py->st.code_rereads++;
+		added = true;
+	} else if (!ce->err && line_byte >= 0 && (ce->firstlineno & 0xff) != (uint32_t)line_byte &&
+		   ce->replaced_by != line_byte + 1) {
+		/* The code object read there was freed, another one took its memory. */
+		free(ce->function);
+		free(ce->file);
+		free(ce->lt);
+		memset(ce, 0, sizeof(*ce));
+		ce->replaced_by = line_byte + 1;	/* once per change, whatever it reads */
+		py->st.code_replaced++;
 		added = true;
 	}
 	if (added) {
@@ -742,9 +759,11 @@ uint32_t python__line_310(const uint8_t *t, size_t len, uint32_t firstlineno, ui
 }
 
 int python__frame(struct python *py, const struct python_proc *pp, uint64_t code,
-		  uint64_t instr, const char **function, const char **file, uint32_t *line)
+		  uint64_t word1, const char **function, const char **file, uint32_t *line)
 {
-	struct code_entry *ce = _code(py, pp, code);
+	uint64_t instr = word1 & FW_PY_INSTR_MASK;
+	int line_byte = pp->line_checked ? (int)((word1 & FW_PY_LINE_MASK) >> FW_PY_LINE_SHIFT) : -1;
+	struct code_entry *ce = _code(py, pp, code, line_byte);
 
 	*function = NULL;
 	*file = NULL;

@@ -26,6 +26,7 @@ struct python_stats {
 	uint64_t code_read_fault;	/*  the memory was not mapped */
 	uint64_t code_read_bad;		/*  not a code object (freed, reused) or no name */
 	uint64_t code_rereads;		/* failed reads tried again */
+	uint64_t code_replaced;		/* read again: another code object at the address */
 };
 
 /*
@@ -57,11 +58,12 @@ bool python__in_interp(const struct python_proc *pp, uint64_t addr);
 /*
  * Names one Python frame from BPF (code object address, instruction word
  * without flags): *function and *file are borrowed until the next call that
- * may read code objects; *line is 0 when unknown. Returns 0, or -errno when
+ * may read code objects; *line is 0 when unknown. word1 is the frame's
+ * second word as BPF wrote it (instruction, FW_PY_ENTRY, co_firstlineno byte). Returns 0, or -errno when
  * the code object cannot be read (then the caller shows a placeholder).
  */
 int python__frame(struct python *py, const struct python_proc *pp, uint64_t code,
-		  uint64_t instr, const char **function, const char **file, uint32_t *line);
+		  uint64_t word1, const char **function, const char **file, uint32_t *line);
 
 void python__stats(const struct python *py, struct python_stats *out);
 

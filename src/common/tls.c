@@ -104,23 +104,35 @@ static int _load_system_store(SSL_CTX *ctx, char *err, size_t err_len)
 	return -ENOENT;
 }
 
-SSL_CTX *tls__client_ctx(const char *ca_file, char *err, size_t err_len)
+/* A context of either side that speaks TLS 1.2 or later; NULL with errno set. */
+static SSL_CTX *_new_ctx(const SSL_METHOD *method, char *err, size_t err_len)
 {
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL_CTX *ctx = SSL_CTX_new(method);
 	char why[256];
-	int e = 0;
 
 	if (!ctx) {
 		tls__drain_errors(why, sizeof(why));
 		snprintf(err, err_len, "cannot create a TLS context: %s", why);
-		e = -ENOMEM;
-		goto fail;
+		errno = ENOMEM;
+		return NULL;
 	}
 	if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
 		snprintf(err, err_len, "cannot require TLS 1.2");
-		e = -EINVAL;
-		goto fail;
+		SSL_CTX_free(ctx);
+		errno = EINVAL;
+		return NULL;
 	}
+	return ctx;
+}
+
+SSL_CTX *tls__client_ctx(const char *ca_file, char *err, size_t err_len)
+{
+	SSL_CTX *ctx = _new_ctx(TLS_client_method(), err, err_len);
+	char why[256];
+	int e = 0;
+
+	if (!ctx)
+		return NULL;
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, _on_verify);
 	if (ca_file) {
 		if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
@@ -144,20 +156,12 @@ fail:
 SSL_CTX *tls__server_ctx(const char *cert_file, const char *key_file, char *err,
 			 size_t err_len)
 {
-	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+	SSL_CTX *ctx = _new_ctx(TLS_server_method(), err, err_len);
 	char why[256];
 	int e = -EINVAL;
 
-	if (!ctx) {
-		tls__drain_errors(why, sizeof(why));
-		snprintf(err, err_len, "cannot create a TLS context: %s", why);
-		e = -ENOMEM;
-		goto fail;
-	}
-	if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
-		snprintf(err, err_len, "cannot require TLS 1.2");
-		goto fail;
-	}
+	if (!ctx)
+		return NULL;
 	if (SSL_CTX_use_certificate_chain_file(ctx, cert_file) != 1) {
 		tls__drain_errors(why, sizeof(why));
 		snprintf(err, err_len, "cannot load the certificate %s: %s", cert_file, why);

@@ -104,6 +104,24 @@ def test_chain_and_split(fw, version):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
+def test_code_object_address_reused(fw, version):
+    """CPython gives a freed code object's memory to the next one it makes
+    (start-up modules' code is freed, the script's is made next). Names are
+    cached by address: second_fn, at first_fn's old address, must not be
+    named first_fn (the old agent named all 743 of its samples so)."""
+    exe = interpreter(version)
+    res, prof = fw.record_folded(["--", exe, SCRIPT, "reuse", SECONDS], duration=SECONDS, hz=HZ)
+    assert "code object address reused" in res.stdout, res.describe()
+    w = python_samples(prof)
+    first, second = w.count_frame("first_fn"), w.count_frame("second_fn")
+    print(f"CPython {version}: first_fn {first}, second_fn {second}")
+    require(first + second >= 0.2 * SECONDS * HZ, f"only {first + second} samples in the two functions", w)
+    share = second / (first + second)
+    require(0.35 <= share <= 0.65, f"CPython {version}: second_fn has {share:.1%} of the two functions' "
+            f"samples; expected about half", w)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 def test_thread(fw, version):
     exe = interpreter(version)
     res, prof = fw.record_folded(["--", exe, SCRIPT, "thread", SECONDS], duration=SECONDS, hz=HZ)

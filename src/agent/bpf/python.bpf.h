@@ -80,7 +80,7 @@ static __always_inline __u8 py_u8(struct fw_py_buf *buf, __u32 off)
 
 static __always_inline long py_frame(struct fw_py_walk *w, struct fw_py_proc *pp)
 {
-	__u64 code, prev, instr, type = 0, *slot;
+	__u64 code, prev, instr, type = 0, line = 0, *slot;
 	struct fw_py_buf *buf;
 	struct fw_sample *s;
 	__u32 idx, layout, rd;
@@ -125,9 +125,13 @@ static __always_inline long py_frame(struct fw_py_walk *w, struct fw_py_proc *pp
 			entry = py_u8(buf, pp->frame_is_entry);
 	}
 	/* 3.13 frames may run things other than code objects: skip those. */
-	if (!code || bpf_probe_read_user(&type, sizeof(type), (void *)(code + 8)) ||
-	    type != pp->code_type)
+	if (!code || bpf_probe_read_user(buf->b, FW_PY_CODE_READ, (void *)code))
 		return 0;
+	type = py_u64(buf, 8);
+	if (type != pp->code_type)
+		return 0;
+	/* (byte 0 where user space gave no offset: it does not check then) */
+	line = py_u8(buf, pp->code_firstlineno);
 	if (w->n >= FW_MAX_PYFRAMES) {
 		stat_inc(FW_STAT_PY_TRUNCATED);
 		return 1;
@@ -137,7 +141,7 @@ static __always_inline long py_frame(struct fw_py_walk *w, struct fw_py_proc *pp
 		return 1;
 	slot = &s->addrs[idx];
 	slot[0] = code;
-	slot[1] = (instr & FW_PY_INSTR_MASK) | (entry ? FW_PY_ENTRY : 0);
+	slot[1] = (instr & FW_PY_INSTR_MASK) | line << FW_PY_LINE_SHIFT | (entry ? FW_PY_ENTRY : 0);
 	w->n++;
 	return 0;
 }

@@ -55,7 +55,8 @@ struct fw_py_proc {
 	__u16 frame_instr;	/* f_lasti (int) / prev_instr / instr_ptr */
 	__u16 frame_owner;	/* 3.12+: owner (char) */
 	__u16 frame_is_entry;	/* 3.11: is_entry (bool) */
-	__u16 pad[4];
+	__u16 code_firstlineno;	/* co_firstlineno (int); 0: not checked */
+	__u16 pad[3];
 };
 
 _Static_assert(sizeof(struct fw_py_proc) == 48, "fw_py_proc is shared with BPF");
@@ -69,7 +70,18 @@ _Static_assert(sizeof(struct fw_py_proc) == 48, "fw_py_proc is shared with BPF")
  * interpreter frame.
  */
 #define FW_PY_ENTRY (1ull << 56)
-#define FW_PY_INSTR_MASK ((1ull << 56) - 1)
+/*
+ * Bits 48-55 of the second: the low byte of the code object's
+ * co_firstlineno at the sample. User space names a code object by its
+ * address, and CPython reuses the memory of code it frees (the modules run
+ * at start-up) for code it makes next: an entry read when another code
+ * object lived there is known stale by this byte, and read again.
+ */
+#define FW_PY_LINE_SHIFT 48
+#define FW_PY_LINE_MASK (0xffull << FW_PY_LINE_SHIFT)
+#define FW_PY_INSTR_MASK ((1ull << FW_PY_LINE_SHIFT) - 1)
+/* The bytes of a code object BPF reads: ob_type and co_firstlineno lie within. */
+#define FW_PY_CODE_READ 96
 
 /* 3.12+: owner of a shim frame pushed by a C entry into the interpreter. */
 #define FW_PY_FRAME_OWNED_BY_CSTACK 3

@@ -4,7 +4,9 @@ main -> outer -> middle -> inner -> {hot_70, cold_30}: the two leaves run
 7:3 of the time. With "thread", the same chain runs in a second thread
 while the main thread sleeps; with "ctypes", inner calls libc's qsort with
 a Python comparator, so native frames sit under (and between) Python
-frames.
+frames. With "reuse", first_fn runs half the time, is freed, and
+second_fn is compiled until CPython puts its code object at first_fn's
+old address; second_fn runs the other half.
 """
 import sys
 import threading
@@ -55,6 +57,41 @@ def ctypes_inner(deadline):
         libc.qsort(arr, len(arr), ctypes.sizeof(ctypes.c_int), compare)
 
 
+REUSE_SRC = """
+def {name}(n):
+    t = 0
+    for i in range(n):
+        t += i * i
+    return t
+"""
+
+
+def reuse_make(name, pad):
+    """A function whose code object has the same size whatever pad is,
+    and co_firstlineno pad + 2."""
+    ns = {}
+    exec(compile("\n" * pad + REUSE_SRC.format(name=name), "<reuse>", "exec"), ns)
+    return ns[name]
+
+
+def reuse_run(f, deadline):
+    while time.monotonic() < deadline:
+        f(1000)
+
+
+def reuse(seconds):
+    first = reuse_make("first_fn", 1)
+    old = id(first.__code__)
+    reuse_run(first, time.monotonic() + seconds / 2)
+    del first
+    for tries in range(1, 10000):
+        second = reuse_make("second_fn", 200)
+        if id(second.__code__) == old:
+            break
+    print("code object address reused" if id(second.__code__) == old else "not reused", flush=True)
+    reuse_run(second, time.monotonic() + seconds / 2)
+
+
 def main():
     mode = sys.argv[1]
     seconds = float(sys.argv[2])
@@ -67,6 +104,8 @@ def main():
         t.join()
     elif mode == "ctypes":
         ctypes_inner(deadline)
+    elif mode == "reuse":
+        reuse(seconds)
     else:
         raise SystemExit(f"unknown mode {mode}")
 
