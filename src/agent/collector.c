@@ -450,9 +450,9 @@ void collector__report(struct collector *c)
 		struct ruby_stats rs;
 
 		ruby__stats(c->rb, &rs);
-		pr_debug("ruby: %llu processes, %llu iseqs read, %llu unreadable\n",
+		pr_debug("ruby: %llu processes, %llu iseqs read, %llu unreadable, %llu read again\n",
 			 (unsigned long long)rs.procs, (unsigned long long)rs.iseq_reads,
-			 (unsigned long long)rs.iseq_read_errors);
+			 (unsigned long long)rs.iseq_read_errors, (unsigned long long)rs.iseq_rereads);
 	}
 	if (c->hs) {
 		struct hotspot_stats hs;

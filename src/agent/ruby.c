@@ -13,6 +13,7 @@
 #include "agent/procmaps.h"
 #include "agent/proc_table.h"
 #include "agent/ruby.h"
+#include "common/clock.h"
 #include "common/intern.h"
 #include "common/log.h"
 #include "symbolize/elf_file.h"
@@ -46,13 +47,23 @@ struct ruby_proc {
 #define LINES_MAX 65536		/* instruction info entries read per iseq */
 #define SUCC_MAX (1 << 20)	/* bytes of a succinct index table read per iseq */
 
+/*
+ * Ruby's GC frees iseqs (the gems' code run at start-up) and gives their
+ * slots to the next ones, so an entry cached by address can be of an iseq
+ * that is gone: one whose read failed, or one whose instructions do not
+ * hold the pc of a sample. Such an entry is read again, at most this often.
+ */
+#define REREAD_NS 200000000ULL
+
 struct iseq_entry {
 	char *function, *file;
 	uint32_t first_lineno;
 	uint64_t encoded;
+	uint32_t size;		/* VALUEs at encoded */
 	uint32_t nlines;
 	uint32_t *pos, *line;	/* nlines instruction positions and their lines */
 	int err;		/* the read failed */
+	uint64_t read_ns;
 };
 
 struct ruby {
@@ -622,6 +633,7 @@ static int _read_iseq(pid_t pid, const struct iseq_layout *il, uint64_t iseq,
 		return -EFAULT;
 	ie->file = _read_path(pid, _u64(body, il->pathobj));
 	ie->encoded = _u64(body, il->encoded);
+	ie->size = _u32(body, il->size);
 	lineno = _u64(body, il->first_lineno);
 	ie->first_lineno = lineno & 1 && (int64_t)lineno > 0 ? (uint32_t)(lineno >> 1) : 0;
 	/* Without its line table the frame is still named, with its first line. */
@@ -629,7 +641,17 @@ static int _read_iseq(pid_t pid, const struct iseq_layout *il, uint64_t iseq,
 	return 0;
 }
 
-static struct iseq_entry *_iseq(struct ruby *rb, const struct ruby_proc *rp, uint64_t iseq)
+/* Whether entry ie, read at this address before, cannot be the iseq that ran pc. */
+static bool _stale(const struct iseq_entry *ie, uint64_t pc)
+{
+	if (ie->err)
+		return ie->err != -ESRCH;
+	return pc && ie->encoded && ie->size &&
+	       (pc < ie->encoded || pc > ie->encoded + (uint64_t)ie->size * 8);
+}
+
+static struct iseq_entry *_iseq(struct ruby *rb, const struct ruby_proc *rp, uint64_t iseq,
+				uint64_t pc)
 {
 	struct { uint64_t epoch, iseq; } key = { rp->epoch, iseq };
 	struct iseq_entry *ie;
@@ -657,8 +679,17 @@ static struct iseq_entry *_iseq(struct ruby *rb, const struct ruby_proc *rp, uin
 		rb->cap_iseqs = cap;
 	}
 	ie = &rb->iseqs[id];
+	if (!added && _stale(ie, pc) && clock__mono_ns() - ie->read_ns >= REREAD_NS) {
+		free(ie->function);
+		free(ie->file);
+		free(ie->pos);
+		free(ie->line);
+		rb->st.iseq_rereads++;
+		added = true;
+	}
 	if (added) {
 		memset(ie, 0, sizeof(*ie));
+		ie->read_ns = clock__mono_ns();
 		rb->st.iseq_reads++;
 		ie->err = _read_iseq(rp->pid, &rp->iseq, iseq, ie);
 		if (ie->err) {
@@ -701,7 +732,7 @@ static uint32_t _line(const struct iseq_entry *ie, uint64_t pc)
 int ruby__frame(struct ruby *rb, const struct ruby_proc *rp, uint64_t iseq, uint64_t pc,
 		const char **function, const char **file, uint32_t *line)
 {
-	struct iseq_entry *ie = _iseq(rb, rp, iseq);
+	struct iseq_entry *ie = _iseq(rb, rp, iseq, pc);
 
 	*function = NULL;
 	*file = NULL;

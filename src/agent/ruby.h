@@ -23,6 +23,7 @@ struct ruby_stats {
 	uint64_t procs;			/* CRuby processes described to BPF now */
 	uint64_t iseq_reads;		/* iseqs read from processes */
 	uint64_t iseq_read_errors;	/* iseqs that could not be read */
+	uint64_t iseq_rereads;		/* failed or stale entries read again */
 };
 
 /* map_fd is the sampler's rb_procs map and procs the process table (both borrowed). */
