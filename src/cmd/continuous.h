@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpu/nvml.h"
+
 /*
  * Continuous host-wide collection on an event loop, for `agent` and `run`:
  * drains the sampler every 100 ms and hands a named batch of timestamped
@@ -57,8 +59,8 @@ int continuous__parse_gpu_interval(const char *arg, uint64_t *ns);
 /* --gpu-pcie-interval, --gpu-process-interval: a duration, 0 for every round. */
 int continuous__parse_gpu_costly_interval(const char *flag, const char *arg, uint64_t *ns);
 #define CONTINUOUS_GPU_INTERVAL_NS 1000000000ULL
-#define CONTINUOUS_GPU_PCIE_INTERVAL_NS 5000000000ULL
-#define CONTINUOUS_GPU_PROCESS_INTERVAL_NS 1000000000ULL
+#define CONTINUOUS_GPU_PCIE_INTERVAL_NS NVML_PCIE_INTERVAL_NS
+#define CONTINUOUS_GPU_PROCESS_INTERVAL_NS NVML_PROCESS_INTERVAL_NS
 
 /* Starts sampling the whole host. Prints the reason and returns -1 on failure. */
 int continuous__start(struct continuous *c, struct event_base *base,

@@ -29,7 +29,7 @@ static void _usage(FILE *out)
 "prints every point of the last round as `name{labels} value ts_ns`, then the\n"
 "CPU time one round took. --breakdown: also the calls and CPU time of each\n"
 "kind of NVML query, per GPU per round. The PCIe counters and per-process\n"
-"utilisation are read every 5s and 10s as by the agent, or as given (0: every\n"
+"utilisation are read every 5s and 1s as by the agent, or as given (0: every\n"
 "round).\n");
 }
 

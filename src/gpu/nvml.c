@@ -135,8 +135,6 @@ struct nvml {
  * them every 5 s loses no traffic, only resolution (32-bit counters, which
  * could wrap between reads, are read every round).
  */
-#define PROCESS_INTERVAL_NS (1 * 1000000000ULL)
-#define PCIE_INTERVAL_NS (5 * 1000000000ULL)
 
 static const char *const _query_names[NVML_Q_MAX] = {
 	[NVML_Q_UTILIZATION] = "nvmlDeviceGetUtilizationRates",
@@ -363,7 +361,7 @@ struct nvml *nvml__open(const char *path)
 				n->gpus[i].unavailable |= 1u << NVML_M_PROC_MEM_USED;
 	}
 	nvml__set_interval(n, 1000000000ULL);
-	nvml__set_costly_intervals(n, PCIE_INTERVAL_NS, PROCESS_INTERVAL_NS);
+	nvml__set_costly_intervals(n, NVML_PCIE_INTERVAL_NS, NVML_PROCESS_INTERVAL_NS);
 	pr_info("nvml: %u GPU%s%s%s\n", n->ngpus, n->ngpus == 1 ? "" : "s",
 		n->ngpus ? ", first: " : "", n->ngpus ? n->gpus[0].name : "");
 	return n;

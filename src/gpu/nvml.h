@@ -43,11 +43,14 @@ struct nvml *nvml__open(const char *lib);
 void nvml__set_interval(struct nvml *n, uint64_t interval_ns);
 /*
  * How often the two costly queries are made (0: every round): the PCIe
- * byte counters (default 5 s; every round anyway where the driver's
- * counters are 32 bits, which wrap within seconds) and the per-process
- * utilisation samples (default 10 s). Both cover the whole time since the
- * last call; the last PCIe rates are exported every round.
+ * byte counters (default NVML_PCIE_INTERVAL_NS; every round anyway where
+ * the driver's counters are 32 bits, which wrap within seconds), whose
+ * rates cover the whole time since the last read and are exported every
+ * round, and the per-process utilisation (default NVML_PROCESS_INTERVAL_NS;
+ * the driver keeps only each process's latest sample).
  */
+#define NVML_PCIE_INTERVAL_NS (5 * 1000000000ULL)
+#define NVML_PROCESS_INTERVAL_NS (1 * 1000000000ULL)
 void nvml__set_costly_intervals(struct nvml *n, uint64_t pcie_ns, uint64_t process_ns);
 /* Shuts NVML down and unloads it. Accepts NULL. */
 void nvml__close(struct nvml *n);
