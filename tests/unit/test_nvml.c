@@ -148,6 +148,23 @@ static int _calls(const char *log, int skip, const char *fn)
 	return n;
 }
 
+/* Opens lib with every NVML call logged to a new file; its path goes in log. */
+static struct nvml *_open_logged(const char *lib, char log[64])
+{
+	int fd;
+	struct nvml *n;
+
+	snprintf(log, 64, "/tmp/fw-nvml-calls-XXXXXX");
+	fd = mkstemp(log);
+	assert_true(fd >= 0);
+	close(fd);
+	setenv("FAKE_NVML_CALLS", log, 1);
+	n = nvml__open(lib);
+	unsetenv("FAKE_NVML_CALLS");
+	assert_non_null(n);
+	return n;
+}
+
 static void test_every_metric(void **state)
 {
 	struct nvml *n = nvml__open(FAKE);
@@ -255,18 +272,10 @@ static void test_every_metric(void **state)
 
 static void test_fallback_without_samples(void **state)
 {
-	char log[64] = "/tmp/fw-nvml-calls-XXXXXX";
+	char log[64];
 	struct batch *b = batch__new(1);
 	int64_t t0 = _now(), ts = 0;
-	int fd = mkstemp(log);
-	struct nvml *n;
-
-	assert_true(fd >= 0);
-	close(fd);
-	setenv("FAKE_NVML_CALLS", log, 1);
-	n = nvml__open(FAKE_OLD);
-	unsetenv("FAKE_NVML_CALLS");
-	assert_non_null(n);
+	struct nvml *n = _open_logged(FAKE_OLD, log);
 	nvml__set_interval(n, 100000000ULL);
 	assert_true(nvml__collect(n, b, t0) > 0);
 	_expect(b, "flamewatch_gpu_utilization_percent", "0", 61);
@@ -317,19 +326,14 @@ static void test_no_library(void **state)
  */
 static void test_calls_per_round(void **state)
 {
-	char log[64] = "/tmp/fw-nvml-calls-XXXXXX";
+	char log[64];
 	struct batch *b = batch__new(1);
 	struct nvml_stats st;
 	struct nvml *n;
 	int64_t t0 = _now();
-	int fd = mkstemp(log), at_open, after1, after5;
+	int at_open, after1, after5;
 
-	assert_true(fd >= 0);
-	close(fd);
-	setenv("FAKE_NVML_CALLS", log, 1);
-	n = nvml__open(FAKE);
-	unsetenv("FAKE_NVML_CALLS");
-	assert_non_null(n);
+	n = _open_logged(FAKE, log);
 	at_open = _calls(log, 0, NULL);
 	assert_true(nvml__collect(n, b, t0) > 0);
 	after1 = _calls(log, 0, NULL);
@@ -377,18 +381,11 @@ static void test_calls_per_round(void **state)
  */
 static void test_costly_cadence(void **state)
 {
-	char log[64] = "/tmp/fw-nvml-calls-XXXXXX";
+	char log[64];
 	struct batch *b = batch__new(1);
-	int fd = mkstemp(log), before, fv_rounds = 0, pu_rounds = 0, energy = 0;
+	int before, fv_rounds = 0, pu_rounds = 0, energy = 0;
 	int64_t t0 = _now();
-	struct nvml *n;
-
-	assert_true(fd >= 0);
-	close(fd);
-	setenv("FAKE_NVML_CALLS", log, 1);
-	n = nvml__open(FAKE);
-	unsetenv("FAKE_NVML_CALLS");
-	assert_non_null(n);
+	struct nvml *n = _open_logged(FAKE, log);
 	for (int i = 0; i <= 20; i++) {
 		int fv, pu;
 
@@ -576,19 +573,15 @@ static void test_process_joins_later(void **state)
  */
 static void test_field_fallback(void **state)
 {
-	char log[64] = "/tmp/fw-nvml-calls-XXXXXX";
+	char log[64];
 	struct batch *b = batch__new(1);
-	int fd = mkstemp(log), after1;
+	int after1;
 	int64_t t0 = _now();
 	struct nvml *n;
 
-	assert_true(fd >= 0);
-	close(fd);
 	setenv("FAKE_NVML_NO_FIELDS", "197,198", 1);
-	setenv("FAKE_NVML_CALLS", log, 1);
-	n = nvml__open(FAKE);
+	n = _open_logged(FAKE, log);
 	unsetenv("FAKE_NVML_NO_FIELDS");
-	unsetenv("FAKE_NVML_CALLS");
 	assert_non_null(n);
 	nvml__set_costly_intervals(n, 0, 0);
 	assert_true(nvml__collect(n, b, t0) > 0);
