@@ -14,32 +14,19 @@ Certificates come from a CA the test makes with the openssl command line
 (tlslib.py). Real binary, real BPF, real SQLite store.
 """
 
-import http.client
 import re
 import signal
-import ssl
 import time
 
 import pytest
 
-from serverlib import Client, Procs, free_port, register_plugin
-from test_server import (HZ, INTERVAL, START_S, check_no_crash, check_sample_count, folded, our,
-                         poll, total, wait_stable)
+from serverlib import Client, free_port
+# procs and the autouse _diagnostics are fixtures: imported, pytest uses them here too.
+from test_server import (HZ, INTERVAL, START_S, _diagnostics, check_no_crash,  # noqa: F401
+                         check_sample_count, folded, our, poll, procs, total, wait_stable)
 from tlslib import make_ca, make_cert
 
 TOKEN = "tls-test-token"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _diagnostics(request):
-    register_plugin(request.config)
-
-
-@pytest.fixture
-def procs(tmp_path):
-    ps = Procs(tmp_path / "logs")
-    yield ps
-    ps.close_all()
 
 
 @pytest.fixture
