@@ -14,6 +14,10 @@ step, AdamW) and `tiny` (100 tiny elementwise kernels per step). Modes:
   fw-agent-always  as fw-agent with CUPTI always on (duty cycle 1)
   torchprof   inside torch.profiler (CPU + CUDA activities)
 
+A mode with -dN or -wN appended (fw-d40, fw-agent-d40-w10) runs with
+FLAMEWATCH_CUDA_DUTY_CYCLE=N or FLAMEWATCH_CUDA_WINDOW_MS=N instead of the
+defaults, to see how the overhead falls with the duty cycle.
+
 Each repeat runs the modes without an agent in a shuffled order, then
 starts the agent once and runs the agent modes (shuffled); the script starts
 no new run after --budget-s. Step time: median over chunks of 20 steps
@@ -38,6 +42,7 @@ import glob
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -230,6 +235,8 @@ def run_one(mode, workload, a, fw, logdir, agent_port):
             env["FLAMEWATCH_CUDA_SUMMARY"] = str(summary)
         if mode.endswith("always"):
             env["FLAMEWATCH_CUDA_DUTY_CYCLE"] = "1"
+        for key, n in re.findall(r"-([dw])([0-9]+)", mode):
+            env["FLAMEWATCH_CUDA_DUTY_CYCLE" if key == "d" else "FLAMEWATCH_CUDA_WINDOW_MS"] = n
     t0 = time.time()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.seconds + a.warmup_s + 90)
     t1 = time.time()

@@ -9,7 +9,7 @@
 # nvidia-smi and python3 with PyTorch. Logs go under $OUT. FLAMEWATCH_BASE=
 # an older flamewatch binary adds its NVML round cost to step 2, for the ratio.
 # With `cuda`, only the GPU time checks (issues 8 and 6), with more repeats:
-# under 8 minutes.
+# under 8 minutes. CUDA_MODES= picks the modes of bench/gpu/cuda_overhead.py.
 set -u
 cd "$(dirname "$0")/../.."
 B=${1:-build}
@@ -41,7 +41,7 @@ fi
 echo
 echo "== 3. GPU time: overhead and accuracy, with the agent attached (issue 8)"
 OUT="$OUT/cuda" PYTHONUNBUFFERED=1 timeout $CUDA_TIMEOUT python3 bench/gpu/cuda_overhead.py \
-	--build "$B" --budget-s $CUDA_BUDGET --repeats 3 --agent-port $PORT \
+	--build "$B" --budget-s $CUDA_BUDGET --repeats 3 --agent-port $PORT ${CUDA_MODES:+--modes "$CUDA_MODES"} \
 	--agent-cmd "exec $B/flamewatch run --listen 127.0.0.1:$PORT --data $OUT/fwdata --interval 1s --no-cpu-strips" \
 	> "$OUT/cuda.log" 2>&1
 echo "exit $?"
