@@ -27,6 +27,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -36,10 +37,12 @@
 #if defined(__x86_64__)
 #define OLD "GLIBC_2.2.5"
 #define OLD_2_3_3 "GLIBC_2.3.3"
+#define OLD_2_12 "GLIBC_2.12"
 #define STAT_VER 1	/* _STAT_VER_LINUX: the kernel's struct stat */
 #elif defined(__aarch64__)
 #define OLD "GLIBC_2.17"
 #define OLD_2_3_3 "GLIBC_2.17"
+#define OLD_2_12 "GLIBC_2.17"
 #define STAT_VER 0
 #else
 #error "glibc 2.31 compatibility: unknown architecture"
@@ -80,6 +83,11 @@ FW_OLD(int, pthread_key_create, (pthread_key_t *k, void (*dtor)(void *)), (k, dt
 FW_OLD(int, pthread_key_delete, (pthread_key_t k), (k))
 FW_OLD(void *, pthread_getspecific, (pthread_key_t k), (k))
 FW_OLD(int, pthread_setspecific, (pthread_key_t k, const void *v), (k, v))
+/* libflamewatch-cuda.so's control thread and its lock. */
+FW_OLD(int, pthread_attr_setstacksize, (pthread_attr_t *a, size_t n), (a, n))
+FW_OLD(int, pthread_sigmask, (int how, const sigset_t *set, sigset_t *old), (how, set, old))
+FW_OLD(int, pthread_mutex_timedlock, (pthread_mutex_t *m, const struct timespec *t), (m, t))
+FW_OLD_V(OLD_2_12, int, pthread_setname_np, (pthread_t t, const char *name), (t, name))
 FW_OLD_V(OLD_2_3_3, int, pthread_condattr_setclock, (pthread_condattr_t *a, clockid_t c), (a, c))
 
 /* stat family: the pre-2.33 ABI. */
