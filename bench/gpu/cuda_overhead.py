@@ -118,7 +118,8 @@ def worker(args):
         measured += chunk
     out = {"workload": args.workload, "step_ms": statistics.median(times) * 1e3,
            "chunks": len(times), "steps": steps, "pid": os.getpid(),
-           "event_ns_per_step": ev_ns / measured if measured else 0}
+           "event_ns_per_step": ev_ns / measured if measured else 0,
+           "chunk_ms": [round(x * 1e3, 4) for x in times]}
     if prof is not None:
         prof.__exit__(None, None, None)
         kernel_ns = 0
