@@ -28,6 +28,15 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 run record -q -d 2 -o "$out/sh.folded" -- sh -c 'i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done'
 echo "record under glibc 2.31: $(awk '{s += $NF} END {print s + 0}' "$out/sh.folded") samples"
+# The CUDA library beside the binary runs inside the users' processes: loaded
+# under glibc 2.31 with every symbol bound at once (LD_BIND_NOW), a symbol
+# version newer than 2.31 fails the load.
+cudalib=$(dirname "$bin")/libflamewatch-cuda.so
+if [ -f "$cudalib" ]; then
+	LD_BIND_NOW=1 "$lib/ld-linux-x86-64.so.2" --library-path "$lib" --preload "$cudalib" \
+		"$bin" --version >/dev/null
+	echo "libflamewatch-cuda.so under glibc 2.31: loaded, every symbol bound"
+fi
 rm -rf "$out/data"
 "$lib/ld-linux-x86-64.so.2" --library-path "$lib" "$bin" server --listen 127.0.0.1:0 \
 	--data "$out/data" 2>/dev/null & pid=$!

@@ -48,6 +48,28 @@ def test_dist_needs_glibc_231_only(dist):
     assert libs <= {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0"}, libs
 
 
+def test_dist_cuda_library_needs_glibc_231_only(dist):
+    lib = DIST.parent / "libflamewatch-cuda.so"
+    if not lib.exists():
+        pytest.skip("no CUPTI headers here: make dist ships no CUDA library")
+    versions = _glibc_versions(lib)
+    assert versions and max(versions) <= (2, 31), f"needs glibc {max(versions)}"
+
+
+def test_dist_runs_under_glibc_231(dist):
+    """deploy/test-glibc231.sh: Debian 11's glibc (downloaded, not installed)
+    runs the binary's record, server and HTTPS agent, and loads the CUDA
+    library with every symbol bound."""
+    res = subprocess.run(["sh", str(DEPLOY / "test-glibc231.sh"), str(dist)], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    if res.returncode and re.search(r"Failed to fetch|Could not resolve|Temporary failure resolving", out):
+        pytest.skip(f"Debian 11's libc6 could not be downloaded here:\n{out[-1500:]}")
+    assert res.returncode == 0, out[-3000:]
+    assert "every symbol bound" in out or not (DIST.parent / "libflamewatch-cuda.so").exists(), out
+    assert re.search(r"record under glibc 2.31: [1-9]", out), out
+
+
 def test_dist_stripped_with_build_id(dist):
     notes = subprocess.run(["readelf", "-n", str(dist)], capture_output=True, text=True,
                            check=True).stdout
