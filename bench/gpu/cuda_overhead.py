@@ -20,8 +20,8 @@ defaults, to see how the overhead falls with the duty cycle.
 
 Each repeat runs the modes without an agent in a shuffled order, then
 starts the agent once and runs the agent modes (shuffled); the script starts
-no new run after --budget-s. Step time: median over chunks of 20 steps
-(synchronised per chunk). Accuracy, GPU kernel ns per step over every step
+no new run after --budget-s. Step time: the mean over chunks of 20 steps
+(synchronised per chunk; the median is kept as step_ms_median). Accuracy, GPU kernel ns per step over every step
 the process ran: the library's totals (FLAMEWATCH_CUDA_SUMMARY, also in the
 agent modes) and, in the agent modes, what the agent stored for the
 worker's pid (queried from the agent's API after the run), each against
@@ -116,7 +116,10 @@ def worker(args):
         ev_ns += int(e0.elapsed_time(e1) * 1e6)
         steps += chunk
         measured += chunk
-    out = {"workload": args.workload, "step_ms": statistics.median(times) * 1e3,
+    # The mean, not the median: with the duty cycle the collecting windows
+    # are a minority of the chunks, and a median would hide what they cost.
+    out = {"workload": args.workload, "step_ms": statistics.mean(times) * 1e3,
+           "step_ms_median": statistics.median(times) * 1e3,
            "chunks": len(times), "steps": steps, "pid": os.getpid(),
            "event_ns_per_step": ev_ns / measured if measured else 0,
            "chunk_ms": [round(x * 1e3, 4) for x in times]}
@@ -220,6 +223,26 @@ def agent_view(port, pid, t0, t1, logdir, tag):
     return out
 
 
+def gpu_local_cpus():
+    """Two CPUs of GPU 0's own NUMA node. On a two-socket host a process on
+    the far socket launches kernels up to 1.5x slower (seen on the H200:
+    the same plain run at 0.69 and 1.02 ms a step), which swamps the few %
+    this script measures; every worker is pinned to the same CPUs."""
+    try:
+        bus = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, timeout=30).stdout.strip().lower()
+        bus = bus[4:] if len(bus) > 12 else bus  # 00000000:xx:yy.z -> 0000:xx:yy.z
+        cpus = open(f"/sys/bus/pci/devices/{bus}/local_cpulist").read().strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = []
+    for part in cpus.split(","):
+        lo, _, hi = part.partition("-")
+        first += list(range(int(lo), int(hi or lo) + 1))
+    # Not the node's first CPU, where interrupts and the agent tend to run.
+    return ",".join(str(c) for c in (first[2:4] if len(first) >= 4 else first[:2]))
+
+
 def run_one(mode, workload, a, fw, logdir, agent_port):
     cmd = [sys.executable, str(HERE), "--worker", workload, "--seconds", str(a.seconds),
            "--warmup-s", str(a.warmup_s)]
@@ -238,6 +261,8 @@ def run_one(mode, workload, a, fw, logdir, agent_port):
             env["FLAMEWATCH_CUDA_DUTY_CYCLE"] = "1"
         for key, n in re.findall(r"-([dw])([0-9]+)", mode):
             env["FLAMEWATCH_CUDA_DUTY_CYCLE" if key == "d" else "FLAMEWATCH_CUDA_WINDOW_MS"] = n
+    if a.pin:
+        cmd = ["taskset", "-c", a.pin] + cmd
     t0 = time.time()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.seconds + a.warmup_s + 90)
     t1 = time.time()
@@ -300,6 +325,8 @@ def main():
                     help="command that runs an agent attaching to the library; it must listen on --agent-port")
     ap.add_argument("--agent-port", type=int, default=7181)
     ap.add_argument("--cupti", default=None, help="CUPTI for the library (default: torch's, else CUDA's)")
+    ap.add_argument("--pin", default="auto",
+                    help="CPUs for every worker (taskset -c); auto: two of GPU 0's NUMA node; none")
     a = ap.parse_args()
     if a.worker:
         a.workload = a.worker
@@ -310,12 +337,13 @@ def main():
     if not (Path(a.build) / "libflamewatch-cuda.so").exists():
         sys.exit(f"{a.build}/libflamewatch-cuda.so is missing")
     a.cupti = a.cupti or find_cupti()
+    a.pin = None if a.pin == "none" else gpu_local_cpus() if a.pin == "auto" else a.pin
     logdir = os.environ.get("OUT") or tempfile.mkdtemp(prefix="fw-cuda-bench-")
     os.makedirs(logdir, exist_ok=True)
     modes = a.modes.split(",")
     agent_cmd = a.agent_cmd or (f"exec {fw} run --listen 127.0.0.1:{a.agent_port} "
                                 f"--data {logdir}/fwdata --interval 1s --no-cpu-strips")
-    print(f"cupti={a.cupti} logs={logdir} modes={modes}", flush=True)
+    print(f"cupti={a.cupti} logs={logdir} modes={modes} workers on CPUs {a.pin}", flush=True)
 
     results = []
     wls = a.workloads.split(",")

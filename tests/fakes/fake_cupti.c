@@ -237,6 +237,10 @@ API CUptiResult cuptiActivityEnable(CUpti_ActivityKind k)
 		_truth.toggles_on++;
 	_kind_on[k] = 1;
 	pthread_mutex_unlock(&_mu);
+	/* Enabling took milliseconds on the H200 (FAKE_CUPTI_ENABLE_DELAY_US):
+	 * the kind is on, the caller is not back yet, the application runs. */
+	if (k == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && getenv("FAKE_CUPTI_ENABLE_DELAY_US"))
+		usleep((useconds_t)atoi(getenv("FAKE_CUPTI_ENABLE_DELAY_US")));
 	return CUPTI_SUCCESS;
 }
 
