@@ -224,10 +224,11 @@ def agent_view(port, pid, t0, t1, logdir, tag):
 
 
 def gpu_local_cpus():
-    """Two CPUs of GPU 0's own NUMA node. On a two-socket host a process on
-    the far socket launches kernels up to 1.5x slower (seen on the H200:
-    the same plain run at 0.69 and 1.02 ms a step), which swamps the few %
-    this script measures; every worker is pinned to the same CPUs."""
+    """Two CPUs of GPU 0's own NUMA node. Unpinned, the same plain run of
+    the tiny workload took 0.69 ms a step once and 1.02 ms the next on the
+    H200 (one NUMA node there: the scheduler's placement, not distance),
+    which swamps the few % this script measures; every worker is pinned to
+    the same CPUs, and on a two-socket host they are the GPU's own."""
     try:
         bus = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", "0"],
                              capture_output=True, text=True, timeout=30).stdout.strip().lower()
