@@ -122,7 +122,9 @@ static struct {
 	CUpti_SubscriberHandle sub;
 	int subscribed;
 	int on;				/* callbacks and activity enabled */
-	int conflict_reported;
+	int conflict_reported;		/* said on stderr */
+	char conflict[160];		/* the last refusal, while not subscribed */
+	int conflict_told;		/* ...fired with a tracer on the conflict probe */
 	int64_t retry_at, idle_since;
 	uint64_t slot;
 	uint32_t on_slot;
@@ -245,10 +247,22 @@ static int _announce(void *ctx, const char *s)
 	return 1;
 }
 
-static void _conflict(const char *what)
+/*
+ * Fires the conflict probe for the last refusal once per tracer: also when
+ * the tracer's conflict probe is attached only after the refusal (a tracer
+ * attaches its probes one by one, and the launch probe's semaphore alone
+ * makes the library try to subscribe).
+ */
+static void _conflict(void)
 {
-	if (flamewatch_conflict_semaphore)
-		STAP_PROBE1(flamewatch, conflict, what);
+	if (!flamewatch_conflict_semaphore) {
+		G.conflict_told = 0;
+		return;
+	}
+	if (!G.conflict[0] || G.conflict_told)
+		return;
+	STAP_PROBE1(flamewatch, conflict, G.conflict);
+	G.conflict_told = 1;
 }
 
 static int _listening(void)
@@ -587,21 +601,20 @@ static void _subscribe(int64_t now)
 		r = G.api.Subscribe(&G.sub, _on_callback, NULL);
 	}
 	if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
-		char what[160];
-
-		snprintf(what, sizeof(what), "another CUPTI client (%s) holds this process",
+		snprintf(G.conflict, sizeof(G.conflict), "another CUPTI client (%s) holds this process",
 			 old[0] ? old : "torch.profiler, Nsight or similar");
 		if (!G.conflict_reported) {
 			char line[256];
 
 			snprintf(line, sizeof(line), "flamewatch-cuda[%d]: %s: GPU time is not collected\n",
-				 (int)getpid(), what);
+				 (int)getpid(), G.conflict);
 			if (write(2, line, strlen(line)) < 0) {
 				/* nothing else to do */
 			}
 			G.conflict_reported = 1;
 		}
-		_conflict(what);
+		G.conflict_told = 0;
+		_conflict();
 		G.retry_at = now + RETRY_NS;
 		return;
 	}
@@ -611,6 +624,7 @@ static void _subscribe(int64_t now)
 		return;
 	}
 	G.conflict_reported = 0;
+	G.conflict[0] = '\0';
 	G.subscribed = 1;
 	_classes();
 	r = G.api.ActivityRegisterCallbacks(_buffer_requested, _buffer_completed);
@@ -659,6 +673,8 @@ static void _tick(void)
 			pthread_mutex_unlock(&G.rec);
 		}
 	}
+	if (!G.subscribed)
+		_conflict();
 	if (!_listening()) {
 		if (!G.subscribed)
 			return;
