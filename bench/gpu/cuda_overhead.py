@@ -30,7 +30,7 @@ measure). The agent modes also count the worker's CPU samples with a
 `[python code 0x...]` placeholder frame and keep its GPU flame graph and
 kernel table. Logs and JSON under $OUT if set.
 
-Duty-cycled totals are an estimate from ~1 window in 10: on a 4-s run of a
+Duty-cycled totals are an estimate from ~1 window in 30: on a 4-s run of a
 bursty launch pattern expect several % of sampling error either way (see
 docs/gpu-time.md); the always-on modes must agree within 2 %.
 

@@ -908,8 +908,8 @@ EXPORT int InitializeInjection(void)
 		return 1;
 	G.initialized = 1;
 	G.budget = _env_u64("FLAMEWATCH_CUDA_LAUNCH_BUDGET", 500, 1, 100000000);
-	G.duty = (uint32_t)_env_u64("FLAMEWATCH_CUDA_DUTY_CYCLE", 10, 1, 1000);
-	G.window_ms = (uint32_t)_env_u64("FLAMEWATCH_CUDA_WINDOW_MS", 50, 1, 10000);
+	G.duty = (uint32_t)_env_u64("FLAMEWATCH_CUDA_DUTY_CYCLE", 30, 1, 1000);
+	G.window_ms = (uint32_t)_env_u64("FLAMEWATCH_CUDA_WINDOW_MS", 10, 1, 10000);
 	/* A kept launch's weight must still be in the direct-mapped table when
 	 * its records arrive (a window or two later): at most 1/8 of the slots
 	 * are written per window. */
