@@ -9,7 +9,8 @@
 # nvidia-smi and python3 with PyTorch. Logs go under $OUT. FLAMEWATCH_BASE=
 # an older flamewatch binary adds its NVML round cost to step 2, for the ratio.
 # With `cuda`, only the GPU time checks (issues 8 and 6), with more repeats:
-# under 8 minutes. CUDA_MODES= picks the modes of bench/gpu/cuda_overhead.py.
+# under 8 minutes. CUDA_MODES= picks the modes of bench/gpu/cuda_overhead.py
+# (default plain,fw-agent,fw-agent-always,torchprof).
 set -u
 cd "$(dirname "$0")/../.."
 B=${1:-build}
@@ -17,6 +18,9 @@ ONLY=${2:-all}
 OUT=${OUT:-$(mktemp -d /tmp/fw-gpu.XXXXXX)}
 mkdir -p "$OUT"
 PORT=7181
+# Each run starts PyTorch (~15 s a run on the H200): four modes fit three
+# repeats of both workloads in the budget, seven fitted one.
+CUDA_MODES=${CUDA_MODES:-plain,fw-agent,fw-agent-always,torchprof}
 CUDA_BUDGET=170
 CUDA_TIMEOUT=300
 if [ "$ONLY" = cuda ]; then
@@ -41,7 +45,7 @@ fi
 echo
 echo "== 3. GPU time: overhead and accuracy, with the agent attached (issue 8)"
 OUT="$OUT/cuda" PYTHONUNBUFFERED=1 timeout $CUDA_TIMEOUT python3 bench/gpu/cuda_overhead.py \
-	--build "$B" --budget-s $CUDA_BUDGET --repeats 3 --agent-port $PORT ${CUDA_MODES:+--modes "$CUDA_MODES"} \
+	--build "$B" --budget-s $CUDA_BUDGET --repeats 3 --agent-port $PORT --modes "$CUDA_MODES" \
 	--agent-cmd "exec $B/flamewatch run --listen 127.0.0.1:$PORT --data $OUT/fwdata --interval 1s --no-cpu-strips" \
 	> "$OUT/cuda.log" 2>&1
 echo "exit $?"
