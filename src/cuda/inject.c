@@ -725,7 +725,7 @@ static struct timespec _ts(int64_t ns)
  * Ticks every window on a fixed grid. A window's launches count from when
  * its callbacks came on, and enabling CUPTI's activity kinds first takes
  * time (on the H200 the duty-cycled totals came out 12 % short with 50 ms
- * windows and 25 % with 10 ms ones, consistently): the window therefore
+ * windows and 23-30 % with 10 ms ones, in every run): the window therefore
  * closes that much after its grid tick, and the next slot is as much
  * shorter, so that the callbacks stay on one window's length in every D.
  */
