@@ -1057,35 +1057,13 @@ static int64_t _gpu_series(struct cpu_profile *cp, const struct cpu_gpu_activity
 	return batch__intern_series(cp->batch, names, values, n);
 }
 
-/*
- * Whether f is in CUPTI or in libflamewatch-cuda.so. The launch probe fires
- * in our library, called back by CUPTI from inside the CUDA runtime or
- * driver: six to eight such frames sat between cudaLaunchKernel and the
- * kernel in every GPU flame graph on the H200, and they say nothing about
- * the application.
- */
-static bool _injection_frame(const struct cpu_placed_frame *f)
-{
-	static const char *const libs[] = { "libcupti.", "libflamewatch-cuda." };
-	const char *base;
-
-	if (f->kind != ADDR_FILE || !f->bin || !f->bin->path)
-		return false;
-	base = strrchr(f->bin->path, '/');
-	base = base ? base + 1 : f->bin->path;
-	for (size_t i = 0; i < sizeof(libs) / sizeof(libs[0]); i++)
-		if (!strncmp(base, libs[i], strlen(libs[i])))
-			return true;
-	return false;
-}
-
 int cpu_profile__add_gpu(struct cpu_profile *cp, const struct cpu_gpu_activity *a)
 {
 	const struct cpu_placed_stack *ps = a->stack;
 	struct batch_gpu_interval iv;
 	struct batch_sample bs;
 	int64_t id, series, name, leaf, stack, stack_iv = BATCH_NO_STACK;
-	uint32_t n = 0, end = ps ? ps->n : 0;
+	uint32_t n = 0;
 	uint64_t dur;
 	int err;
 
@@ -1093,10 +1071,7 @@ int cpu_profile__add_gpu(struct cpu_profile *cp, const struct cpu_gpu_activity *
 		return -EINVAL;
 	if (ps && ps->n > FW_MAX_FRAMES - 1)
 		return -EINVAL;
-	/* The launching stack ends at the last frame outside the injection. */
-	while (end > 0 && _injection_frame(&ps->f[end - 1]))
-		end--;
-	for (uint32_t i = 0; i < end; i++) {
+	for (uint32_t i = 0; ps && i < ps->n; i++) {
 		id = _placed_frame(cp, a->pid, &ps->f[i]);
 		if (id < 0)
 			return id;

@@ -19,6 +19,7 @@
 #include "agent/cpu_profile.h"
 #include "agent/cuda_tracker.h"
 #include "agent/lib_watch.h"
+#include "agent/proc_table.h"
 #include "agent/sampler.h"
 #include "common/batch.h"
 #include "common/clock.h"
@@ -399,6 +400,24 @@ static bool _is_cuda_lib(const char *path)
 	base = base ? base + 1 : path;
 	/* libflamewatch-cuda.so, or a versioned libflamewatch-cuda.so.1 */
 	return !strncmp(base, CUDA_LIB_NAME, n) && (base[n] == '\0' || base[n] == '.');
+}
+
+/*
+ * Whether f is in CUPTI or in this library. The launch probe fires in the
+ * library, called back by CUPTI from inside the CUDA runtime or driver:
+ * six to eight such frames sat between cudaLaunchKernel and the kernel in
+ * every GPU flame graph on the H200, and they say nothing about the
+ * application.
+ */
+static bool _injection_frame(const struct cpu_placed_frame *f)
+{
+	const char *base;
+
+	if (f->kind != ADDR_FILE || !f->bin || !f->bin->path)
+		return false;
+	base = strrchr(f->bin->path, '/');
+	base = base ? base + 1 : f->bin->path;
+	return _is_cuda_lib(base) || !strncmp(base, "libcupti.", strlen("libcupti."));
 }
 
 static bool _known(struct cuda_tracker *t, uint64_t dev, uint64_t inode)
@@ -843,6 +862,9 @@ void cuda_tracker__launch(struct cuda_tracker *t, const struct fw_cuda_launch *l
 		t->add_errors++;
 		return;
 	}
+	/* The launching stack ends at its last frame outside the injection (root first). */
+	while (lp->ps->n > 0 && _injection_frame(&lp->ps->f[lp->ps->n - 1]))
+		lp->ps->n--;
 	memcpy(lp->comm, l->s.comm, FW_COMM_LEN);
 	if (cuda_join__launch(t->join, l->s.pid, l->correlation, l->s.tid, l->s.cpu, l->weight,
 			      lp, clock__mono_ns()))
