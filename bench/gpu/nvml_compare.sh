@@ -396,7 +396,11 @@ for _ in $(seq 1 20); do kill -0 "$LOAD_PID" 2>/dev/null || break; sleep 0.5; do
 tail -2 "$OUTDIR/load.log" | tee -a "$LOG"
 if [ "$RUN_OK" = 1 ]; then
 	kill -INT "$RUN_PID" 2>/dev/null
-	for _ in $(seq 1 30); do kill -0 "$RUN_PID" 2>/dev/null || break; sleep 0.5; done
+	# run prints its NVML account as it stops. In one clean-clone run on a
+	# loaded 2-CPU VM it had not, 15 s after SIGINT: it was still detaching
+	# its BPF programs (each close of a tracepoint link waits for RCU; 0.1 s
+	# each on an idle host).
+	for _ in $(seq 1 120); do kill -0 "$RUN_PID" 2>/dev/null || break; sleep 0.5; done
 	grep -E "nvml:" "$OUTDIR/run.log" | tee -a "$LOG"
 	grep -E "getrusage|CPU" "$OUTDIR/run.log" | tail -3 >> "$LOG"
 fi
