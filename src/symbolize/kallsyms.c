@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <zstd.h>
 
@@ -358,12 +359,33 @@ out:
 /* The kernel's KSYM_NAME_LEN - 1: longer names cannot be in kallsyms. */
 #define KSYM_NAME_MAX 511
 
-/* One symbol while loading; names are in a blob until they are compressed. */
+/*
+ * Loading keeps memory small (the agent's budget is 8 MB, the table ~120k
+ * symbols with ~3 MB of names): pass 1 reads addresses only, into a
+ * struct kload array that grows by mremap() (no second copy while it
+ * grows) and is sorted in place (glibc's qsort() would allocate a copy);
+ * pass 2 reads the file again and hands the names over one at a time, in
+ * file order, to be compressed in address order. The file lists the core
+ * kernel in address order, so names mostly arrive in the order they are
+ * compressed in; the few that arrive early (modules, BPF programs) wait in
+ * a small heap. Peak: ~16 bytes per symbol for a moment, not ~70.
+ */
 struct kload {
 	uint64_t addr;
-	uint32_t name;		/* offset in the blob */
 	uint32_t rank;		/* _rank(); UINT32_MAX: end of text */
 	uint32_t line;		/* file order: among equal ranks the first wins */
+};
+
+/* After pass 1: a kept symbol's line and its index in address order. */
+struct kpos {
+	uint32_t line;
+	uint32_t index;
+};
+
+/* A name that arrived before its turn in pass 2. */
+struct kearly {
+	uint32_t index;
+	char *name;
 };
 
 struct kallsyms_cached {
@@ -371,10 +393,20 @@ struct kallsyms_cached {
 	char *name;
 };
 
-static int _kload_cmp(const void *a, const void *b)
-{
-	const struct kload *x = a, *y = b;
+/* Names of entries in address order, compressed block by block. */
+struct kpacker {
+	struct kallsyms_table *t;
+	ZSTD_CCtx *cctx;
+	size_t next;			/* the entry whose name goes in next */
+	char raw[KALLSYMS_BLOCK_NAMES * (KSYM_NAME_MAX + 80)];
+	size_t raw_len, raw_names;
+	size_t zlen, zcap;
+	struct kearly *early;		/* min-heap on index */
+	size_t nearly, early_cap;
+};
 
+static int _kload_cmp(const struct kload *x, const struct kload *y)
+{
 	if (x->addr != y->addr)
 		return x->addr < y->addr ? -1 : 1;
 	if (x->rank != y->rank)
@@ -382,192 +414,295 @@ static int _kload_cmp(const void *a, const void *b)
 	return x->line < y->line ? -1 : x->line > y->line;
 }
 
-/* Appends a name, in its displayed form, to the blob. Returns its offset or -ENOMEM. */
-static int64_t _blob_add(char **blob, size_t *len, size_t *cap, const struct kline *k)
+/* Heapsort: in place, where glibc's qsort() would take a copy of the array. */
+#define DEFINE_HEAPSORT(fn, type, less)						\
+static void fn##_sift(type *a, size_t i, size_t n)				\
+{										\
+	for (size_t c; (c = 2 * i + 1) < n; i = c) {				\
+		type tmp;							\
+										\
+		if (c + 1 < n && less(&a[c], &a[c + 1]))			\
+			c++;							\
+		if (!less(&a[i], &a[c]))					\
+			return;							\
+		tmp = a[i], a[i] = a[c], a[c] = tmp;				\
+	}									\
+}										\
+										\
+static void fn(type *a, size_t n)						\
+{										\
+	for (size_t k = n / 2; k-- > 0;)					\
+		fn##_sift(a, k, n);						\
+	for (size_t end = n; end-- > 1;) {					\
+		type tmp = a[0];						\
+										\
+		a[0] = a[end], a[end] = tmp;					\
+		fn##_sift(a, 0, end);						\
+	}									\
+}
+
+#define KLOAD_LESS(x, y) (_kload_cmp((x), (y)) < 0)
+#define KPOS_LESS(x, y) ((x)->line < (y)->line)
+DEFINE_HEAPSORT(_sort_kload, struct kload, KLOAD_LESS)
+DEFINE_HEAPSORT(_sort_kpos, struct kpos, KPOS_LESS)
+
+/* Appends to an array in a mapping of its own; growing moves pages, copies nothing. */
+static int _kload_push(struct kload **v, size_t *n, size_t *cap, const struct kload *e)
 {
-	char *dem = NULL, *nb;
-	const char *name = NULL;
-	size_t need, at = *len;
+	if (*n == *cap) {
+		size_t c2 = *cap ? *cap * 2 : 16384;
+		void *p = *cap ? mremap(*v, *cap * sizeof(**v), c2 * sizeof(**v), MREMAP_MAYMOVE) :
+				 mmap(NULL, c2 * sizeof(**v), PROT_READ | PROT_WRITE,
+				      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (p == MAP_FAILED)
+			return -ENOMEM;
+		*v = p;
+		*cap = c2;
+	}
+	(*v)[(*n)++] = *e;
+	return 0;
+}
+
+/*
+ * The name a kernel frame shows: demangled (Rust in the kernel), with its
+ * module ("foo [mod]"); "" for an end of text. Returns its length.
+ */
+static size_t _display_name(const struct kline *k, char *out, size_t cap)
+{
+	char *dem = NULL;
+	const char *name = k->name;
 	int name_len = k->name_len;
+	size_t len;
 
 	if (_is_text_end(k)) {
-		name = "";
-		name_len = 0;
-	} else if (k->name_len > 2 && k->name[0] == '_' && (k->name[1] == 'R' || k->name[1] == 'Z')) {
-		/* Rust kernel code: demangled, as the resolver does. */
+		out[0] = '\0';
+		return 0;
+	}
+	if (k->name_len > 2 && k->name[0] == '_' && (k->name[1] == 'R' || k->name[1] == 'Z') &&
+	    k->name_len <= KSYM_NAME_MAX) {
 		char raw[KSYM_NAME_MAX + 1];
 
-		if (k->name_len <= KSYM_NAME_MAX) {
-			memcpy(raw, k->name, k->name_len);
-			raw[k->name_len] = '\0';
-			dem = demangle(raw);
-		}
+		memcpy(raw, k->name, k->name_len);
+		raw[k->name_len] = '\0';
+		dem = demangle(raw);
 		if (dem) {
 			name = dem;
 			name_len = (int)strlen(dem);
 		}
 	}
-	if (!name)
-		name = k->name;
-	need = (size_t)name_len + (k->mod_len && name_len ? (size_t)k->mod_len + 3 : 0) + 1;
-	if (at + need > *cap) {
-		size_t c2 = *cap ? *cap * 2 : 1 << 18;
-
-		while (c2 < at + need)
-			c2 *= 2;
-		nb = realloc(*blob, c2);
-		if (!nb) {
-			free(dem);
-			return -ENOMEM;
-		}
-		*blob = nb;
-		*cap = c2;
-	}
-	memcpy(*blob + at, name, name_len);
-	*len = at + name_len;
-	if (k->mod_len && name_len)
-		*len += sprintf(*blob + *len, " [%.*s]", k->mod_len, k->mod);
-	(*blob)[(*len)++] = '\0';
+	if (k->mod_len)
+		len = snprintf(out, cap, "%.*s [%.*s]", name_len, name, k->mod_len, k->mod);
+	else
+		len = snprintf(out, cap, "%.*s", name_len, name);
 	free(dem);
-	return (int64_t)at;
+	return len < cap ? len : cap - 1;
+}
+
+static int _pack_flush(struct kpacker *p)
+{
+	struct kallsyms_table *t = p->t;
+	size_t b = (p->next - 1) / KALLSYMS_BLOCK_NAMES;
+	size_t bound = ZSTD_compressBound(p->raw_len), zn;
+
+	if (p->zlen + bound > p->zcap) {
+		size_t c2 = p->zcap ? p->zcap * 2 : 1 << 16;
+		uint8_t *nz;
+
+		while (c2 < p->zlen + bound)
+			c2 *= 2;
+		nz = realloc(t->z, c2);
+		if (!nz)
+			return -ENOMEM;
+		t->z = nz;
+		p->zcap = c2;
+	}
+	zn = ZSTD_compressCCtx(p->cctx, t->z + p->zlen, bound, p->raw, p->raw_len, 3);
+	if (ZSTD_isError(zn) || p->zlen + zn > UINT32_MAX) {
+		pr_debug("kallsyms: cannot compress names: %s\n", ZSTD_getErrorName(zn));
+		return -EINVAL;
+	}
+	t->zoff[b] = (uint32_t)p->zlen;
+	p->zlen += zn;
+	t->zoff[b + 1] = (uint32_t)p->zlen;
+	p->raw_len = 0;
+	p->raw_names = 0;
+	return 0;
+}
+
+/* Entry p->next's name. */
+static int _pack_append(struct kpacker *p, const char *name)
+{
+	size_t l = strlen(name) + 1;
+
+	if (l > sizeof(p->raw) - p->raw_len)
+		return -E2BIG;	/* cannot happen: names are at most KSYM_NAME_MAX */
+	memcpy(p->raw + p->raw_len, name, l);
+	p->raw_len += l;
+	p->raw_names++;
+	p->next++;
+	if (p->raw_names == KALLSYMS_BLOCK_NAMES || p->next == p->t->n)
+		return _pack_flush(p);
+	return 0;
+}
+
+static void _early_sift_down(struct kearly *h, size_t n, size_t i)
+{
+	for (;;) {
+		size_t c = 2 * i + 1;
+		struct kearly tmp;
+
+		if (c >= n)
+			return;
+		if (c + 1 < n && h[c + 1].index < h[c].index)
+			c++;
+		if (h[i].index <= h[c].index)
+			return;
+		tmp = h[i], h[i] = h[c], h[c] = tmp;
+		i = c;
+	}
+}
+
+/* Entry index's name, in whatever order pass 2 finds them. */
+static int _pack(struct kpacker *p, uint32_t index, const char *name)
+{
+	int err;
+
+	if (index != p->next) {
+		struct kearly *h = p->early;
+		size_t i = p->nearly;
+
+		if (p->nearly == p->early_cap) {
+			size_t c2 = p->early_cap ? p->early_cap * 2 : 256;
+
+			h = realloc(p->early, c2 * sizeof(*h));
+			if (!h)
+				return -ENOMEM;
+			p->early = h;
+			p->early_cap = c2;
+		}
+		h[i].index = index;
+		h[i].name = strdup(name);
+		if (!h[i].name)
+			return -ENOMEM;
+		p->nearly++;
+		for (; i && h[(i - 1) / 2].index > h[i].index; i = (i - 1) / 2) {
+			struct kearly tmp = h[i];
+
+			h[i] = h[(i - 1) / 2];
+			h[(i - 1) / 2] = tmp;
+		}
+		return 0;
+	}
+	err = _pack_append(p, name);
+	while (!err && p->nearly && p->early[0].index == p->next) {
+		char *early = p->early[0].name;
+
+		p->early[0] = p->early[--p->nearly];
+		_early_sift_down(p->early, p->nearly, 0);
+		err = _pack_append(p, early);
+		free(early);
+	}
+	return err;
 }
 
 /*
- * Compresses the names of entries [0, n) (kept: v[i].name in blob) in
- * blocks of KALLSYMS_BLOCK_NAMES, in entry order.
+ * Pass 2: every kept symbol's name, by line. A symbol whose address is not
+ * the one pass 1 read on that line means the table changed in between (a
+ * module or BPF program came or went): -EAGAIN, and the caller reads again.
  */
-static int _compress_names(struct kallsyms_table *t, const struct kload *v, const char *blob)
+static int _load_names(FILE *fp, struct kallsyms_table *t, const struct kpos *pos)
 {
-	size_t zcap = 0, zlen = 0, rcap = 0;
-	char *raw = NULL;
-	ZSTD_CCtx *cctx;
+	struct kpacker *p = calloc(1, sizeof(*p));
+	size_t line_cap = 0, j = 0;
+	uint32_t lineno = 0;
+	char *line = NULL, name[KSYM_NAME_MAX + 80];
+	struct kline k;
 	int err = 0;
 
 	t->nblocks = (t->n + KALLSYMS_BLOCK_NAMES - 1) / KALLSYMS_BLOCK_NAMES;
 	t->zoff = calloc(t->nblocks + 1, sizeof(*t->zoff));
-	cctx = ZSTD_createCCtx();
-	if (!t->zoff || !cctx) {
+	if (!p || !t->zoff || !(p->cctx = ZSTD_createCCtx())) {
 		err = -ENOMEM;
 		goto out;
 	}
-	for (size_t b = 0; b < t->nblocks; b++) {
-		size_t lo = b * KALLSYMS_BLOCK_NAMES, hi = lo + KALLSYMS_BLOCK_NAMES, len = 0, bound, zn;
-
-		if (hi > t->n)
-			hi = t->n;
-		for (size_t i = lo; i < hi; i++) {
-			size_t l = strlen(blob + v[i].name) + 1;
-
-			if (len + l > rcap) {
-				size_t c2 = rcap ? rcap * 2 : 8192;
-				char *nr;
-
-				while (c2 < len + l)
-					c2 *= 2;
-				nr = realloc(raw, c2);
-				if (!nr) {
-					err = -ENOMEM;
-					goto out;
-				}
-				raw = nr;
-				rcap = c2;
-			}
-			memcpy(raw + len, blob + v[i].name, l);
-			len += l;
-		}
-		bound = ZSTD_compressBound(len);
-		if (zlen + bound > zcap) {
-			size_t c2 = zcap ? zcap * 2 : 1 << 16;
-			uint8_t *nz;
-
-			while (c2 < zlen + bound)
-				c2 *= 2;
-			nz = realloc(t->z, c2);
-			if (!nz) {
-				err = -ENOMEM;
-				goto out;
-			}
-			t->z = nz;
-			zcap = c2;
-		}
-		zn = ZSTD_compressCCtx(cctx, t->z + zlen, bound, raw, len, 3);
-		if (ZSTD_isError(zn) || zlen + zn > UINT32_MAX) {
-			pr_debug("kallsyms: cannot compress names: %s\n", ZSTD_getErrorName(zn));
-			err = -EINVAL;
+	p->t = t;
+	while (j < t->n && getline(&line, &line_cap, fp) > 0) {
+		if (++lineno != pos[j].line)
+			continue;
+		if (!_parse_line(line, &k) || k.addr - t->base != t->off[pos[j].index]) {
+			err = -EAGAIN;
 			goto out;
 		}
-		t->zoff[b] = (uint32_t)zlen;
-		zlen += zn;
+		_display_name(&k, name, sizeof(name));
+		err = _pack(p, pos[j].index, name);
+		if (err)
+			goto out;
+		j++;
 	}
-	t->zoff[t->nblocks] = (uint32_t)zlen;
-	if (zlen && zlen < zcap) {
-		uint8_t *nz = realloc(t->z, zlen);
+	if (ferror(fp))
+		err = -EIO;
+	else if (j < t->n || p->next < t->n)
+		err = -EAGAIN;
+	if (!err && p->zlen < p->zcap) {
+		uint8_t *nz = realloc(t->z, p->zlen ? p->zlen : 1);
 
 		if (nz)
 			t->z = nz;
 	}
 out:
-	ZSTD_freeCCtx(cctx);
-	free(raw);
+	if (p) {
+		ZSTD_freeCCtx(p->cctx);
+		for (size_t i = 0; i < p->nearly; i++)
+			free(p->early[i].name);
+		free(p->early);
+		free(p);
+	}
+	free(line);
 	return err;
 }
 
-int kallsyms__load(const char *path, struct kallsyms_table *t)
+/*
+ * Pass 1: the addresses of the text symbols, sorted, one per address (the
+ * best-ranked alias), in the top 4 GiB; fills t->base, t->off, t->n,
+ * t->ends and *pos (each kept symbol's line, in file order; munmap()
+ * *pos_bytes when done).
+ */
+static int _load_addresses(FILE *fp, struct kallsyms_table *t, struct kpos **pos,
+			   size_t *pos_bytes)
 {
 	struct kload *v = NULL;
-	size_t nv = 0, cap = 0, line_cap = 0, blen = 0, bcap = 0, out = 0, first = 0;
-	char *line = NULL, *blob = NULL;
+	size_t nv = 0, cap = 0, line_cap = 0, out = 0, first = 0;
+	char *line = NULL;
 	uint32_t lineno = 0;
 	struct kline k;
-	FILE *fp;
+	struct kpos *kp;
 	int err = 0;
 
-	memset(t, 0, sizeof(*t));
-	fp = fopen(path, "re");
-	if (!fp)
-		return -errno;
 	while (getline(&line, &line_cap, fp) > 0) {
-		int64_t at;
+		struct kload e;
 
 		lineno++;
 		if (!_parse_line(line, &k) || !k.addr || !(_is_text(k.type) || _is_text_end(&k)))
 			continue;
-		if (nv == cap) {
-			size_t c2 = cap ? cap * 2 : 8192;
-			struct kload *vv = realloc(v, c2 * sizeof(*v));
-
-			if (!vv) {
-				err = -ENOMEM;
-				goto out;
-			}
-			v = vv;
-			cap = c2;
-		}
-		at = _blob_add(&blob, &blen, &bcap, &k);
-		if (at < 0) {
-			err = (int)at;
-			goto out;
-		}
-		v[nv++] = (struct kload){
+		e = (struct kload){
 			.addr = k.addr,
-			.name = (uint32_t)at,
 			.rank = _is_text_end(&k) ? UINT32_MAX : _rank(&k),
 			.line = lineno,
 		};
-		if (blen > UINT32_MAX) {
-			err = -E2BIG;
+		err = _kload_push(&v, &nv, &cap, &e);
+		if (err)
 			goto out;
-		}
 	}
+	free(line);
+	line = NULL;
 	if (ferror(fp))
 		err = -EIO;
-	fclose(fp);
-	fp = NULL;
 	if (err || !nv) {
 		err = err ? err : -EPERM;
 		goto out;
 	}
-	qsort(v, nv, sizeof(*v), _kload_cmp);
+	_sort_kload(v, nv);
 	/* Aliases: the best-ranked name at each address, the first in the file among equals. */
 	for (size_t i = 0; i < nv; i++) {
 		if (out && v[out - 1].addr == v[i].addr)
@@ -602,15 +737,45 @@ int kallsyms__load(const char *path, struct kallsyms_table *t)
 		t->ends = ne;
 		t->ends[t->nends++] = t->off[i];
 	}
-	err = _compress_names(t, v + first, blob);
+	/* The same mapping, half the size per entry: kpos i never overtakes kload i. */
+	kp = (struct kpos *)v;
+	for (size_t i = 0; i < t->n; i++)
+		kp[i] = (struct kpos){ .line = v[first + i].line, .index = (uint32_t)i };
+	_sort_kpos(kp, t->n);
+	*pos = kp;
+	*pos_bytes = cap * sizeof(*v);
+	return 0;
 out:
-	if (fp)
-		fclose(fp);
 	free(line);
-	free(v);
-	free(blob);
-	if (err)
-		kallsyms__table_free(t);
+	if (cap)
+		munmap(v, cap * sizeof(*v));
+	return err;
+}
+
+int kallsyms__load(const char *path, struct kallsyms_table *t)
+{
+	int err = -EAGAIN;
+
+	/* Modules and BPF programs come and go between two reads: try thrice. */
+	for (int attempt = 0; attempt < 3 && err == -EAGAIN; attempt++) {
+		struct kpos *pos = NULL;
+		size_t pos_bytes = 0;
+		FILE *fp;
+
+		memset(t, 0, sizeof(*t));
+		fp = fopen(path, "re");
+		if (!fp)
+			return -errno;
+		err = _load_addresses(fp, t, &pos, &pos_bytes);
+		if (!err) {
+			rewind(fp);
+			err = _load_names(fp, t, pos);
+			munmap(pos, pos_bytes);
+		}
+		fclose(fp);
+		if (err)
+			kallsyms__table_free(t);
+	}
 	return err;
 }
 

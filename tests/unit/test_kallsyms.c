@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "symbolize/kallsyms.h"
@@ -277,6 +278,45 @@ static void test_table_agrees_proc(void **state)
 	free(q);
 }
 
+/*
+ * Names that reach the compressor out of address order, across many
+ * blocks: 1,000 functions listed in a scrambled order (modules and BPF
+ * programs do this in /proc/kallsyms), each with an alias that must lose.
+ */
+static void test_table_scrambled(void **state)
+{
+	char path[] = "/tmp/fw-kallsyms-XXXXXX";
+	int fd = mkstemp(path);
+	FILE *fp = fd >= 0 ? fdopen(fd, "w") : NULL;
+	struct kallsyms_table t;
+	const unsigned n = 1000;
+
+	(void)state;
+	assert_non_null(fp);
+	for (unsigned j = 0; j < n; j++) {
+		unsigned i = (j * 7919u) % n;	/* 7919 is prime: a permutation */
+
+		fprintf(fp, "%llx T __alias_%u\n", 0xffffffff81000000ull + i * 0x40ull, i);
+		fprintf(fp, "%llx T fn_%u%s\n", 0xffffffff81000000ull + i * 0x40ull, i,
+			i % 3 ? "" : "\t[mod]");
+	}
+	fclose(fp);
+	assert_int_equal(kallsyms__load(path, &t), 0);
+	unlink(path);
+	assert_int_equal(t.n, n);
+	for (unsigned i = 0; i < n; i++) {
+		char want[32];
+		uint64_t off = 0;
+		const char *got = kallsyms__lookup(&t, 0xffffffff81000000ull + i * 0x40ull + 5, &off);
+
+		snprintf(want, sizeof(want), "fn_%u%s", i, i % 3 ? "" : " [mod]");
+		assert_non_null(got);
+		assert_string_equal(got, want);
+		assert_int_equal(off, 5);
+	}
+	kallsyms__table_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -288,6 +328,7 @@ int main(void)
 		cmocka_unit_test(test_missing_and_invalid),
 		cmocka_unit_test(test_proc_kallsyms),
 		cmocka_unit_test(test_table_agrees_proc),
+		cmocka_unit_test(test_table_scrambled),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
