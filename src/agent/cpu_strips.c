@@ -9,6 +9,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "agent/core_btf.h"
 #include "agent/cpu_profile.h"
 #include "agent/cpu_strips.h"
 #include "bpf/strips.skel.h"
@@ -128,11 +129,22 @@ struct cpu_strips *cpu_strips__open(const struct cpu_strips_opts *o)
 	struct cpu_strips *s = calloc(1, sizeof(*s));
 	uint64_t min_ns = o && o->min_ns ? o->min_ns : 1000000;
 	uint64_t window_ns = o && o->window_ns ? o->window_ns : 1000000;
+	struct core_btf btf = { .fd = -1 };
 	int err;
 
 	if (!s)
 		return NULL;
-	s->skel = strips_bpf__open();
+	{
+		size_t size;
+		const void *elf = strips_bpf__elf_bytes(&size);
+
+		core_btf__open(&btf, elf, size);
+	}
+	{
+		LIBBPF_OPTS(bpf_object_open_opts, oo, .btf_custom_path = btf.path[0] ? btf.path : NULL);
+
+		s->skel = strips_bpf__open_opts(&oo);
+	}
 	if (!s->skel) {
 		err = errno;
 		pr_warn("cpu strips: cannot open the BPF object: %s\n", strerror(err));
@@ -143,6 +155,7 @@ struct cpu_strips *cpu_strips__open(const struct cpu_strips_opts *o)
 	bpf_map__set_max_entries(s->skel->maps.strips,
 				 _ringbuf_size(min_ns, window_ns, libbpf_num_possible_cpus()));
 	err = strips_bpf__load(s->skel);
+	core_btf__close(&btf);
 	if (!err)
 		err = strips_bpf__attach(s->skel);
 	if (err) {
@@ -167,6 +180,7 @@ struct cpu_strips *cpu_strips__open(const struct cpu_strips_opts *o)
 	}
 	return s;
 fail:
+	core_btf__close(&btf);
 	cpu_strips__close(s);
 	errno = err;
 	return NULL;

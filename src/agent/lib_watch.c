@@ -10,6 +10,7 @@
 #include <bpf/libbpf.h>
 
 #include "agent/bpf/libwatch.h"
+#include "agent/core_btf.h"
 #include "agent/lib_watch.h"
 #include "bpf/libwatch.skel.h"
 #include "common/log.h"
@@ -42,6 +43,7 @@ static int _on_record(void *ctx, void *data, size_t size)
 struct lib_watch *lib_watch__open(const char *name)
 {
 	size_t len = strlen(name);
+	struct core_btf btf = { .fd = -1 };
 	struct lib_watch *w;
 	int err;
 
@@ -52,7 +54,17 @@ struct lib_watch *lib_watch__open(const char *name)
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return NULL;
-	w->skel = libwatch_bpf__open();
+	{
+		size_t size;
+		const void *elf = libwatch_bpf__elf_bytes(&size);
+
+		core_btf__open(&btf, elf, size);
+	}
+	{
+		LIBBPF_OPTS(bpf_object_open_opts, oo, .btf_custom_path = btf.path[0] ? btf.path : NULL);
+
+		w->skel = libwatch_bpf__open_opts(&oo);
+	}
 	if (!w->skel) {
 		err = -errno;
 		goto fail;
@@ -62,6 +74,7 @@ struct lib_watch *lib_watch__open(const char *name)
 	memcpy((char *)w->skel->rodata->watch_name, name, len);
 	w->skel->rodata->watch_len = len;
 	err = libwatch_bpf__load(w->skel);
+	core_btf__close(&btf);
 	if (err)
 		goto fail;
 	w->rb = ring_buffer__new(bpf_map__fd(w->skel->maps.lib_events), _on_record, w, NULL);
@@ -71,6 +84,7 @@ struct lib_watch *lib_watch__open(const char *name)
 	}
 	return w;
 fail:
+	core_btf__close(&btf);
 	lib_watch__close(w);
 	errno = err ? -err : EINVAL;
 	return NULL;

@@ -10,6 +10,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "agent/core_btf.h"
 #include "agent/sampler.h"
 #include "bpf/sample.skel.h"
 #include "common/log.h"
@@ -269,6 +270,7 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	int ncpus = libbpf_num_possible_cpus();
 	bool *online = NULL;
 	int nonline = 0, err = 0;
+	struct core_btf btf = { .fd = -1 };
 	struct sampler *s;
 
 	libbpf_set_print(_libbpf_print);
@@ -287,7 +289,17 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	s->on_cuda_conflict = opts->on_cuda_conflict;
 	s->on_cuda_name = opts->on_cuda_name;
 
-	s->skel = sample_bpf__open();
+	{
+		size_t size;
+		const void *elf = sample_bpf__elf_bytes(&size);
+
+		core_btf__open(&btf, elf, size);
+	}
+	{
+		LIBBPF_OPTS(bpf_object_open_opts, oo, .btf_custom_path = btf.path[0] ? btf.path : NULL);
+
+		s->skel = sample_bpf__open_opts(&oo);
+	}
 	if (!s->skel) {
 		err = -errno;
 		pr_warn("cannot open the BPF object: %s\n", strerror(errno));
@@ -326,6 +338,7 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	}
 
 	err = sample_bpf__load(s->skel);
+	core_btf__close(&btf);
 	if (err) {
 		pr_warn("cannot load the BPF programs: %s\n", strerror(-err));
 		goto fail;
@@ -378,6 +391,7 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	return s;
 
 fail:
+	core_btf__close(&btf);
 	free(online);
 	sampler__close(s);
 	errno = err ? -err : EINVAL;

@@ -19,6 +19,7 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 
+#include "agent/core_btf.h"
 #include "agent/sampler.h"
 #include "cmd/cmd.h"
 #include "store/timeparse.h"
@@ -239,27 +240,32 @@ static int _check_bpf_features(void)
 	return ret;
 }
 
-/* The tracepoints the sampler attaches to, as the kernel's BTF names them. */
+/*
+ * The tracepoints the sampler attaches to, as the kernel's BTF names them
+ * (read without libbpf, which would hold all 5 MB of it in memory).
+ */
 static int _check_tracepoints(void)
 {
 	static const char *const tps[] = {
 		"sched_process_exec", "sched_process_exit", "sched_process_fork",
 	};
-	struct btf *btf = btf__load_vmlinux_btf();
 	char name[128];
 	int ret = 0;
 
-	if (!btf)
-		return _missing("cannot parse the kernel's BTF (" BTF_PATH ")", strerror(errno));
 	for (size_t i = 0; i < sizeof(tps) / sizeof(tps[0]); i++) {
+		int has;
+
 		snprintf(name, sizeof(name), "btf_trace_%s", tps[i]);
-		if (btf__find_by_name_kind(btf, name, BTF_KIND_TYPEDEF) >= 0)
+		has = core_btf__kernel_has(name, BTF_KIND_TYPEDEF);
+		if (has < 0)
+			return _missing("cannot parse the kernel's BTF (" BTF_PATH ")",
+					strerror(-has));
+		if (has)
 			continue;
 		snprintf(name, sizeof(name), "this kernel has no tracepoint sched:%s", tps[i]);
-		ret = _missing(name, "flamewatch follows processes through BTF tracepoints "
-			       "(tp_btf: Linux 5.5+, CONFIG_TRACEPOINTS, CONFIG_DEBUG_INFO_BTF)");
+		ret = _missing(name, "flamewatch follows processes through raw tracepoints "
+			       "(Linux 4.17+, CONFIG_TRACEPOINTS)");
 	}
-	btf__free(btf);
 	return ret;
 }
 

@@ -30,6 +30,7 @@ struct {
 	__uint(max_entries, 256 * 1024);	/* resized by the loader */
 } events SEC(".maps");
 
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
@@ -464,7 +465,7 @@ static __always_inline void emit_proc_event(__u32 type, struct task_struct *p, _
 		return;
 	}
 	e->type = type;
-	e->pid = p->tgid;
+	e->pid = BPF_CORE_READ(p, tgid);
 	e->ppid = ppid;
 	e->mnt_ns = type == FW_EVENT_EXEC ? BPF_CORE_READ(p, nsproxy, mnt_ns, ns.inum) : 0;
 	e->boot_ns = bpf_ktime_get_boot_ns();
@@ -473,10 +474,15 @@ static __always_inline void emit_proc_event(__u32 type, struct task_struct *p, _
 	stat_inc(FW_STAT_PROC_EVENTS);
 }
 
-SEC("tp_btf/sched_process_exec")
+/*
+ * raw_tp, not tp_btf: a tp_btf program makes libbpf load the kernel's whole
+ * BTF for its attach id, which the agent's memory budget cannot afford
+ * (see agent/core_btf.h); the task is read through BPF_CORE_READ instead.
+ */
+SEC("raw_tp/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p)
 {
-	if (is_followed(p->tgid))
+	if (is_followed(BPF_CORE_READ(p, tgid)))
 		/*
 		 * Waking user space lets it describe the new image to the
 		 * unwinder within milliseconds instead of at the next drain,
@@ -486,19 +492,21 @@ int BPF_PROG(on_exec, struct task_struct *p)
 	return 0;
 }
 
-SEC("tp_btf/sched_process_exit")
+SEC("raw_tp/sched_process_exit")
 int BPF_PROG(on_exit, struct task_struct *p)
 {
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+
 	/* Only the thread group leader's exit ends the process's address space. */
-	if (p->pid == p->tgid && is_followed(p->tgid))
+	if (BPF_CORE_READ(p, pid) == tgid && is_followed(tgid))
 		emit_proc_event(FW_EVENT_EXIT, p, 0, BPF_RB_NO_WAKEUP);
 	return 0;
 }
 
-SEC("tp_btf/sched_process_fork")
+SEC("raw_tp/sched_process_fork")
 int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 {
-	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	__u32 ptgid = BPF_CORE_READ(parent, tgid), ctgid = BPF_CORE_READ(child, tgid);
 	__u8 one = 1;
 
 	/* New threads join their group, which is already followed or not. */

@@ -24,6 +24,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 
 #include "strips.h"
 
@@ -104,7 +105,8 @@ static __always_inline void flush_window(struct cpu_state *st)
 	st->cand_weight = 0;
 }
 
-SEC("tp_btf/sched_switch")
+/* raw_tp, not tp_btf, for the same reason as sample.bpf.c's on_exec. */
+SEC("raw_tp/sched_switch")
 int BPF_PROG(fw_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	__u32 key = 0;
@@ -117,12 +119,12 @@ int BPF_PROG(fw_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	st->switches++;
 	start = st->start;
 	st->start = now;
-	st->cur_tid = next->pid;
-	st->cur_pid = next->tgid;
-	tid = prev->pid;
+	st->cur_tid = BPF_CORE_READ(next, pid);
+	st->cur_pid = BPF_CORE_READ(next, tgid);
+	tid = BPF_CORE_READ(prev, pid);
 	if (!tid || !start || now <= start)
 		return 0;	/* idle ended, or the first switch seen on this CPU */
-	pid = prev->tgid;
+	pid = BPF_CORE_READ(prev, tgid);
 	d = now - start;
 	if (d >= min_ns) {
 		flush_window(st);
