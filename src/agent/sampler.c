@@ -22,6 +22,7 @@ struct sampler {
 	struct ring_buffer *rb;
 	struct bpf_link **links;	/* one per CPU; own the perf event fds */
 	int nlinks;
+	bool cuda_mapped;		/* cuda_events added to rb (on the first CUDA attach) */
 	uint64_t decode_errors;
 	sampler_sample_fn on_sample;
 	sampler_proc_fn on_proc;
@@ -316,21 +317,20 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	s->skel->rodata->have_bpf_loop = sampler__use_bpf_loop();
 	if (!s->skel->rodata->have_bpf_loop)
 		pr_info("no bpf_loop(): stack walks use bounded loops (kernels before 5.17)\n");
-	{
-		uint32_t size = _ringbuf_size(opts->freq_hz, ncpus);
-
+	bpf_map__set_max_entries(s->skel->maps.events, _ringbuf_size(opts->freq_hz, ncpus));
+	if (opts->on_cuda_launch) {
 		/*
-		 * CUDA launch bursts need room of their own; records wake the
-		 * agent once a quarter of the buffer is pending (see
-		 * cuda_submit_flags() in sample.bpf.c).
+		 * CUDA launch bursts: records wake the agent once a quarter
+		 * of the buffer is pending (see cuda_submit_flags() in
+		 * sample.bpf.c). The kernel allocates the buffer now; it
+		 * costs the agent's memory only once mapped, on the first
+		 * sampler__attach_cuda().
 		 */
-		if (opts->on_cuda_launch && size < (2u << 20))
-			size = 2u << 20;
-		if (opts->on_cuda_launch) {
-			s->skel->rodata->cuda_wakeup_bytes = size / 4;
-			s->skel->rodata->cuda_launch_max_bytes = size / 2;
-		}
-		bpf_map__set_max_entries(s->skel->maps.events, size);
+		uint32_t size = 2u << 20;
+
+		s->skel->rodata->cuda_wakeup_bytes = size / 4;
+		s->skel->rodata->cuda_launch_max_bytes = size / 2;
+		bpf_map__set_max_entries(s->skel->maps.cuda_events, size);
 	}
 	if (!opts->follow_only) {
 		/* The followed map is unused: don't pay for it. */
@@ -455,14 +455,41 @@ void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd)
 	*procs_fd = bpf_map__fd(s->skel->maps.proc_mappings);
 }
 
+/*
+ * The CUDA ring buffer (2 MiB, 4 MiB of the agent's RSS once mapped, its
+ * data pages being mapped twice) is mapped when a followed process first
+ * fires a CUDA probe, not when the probes are attached: the agent attaches
+ * to its own library at start, on hosts that may never run CUDA. What the
+ * probes wrote before stays in the buffer and is read now.
+ */
+static void _map_cuda_when_seen(struct sampler *s)
+{
+	int err;
+
+	if (s->cuda_mapped || !s->skel->bss->cuda_seen)
+		return;
+	/* Same callback and epoll fd as the samples: nothing else changes. */
+	err = ring_buffer__add(s->rb, bpf_map__fd(s->skel->maps.cuda_events), _on_record, s);
+	if (err) {
+		pr_warn("cannot map the CUDA ring buffer: %s\n", strerror(-err));
+		s->skel->bss->cuda_seen = 0;	/* tried again when the next probe fires */
+		return;
+	}
+	s->cuda_mapped = true;
+}
+
 int sampler__drain(struct sampler *s)
 {
+	_map_cuda_when_seen(s);
 	return ring_buffer__consume(s->rb);
 }
 
 int sampler__poll(struct sampler *s, int timeout_ms)
 {
-	int n = ring_buffer__poll(s->rb, timeout_ms);
+	int n;
+
+	_map_cuda_when_seen(s);
+	n = ring_buffer__poll(s->rb, timeout_ms);
 
 	return n == -EINTR ? 0 : n;
 }

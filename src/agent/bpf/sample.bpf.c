@@ -30,6 +30,18 @@ struct {
 	__uint(max_entries, 256 * 1024);	/* resized by the loader */
 } events SEC(".maps");
 
+/*
+ * CUDA launches and activity records: bursts of any size, so a buffer of
+ * their own (2 MiB, sized by the loader). The agent maps it only once it
+ * attaches to a CUDA process, so a host without one pays no memory for it.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);	/* resized by the loader */
+} cuda_events SEC(".maps");
+
+/* Set once a CUDA probe has fired for a followed process: map cuda_events now. */
+__u32 cuda_seen = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -568,7 +580,7 @@ const volatile __u64 cuda_launch_max_bytes = 0;
  */
 static __always_inline __u64 cuda_submit_flags(void)
 {
-	if (cuda_wakeup_bytes && bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > cuda_wakeup_bytes)
+	if (cuda_wakeup_bytes && bpf_ringbuf_query(&cuda_events, BPF_RB_AVAIL_DATA) > cuda_wakeup_bytes)
 		return BPF_RB_FORCE_WAKEUP;
 	return BPF_RB_NO_WAKEUP;
 }
@@ -595,8 +607,9 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
 		return 0;
 	}
+	cuda_seen = 1;
 	if (cuda_launch_max_bytes &&
-	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > cuda_launch_max_bytes) {
+	    bpf_ringbuf_query(&cuda_events, BPF_RB_AVAIL_DATA) > cuda_launch_max_bytes) {
 		cuda_stat_add(FW_CUDA_STAT_LAUNCH_RINGBUF_FULL, 1);
 		return 0;
 	}
@@ -631,7 +644,7 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 	l->correlation = correlation;
 	if (bpf_probe_read_kernel(&l->s, size, s))
 		return 0;
-	if (bpf_ringbuf_output(&events, l, offsetof(struct fw_cuda_launch, s) + size,
+	if (bpf_ringbuf_output(&cuda_events, l, offsetof(struct fw_cuda_launch, s) + size,
 			       wake == BPF_RB_FORCE_WAKEUP ? wake : cuda_submit_flags())) {
 		cuda_stat_add(FW_CUDA_STAT_LAUNCH_RINGBUF_FULL, 1);
 		return 0;
@@ -651,6 +664,7 @@ int BPF_USDT(on_cuda_activity, const void *recs, __u32 count)
 		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
 		return 0;
 	}
+	cuda_seen = 1;
 	if (count == 0)
 		return 0;
 	if (count > FW_CUDA_MAX_BATCH) {
@@ -676,7 +690,7 @@ int BPF_USDT(on_cuda_activity, const void *recs, __u32 count)
 		cuda_stat_add(FW_CUDA_STAT_ACTIVITY_FAULT, 1);
 		return 0;
 	}
-	if (bpf_ringbuf_output(&events, a, offsetof(struct fw_cuda_activity, recs) + size,
+	if (bpf_ringbuf_output(&cuda_events, a, offsetof(struct fw_cuda_activity, recs) + size,
 			       cuda_submit_flags())) {
 		cuda_stat_add(FW_CUDA_STAT_ACTIVITY_RINGBUF_FULL, 1);
 		return 0;
@@ -695,7 +709,8 @@ int BPF_USDT(on_cuda_conflict, const char *what)
 	cuda_stat_add(FW_CUDA_STAT_CONFLICTS, 1);
 	if (!is_followed(tgid))
 		return 0;
-	c = bpf_ringbuf_reserve(&events, sizeof(*c), 0);
+	cuda_seen = 1;
+	c = bpf_ringbuf_reserve(&cuda_events, sizeof(*c), 0);
 	if (!c)
 		return 0;
 	c->type = FW_EVENT_CUDA_CONFLICT;
@@ -716,7 +731,8 @@ int BPF_USDT(on_cuda_name, __u64 addr, const char *name)
 		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
 		return 0;
 	}
-	n = bpf_ringbuf_reserve(&events, sizeof(*n), 0);
+	cuda_seen = 1;
+	n = bpf_ringbuf_reserve(&cuda_events, sizeof(*n), 0);
 	if (!n) {
 		cuda_stat_add(FW_CUDA_STAT_NAME_LOST, 1);
 		return 0;
