@@ -34,7 +34,8 @@ static void _usage(FILE *out)
 "  FLAMEWATCH_CUPTI_PATH          CUPTI to load (default libcupti.so.13, libcupti.so)\n"
 "  FLAMEWATCH_CUDA_DUTY_CYCLE     collect one window in N (default 30; 1 = always)\n"
 "  FLAMEWATCH_CUDA_WINDOW_MS      window length (default 10)\n"
-"  FLAMEWATCH_CUDA_LAUNCH_BUDGET  launches reported per second before sampling (default 500)\n"
+"  FLAMEWATCH_CUDA_LAUNCH_BUDGET  launches reported per second of collecting window before\n"
+"                                 sampling (default 500)\n"
 "  FLAMEWATCH_CUDA_SUMMARY        collect without an agent; append totals to this file at exit\n");
 }
 

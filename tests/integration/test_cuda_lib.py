@@ -245,6 +245,30 @@ def test_duty_cycle_slow_enable_keeps_totals(fakes, tmp_path):
     assert abs(sum(errs) / len(errs)) < 0.06, errs
 
 
+def test_duty_cycle_budget_is_per_window(fakes, tmp_path):
+    """The launch budget is per second of window: at the default 500 a 10 ms
+    window keeps about 5 launches whatever D. Spread over wall time it kept
+    D times as many (150 at D = 30), and on the H200 their probes slowed the
+    launching thread inside the window enough to bias the totals 40 % low.
+    The totals stay estimated: kept launches carry what they stand for."""
+    summary = tmp_path / "s.json"
+    res = run_plain([HOST, "drive", LIB, 24000, 20000, 50],
+                    host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=10,
+                             FLAMEWATCH_CUDA_WINDOW_MS=10, FLAMEWATCH_CUDA_SEED=5), timeout=120)
+    assert res.returncode == 0, res.stderr
+    truth = json.loads(res.stdout)
+    s = json.loads(summary.read_text())
+    assert s["launch_budget"] == 500 and s["duty_cycle"] == 10, s
+    assert s["windows"] >= 10, s
+    per_window_seen = s["launches_seen"] / s["windows"]
+    per_window_kept = s["launches_kept"] / s["windows"]
+    assert per_window_seen > 40, s          # enough launches to sample from
+    # ~5, plus the first window, which keeps all (no rate measured yet);
+    # the old budget kept 50 a window at D = 10.
+    assert per_window_kept <= 15, s
+    assert s["launch_weight"] > 0.3 * truth["launches"], (s, truth)
+
+
 def test_flamewatch_cuda_command(flamewatch, tmp_path):
     res = subprocess.run([str(flamewatch), "cuda", "--", "sh", "-c", 'echo "$CUDA_INJECTION64_PATH"; exit 7'],
                          capture_output=True, text=True, timeout=30)
