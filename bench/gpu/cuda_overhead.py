@@ -178,8 +178,8 @@ def agent_view(port, pid, t0, t1, logdir, tag):
     out = {}
     top = {}
     # The agent flushes every second: wait until the total stops growing.
-    last, deadline = -1, time.time() + 15
-    while time.time() < deadline:
+    last, deadline = -1, time.monotonic() + 15
+    while time.monotonic() < deadline:
         top = json.loads(agent_get(port, "/api/v1/gpu/kernels/top", {**win, "limit": "50"}))
         total = top.get("total_ns", 0)
         if total == last and total > 0:
@@ -293,8 +293,8 @@ def start_agent(cmd, logdir):
     """Starts the agent and waits until it samples (its log says so)."""
     log = open(f"{logdir}/agent.log", "a")
     agent = subprocess.Popen(cmd, shell=True, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 60
-    while time.time() < deadline:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         if "profiling this host" in open(f"{logdir}/agent.log").read():
             break
         time.sleep(0.5)
@@ -333,7 +333,7 @@ def main():
         a.workload = a.worker
         return worker(a)
 
-    start = time.time()
+    start = time.monotonic()
     fw = Path(a.build) / "flamewatch"
     if not (Path(a.build) / "libflamewatch-cuda.so").exists():
         sys.exit(f"{a.build}/libflamewatch-cuda.so is missing")
@@ -354,12 +354,12 @@ def main():
         random.shuffle(plain)
         random.shuffle(agented)
         for block, with_agent in ((plain, False), (agented, True)):
-            if not block or time.time() - start > a.budget_s:
+            if not block or time.monotonic() - start > a.budget_s:
                 continue
             agent = start_agent(agent_cmd, logdir) if with_agent else None
             try:
                 for mode, wl in block:
-                    if time.time() - start > a.budget_s:
+                    if time.monotonic() - start > a.budget_s:
                         break
                     r = run_one(mode, wl, a, fw, logdir, a.agent_port if agent else None)
                     if r:
@@ -425,7 +425,7 @@ def main():
             for name, calls, ns in rs[-1]["agent_top"]:
                 print(f"  {calls:9} {ns / 1e6:9.2f}  {name}")
             print(f"  heaviest GPU stack: ...{rs[-1].get('gpu_top_stack', '')[-300:]}")
-    print(f"\ntotal {time.time() - start:.0f} s")
+    print(f"\ntotal {time.monotonic() - start:.0f} s")
 
 
 if __name__ == "__main__":
