@@ -8,6 +8,7 @@
 
 #include <zstd.h>
 
+#include "common/heapsort.h"
 #include "common/hex.h"
 #include "common/log.h"
 #include "demangle.h"
@@ -412,33 +413,6 @@ static int _kload_cmp(const struct kload *x, const struct kload *y)
 	if (x->rank != y->rank)
 		return x->rank < y->rank ? -1 : 1;
 	return x->line < y->line ? -1 : x->line > y->line;
-}
-
-/* Heapsort: in place, where glibc's qsort() would take a copy of the array. */
-#define DEFINE_HEAPSORT(fn, type, less)						\
-static void fn##_sift(type *a, size_t i, size_t n)				\
-{										\
-	for (size_t c; (c = 2 * i + 1) < n; i = c) {				\
-		type tmp;							\
-										\
-		if (c + 1 < n && less(&a[c], &a[c + 1]))			\
-			c++;							\
-		if (!less(&a[i], &a[c]))					\
-			return;							\
-		tmp = a[i], a[i] = a[c], a[c] = tmp;				\
-	}									\
-}										\
-										\
-static void fn(type *a, size_t n)						\
-{										\
-	for (size_t k = n / 2; k-- > 0;)					\
-		fn##_sift(a, k, n);						\
-	for (size_t end = n; end-- > 1;) {					\
-		type tmp = a[0];						\
-										\
-		a[0] = a[end], a[end] = tmp;					\
-		fn##_sift(a, 0, end);						\
-	}									\
 }
 
 #define KLOAD_LESS(x, y) (_kload_cmp((x), (y)) < 0)

@@ -28,6 +28,7 @@
 #include <gelf.h>
 #include <libelf.h>
 
+#include "common/heapsort.h"
 #include "common/log.h"
 #include "unwind/go_switch.h"
 #include "unwind/unwind_table.h"
@@ -478,16 +479,22 @@ static int _add_plt_spans(Elf *elf, uint64_t max_vaddr, struct _spans *sp)
 	return 0;
 }
 
-static int _span_cmp(const void *a, const void *b)
+/* A total order, so that the (unstable) heapsort gives one result. */
+static bool _span_less(const struct _span *x, const struct _span *y)
 {
-	const struct _span *x = a, *y = b;
-
 	if (x->lo != y->lo)
-		return x->lo < y->lo ? -1 : 1;
+		return x->lo < y->lo;
 	if (x->src != y->src)
-		return x->src < y->src ? -1 : 1;
-	return x->hi < y->hi ? -1 : x->hi > y->hi;
+		return x->src < y->src;
+	if (x->hi != y->hi)
+		return x->hi < y->hi;
+	if (x->fde_off != y->fde_off)
+		return x->fde_off < y->fde_off;
+	return x->kind < y->kind;
 }
+
+/* In place: libLLVM has ~95k spans, which qsort() would copy first. */
+DEFINE_HEAPSORT(_sort_spans, struct _span, _span_less)
 
 /* How one column (the return address, rbp) is recovered. */
 enum _reg_kind {
@@ -1106,7 +1113,7 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 	if (err)
 		goto out;
 	if (sp.n)	/* a Go binary without CFI has no spans */
-		qsort(sp.v, sp.n, sizeof(*sp.v), _span_cmp);
+		_sort_spans(sp.v, sp.n);
 	cies = calloc(_CIE_CACHE, sizeof(*cies));
 	if (!cies) {
 		err = -ENOMEM;
