@@ -110,6 +110,8 @@ static int _on_record(void *ctx, void *data, size_t size)
 	}
 	memcpy(&type, data, sizeof(type));
 	switch (type) {
+	case FW_EVENT_CUDA_SEEN:
+		break;	/* a wakeup: sampler__drain() maps the CUDA buffer */
 	case FW_EVENT_SAMPLE: {
 		const struct fw_sample *smp = data;
 
@@ -199,7 +201,8 @@ static uint32_t _ringbuf_size(unsigned int freq_hz, int ncpus)
 	uint64_t want = (uint64_t)freq_hz * ncpus * sizeof(struct fw_sample);
 	uint32_t size = 64 * 1024;
 
-	while (size < want && size < (64u << 20))
+	/* 2 MiB at most: 4 MB of RSS (mapped twice); 999 Hz loses samples in a stall. */
+	while (size < want && size < (2u << 20))
 		size <<= 1;
 	return size;
 }

@@ -43,6 +43,26 @@ struct {
 /* Set once a CUDA probe has fired for a followed process: map cuda_events now. */
 __u32 cuda_seen = 0;
 
+/*
+ * The first time, user space has not mapped cuda_events yet and no wakeup
+ * of it reaches anyone: a record in the samples' buffer wakes the agent,
+ * which maps it before a launch burst fills it (at one drain per 100 ms,
+ * the burst of a short process did: 1-2 % of its GPU time lost).
+ */
+static __always_inline void cuda_note_seen(void)
+{
+	__u32 *e;
+
+	if (cuda_seen)
+		return;
+	cuda_seen = 1;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e)
+		return;
+	*e = FW_EVENT_CUDA_SEEN;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+}
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
@@ -607,7 +627,7 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
 		return 0;
 	}
-	cuda_seen = 1;
+	cuda_note_seen();
 	if (cuda_launch_max_bytes &&
 	    bpf_ringbuf_query(&cuda_events, BPF_RB_AVAIL_DATA) > cuda_launch_max_bytes) {
 		cuda_stat_add(FW_CUDA_STAT_LAUNCH_RINGBUF_FULL, 1);
@@ -664,7 +684,7 @@ int BPF_USDT(on_cuda_activity, const void *recs, __u32 count)
 		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
 		return 0;
 	}
-	cuda_seen = 1;
+	cuda_note_seen();
 	if (count == 0)
 		return 0;
 	if (count > FW_CUDA_MAX_BATCH) {
@@ -709,7 +729,7 @@ int BPF_USDT(on_cuda_conflict, const char *what)
 	cuda_stat_add(FW_CUDA_STAT_CONFLICTS, 1);
 	if (!is_followed(tgid))
 		return 0;
-	cuda_seen = 1;
+	cuda_note_seen();
 	c = bpf_ringbuf_reserve(&cuda_events, sizeof(*c), 0);
 	if (!c)
 		return 0;
@@ -731,7 +751,7 @@ int BPF_USDT(on_cuda_name, __u64 addr, const char *name)
 		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
 		return 0;
 	}
-	cuda_seen = 1;
+	cuda_note_seen();
 	n = bpf_ringbuf_reserve(&cuda_events, sizeof(*n), 0);
 	if (!n) {
 		cuda_stat_add(FW_CUDA_STAT_NAME_LOST, 1);

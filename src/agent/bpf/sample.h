@@ -180,6 +180,12 @@ _Static_assert(sizeof(struct fw_cuda_conflict) == 128,
  * (no NUL in name[]) is read from the process by address instead.
  */
 #define FW_EVENT_CUDA_NAME 35
+/*
+ * A bare __u32 type, in the samples' ring buffer, written with a wakeup
+ * when a CUDA probe first fires for a followed process: the agent maps the
+ * CUDA ring buffer now, before a burst fills it (sampler.c).
+ */
+#define FW_EVENT_CUDA_SEEN 36
 #define FW_CUDA_NAME_LEN 2032
 
 struct fw_cuda_name {
