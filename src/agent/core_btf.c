@@ -377,6 +377,21 @@ static int _str(struct out_btf *o, struct u32map *strs, const struct raw_btf *k,
 	return _u32map__put(strs, off, *new_off);
 }
 
+/* A member's or a parameter's name and type, renumbered in place. */
+static int _name_and_type(struct out_btf *o, struct u32map *strs, const struct raw_btf *k,
+			  struct u32map *ids, uint32_t **order, size_t *norder, size_t *cap,
+			  uint32_t *name_off, uint32_t *type)
+{
+	uint32_t name = 0, t = 0;
+	int err = _str(o, strs, k, *name_off, &name);
+
+	if (!err)
+		err = _visit(ids, order, norder, cap, *type, &t);
+	*name_off = name;
+	*type = t;
+	return err;
+}
+
 /*
  * Copies the kernel types reachable from the roots through embedding,
  * renumbered in the order first seen. The walk and the copy are one loop:
@@ -447,15 +462,9 @@ static int _cut(const struct raw_btf *k, const uint32_t *roots, size_t nroots, s
 		case BTF_KIND_UNION: {
 			struct btf_member *m = (void *)(c + 1);
 
-			for (size_t j = 0; j < vlen && !err; j++) {
-				uint32_t name = 0, type = 0;
-
-				err = _str(o, &strs, k, m[j].name_off, &name);
-				if (!err)
-					err = _visit(&ids, &order, &norder, &cap, m[j].type, &type);
-				m[j].name_off = name;
-				m[j].type = type;
-			}
+			for (size_t j = 0; j < vlen && !err; j++)
+				err = _name_and_type(o, &strs, k, &ids, &order, &norder, &cap,
+						     &m[j].name_off, &m[j].type);
 			break;
 		}
 		case BTF_KIND_ENUM: {
@@ -482,15 +491,9 @@ static int _cut(const struct raw_btf *k, const uint32_t *roots, size_t nroots, s
 			if (!err)
 				err = _visit(&ids, &order, &norder, &cap, t->type, &v);
 			c->type = v;
-			for (size_t j = 0; j < vlen && !err; j++) {
-				uint32_t name = 0, type = 0;
-
-				err = _str(o, &strs, k, p[j].name_off, &name);
-				if (!err)
-					err = _visit(&ids, &order, &norder, &cap, p[j].type, &type);
-				p[j].name_off = name;
-				p[j].type = type;
-			}
+			for (size_t j = 0; j < vlen && !err; j++)
+				err = _name_and_type(o, &strs, k, &ids, &order, &norder, &cap,
+						     &p[j].name_off, &p[j].type);
 			break;
 		}
 		case BTF_KIND_DATASEC: {
