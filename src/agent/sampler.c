@@ -583,6 +583,18 @@ int sampler__attach_cuda(struct sampler *s, const char *path,
 	int err = 0;
 
 	memset(links, 0, SAMPLER_CUDA_LINKS * sizeof(*links));
+	/*
+	 * Mapped now, before any probe fires: mapped on the first probe
+	 * instead, a short process's burst could fill it before the agent
+	 * (on a loaded host) got to map it, and its kernel-name records were
+	 * lost (test_real_library_short_run, clean clone of b4e32b4). That
+	 * costs the 4 MB of RSS the lazy mapping saved wherever the agent
+	 * attaches to a library, its own included; see bench/README.md.
+	 */
+	s->skel->bss->cuda_seen = 1;
+	_map_cuda_when_seen(s);
+	if (!s->cuda_rb)
+		return -ENOMEM;
 	for (int i = 0; i < SAMPLER_CUDA_LINKS; i++) {
 		/* pid -1: every process mapping the file, including later ones. */
 		links[i] = bpf_program__attach_usdt(progs[i], -1, path, FW_CUDA_PROVIDER,
