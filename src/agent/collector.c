@@ -130,6 +130,14 @@ static void _on_cuda_name(void *ctx, const struct fw_cuda_name *n)
 		cuda_tracker__name(c->cuda, n);
 }
 
+static void _on_cuda_exec(void *ctx, const struct fw_proc_event *e)
+{
+	struct collector *c = ctx;
+
+	if (c->cuda)
+		cuda_tracker__image_gone(c->cuda, e->pid);
+}
+
 static void _on_cuda_activity(void *ctx, const struct fw_cuda_activity *a)
 {
 	struct collector *c = ctx;
@@ -227,6 +235,7 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.on_cuda_activity = o->timed ? _on_cuda_activity : NULL,
 		.on_cuda_conflict = o->timed ? _on_cuda_conflict : NULL,
 		.on_cuda_name = o->timed ? _on_cuda_name : NULL,
+		.on_cuda_exec = o->timed ? _on_cuda_exec : NULL,
 	};
 	int files_fd, procs_fd, hs_fd, hs_stats_fd, err;
 

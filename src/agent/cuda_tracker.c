@@ -742,15 +742,26 @@ static void _mnt_ns_looked(struct cuda_tracker *t, uint32_t inum, int rc, bool l
 		}
 }
 
+void cuda_tracker__image_gone(struct cuda_tracker *t, pid_t pid)
+{
+	_unseen(t, pid);
+	if (cuda_join__has_pid(t->join, pid))
+		cuda_join__flush_pid(t->join, pid);
+	_names_forget(t, pid);
+}
+
+/*
+ * The old image's launches and names are forgotten at its exec mark
+ * (cuda_tracker__image_gone()), not here: this event comes from the other
+ * ring buffer and may be read after the new image's first names. The
+ * process is handed to on_process again at its next launch, after the
+ * collector dropped it from the unwinder for this exec.
+ */
 void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid, uint32_t mnt_ns)
 {
 	struct mnt_ns *ns;
 
 	_unseen(t, pid);
-	/* The old image's launches and names are gone with it. */
-	if (cuda_join__has_pid(t->join, pid))
-		cuda_join__flush_pid(t->join, pid);
-	_names_forget(t, pid);
 	if (!t->watch) {
 		_candidate(t, pid, CANDIDATE_WINDOW_NS, false, 0);
 		return;

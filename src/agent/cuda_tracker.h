@@ -72,6 +72,12 @@ int cuda_tracker__scan(struct cuda_tracker *t);
  * may bring its own loader) is looked at, once.
  */
 void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid, uint32_t mnt_ns);
+/*
+ * pid exec'd, in the order of its CUDA records (the sampler's exec mark):
+ * the old image's pending records are emitted unattributed, its launches
+ * and kernel names forgotten.
+ */
+void cuda_tracker__image_gone(struct cuda_tracker *t, pid_t pid);
 /* A process exited: its pending records are emitted unattributed. */
 void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid);
 /*

@@ -26,6 +26,7 @@ struct proc {
 	struct proc_maps *maps;	/* NULL until read, or after exec */
 	struct proc_info *info;	/* NULL until read, or after exec */
 	uint64_t refreshed_round;
+	bool gone;		/* its procfs directory was gone at the last sweep */
 	struct proc *next;
 };
 
@@ -385,9 +386,11 @@ unsigned int proc_table__sweep(struct proc_table *t, void (*gone)(void *ctx, pid
 
 		while (*pp) {
 			struct proc *p = *pp;
+			bool was_gone = p->gone;
 
 			snprintf(path, sizeof(path), "%s/%d", t->proc_root, p->pid);
-			if (stat(path, &st) == 0 || errno != ENOENT) {
+			p->gone = stat(path, &st) != 0 && errno == ENOENT;
+			if (!p->gone || !was_gone) {
 				pp = &p->next;
 				continue;
 			}

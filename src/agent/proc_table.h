@@ -63,9 +63,13 @@ void proc_table__exit(struct proc_table *t, pid_t pid);
 void proc_table__next_round(struct proc_table *t);
 
 /*
- * Forgets every process whose procfs directory is gone, calling gone(ctx,
- * pid) first for each (may be NULL; it must not call back into the table),
- * and returns how many it forgot. Zombies still have theirs.
+ * Forgets every process whose procfs directory was gone at this sweep and
+ * the one before, calling gone(ctx, pid) first for each (may be NULL; it
+ * must not call back into the table), and returns how many it forgot.
+ * Zombies still have theirs. Not at the first sweep that finds it gone:
+ * the process may have exited just now, its exit event and its last
+ * records (a CUDA process's exit flush) still in the ring buffer, to be
+ * read at the next drain with its names and mappings.
  *
  * Exit events alone do not keep the table bounded: a process's CPU strips
  * and its last samples (taken in the kernel's exit path, after the exit

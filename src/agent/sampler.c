@@ -32,6 +32,7 @@ struct sampler {
 	sampler_cuda_activity_fn on_cuda_activity;
 	sampler_cuda_conflict_fn on_cuda_conflict;
 	sampler_cuda_name_fn on_cuda_name;
+	sampler_proc_fn on_cuda_exec;
 };
 
 static const char *const _stat_names[FW_STAT_MAX] = {
@@ -99,6 +100,8 @@ uint64_t sampler__boot_to_unix_ns(uint64_t boot_ns)
 	       ((uint64_t)bt.tv_sec * 1000000000ULL + bt.tv_nsec);
 }
 
+static void _map_cuda_when_seen(struct sampler *s);
+
 static int _on_record(void *ctx, void *data, size_t size)
 {
 	struct sampler *s = ctx;
@@ -134,6 +137,17 @@ static int _on_record(void *ctx, void *data, size_t size)
 		if (size < sizeof(struct fw_proc_event)) {
 			s->decode_errors++;
 			return 0;
+		}
+		/*
+		 * A process's last CUDA records (its exit flush) were committed
+		 * to the CUDA buffer before its exit event was written here, but
+		 * maybe after that buffer was drained: read them now, while the
+		 * agent still knows the process's kernel names and mappings.
+		 */
+		if (type == FW_EVENT_EXIT) {
+			_map_cuda_when_seen(s);
+			if (s->cuda_rb && ring_buffer__consume(s->cuda_rb) < 0)
+				s->decode_errors++;
 		}
 		if (s->on_proc)
 			s->on_proc(s->ctx, data);
@@ -182,6 +196,19 @@ static int _on_record(void *ctx, void *data, size_t size)
 		if (s->on_cuda_name)
 			s->on_cuda_name(s->ctx, data);
 		break;
+	case FW_EVENT_CUDA_EXEC: {
+		const struct fw_cuda_exec *x = data;
+		struct fw_proc_event e = { .type = FW_EVENT_EXEC };
+
+		if (size < sizeof(*x)) {
+			s->decode_errors++;
+			return 0;
+		}
+		e.pid = x->pid;
+		if (s->on_cuda_exec)
+			s->on_cuda_exec(s->ctx, &e);
+		break;
+	}
 	default:
 		s->decode_errors++;
 	}
@@ -296,6 +323,7 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	s->on_cuda_activity = opts->on_cuda_activity;
 	s->on_cuda_conflict = opts->on_cuda_conflict;
 	s->on_cuda_name = opts->on_cuda_name;
+	s->on_cuda_exec = opts->on_cuda_exec;
 
 	{
 		size_t size;
@@ -470,9 +498,10 @@ void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd)
  * to its own library at start, on hosts that may never run CUDA. What the
  * probes wrote before stays in the buffer and is read now.
  *
- * It is a ring_buffer of its own, drained before the samples' one: a
- * process's launches must be handled before its exit event (in the other
- * buffer) makes the agent forget its mappings, as they were when both
+ * It is a ring_buffer of its own, drained before the samples' one and
+ * again at each process's exit event: a process's launches and its exit
+ * flush must be handled before its exit event (in the other buffer) makes
+ * the agent forget its mappings and kernel names, as they were when both
  * shared one buffer (the order the records were written in). Its epoll fd
  * is nested in the samples' one, which stays the fd callers wait on; its
  * events carry ring id 0, so ring_buffer__poll() would read the samples'
@@ -562,6 +591,7 @@ static const char *const _cuda_stat_names[FW_CUDA_STAT_MAX] = {
 	[FW_CUDA_STAT_FILTERED] = "cuda_filtered",
 	[FW_CUDA_STAT_NAMES] = "cuda_names",
 	[FW_CUDA_STAT_NAME_LOST] = "cuda_names_lost",
+	[FW_CUDA_STAT_EXEC_LOST] = "cuda_exec_marks_lost",
 };
 
 const char *fw_cuda_stat__name(enum fw_cuda_stat stat)
@@ -583,18 +613,6 @@ int sampler__attach_cuda(struct sampler *s, const char *path,
 	int err = 0;
 
 	memset(links, 0, SAMPLER_CUDA_LINKS * sizeof(*links));
-	/*
-	 * Mapped now, before any probe fires: mapped on the first probe
-	 * instead, a short process's burst could fill it before the agent
-	 * (on a loaded host) got to map it, and its kernel-name records were
-	 * lost (test_real_library_short_run, clean clone of b4e32b4). That
-	 * costs the 4 MB of RSS the lazy mapping saved wherever the agent
-	 * attaches to a library, its own included; see bench/README.md.
-	 */
-	s->skel->bss->cuda_seen = 1;
-	_map_cuda_when_seen(s);
-	if (!s->cuda_rb)
-		return -ENOMEM;
 	for (int i = 0; i < SAMPLER_CUDA_LINKS; i++) {
 		/* pid -1: every process mapping the file, including later ones. */
 		links[i] = bpf_program__attach_usdt(progs[i], -1, path, FW_CUDA_PROVIDER,

@@ -37,6 +37,12 @@ struct sampler_opts {
 	sampler_cuda_activity_fn on_cuda_activity;
 	sampler_cuda_conflict_fn on_cuda_conflict;
 	sampler_cuda_name_fn on_cuda_name;
+	/*
+	 * pid exec'd, in the order of its CUDA records: the old image's
+	 * records came before, the new one's come after. Only type and pid
+	 * are set.
+	 */
+	sampler_proc_fn on_cuda_exec;
 };
 
 struct sampler_stats {

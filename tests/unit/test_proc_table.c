@@ -2,7 +2,7 @@
 /*
  * proc_table__sweep() against a fixture procfs: a process looked up after
  * its exit (a late CPU strip, a sample from its exit path) is forgotten
- * once its directory is gone, and only then.
+ * once its directory is gone at two sweeps in a row, and only then.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -75,6 +75,13 @@ static void test_sweep(void **state)
 	assert_string_equal(proc_table__info(t, 300)->comm, "");
 	assert_int_equal(proc_table__nprocs(t), 3);
 
+	/*
+	 * Gone at the first sweep that looks: kept until the next one, its
+	 * exit event and last records may still be in the ring buffer.
+	 */
+	assert_int_equal(proc_table__sweep(t, _gone, &g), 0);
+	assert_int_equal(g.n, 0);
+	assert_int_equal(proc_table__nprocs(t), 3);
 	assert_int_equal(proc_table__sweep(t, _gone, &g), 1);
 	assert_int_equal(g.n, 1);
 	assert_int_equal(g.pids[0], 300);
@@ -90,6 +97,12 @@ static void test_sweep(void **state)
 	_rmproc(root, 200);
 	assert_string_equal(proc_table__info(t, 200)->comm, "");
 	assert_int_equal(proc_table__nprocs(t), 2);
+	assert_int_equal(proc_table__sweep(t, NULL, NULL), 0);
+	/* A pid whose directory is back (reused) between two sweeps stays. */
+	_mkproc(root, 200, "reused");
+	assert_int_equal(proc_table__sweep(t, NULL, NULL), 0);
+	_rmproc(root, 200);
+	assert_int_equal(proc_table__sweep(t, NULL, NULL), 0);
 	assert_int_equal(proc_table__sweep(t, NULL, NULL), 1);
 	assert_int_equal(proc_table__nprocs(t), 1);
 	assert_string_equal(proc_table__info(t, 100)->comm, "alive");

@@ -511,16 +511,38 @@ static __always_inline void emit_proc_event(__u32 type, struct task_struct *p, _
  * BTF for its attach id, which the agent's memory budget cannot afford
  * (see agent/core_btf.h); the task is read through BPF_CORE_READ instead.
  */
+static __always_inline void cuda_stat_add(enum fw_cuda_stat stat, __u64 n);
+
+static __always_inline void cuda_mark_exec(__u32 tgid)
+{
+	struct fw_cuda_exec *e;
+
+	if (!cuda_seen)
+		return;		/* no CUDA record yet: none of an old image to tell apart */
+	e = bpf_ringbuf_reserve(&cuda_events, sizeof(*e), 0);
+	if (!e) {
+		cuda_stat_add(FW_CUDA_STAT_EXEC_LOST, 1);
+		return;
+	}
+	e->type = FW_EVENT_CUDA_EXEC;
+	e->pid = tgid;
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
 SEC("raw_tp/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p)
 {
-	if (is_followed(BPF_CORE_READ(p, tgid)))
-		/*
-		 * Waking user space lets it describe the new image to the
-		 * unwinder within milliseconds instead of at the next drain,
-		 * so a profiled command's first samples unwind fully too.
-		 */
-		emit_proc_event(FW_EVENT_EXEC, p, 0, wakeup_on_exec ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+
+	if (!is_followed(tgid))
+		return 0;
+	/*
+	 * Waking user space lets it describe the new image to the unwinder
+	 * within milliseconds instead of at the next drain, so a profiled
+	 * command's first samples unwind fully too.
+	 */
+	emit_proc_event(FW_EVENT_EXEC, p, 0, wakeup_on_exec ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	cuda_mark_exec(tgid);
 	return 0;
 }
 

@@ -158,6 +158,7 @@ enum fw_cuda_stat {
 	FW_CUDA_STAT_FILTERED,		/* probes of processes not being followed */
 	FW_CUDA_STAT_NAMES,		/* kernel names copied */
 	FW_CUDA_STAT_NAME_LOST,		/* names lost: ring buffer full or unreadable */
+	FW_CUDA_STAT_EXEC_LOST,		/* exec marks lost: ring buffer full */
 	FW_CUDA_STAT_MAX,
 };
 
@@ -186,6 +187,19 @@ _Static_assert(sizeof(struct fw_cuda_conflict) == 128,
  * CUDA ring buffer now, before a burst fills it (sampler.c).
  */
 #define FW_EVENT_CUDA_SEEN 36
+/*
+ * An exec mark, in the CUDA ring buffer: pid's old image is gone. Written
+ * at the exec of every followed process once a CUDA probe has fired, so
+ * the agent forgets the old image's kernel names and launches in the order
+ * of the CUDA records, not at the exec event in the other buffer, which it
+ * may read after the new image's first names.
+ */
+#define FW_EVENT_CUDA_EXEC 37
+
+struct fw_cuda_exec {
+	__u32 type;		/* FW_EVENT_CUDA_EXEC */
+	__u32 pid;
+};
 #define FW_CUDA_NAME_LEN 2032
 
 struct fw_cuda_name {
