@@ -403,16 +403,20 @@ def main():
                   f"{pct(lib, pk) if mode != 'torchprof' else '-':>8} {pct(lib, ev):>8} "
                   f"{ag or 0:13.0f} {pct(ag, pk):>8} {pct(ag, lib):>8}")
     print("\nper run: library summary (kernels) and what the agent stored")
+    # Launches per step: the library's weighted estimate against the
+    # kernels torch.profiler counted (torchprof rows): an estimate right on
+    # launches but short on GPU ns means records of seen launches missing.
     print(f"{'workload':9} {'mode':16} {'kernels seen':>12} {'kept':>7} {'carried':>8} {'unseen':>7} "
-          f"{'dropped':>7} {'agent calls':>11} {'unknown ns':>10} {'py in GPU':>9} {'GPU placeh ns':>13} "
+          f"{'launch/step':>11} {'dropped':>7} {'agent calls':>11} {'unknown ns':>10} {'py in GPU':>9} {'GPU placeh ns':>13} "
           f"{'CPU smp':>7} {'placeh':>6}")
     for r in results:
         s = r.get("fw_summary")
-        if not s and "agent_kernel_ns" not in r:
+        if not s and "agent_kernel_ns" not in r and "prof_kernels" not in r:
             continue
         s = s or {}
         print(f"{r['workload']:9} {r['mode']:16} {s.get('launches_seen', 0):12} {s.get('kept', 0):7} "
               f"{s.get('carried', 0):8} {s.get('unsampled', 0):7} "
+              f"{(s['launch_weight'] if 'launch_weight' in s else r.get('prof_kernels', 0)) / max(r['steps'], 1):11.1f} "
               f"{s.get('cupti_dropped', 0) + s.get('refused_buffers', 0):7} "
               f"{r.get('agent_kernel_calls', '-'):>11} {r.get('agent_unknown_ns', '-'):>10} "
               f"{('%.0f%%' % (100 * r['gpu_stacks_with_python'])) if 'gpu_stacks_with_python' in r else '-':>9} "
