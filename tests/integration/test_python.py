@@ -88,10 +88,17 @@ def test_chain_and_split(fw, version):
         f"<module>;main;outer;middle;inner;hot_70|cold_30; expected >= 90 %",
         w,
     )
+    # Against the CPU time the script measured in each leaf, not a fixed
+    # 70 %: that split moved from 64 % to 74 % between runs on a loaded host.
+    m = re.search(r"hot_70 cpu share ([0-9.]+)", res.stdout)
+    assert m, res.describe()
+    truth = float(m.group(1))
     hot, cold = w.count_frame("hot_70"), w.count_frame("cold_30")
     ratio = hot / (hot + cold)
-    print(f"CPython {version}: hot_70 share {ratio:.1%} (hot_70 {hot}, cold_30 {cold})")
-    require(0.65 <= ratio <= 0.75, f"CPython {version}: hot_70 share is {ratio:.1%}; expected 70 % +- 5 %", w)
+    print(f"CPython {version}: hot_70 share {ratio:.1%} (hot_70 {hot}, cold_30 {cold}); "
+          f"measured by the script {truth:.1%}")
+    require(abs(ratio - truth) <= 0.05,
+            f"CPython {version}: hot_70 share is {ratio:.1%}; the script measured {truth:.1%} (+- 5 %)", w)
     # The interpreter loop's own frames are replaced, not left beside the Python ones.
     # Only the first samples, taken before the process was described to BPF
     # (kept, not dropped: 5.7 % of them in one clean-clone run), may show it:
