@@ -506,13 +506,9 @@ static __always_inline void emit_proc_event(__u32 type, struct task_struct *p, _
 	stat_inc(FW_STAT_PROC_EVENTS);
 }
 
-/*
- * raw_tp, not tp_btf: a tp_btf program makes libbpf load the kernel's whole
- * BTF for its attach id, which the agent's memory budget cannot afford
- * (see agent/core_btf.h); the task is read through BPF_CORE_READ instead.
- */
 static __always_inline void cuda_stat_add(enum fw_cuda_stat stat, __u64 n);
 
+/* The exec mark of the CUDA ring buffer (FW_EVENT_CUDA_EXEC in sample.h). */
 static __always_inline void cuda_mark_exec(__u32 tgid)
 {
 	struct fw_cuda_exec *e;
@@ -529,6 +525,11 @@ static __always_inline void cuda_mark_exec(__u32 tgid)
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
+/*
+ * raw_tp, not tp_btf: a tp_btf program makes libbpf load the kernel's whole
+ * BTF for its attach id, which the agent's memory budget cannot afford
+ * (see agent/core_btf.h); the task is read through BPF_CORE_READ instead.
+ */
 SEC("raw_tp/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p)
 {
