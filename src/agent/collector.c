@@ -130,12 +130,12 @@ static void _on_cuda_name(void *ctx, const struct fw_cuda_name *n)
 		cuda_tracker__name(c->cuda, n);
 }
 
-static void _on_cuda_exec(void *ctx, const struct fw_proc_event *e)
+static void _on_cuda_exec(void *ctx, const struct fw_cuda_exec *x)
 {
 	struct collector *c = ctx;
 
 	if (c->cuda)
-		cuda_tracker__image_gone(c->cuda, e->pid);
+		cuda_tracker__image_gone(c->cuda, x->pid);
 }
 
 static void _on_cuda_activity(void *ctx, const struct fw_cuda_activity *a)

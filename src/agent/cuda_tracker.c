@@ -778,11 +778,8 @@ void cuda_tracker__exec(struct cuda_tracker *t, pid_t pid, uint32_t mnt_ns)
 
 void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid)
 {
-	_unseen(t, pid);
 	/* Its records are named already (at arrival): its names can go. */
-	if (cuda_join__has_pid(t->join, pid))
-		cuda_join__flush_pid(t->join, pid);
-	_names_forget(t, pid);
+	cuda_tracker__image_gone(t, pid);
 	for (uint32_t i = 0; i < t->ncand; i++)
 		if (t->cand[i].pid == pid) {
 			if (t->cand[i].mnt_ns)

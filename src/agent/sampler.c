@@ -32,7 +32,7 @@ struct sampler {
 	sampler_cuda_activity_fn on_cuda_activity;
 	sampler_cuda_conflict_fn on_cuda_conflict;
 	sampler_cuda_name_fn on_cuda_name;
-	sampler_proc_fn on_cuda_exec;
+	sampler_cuda_exec_fn on_cuda_exec;
 };
 
 static const char *const _stat_names[FW_STAT_MAX] = {
@@ -196,19 +196,14 @@ static int _on_record(void *ctx, void *data, size_t size)
 		if (s->on_cuda_name)
 			s->on_cuda_name(s->ctx, data);
 		break;
-	case FW_EVENT_CUDA_EXEC: {
-		const struct fw_cuda_exec *x = data;
-		struct fw_proc_event e = { .type = FW_EVENT_EXEC };
-
-		if (size < sizeof(*x)) {
+	case FW_EVENT_CUDA_EXEC:
+		if (size < sizeof(struct fw_cuda_exec)) {
 			s->decode_errors++;
 			return 0;
 		}
-		e.pid = x->pid;
 		if (s->on_cuda_exec)
-			s->on_cuda_exec(s->ctx, &e);
+			s->on_cuda_exec(s->ctx, data);
 		break;
-	}
 	default:
 		s->decode_errors++;
 	}

@@ -23,6 +23,7 @@ typedef void (*sampler_cuda_launch_fn)(void *ctx, const struct fw_cuda_launch *l
 typedef void (*sampler_cuda_activity_fn)(void *ctx, const struct fw_cuda_activity *a);
 typedef void (*sampler_cuda_conflict_fn)(void *ctx, const struct fw_cuda_conflict *c);
 typedef void (*sampler_cuda_name_fn)(void *ctx, const struct fw_cuda_name *n);
+typedef void (*sampler_cuda_exec_fn)(void *ctx, const struct fw_cuda_exec *x);
 
 struct sampler_opts {
 	unsigned int freq_hz;		/* samples per second per CPU */
@@ -38,11 +39,10 @@ struct sampler_opts {
 	sampler_cuda_conflict_fn on_cuda_conflict;
 	sampler_cuda_name_fn on_cuda_name;
 	/*
-	 * pid exec'd, in the order of its CUDA records: the old image's
-	 * records came before, the new one's come after. Only type and pid
-	 * are set.
+	 * x->pid exec'd, in the order of its CUDA records: the old image's
+	 * records came before, the new one's come after.
 	 */
-	sampler_proc_fn on_cuda_exec;
+	sampler_cuda_exec_fn on_cuda_exec;
 };
 
 struct sampler_stats {

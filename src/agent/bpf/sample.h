@@ -181,6 +181,18 @@ _Static_assert(sizeof(struct fw_cuda_conflict) == 128,
  * (no NUL in name[]) is read from the process by address instead.
  */
 #define FW_EVENT_CUDA_NAME 35
+#define FW_CUDA_NAME_LEN 2032
+
+struct fw_cuda_name {
+	__u32 type;		/* FW_EVENT_CUDA_NAME */
+	__u32 pid;
+	__u64 addr;		/* the name_addr the records carry */
+	char name[FW_CUDA_NAME_LEN];
+};
+
+_Static_assert(sizeof(struct fw_cuda_name) == 2048,
+	       "fw_cuda_name layout is shared with user space");
+
 /*
  * A bare __u32 type, in the samples' ring buffer, written with a wakeup
  * when a CUDA probe first fires for a followed process: the agent maps the
@@ -200,16 +212,8 @@ struct fw_cuda_exec {
 	__u32 type;		/* FW_EVENT_CUDA_EXEC */
 	__u32 pid;
 };
-#define FW_CUDA_NAME_LEN 2032
 
-struct fw_cuda_name {
-	__u32 type;		/* FW_EVENT_CUDA_NAME */
-	__u32 pid;
-	__u64 addr;		/* the name_addr the records carry */
-	char name[FW_CUDA_NAME_LEN];
-};
-
-_Static_assert(sizeof(struct fw_cuda_name) == 2048,
-	       "fw_cuda_name layout is shared with user space");
+_Static_assert(sizeof(struct fw_cuda_exec) == 8,
+	       "fw_cuda_exec layout is shared with user space");
 
 #endif
