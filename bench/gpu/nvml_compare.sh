@@ -400,7 +400,21 @@ if [ "$RUN_OK" = 1 ]; then
 	# loaded 2-CPU VM it had not, 15 s after SIGINT: it was still detaching
 	# its BPF programs (each close of a tracepoint link waits for RCU; 0.1 s
 	# each on an idle host).
+	FW_PID=$(pgrep -P "$RUN_PID" | head -1)
+	T0=$(date +%s.%N)
 	for _ in $(seq 1 120); do kill -0 "$RUN_PID" 2>/dev/null || break; sleep 0.5; done
+	if kill -0 "$RUN_PID" 2>/dev/null; then
+		say "run had not stopped 60 s after SIGINT; where its threads wait:"
+		for t in /proc/"$FW_PID"/task/*; do
+			say "   thread ${t##*/} $(cat "$t/comm" 2>/dev/null) state $(awk '/^State/ {print $2}' "$t/status" 2>/dev/null) wchan $(cat "$t/wchan" 2>/dev/null)"
+			sed 's/^/      /' "$t/stack" 2>/dev/null | tee -a "$LOG"
+		done
+		tail -8 "$OUTDIR/run.log" | sed 's/^/   log: /' | tee -a "$LOG"
+	else
+		wait "$RUN_PID"
+		RC=$?
+		say "run stopped $(python3 -c "import sys,time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$T0") s after SIGINT, exit $RC"
+	fi
 	grep -E "nvml:" "$OUTDIR/run.log" | tee -a "$LOG"
 	grep -E "getrusage|CPU" "$OUTDIR/run.log" | tail -3 >> "$LOG"
 fi

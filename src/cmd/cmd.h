@@ -44,7 +44,10 @@ int cmd__serve(const struct cmd_server_opts *o, struct event_base *base, struct 
 const char *cmd__listen_host(const struct cmd_server_opts *o);
 /* "https" with --tls-cert, else "http". */
 const char *cmd__scheme(const struct cmd_server_opts *o);
-/* Runs base until SIGINT/SIGTERM, applying retention every minute. */
+/*
+ * Runs base until SIGINT/SIGTERM, applying retention every minute. On return
+ * both signals are ignored, so that the caller's stop runs to its end.
+ */
 int cmd__run_loop(struct event_base *base, struct store *store, int64_t retention_ns);
 
 /* Checks shared by every subcommand that loads BPF; print an actionable error and return -1 on failure. */

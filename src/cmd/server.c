@@ -228,6 +228,16 @@ int cmd__run_loop(struct event_base *base, struct store *store, int64_t retentio
 	struct event *sigint, *sigterm, *timer;
 	int rc;
 
+	/*
+	 * libevent puts back, when a signal event is freed, the disposition it
+	 * found. Ignoring the signals first makes that "ignore": the caller's
+	 * stop (the last samples saved, BPF programs detached) is then not cut
+	 * short by a second signal. `timeout` sends two, one to the process and
+	 * one to its group, and a user may press Ctrl-C twice; SIGKILL still
+	 * stops at once.
+	 */
+	signal(SIGINT, SIG_IGN);
+	signal(SIGTERM, SIG_IGN);
 	sigint = evsignal_new(base, SIGINT, _on_signal, base);
 	sigterm = evsignal_new(base, SIGTERM, _on_signal, base);
 	timer = event_new(base, -1, EV_PERSIST, _on_retention, &ret);

@@ -478,6 +478,42 @@ def test_run_vdso_across_batches(flamewatch, workloads, procs, clients, tmp_path
     check_no_crash(srv)
 
 
+def test_run_second_signal_while_stopping(flamewatch, workloads, procs, clients, tmp_path):
+    """`flamewatch run` saves its last samples as it stops. A second signal
+    in that time (`timeout` sends one to the process and one to its group; a
+    user presses Ctrl-C twice) once killed it half-way, losing them: libevent
+    put SIGINT back to its default when the loop ended. Nothing is written
+    before the stop here (--interval 60s), so every sample of the workload
+    comes from the stop's own flush."""
+    data = tmp_path / "data"
+    port = free_port()
+    srv = procs.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", data,
+                       "-F", HZ, "--interval", "60s", "--node", "stop-n"], "run")
+    if not srv.wait_output(r"profiling this host", START_S):
+        pytest.fail(f"`flamewatch run` did not start\n{srv.describe()}", pytrace=False)
+    c = clients(port)
+    c.wait_healthy(proc=srv)
+    t0 = time.time()
+    work = procs.start([workloads / "vdso_loop", "2"], "vdso_loop")
+    rc, cpu_s = work.wait_cpu(30)
+    assert rc == 0, work.describe()
+    t1 = time.time()
+    time.sleep(0.5)
+    srv.send(signal.SIGINT)
+    time.sleep(0.1)
+    srv.send(signal.SIGINT)
+    srv.send(signal.SIGTERM)
+    rc = srv.wait(60)
+    assert rc == 0, f"flamewatch run exited with {rc} on a second signal while stopping\n{srv.describe()}"
+    assert "unwind tables:" in srv.text(), f"the stop's report is missing\n{srv.describe()}"
+
+    srv2, port2 = start_server(procs, flamewatch, data, name="server-after")
+    c2 = clients(port2)
+    prof = folded(c2, f'{{node="stop-n",comm="vdso_loop",pid="{work.pid}"}}', t0 - 1, t1 + 1)
+    check_sample_count(prof, cpu_s, "vdso_loop")
+    check_no_crash(srv2)
+
+
 # ---------------------------------------------------------------------------
 # 4: server + agents with tokens
 
