@@ -14,6 +14,12 @@ step, AdamW) and `tiny` (100 tiny elementwise kernels per step). Modes:
   fw-agent-always  as fw-agent with CUPTI always on (duty cycle 1)
   torchprof   inside torch.profiler (CPU + CUDA activities)
 
+A mode ending in -count (fw-count) sets FLAMEWATCH_CUDA_COUNT_ALL=1: the
+launch callbacks stay on between windows and count every launch. That
+measures what the callbacks alone cost, and how many launches the windows
+saw against all of them; the "x all/est" column scales the library's total
+by the true count over its weighted estimate (a correction to try out).
+
 A mode with -dN or -wN appended (fw-d40, fw-agent-d40-w10) runs with
 FLAMEWATCH_CUDA_DUTY_CYCLE=N or FLAMEWATCH_CUDA_WINDOW_MS=N instead of the
 defaults, to see how the overhead falls with the duty cycle.
@@ -260,6 +266,8 @@ def run_one(mode, workload, a, fw, logdir, agent_port):
             env["FLAMEWATCH_CUDA_SUMMARY"] = str(summary)
         if mode.endswith("always"):
             env["FLAMEWATCH_CUDA_DUTY_CYCLE"] = "1"
+        if mode.endswith("-count"):
+            env["FLAMEWATCH_CUDA_COUNT_ALL"] = "1"
         for key, n in re.findall(r"-([dw])([0-9]+)", mode):
             env["FLAMEWATCH_CUDA_DUTY_CYCLE" if key == "d" else "FLAMEWATCH_CUDA_WINDOW_MS"] = n
     if a.pin:
@@ -382,7 +390,7 @@ def main():
 
     print(f"\n{'workload':9} {'mode':16} {'runs':>4} {'step ms':>9} {'overhead':>9} "
           f"{'lib ns/step':>12} {'vs prof':>8} {'vs evts':>8} {'agent ns/step':>13} {'vs prof':>8} "
-          f"{'vs lib':>8}")
+          f"{'vs lib':>8} {'x all/est':>9}")
     for wl in wls:
         b = med([r["step_ms"] for r in results if r["workload"] == wl and r["mode"] == "plain"])
         pk = med([r["prof_kernel_ns"] / r["steps"] for r in results
@@ -399,15 +407,19 @@ def main():
             lib = med([r["fw_kernel_ns"] / r["steps"] for r in rs if "fw_kernel_ns" in r] +
                       [r["prof_kernel_ns"] / r["steps"] for r in rs if "prof_kernel_ns" in r])
             ag = med([r["agent_kernel_ns"] / r["steps"] for r in rs if "agent_kernel_ns" in r])
+            fixed = med([r["fw_kernel_ns"] * r["fw_summary"]["launches_all"] /
+                         r["fw_summary"]["launch_weight"] / r["steps"] for r in rs
+                         if r.get("fw_summary", {}).get("launches_all") and
+                         r["fw_summary"].get("launch_weight")])
             print(f"{wl:9} {mode:16} {len(rs):4} {st:9.4f} {pct(st, b):>9} {lib or 0:12.0f} "
                   f"{pct(lib, pk) if mode != 'torchprof' else '-':>8} {pct(lib, ev):>8} "
-                  f"{ag or 0:13.0f} {pct(ag, pk):>8} {pct(ag, lib):>8}")
+                  f"{ag or 0:13.0f} {pct(ag, pk):>8} {pct(ag, lib):>8} {pct(fixed, pk):>9}")
     print("\nper run: library summary (kernels) and what the agent stored")
     # Launches per step: the library's weighted estimate against the
     # kernels torch.profiler counted (torchprof rows): an estimate right on
     # launches but short on GPU ns means records of seen launches missing.
     print(f"{'workload':9} {'mode':16} {'kernels seen':>12} {'kept':>7} {'carried':>8} {'unseen':>7} "
-          f"{'launch/step':>11} {'dropped':>7} {'agent calls':>11} {'unknown ns':>10} {'py in GPU':>9} {'GPU placeh ns':>13} "
+          f"{'launch/step':>11} {'all/step':>8} {'dropped':>7} {'agent calls':>11} {'unknown ns':>10} {'py in GPU':>9} {'GPU placeh ns':>13} "
           f"{'CPU smp':>7} {'placeh':>6}")
     for r in results:
         s = r.get("fw_summary")
@@ -417,6 +429,7 @@ def main():
         print(f"{r['workload']:9} {r['mode']:16} {s.get('launches_seen', 0):12} {s.get('kept', 0):7} "
               f"{s.get('carried', 0):8} {s.get('unsampled', 0):7} "
               f"{(s['launch_weight'] if 'launch_weight' in s else r.get('prof_kernels', 0)) / max(r['steps'], 1):11.1f} "
+              f"{s.get('launches_all', 0) / max(r['steps'], 1):8.1f} "
               f"{s.get('cupti_dropped', 0) + s.get('refused_buffers', 0):7} "
               f"{r.get('agent_kernel_calls', '-'):>11} {r.get('agent_unknown_ns', '-'):>10} "
               f"{('%.0f%%' % (100 * r['gpu_stacks_with_python'])) if 'gpu_stacks_with_python' in r else '-':>9} "

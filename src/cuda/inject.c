@@ -123,6 +123,7 @@ static struct {
 	uint64_t budget;		/* kept launches per second */
 	uint32_t duty;			/* D: one window in D collects */
 	uint32_t window_ms;
+	int count_all;			/* callbacks always on, counting every launch */
 	uint64_t seed;
 	const char *summary_path;
 
@@ -147,10 +148,12 @@ static struct {
 	int classes_known;
 
 	/* hot path */
+	_Atomic int collecting;		/* a window is open: launches are taken */
 	_Atomic uint32_t gen;		/* bumped whenever callbacks are (re)enabled */
 	_Atomic uint64_t p_fixed;	/* keep probability, 1/2^32 */
 	_Atomic uint64_t window_seen;
 	_Atomic uint64_t seen[FWC_NCLASS], kept[FWC_NCLASS], weight_sum[FWC_NCLASS];
+	_Atomic uint64_t all[FWC_NCLASS];	/* every launch, with count_all */
 	_Atomic int64_t offset_ns;
 
 	/* records (under rec) */
@@ -351,12 +354,19 @@ static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti
 			uint32_t oc = t->rt_active ? t->rt_corr : t->drv_corr;
 			uint32_t ow = t->rt_active ? t->rt_weight : t->drv_weight;
 
-			fwc_weights_put(&G.weights, cb->correlationId, oc, ow);
+			if (atomic_load_explicit(&G.collecting, memory_order_relaxed))
+				fwc_weights_put(&G.weights, cb->correlationId, oc, ow);
 			return;
 		}
-		/* Not kept (w == FWC_UNKEPT) too: its records' GPU time is carried. */
-		w = _take(t, cls);
-		fwc_weights_put(&G.weights, cb->correlationId, cb->correlationId, w);
+		if (G.count_all)
+			atomic_fetch_add_explicit(&G.all[cls], 1, memory_order_relaxed);
+		if (atomic_load_explicit(&G.collecting, memory_order_relaxed)) {
+			/* Not kept (w == FWC_UNKEPT) too: its records' GPU time is carried. */
+			w = _take(t, cls);
+			fwc_weights_put(&G.weights, cb->correlationId, cb->correlationId, w);
+		} else {
+			w = 0;	/* count_all, between windows */
+		}
 		if (dom == CUPTI_CB_DOMAIN_RUNTIME_API) {
 			t->rt_active = 1;
 			t->rt_corr = cb->correlationId;
@@ -576,10 +586,13 @@ static void _turn_on(void)
 	}
 	if (!any)
 		return;
-	atomic_fetch_add(&G.gen, 1);
-	r = _callbacks(1);
-	if (r != CUPTI_SUCCESS)
-		_warn_once(W_CALL, "cuptiEnableCallback: %s", _err(r));
+	atomic_store(&G.collecting, 1);
+	if (!G.count_all) {
+		atomic_fetch_add(&G.gen, 1);
+		r = _callbacks(1);
+		if (r != CUPTI_SUCCESS)
+			_warn_once(W_CALL, "cuptiEnableCallback: %s", _err(r));
+	}
 	G.on = 1;
 	G.on_since = _now(CLOCK_MONOTONIC);
 	G.windows++;
@@ -592,7 +605,9 @@ static void _turn_off(void)
 	if (!G.on)
 		return;
 	G.on = 0;
-	_callbacks(0);
+	atomic_store(&G.collecting, 0);
+	if (!G.count_all)
+		_callbacks(0);
 	/* Let a launch whose entry callback just ran reach the GPU with
 	 * activity still enabled, so its kept weight finds its record. */
 	nanosleep(&grace, NULL);
@@ -654,6 +669,12 @@ static void _subscribe(int64_t now)
 	}
 	if (G.api.EnableDomain)
 		G.api.EnableDomain(1, G.sub, CUPTI_CB_DOMAIN_STATE);
+	if (G.count_all) {
+		atomic_fetch_add(&G.gen, 1);
+		r = _callbacks(1);
+		if (r != CUPTI_SUCCESS)
+			_warn_once(W_CALL, "cuptiEnableCallback: %s", _err(r));
+	}
 	_update_offset();
 	G.slot = 0;
 	atomic_store(&G.p_fixed, UINT32_MAX);
@@ -663,6 +684,8 @@ static void _subscribe(int64_t now)
 static void _unsubscribe(void)
 {
 	_turn_off();
+	if (G.count_all)
+		_callbacks(0);
 	G.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 	G.api.Unsubscribe(G.sub);
 	G.subscribed = 0;
@@ -790,6 +813,9 @@ static void _write_summary(void)
 		(unsigned long long)atomic_load(&G.seen[FWC_KERNEL]),
 		(unsigned long long)atomic_load(&G.kept[FWC_KERNEL]),
 		(unsigned long long)atomic_load(&G.weight_sum[FWC_KERNEL]));
+	if (G.count_all)
+		fprintf(f, ",\"launches_all\":%llu",
+			(unsigned long long)atomic_load(&G.all[FWC_KERNEL]));
 	fprintf(f, ",\"windows\":%llu,\"window_late_us\":%lld", (unsigned long long)G.windows,
 		(long long)(G.windows ? G.late_ns / (int64_t)G.windows / 1000 : 0));
 	fprintf(f, ",\"records\":%llu,\"kept\":%llu,\"carried\":%llu,\"unsampled\":%llu"
@@ -926,6 +952,7 @@ EXPORT int InitializeInjection(void)
 	G.budget = _env_u64("FLAMEWATCH_CUDA_LAUNCH_BUDGET", 500, 1, 100000000);
 	G.duty = (uint32_t)_env_u64("FLAMEWATCH_CUDA_DUTY_CYCLE", 30, 1, 1000);
 	G.window_ms = (uint32_t)_env_u64("FLAMEWATCH_CUDA_WINDOW_MS", 10, 1, 10000);
+	G.count_all = (int)_env_u64("FLAMEWATCH_CUDA_COUNT_ALL", 0, 0, 1);
 	/* A kept launch's weight must still be in the direct-mapped table when
 	 * its records arrive (a window or two later): at most 1/8 of the slots
 	 * are written per window. */

@@ -245,6 +245,25 @@ def test_duty_cycle_slow_enable_keeps_totals(fakes, tmp_path):
     assert abs(sum(errs) / len(errs)) < 0.06, errs
 
 
+def test_count_all_counts_every_launch(fakes, tmp_path):
+    """FLAMEWATCH_CUDA_COUNT_ALL=1 (an experiment: what do launch callbacks
+    left on cost, and how many launches do the windows miss?) keeps the
+    callbacks on between windows and counts every launch, a runtime call
+    and the driver call inside it once; the windows still take launches
+    and estimate the totals as without it."""
+    summary = tmp_path / "s.json"
+    res = run_plain([HOST, "drive", LIB, 12000, 20000, 150],
+                    host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=4,
+                             FLAMEWATCH_CUDA_WINDOW_MS=20, FLAMEWATCH_CUDA_LAUNCH_BUDGET=10**7,
+                             FLAMEWATCH_CUDA_COUNT_ALL=1, FLAMEWATCH_CUDA_SEED=3), timeout=120)
+    assert res.returncode == 0, res.stderr
+    truth = json.loads(res.stdout)
+    s = json.loads(summary.read_text())
+    assert s["launches_all"] == truth["launches"], (s, truth)
+    assert s["launches_seen"] < 0.6 * truth["launches"], "not duty-cycled"
+    assert abs(s["kernel_ns"] - truth["kernel_ns"]) < 0.15 * truth["kernel_ns"], (s, truth)
+
+
 def test_duty_cycle_budget_is_per_window(fakes, tmp_path):
     """The launch budget is per second of window: at the default 500 a 10 ms
     window keeps about 5 launches whatever D. Spread over wall time it kept
