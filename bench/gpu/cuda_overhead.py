@@ -14,11 +14,10 @@ step, AdamW) and `tiny` (100 tiny elementwise kernels per step). Modes:
   fw-agent-always  as fw-agent with CUPTI always on (duty cycle 1)
   torchprof   inside torch.profiler (CPU + CUDA activities)
 
-A mode ending in -count (fw-count) sets FLAMEWATCH_CUDA_COUNT_ALL=1: the
-launch callbacks stay on between windows and count every launch. That
-measures what the callbacks alone cost, and how many launches the windows
-saw against all of them; the "x all/est" column scales the library's total
-by the true count over its weighted estimate (a correction to try out).
+A mode ending in -count (fw-count, fw-agent-count) sets
+FLAMEWATCH_CUDA_COUNT_ALL=1: the launch callbacks stay on between windows
+and count every launch, and a window's records stand for the launches
+counted over those its windows saw instead of D. `all/step` is that count.
 
 A mode with -dN or -wN appended (fw-d40, fw-agent-d40-w10) runs with
 FLAMEWATCH_CUDA_DUTY_CYCLE=N or FLAMEWATCH_CUDA_WINDOW_MS=N instead of the
@@ -390,7 +389,7 @@ def main():
 
     print(f"\n{'workload':9} {'mode':16} {'runs':>4} {'step ms':>9} {'overhead':>9} "
           f"{'lib ns/step':>12} {'vs prof':>8} {'vs evts':>8} {'agent ns/step':>13} {'vs prof':>8} "
-          f"{'vs lib':>8} {'x all/est':>9}")
+          f"{'vs lib':>8}")
     for wl in wls:
         b = med([r["step_ms"] for r in results if r["workload"] == wl and r["mode"] == "plain"])
         pk = med([r["prof_kernel_ns"] / r["steps"] for r in results
@@ -407,13 +406,9 @@ def main():
             lib = med([r["fw_kernel_ns"] / r["steps"] for r in rs if "fw_kernel_ns" in r] +
                       [r["prof_kernel_ns"] / r["steps"] for r in rs if "prof_kernel_ns" in r])
             ag = med([r["agent_kernel_ns"] / r["steps"] for r in rs if "agent_kernel_ns" in r])
-            fixed = med([r["fw_kernel_ns"] * r["fw_summary"]["launches_all"] /
-                         r["fw_summary"]["launch_weight"] / r["steps"] for r in rs
-                         if r.get("fw_summary", {}).get("launches_all") and
-                         r["fw_summary"].get("launch_weight")])
             print(f"{wl:9} {mode:16} {len(rs):4} {st:9.4f} {pct(st, b):>9} {lib or 0:12.0f} "
                   f"{pct(lib, pk) if mode != 'torchprof' else '-':>8} {pct(lib, ev):>8} "
-                  f"{ag or 0:13.0f} {pct(ag, pk):>8} {pct(ag, lib):>8} {pct(fixed, pk):>9}")
+                  f"{ag or 0:13.0f} {pct(ag, pk):>8} {pct(ag, lib):>8}")
     print("\nper run: library summary (kernels) and what the agent stored")
     # Launches per step: the library's weighted estimate against the
     # kernels torch.profiler counted (torchprof rows): an estimate right on

@@ -157,6 +157,8 @@ struct fwc_carry *fwc_names_carry(struct fwc_names *n, const char *s);
 
 /* ---- records -------------------------------------------------------------- */
 
+#define FWC_SCALE_ONE	(1ull << 16)
+
 typedef void (*fwc_emit_fn)(const struct fw_cuda_record *recs, uint32_t count, void *ctx);
 
 struct fwc_batch {
@@ -164,7 +166,12 @@ struct fwc_batch {
 	uint32_t n;
 	fwc_emit_fn emit;
 	void *ctx;
-	uint32_t multiplier;		/* D: what each recorded launch stands for (0: 1) */
+	/*
+	 * What each launch seen in a window stands for, per enum fwc_class,
+	 * x FWC_SCALE_ONE (0: 1): D, or with FLAMEWATCH_CUDA_COUNT_ALL every
+	 * launch counted over those seen in windows.
+	 */
+	uint64_t scale[FWC_NCLASS];
 	struct fwc_carry kind_carry[6];	/* copies and sets, per FW_CUDA_* kind */
 };
 

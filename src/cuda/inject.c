@@ -154,6 +154,8 @@ static struct {
 	_Atomic uint64_t window_seen;
 	_Atomic uint64_t seen[FWC_NCLASS], kept[FWC_NCLASS], weight_sum[FWC_NCLASS];
 	_Atomic uint64_t all[FWC_NCLASS];	/* every launch, with count_all */
+	uint64_t all_then[FWC_NCLASS], seen_then[FWC_NCLASS];	/* at the last scale update */
+	double all_avg[FWC_NCLASS], seen_avg[FWC_NCLASS];	/* their decaying sums */
 	_Atomic int64_t offset_ns;
 
 	/* records (under rec) */
@@ -598,6 +600,36 @@ static void _turn_on(void)
 	G.windows++;
 }
 
+/*
+ * With count_all, what a launch seen in a window stands for is measured: the
+ * launches counted since the last update over those seen, as decaying sums
+ * (a window's records are scaled by about the launches of its last ~16
+ * groups of D windows over those its windows saw). Without it, D. Called
+ * under ctl when a window closes and at exit, before the records of the
+ * window are read.
+ */
+static void _update_scale(void)
+{
+	uint64_t scale[FWC_NCLASS];
+
+	for (int c = 0; c < FWC_NCLASS; c++) {
+		uint64_t all = atomic_load(&G.all[c]), seen = atomic_load(&G.seen[c]);
+
+		scale[c] = (uint64_t)G.duty * FWC_SCALE_ONE;
+		if (!G.count_all)
+			continue;
+		G.all_avg[c] = G.all_avg[c] * 15 / 16 + (double)(all - G.all_then[c]);
+		G.seen_avg[c] = G.seen_avg[c] * 15 / 16 + (double)(seen - G.seen_then[c]);
+		G.all_then[c] = all;
+		G.seen_then[c] = seen;
+		if (G.seen_avg[c] >= 1 && G.all_avg[c] >= G.seen_avg[c])
+			scale[c] = (uint64_t)(G.all_avg[c] / G.seen_avg[c] * FWC_SCALE_ONE);
+	}
+	pthread_mutex_lock(&G.rec);
+	memcpy(G.batch.scale, scale, sizeof(scale));
+	pthread_mutex_unlock(&G.rec);
+}
+
 static void _turn_off(void)
 {
 	struct timespec grace = { 0, 1000000 };
@@ -613,6 +645,7 @@ static void _turn_off(void)
 	nanosleep(&grace, NULL);
 	for (size_t i = 0; i < sizeof(_kinds) / sizeof(_kinds[0]); i++)
 		G.api.ActivityDisable(_kinds[i]);
+	_update_scale();
 }
 
 static void _subscribe(int64_t now)
@@ -814,8 +847,9 @@ static void _write_summary(void)
 		(unsigned long long)atomic_load(&G.kept[FWC_KERNEL]),
 		(unsigned long long)atomic_load(&G.weight_sum[FWC_KERNEL]));
 	if (G.count_all)
-		fprintf(f, ",\"launches_all\":%llu",
-			(unsigned long long)atomic_load(&G.all[FWC_KERNEL]));
+		fprintf(f, ",\"launches_all\":%llu,\"kernel_scale\":%.3f",
+			(unsigned long long)atomic_load(&G.all[FWC_KERNEL]),
+			(double)G.batch.scale[FWC_KERNEL] / FWC_SCALE_ONE);
 	fprintf(f, ",\"windows\":%llu,\"window_late_us\":%lld", (unsigned long long)G.windows,
 		(long long)(G.windows ? G.late_ns / (int64_t)G.windows / 1000 : 0));
 	fprintf(f, ",\"records\":%llu,\"kept\":%llu,\"carried\":%llu,\"unsampled\":%llu"
@@ -857,6 +891,7 @@ static void _at_exit(void)
 	}
 	if (G.subscribed) {
 		_turn_off();
+		_update_scale();	/* the launches after the last window too */
 		G.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 		pthread_mutex_lock(&G.rec);
 		fwc_carry_flush(&G.names, &G.batch, atomic_load(&G.offset_ns), &G.stats);
@@ -966,7 +1001,8 @@ EXPORT int InitializeInjection(void)
 	if (G.summary_path && !*G.summary_path)
 		G.summary_path = NULL;
 	G.batch.emit = _emit;
-	G.batch.multiplier = G.duty;
+	for (int c = 0; c < FWC_NCLASS; c++)
+		G.batch.scale[c] = (uint64_t)G.duty * FWC_SCALE_ONE;
 	G.names.announce = _announce;
 	atomic_store(&G.p_fixed, UINT32_MAX);
 

@@ -33,18 +33,24 @@ static int64_t _unix(uint64_t t, int64_t offset_ns)
 	return (int64_t)t + offset_ns;
 }
 
+/* dur x scale (x FWC_SCALE_ONE). Durations stay far below 2^47 ns. */
+static uint64_t _scaled(uint64_t dur, uint64_t scale)
+{
+	return dur * scale / FWC_SCALE_ONE;
+}
+
 /*
- * The weight of a kept record of duration dur: itself (x the multiplier)
- * plus what its carry holds, as a whole number of durations; the rest stays.
+ * The weight of a kept record of duration dur: itself (x the scale) plus
+ * what its carry holds, as a whole number of durations; the rest stays.
  */
-static uint32_t _weight_with_carry(struct fwc_carry *c, uint64_t dur, uint32_t mult,
+static uint32_t _weight_with_carry(struct fwc_carry *c, uint64_t dur, uint64_t scale,
 				   uint32_t launch_weight)
 {
 	uint64_t want, w;
 
 	if (!dur)
 		return launch_weight;	/* nothing to carry into */
-	want = dur * mult + c->ns;
+	want = _scaled(dur, scale) + c->ns;
 	w = want / dur;
 	if (w > UINT32_MAX)
 		w = UINT32_MAX;
@@ -53,9 +59,9 @@ static uint32_t _weight_with_carry(struct fwc_carry *c, uint64_t dur, uint32_t m
 }
 
 static void _carry_add(struct fwc_carry *c, const struct fw_cuda_record *r, uint64_t start,
-		       uint64_t end, uint32_t mult)
+		       uint64_t end, uint64_t scale)
 {
-	c->ns += (end - start) * mult;
+	c->ns += _scaled(end - start, scale);
 	c->start = start;
 	c->end = end;
 	c->bytes = r->bytes;
@@ -84,7 +90,8 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		    int64_t offset_ns, struct fwc_batch *b, struct fwc_stats *st)
 {
 	const CUpti_Activity *a = cupti_record;
-	uint32_t mult = b->multiplier ? b->multiplier : 1;
+	enum fwc_class cls = FWC_KERNEL;
+	uint64_t scale;
 	uint32_t weight = 0, canonical = 0;
 	const char *name = NULL, *cupti_name = NULL;
 	struct fwc_carry *carry;
@@ -128,6 +135,7 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		r.bytes = m->bytes;
 		r.device = m->deviceId;
 		r.stream = m->streamId;
+		cls = FWC_MEMCPY;
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMCPY2: {
@@ -140,6 +148,7 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		r.bytes = m->bytes;
 		r.device = m->deviceId;
 		r.stream = m->streamId;
+		cls = FWC_MEMCPY;
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMSET: {
@@ -152,6 +161,7 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		r.bytes = m->bytes;
 		r.device = m->deviceId;
 		r.stream = m->streamId;
+		cls = FWC_MEMSET;
 		break;
 	}
 	default:
@@ -173,8 +183,9 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 	} else {
 		carry = &b->kind_carry[r.kind];
 	}
+	scale = b->scale[cls] ? b->scale[cls] : FWC_SCALE_ONE;
 	if (weight == FWC_UNKEPT) {
-		_carry_add(carry, &r, start, end, mult);
+		_carry_add(carry, &r, start, end, scale);
 		st->carried++;
 		return;
 	}
@@ -186,7 +197,7 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 	r.correlation = canonical;
 	r.start_ns = (uint64_t)_unix(start, offset_ns);
 	r.end_ns = (uint64_t)_unix(end, offset_ns);
-	r.weight = _weight_with_carry(carry, end - start, mult, weight);
+	r.weight = _weight_with_carry(carry, end - start, scale, weight);
 	_append(b, &r, st);
 }
 

@@ -45,6 +45,7 @@ static uint64_t _gpu_cursor;
 static uint64_t _dropped;
 static struct fake_cupti_truth _truth;
 static int _inited;
+static long _record_cost_ns;	/* FAKE_CUPTI_RECORD_COST_NS */
 
 static void _init(void)
 {
@@ -56,6 +57,23 @@ static void _init(void)
 	m = getenv("FAKE_CUPTI_MODE");
 	if (m)
 		fake_cupti_set_mode(m);
+	m = getenv("FAKE_CUPTI_RECORD_COST_NS");
+	_record_cost_ns = m ? atol(m) : 0;
+}
+
+/* What recording an activity costs the launching thread (the H200: windows
+ * saw fewer launches than the time around them): a busy wait, so that the
+ * thread launches less while activity is on. */
+static void _record_cost(void)
+{
+	struct timespec t0, t;
+
+	if (_record_cost_ns <= 0)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	while ((t.tv_sec - t0.tv_sec) * 1000000000L + t.tv_nsec - t0.tv_nsec < _record_cost_ns);
 }
 
 static uint64_t _now(void)
@@ -423,6 +441,8 @@ static void _call(CUpti_CallbackDomain d, uint32_t id, CUpti_ApiCallbackSite sit
 /* Queues a record if its kind is enabled now, as CUPTI decides at launch. */
 static void _queue(const union rec *r)
 {
+	int queued = 0;
+
 	pthread_mutex_lock(&_mu);
 	if (_kind_on[r->a.kind] && _nq < MAXQ) {
 		if (!_q)
@@ -430,9 +450,12 @@ static void _queue(const union rec *r)
 		if (_q) {
 			_q[_nq++] = *r;
 			_truth.recorded++;
+			queued = 1;
 		}
 	}
 	pthread_mutex_unlock(&_mu);
+	if (queued)
+		_record_cost();
 }
 
 static uint32_t _corr(void)

@@ -160,7 +160,7 @@ static void test_sampler_weights_count(void **state)
  * A short MLP-like run through sampling and the record path: per step one
  * long GEMM-like kernel among nine short ones, ~3 % of launches kept (the
  * H200's always-on MLP run). The emitted records' duration x weight must
- * add up to the GPU time of every record, x the duty-cycle multiplier,
+ * add up to the GPU time of every record, x the duty-cycle scale,
  * within half a duration per name after the exit flush: estimating from
  * the kept launches' durations alone was off by up to 17 % there.
  */
@@ -170,7 +170,8 @@ static void test_sampled_totals_exact(void **state)
 	struct fwc_thread_sampler ts;
 	uint64_t p = fwc_sampler_probability(30, 1000);
 	uint64_t true_ns = 0, true_gemm = 0, emitted = 0, emitted_gemm = 0;
-	struct fwc_batch b = { .emit = _collect, .ctx = &s, .multiplier = 10 };
+	struct fwc_batch b = { .emit = _collect, .ctx = &s,
+				 .scale = { [FWC_KERNEL] = 10 * FWC_SCALE_ONE } };
 	struct fwc_stats st = { 0 };
 	struct fwc_names *names = calloc(1, sizeof(*names));
 
