@@ -21,7 +21,7 @@
  * MLP step and 7-30 % of a step of 100 tiny kernels, most of it CUPTI's own
  * work per API call and per kernel, which no cleverness on our side removes.
  * So collection is duty-cycled: time is cut into windows of
- * FLAMEWATCH_CUDA_WINDOW_MS (50 ms); of every FLAMEWATCH_CUDA_DUTY_CYCLE (10)
+ * FLAMEWATCH_CUDA_WINDOW_MS (10 ms); of every FLAMEWATCH_CUDA_DUTY_CYCLE (30)
  * consecutive windows one, chosen at random, has the callbacks and activity
  * kinds enabled, the others run with CUPTI idle. Every instant is thus
  * collected with probability exactly 1/D, and every launch seen stands for D
@@ -41,7 +41,11 @@
  * enough that the window saw ~40 % fewer launches than the time around it
  * (H200, MLP, agent attached): duty-cycled totals came out low. What CUPTI
  * itself costs a launch inside a window slows it the same way; that part
- * is not corrected (see docs/gpu-time.md).
+ * is not corrected by default. FLAMEWATCH_CUDA_COUNT_ALL=1 leaves the
+ * callbacks on between windows to count every launch, and scales a
+ * window's records by the launches counted over those seen instead of D
+ * (_update_scale). That removes the bias, but costs every launch a
+ * callback: too much on a loop of tiny kernels (docs/gpu-time.md).
  */
 #include <dlfcn.h>
 #include <errno.h>
