@@ -11,6 +11,7 @@ to see the measured numbers (they are printed, and repeated in any failure).
 """
 
 import collections
+import os
 import re
 import shutil
 import subprocess
@@ -52,13 +53,23 @@ def mfw(flamewatch, tmp_path_factory):
     return Runner(flamewatch, tmp_path_factory.mktemp("unwind"))
 
 
+def _steal_s():
+    """Time the hypervisor took from this VM's CPUs (all of them), in s."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
+
+
 @pytest.fixture(scope="module")
 def qsort_run(mfw, workloads):
-    """qsort_cmp for 3 s under -v; the workload writes its own CPU time."""
+    """qsort_cmp for 3 s under -v; the workload writes its own CPU time.
+    Returns the steal time of the run too."""
     cpu_file = mfw.tmp / "qsort_cpu.txt"
+    steal0 = _steal_s()
     res, prof = mfw.record_folded(["-v", "--", workloads / "nofp" / "qsort_cmp", "3", cpu_file], duration=3)
+    steal_s = _steal_s() - steal0
     cpu_s = float(cpu_file.read_text()) if cpu_file.exists() else None
-    return res, prof, cpu_s
+    return res, prof, cpu_s, steal_s
 
 
 # ---------------------------------------------------------------------------
@@ -95,7 +106,7 @@ def _qsort_chain_ok(frames):
 def test_qsort_comparator_reaches_main(qsort_run):
     """The comparator is only reached through libc's qsort: its stacks reach
     main through libc's own unwind table in >= 90 % of the samples."""
-    _, prof, _ = qsort_run
+    _, prof, _, _ = qsort_run
     w = prof.for_comm("qsort_cmp")
     require(w.total >= 0.5 * 3 * HZ, f"only {w.total} samples of qsort_cmp, expected ~{3 * HZ}", prof)
     cmp_n = w.count(lambda f: "compare_items" in user_frames(f))
@@ -118,8 +129,13 @@ def test_qsort_comparator_reaches_main(qsort_run):
 def test_no_samples_dropped(qsort_run):
     """Every tick the workload was on a CPU is a sample: the count matches
     its CPU time x HZ (within 10 %), stays within what 3 s of wall time can
-    give, and the BPF side reports no ring buffer overflow."""
-    res, prof, cpu_s = qsort_run
+    give, and the BPF side reports no ring buffer overflow.
+
+    On a VM the cpu-clock event ticks on while the hypervisor has taken
+    the CPU (steal), but the task's CPU time leaves steal out
+    (PARAVIRT_TIME_ACCOUNTING): a clean clone once counted 12 % over. The
+    upper bound therefore allows the steal of the run, all CPUs' of it."""
+    res, prof, cpu_s, steal_s = qsort_run
     w = prof.for_comm("qsort_cmp")
     stats = bpf_stats(res.stderr)
     require(cpu_s is not None, "qsort_cmp did not write its CPU time\n" + res.describe())
@@ -128,9 +144,12 @@ def test_no_samples_dropped(qsort_run):
     print(
         f"\nqsort_cmp: {w.total} samples; CPU time {cpu_s:.3f} s x {HZ} Hz = {expected:.0f} expected "
         f"(ratio {ratio:.3f}); wall 3 s x {HZ} = {3 * HZ}; "
-        f"ringbuf_full={stats.get('ringbuf_full')}, user_stack_faults={stats.get('user_stack_faults')}"
+        f"ringbuf_full={stats.get('ringbuf_full')}, user_stack_faults={stats.get('user_stack_faults')}, "
+        f"steal {steal_s:.2f} s"
     )
-    require(0.9 <= ratio <= 1.1, f"{w.total} samples for {cpu_s:.3f} s of CPU at {HZ} Hz (ratio {ratio:.3f})", w)
+    high = 1.1 * (cpu_s + steal_s) / cpu_s
+    require(0.9 <= ratio <= high, f"{w.total} samples for {cpu_s:.3f} s of CPU at {HZ} Hz (ratio {ratio:.3f}, "
+                                  f"at most {high:.3f} with {steal_s:.2f} s of steal)", w)
     # Against the wall clock only loosely: on a shared 2-core machine the
     # workload may get well under one CPU, but never more.
     require(
