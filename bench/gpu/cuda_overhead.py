@@ -14,7 +14,18 @@ step, AdamW) and `tiny` (100 tiny elementwise kernels per step). Modes:
   fw-agent-always  as fw-agent with CUPTI always on (duty cycle 1)
   torchprof   inside torch.profiler (CPU + CUDA activities)
 
-A mode ending in -count (fw-count, fw-agent-count) sets
+A mode with -ab in it (fw-ab, fw-agent-ab-count) measures the overhead
+inside one process: the worker turns collection on and off in phases of
+--ab-phase-s (FLAMEWATCH_CUDA_LISTEN_FILE, a file the library looks for at
+every tick), and the `A/B` column is the median over the on phases of
+their mean chunk time against the mean of the two off phases around them.
+The library is loaded in both (CUPTI is unsubscribed 1 s into an off
+phase). Step times of separate processes vary by more than the targets on
+the tiny loop (+-20 % between plain runs on the H200); inside one process
+they do not. The GPU totals of -ab runs cover the on phases only and are
+not compared.
+
+A mode with -count in it (fw-count, fw-agent-count) sets
 FLAMEWATCH_CUDA_COUNT_ALL=1: the launch callbacks stay on between windows
 and count every launch, and a window's records stand for the launches
 counted over those its windows saw instead of D. `all/step` is that count.
@@ -106,10 +117,24 @@ def worker(args):
         steps += chunk
     torch.cuda.synchronize()
     times = []
-    end = time.perf_counter() + args.seconds
+    start = time.perf_counter()
+    end = start + args.seconds
     measured = 0
+    phases = []         # with --ab-file: (phase index, chunk times)
     while time.perf_counter() < end:
         t0 = time.perf_counter()
+        if args.ab_file:
+            ph = int((t0 - start) / args.ab_phase_s)
+            if not phases or phases[-1][0] != ph:
+                if ph % 2 == 0:
+                    open(args.ab_file, "w").close()
+                elif os.path.exists(args.ab_file):
+                    os.unlink(args.ab_file)
+                phases.append((ph, []))
+                t0 = time.perf_counter()
+                skip = True   # the first chunk of a phase: the library reacts at its next tick
+            else:
+                skip = False
         e0 = torch.cuda.Event(enable_timing=True)
         e1 = torch.cuda.Event(enable_timing=True)
         e0.record()
@@ -118,6 +143,8 @@ def worker(args):
         e1.record()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) / chunk)
+        if args.ab_file and not skip:
+            phases[-1][1].append(times[-1])
         ev_ns += int(e0.elapsed_time(e1) * 1e6)
         steps += chunk
         measured += chunk
@@ -128,6 +155,23 @@ def worker(args):
            "chunks": len(times), "steps": steps, "pid": os.getpid(),
            "event_ns_per_step": ev_ns / measured if measured else 0,
            "chunk_ms": [round(x * 1e3, 4) for x in times]}
+    if args.ab_file:
+        if os.path.exists(args.ab_file):
+            os.unlink(args.ab_file)
+        means = [(ph, statistics.mean(ts)) for ph, ts in phases if ts]
+        # Each on phase (even) against the mean of the off phases on both sides.
+        ratios = []
+        for i, (ph, m) in enumerate(means):
+            if ph % 2:
+                continue
+            offs = [mm for pp, mm in means[max(i - 1, 0):i + 2] if pp % 2 and abs(pp - ph) == 1]
+            if offs:
+                ratios.append(m / statistics.mean(offs) - 1)
+        out["ab"] = {"phase_s": args.ab_phase_s,
+                     "on_ms": [round(m * 1e3, 4) for ph, m in means if ph % 2 == 0],
+                     "off_ms": [round(m * 1e3, 4) for ph, m in means if ph % 2],
+                     "overheads": [round(r, 5) for r in ratios],
+                     "overhead": statistics.median(ratios) if ratios else None}
     if prof is not None:
         prof.__exit__(None, None, None)
         kernel_ns = 0
@@ -265,8 +309,12 @@ def run_one(mode, workload, a, fw, logdir, agent_port):
             env["FLAMEWATCH_CUDA_SUMMARY"] = str(summary)
         if mode.endswith("always"):
             env["FLAMEWATCH_CUDA_DUTY_CYCLE"] = "1"
-        if mode.endswith("-count"):
+        if "-count" in mode:
             env["FLAMEWATCH_CUDA_COUNT_ALL"] = "1"
+        if "-ab" in mode:
+            ab_file = Path(logdir) / f"listen-{os.getpid()}"
+            env["FLAMEWATCH_CUDA_LISTEN_FILE"] = str(ab_file)
+            cmd += ["--ab-file", str(ab_file), "--ab-phase-s", str(a.ab_phase_s)]
         for key, n in re.findall(r"-([dw])([0-9]+)", mode):
             env["FLAMEWATCH_CUDA_DUTY_CYCLE" if key == "d" else "FLAMEWATCH_CUDA_WINDOW_MS"] = n
     if a.pin:
@@ -283,7 +331,7 @@ def run_one(mode, workload, a, fw, logdir, agent_port):
     if res is None:
         return None
     res["mode"] = mode
-    if summary and summary.exists() and summary.read_text().strip():
+    if summary and summary.exists() and summary.read_text().strip() and "-ab" not in mode:
         s = json.loads(summary.read_text().splitlines()[-1])
         res["fw_kernel_ns"] = s["kernel_ns"]
         res["fw_summary"] = s
@@ -323,6 +371,9 @@ def main():
     ap.add_argument("--worker", choices=["mlp", "tiny"])
     ap.add_argument("--profiler", action="store_true")
     ap.add_argument("--seconds", type=float, default=3.0, help="measured seconds per run")
+    ap.add_argument("--ab-file", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--ab-phase-s", type=float, default=2.0,
+                    help="-ab modes: seconds of each on and off phase")
     ap.add_argument("--warmup-s", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=210.0, help="start no run after this")
@@ -389,7 +440,7 @@ def main():
 
     print(f"\n{'workload':9} {'mode':16} {'runs':>4} {'step ms':>9} {'overhead':>9} "
           f"{'lib ns/step':>12} {'vs prof':>8} {'vs evts':>8} {'agent ns/step':>13} {'vs prof':>8} "
-          f"{'vs lib':>8}")
+          f"{'vs lib':>8} {'A/B':>8}")
     for wl in wls:
         b = med([r["step_ms"] for r in results if r["workload"] == wl and r["mode"] == "plain"])
         pk = med([r["prof_kernel_ns"] / r["steps"] for r in results
@@ -406,9 +457,11 @@ def main():
             lib = med([r["fw_kernel_ns"] / r["steps"] for r in rs if "fw_kernel_ns" in r] +
                       [r["prof_kernel_ns"] / r["steps"] for r in rs if "prof_kernel_ns" in r])
             ag = med([r["agent_kernel_ns"] / r["steps"] for r in rs if "agent_kernel_ns" in r])
+            ab = med([r["ab"]["overhead"] for r in rs if r.get("ab", {}).get("overhead") is not None])
             print(f"{wl:9} {mode:16} {len(rs):4} {st:9.4f} {pct(st, b):>9} {lib or 0:12.0f} "
                   f"{pct(lib, pk) if mode != 'torchprof' else '-':>8} {pct(lib, ev):>8} "
-                  f"{ag or 0:13.0f} {pct(ag, pk):>8} {pct(ag, lib):>8}")
+                  f"{ag or 0:13.0f} {pct(ag, pk):>8} {pct(ag, lib):>8} "
+                  f"{f'{ab * 100:+.2f}%' if ab is not None else '-':>8}")
     print("\nper run: library summary (kernels) and what the agent stored")
     # Launches per step: the library's weighted estimate against the
     # kernels torch.profiler counted (torchprof rows): an estimate right on

@@ -130,12 +130,15 @@ static struct {
 	int count_all;			/* callbacks always on, counting every launch */
 	uint64_t seed;
 	const char *summary_path;
+	const char *listen_file;	/* FLAMEWATCH_CUDA_LISTEN_FILE (benchmarks) */
+	int listen_file_there;		/* it existed at the last tick */
 
 	/* control (the control thread and exit, under ctl) */
 	pthread_mutex_t ctl;
 	CUpti_SubscriberHandle sub;
 	int subscribed;
 	int on;				/* callbacks and activity enabled */
+	int counting;			/* count_all: the callbacks are on between windows */
 	int conflict_reported;		/* said on stderr */
 	char conflict[160];		/* the last refusal, while not subscribed */
 	int conflict_told;		/* ...fired with a tracer on the conflict probe */
@@ -285,6 +288,8 @@ static void _conflict(void)
 
 static int _listening(void)
 {
+	if (G.listen_file && !G.listen_file_there)
+		return 0;
 	return flamewatch_launch_semaphore || flamewatch_activity_semaphore || G.summary_path;
 }
 
@@ -706,23 +711,34 @@ static void _subscribe(int64_t now)
 	}
 	if (G.api.EnableDomain)
 		G.api.EnableDomain(1, G.sub, CUPTI_CB_DOMAIN_STATE);
-	if (G.count_all) {
-		atomic_fetch_add(&G.gen, 1);
-		r = _callbacks(1);
-		if (r != CUPTI_SUCCESS)
-			_warn_once(W_CALL, "cuptiEnableCallback: %s", _err(r));
-	}
 	_update_offset();
 	G.slot = 0;
 	atomic_store(&G.p_fixed, UINT32_MAX);
 	G.last_window_seen = 0;
 }
 
+/* count_all: the callbacks stay on while anyone listens, windows or not. */
+static void _count_callbacks(int on)
+{
+	CUptiResult r;
+
+	if (!G.count_all || G.counting == on)
+		return;
+	if (on) {
+		atomic_fetch_add(&G.gen, 1);
+		r = _callbacks(1);
+		if (r != CUPTI_SUCCESS)
+			_warn_once(W_CALL, "cuptiEnableCallback: %s", _err(r));
+	} else {
+		_callbacks(0);
+	}
+	G.counting = on;
+}
+
 static void _unsubscribe(void)
 {
 	_turn_off();
-	if (G.count_all)
-		_callbacks(0);
+	_count_callbacks(0);
 	G.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 	G.api.Unsubscribe(G.sub);
 	G.subscribed = 0;
@@ -752,9 +768,14 @@ static void _tick(void)
 	}
 	if (!G.subscribed)
 		_conflict();
+	/* A benchmark turns collection on and off inside one process with this
+	 * file, to measure its cost against the same process idle. */
+	if (G.listen_file)
+		G.listen_file_there = access(G.listen_file, F_OK) == 0;
 	if (!_listening()) {
 		if (!G.subscribed)
 			return;
+		_count_callbacks(0);
 		if (!G.idle_since)
 			G.idle_since = now;
 		if (now - G.idle_since >= IDLE_STOP_NS) {
@@ -769,6 +790,8 @@ static void _tick(void)
 	}
 	if (!G.subscribed)
 		return;
+	if (_listening())
+		_count_callbacks(1);
 	if (G.slot % G.duty == 0) {
 		x = G.ctl_rng;	/* xorshift: pick the collecting window of this group */
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -1004,6 +1027,9 @@ EXPORT int InitializeInjection(void)
 	G.summary_path = getenv("FLAMEWATCH_CUDA_SUMMARY");
 	if (G.summary_path && !*G.summary_path)
 		G.summary_path = NULL;
+	G.listen_file = getenv("FLAMEWATCH_CUDA_LISTEN_FILE");
+	if (G.listen_file && !*G.listen_file)
+		G.listen_file = NULL;
 	G.batch.emit = _emit;
 	for (int c = 0; c < FWC_NCLASS; c++)
 		G.batch.scale[c] = (uint64_t)G.duty * FWC_SCALE_ONE;

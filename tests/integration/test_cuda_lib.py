@@ -288,6 +288,30 @@ def test_count_all_corrects_slowed_windows(fakes, tmp_path):
     assert errs[1][1]["kernel_scale"] > 4.5, errs[1]
 
 
+def test_listen_file_gates_collection(fakes, tmp_path):
+    """FLAMEWATCH_CUDA_LISTEN_FILE (the overhead benchmark's on/off phases
+    inside one process): windows open while the file is there, and none
+    once it is gone."""
+    listen = tmp_path / "listen"
+    listen.write_text("")
+    summary = tmp_path / "s.json"
+    t0 = time.monotonic()
+    host = subprocess.Popen([str(a) for a in (HOST, "drive", LIB, 20000, 20000, 150)],
+                            env=host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=2,
+                                         FLAMEWATCH_CUDA_WINDOW_MS=10, FLAMEWATCH_CUDA_LISTEN_FILE=listen),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    listen.unlink()
+    out, err = host.communicate(timeout=120)
+    wall = time.monotonic() - t0
+    assert host.returncode == 0, err
+    s = json.loads(summary.read_text())
+    always = wall * 1000 / 10 / 2    # windows had the file stayed
+    assert wall > 2.5, wall          # most of the run without the file
+    assert 5 < s["windows"] < 0.6 * always, (s, wall)
+    assert s["launches_seen"] > 0, s
+
+
 def test_duty_cycle_budget_is_per_window(fakes, tmp_path):
     """The launch budget is per second of window: at the default 500 a 10 ms
     window keeps about 5 launches whatever D. Spread over wall time it kept
