@@ -167,6 +167,8 @@ int continuous__start(struct continuous *c, struct event_base *base,
 
 void continuous__stop(struct continuous *c)
 {
+	struct batch *b;
+
 	if (c->tick) {
 		event_free(c->tick);
 		c->tick = NULL;
@@ -185,19 +187,18 @@ void continuous__stop(struct continuous *c)
 		c->strips = NULL;
 	}
 	collector__report(c->collector);
-	collector__stop(c->collector);
-	if (c->gpu) {
-		struct batch *b = cpu_profile__batch(collector__profile(c->collector));
-
-		if (b)
-			_gpu_drain(c, b);
-	}
-	continuous__flush(c);
-	collector__free(c->collector);
-	c->collector = NULL;
+	/*
+	 * Deliver what is in hand before detaching the BPF programs: each
+	 * uprobe detach waits for RCU (0.1 s on an idle host, seconds on a
+	 * loaded one), and a supervisor that loses patience and sends SIGKILL
+	 * in that time then takes nothing already drained with it.
+	 */
 	if (c->gpu) {
 		struct nvml_stats st;
 
+		b = cpu_profile__batch(collector__profile(c->collector));
+		if (b)
+			_gpu_drain(c, b);
 		gpu_poller__stats(c->gpu, &st);
 		if (st.rounds)
 			pr_info("nvml: %llu rounds, %llu points, %.1f us CPU per round (max %.1f), "
@@ -208,4 +209,10 @@ void continuous__stop(struct continuous *c)
 		gpu_poller__free(c->gpu);
 		c->gpu = NULL;
 	}
+	continuous__flush(c);
+	/* Then the slow part, and what came in meanwhile. */
+	collector__stop(c->collector);
+	continuous__flush(c);
+	collector__free(c->collector);
+	c->collector = NULL;
 }

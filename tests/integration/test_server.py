@@ -514,6 +514,42 @@ def test_run_second_signal_while_stopping(flamewatch, workloads, procs, clients,
     check_no_crash(srv2)
 
 
+def test_run_delivers_before_detaching(flamewatch, workloads, procs, clients, tmp_path):
+    """`flamewatch run` stores its last samples before it detaches its BPF
+    programs, the slow part of its stop (each uprobe detach waits for RCU:
+    0.1 s on an idle host, seconds on a loaded one). A SIGKILL from an
+    impatient supervisor in that time must not take them along. The GPU-time
+    report comes after the first flush and before the uprobes go: the kill
+    is sent as soon as it is printed."""
+    data = tmp_path / "data"
+    port = free_port()
+    srv = procs.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", data,
+                       "-F", HZ, "--interval", "60s", "--node", "kill-n"], "run")
+    if not srv.wait_output(r"profiling this host", START_S):
+        pytest.fail(f"`flamewatch run` did not start\n{srv.describe()}", pytrace=False)
+    if "GPU time profiling: attached" not in srv.text():
+        pytest.skip("no libflamewatch-cuda.so to attach to: no uprobes to detach")
+    c = clients(port)
+    c.wait_healthy(proc=srv)
+    t0 = time.time()
+    work = procs.start([workloads / "vdso_loop", "2"], "vdso_loop")
+    rc, cpu_s = work.wait_cpu(30)
+    assert rc == 0, work.describe()
+    t1 = time.time()
+    srv.send(signal.SIGINT)
+    deadline = time.monotonic() + 60
+    while "GPU time:" not in srv.text() and srv.alive() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    srv.send(signal.SIGKILL)
+    srv.wait(30)
+
+    srv2, port2 = start_server(procs, flamewatch, data, name="server-after")
+    c2 = clients(port2)
+    prof = folded(c2, f'{{node="kill-n",comm="vdso_loop",pid="{work.pid}"}}', t0 - 1, t1 + 1)
+    check_sample_count(prof, cpu_s, "vdso_loop")
+    check_no_crash(srv2)
+
+
 # ---------------------------------------------------------------------------
 # 4: server + agents with tokens
 
