@@ -444,21 +444,43 @@ class TestRun:
             f"cpu_split used {h.cpu_s:.2f} s")
 
 
-def test_run_vdso_across_batches(flamewatch, workloads, procs, clients, tmp_path):
-    """The vDSO is a binary of its own (copied from the kernel's image),
-    outside the table of files: its frames must name it in every batch, not
-    only in the first, and sampling it must not crash anything."""
+def start_run(procs, flamewatch, clients, data, node, interval=INTERVAL):
+    """Starts `flamewatch run` on 127.0.0.1 and waits until it samples and
+    serves. Returns (Proc, Client)."""
     port = free_port()
-    srv = procs.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp_path / "data",
-                       "-F", HZ, "--interval", INTERVAL, "--node", "vdso-n"], "run")
+    srv = procs.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", data,
+                       "-F", HZ, "--interval", interval, "--node", node], "run")
     if not srv.wait_output(r"profiling this host", START_S):
         pytest.fail(f"`flamewatch run` did not start\n{srv.describe()}", pytrace=False)
     c = clients(port)
     c.wait_healthy(proc=srv)
-    t0 = time.time()
-    work = procs.start([workloads / "vdso_loop", "5"], "vdso_loop")
+    return srv, c
+
+
+def run_vdso_loop(procs, workloads, seconds):
+    """Runs vdso_loop to its end; returns (Proc, CPU seconds it used)."""
+    work = procs.start([workloads / "vdso_loop", str(seconds)], "vdso_loop")
     rc, cpu_s = work.wait_cpu(30)
     assert rc == 0, work.describe()
+    return work, cpu_s
+
+
+def check_stored(procs, flamewatch, clients, data, node, work, cpu_s, t0, t1):
+    """A `flamewatch server` on data (run has stopped) holds all of work's
+    samples."""
+    srv, port = start_server(procs, flamewatch, data, name="server-after")
+    prof = folded(clients(port), f'{{node="{node}",comm="vdso_loop",pid="{work.pid}"}}', t0 - 1, t1 + 1)
+    check_sample_count(prof, cpu_s, "vdso_loop")
+    check_no_crash(srv)
+
+
+def test_run_vdso_across_batches(flamewatch, workloads, procs, clients, tmp_path):
+    """The vDSO is a binary of its own (copied from the kernel's image),
+    outside the table of files: its frames must name it in every batch, not
+    only in the first, and sampling it must not crash anything."""
+    srv, c = start_run(procs, flamewatch, clients, tmp_path / "data", "vdso-n")
+    t0 = time.time()
+    work, cpu_s = run_vdso_loop(procs, workloads, 5)
     time.sleep(2.5)
     assert srv.alive(), f"flamewatch run died while vdso_loop ran\n{srv.describe()}"
     q = f'{{comm="vdso_loop",pid="{work.pid}"}}'
@@ -486,17 +508,9 @@ def test_run_second_signal_while_stopping(flamewatch, workloads, procs, clients,
     before the stop here (--interval 60s), so every sample of the workload
     comes from the stop's own flush."""
     data = tmp_path / "data"
-    port = free_port()
-    srv = procs.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", data,
-                       "-F", HZ, "--interval", "60s", "--node", "stop-n"], "run")
-    if not srv.wait_output(r"profiling this host", START_S):
-        pytest.fail(f"`flamewatch run` did not start\n{srv.describe()}", pytrace=False)
-    c = clients(port)
-    c.wait_healthy(proc=srv)
+    srv, _ = start_run(procs, flamewatch, clients, data, "stop-n", interval="60s")
     t0 = time.time()
-    work = procs.start([workloads / "vdso_loop", "2"], "vdso_loop")
-    rc, cpu_s = work.wait_cpu(30)
-    assert rc == 0, work.describe()
+    work, cpu_s = run_vdso_loop(procs, workloads, 2)
     t1 = time.time()
     time.sleep(0.5)
     srv.send(signal.SIGINT)
@@ -506,12 +520,7 @@ def test_run_second_signal_while_stopping(flamewatch, workloads, procs, clients,
     rc = srv.wait(60)
     assert rc == 0, f"flamewatch run exited with {rc} on a second signal while stopping\n{srv.describe()}"
     assert "unwind tables:" in srv.text(), f"the stop's report is missing\n{srv.describe()}"
-
-    srv2, port2 = start_server(procs, flamewatch, data, name="server-after")
-    c2 = clients(port2)
-    prof = folded(c2, f'{{node="stop-n",comm="vdso_loop",pid="{work.pid}"}}', t0 - 1, t1 + 1)
-    check_sample_count(prof, cpu_s, "vdso_loop")
-    check_no_crash(srv2)
+    check_stored(procs, flamewatch, clients, data, "stop-n", work, cpu_s, t0, t1)
 
 
 def test_run_delivers_before_detaching(flamewatch, workloads, procs, clients, tmp_path):
@@ -522,19 +531,11 @@ def test_run_delivers_before_detaching(flamewatch, workloads, procs, clients, tm
     report comes after the first flush and before the uprobes go: the kill
     is sent as soon as it is printed."""
     data = tmp_path / "data"
-    port = free_port()
-    srv = procs.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", data,
-                       "-F", HZ, "--interval", "60s", "--node", "kill-n"], "run")
-    if not srv.wait_output(r"profiling this host", START_S):
-        pytest.fail(f"`flamewatch run` did not start\n{srv.describe()}", pytrace=False)
+    srv, _ = start_run(procs, flamewatch, clients, data, "kill-n", interval="60s")
     if "GPU time profiling: attached" not in srv.text():
         pytest.skip("no libflamewatch-cuda.so to attach to: no uprobes to detach")
-    c = clients(port)
-    c.wait_healthy(proc=srv)
     t0 = time.time()
-    work = procs.start([workloads / "vdso_loop", "2"], "vdso_loop")
-    rc, cpu_s = work.wait_cpu(30)
-    assert rc == 0, work.describe()
+    work, cpu_s = run_vdso_loop(procs, workloads, 2)
     t1 = time.time()
     srv.send(signal.SIGINT)
     deadline = time.monotonic() + 60
@@ -542,12 +543,7 @@ def test_run_delivers_before_detaching(flamewatch, workloads, procs, clients, tm
         time.sleep(0.005)
     srv.send(signal.SIGKILL)
     srv.wait(30)
-
-    srv2, port2 = start_server(procs, flamewatch, data, name="server-after")
-    c2 = clients(port2)
-    prof = folded(c2, f'{{node="kill-n",comm="vdso_loop",pid="{work.pid}"}}', t0 - 1, t1 + 1)
-    check_sample_count(prof, cpu_s, "vdso_loop")
-    check_no_crash(srv2)
+    check_stored(procs, flamewatch, clients, data, "kill-n", work, cpu_s, t0, t1)
 
 
 # ---------------------------------------------------------------------------
