@@ -341,6 +341,8 @@ def run_one(mode, workload, a, fw, logdir, agent_port):
                                   f"{mode}-{workload}-{res['pid']}"))
         except Exception as e:  # noqa: BLE001 - reported, the run goes on
             res["agent_error"] = str(e)
+        if "-ab" in mode:
+            res.pop("agent_kernel_ns", None)   # the on phases only: not comparable
     return res
 
 

@@ -33,10 +33,13 @@ static int64_t _unix(uint64_t t, int64_t offset_ns)
 	return (int64_t)t + offset_ns;
 }
 
-/* dur x scale (x FWC_SCALE_ONE). Durations stay far below 2^47 ns. */
+/* dur x scale / FWC_SCALE_ONE, in 128 bits: a long kernel at a large
+ * scale (D up to 1000 is 2^26 here) would overflow 64. */
 static uint64_t _scaled(uint64_t dur, uint64_t scale)
 {
-	return dur * scale / FWC_SCALE_ONE;
+	unsigned __int128 v = (unsigned __int128)dur * scale / FWC_SCALE_ONE;
+
+	return v > UINT64_MAX ? UINT64_MAX : (uint64_t)v;
 }
 
 /*
