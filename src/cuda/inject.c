@@ -613,20 +613,20 @@ static void _turn_on(void)
  * With count_all, what a launch seen in a window stands for is measured: the
  * launches counted since the last update over those seen, as decaying sums
  * (a window's records are scaled by about the launches of its last ~16
- * groups of D windows over those its windows saw). Without it, D. Called
- * under ctl when a window closes and at exit, before the records of the
- * window are read.
+ * groups of D windows over those its windows saw). Without it, the scale
+ * stays D, as set at start. Called under ctl when a window closes and at
+ * exit, before the records of the window are read.
  */
 static void _update_scale(void)
 {
 	uint64_t scale[FWC_NCLASS];
 
+	if (!G.count_all)
+		return;
 	for (int c = 0; c < FWC_NCLASS; c++) {
 		uint64_t all = atomic_load(&G.all[c]), seen = atomic_load(&G.seen[c]);
 
 		scale[c] = (uint64_t)G.duty * FWC_SCALE_ONE;
-		if (!G.count_all)
-			continue;
 		G.all_avg[c] = G.all_avg[c] * 15 / 16 + (double)(all - G.all_then[c]);
 		G.seen_avg[c] = G.seen_avg[c] * 15 / 16 + (double)(seen - G.seen_then[c]);
 		G.all_then[c] = all;
@@ -787,11 +787,11 @@ static void _tick(void)
 		G.idle_since = 0;
 		if (!G.subscribed && now >= G.retry_at)
 			_subscribe(now);
+		if (G.subscribed)
+			_count_callbacks(1);
 	}
 	if (!G.subscribed)
 		return;
-	if (_listening())
-		_count_callbacks(1);
 	if (G.slot % G.duty == 0) {
 		x = G.ctl_rng;	/* xorshift: pick the collecting window of this group */
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
