@@ -19,6 +19,11 @@
  * application that calls cuInit late does, then prints
  * "loaded SECONDS.NANOSECONDS" (CLOCK_REALTIME) once dlopen returned.
  *
+ * CUDA_HOST_WAIT_CALLBACKS=1 (drive): also waits until a runtime API
+ * callback is on. The library subscribes before it enables its callbacks,
+ * so a test that counts every launch (FLAMEWATCH_CUDA_COUNT_ALL) must not
+ * launch in between: those launches no library could see.
+ *
  * CUDA_HOST_EXEC_AGAIN=1 (drive): once the work is done and a window has
  * handed its records over, the process execs itself to do it all again,
  * in the same pid, with the variable unset.
@@ -41,6 +46,7 @@ static struct {
 	void (*memset)(uint64_t, uint64_t);
 	void (*other_call)(void);
 	int (*subscribed)(void);
+	int (*callbacks_on)(void);
 	void (*other_client)(int);
 	void (*get_truth)(struct fake_cupti_truth *);
 } F;
@@ -84,6 +90,7 @@ static int _fake(void)
 	SYM(memset, "memset");
 	SYM(other_call, "other_call");
 	SYM(subscribed, "subscribed");
+	SYM(callbacks_on, "callbacks_on");
 	SYM(other_client, "other_client");
 	SYM(get_truth, "get_truth");
 	return F.launch && F.get_truth ? 0 : -1;
@@ -98,8 +105,11 @@ static void _sleep_us(long us)
 
 static int _wait_subscribed(int want, int seconds)
 {
+	const char *wait = getenv("CUDA_HOST_WAIT_CALLBACKS");
+	int callbacks = want && wait && !strcmp(wait, "1");
+
 	for (int i = 0; i < seconds * 100; i++) {
-		if (F.subscribed() == want)
+		if (F.subscribed() == want && (!callbacks || F.callbacks_on()))
 			return 0;
 		_sleep_us(10000);
 	}

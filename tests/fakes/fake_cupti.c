@@ -401,6 +401,17 @@ int fake_cupti_subscribed(void)
 	return s;
 }
 
+int fake_cupti_callbacks_on(void)
+{
+	int on = 0;
+
+	pthread_mutex_lock(&_mu);
+	for (size_t i = 0; _subscribed && i < sizeof(_rt_on) && !on; i++)
+		on = _rt_on[i];
+	pthread_mutex_unlock(&_mu);
+	return on;
+}
+
 int fake_cupti_activity_enabled(void)
 {
 	return _kind_on[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL];

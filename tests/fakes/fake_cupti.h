@@ -45,6 +45,7 @@ void fake_cupti_memset(uint64_t bytes, uint64_t dur_ns);
 void fake_cupti_other_call(void);
 
 int fake_cupti_subscribed(void);
+int fake_cupti_callbacks_on(void);	/* subscribed, a runtime API callback on */
 int fake_cupti_activity_enabled(void);	/* concurrent kernel activity on */
 void fake_cupti_set_mode(const char *mode);	/* as FAKE_CUPTI_MODE */
 /* Holds CUPTI as another client would (torch.profiler): the library's
