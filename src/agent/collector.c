@@ -154,6 +154,19 @@ static void _on_cuda_conflict(void *ctx, const struct fw_cuda_conflict *e)
 		cuda_tracker__conflict(c->cuda, e);
 }
 
+/*
+ * The unwinder read pid's maps anew because BPF met code outside them: an
+ * interpreter library ld.so or dlopen() has just mapped is looked for now,
+ * not when the last look's backoff ends (100 ms to 3.2 s later).
+ */
+static void _described(void *ctx, pid_t pid)
+{
+	struct collector *c = ctx;
+
+	python__maps_changed(c->py, pid);
+	ruby__maps_changed(c->rb, pid);
+}
+
 static void _on_sample(void *ctx, const struct fw_sample *s)
 {
 	struct collector *c = ctx;
@@ -352,14 +365,21 @@ int collector__follow(struct collector *c, pid_t pid)
 	return 0;
 }
 
+int collector__follow_before_exec(struct collector *c, pid_t pid)
+{
+	return sampler__follow(c->sampler, pid);
+}
+
 void collector__wait(struct collector *c, int timeout_ms)
 {
 	/*
-	 * Samples never wake us; exec events of followed processes do, so
-	 * their tables load at once. Everything else waits for the tick.
+	 * Most samples never wake us. Exec events of followed processes do,
+	 * and so do samples BPF could not walk for want of a description (a
+	 * new process, a library just mapped): their tables load at once.
+	 * Everything else waits for the tick.
 	 */
 	sampler__poll(c->sampler, timeout_ms);
-	unwinder__add_pending(c->unwinder);
+	unwinder__add_pending(c->unwinder, _described, c);
 }
 
 void collector__tick(struct collector *c)
@@ -368,7 +388,7 @@ void collector__tick(struct collector *c)
 		return;
 	proc_table__next_round(c->procs);
 	sampler__drain(c->sampler);
-	unwinder__add_pending(c->unwinder);
+	unwinder__add_pending(c->unwinder, _described, c);
 	if (c->java) {
 		struct timespec now;
 
@@ -493,6 +513,9 @@ int collector__fd(struct collector *c)
 
 void collector__drain(struct collector *c)
 {
-	if (c->sampler)
-		sampler__drain(c->sampler);
+	if (!c->sampler)
+		return;
+	sampler__drain(c->sampler);
+	/* The wakeup may have been BPF asking for a process's description. */
+	unwinder__add_pending(c->unwinder, _described, c);
 }

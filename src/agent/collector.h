@@ -37,16 +37,23 @@ void collector__free(struct collector *c);
 
 /* Follows a process and its threads; describes it to the unwinder at once. */
 int collector__follow(struct collector *c, pid_t pid);
+/*
+ * Follows our own child that waits to exec the command to profile: its
+ * image is described when it execs. Describing this one, a copy of
+ * flamewatch, took 60-85 ms and held the command back meanwhile.
+ */
+int collector__follow_before_exec(struct collector *c, pid_t pid);
 /* Sleeps up to timeout_ms, waking early to describe newly exec'd followed processes. */
 void collector__wait(struct collector *c, int timeout_ms);
 /* Drains the samples, loads new unwind tables, names JIT frames. */
 void collector__tick(struct collector *c);
 /*
  * A descriptor readable when the ring buffer wants draining before the next
- * tick (bursts of CUDA records), or -1. Borrowed; call collector__drain().
+ * tick (bursts of CUDA records, new Python code objects, processes to
+ * describe), or -1. Borrowed; call collector__drain().
  */
 int collector__fd(struct collector *c);
-/* Consumes the ring buffer now, without the rest of a tick. */
+/* Consumes the ring buffer and describes the processes it asked for, without the rest of a tick. */
 void collector__drain(struct collector *c);
 /* Final drain, then detaches BPF: sampling costs nothing from here on. */
 void collector__stop(struct collector *c);

@@ -74,6 +74,18 @@ int interp_procs__note(struct interp_procs *t, pid_t pid, interp_describe_fn fn,
 	return fn(ctx, pid, &e->proc) == 0 && e->proc;
 }
 
+int interp_procs__maps_changed(struct interp_procs *t, pid_t pid, interp_describe_fn fn, void *ctx)
+{
+	struct pid_entry *e = *_slot(t, pid);
+
+	if (e && !e->proc) {
+		e->next_check_ns = 0;
+		if (e->checks >= MAX_CHECKS)
+			e->checks = MAX_CHECKS - 1;	/* one more look per change */
+	}
+	return interp_procs__note(t, pid, fn, ctx);
+}
+
 void *interp_procs__forget(struct interp_procs *t, pid_t pid)
 {
 	struct pid_entry **pe = _slot(t, pid), *e = *pe;

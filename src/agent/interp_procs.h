@@ -26,6 +26,12 @@ struct interp_procs *interp_procs__new(void);
 void interp_procs__free(struct interp_procs *t);
 /* Describes pid unless that is decided or not due yet. Returns 1 when it was described now. */
 int interp_procs__note(struct interp_procs *t, pid_t pid, interp_describe_fn fn, void *ctx);
+/*
+ * pid mapped new files: a process not found to run an interpreter is
+ * looked at again now, whatever its backoff (it may have just mapped
+ * libpython), then as for interp_procs__note. Returns as it does.
+ */
+int interp_procs__maps_changed(struct interp_procs *t, pid_t pid, interp_describe_fn fn, void *ctx);
 /* Forgets pid: returns its description (the caller's to undo and free), or NULL. */
 void *interp_procs__forget(struct interp_procs *t, pid_t pid);
 /* pid's description, or NULL. */

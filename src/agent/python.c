@@ -445,6 +445,12 @@ void python__note_pid(struct python *py, pid_t pid)
 		py->st.procs++;
 }
 
+void python__maps_changed(struct python *py, pid_t pid)
+{
+	if (interp_procs__maps_changed(py->pids, pid, _describe, py))
+		py->st.procs++;
+}
+
 void python__forget(struct python *py, pid_t pid)
 {
 	struct python_proc *pp = interp_procs__forget(py->pids, pid);

@@ -43,6 +43,8 @@ void python__free(struct python *py);
  * for CPython, describes it to BPF. Cheap once decided.
  */
 void python__note_pid(struct python *py, pid_t pid);
+/* pid mapped new files (the unwinder re-read its maps): looks again now. */
+void python__maps_changed(struct python *py, pid_t pid);
 /* The process exec'd or exited: forget it and its code objects. */
 void python__forget(struct python *py, pid_t pid);
 

@@ -378,6 +378,12 @@ void ruby__note_pid(struct ruby *rb, pid_t pid)
 		rb->st.procs++;
 }
 
+void ruby__maps_changed(struct ruby *rb, pid_t pid)
+{
+	if (interp_procs__maps_changed(rb->pids, pid, _describe, rb))
+		rb->st.procs++;
+}
+
 void ruby__forget(struct ruby *rb, pid_t pid)
 {
 	struct ruby_proc *rp = interp_procs__forget(rb->pids, pid);

@@ -37,6 +37,8 @@ void ruby__free(struct ruby *rb);
  * CRuby, describes it to BPF. Cheap once decided.
  */
 void ruby__note_pid(struct ruby *rb, pid_t pid);
+/* pid mapped new files (the unwinder re-read its maps): looks again now. */
+void ruby__maps_changed(struct ruby *rb, pid_t pid);
 /* The process exec'd or exited: forget it. */
 void ruby__forget(struct ruby *rb, pid_t pid);
 

@@ -64,6 +64,7 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_RB_FRAMES] = "ruby_frames",
 	[FW_STAT_PY_WAKEUPS] = "python_wakeups",
 	[FW_STAT_UNWIND_GO_SWITCH] = "unwind_go_switches",
+	[FW_STAT_DESCRIBE_WAKEUPS] = "describe_wakeups",
 };
 
 bool sampler__use_bpf_loop(void)

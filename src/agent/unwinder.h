@@ -22,7 +22,7 @@ struct unwinder_stats {
 	uint64_t files_without_cfi;	/* files with no usable unwind information */
 	uint64_t files_over_cap;	/* tables not loaded for lack of room */
 	uint64_t rows;			/* rows loaded now */
-	uint64_t table_bytes;		/* BPF map memory of the tables (rows * 8) */
+	uint64_t table_bytes;		/* BPF map memory of the tables (rows * 8, in whole pages) */
 	uint64_t cap_bytes;
 	uint64_t pids;			/* processes described to BPF */
 	uint64_t evictions;
@@ -56,8 +56,12 @@ void unwinder__remove_pid(struct unwinder *u, pid_t pid);
 void unwinder__note_sample(struct unwinder *u, pid_t pid, uint32_t flags);
 /* Queues pid for unwinder__add_pending() now (it has just exec'd). */
 void unwinder__queue(struct unwinder *u, pid_t pid);
-/* Describes the queued processes. Call after each ring-buffer drain. */
-void unwinder__add_pending(struct unwinder *u);
+/*
+ * Describes the queued processes; call after each ring-buffer drain.
+ * described(ctx, pid), if not NULL, follows each description: pid's maps
+ * were read anew.
+ */
+void unwinder__add_pending(struct unwinder *u, void (*described)(void *ctx, pid_t pid), void *ctx);
 
 void unwinder__stats(const struct unwinder *u, struct unwinder_stats *out);
 

@@ -496,7 +496,7 @@ int cmd_record(int argc, char **argv)
 		r.followed_alive++;
 	}
 	if (r.opts.cmd) {
-		err = collector__follow(r.collector, r.child);
+		err = collector__follow_before_exec(r.collector, r.child);
 		if (err) {
 			fprintf(stderr, "flamewatch: error: cannot follow pid %d: %s\n",
 				r.child, strerror(-err));

@@ -48,6 +48,14 @@ $(WL)/nofp/%: tests/workloads/nofp/%.rs | $(DEPS_STAMP)
 NOFP_SRCS := $(wildcard tests/workloads/nofp/*.c tests/workloads/nofp/*.cpp tests/workloads/nofp/*.rs)
 WORKLOADS += $(addprefix $(WL)/nofp/,$(basename $(notdir $(NOFP_SRCS))))
 
+# Libraries the nofp workloads load at run time (late_dlopen).
+$(WL)/nofp/lib/%.so: tests/workloads/nofp/lib/%.c | $(DEPS_STAMP)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(NOFP_CFLAGS) -shared -fPIC -o $@ $<
+
+WORKLOADS += $(patsubst tests/workloads/nofp/lib/%.c,$(WL)/nofp/lib/%.so,$(wildcard tests/workloads/nofp/lib/*.c))
+
 # The Go workloads as most Go binaries ship (Docker images, releases):
 # linked with -s -w, so without .symtab and .debug_frame. Stacks must stay
 # complete through frame pointers, and names come from .gopclntab.

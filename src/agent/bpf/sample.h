@@ -101,6 +101,7 @@ enum fw_stat {
 	FW_STAT_RB_FRAMES,		/* Ruby frames emitted */
 	FW_STAT_PY_WAKEUPS,		/* samples that woke the agent: new code objects */
 	FW_STAT_UNWIND_GO_SWITCH,	/* steps from Go's g0 stack back to a goroutine's (cgo) */
+	FW_STAT_DESCRIBE_WAKEUPS,	/* samples that woke the agent: a process or mapping to describe */
 	FW_STAT_MAX,
 };
 
