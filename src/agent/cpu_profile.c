@@ -735,7 +735,14 @@ static void _resolve_mapping(struct cpu_profile *cp, uint32_t m, struct name_bat
 	int ret = 0;
 
 	b->owner = _cache_owner(cp, m);
-	if (m == cp->kernel_mapping) {
+	if (m == cp->kernel_mapping && !cp->timed) {
+		/*
+		 * record names its frames once, at the end: two reads of the
+		 * file for just these addresses. The table an agent keeps
+		 * cost `record -a` 3.9 MB of peak RSS (5.9 -> 9.8 MB) here.
+		 */
+		ret = kallsyms__resolve("/proc/kallsyms", b->addrs, b->n, _name_frame, b);
+	} else if (m == cp->kernel_mapping) {
 		/*
 		 * The kernel's text symbols are kept in memory: an agent names
 		 * kernel frames every batch, and reading /proc/kallsyms (the

@@ -24,6 +24,7 @@
 #include "unwind/unwind_table.h"
 
 #define PID_BUCKETS 1024
+#define STAGE_WINDOW (64u << 10)	/* bytes of a row array mapped at a time; whole pages */
 #ifndef ENOTSUPP
 #define ENOTSUPP 524		/* the kernel's "not supported", which BPF batch commands return */
 #endif
@@ -188,9 +189,9 @@ static bool _make_room(struct unwinder *u, uint64_t need)
 }
 
 /*
- * Creates the file's row array and fills it through a mapping of it: a
+ * Creates the file's row array and fills it through mappings of it: a
  * batch update of 69,241 rows (libpython3.12) took 14 ms, while the first
- * samples of the process that needs them wait; a memcpy takes well under
+ * samples of the process that needs them wait; memcpy()s take well under
  * one. _publish_staged() then publishes it under id.
  */
 static int _stage(struct unwinder *u, uint32_t id, const struct unwind_row *rows, size_t n)
@@ -218,14 +219,19 @@ static int _stage(struct unwinder *u, uint32_t id, const struct unwind_row *rows
 			    sizeof(struct unwind_row), n, &opts);
 	if (fd < 0)
 		return -errno;
-	mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (mem == MAP_FAILED) {
-		err = -errno;
-		close(fd);
-		return err;
+	/* A window at a time: the whole array mapped at once is that much more RSS. */
+	for (size_t at = 0; at < len; at += STAGE_WINDOW) {
+		size_t w = len - at < STAGE_WINDOW ? len - at : STAGE_WINDOW;
+
+		mem = mmap(NULL, w, PROT_READ | PROT_WRITE, MAP_SHARED, fd, at);
+		if (mem == MAP_FAILED) {
+			err = -errno;
+			close(fd);
+			return err;
+		}
+		memcpy(mem, (const char *)rows + at, w);
+		munmap(mem, w);
 	}
-	memcpy(mem, rows, len);
-	munmap(mem, len);
 	u->staged_ids[u->nstaged] = id;
 	u->staged_fds[u->nstaged] = fd;
 	u->nstaged++;

@@ -369,12 +369,19 @@ out:
  * file order, to be compressed in address order. The file lists the core
  * kernel in address order, so names mostly arrive in the order they are
  * compressed in; the few that arrive early (modules, BPF programs) wait in
- * a small heap. Peak: ~16 bytes per symbol for a moment, not ~70.
+ * a small heap. Peak: 8 bytes per symbol for a moment, not ~70.
+ *
+ * 8 bytes, because x86-64 keeps all kernel text, modules and BPF programs
+ * in the top 2 GiB: an address is a 32-bit offset from KTEXT_BASE, and
+ * what decides among aliases (rank, then line) fits in the other 32 bits.
  */
+#define KTEXT_BASE	0xffffffff00000000ULL
+#define KLOAD_LINE_BITS	26			/* 67M lines; kallsyms has ~120k-300k */
+#define KLOAD_RANK_MAX	((1u << (32 - KLOAD_LINE_BITS)) - 1)	/* end of text */
+
 struct kload {
-	uint64_t addr;
-	uint32_t rank;		/* _rank(); UINT32_MAX: end of text */
-	uint32_t line;		/* file order: among equal ranks the first wins */
+	uint32_t off;		/* address - KTEXT_BASE */
+	uint32_t key;		/* rank << KLOAD_LINE_BITS | line: among aliases the lowest wins */
 };
 
 /* After pass 1: a kept symbol's line and its index in address order. */
@@ -406,16 +413,7 @@ struct kpacker {
 	size_t nearly, early_cap;
 };
 
-static int _kload_cmp(const struct kload *x, const struct kload *y)
-{
-	if (x->addr != y->addr)
-		return x->addr < y->addr ? -1 : 1;
-	if (x->rank != y->rank)
-		return x->rank < y->rank ? -1 : 1;
-	return x->line < y->line ? -1 : x->line > y->line;
-}
-
-#define KLOAD_LESS(x, y) (_kload_cmp((x), (y)) < 0)
+#define KLOAD_LESS(x, y) ((x)->off != (y)->off ? (x)->off < (y)->off : (x)->key < (y)->key)
 #define KPOS_LESS(x, y) ((x)->line < (y)->line)
 DEFINE_HEAPSORT(_sort_kload, struct kload, KLOAD_LESS)
 DEFINE_HEAPSORT(_sort_kpos, struct kpos, KPOS_LESS)
@@ -636,6 +634,19 @@ out:
 	return err;
 }
 
+/* A symbol's place among its aliases: _rank() (capped), the end-of-text mark last. */
+static uint32_t _kload_key(const struct kline *k, uint32_t line)
+{
+	uint32_t rank = KLOAD_RANK_MAX;
+
+	if (!_is_text_end(k)) {
+		rank = _rank(k);
+		if (rank > KLOAD_RANK_MAX - 1)	/* 31 leading underscores and more: alike */
+			rank = KLOAD_RANK_MAX - 1;
+	}
+	return rank << KLOAD_LINE_BITS | line;
+}
+
 /*
  * Pass 1: the addresses of the text symbols, sorted, one per address (the
  * best-ranked alias), in the top 4 GiB; fills t->base, t->off, t->n,
@@ -646,7 +657,7 @@ static int _load_addresses(FILE *fp, struct kallsyms_table *t, struct kpos **pos
 			   size_t *pos_bytes)
 {
 	struct kload *v = NULL;
-	size_t nv = 0, cap = 0, line_cap = 0, out = 0, first = 0;
+	size_t nv = 0, cap = 0, line_cap = 0, out = 0, below = 0;
 	char *line = NULL;
 	uint32_t lineno = 0;
 	struct kline k;
@@ -656,14 +667,17 @@ static int _load_addresses(FILE *fp, struct kallsyms_table *t, struct kpos **pos
 	while (getline(&line, &line_cap, fp) > 0) {
 		struct kload e;
 
-		lineno++;
+		if (++lineno >= 1u << KLOAD_LINE_BITS) {
+			err = -E2BIG;
+			goto out;
+		}
 		if (!_parse_line(line, &k) || !k.addr || !(_is_text(k.type) || _is_text_end(&k)))
 			continue;
-		e = (struct kload){
-			.addr = k.addr,
-			.rank = _is_text_end(&k) ? UINT32_MAX : _rank(&k),
-			.line = lineno,
-		};
+		if (k.addr < KTEXT_BASE) {
+			below++;
+			continue;
+		}
+		e = (struct kload){ .off = (uint32_t)(k.addr - KTEXT_BASE), .key = _kload_key(&k, lineno) };
 		err = _kload_push(&v, &nv, &cap, &e);
 		if (err)
 			goto out;
@@ -676,32 +690,28 @@ static int _load_addresses(FILE *fp, struct kallsyms_table *t, struct kpos **pos
 		err = err ? err : -EPERM;
 		goto out;
 	}
+	if (below)
+		pr_debug("kallsyms: %zu text symbols below %#llx ignored\n", below, KTEXT_BASE);
 	_sort_kload(v, nv);
 	/* Aliases: the best-ranked name at each address, the first in the file among equals. */
 	for (size_t i = 0; i < nv; i++) {
-		if (out && v[out - 1].addr == v[i].addr)
+		if (out && v[out - 1].off == v[i].off)
 			continue;
 		v[out++] = v[i];
 	}
 	nv = out;
-	/* Offsets are 32-bit: keep the top 4 GiB, where x86-64 puts all kernel text. */
-	while (v[nv - 1].addr - v[first].addr > UINT32_MAX)
-		first++;
-	if (first)
-		pr_debug("kallsyms: %zu symbols more than 4 GiB below the last one ignored\n", first);
-	t->base = v[first].addr;
-	t->n = nv - first;
+	t->base = KTEXT_BASE + v[0].off;
+	t->n = nv;
 	t->off = malloc(t->n * sizeof(*t->off));
 	if (!t->off) {
 		err = -ENOMEM;
 		goto out;
 	}
 	for (size_t i = 0; i < t->n; i++) {
-		const struct kload *e = &v[first + i];
 		uint32_t *ne;
 
-		t->off[i] = (uint32_t)(e->addr - t->base);
-		if (e->rank != UINT32_MAX)
+		t->off[i] = v[i].off - v[0].off;
+		if (v[i].key >> KLOAD_LINE_BITS != KLOAD_RANK_MAX)
 			continue;
 		ne = realloc(t->ends, (t->nends + 1) * sizeof(*ne));
 		if (!ne) {
@@ -711,10 +721,14 @@ static int _load_addresses(FILE *fp, struct kallsyms_table *t, struct kpos **pos
 		t->ends = ne;
 		t->ends[t->nends++] = t->off[i];
 	}
-	/* The same mapping, half the size per entry: kpos i never overtakes kload i. */
+	/* The same mapping, the same size per entry: kpos i takes kload i's place. */
+	_Static_assert(sizeof(struct kpos) == sizeof(struct kload), "kpos reuses kload's slots");
 	kp = (struct kpos *)v;
-	for (size_t i = 0; i < t->n; i++)
-		kp[i] = (struct kpos){ .line = v[first + i].line, .index = (uint32_t)i };
+	for (size_t i = 0; i < t->n; i++) {
+		uint32_t line_of = v[i].key & ((1u << KLOAD_LINE_BITS) - 1);
+
+		kp[i] = (struct kpos){ .line = line_of, .index = (uint32_t)i };
+	}
 	_sort_kpos(kp, t->n);
 	*pos = kp;
 	*pos_bytes = cap * sizeof(*v);
