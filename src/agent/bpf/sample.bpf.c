@@ -146,7 +146,8 @@ struct {
  * A sample the unwinder could not walk for want of a description (a new
  * process; a library ld.so or dlopen() just mapped) wakes user space, so
  * that the next samples walk fully: waiting for its 100 ms drain (longer on
- * a loaded host) cut 12-18 % of the stacks of a 0.3 s Python program. Per
+ * a loaded host) left 28 % of the samples in a library just dlopen()ed
+ * without their callers (test_late_dlopen_unwinds_at_once: 2 % now). Per
  * process the wakeups back off as user space's re-descriptions do (10 ms,
  * then 100 ms doubling up to 5 s: a JIT maps code all the time), and the
  * host has at most one every DESCRIBE_WAKE_GAP_NS.
@@ -185,7 +186,7 @@ static __always_inline __u64 describe_wakeup(__u32 tgid, __u32 flags)
 	nw.wakeups = w ? w->wakeups + 1 : 1;
 	gap = nw.wakeups < 2 ? DESCRIBE_WAKE_GAP_NS :
 	      nw.wakeups < 8 ? (100 * 1000000ULL) << (nw.wakeups - 2) : DESCRIBE_WAKE_MAX_NS;
-	nw.next_ns = now + (gap < DESCRIBE_WAKE_MAX_NS ? gap : DESCRIBE_WAKE_MAX_NS);
+	nw.next_ns = now + gap;
 	bpf_map_update_elem(&describe_wakes, &tgid, &nw, BPF_ANY);
 	last_describe_wake_ns = now;
 	stat_inc(FW_STAT_DESCRIBE_WAKEUPS);
