@@ -129,12 +129,6 @@ static int _open_debug_file(const struct binary *b)
 }
 
 /*
- * Drops unreferenced tables, least recently used first, until need bytes
- * fit. Tables the description in progress already uses are not references
- * yet but must stay; and nothing is dropped when even dropping every
- * candidate would not make room.
- */
-/*
  * The kernel memory of a table of n rows: mappable arrays (see _stage)
  * take whole pages, which the cap must count.
  */
@@ -145,6 +139,12 @@ static uint64_t _table_bytes(uint64_t n)
 	return (n * sizeof(struct unwind_row) + page - 1) / page * page;
 }
 
+/*
+ * Drops unreferenced tables, least recently used first, until need bytes
+ * fit. Tables the description in progress already uses are not references
+ * yet but must stay; and nothing is dropped when even dropping every
+ * candidate would not make room.
+ */
 static bool _make_room(struct unwinder *u, uint64_t need)
 {
 	uint64_t evictable = 0;
