@@ -337,11 +337,25 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 		pr_warn("cannot open the BPF object: %s\n", strerror(errno));
 		goto fail;
 	}
-	/* USDT programs are attached per library file by sampler__attach_cuda(). */
-	bpf_program__set_autoattach(s->skel->progs.on_cuda_launch, false);
-	bpf_program__set_autoattach(s->skel->progs.on_cuda_activity, false);
-	bpf_program__set_autoattach(s->skel->progs.on_cuda_conflict, false);
-	bpf_program__set_autoattach(s->skel->progs.on_cuda_name, false);
+	{
+		struct bpf_program *cuda[] = {
+			s->skel->progs.on_cuda_launch, s->skel->progs.on_cuda_activity,
+			s->skel->progs.on_cuda_conflict, s->skel->progs.on_cuda_name,
+		};
+
+		/*
+		 * USDT programs are attached per library file by
+		 * sampler__attach_cuda(). Without a taker of their records
+		 * (record) they are not even loaded: the launch probe walks
+		 * stacks like on_cpu_sample, and verifying it is half of the
+		 * object's load time.
+		 */
+		for (size_t i = 0; i < sizeof(cuda) / sizeof(cuda[0]); i++) {
+			bpf_program__set_autoattach(cuda[i], false);
+			if (!opts->on_cuda_launch)
+				bpf_program__set_autoload(cuda[i], false);
+		}
+	}
 	s->skel->rodata->follow_only = opts->follow_only;
 	s->skel->rodata->follow_children = opts->follow_children;
 	s->skel->rodata->wakeup_on_exec = opts->wakeup_on_exec;
@@ -609,6 +623,8 @@ int sampler__attach_cuda(struct sampler *s, const char *path,
 	int err = 0;
 
 	memset(links, 0, SAMPLER_CUDA_LINKS * sizeof(*links));
+	if (!s->on_cuda_launch)
+		return -EINVAL;		/* the programs were not loaded */
 	for (int i = 0; i < SAMPLER_CUDA_LINKS; i++) {
 		/* pid -1: every process mapping the file, including later ones. */
 		links[i] = bpf_program__attach_usdt(progs[i], -1, path, FW_CUDA_PROVIDER,
