@@ -30,6 +30,12 @@ FLAMEWATCH_CUDA_COUNT_ALL=1: the launch callbacks stay on between windows
 and count every launch, and a window's records stand for the launches
 counted over those its windows saw instead of D. `all/step` is that count.
 
+A mode with -act in it (fw-act, fw-agent-act, fw-agent-act-ab) sets
+FLAMEWATCH_CUDA_ACTIVITY_ALL=1: CUPTI's activity kinds stay on between
+windows (every kernel's record arrives), only the launch callbacks are
+duty-cycled; totals are then exact, not estimated, at the price of
+CUPTI's per-kernel record cost on every launch.
+
 A mode with -dN or -wN appended (fw-d40, fw-agent-d40-w10) runs with
 FLAMEWATCH_CUDA_DUTY_CYCLE=N or FLAMEWATCH_CUDA_WINDOW_MS=N instead of the
 defaults, to see how the overhead falls with the duty cycle.
@@ -311,6 +317,8 @@ def run_one(mode, workload, a, fw, logdir, agent_port):
             env["FLAMEWATCH_CUDA_DUTY_CYCLE"] = "1"
         if "-count" in mode:
             env["FLAMEWATCH_CUDA_COUNT_ALL"] = "1"
+        if "-act" in mode:
+            env["FLAMEWATCH_CUDA_ACTIVITY_ALL"] = "1"
         if "-ab" in mode:
             ab_file = Path(logdir) / f"listen-{os.getpid()}"
             env["FLAMEWATCH_CUDA_LISTEN_FILE"] = str(ab_file)

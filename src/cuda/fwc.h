@@ -172,6 +172,13 @@ struct fwc_batch {
 	 * launch counted over those seen in windows.
 	 */
 	uint64_t scale[FWC_NCLASS];
+	/*
+	 * FLAMEWATCH_CUDA_ACTIVITY_ALL: activity is recorded between windows
+	 * too, so a record whose launch no window saw is real GPU time, not
+	 * a stranger: it is carried (x 1) to the next kept record of its name
+	 * instead of dropped, and the scale is 1.
+	 */
+	int carry_unseen;
 	struct fwc_carry kind_carry[6];	/* copies and sets, per FW_CUDA_* kind */
 };
 
@@ -181,6 +188,7 @@ struct fwc_stats {
 	uint64_t kept;			/* converted and emitted */
 	uint64_t unsampled;		/* dropped: their launch was not seen in a window */
 	uint64_t carried;		/* not kept: their GPU time carried to a kept one */
+	uint64_t outside;		/* carried too: launched outside a window (carry_unseen) */
 	uint64_t untimed;		/* dropped: CUPTI had no timestamps */
 	uint64_t other;			/* kinds we do not convert */
 	uint64_t cupti_dropped;		/* records CUPTI could not store */
@@ -195,7 +203,8 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 /* Emits what b holds. */
 void fwc_batch_flush(struct fwc_batch *b);
 /*
- * At exit: emits, for each name and kind with GPU time still carried, its
+ * At exit (and, with carry_unseen, every few seconds, for names no window
+ * sees): emits, for each name and kind with GPU time still carried, its
  * last carried record standing for it (correlation 0: no launch), then
  * flushes b. Within one duration per name of exact.
  */

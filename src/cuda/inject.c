@@ -84,6 +84,7 @@ __extension__ volatile unsigned short flamewatch_name_semaphore
 #define BUF_KEEP	8		/* kept for reuse */
 #define IDLE_STOP_NS	1000000000LL	/* unsubscribe this long after the last tracer left */
 #define RETRY_NS	5000000000LL	/* retry a refused subscription */
+#define CARRY_FLUSH_SLOTS 1000		/* windows between flushes of the carries (activity_all) */
 
 struct cupti_api {
 	void *handle;
@@ -128,6 +129,7 @@ static struct {
 	uint32_t duty;			/* D: one window in D collects */
 	uint32_t window_ms;
 	int count_all;			/* callbacks always on, counting every launch */
+	int activity_all;		/* activity always on, only the callbacks duty-cycled */
 	uint64_t seed;
 	const char *summary_path;
 	const char *listen_file;	/* FLAMEWATCH_CUDA_LISTEN_FILE (benchmarks) */
@@ -138,6 +140,7 @@ static struct {
 	CUpti_SubscriberHandle sub;
 	int subscribed;
 	int on;				/* callbacks and activity enabled */
+	int activity_on;		/* the activity kinds are enabled */
 	int counting;			/* count_all: the callbacks are on between windows */
 	int conflict_reported;		/* said on stderr */
 	char conflict[160];		/* the last refusal, while not subscribed */
@@ -583,19 +586,32 @@ static CUptiResult _callbacks(uint32_t enable)
 	return first;
 }
 
-static void _turn_on(void)
+/* Enables or disables the activity kinds; 0 if none could be enabled. */
+static int _activity(int enable)
 {
 	CUptiResult r;
 	int any = 0;
 
 	for (size_t i = 0; i < sizeof(_kinds) / sizeof(_kinds[0]); i++) {
+		if (!enable) {
+			G.api.ActivityDisable(_kinds[i]);
+			continue;
+		}
 		r = G.api.ActivityEnable(_kinds[i]);
 		if (r == CUPTI_SUCCESS)
 			any = 1;
 		else if (_kinds[i] == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
 			_warn_once(W_CALL, "cuptiActivityEnable: %s", _err(r));
 	}
-	if (!any)
+	G.activity_on = any;
+	return any;
+}
+
+static void _turn_on(void)
+{
+	CUptiResult r;
+
+	if (!G.activity_on && !_activity(1))
 		return;
 	atomic_store(&G.collecting, 1);
 	if (!G.count_all) {
@@ -649,11 +665,12 @@ static void _turn_off(void)
 	atomic_store(&G.collecting, 0);
 	if (!G.count_all)
 		_callbacks(0);
+	if (G.activity_all)
+		return;		/* activity stays on until nobody listens */
 	/* Let a launch whose entry callback just ran reach the GPU with
 	 * activity still enabled, so its kept weight finds its record. */
 	nanosleep(&grace, NULL);
-	for (size_t i = 0; i < sizeof(_kinds) / sizeof(_kinds[0]); i++)
-		G.api.ActivityDisable(_kinds[i]);
+	_activity(0);
 	_update_scale();
 }
 
@@ -739,6 +756,8 @@ static void _unsubscribe(void)
 {
 	_turn_off();
 	_count_callbacks(0);
+	if (G.activity_on)
+		_activity(0);
 	G.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 	G.api.Unsubscribe(G.sub);
 	G.subscribed = 0;
@@ -776,6 +795,8 @@ static void _tick(void)
 		if (!G.subscribed)
 			return;
 		_count_callbacks(0);
+		if (G.activity_all && G.activity_on)
+			_activity(0);
 		if (!G.idle_since)
 			G.idle_since = now;
 		if (now - G.idle_since >= IDLE_STOP_NS) {
@@ -789,6 +810,8 @@ static void _tick(void)
 			_subscribe(now);
 		if (G.subscribed)
 			_count_callbacks(1);
+		if (G.subscribed && G.activity_all && !G.activity_on)
+			_activity(1);
 	}
 	if (!G.subscribed)
 		return;
@@ -809,8 +832,14 @@ static void _tick(void)
 		_turn_off();
 	}
 	G.slot++;
-	if (was_on || G.on)
+	if (was_on || G.on || G.activity_on)
 		G.api.ActivityFlushAll(0);
+	if (G.activity_all && G.slot % CARRY_FLUSH_SLOTS == 0) {
+		/* GPU time of names no window saw a launch of: out as it is. */
+		pthread_mutex_lock(&G.rec);
+		fwc_carry_flush(&G.names, &G.batch, atomic_load(&G.offset_ns), &G.stats);
+		pthread_mutex_unlock(&G.rec);
+	}
 	if (G.slot % 16 == 0 && !atomic_load(&G.exiting))
 		_update_offset();
 }
@@ -879,6 +908,8 @@ static void _write_summary(void)
 			(double)G.batch.scale[FWC_KERNEL] / FWC_SCALE_ONE);
 	fprintf(f, ",\"windows\":%llu,\"window_late_us\":%lld", (unsigned long long)G.windows,
 		(long long)(G.windows ? G.late_ns / (int64_t)G.windows / 1000 : 0));
+	fprintf(f, ",\"activity_all\":%d,\"outside\":%llu", G.activity_all,
+		(unsigned long long)G.stats.outside);
 	fprintf(f, ",\"records\":%llu,\"kept\":%llu,\"carried\":%llu,\"unsampled\":%llu"
 		   ",\"untimed\":%llu,\"cupti_dropped\":%llu,\"refused_buffers\":%llu,\"kernel_names\":%u",
 		(unsigned long long)G.stats.records, (unsigned long long)G.stats.kept,
@@ -1015,6 +1046,9 @@ EXPORT int InitializeInjection(void)
 	G.duty = (uint32_t)_env_u64("FLAMEWATCH_CUDA_DUTY_CYCLE", 30, 1, 1000);
 	G.window_ms = (uint32_t)_env_u64("FLAMEWATCH_CUDA_WINDOW_MS", 10, 1, 10000);
 	G.count_all = (int)_env_u64("FLAMEWATCH_CUDA_COUNT_ALL", 0, 0, 1);
+	G.activity_all = (int)_env_u64("FLAMEWATCH_CUDA_ACTIVITY_ALL", 0, 0, 1);
+	if (G.activity_all)
+		G.count_all = 0;	/* every record arrives: nothing to estimate */
 	/* A kept launch's weight must still be in the direct-mapped table when
 	 * its records arrive (a window or two later): at most 1/8 of the slots
 	 * are written per window. */
@@ -1032,7 +1066,8 @@ EXPORT int InitializeInjection(void)
 		G.listen_file = NULL;
 	G.batch.emit = _emit;
 	for (int c = 0; c < FWC_NCLASS; c++)
-		G.batch.scale[c] = (uint64_t)G.duty * FWC_SCALE_ONE;
+		G.batch.scale[c] = (G.activity_all ? 1 : (uint64_t)G.duty) * FWC_SCALE_ONE;
+	G.batch.carry_unseen = G.activity_all;
 	G.names.announce = _announce;
 	atomic_store(&G.p_fixed, UINT32_MAX);
 

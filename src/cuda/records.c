@@ -171,8 +171,9 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		st->other++;
 		return;
 	}
-	/* Launched outside a collecting window (its edges): not ours to count. */
-	if (!seen) {
+	/* Launched outside a collecting window (its edges): not ours to count,
+	 * unless activity is always on (then D does not stand in for it). */
+	if (!seen && !b->carry_unseen) {
 		st->unsampled++;
 		return;
 	}
@@ -187,6 +188,11 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		carry = &b->kind_carry[r.kind];
 	}
 	scale = b->scale[cls] ? b->scale[cls] : FWC_SCALE_ONE;
+	if (!seen) {
+		_carry_add(carry, &r, start, end, FWC_SCALE_ONE);
+		st->outside++;
+		return;
+	}
 	if (weight == FWC_UNKEPT) {
 		_carry_add(carry, &r, start, end, scale);
 		st->carried++;

@@ -291,6 +291,29 @@ def test_count_all_corrects_slowed_windows(fakes, tmp_path):
     assert errs[1][1]["kernel_scale"] > 4.5, errs[1]
 
 
+def test_activity_all_totals_exact(fakes, tmp_path):
+    """FLAMEWATCH_CUDA_ACTIVITY_ALL=1: activity is recorded between the
+    windows too, only the callbacks are duty-cycled; a record whose launch
+    no window saw is carried (x 1) to a kept record of its name. The totals
+    are then the GPU time of every record, not D x what the windows saw:
+    exact where the slowed windows put D x 39 % short."""
+    summary = tmp_path / "s.json"
+    res = run_plain([HOST, "drive", LIB, 12000, 20000, 50],
+                    host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=4,
+                             FLAMEWATCH_CUDA_WINDOW_MS=10, FLAMEWATCH_CUDA_ACTIVITY_ALL=1,
+                             FLAMEWATCH_CUDA_SEED=3, FAKE_CUPTI_RECORD_COST_NS=20000), timeout=120)
+    assert res.returncode == 0, res.stderr
+    truth = json.loads(res.stdout)
+    s = json.loads(summary.read_text())
+    assert s["activity_all"] == 1, s
+    assert s["outside"] > s["kept"], s          # most records came between windows
+    assert s["unsampled"] == 0, s
+    memcpy = sum(s[f"memcpy_{d}_ns"] for d in ("htod", "dtoh", "dtod", "other"))
+    for kind, got in (("kernel", s["kernel_ns"]), ("memcpy", memcpy), ("memset", s["memset_ns"])):
+        assert truth[f"{kind}_ns"] > 0, truth
+        assert abs(got / truth[f"{kind}_ns"] - 1) < 0.002, (kind, got, s, truth)
+
+
 def test_listen_file_gates_collection(fakes, tmp_path):
     """FLAMEWATCH_CUDA_LISTEN_FILE (the overhead benchmark's on/off phases
     inside one process): windows open while the file is there, and none

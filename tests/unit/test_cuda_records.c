@@ -233,6 +233,45 @@ static void test_unseen_not_counted(void **state)
 	assert_int_equal(st.carried, 0);
 }
 
+/*
+ * Activity always on (carry_unseen): a record no window saw the launch of is
+ * real GPU time, carried x 1 to the next kept record of its name; kept
+ * records are x 1 too (scale 1), whatever D was.
+ */
+static void test_unseen_carried_when_activity_all(void **state)
+{
+	static struct sink s;
+	struct fwc_batch b = { .emit = _collect, .ctx = &s, .carry_unseen = 1 };
+	struct fwc_stats st = { 0 };
+	CUpti_ActivityKernel10 outside1 = _kernel(77, 10, 1000, "_Z1kv");
+	CUpti_ActivityKernel10 outside2 = _kernel(78, 2000, 600, "_Z1kv");
+	CUpti_ActivityKernel10 kept = _kernel(90, 3000, 400, "_Z1kv");
+	CUpti_ActivityKernel10 lone = _kernel(91, 4000, 300, "_Z4lonev");
+
+	memset(&s, 0, sizeof(s));
+	for (int c = 0; c < FWC_NCLASS; c++)
+		b.scale[c] = FWC_SCALE_ONE;
+	memset(&W, 0, sizeof(W));
+	fwc_weights_put(&W, 90, 90, 1);
+	fwc_record_add(&outside1, &W, &N, 0, &b, &st);
+	fwc_record_add(&outside2, &W, &N, 0, &b, &st);
+	fwc_record_add(&kept, &W, &N, 0, &b, &st);
+	fwc_record_add(&lone, &W, &N, 0, &b, &st);
+	fwc_carry_flush(&N, &b, 0, &st);
+
+	assert_int_equal(st.unsampled, 0);
+	assert_int_equal(st.outside, 3);
+	/* 400 + 1000 + 600 = 5 x 400 on the kept one, under its launch. */
+	assert_int_equal(s.n, 2);
+	assert_int_equal(s.recs[0].correlation, 90);
+	assert_int_equal(s.recs[0].weight, 5);
+	/* The name no window saw: its own record at exit, without a launch. */
+	assert_int_equal(s.recs[1].correlation, 0);
+	assert_int_equal(s.recs[1].weight, 1);
+	assert_int_equal(s.recs[1].end_ns - s.recs[1].start_ns, 300);
+	assert_int_equal(st.weighted_ns[FW_CUDA_KERNEL], 1000 + 600 + 400 + 300);
+}
+
 static void test_sampler_classes_and_multiplier(void **state)
 {
 	struct fwc_thread_sampler ts;
@@ -280,6 +319,7 @@ int main(void)
 		cmocka_unit_test(test_sampler_weights_count),
 		cmocka_unit_test(test_sampled_totals_exact),
 		cmocka_unit_test(test_unseen_not_counted),
+		cmocka_unit_test(test_unseen_carried_when_activity_all),
 		cmocka_unit_test(test_sampler_classes_and_multiplier),
 		cmocka_unit_test(test_weights_and_names),
 	};
