@@ -110,3 +110,54 @@ for name, fn in queries.items():
         print(f"{name:44s} missing: {e}")
         continue
     print(f"{name:44s} {med:10.1f} {best:8.1f}")
+
+# Where GetProcessUtilization's time goes (user or kernel), and whether a
+# smaller buffer makes it cheaper: the answer decides whether the agent can
+# ask less of the driver, or only ask less often.
+import resource  # noqa: E402
+
+
+def split(fn, n=20):
+    r0 = resource.getrusage(resource.RUSAGE_THREAD)
+    for _ in range(n):
+        fn()
+    r1 = resource.getrusage(resource.RUSAGE_THREAD)
+    return (r1.ru_utime - r0.ru_utime) / n * 1e6, (r1.ru_stime - r0.ru_stime) / n * 1e6
+
+
+def putil_n(cap):
+    def call():
+        n = C.c_uint(cap)
+        return nv.nvmlDeviceGetProcessUtilization(dev, arr if cap else None, C.byref(n),
+                                                  C.c_ulonglong(int(time.time() * 1e6) - 1_000_000))
+    return call
+
+
+print("# GetProcessUtilization, user/sys CPU per call (us) by buffer size")
+for cap in (0, 1, 4, 512):
+    try:
+        us, ss = split(putil_n(cap))
+    except Exception as e:  # noqa: BLE001
+        print(f"cap={cap:4d} failed: {e}")
+        continue
+    print(f"cap={cap:4d} user={us:8.1f} sys={ss:8.1f}")
+
+# With one process on the GPU, is its smUtil the GPU's utilisation? If so,
+# the costly call can be skipped while the running-process lists hold one pid.
+
+
+class UR(C.Structure):
+    _fields_ = [("gpu", C.c_uint), ("memory", C.c_uint)]
+
+
+print("# each second: device gpu/mem util, then each pid's sm/mem from GetProcessUtilization")
+ur = UR()
+for _ in range(10):
+    time.sleep(1)
+    nv.nvmlDeviceGetUtilizationRates(dev, C.byref(ur))
+    n = C.c_uint(512)
+    r = nv.nvmlDeviceGetProcessUtilization(dev, arr, C.byref(n),
+                                           C.c_ulonglong(int(time.time() * 1e6) - 1_000_000))
+    rows = [(arr[i].pid, arr[i].smUtil, arr[i].memUtil) for i in range(n.value)] if r == 0 else []
+    print(f"device gpu={ur.gpu:3d} mem={ur.memory:3d} | ret={r} " +
+          " ".join(f"pid {p}: sm={s} mem={m}" for p, s, m in rows))
