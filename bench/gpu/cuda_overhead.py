@@ -30,11 +30,14 @@ FLAMEWATCH_CUDA_COUNT_ALL=1: the launch callbacks stay on between windows
 and count every launch, and a window's records stand for the launches
 counted over those its windows saw instead of D. `all/step` is that count.
 
-A mode with -act in it (fw-act, fw-agent-act, fw-agent-act-ab) sets
-FLAMEWATCH_CUDA_ACTIVITY_ALL=1: CUPTI's activity kinds stay on between
-windows (every kernel's record arrives), only the launch callbacks are
-duty-cycled; totals are then exact, not estimated, at the price of
-CUPTI's per-kernel record cost on every launch.
+By default CUPTI's activity kinds stay on between windows (every kernel's
+record arrives, totals are exact) while the process launches under
+FLAMEWATCH_CUDA_EXACT_MAX_RATE (30,000) a second; only the launch
+callbacks are duty-cycled. A mode with -exact in it (fw-agent-exact-ab)
+lifts that rate (activity always on), one with -est in it sets
+FLAMEWATCH_CUDA_ACTIVITY_ALL=0 (activity duty-cycled with the callbacks,
+totals estimated x D: the default before 2026-12-04), and -act sets
+FLAMEWATCH_CUDA_ACTIVITY_ALL=1 (the default).
 
 A mode with -dN or -wN appended (fw-d40, fw-agent-d40-w10) runs with
 FLAMEWATCH_CUDA_DUTY_CYCLE=N or FLAMEWATCH_CUDA_WINDOW_MS=N instead of the
@@ -319,6 +322,10 @@ def run_one(mode, workload, a, fw, logdir, agent_port):
             env["FLAMEWATCH_CUDA_COUNT_ALL"] = "1"
         if "-act" in mode:
             env["FLAMEWATCH_CUDA_ACTIVITY_ALL"] = "1"
+        if "-exact" in mode:
+            env["FLAMEWATCH_CUDA_EXACT_MAX_RATE"] = "4294967295"
+        if "-est" in mode:
+            env["FLAMEWATCH_CUDA_ACTIVITY_ALL"] = "0"
         if "-ab" in mode:
             ab_file = Path(logdir) / f"listen-{os.getpid()}"
             env["FLAMEWATCH_CUDA_LISTEN_FILE"] = str(ab_file)
@@ -328,7 +335,15 @@ def run_one(mode, workload, a, fw, logdir, agent_port):
     if a.pin:
         cmd = ["taskset", "-c", a.pin] + cmd
     t0 = time.time()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.seconds + a.warmup_s + 90)
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                           timeout=a.seconds + a.warmup_s + 90)
+    except subprocess.TimeoutExpired as e:
+        # One stuck run (torch.profiler on the tiny loop, once on the H200)
+        # must not cost the table of all the others.
+        with open(os.path.join(logdir, f"{mode}-{workload}.log"), "a") as f:
+            f.write(f"$ {' '.join(cmd)}\ntimed out after {e.timeout:.0f}s\n{e.stdout or ''}\n{e.stderr or ''}\n")
+        return None
     t1 = time.time()
     with open(os.path.join(logdir, f"{mode}-{workload}.log"), "a") as f:
         f.write(f"$ {' '.join(cmd)}\nrc={p.returncode} wall={t1 - t0:.1f}s\n{p.stdout}\n{p.stderr}\n")

@@ -17,22 +17,32 @@
  * conflict probe) and retried every few seconds.
  *
  * Overhead. Measured on an H200 (design.md, "Lessons"): CUPTI with launch
- * callbacks and concurrent-kernel activity always on costs 5-7 % of a 2.3 ms
- * MLP step and 7-30 % of a step of 100 tiny kernels, most of it CUPTI's own
- * work per API call and per kernel, which no cleverness on our side removes.
- * So collection is duty-cycled: time is cut into windows of
- * FLAMEWATCH_CUDA_WINDOW_MS (10 ms); of every FLAMEWATCH_CUDA_DUTY_CYCLE (30)
- * consecutive windows one, chosen at random, has the callbacks and activity
- * kinds enabled, the others run with CUPTI idle. Every instant is thus
- * collected with probability exactly 1/D, and every launch seen stands for D
- * launches: weights carry D, so weighted totals estimate the whole run
- * without bias (a random window per group, not a fixed phase, so that no
- * periodic workload aliases with the windows). Inside a window, launches
- * above FLAMEWATCH_CUDA_LAUNCH_BUDGET kept launches per second of window
- * time are sampled (fwc_sampler_take), and a kept launch carries the count
- * of the launches it stands for, so the agent's cost per launch (a uprobe
- * and a stack walk) stays bounded too. Records of launches not kept are
- * dropped here, before they cost a probe.
+ * callbacks and concurrent-kernel activity always on costs 0.6-0.95 % of a
+ * 2.4 ms MLP step and 14.7-18.1 % of a step of 100 tiny kernels (in-process
+ * A/B, 2026-12-04), most of it CUPTI's own work per API call and per
+ * kernel, which no cleverness on our side removes. So the callbacks are
+ * duty-cycled: time is cut into windows of FLAMEWATCH_CUDA_WINDOW_MS
+ * (10 ms); of every FLAMEWATCH_CUDA_DUTY_CYCLE (30) consecutive windows one,
+ * chosen at random, has the callbacks enabled, the others run without
+ * them. Every instant is thus collected with probability exactly 1/D (a
+ * random window per group, not a fixed phase, so that no periodic workload
+ * aliases with the windows). Inside a window, launches above
+ * FLAMEWATCH_CUDA_LAUNCH_BUDGET kept launches per second of window time
+ * are sampled (fwc_sampler_take), and a kept launch carries the count of
+ * the launches it stands for, so the agent's cost per launch (a uprobe and
+ * a stack walk) stays bounded too. Records of launches not kept are not
+ * emitted: their GPU time rides on the next kept record of the same name.
+ *
+ * The activity kinds stay on between windows (FLAMEWATCH_CUDA_ACTIVITY_ALL,
+ * default 1): every kernel's record arrives, and the GPU time of those no
+ * window saw launched is carried (x 1) to kept records of their name, so the
+ * totals are exact, not estimated (the MLP: -9 % duty-cycled, -0.01 % so).
+ * That costs ~0.5 us a launch (+0.37 % on the MLP, whose CPU runs ahead of
+ * the GPU). A launch-bound loop pays it on every step (+5.5 to +10.5 % on
+ * the tiny loop), so above FLAMEWATCH_CUDA_EXACT_MAX_RATE launches a second
+ * (30,000) the activity is duty-cycled with the callbacks (_choose_activity)
+ * and every launch seen stands for D launches: weights carry D, so weighted
+ * totals estimate the whole run.
  *
  * The budget is per second of window, not of wall time: the probes then
  * take the same small share of a window whatever D. Spread over wall time,
@@ -129,7 +139,11 @@ static struct {
 	uint32_t duty;			/* D: one window in D collects */
 	uint32_t window_ms;
 	int count_all;			/* callbacks always on, counting every launch */
-	int activity_all;		/* activity always on, only the callbacks duty-cycled */
+	int activity_all_cfg;		/* FLAMEWATCH_CUDA_ACTIVITY_ALL */
+	uint64_t exact_max_rate;	/* launches a second above which activity is duty-cycled too */
+	int activity_all;		/* now: activity always on, only the callbacks duty-cycled */
+	uint64_t activity_switches;	/* between the two, by the launch rate */
+	uint64_t rate_avg;		/* launches a second in windows, decaying mean */
 	uint64_t seed;
 	const char *summary_path;
 	const char *listen_file;	/* FLAMEWATCH_CUDA_LISTEN_FILE (benchmarks) */
@@ -185,7 +199,7 @@ static struct {
 	.rec = PTHREAD_MUTEX_INITIALIZER,
 };
 
-enum { W_LOAD, W_SYM, W_SUB, W_CALL, W_FATAL, W_THREAD, W_SUMMARY };
+enum { W_LOAD, W_SYM, W_SUB, W_CALL, W_FATAL, W_THREAD, W_SUMMARY, W_ENV };
 
 /* Per launching thread: the sampler and the runtime call that may wrap a
  * driver call, so that the pair counts once. */
@@ -250,8 +264,11 @@ static uint64_t _env_u64(const char *name, uint64_t def, uint64_t min, uint64_t 
 		return def;
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno || *end || v < min || v > max)
+	if (errno || *end || v < min || v > max) {
+		_warn_once(W_ENV, "%s=%s is not a whole number from %llu to %llu; using %llu", name, s,
+			   (unsigned long long)min, (unsigned long long)max, (unsigned long long)def);
 		return def;
+	}
 	return v;
 }
 
@@ -674,6 +691,47 @@ static void _turn_off(void)
 	_update_scale();
 }
 
+/*
+ * Activity always on gives exact totals, but CUPTI's record of every kernel
+ * costs the launching thread (on the H200, ~0.5 us a launch: +0.37 % on the
+ * MLP, whose CPU runs ahead of the GPU, +5.5 to +10.5 % on a loop of 100
+ * tiny kernels a step, 128,000 launches a second, which waits on its
+ * launches). Above exact_max_rate launches a second the activity is
+ * duty-cycled with the callbacks, and the totals estimated (x D); back below
+ * 2/3 of it, always on again. The rate is a decaying mean over windows
+ * (1/8 each), starting from 0: one window falls in a burst or in a pause
+ * (the MLP queues 20 steps, ~740 launches in ~4 ms, then waits ~44 ms), the
+ * mean over a few seconds of windows does not. Called under ctl as a
+ * window closes. Records in flight at a switch are read under the new
+ * rule: a window's worth at most, rarely (hysteresis).
+ */
+static void _choose_activity(void)
+{
+	uint64_t rate = G.last_window_seen * 1000 / G.window_ms;
+	int want;
+
+	if (!G.activity_all_cfg)
+		return;
+	G.rate_avg = (G.rate_avg * 7 + rate) / 8;
+	want = G.activity_all ? G.rate_avg <= G.exact_max_rate :
+				G.rate_avg < G.exact_max_rate / 3 * 2;
+	if (want == G.activity_all)
+		return;
+	pthread_mutex_lock(&G.rec);
+	G.activity_all = want;
+	G.batch.carry_unseen = want;
+	for (int c = 0; c < FWC_NCLASS; c++)
+		G.batch.scale[c] = (want ? 1 : (uint64_t)G.duty) * FWC_SCALE_ONE;
+	pthread_mutex_unlock(&G.rec);
+	G.activity_switches++;
+	if (!want && G.activity_on) {
+		struct timespec grace = { 0, 1000000 };	/* as in _turn_off() */
+
+		nanosleep(&grace, NULL);
+		_activity(0);	/* the tick turns it on again when wanted */
+	}
+}
+
 static void _subscribe(int64_t now)
 {
 	char old[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 8] = "";
@@ -830,6 +888,7 @@ static void _tick(void)
 	} else if (G.on) {
 		G.last_window_seen = atomic_exchange(&G.window_seen, 0);
 		_turn_off();
+		_choose_activity();
 	}
 	G.slot++;
 	if (was_on || G.on || G.activity_on)
@@ -908,7 +967,10 @@ static void _write_summary(void)
 			(double)G.batch.scale[FWC_KERNEL] / FWC_SCALE_ONE);
 	fprintf(f, ",\"windows\":%llu,\"window_late_us\":%lld", (unsigned long long)G.windows,
 		(long long)(G.windows ? G.late_ns / (int64_t)G.windows / 1000 : 0));
-	fprintf(f, ",\"activity_all\":%d,\"outside\":%llu", G.activity_all,
+	fprintf(f, ",\"activity_all\":%d,\"activity_switches\":%llu,\"launch_rate\":%llu"
+		   ",\"outside\":%llu",
+		G.activity_all, (unsigned long long)G.activity_switches,
+		(unsigned long long)G.rate_avg,
 		(unsigned long long)G.stats.outside);
 	fprintf(f, ",\"records\":%llu,\"kept\":%llu,\"carried\":%llu,\"unsampled\":%llu"
 		   ",\"untimed\":%llu,\"cupti_dropped\":%llu,\"refused_buffers\":%llu,\"kernel_names\":%u",
@@ -1046,9 +1108,11 @@ EXPORT int InitializeInjection(void)
 	G.duty = (uint32_t)_env_u64("FLAMEWATCH_CUDA_DUTY_CYCLE", 30, 1, 1000);
 	G.window_ms = (uint32_t)_env_u64("FLAMEWATCH_CUDA_WINDOW_MS", 10, 1, 10000);
 	G.count_all = (int)_env_u64("FLAMEWATCH_CUDA_COUNT_ALL", 0, 0, 1);
-	G.activity_all = (int)_env_u64("FLAMEWATCH_CUDA_ACTIVITY_ALL", 0, 0, 1);
-	if (G.activity_all)
-		G.count_all = 0;	/* every record arrives: nothing to estimate */
+	G.activity_all_cfg = (int)_env_u64("FLAMEWATCH_CUDA_ACTIVITY_ALL", 1, 0, 1);
+	G.exact_max_rate = _env_u64("FLAMEWATCH_CUDA_EXACT_MAX_RATE", 30000, 0, UINT32_MAX);
+	if (G.count_all)
+		G.activity_all_cfg = 0;	/* counting is the other way to correct D */
+	G.activity_all = G.activity_all_cfg;
 	/* A kept launch's weight must still be in the direct-mapped table when
 	 * its records arrive (a window or two later): at most 1/8 of the slots
 	 * are written per window. */

@@ -334,8 +334,12 @@ def _drive_exactly(flamewatch, tmp_path, launches, images=1):
         client.wait_healthy(proc=srv)
         t0 = time.time() - 5
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FLAMEWATCH_CUDA", "FAKE_CUPTI"))}
+        # The host waits for the callbacks, not just the subscription: the
+        # launches made between the two were never recorded (the fake's
+        # `recorded` came 17 short of the work, and so did the store: one
+        # run in a few under load).
         env.update(FLAMEWATCH_CUPTI_PATH=str(cupti), FLAMEWATCH_CUDA_DUTY_CYCLE="1",
-                   FLAMEWATCH_CUDA_LAUNCH_BUDGET="100000000")
+                   FLAMEWATCH_CUDA_LAUNCH_BUDGET="100000000", CUDA_HOST_WAIT_CALLBACKS="1")
         if images == 2:
             env["CUDA_HOST_EXEC_AGAIN"] = "1"
         work = ps.start([host, "drive", lib, str(launches), "20000", "0"], "cuda_host", env=env)

@@ -205,10 +205,12 @@ def test_conflict_probe(fakes, tmp_path):
 
 
 def test_duty_cycle_estimates_totals(fakes, tmp_path):
-    """One window in 4 collects; weighted totals still estimate the whole run."""
+    """One window in 4 collects, activity too (ACTIVITY_ALL=0, as above the
+    exact rate); weighted totals still estimate the whole run."""
     summary = tmp_path / "s.json"
     res = run_plain([HOST, "drive", LIB, 12000, 20000, 150],
                     host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=4,
+                             FLAMEWATCH_CUDA_ACTIVITY_ALL=0,
                              FLAMEWATCH_CUDA_WINDOW_MS=20, FLAMEWATCH_CUDA_LAUNCH_BUDGET=10**7,
                              HOST_VARY=1), timeout=120)
     assert res.returncode == 0, res.stderr
@@ -232,6 +234,7 @@ def test_duty_cycle_slow_enable_keeps_totals(fakes, tmp_path):
         res = run_plain([HOST, "drive", LIB, 8000, 20000, 250],
                         host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=4,
                                  FLAMEWATCH_CUDA_WINDOW_MS=10, FLAMEWATCH_CUDA_LAUNCH_BUDGET=10**7,
+                                 FLAMEWATCH_CUDA_ACTIVITY_ALL=0,
                                  FLAMEWATCH_CUDA_SEED=seed, FAKE_CUPTI_ENABLE_DELAY_US=4000),
                         timeout=120)
         assert res.returncode == 0, res.stderr
@@ -280,6 +283,7 @@ def test_count_all_corrects_slowed_windows(fakes, tmp_path):
                         host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=4,
                                  FLAMEWATCH_CUDA_WINDOW_MS=10, FLAMEWATCH_CUDA_LAUNCH_BUDGET=10**7,
                                  FLAMEWATCH_CUDA_COUNT_ALL=count_all, FLAMEWATCH_CUDA_SEED=3,
+                                 FLAMEWATCH_CUDA_ACTIVITY_ALL=0,
                                  FAKE_CUPTI_RECORD_COST_NS=100000), timeout=120)
         assert res.returncode == 0, res.stderr
         truth = json.loads(res.stdout)
@@ -312,6 +316,43 @@ def test_activity_all_totals_exact(fakes, tmp_path):
     for kind, got in (("kernel", s["kernel_ns"]), ("memcpy", memcpy), ("memset", s["memset_ns"])):
         assert truth[f"{kind}_ns"] > 0, truth
         assert abs(got / truth[f"{kind}_ns"] - 1) < 0.002, (kind, got, s, truth)
+
+
+def test_activity_duty_cycled_above_exact_rate(fakes, tmp_path):
+    """Above FLAMEWATCH_CUDA_EXACT_MAX_RATE launches a second in a window,
+    CUPTI's record of every kernel costs a launch-bound loop too much (the
+    H200's tiny-kernel loop: +5.5 to +10.5 %): activity is then duty-cycled
+    with the callbacks, and the totals estimated. The same run under a
+    rate above its own stays exact."""
+    out = {}
+    for max_rate in (1000, 10**6):
+        summary = tmp_path / f"s{max_rate}.json"
+        res = run_plain([HOST, "drive", LIB, 12000, 20000, 50],
+                        host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=4,
+                                 FLAMEWATCH_CUDA_WINDOW_MS=10, FLAMEWATCH_CUDA_EXACT_MAX_RATE=max_rate,
+                                 FLAMEWATCH_CUDA_LAUNCH_BUDGET=10**7, FLAMEWATCH_CUDA_SEED=3),
+                        timeout=120)
+        assert res.returncode == 0, res.stderr
+        out[max_rate] = (json.loads(summary.read_text()), json.loads(res.stdout))
+    s, truth = out[1000]
+    assert s["activity_all"] == 0 and s["activity_switches"] >= 1, s
+    assert truth["recorded"] < 0.6 * (truth["launches"] + truth["memcpy_calls"]), ("not duty-cycled", truth)
+    assert abs(s["kernel_ns"] / truth["kernel_ns"] - 1) < 0.25, (s, truth)  # estimated
+    s, truth = out[10**6]
+    assert s["activity_all"] == 1 and s["activity_switches"] == 0, s
+    assert abs(s["kernel_ns"] / truth["kernel_ns"] - 1) < 0.002, (s, truth)
+
+
+def test_bad_tuning_is_said(fakes, tmp_path):
+    """A tuning variable the library cannot use is said on stderr (one
+    line) and its default used; the application runs on."""
+    summary = tmp_path / "s.json"
+    res = run_plain([HOST, "drive", LIB, 200, 20000, 50],
+                    host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE="thirty"),
+                    timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "FLAMEWATCH_CUDA_DUTY_CYCLE=thirty is not a whole number from 1 to 1000; using 30" in res.stderr
+    assert json.loads(summary.read_text())["duty_cycle"] == 30
 
 
 def test_listen_file_gates_collection(fakes, tmp_path):
