@@ -126,21 +126,24 @@ def split(fn, n=20):
 
 
 def putil_n(cap):
+    rets = []
+
     def call():
         n = C.c_uint(cap)
-        return nv.nvmlDeviceGetProcessUtilization(dev, arr if cap else None, C.byref(n),
-                                                  C.c_ulonglong(int(time.time() * 1e6) - 1_000_000))
-    return call
+        r = nv.nvmlDeviceGetProcessUtilization(dev, arr if cap else None, C.byref(n),
+                                               C.c_ulonglong(int(time.time() * 1e6) - 1_000_000))
+        rets.append((r, n.value))
+    return call, rets
 
 
-print("# GetProcessUtilization, user/sys CPU per call (us) by buffer size")
-for cap in (0, 1, 4, 512):
-    try:
-        us, ss = split(putil_n(cap))
-    except Exception as e:  # noqa: BLE001
-        print(f"cap={cap:4d} failed: {e}")
-        continue
-    print(f"cap={cap:4d} user={us:8.1f} sys={ss:8.1f}")
+print("# GetProcessUtilization, user/sys CPU per call (us) by buffer size; ret and count it gave")
+n0 = C.c_uint(0)
+r0 = nv.nvmlDeviceGetProcessUtilization(dev, None, C.byref(n0), C.c_ulonglong(0))
+print(f"size query: ret={r0} count={n0.value}")
+for cap in sorted({0, 1, 4, n0.value, n0.value + 4, 32, 128, 512}):
+    call, rets = putil_n(cap)
+    us, ss = split(call)
+    print(f"cap={cap:4d} user={us:8.1f} sys={ss:8.1f} ret,count={sorted(set(rets))}")
 
 # With one process on the GPU, is its smUtil the GPU's utilisation? If so,
 # the costly call can be skipped while the running-process lists hold one pid.

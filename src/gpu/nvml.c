@@ -127,8 +127,13 @@ struct nvml {
  * The two costly queries left, measured on an H200 (CPU per call):
  * nvmlDeviceGetProcessUtilization 1.1 to 1.6 ms (2.0 ms median, driver
  * 580.159.04, 2026-12-03; nvmlDeviceGetProcessesUtilizationInfo, the newer
- * form, costs the same 2.0 ms), nvmlDeviceGetFieldValues for the two PCIe
- * counters 0.2 ms; every other per-round query is under 0.06 ms. The driver keeps one utilisation sample per process, its
+ * form, costs the same 2.0 ms; 1.4-1.8 ms on 2026-12-04, all of it system
+ * time: the driver's ioctl. It wants room for 72 samples whatever the
+ * number of processes, answers INSUFFICIENT_SIZE at no cost below that, and
+ * costs the same with 72, 128 or 512), nvmlDeviceGetFieldValues for the two
+ * PCIe counters 0.2 ms; every other per-round query is under 0.06 ms. With
+ * one process on the GPU its smUtil matched the GPU's utilisation (99/99,
+ * memory 5/6, ten reads a second apart). The driver keeps one utilisation sample per process, its
  * latest, renewed about every 500 ms: reading it more than once a second
  * gains little, and once a second is the default. It is skipped while the
  * running-process lists of the GPU have been empty twice in a row (an idle
