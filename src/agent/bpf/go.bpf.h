@@ -58,7 +58,7 @@ static __always_inline int go_leave_systemstack(struct fw_unwind_state *st,
 	struct task_struct *task = bpf_get_current_task_btf();
 	__u64 g0, m, curg, sp, ip;
 
-	if (read_user_u64(&g0, task->thread.fsbase + GO_TLS_G) || !g0 ||
+	if (read_user_u64(&g0, BPF_CORE_READ(task, thread.fsbase) + GO_TLS_G) || !g0 ||
 	    read_user_u64(&m, g0 + GO_G_M) || !m ||
 	    read_user_u64(&curg, m + row->cfa_offset) || !curg ||
 	    read_user_u64(&sp, curg + GO_G_SCHED_SP) || !sp ||
@@ -83,7 +83,7 @@ static __always_inline int go_leave_cgocallback(struct fw_unwind_state *st,
 	struct task_struct *task = bpf_get_current_task_btf();
 	__u64 g, m, g0, sp, cfa, ip, bp;
 
-	if (read_user_u64(&g, task->thread.fsbase + GO_TLS_G) || !g ||
+	if (read_user_u64(&g, BPF_CORE_READ(task, thread.fsbase) + GO_TLS_G) || !g ||
 	    read_user_u64(&m, g + GO_G_M) || !m ||
 	    read_user_u64(&g0, m + GO_M_G0) || !g0 ||
 	    read_user_u64(&sp, g0 + GO_G_SCHED_SP) || !sp)
