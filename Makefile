@@ -32,7 +32,10 @@ $(DEPS_STAMP): scripts/install-deps.sh
 
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
 CFLAGS  ?= -O2 -g
-CFLAGS  += $(WARN) -std=gnu11 -D_GNU_SOURCE -Isrc -I$(BUILD) -I$(BUILD)/gen -MMD -MP
+# Frame pointers: the unwinder builds no table for flamewatch's own
+# executable (see _describe_mapping in src/agent/unwinder.c), so our own
+# samples are walked by them.
+CFLAGS  += $(WARN) -fno-omit-frame-pointer -std=gnu11 -D_GNU_SOURCE -Isrc -I$(BUILD) -I$(BUILD)/gen -MMD -MP
 LDFLAGS ?=
 
 # Everything but glibc links statically so the binary runs unchanged on other

@@ -557,3 +557,23 @@ def test_cgo_callback_chain(fw, workloads):
     require(hot >= 0.8 * w.total, f"only {hot} of {w.total} samples are in main.hotGo", w)
     require(pct >= 0.90, f"{n} of {hot} samples in main.hotGo ({pct:.1%}) hold {';'.join(chain)} in order; "
             "expected >= 90 %", w)
+
+
+def test_own_executable_walked_by_frame_pointers(fw, workloads):
+    """flamewatch builds no unwind table for its own executable when it
+    samples itself (~150,000 rows with the static libraries: 3.5-4.4 MB of
+    peak RSS against an 8 MB budget); it is built with frame pointers, so
+    its own frames still walk. At 999 Hz for 4 s, record samples itself
+    and describes itself; before, that built its own table."""
+    load = subprocess.Popen([str(workloads / "cpu_split"), "6"], stdout=subprocess.DEVNULL)
+    try:
+        res, prof = fw.record_folded(["-a", "-v", "-d", "4"], duration=4, hz=999)
+    finally:
+        load.kill()
+        load.wait()
+    tables = re.findall(r"unwind table of (\S+): (\d+) rows", res.stderr)
+    require(tables, "record -v names no unwind table at all:\n" + res.describe())
+    own = [t for t in tables if os.path.basename(t[0]) == "flamewatch"]
+    require(not own, f"record built its own table: {own}\n" + res.describe())
+    mine = {s: n for s, n in prof.stacks.items() if s.split(";")[0] == "flamewatch"}
+    require(mine, "record never sampled itself here, which this test needs\n" + res.describe())
