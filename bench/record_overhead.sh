@@ -166,20 +166,24 @@ for tool, f in (("flamewatch", "fw.time"), ("perf", "perf.time")):
     wall = t["wall"] or dur
     note = "" if t["exit"] in (None, "0") else f"exit status {t['exit']}"
     bpf = ("-", "-", "-")
+    total = "-"
     if tool == "flamewatch":
         s = bpf_stats()
         if s:
             ns, cnt, per_prog, age = s
             bpf = (f"{ns:,}", f"{cnt:,}", f"{ns / cnt:,.0f}" if cnt else "-")
+            total = f"{100 * (cpu + ns / 1e9) / wall:.2f}"
             note = (note + "; " if note else "") + f"BPF read at {age:.1f} s"
         else:
             note = (note + "; " if note else "") + "no BPF stats (programs not found)"
-    rows.append((tool, f"{cpu:.2f}", f"{100 * cpu / wall:.2f}", f"{int(t['rss_kb']) / 1024:.1f}", *bpf, note))
+    rows.append((tool, f"{cpu:.2f}", f"{100 * cpu / wall:.2f}", total, f"{int(t['rss_kb']) / 1024:.1f}",
+                 *bpf, note))
 
-head = ("tool", "CPU s", "% of one core", "peak RSS MB", "BPF ns", "BPF runs", "ns/run", "notes")
+head = ("tool", "CPU s", "% of one core", "% with BPF", "peak RSS MB", "BPF ns", "BPF runs", "ns/run",
+        "notes")
 w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
 for r in [head] + rows:
-    print("  ".join(str(c).rjust(w[i]) if 0 < i < 7 else str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip())
+    print("  ".join(str(c).rjust(w[i]) if 0 < i < 8 else str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip())
 
 s = bpf_stats()
 if s:
