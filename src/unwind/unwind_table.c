@@ -78,7 +78,20 @@ struct _builder {
 	size_t rows_raw;
 	size_t unsupported;
 	bool go;		/* a Go binary: its .debug_frame is Go's (see _walk_to) */
+	/*
+	 * unwind_table__stream(): rows leave through fn whenever the buffer
+	 * is full, all but the last two, which _emit() may still replace or
+	 * compare with. Go's stack switches are spliced into the whole
+	 * table, so a Go binary's rows are kept until the end.
+	 */
+	unwind_rows_fn fn;
+	void *ctx;
+	bool keep_all;
+	size_t flushed;
+	struct unwind_table_stats *kinds;	/* counts per row type, as rows leave */
 };
+
+#define _STREAM_ROWS 1024	/* the buffer of a streamed table: 8 KiB */
 
 const char *unwind_cfa_type__name(unsigned int type)
 {
@@ -100,6 +113,34 @@ static bool _same_rule(const struct unwind_row *a, const struct unwind_row *b)
 {
 	return a->cfa_type == b->cfa_type && a->cfa_offset == b->cfa_offset &&
 	       a->rbp_slot == b->rbp_slot;
+}
+
+static void _count_kinds(struct unwind_table_stats *st, const struct unwind_row *rows, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		st->no_cfi_rows += rows[i].cfa_type == UNWIND_NO_CFI;
+		st->signal_rows += rows[i].cfa_type == UNWIND_CFA_SIGNAL;
+		st->plt_rows += rows[i].cfa_type == UNWIND_CFA_PLT;
+		st->go_rows += rows[i].cfa_type >= UNWIND_GO_ASMCGOCALL &&
+			       rows[i].cfa_type <= UNWIND_GO_CGOCALLBACK;
+	}
+}
+
+/* Hands the first n buffered rows to the stream's fn; the rest move up. */
+static int _flush(struct _builder *b, size_t n)
+{
+	int err;
+
+	if (!n)
+		return 0;
+	_count_kinds(b->kinds, b->rows, n);
+	err = b->fn(b->ctx, b->rows, n);
+	if (err)
+		return err;
+	b->flushed += n;
+	memmove(b->rows, b->rows + n, (b->n - n) * sizeof(*b->rows));
+	b->n -= n;
+	return 0;
 }
 
 /*
@@ -127,8 +168,14 @@ static int _emit(struct _builder *b, uint64_t pc, uint8_t type, int16_t cfa_offs
 	}
 	if (b->n && _same_rule(&b->rows[b->n - 1], &row))
 		return 0;
+	if (b->n == b->cap && b->fn && !b->keep_all && b->n > 2) {
+		int err = _flush(b, b->n - 2);
+
+		if (err)
+			return err;
+	}
 	if (b->n == b->cap) {
-		size_t cap = b->cap ? b->cap * 2 : 1024;
+		size_t cap = b->cap ? b->cap * 2 : _STREAM_ROWS;
 		struct unwind_row *v = realloc(b->rows, cap * sizeof(*v));
 
 		if (!v)
@@ -1049,25 +1096,23 @@ static int _splice_go_switch(struct _builder *b, const struct go_switch *sw)
 	return 0;
 }
 
-int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *nrows,
-			struct unwind_table_stats *stats)
+/*
+ * Builds the table into b (its rows, or its stream) and st. On success b
+ * holds the rows not yet streamed: all of them without a stream.
+ */
+static int _build(int fd, int debug_fd, struct _builder *b, struct unwind_table_stats *st)
 {
 	struct go_switch go[GO_SWITCH_MAX];
 	struct _source srcs[_MAX_SOURCES];
 	struct _cie *cies = NULL;
-	struct unwind_table_stats st = { 0 };
 	struct _spans sp = { 0 };
-	struct _builder b = { 0 };
 	Elf *elf = NULL, *delf = NULL;
 	uint64_t max_vaddr, covered = 0, limit;
 	bool have_phdrs, main_eh;
 	size_t nsrc = 0, ngo;
 	int err;
 
-	*rows = NULL;
-	*nrows = 0;
-	if (stats)
-		memset(stats, 0, sizeof(*stats));
+	b->kinds = st;
 	elf_version(EV_CURRENT);
 
 	err = _open_elf(fd, &elf);
@@ -1104,7 +1149,8 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 			goto out;
 	}
 	ngo = go_switch__find(elf, go);
-	b.go = ngo > 0;
+	b->go = ngo > 0;
+	b->keep_all = ngo > 0;
 	if (sp.n == 0 && !ngo) {
 		err = -ENOENT;
 		goto out;
@@ -1131,39 +1177,57 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 
 		if (lo >= s->hi)
 			continue;
-		if (b.n && lo > covered) {
-			err = _emit(&b, covered, UNWIND_NO_CFI, 0, 0);
+		if ((b->n || b->flushed) && lo > covered) {
+			err = _emit(b, covered, UNWIND_NO_CFI, 0, 0);
 			if (err)
 				goto out;
 		}
-		err = _fill_span(&b, s, lo, srcs, cies);
+		err = _fill_span(b, s, lo, srcs, cies);
 		if (err)
 			goto out;
 		covered = s->hi;
-		st.fdes++;
+		st->fdes++;
 	}
-	err = _emit(&b, covered, UNWIND_NO_CFI, 0, 0);
+	err = _emit(b, covered, UNWIND_NO_CFI, 0, 0);
 	if (err)
 		goto out;
 	/* Without CFI, b holds one UNWIND_NO_CFI row at 0: frame pointers around the Go rows. */
 	for (size_t i = 0; i < ngo; i++) {
 		if (go[i].pc + go[i].len > limit)
 			continue;
-		err = _splice_go_switch(&b, &go[i]);
+		err = _splice_go_switch(b, &go[i]);
 		if (err)
 			goto out;
 	}
 
-	st.rows_raw = b.rows_raw;
-	st.rows = b.n;
-	st.unsupported_rows = b.unsupported;
-	for (size_t i = 0; i < b.n; i++) {
-		st.no_cfi_rows += b.rows[i].cfa_type == UNWIND_NO_CFI;
-		st.signal_rows += b.rows[i].cfa_type == UNWIND_CFA_SIGNAL;
-		st.plt_rows += b.rows[i].cfa_type == UNWIND_CFA_PLT;
-		st.go_rows += b.rows[i].cfa_type >= UNWIND_GO_ASMCGOCALL &&
-			      b.rows[i].cfa_type <= UNWIND_GO_CGOCALLBACK;
+	st->rows_raw = b->rows_raw;
+	st->unsupported_rows = b->unsupported;
+out:
+	free(cies);
+	free(sp.v);
+	elf_end(delf);
+	elf_end(elf);
+	return err;
+}
+
+int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *nrows,
+			struct unwind_table_stats *stats)
+{
+	struct unwind_table_stats st = { 0 };
+	struct _builder b = { 0 };
+	int err;
+
+	*rows = NULL;
+	*nrows = 0;
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
+	err = _build(fd, debug_fd, &b, &st);
+	if (err) {
+		free(b.rows);
+		return err;
 	}
+	st.rows = b.n;
+	_count_kinds(&st, b.rows, b.n);
 	if (b.n < b.cap) {
 		struct unwind_row *v = realloc(b.rows, b.n * sizeof(*v));
 
@@ -1172,16 +1236,32 @@ int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows, size_t *
 	}
 	*rows = b.rows;
 	*nrows = b.n;
-	b.rows = NULL;
 	if (stats)
 		*stats = st;
-out:
-	free(cies);
+	return 0;
+}
+
+int unwind_table__stream(int fd, int debug_fd, unwind_rows_fn fn, void *ctx, size_t *nrows,
+			 struct unwind_table_stats *stats)
+{
+	struct unwind_table_stats st = { 0 };
+	struct _builder b = { .fn = fn, .ctx = ctx };
+	int err;
+
+	*nrows = 0;
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
+	err = _build(fd, debug_fd, &b, &st);
+	if (!err)
+		err = _flush(&b, b.n);
 	free(b.rows);
-	free(sp.v);
-	elf_end(delf);
-	elf_end(elf);
-	return err;
+	if (err)
+		return err;
+	st.rows = b.flushed;
+	*nrows = b.flushed;
+	if (stats)
+		*stats = st;
+	return 0;
 }
 
 const struct unwind_row *unwind_table__find(const struct unwind_row *rows, size_t nrows,

@@ -127,6 +127,20 @@ struct unwind_table_stats {
 int unwind_table__build(int fd, int debug_fd, struct unwind_row **rows,
 			size_t *nrows, struct unwind_table_stats *stats);
 
+/* Receives n rows of a streamed table (borrowed); non-zero stops the build. */
+typedef int (*unwind_rows_fn)(void *ctx, const struct unwind_row *rows, size_t n);
+
+/*
+ * The same table as unwind_table__build(), handed to fn in order, in
+ * pieces of up to ~1,000 rows, without the whole of it in memory (a Go
+ * binary's excepted: its stack switches are spliced into the whole table).
+ * A file's table is ~8 bytes a row, millions of rows for the largest
+ * libraries; its FDE list is what stays, 16 bytes an FDE. *nrows is the
+ * count handed over. Returns as unwind_table__build(), or fn's error.
+ */
+int unwind_table__stream(int fd, int debug_fd, unwind_rows_fn fn, void *ctx, size_t *nrows,
+			 struct unwind_table_stats *stats);
+
 /*
  * The row covering pc: the last row whose pc <= pc, or NULL when pc is
  * below the first row (or nrows is 0). rows is borrowed; so is the result.

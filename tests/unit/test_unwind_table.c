@@ -811,6 +811,73 @@ static void test_big_binary_matches_readelf(void **state)
 	free(rows);
 }
 
+struct stream_sink {
+	struct unwind_row *rows;
+	size_t n, cap, calls, max_piece;
+	size_t fail_after;	/* rows; 0: never */
+};
+
+static int stream_collect(void *ctx, const struct unwind_row *rows, size_t n)
+{
+	struct stream_sink *k = ctx;
+
+	if (k->fail_after && k->n + n > k->fail_after)
+		return -ECANCELED;
+	if (k->n + n > k->cap) {
+		k->cap = (k->n + n) * 2;
+		k->rows = realloc(k->rows, k->cap * sizeof(*k->rows));
+		assert_non_null(k->rows);
+	}
+	memcpy(k->rows + k->n, rows, n * sizeof(*rows));
+	k->n += n;
+	k->calls++;
+	if (n > k->max_piece)
+		k->max_piece = n;
+	return 0;
+}
+
+/* A streamed table is the built one, row for row, in pieces; fn can stop it. */
+static void test_stream_matches_build(void **state)
+{
+	const char *paths[] = { LIBC, "/proc/self/exe", big_binaries[0] };
+
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		struct unwind_table_stats st, sst;
+		struct stream_sink k = { 0 };
+		struct unwind_row *rows;
+		size_t n, sn;
+		int fd;
+
+		if (!exists(paths[i]))
+			continue;
+		assert_int_equal(build(paths[i], NULL, &rows, &n, &st), 0);
+		fd = open(paths[i], O_RDONLY | O_CLOEXEC);
+		assert_true(fd >= 0);
+		assert_int_equal(unwind_table__stream(fd, -1, stream_collect, &k, &sn, &sst), 0);
+		assert_int_equal(sn, n);
+		assert_int_equal(k.n, n);
+		assert_memory_equal(k.rows, rows, n * sizeof(*rows));
+		assert_int_equal(sst.rows, st.rows);
+		assert_int_equal(sst.rows_raw, st.rows_raw);
+		assert_int_equal(sst.fdes, st.fdes);
+		assert_int_equal(sst.no_cfi_rows, st.no_cfi_rows);
+		assert_int_equal(sst.plt_rows, st.plt_rows);
+		assert_int_equal(sst.signal_rows, st.signal_rows);
+		if (n > 5000)
+			assert_true(k.calls > 1 && k.max_piece <= 1024);
+
+		free(k.rows);
+		memset(&k, 0, sizeof(k));
+		k.fail_after = n / 2;
+		if (k.fail_after > 2048)
+			assert_int_equal(unwind_table__stream(fd, -1, stream_collect, &k, &sn, NULL),
+					 -ECANCELED);
+		free(k.rows);
+		free(rows);
+		close(fd);
+	}
+}
+
 static void write_file(const char *path, const void *buf, size_t len)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -885,6 +952,7 @@ int main(void)
 		cmocka_unit_test(test_libc_matches_readelf),
 		cmocka_unit_test(test_libc_signal_trampoline),
 		cmocka_unit_test(test_big_binary_matches_readelf),
+		cmocka_unit_test(test_stream_matches_build),
 		cmocka_unit_test(test_size_stats),
 		cmocka_unit_test(test_errors),
 	};
