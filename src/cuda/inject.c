@@ -672,10 +672,21 @@ static void _update_scale(void)
 	pthread_mutex_unlock(&G.rec);
 }
 
-static void _turn_off(void)
+/*
+ * Disables the activity kinds after the callbacks: a launch whose entry
+ * callback just ran reaches the GPU with activity still enabled first, so
+ * its kept weight finds its record.
+ */
+static void _activity_off_after_callbacks(void)
 {
 	struct timespec grace = { 0, 1000000 };
 
+	nanosleep(&grace, NULL);
+	_activity(0);
+}
+
+static void _turn_off(void)
+{
 	if (!G.on)
 		return;
 	G.on = 0;
@@ -684,11 +695,21 @@ static void _turn_off(void)
 		_callbacks(0);
 	if (G.activity_all)
 		return;		/* activity stays on until nobody listens */
-	/* Let a launch whose entry callback just ran reach the GPU with
-	 * activity still enabled, so its kept weight finds its record. */
-	nanosleep(&grace, NULL);
-	_activity(0);
+	_activity_off_after_callbacks();
 	_update_scale();
+}
+
+/*
+ * Exact totals (activity always on: every record x 1, those no window saw
+ * carried) or estimated ones (activity duty-cycled: records of windows x D,
+ * the others dropped). Under rec, or before any record is read.
+ */
+static void _set_exact(int exact)
+{
+	G.activity_all = exact;
+	G.batch.carry_unseen = exact;
+	for (int c = 0; c < FWC_NCLASS; c++)
+		G.batch.scale[c] = (exact ? 1 : (uint64_t)G.duty) * FWC_SCALE_ONE;
 }
 
 /*
@@ -718,18 +739,11 @@ static void _choose_activity(void)
 	if (want == G.activity_all)
 		return;
 	pthread_mutex_lock(&G.rec);
-	G.activity_all = want;
-	G.batch.carry_unseen = want;
-	for (int c = 0; c < FWC_NCLASS; c++)
-		G.batch.scale[c] = (want ? 1 : (uint64_t)G.duty) * FWC_SCALE_ONE;
+	_set_exact(want);
 	pthread_mutex_unlock(&G.rec);
 	G.activity_switches++;
-	if (!want && G.activity_on) {
-		struct timespec grace = { 0, 1000000 };	/* as in _turn_off() */
-
-		nanosleep(&grace, NULL);
-		_activity(0);	/* the tick turns it on again when wanted */
-	}
+	if (!want && G.activity_on)
+		_activity_off_after_callbacks();	/* the tick turns it on again when wanted */
 }
 
 static void _subscribe(int64_t now)
@@ -1112,7 +1126,7 @@ EXPORT int InitializeInjection(void)
 	G.exact_max_rate = _env_u64("FLAMEWATCH_CUDA_EXACT_MAX_RATE", 30000, 0, UINT32_MAX);
 	if (G.count_all)
 		G.activity_all_cfg = 0;	/* counting is the other way to correct D */
-	G.activity_all = G.activity_all_cfg;
+
 	/* A kept launch's weight must still be in the direct-mapped table when
 	 * its records arrive (a window or two later): at most 1/8 of the slots
 	 * are written per window. */
@@ -1129,9 +1143,7 @@ EXPORT int InitializeInjection(void)
 	if (G.listen_file && !*G.listen_file)
 		G.listen_file = NULL;
 	G.batch.emit = _emit;
-	for (int c = 0; c < FWC_NCLASS; c++)
-		G.batch.scale[c] = (G.activity_all ? 1 : (uint64_t)G.duty) * FWC_SCALE_ONE;
-	G.batch.carry_unseen = G.activity_all;
+	_set_exact(G.activity_all_cfg);
 	G.names.announce = _announce;
 	atomic_store(&G.p_fixed, UINT32_MAX);
 

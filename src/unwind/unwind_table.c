@@ -77,16 +77,19 @@ struct _builder {
 	size_t n, cap;
 	size_t rows_raw;
 	size_t unsupported;
-	bool go;		/* a Go binary: its .debug_frame is Go's (see _walk_to) */
+	/*
+	 * A Go binary: its .debug_frame is Go's (see _walk_to), and its stack
+	 * switches are spliced into the whole table, so a stream keeps its
+	 * rows until the end.
+	 */
+	bool go;
 	/*
 	 * unwind_table__stream(): rows leave through fn whenever the buffer
 	 * is full, all but the last two, which _emit() may still replace or
-	 * compare with. Go's stack switches are spliced into the whole
-	 * table, so a Go binary's rows are kept until the end.
+	 * compare with.
 	 */
 	unwind_rows_fn fn;
 	void *ctx;
-	bool keep_all;
 	size_t flushed;
 	struct unwind_table_stats *kinds;	/* counts per row type, as rows leave */
 };
@@ -168,7 +171,7 @@ static int _emit(struct _builder *b, uint64_t pc, uint8_t type, int16_t cfa_offs
 	}
 	if (b->n && _same_rule(&b->rows[b->n - 1], &row))
 		return 0;
-	if (b->n == b->cap && b->fn && !b->keep_all && b->n > 2) {
+	if (b->n == b->cap && b->fn && !b->go && b->n > 2) {
 		int err = _flush(b, b->n - 2);
 
 		if (err)
@@ -1150,7 +1153,6 @@ static int _build(int fd, int debug_fd, struct _builder *b, struct unwind_table_
 	}
 	ngo = go_switch__find(elf, go);
 	b->go = ngo > 0;
-	b->keep_all = ngo > 0;
 	if (sp.n == 0 && !ngo) {
 		err = -ENOENT;
 		goto out;

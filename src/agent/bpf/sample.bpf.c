@@ -525,8 +525,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	 * registers; the user registers are the ones saved on kernel entry.
 	 * Kernel text lives in the upper half of the address space, which is
 	 * a cheaper test than the code segment's privilege level.
-	 */
-	/*
+	 *
 	 * mm is read once, and not through the BTF pointer: the verifier looks
 	 * up whether a pointer loaded from a trusted one is trusted by the
 	 * name of its type, a linear search of the kernel's BTF, on every path
