@@ -53,6 +53,9 @@ static void _usage(FILE *out)
 "  --gpu-process-interval DUR  how often per-process GPU utilisation is read: the\n"
 "                       driver's latest sample per process (default 1s; 1.1-1.6 ms\n"
 "                       of CPU a read on an H200; none while no process is on it)\n"
+"  --gpu-process-query shared|always  shared (default): the driver's per-process\n"
+"                       query only while 2+ processes share a GPU; one alone gets\n"
+"                       the GPU's utilisation. always: the query for one too\n"
 "  --metrics-listen H:P serve /metrics (GPU metrics, Prometheus text) here\n"
 "  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n"
 "  --cuda-lib-dir DIR   copy libflamewatch-cuda.so (shipped beside this binary) into\n"
@@ -180,6 +183,7 @@ int cmd_agent(int argc, char **argv)
 		{ "gpu-interval", required_argument, NULL, 'g' },
 		{ "gpu-pcie-interval", required_argument, NULL, 'X' },
 		{ "gpu-process-interval", required_argument, NULL, 'Y' },
+		{ "gpu-process-query", required_argument, NULL, 'Q' },
 		{ "metrics-listen", required_argument, NULL, 'M' },
 		{ "no-cpu-strips", no_argument, NULL, 'S' },
 		{ "cuda-lib-dir", required_argument, NULL, 'C' },
@@ -272,6 +276,11 @@ int cmd_agent(int argc, char **argv)
 		case 'Y':
 			if (continuous__parse_gpu_costly_interval("gpu-process-interval", optarg,
 								  &co.gpu_process_interval_ns))
+				return 2;
+			break;
+		case 'Q':
+			if (continuous__parse_gpu_process_query("gpu-process-query", optarg,
+								&co.gpu_process_query_always))
 				return 2;
 			break;
 		case 'M':

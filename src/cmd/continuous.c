@@ -75,6 +75,16 @@ int continuous__parse_gpu_costly_interval(const char *flag, const char *arg, uin
 	return 0;
 }
 
+int continuous__parse_gpu_process_query(const char *flag, const char *arg, int *always)
+{
+	if (!strcmp(arg, "shared") || !strcmp(arg, "always")) {
+		*always = arg[0] == 'a';
+		return 0;
+	}
+	fprintf(stderr, "flamewatch: error: --%s: '%s' is not shared or always\n", flag, arg);
+	return -1;
+}
+
 /* Moves the points of the GPU thread's rounds into the batch being filled. */
 static void _gpu_drain(struct continuous *c, struct batch *b)
 {
@@ -160,7 +170,7 @@ int continuous__start(struct continuous *c, struct event_base *base,
 		c->gpu_interval_ns = o->gpu_interval_ns;
 		c->on_gpu_round = o->on_gpu_round;
 		c->gpu = gpu_poller__start(NULL, o->gpu_interval_ns, o->gpu_pcie_interval_ns,
-					   o->gpu_process_interval_ns);
+					   o->gpu_process_interval_ns, o->gpu_process_query_always);
 	}
 	return 0;
 }

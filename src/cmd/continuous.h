@@ -46,6 +46,7 @@ struct continuous_opts {
 	uint64_t gpu_interval_ns;
 	/* the PCIe counters and per-process utilisation this often (0: every round) */
 	uint64_t gpu_pcie_interval_ns, gpu_process_interval_ns;
+	int gpu_process_query_always;	/* --gpu-process-query always */
 	/* Called after each GPU round with the batch and its first new metric; may be NULL. */
 	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 	int no_cpu_strips;		/* --no-cpu-strips */
@@ -58,6 +59,8 @@ struct continuous_opts {
 int continuous__parse_gpu_interval(const char *arg, uint64_t *ns);
 /* --gpu-pcie-interval, --gpu-process-interval: a duration, 0 for every round. */
 int continuous__parse_gpu_costly_interval(const char *flag, const char *arg, uint64_t *ns);
+/* --gpu-process-query: "shared" (0) or "always" (1); -1 (said) otherwise. */
+int continuous__parse_gpu_process_query(const char *flag, const char *arg, int *always);
 #define CONTINUOUS_GPU_INTERVAL_NS 1000000000ULL
 #define CONTINUOUS_GPU_PCIE_INTERVAL_NS NVML_PCIE_INTERVAL_NS
 #define CONTINUOUS_GPU_PROCESS_INTERVAL_NS NVML_PROCESS_INTERVAL_NS

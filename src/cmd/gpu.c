@@ -24,13 +24,14 @@ static void _usage(FILE *out)
 	fprintf(out,
 "usage: flamewatch gpu [--rounds N] [--interval DUR] [--lib PATH] [--quiet] [--breakdown]\n"
 "                      [--pcie-interval DUR] [--process-interval DUR]\n"
+"                      [--process-query shared|always]\n"
 "\n"
 "Reads GPU metrics from NVML N times (default 1), DUR apart (default 1s), and\n"
 "prints every point of the last round as `name{labels} value ts_ns`, then the\n"
 "CPU time one round took. --breakdown: also the calls and CPU time of each\n"
 "kind of NVML query, per GPU per round. The PCIe counters and per-process\n"
 "utilisation are read every 5s and 1s as by the agent, or as given (0: every\n"
-"round).\n");
+"round). --process-query: as the agent's --gpu-process-query.\n");
 }
 
 static int64_t _unix_ns(void)
@@ -69,6 +70,7 @@ int cmd_gpu(int argc, char **argv)
 		{ "breakdown", no_argument, NULL, 'b' },
 		{ "pcie-interval", required_argument, NULL, 'X' },
 		{ "process-interval", required_argument, NULL, 'Y' },
+		{ "process-query", required_argument, NULL, 'Q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -81,7 +83,7 @@ int cmd_gpu(int argc, char **argv)
 	struct nvml *n = NULL;
 	struct batch *b = NULL;
 	struct nvml_stats st;
-	int c, rc = 1, quiet = 0, breakdown = 0;
+	int c, rc = 1, quiet = 0, breakdown = 0, query_always = 0;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "vhq", longopts, NULL)) != -1) {
@@ -112,6 +114,10 @@ int cmd_gpu(int argc, char **argv)
 			if (continuous__parse_gpu_costly_interval("process-interval", optarg, &process_ns))
 				return 2;
 			break;
+		case 'Q':
+			if (continuous__parse_gpu_process_query("process-query", optarg, &query_always))
+				return 2;
+			break;
 		case 'L':
 			lib = optarg;
 			break;
@@ -139,6 +145,7 @@ int cmd_gpu(int argc, char **argv)
 	}
 	nvml__set_interval(n, (uint64_t)interval);
 	nvml__set_costly_intervals(n, pcie_ns, process_ns);
+	nvml__set_process_query_always(n, query_always);
 	nvml__set_profile(n, breakdown);
 	b = batch__new(1);
 	if (!b)
@@ -180,11 +187,13 @@ int cmd_gpu(int argc, char **argv)
 	if (breakdown)
 		_print_breakdown(n, &st);
 	printf("# rounds %llu gpus %u points %llu calls_per_round %.1f cpu_us_per_round %.1f "
-	       "cpu_us_per_gpu_round %.1f max_cpu_us %.1f wall_ms_per_round %.2f max_wall_ms %.2f\n",
+	       "cpu_us_per_gpu_round %.1f max_cpu_us %.1f wall_ms_per_round %.2f max_wall_ms %.2f "
+	       "sole_process_reads %llu\n",
 	       (unsigned long long)st.rounds, nvml__ngpus(n), (unsigned long long)st.points,
 	       (double)st.calls / st.rounds, st.cpu_ns / 1e3 / st.rounds,
 	       nvml__ngpus(n) ? st.cpu_ns / 1e3 / st.rounds / nvml__ngpus(n) : 0.0,
-	       st.max_cpu_ns / 1e3, st.wall_ns / 1e6 / st.rounds, st.max_wall_ns / 1e6);
+	       st.max_cpu_ns / 1e3, st.wall_ns / 1e6 / st.rounds, st.max_wall_ns / 1e6,
+	       (unsigned long long)st.sole_process_reads);
 	rc = 0;
 out:
 	batch__free(b);

@@ -45,6 +45,9 @@ static void _usage(FILE *out)
 "  --gpu-process-interval DUR  how often per-process GPU utilisation is read: the\n"
 "                       driver's latest sample per process (default 1s; 1.1-1.6 ms\n"
 "                       of CPU a read on an H200; none while no process is on it)\n"
+"  --gpu-process-query shared|always  shared (default): the driver's per-process\n"
+"                       query only while 2+ processes share a GPU; one alone gets\n"
+"                       the GPU's utilisation. always: the query for one too\n"
 "  --insecure           allow a non-loopback --listen without a token\n"
 "  --tls-cert FILE      serve HTTPS with this PEM certificate (chain: server first)\n"
 "  --tls-key FILE       the certificate's private key (PEM)\n"
@@ -82,7 +85,7 @@ int cmd_run(int argc, char **argv)
 	 */
 	enum {
 		OPT_NODE = 256, OPT_INTERVAL, OPT_JAVA_PERFMAP, OPT_GPU_INTERVAL,
-		OPT_GPU_PCIE, OPT_GPU_PROCESS, OPT_NO_CPU_STRIPS,
+		OPT_GPU_PCIE, OPT_GPU_PROCESS, OPT_GPU_PROCESS_QUERY, OPT_NO_CPU_STRIPS,
 	};
 	static const struct option extra[] = {
 		{ "freq", required_argument, NULL, 'F' },
@@ -92,6 +95,7 @@ int cmd_run(int argc, char **argv)
 		{ "gpu-interval", required_argument, NULL, OPT_GPU_INTERVAL },
 		{ "gpu-pcie-interval", required_argument, NULL, OPT_GPU_PCIE },
 		{ "gpu-process-interval", required_argument, NULL, OPT_GPU_PROCESS },
+		{ "gpu-process-query", required_argument, NULL, OPT_GPU_PROCESS_QUERY },
 		{ "no-cpu-strips", no_argument, NULL, OPT_NO_CPU_STRIPS },
 	};
 	struct option longopts[32];
@@ -171,6 +175,12 @@ int cmd_run(int argc, char **argv)
 								  "gpu-process-interval", optarg,
 								  c == OPT_GPU_PCIE ? &co.gpu_pcie_interval_ns :
 								  &co.gpu_process_interval_ns))
+				return 2;
+			continue;
+		}
+		if (c == OPT_GPU_PROCESS_QUERY) {
+			if (continuous__parse_gpu_process_query("gpu-process-query", optarg,
+								&co.gpu_process_query_always))
 				return 2;
 			continue;
 		}

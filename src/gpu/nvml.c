@@ -60,6 +60,13 @@ struct gpu {
 	bool have_energy;
 	int64_t energy_due_ns;
 	unsigned int empty_lists;	/* running-process reads in a row that found none */
+	/* For a GPU with one process on it (_sole_process_util). */
+	unsigned int sole_pid;		/* the one pid of the last lists read, 0: none or several */
+	int64_t lists_ns;		/* when the lists were last read */
+	double util, mem_util;		/* the GPU's newest utilisation samples */
+	int64_t util_ns, mem_util_ns;	/* their times; 0: none yet */
+	int64_t util_read_ns;		/* the round that last read them */
+	int64_t sole_util_ns;		/* util_ns already given to the process */
 };
 
 struct nvml_query_cost {
@@ -92,6 +99,7 @@ struct nvml {
 	bool use_samples;		/* rounds less than a second apart */
 	unsigned int every_second;	/* rounds between the once-a-second queries */
 	uint64_t pcie_interval_ns, process_interval_ns;
+	bool process_query_always;	/* the driver's per-process query even for one process */
 	bool profile;			/* CPU time per query kind */
 	struct proc_info *procs;
 	size_t nprocs, cap_procs;
@@ -125,21 +133,28 @@ struct nvml {
 #define SECOND_NS 1000000000ULL
 /*
  * The two costly queries left, measured on an H200 (CPU per call):
- * nvmlDeviceGetProcessUtilization 1.1 to 1.6 ms (2.0 ms median, driver
- * 580.159.04, 2026-12-03; nvmlDeviceGetProcessesUtilizationInfo, the newer
- * form, costs the same 2.0 ms; 1.4-1.8 ms on 2026-12-04, all of it system
- * time: the driver's ioctl. It wants room for 72 samples whatever the
- * number of processes, answers INSUFFICIENT_SIZE at no cost below that, and
- * costs the same with 72, 128 or 512), nvmlDeviceGetFieldValues for the two
- * PCIe counters 0.2 ms; every other per-round query is under 0.06 ms. With
- * one process on the GPU its smUtil matched the GPU's utilisation (99/99,
- * memory 5/6, ten reads a second apart). The driver keeps one utilisation sample per process, its
- * latest, renewed about every 500 ms: reading it more than once a second
- * gains little, and once a second is the default. It is skipped while the
- * running-process lists of the GPU have been empty twice in a row (an idle
- * GPU costs no such call). The PCIe counters are cumulative, so reading
- * them every 5 s loses no traffic, only resolution (32-bit counters, which
- * could wrap between reads, are read every round).
+ * nvmlDeviceGetProcessUtilization 1.1 to 1.8 ms, all of it system time in
+ * the driver's ioctl (nvmlDeviceGetProcessesUtilizationInfo, the newer
+ * form, costs the same; the driver wants room for 72 samples whatever the
+ * number of processes and costs the same with 72, 128 or 512), and
+ * nvmlDeviceGetFieldValues for the two PCIe counters 0.2-0.7 ms; every
+ * other per-round query is under 0.06 ms.
+ *
+ * The driver keeps one utilisation sample per process, its latest, renewed
+ * about every 500 ms: reading it more than once a second gains little, and
+ * once a second is the default. It is not asked:
+ *  - while the running-process lists of the GPU have been empty twice in a
+ *    row (an idle GPU);
+ *  - while they name one process (the usual training or inference node,
+ *    one process per GPU): that process's utilisation is then the GPU's,
+ *    which the round reads anyway (_sole_process_util). On the H200 the
+ *    driver's smUtil for the only process matched the GPU's utilisation
+ *    (99/99, memory 5/6, ten reads a second apart). The driver is asked
+ *    again as soon as a second process appears, and always with
+ *    nvml__set_process_query_always().
+ * The PCIe counters are cumulative, so reading them every 5 s loses no
+ * traffic, only resolution (32-bit counters, which could wrap between
+ * reads, are read every round).
  */
 
 static const char *const _query_names[NVML_Q_MAX] = {
@@ -422,6 +437,12 @@ void nvml__set_costly_intervals(struct nvml *n, uint64_t pcie_ns, uint64_t proce
 	n->process_interval_ns = process_ns;
 }
 
+void nvml__set_process_query_always(struct nvml *n, int always)
+{
+	if (n)
+		n->process_query_always = always;
+}
+
 void nvml__set_profile(struct nvml *n, int on)
 {
 	if (n)
@@ -523,6 +544,18 @@ static double _value(nvmlValueType_t t, nvmlValue_t v)
 	}
 }
 
+/* The GPU's newest utilisation sample, kept for a process alone on it. */
+static void _note_util(struct gpu *g, enum nvml_metric m, int64_t ts, double v)
+{
+	if (m == NVML_M_UTIL && ts >= g->util_ns) {
+		g->util = v;
+		g->util_ns = ts;
+	} else if (m == NVML_M_MEM_UTIL && ts >= g->mem_util_ns) {
+		g->mem_util = v;
+		g->mem_util_ns = ts;
+	}
+}
+
 static int _grow_samples(struct round *r, unsigned int cap)
 {
 	nvmlSample_t *s = realloc(r->n->samples, cap * sizeof(*s));
@@ -591,6 +624,7 @@ static bool _sampled(struct round *r, struct gpu *g, nvmlSamplingType_t type,
 				continue;
 			_point(r, r->gpu_series, m, _sample_ns(r, s->timeStamp),
 			       _value(vt, s->sampleValue));
+			_note_util(g, m, _sample_ns(r, s->timeStamp), _value(vt, s->sampleValue));
 			if (s->timeStamp > newest)
 				newest = s->timeStamp;
 			if (!*last)
@@ -637,10 +671,14 @@ static void _utilization(struct round *r, struct gpu *g)
 		return;
 	}
 	ret = CALL(n, NVML_Q_UTILIZATION, n->f.utilization_rates(g->dev, &u));
-	if (!done_util && _check(n, g, NVML_M_UTIL, ret))
+	if (!done_util && _check(n, g, NVML_M_UTIL, ret)) {
 		_point(r, r->gpu_series, NVML_M_UTIL, r->now_ns, u.gpu);
-	if (!done_mem && _check(n, g, NVML_M_MEM_UTIL, ret))
+		_note_util(g, NVML_M_UTIL, r->now_ns, u.gpu);
+	}
+	if (!done_mem && _check(n, g, NVML_M_MEM_UTIL, ret)) {
 		_point(r, r->gpu_series, NVML_M_MEM_UTIL, r->now_ns, u.memory);
+		_note_util(g, NVML_M_MEM_UTIL, r->now_ns, u.memory);
+	}
 }
 
 /* A value that hardly changes: remembered on success, forgotten when unavailable. */
@@ -1044,6 +1082,11 @@ static void _proc_memory(struct round *r, struct gpu *g)
 		g->empty_lists++;
 	else
 		g->empty_lists = 0;
+	g->lists_ns = r->now_ns;
+	g->sole_pid = any_ok && total ? n->pinfo[0].pid : 0;
+	for (unsigned int i = 1; i < total && g->sole_pid; i++)
+		if (n->pinfo[i].pid != g->sole_pid)
+			g->sole_pid = 0;
 	/* A process in both lists uses one address space: its larger figure. */
 	for (unsigned int i = 0; i < total; i++) {
 		unsigned int pid = n->pinfo[i].pid;
@@ -1143,6 +1186,34 @@ none:
 		g->last_proc_us = last;
 }
 
+/*
+ * A process alone on the GPU: its utilisation is the GPU's, which this
+ * round read, so the driver's costly per-process query is not made (see
+ * the top). Needs the lists read this second to name that one process, and
+ * a GPU sample of the last two seconds not yet given to it. Returns false
+ * when the driver must be asked.
+ */
+static bool _sole_process_util(struct round *r, struct gpu *g)
+{
+	int64_t series, fresh = r->now_ns - 2 * (int64_t)SECOND_NS;
+
+	if (r->n->process_query_always || !g->sole_pid ||
+	    r->now_ns - g->lists_ns > (int64_t)(SECOND_NS + r->n->interval_ns) ||
+	    !_want(g, NVML_M_UTIL) || g->util_ns < fresh)
+		return false;
+	r->n->stats.sole_process_reads++;
+	if (g->util_ns == g->sole_util_ns)
+		return true;	/* no GPU sample since the last round */
+	series = _proc_series(r, g, g->sole_pid);
+	if (series < 0)
+		return true;
+	g->sole_util_ns = g->util_ns;
+	_point(r, series, NVML_M_PROC_UTIL, g->util_ns, g->util);
+	if (_want(g, NVML_M_MEM_UTIL) && g->mem_util_ns >= fresh)
+		_point(r, series, NVML_M_PROC_MEM_UTIL, g->mem_util_ns, g->mem_util);
+	return true;
+}
+
 int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns)
 {
 	struct round r = { .n = n, .b = b, .now_ns = now_ns };
@@ -1169,7 +1240,8 @@ int nvml__collect(struct nvml *n, struct batch *b, int64_t now_ns)
 		if (r.each_second && _want(g, NVML_M_PROC_MEM_USED))
 			_proc_memory(&r, g);
 		if (_want(g, NVML_M_PROC_UTIL) && g->empty_lists < 2 &&
-		    _due(&r, &g->proc_util_due_ns, n->process_interval_ns))
+		    _due(&r, &g->proc_util_due_ns, n->process_interval_ns) &&
+		    !_sole_process_util(&r, g))
 			_proc_util(&r, g);
 	}
 	/* Forget processes that were on no GPU this time. */

@@ -52,6 +52,13 @@ void nvml__set_interval(struct nvml *n, uint64_t interval_ns);
 #define NVML_PCIE_INTERVAL_NS (5 * 1000000000ULL)
 #define NVML_PROCESS_INTERVAL_NS (1 * 1000000000ULL)
 void nvml__set_costly_intervals(struct nvml *n, uint64_t pcie_ns, uint64_t process_ns);
+/*
+ * Whether per-process utilisation always comes from the driver's
+ * per-process query (1), or (0, the default) from the GPU's utilisation
+ * while the GPU's running-process lists name one process only: the same
+ * figure without the query's 1-2 ms of CPU (nvml.c explains).
+ */
+void nvml__set_process_query_always(struct nvml *n, int always);
 /* Shuts NVML down and unloads it. Accepts NULL. */
 void nvml__close(struct nvml *n);
 unsigned int nvml__ngpus(const struct nvml *n);
@@ -79,6 +86,7 @@ struct nvml_stats {
 	uint64_t max_cpu_ns;	/* the costliest round */
 	uint64_t wall_ns;	/* elapsed time in rounds (some NVML queries sleep) */
 	uint64_t max_wall_ns;	/* the longest round */
+	uint64_t sole_process_reads;	/* per-process reads that were the GPU's (one process) */
 };
 void nvml__stats(const struct nvml *n, struct nvml_stats *out);
 

@@ -127,7 +127,7 @@ static void *_run(void *arg)
 }
 
 struct gpu_poller *gpu_poller__start(const char *lib, uint64_t interval_ns, uint64_t pcie_ns,
-				     uint64_t process_ns)
+				     uint64_t process_ns, int process_query_always)
 {
 	struct gpu_poller *p = calloc(1, sizeof(*p));
 	pthread_condattr_t ca;
@@ -148,6 +148,7 @@ struct gpu_poller *gpu_poller__start(const char *lib, uint64_t interval_ns, uint
 	}
 	nvml__set_interval(p->nvml, interval_ns);
 	nvml__set_costly_intervals(p->nvml, pcie_ns, process_ns);
+	nvml__set_process_query_always(p->nvml, process_query_always);
 	p->staged = batch__new(1);
 	p->work = batch__new(1);
 	if (!p->staged || !p->work)

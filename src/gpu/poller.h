@@ -19,10 +19,12 @@ struct nvml_stats;
 
 /*
  * Opens NVML (lib as for nvml__open), tells it the interval
- * (nvml__set_interval) and starts the thread; NULL (errno set) without NVML.
+ * (nvml__set_interval, nvml__set_costly_intervals,
+ * nvml__set_process_query_always) and starts the thread; NULL (errno set)
+ * without NVML.
  */
 struct gpu_poller *gpu_poller__start(const char *lib, uint64_t interval_ns, uint64_t pcie_ns,
-				     uint64_t process_ns);
+				     uint64_t process_ns, int process_query_always);
 /* Stops and joins the thread, closes NVML. Accepts NULL. */
 void gpu_poller__free(struct gpu_poller *p);
 /*

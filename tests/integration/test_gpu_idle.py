@@ -35,11 +35,12 @@ def gap_run(flamewatch, workloads, tmp_path_factory):
     go = tmp / "go"
     try:
         # The workload starts first (waiting for an agent) so that the fake
-        # NVML can name its pid: 80 % SM utilisation on GPU 0 all along.
+        # NVML can name its pid: 80 % SM utilisation on GPU 0 all along (alone
+        # on it, the process gets the GPU's utilisation: 80 % too).
         work = ps.start([workloads / "cuda" / "cuda_chain", "gap", str(ROUNDS), str(MS)],
                         "cuda_chain", env={**os.environ, "CUDA_CHAIN_GO": str(go)})
         values = tmp / "nvml-values"
-        values.write_text(f"proc 0 {work.pid} 80 10 1000000\n")
+        values.write_text(f"gpu0.util 80\ngpu0.mem_util 10\nproc 0 {work.pid} 80 10 1000000\n")
         env = {**os.environ, "LD_LIBRARY_PATH": str(BUILD / "fakes"),
                "FAKE_NVML_VALUES": str(values)}
         srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",

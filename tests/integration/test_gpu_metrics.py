@@ -67,13 +67,20 @@ def expected_gpu(g):
     }
 
 
-# (gpu, sm util, mem util, used bytes) for the test's sleep process
-PROCS = [(0, 55, 11, 1073741824), (1, 7, 2, 268435456)]
+# (process, gpu, sm util, mem util, used bytes) as the driver gives them for
+# the test's two sleep processes: "main" on both GPUs, "other" on GPU 0 only.
+PROCS = [("main", 0, 55, 11, 1073741824), ("other", 0, 20, 3, 4096),
+         ("main", 1, 7, 2, 268435456)]
 ABSENT = ["flamewatch_gpu_mig_mode", "flamewatch_gpu_temperature_slowdown_celsius"]
 
 
-def expected_proc(g):
-    _, sm, mem, used = next(p for p in PROCS if p[0] == g)
+def expected_proc(who, g):
+    """What we export for process who on GPU g: on GPU 0, shared, the
+    driver's per-process figures; on GPU 1, where main is alone, the GPU's
+    own utilisation (the driver's costly per-process query is not made)."""
+    _, _, sm, mem, used = next(p for p in PROCS if p[:2] == (who, g))
+    if g == 1:
+        sm, mem = RAW[1]["util"], RAW[1]["mem_util"]
     return {
         "flamewatch_gpu_process_utilization_percent": sm,
         "flamewatch_gpu_process_memory_utilization_percent": mem,
@@ -113,19 +120,21 @@ def _close_clients(monkeypatch):
 @pytest.fixture
 def gpu_env(tmp_path):
     """Environment that makes flamewatch load the fake with our values; and
-    the pid of the process the fake says runs on both GPUs."""
+    {"main": pid, "other": pid} of the processes PROCS puts on the GPUs."""
     lib = FAKE_DIR / "libnvidia-ml.so.1"
     if not lib.exists():
         pytest.fail(f"{lib} is missing: run `make fakes`", pytrace=False)
-    sleeper = subprocess.Popen(["sleep", "300"])
+    sleepers = {who: subprocess.Popen(["sleep", "300"]) for who in ("main", "other")}
     lines = [f"gpu{g}.{k} {v}" for g, kv in RAW.items() for k, v in kv.items()]
-    lines += [f"proc {g} {sleeper.pid} {sm} {mem} {used}" for g, sm, mem, used in PROCS]
+    lines += [f"proc {g} {sleepers[who].pid} {sm} {mem} {used}"
+              for who, g, sm, mem, used in PROCS]
     values = tmp_path / "nvml-values"
     values.write_text("\n".join(lines) + "\n")
     env = dict(os.environ, LD_LIBRARY_PATH=str(FAKE_DIR), FAKE_NVML_VALUES=str(values))
-    yield env, sleeper.pid
-    sleeper.kill()
-    sleeper.wait()
+    yield env, {who: p.pid for who, p in sleepers.items()}
+    for p in sleepers.values():
+        p.kill()
+        p.wait()
 
 
 def poll(fn, timeout, every=0.3):
@@ -162,27 +171,29 @@ def api_latest(client, node):
     return out
 
 
-def check_all(got, node, pid, where):
-    """got: {(metric, gpu, pid): (value, labels)}: every scripted value, labels, absences."""
+def check_all(got, node, pids, where):
+    """got: {(metric, gpu, pid): (value, labels)}: every scripted value, labels,
+    absences. pids: gpu_env's."""
     problems = []
-    for g in RAW:
-        for name, want in list(expected_gpu(g).items()) + [
-                (k, v) for k, v in expected_proc(g).items()]:
-            key = (name, str(g), str(pid) if "process" in name else None)
-            if key not in got:
-                problems.append(f"{where}: missing {key}")
-                continue
-            v, ls = got[key]
-            if float(v) != float(want):
-                problems.append(f"{where}: {key} = {v!r}, want {want!r}")
-            if ls.get("node") != node or ls.get("uuid") != UUID[g]:
-                problems.append(f"{where}: {key} labels {ls}")
-            if "process" in name and ls.get("comm") != "sleep":
-                problems.append(f"{where}: {key} comm {ls.get('comm')!r}, want 'sleep'")
+    want_rows = [(name, g, None, v) for g in RAW for name, v in expected_gpu(g).items()]
+    want_rows += [(name, g, pids[who], v) for who, g, *_ in PROCS
+                  for name, v in expected_proc(who, g).items()]
+    for name, g, pid, want in want_rows:
+        key = (name, str(g), str(pid) if pid else None)
+        if key not in got:
+            problems.append(f"{where}: missing {key}")
+            continue
+        v, ls = got[key]
+        if float(v) != float(want):
+            problems.append(f"{where}: {key} = {v!r}, want {want!r}")
+        if ls.get("node") != node or ls.get("uuid") != UUID[g]:
+            problems.append(f"{where}: {key} labels {ls}")
+        if "process" in name and ls.get("comm") != "sleep":
+            problems.append(f"{where}: {key} comm {ls.get('comm')!r}, want 'sleep'")
     for (name, g, p) in got:
         if name in ABSENT:
             problems.append(f"{where}: {name} (gpu {g}) should be unavailable, not exported")
-        if p is not None and p != str(pid):
+        if p is not None and p not in (str(pid) for pid in pids.values()):
             problems.append(f"{where}: unexpected process {p} for {name}")
     assert not problems, "\n".join(problems)
 
@@ -243,7 +254,7 @@ def prom_query(port, q):
 
 
 def test_gpu_metrics_end_to_end(flamewatch, procs, gpu_env, tmp_path):
-    env, pid = gpu_env
+    env, pids = gpu_env
     node = "gpu-node-e2e"
     server, port, client = start_server(procs, flamewatch, tmp_path)
     mport = free_port()
@@ -263,7 +274,7 @@ def test_gpu_metrics_end_to_end(flamewatch, procs, gpu_env, tmp_path):
     want_keys = 2 * (len(expected_gpu(0)) + 3)
     got = poll(lambda: (lambda g: g if len(g) >= want_keys else None)(api_latest(client, node)), 30)
     assert got, f"API never showed all series: {api_latest(client, node)}"
-    check_all(got, node, pid, "api")
+    check_all(got, node, pids, "api")
 
     # Sub-second utilisation: the fake takes a sample every 100 ms, all of them kept.
     # The agent asks for them once a second (nvmlDeviceGetSamples returns every
@@ -291,7 +302,7 @@ def test_gpu_metrics_end_to_end(flamewatch, procs, gpu_env, tmp_path):
         r = c.get("/metrics")
         assert r.status == 200, r.describe()
         promtool_ok(r.text)
-        check_all(parse_prom(r.text, node), node, pid, f"{where} /metrics")
+        check_all(parse_prom(r.text, node), node, pids, f"{where} /metrics")
     # The agent's own cost of collecting: rounds, NVML queries, CPU and wall time.
     def own_metrics():
         own = {}
@@ -343,13 +354,13 @@ def test_gpu_metrics_end_to_end(flamewatch, procs, gpu_env, tmp_path):
     by_job = poll(scraped, 45, every=1)
     assert by_job, f"Prometheus did not scrape every series:\n{prom.describe()}"
     for job, got in by_job.items():
-        check_all(got, node, pid, f"prometheus job={job}")
+        check_all(got, node, pids, f"prometheus job={job}")
     agent.stop()
     assert re.search(r"nvml: \d+ rounds, \d+ points, [\d.]+ us CPU per round", agent.text())
 
 
 def test_run_with_fake_gpus(flamewatch, procs, gpu_env, tmp_path):
-    env, pid = gpu_env
+    env, pids = gpu_env
     port = free_port()
     node = "gpu-node-run"
     p = procs.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp_path / "d",
@@ -360,9 +371,9 @@ def test_run_with_fake_gpus(flamewatch, procs, gpu_env, tmp_path):
     got = poll(lambda: (lambda g: g if len(g) >= want_keys else None)(
         parse_prom(c.get("/metrics").text, node)), 30)
     assert got, c.get("/metrics").text
-    check_all(got, node, pid, "run /metrics")
+    check_all(got, node, pids, "run /metrics")
     promtool_ok(c.get("/metrics").text)
-    check_all(api_latest(c, node), node, pid, "run api")
+    check_all(api_latest(c, node), node, pids, "run api")
 
 
 def test_process_started_later(flamewatch, procs, tmp_path):
@@ -379,7 +390,9 @@ def test_process_started_later(flamewatch, procs, tmp_path):
     p = procs.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp_path / "d",
                      "--node", node, "--interval", "1s", "--gpu-interval", "1s",
                      # every second, not every 10 s, to see one sample after another
-                     "--gpu-process-interval", "1s"], "run", env=env)
+                     "--gpu-process-interval", "1s",
+                     # the driver's own samples, though the process is alone on its GPU
+                     "--gpu-process-query", "always"], "run", env=env)
     assert p.wait_output(r"profiling this host", START_S), p.describe()
     c = Client(port)
     assert poll(lambda: parse_prom(c.get("/metrics").text, node), 30), p.describe()

@@ -35,8 +35,9 @@ before(async () => {
     { env: { ...process.env, CUDA_CHAIN_GO: go }, stdio: ['ignore', 'pipe', 'inherit'] });
   work.stdout.on('data', (d) => { out += d; });
   pid = work.pid;
-  // The fake NVML puts this process on GPU 0 at 80 % SM utilisation.
-  writeFileSync(join(tmp, 'nvml'), `proc 0 ${pid} 80 10 1000000000\n`);
+  // The fake NVML puts this process on GPU 0 at 80 % SM utilisation (alone on
+  // the GPU, it gets the GPU's utilisation, also 80 %).
+  writeFileSync(join(tmp, 'nvml'), `gpu0.util 80\ngpu0.mem_util 10\nproc 0 ${pid} 80 10 1000000000\n`);
   fw = await startRun(['--gpu-interval', '200ms'], { ...process.env, LD_LIBRARY_PATH: join(BUILD, 'fakes'), FAKE_NVML_VALUES: join(tmp, 'nvml') });
   await waitFor(() => readFileSync(fw.log, 'utf8').includes('GPU time profiling: attached to'), 'the agent to attach');
   await sleep(1000);

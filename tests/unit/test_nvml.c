@@ -55,9 +55,9 @@ static int _setup(void **state)
 		   "gpu0.sm_clock_max 1980\ngpu0.mem_clock_max 2619\ngpu0.power_mw 312456\n"
 		   "gpu0.power_limit_mw 700000\ngpu0.temp 47\ngpu0.pcie_tx_kb 1500\n"
 		   "gpu0.pcie_rx_kb 2500\ngpu0.reasons 5\ngpu0.energy_mj 987654321\n"
-		   "gpu1.util 3\ngpu1.power_mw 90001\n"
-		   "proc 0 %d 55 11 1073741824\nproc 1 %d 7 2 268435456\n", (int)getpid(),
-		(int)getpid());
+		   "gpu1.util 3\ngpu1.mem_util 1\ngpu1.power_mw 90001\n"
+		   "proc 0 %d 55 11 1073741824\nproc 0 %d 20 3 4096\nproc 1 %d 7 2 268435456\n",
+		(int)getpid(), (int)getppid(), (int)getpid());
 	fclose(f);
 	setenv("FAKE_NVML_VALUES", _values, 1);
 	f = fopen("/proc/self/comm", "r");
@@ -141,7 +141,8 @@ static int _calls(const char *log, int skip, const char *fn)
 	while (fgets(line, sizeof(line), f)) {
 		if (k++ < skip)
 			continue;
-		if (!fn || (!strncmp(line, fn, strlen(fn)) && line[strlen(fn)] == ' '))
+		if (!fn || (!strncmp(line, fn, strlen(fn)) &&
+			    (line[strlen(fn)] == ' ' || line[strlen(fn)] == '\n')))
 			n++;
 	}
 	fclose(f);
@@ -219,10 +220,27 @@ static void test_every_metric(void **state)
 	assert_true(v == 11);
 	assert_int_equal(_find(b, "flamewatch_gpu_process_memory_used_bytes", "0", getpid(), &v, NULL), 1);
 	assert_true(v == 1073741824.0);
-	assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "1", getpid(), &v, NULL), 1);
-	assert_true(v == 7);
+	assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "0", getppid(), &v, NULL), 1);
+	assert_true(v == 20);
+	/*
+	 * GPU 1 has one process: its utilisation is the GPU's (3 %, memory
+	 * 1 %, at the GPU sample's time), not the driver's per-process 7 and 2.
+	 */
+	assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "1", getpid(), &v, &ts), 1);
+	assert_true(v == 3);
+	{
+		int64_t gts = 0;
+
+		_find(b, "flamewatch_gpu_utilization_percent", "1", 0, NULL, &gts);
+		assert_true(ts == gts);
+	}
+	assert_int_equal(_find(b, "flamewatch_gpu_process_memory_utilization_percent", "1", getpid(), &v, NULL), 1);
+	assert_true(v == 1);
 	for (uint32_t i = 0; i < b->nmetrics; i++) {
 		const char *p = batch__series_label(b, b->metrics[i].series, "pid");
+
+		if (p && atoi(p) != getpid())
+			p = NULL;	/* the parent: another comm */
 
 		assert_string_equal(batch__series_label(b, b->metrics[i].series, "uuid"),
 				    strcmp(batch__series_label(b, b->metrics[i].series, "gpu"), "0") ?
@@ -320,9 +338,10 @@ static void test_no_library(void **state)
  * once, none of the expensive ones (GetSamples, GetMaxClockInfo,
  * GetPcieThroughput, GetTotalEnergyConsumption); the PCIe and energy
  * counters in one nvmlDeviceGetFieldValues in the first two rounds and
- * then every 5 s, per-process utilisation in the first round and then
- * every 10 s, never both in one round; the values that hardly change again
- * only a minute later.
+ * then every 5 s, per-process utilisation every round where two processes
+ * share the GPU (GPU 0) and never where one is alone (GPU 1: the GPU's
+ * utilisation is its); the values that hardly change again only a minute
+ * later.
  */
 static void test_calls_per_round(void **state)
 {
@@ -343,13 +362,14 @@ static void test_calls_per_round(void **state)
 		assert_true(nvml__collect(n, b, t0 + i * 1000000000LL) > 0);
 	after5 = _calls(log, 0, NULL);
 
-	/* Rounds 2-5, two GPUs: 9 cheap queries and the per-process
-	 * utilisation per GPU per round, and the second read of the PCIe
+	/* Rounds 2-5, two GPUs: 9 cheap queries per GPU per round, the
+	 * per-process utilisation of GPU 0, and the second read of the PCIe
 	 * counters in round 2. */
-	assert_int_equal(after5 - after1, 2 * (4 * 10 + 1));
+	assert_int_equal(after5 - after1, 2 * (4 * 9 + 1) + 4);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetFieldValues"), 2);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetUtilizationRates"), 8);
-	assert_int_equal(_calls(log, after1, "nvmlDeviceGetProcessUtilization"), 8);
+	assert_int_equal(_calls(log, after1, "nvmlDeviceGetProcessUtilization"), 4);
+	assert_int_equal(_calls(log, 0, "nvmlDeviceGetProcessUtilization 1"), 0);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetComputeRunningProcesses_v3"), 8);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetClockInfo"), 16);
 	assert_int_equal(_calls(log, after1, "nvmlDeviceGetSamples"), 0);
@@ -362,6 +382,7 @@ static void test_calls_per_round(void **state)
 	assert_int_equal(_find(b, "flamewatch_gpu_sm_clock_max_hertz", "1", 0, NULL, NULL), 5);
 	nvml__stats(n, &st);
 	assert_int_equal(st.calls, (uint64_t)(after5 - at_open));
+	assert_int_equal(st.sole_process_reads, 5);
 
 	/* A minute on: asked again (a power limit can be changed). */
 	assert_true(nvml__collect(n, b, t0 + 61000000000LL) > 0);
@@ -375,7 +396,7 @@ static void test_calls_per_round(void **state)
 /*
  * The costly queries at their default cadence over 21 one-second rounds:
  * the PCIe counters in rounds 0 and 1 (a rate at once) and then every 5 s,
- * per-process utilisation every second (processes are on both GPUs), the
+ * per-process utilisation every second (GPU 0, shared by two processes), the
  * energy field once (it is due again after 60 s); the PCIe rates and
  * energy are exported in every round all the same.
  */
@@ -400,7 +421,8 @@ static void test_costly_cadence(void **state)
 		fv = _calls(log, before, "nvmlDeviceGetFieldValues");
 		pu = _calls(log, before, "nvmlDeviceGetProcessUtilization");
 		assert_true(fv == 0 || fv == 2);	/* one call per GPU, or none */
-		assert_true(pu == 0 || pu == 2);
+		assert_true(pu == 0 || (pu == 1 && _calls(log, before,
+					 "nvmlDeviceGetProcessUtilization 0") == 1));
 		if (fv)
 			fv_rounds |= 1 << i;
 		if (pu)
@@ -423,20 +445,23 @@ static void test_costly_cadence(void **state)
 
 /*
  * nvmlDeviceGetProcessUtilization costs over a millisecond of CPU: a GPU
- * whose running-process lists were empty twice in a row is not asked, and
- * is asked again in the round its lists name a process.
+ * whose running-process lists were empty twice in a row is not asked; nor
+ * is one whose lists name a single process, which gets the GPU's
+ * utilisation; it is asked in the round a second process comes, and
+ * always when told so.
  */
 static void test_idle_gpu_skips_process_utilization(void **state)
 {
 	char vals[64] = "/tmp/fw-nvml-idle-XXXXXX", log[64] = "/tmp/fw-nvml-calls-XXXXXX";
 	struct batch *b = batch__new(1);
-	int fd = mkstemp(vals), lfd = mkstemp(log), pu[6];
+	int fd = mkstemp(vals), lfd = mkstemp(log), pu[9];
+	double v = -1;
 	int64_t t0 = _now();
 	struct nvml *n;
 	FILE *f;
 
 	assert_true(fd >= 0 && lfd >= 0);
-	assert_true(write(fd, "gpu0.util 5\n", 12) == 12);
+	assert_true(write(fd, "gpu1.util 77\n", 13) == 13);
 	close(fd);
 	close(lfd);
 	setenv("FAKE_NVML_VALUES", vals, 1);
@@ -447,7 +472,7 @@ static void test_idle_gpu_skips_process_utilization(void **state)
 	unsetenv("FAKE_NVML_RELOAD");
 	unsetenv("FAKE_NVML_CALLS");
 	assert_non_null(n);
-	for (int i = 0; i < 6; i++) {
+	for (int i = 0; i < 9; i++) {
 		int before = _calls(log, 0, NULL);
 
 		if (i == 4) {	/* a process comes to GPU 1 */
@@ -455,18 +480,46 @@ static void test_idle_gpu_skips_process_utilization(void **state)
 			fprintf(f, "proc 1 %d 40 4 1048576\n", (int)getpid());
 			fclose(f);
 		}
-		if (i < 5)	/* rounds 4 and 5 in one batch: the sample, once */
+		if (i == 6) {	/* and a second one */
+			f = fopen(vals, "a");
+			fprintf(f, "proc 1 %d 30 3 1048576\n", (int)getppid());
+			fclose(f);
+		}
+		if (i == 8)	/* the second has left; the driver is asked all the same */
+			nvml__set_process_query_always(n, 1);
+		if (i != 5)
 			batch__reset(b);
 		assert_true(nvml__collect(n, b, t0 + i * 1000000000LL) > 0);
 		pu[i] = _calls(log, before, "nvmlDeviceGetProcessUtilization");
+		if (i == 5) {
+			/* Rounds 4 and 5: the GPU's utilisation for the process, each round. */
+			assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "1",
+					       getpid(), &v, NULL), 2);
+			assert_true(v == 77);
+		}
+		if (i == 6) {	/* the driver's own figures, per pid */
+			assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "1",
+					       getpid(), &v, NULL), 1);
+			assert_true(v == 40);
+			assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "1",
+					       getppid(), &v, NULL), 1);
+			assert_true(v == 30);
+		}
+		if (i == 7) {
+			f = fopen(vals, "w");
+			fprintf(f, "gpu1.util 77\nproc 1 %d 40 4 1048576\n", (int)getpid());
+			fclose(f);
+		}
 	}
 	assert_int_equal(pu[0], 2);	/* both GPUs: one empty read is not enough */
 	assert_int_equal(pu[1], 0);
 	assert_int_equal(pu[2], 0);
 	assert_int_equal(pu[3], 0);
-	assert_int_equal(pu[4], 1);	/* GPU 1 only, the round its list names the process */
-	assert_int_equal(pu[5], 1);
-	assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "1", getpid(), NULL, NULL), 1);
+	assert_int_equal(pu[4], 0);	/* one process on GPU 1: the GPU's figure */
+	assert_int_equal(pu[5], 0);
+	assert_int_equal(pu[6], 1);	/* two: the driver's, per pid */
+	assert_int_equal(pu[7], 1);
+	assert_int_equal(pu[8], 1);	/* one, but always asked */
 	batch__free(b);
 	nvml__close(n);
 	unlink(vals);
@@ -509,6 +562,7 @@ static void test_process_joins_later(void **state)
 	unsetenv("FAKE_NVML_PROC_PERIOD_MS");
 	assert_non_null(n);
 	nvml__set_costly_intervals(n, 0, 0);	/* every round, to see each sample */
+	nvml__set_process_query_always(n, 1);	/* the driver's samples, though it is alone */
 
 	for (int i = 0; i < 2; i++) {
 		assert_true(nvml__collect(n, b, _now()) > 0);
@@ -647,7 +701,7 @@ static void test_poller(void **state)
 
 	/* As slow as real PCIe queries: 4 x 20 ms of each 100 ms round. */
 	setenv("FAKE_NVML_PCIE_SLEEP_MS", "20", 1);
-	p = gpu_poller__start(FAKE, 100000000ULL, 0, 0);
+	p = gpu_poller__start(FAKE, 100000000ULL, 0, 0, 0);
 	unsetenv("FAKE_NVML_PCIE_SLEEP_MS");
 	assert_non_null(p);
 	assert_int_equal(gpu_poller__ngpus(p), 2);
@@ -669,7 +723,7 @@ static void test_poller(void **state)
 	assert_true(st.rounds >= (uint64_t)k);
 	gpu_poller__free(p);
 	batch__free(b);
-	assert_null(gpu_poller__start("/nonexistent/libnvidia-ml.so.1", 100000000ULL, 0, 0));
+	assert_null(gpu_poller__start("/nonexistent/libnvidia-ml.so.1", 100000000ULL, 0, 0, 0));
 }
 
 int main(void)
