@@ -508,29 +508,6 @@ def main():
               f"{('%.0f%%' % (100 * r['gpu_stacks_with_python'])) if 'gpu_stacks_with_python' in r else '-':>9} "
               f"{r.get('gpu_placeholder_ns', '-'):>13} "
               f"{r.get('cpu_samples', '-'):>7} {r.get('cpu_placeholder_samples', '-'):>6}")
-    # Estimated totals (activity duty-cycled) scale a window's records by
-    # the correlation ids spanned since the window before over those its
-    # launches spanned ("scale"), not by D: the windows' share of the
-    # process's calls, slowed by CUPTI or not. Against torch.profiler and
-    # against the exact totals (activity always on: fw-exact) of the same
-    # workload in this run.
-    print("\nper run: how the library's totals were made, and their error")
-    print(f"{'workload':9} {'mode':16} {'exact':>5} {'sw':>3} {'D':>3} {'scale':>7} {'ids in/all':>12} "
-          f"{'lib ns/step':>12} {'vs prof':>8} {'vs exact':>8}")
-    for r in results:
-        s = r.get("fw_summary") or {}
-        if "scale" not in s:
-            continue
-        lib = s.get("kernel_ns", 0) / max(r["steps"], 1)
-        pk = [x["prof_kernel_ns"] / max(x["steps"], 1) for x in results
-              if x["workload"] == r["workload"] and x.get("prof_kernel_ns")]
-        ex = [x["fw_summary"]["kernel_ns"] / max(x["steps"], 1) for x in results
-              if x["workload"] == r["workload"] and x["mode"] == "fw-exact" and x.get("fw_summary")]
-        ids = f"{s.get('window_ids', 0)}/{s.get('all_ids', 0)}"
-        print(f"{r['workload']:9} {r['mode']:16} {s.get('activity_all', '-'):>5} "
-              f"{s.get('activity_switches', '-'):>3} {s.get('duty_cycle', 0):3} {s['scale']:7.2f} "
-              f"{ids:>12} {lib:12.0f} {pct(lib, med(pk)) if pk else '-':>8} "
-              f"{pct(lib, med(ex)) if ex else '-':>8}")
     for wl in wls:
         rs = [r for r in results if r["workload"] == wl and r.get("agent_top")]
         if rs:

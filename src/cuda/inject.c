@@ -180,13 +180,6 @@ static struct {
 	_Atomic uint64_t all[FWC_NCLASS];	/* every launch, with count_all */
 	uint64_t all_then[FWC_NCLASS], seen_then[FWC_NCLASS];	/* at the last scale update */
 	double all_avg[FWC_NCLASS], seen_avg[FWC_NCLASS];	/* their decaying sums */
-	_Atomic uint32_t win_first_id, win_last_id;	/* correlation ids launched in the window */
-
-	/* What the windows saw of the API calls, by correlation id (under ctl) */
-	uint32_t prev_last_id;		/* the last id of the last window that launched */
-	int have_gap;			/* ids between two windows measured */
-	double ids_in_avg, ids_all_avg;	/* decaying sums: in windows, in all */
-	uint64_t ids_in, ids_all;	/* totals, for the summary */
 	_Atomic int64_t offset_ns;
 
 	/* records (under rec) */
@@ -399,14 +392,6 @@ static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti
 		if (G.count_all)
 			atomic_fetch_add_explicit(&G.all[cls], 1, memory_order_relaxed);
 		if (atomic_load_explicit(&G.collecting, memory_order_relaxed)) {
-			uint32_t none = 0;
-
-			/* The window's id span (threads race: off by a few, of thousands). */
-			atomic_compare_exchange_strong_explicit(&G.win_first_id, &none,
-								cb->correlationId,
-								memory_order_relaxed,
-								memory_order_relaxed);
-			atomic_store_explicit(&G.win_last_id, cb->correlationId, memory_order_relaxed);
 			/* Not kept (w == FWC_UNKEPT) too: its records' GPU time is carried. */
 			w = _take(t, cls);
 			fwc_weights_put(&G.weights, cb->correlationId, cb->correlationId, w);
@@ -658,66 +643,19 @@ static void _turn_on(void)
 }
 
 /*
- * Correlation ids: CUPTI numbers the process's API calls whether or not
- * callbacks or activity are on (on the H200, a loop of tiny kernels
- * advanced ~27,500 ids between two windows 300 ms apart: one per launch).
- * So the ids a window's launches span, against those spanned since the
- * window before, say which share of the process's calls the window saw:
- * slowed by CUPTI inside the window or not, busy or idle between windows,
- * where D assumes exactly 1/D. Called under ctl as a window closes.
- */
-static void _window_ids(void)
-{
-	uint32_t first = atomic_exchange(&G.win_first_id, 0);
-	uint32_t last = atomic_exchange(&G.win_last_id, 0);
-	double in, gap = 0;
-
-	G.ids_in_avg = G.ids_in_avg * 15 / 16;
-	G.ids_all_avg = G.ids_all_avg * 15 / 16;
-	if (!first)
-		return;		/* no launch in the window: nothing to scale */
-	/* Unsigned differences: ids wrap at 2^32. */
-	in = (double)(uint32_t)(last - first) + 1;
-	if (in > (double)(1u << 31))
-		in = 1;		/* last raced ahead of first */
-	if (G.prev_last_id) {
-		gap = (double)(uint32_t)(first - G.prev_last_id - 1);
-		if (gap > (double)(1u << 31))
-			gap = 0;
-		G.have_gap = 1;
-	}
-	G.prev_last_id = last;
-	G.ids_in_avg += in;
-	G.ids_all_avg += in + gap;
-	G.ids_in += (uint64_t)in;
-	G.ids_all += (uint64_t)(in + gap);
-}
-
-/*
- * What a launch seen in a window stands for, when the totals are estimated
- * (the activity duty-cycled): the ids spanned since the last windows over
- * those their launches spanned, as decaying sums over ~16 groups of D
- * windows; D until two windows have launched. With count_all, the
- * launches counted over those seen, per class. Called under ctl when a
- * window closes and at exit, before the records of the window are read.
+ * With count_all, what a launch seen in a window stands for is measured: the
+ * launches counted since the last update over those seen, as decaying sums
+ * (a window's records are scaled by about the launches of its last ~16
+ * groups of D windows over those its windows saw). Without it, the scale
+ * stays D, as set at start. Called under ctl when a window closes and at
+ * exit, before the records of the window are read.
  */
 static void _update_scale(void)
 {
 	uint64_t scale[FWC_NCLASS];
 
-	if (!G.count_all) {
-		uint64_t s = (uint64_t)G.duty * FWC_SCALE_ONE;
-
-		if (G.activity_all)
-			return;		/* exact: x 1 */
-		if (G.have_gap && G.ids_in_avg >= 1 && G.ids_all_avg >= G.ids_in_avg)
-			s = (uint64_t)(G.ids_all_avg / G.ids_in_avg * FWC_SCALE_ONE);
-		pthread_mutex_lock(&G.rec);
-		for (int c = 0; c < FWC_NCLASS; c++)
-			G.batch.scale[c] = s;
-		pthread_mutex_unlock(&G.rec);
+	if (!G.count_all)
 		return;
-	}
 	for (int c = 0; c < FWC_NCLASS; c++) {
 		uint64_t all = atomic_load(&G.all[c]), seen = atomic_load(&G.seen[c]);
 
@@ -755,7 +693,6 @@ static void _turn_off(void)
 	atomic_store(&G.collecting, 0);
 	if (!G.count_all)
 		_callbacks(0);
-	_window_ids();
 	if (G.activity_all)
 		return;		/* activity stays on until nobody listens */
 	_activity_off_after_callbacks();
@@ -804,7 +741,6 @@ static void _choose_activity(void)
 	pthread_mutex_lock(&G.rec);
 	_set_exact(want);
 	pthread_mutex_unlock(&G.rec);
-	_update_scale();	/* estimated: by ids at once, not D until the next window */
 	G.activity_switches++;
 	if (!want && G.activity_on)
 		_activity_off_after_callbacks();	/* the tick turns it on again when wanted */
@@ -1050,9 +986,6 @@ static void _write_summary(void)
 		G.activity_all, (unsigned long long)G.activity_switches,
 		(unsigned long long)G.rate_avg,
 		(unsigned long long)G.stats.outside);
-	fprintf(f, ",\"window_ids\":%llu,\"all_ids\":%llu,\"scale\":%.3f",
-		(unsigned long long)G.ids_in, (unsigned long long)G.ids_all,
-		(double)G.batch.scale[FWC_KERNEL] / FWC_SCALE_ONE);
 	fprintf(f, ",\"records\":%llu,\"kept\":%llu,\"carried\":%llu,\"unsampled\":%llu"
 		   ",\"untimed\":%llu,\"cupti_dropped\":%llu,\"refused_buffers\":%llu,\"kernel_names\":%u",
 		(unsigned long long)G.stats.records, (unsigned long long)G.stats.kept,
