@@ -54,7 +54,7 @@ struct gpu {
 	uint32_t fv_unsupported;	/* bit per FV_*: the older query instead */
 	struct counter pcie[2];		/* FV_PCIE_TX, FV_PCIE_RX */
 	int64_t pcie_due_ns, proc_util_due_ns;
-	bool pcie_wraps;		/* 32-bit counters: read every round */
+	bool pcie_wraps;		/* 32-bit counters: read as often as _wrap_safe_ns says */
 	unsigned int pcie_reads;	/* rounds that read them, up to 2 */
 	double energy_j;		/* the last energy reading, exported every round */
 	bool have_energy;
@@ -153,8 +153,8 @@ struct nvml {
  *    again as soon as a second process appears, and always with
  *    nvml__set_process_query_always().
  * The PCIe counters are cumulative, so reading them every 5 s loses no
- * traffic, only resolution (32-bit counters, which could wrap between
- * reads, are read every round).
+ * traffic, only resolution; 32-bit counters, which could wrap more than
+ * once between reads, are read sooner the faster they move (_wrap_safe_ns).
  */
 
 static const char *const _query_names[NVML_Q_MAX] = {
@@ -782,6 +782,27 @@ static void _pcie_counter(struct round *r, struct gpu *g, int dir, const nvmlFie
 	c->have = true;
 }
 
+/*
+ * How long 32-bit byte counters may go unread: until, at four times the
+ * faster direction's last rate, they would have moved 2^32 bytes (one wrap
+ * between two reads is told, two are not); the PCIe interval at most.
+ * Below 215 MB/s that is the whole 5 s; from ~1 GB/s on, every round. A
+ * read is 0.5-1 ms of CPU on an H200, whose counters are 32-bit: read
+ * every round, they were most of a round's cost. Traffic that jumps from
+ * under 215 MB/s to over 860 MB/s within one 5 s wait is read short for
+ * that wait, as all traffic over 4 GiB/s is at every round.
+ */
+static int64_t _wrap_safe_ns(const struct nvml *n, const struct gpu *g)
+{
+	double rate = 0, ns;
+
+	for (int k = FV_PCIE_TX; k <= FV_PCIE_RX; k++)
+		if (g->pcie[k].have_rate && g->pcie[k].rate > rate)
+			rate = g->pcie[k].rate;
+	ns = rate > 0 ? 4294967296.0 / (4 * rate) * 1e9 : (double)n->pcie_interval_ns;
+	return ns < (double)n->pcie_interval_ns ? (int64_t)ns : (int64_t)n->pcie_interval_ns;
+}
+
 /* Whether field answer ret means "use the older query from now on". */
 static bool _field_unsupported(nvmlReturn_t ret)
 {
@@ -815,7 +836,7 @@ static void _counters(struct round *r, struct gpu *g)
 	bool pcie_due, energy_due, pcie_fields = false;
 
 	/* The first two rounds read the counters, so that a rate comes at once. */
-	if (g->pcie_reads < 2 || g->pcie_wraps) {
+	if (g->pcie_reads < 2) {
 		g->pcie_due_ns = r->now_ns + (int64_t)n->pcie_interval_ns;
 		g->pcie_reads++;
 		pcie_due = true;
@@ -865,6 +886,9 @@ static void _counters(struct round *r, struct gpu *g)
 			}
 		}
 	}
+
+	if (pcie_due && g->pcie_wraps && g->pcie_reads >= 2)
+		g->pcie_due_ns = r->now_ns + _wrap_safe_ns(n, g);
 
 	/* The older queries, for the fields this driver lacks. NVML: KB/s over 20 ms. */
 	for (int k = FV_PCIE_TX; k <= FV_PCIE_RX && pcie_due; k++) {

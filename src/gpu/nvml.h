@@ -43,8 +43,9 @@ struct nvml *nvml__open(const char *lib);
 void nvml__set_interval(struct nvml *n, uint64_t interval_ns);
 /*
  * How often the two costly queries are made (0: every round): the PCIe
- * byte counters (default NVML_PCIE_INTERVAL_NS; every round anyway where
- * the driver's counters are 32 bits, which wrap within seconds), whose
+ * byte counters (default NVML_PCIE_INTERVAL_NS; sooner where the driver's
+ * counters are 32 bits, the sooner the faster they move, so that they
+ * cannot wrap twice between reads at 4x the last rate), whose
  * rates cover the whole time since the last read and are exported every
  * round, and the per-process utilisation (default NVML_PROCESS_INTERVAL_NS;
  * the driver keeps only each process's latest sample).

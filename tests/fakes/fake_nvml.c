@@ -39,6 +39,9 @@
  * FAKE_NVML_NO_FIELDS="197,198" makes those field ids NOT_SUPPORTED, as
  * on drivers older than the PCIe counters.
  *
+ * FAKE_NVML_PCIE32=OFFSET gives the PCIe counters as 32-bit values, as the
+ * H200's driver does, starting at OFFSET bytes (so that a test sees them wrap).
+ *
  * FAKE_NVML_CALLS names a file that gets one line per call: "name gpu".
  *
  * FAKE_NVML_RELOAD=1: the process lines of FAKE_NVML_VALUES are read again
@@ -77,6 +80,8 @@ static unsigned long long _init_us, _proc_period_us;
 static struct timespec _mtime;
 static char _path[4096];		/* FAKE_NVML_VALUES at nvmlInit */
 static char _no_fields[256];		/* ",197,198," from FAKE_NVML_NO_FIELDS */
+static int _pcie32;			/* FAKE_NVML_PCIE32 set */
+static unsigned long long _pcie32_offset;
 static FILE *_calls;
 
 static unsigned long long _now_us(void)
@@ -157,6 +162,9 @@ static void _load(void)
 		_calls = fopen(getenv("FAKE_NVML_CALLS"), "w");
 	e = getenv("FAKE_NVML_VALUES");
 	snprintf(_path, sizeof(_path), "%s", e ? e : "");
+	e = getenv("FAKE_NVML_PCIE32");
+	_pcie32 = e != NULL;
+	_pcie32_offset = e ? strtoull(e, NULL, 10) : 0;
 	e = getenv("FAKE_NVML_NO_FIELDS");
 	snprintf(_no_fields, sizeof(_no_fields), ",%s,", e ? e : "");
 	_read_values(1);
@@ -361,6 +369,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFiel
 			kib = _gpus[g].v[f->fieldId == NVML_FI_DEV_PCIE_COUNT_TX_BYTES ? TX : RX];
 			f->timestamp = (long long)(now - (now - _init_us) % 125000);
 			f->value.ullVal = kib * 128 * ((now - _init_us) / 125000);
+			if (_pcie32) {
+				f->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+				f->value.uiVal = (unsigned int)(f->value.ullVal + _pcie32_offset);
+			}
 			break;
 		case NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
 			f->value.ullVal = _gpus[g].v[ENERGY];

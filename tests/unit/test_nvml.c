@@ -444,6 +444,56 @@ static void test_costly_cadence(void **state)
 }
 
 /*
+ * 32-bit PCIe counters (the H200's), which wrap: read sooner than the 5 s
+ * of 64-bit ones, as soon as at four times the last rate they could wrap
+ * twice. GPU 0 moves ~2.5 MiB/s: every 5 s, as 64-bit counters. GPU 1
+ * sends 512 MB/s: every 2 s (2^32 / (4 x 512 MB/s) = 2.1 s). Its counter
+ * starts 10 MB short of 2^32 and wraps before the second read: the rate
+ * is right all the same.
+ */
+static void test_pcie32_read_as_often_as_safe(void **state)
+{
+	char vals[64] = "/tmp/fw-nvml-p32-XXXXXX", log[64];
+	struct timespec d = { 0, 130000000 };
+	struct batch *b = batch__new(1);
+	int fd = mkstemp(vals), reads[2] = { 0, 0 };
+	int64_t t0 = _now();
+	struct nvml *n;
+
+	assert_true(fd >= 0);
+	dprintf(fd, "gpu0.pcie_tx_kb 1500\ngpu0.pcie_rx_kb 2500\n"
+		    "gpu1.pcie_tx_kb 500000\ngpu1.pcie_rx_kb 7\n");
+	close(fd);
+	setenv("FAKE_NVML_VALUES", vals, 1);
+	setenv("FAKE_NVML_PCIE32", "4284967296", 1);
+	n = _open_logged(FAKE, log);
+	setenv("FAKE_NVML_VALUES", _values, 1);
+	unsetenv("FAKE_NVML_PCIE32");
+	for (int i = 0; i <= 12; i++) {
+		int before = _calls(log, 0, NULL);
+
+		batch__reset(b);
+		if (i == 1)	/* the fake's counters move every 125 ms of real time */
+			nanosleep(&d, NULL);
+		assert_true(nvml__collect(n, b, t0 + i * 1000000000LL) > 0);
+		for (int g = 0; g < 2; g++)
+			if (_calls(log, before, g ? "nvmlDeviceGetFieldValues 1" :
+					   "nvmlDeviceGetFieldValues 0"))
+				reads[g] |= 1 << i;
+		if (i >= 1) {
+			_expect(b, "flamewatch_gpu_pcie_tx_bytes_per_second", "1", 500000 * 1024.0);
+			_expect(b, "flamewatch_gpu_pcie_rx_bytes_per_second", "0", 2500 * 1024.0);
+		}
+	}
+	assert_int_equal(reads[0], 1 << 0 | 1 << 1 | 1 << 6 | 1 << 11);
+	assert_int_equal(reads[1], 1 << 0 | 1 << 1 | 1 << 3 | 1 << 5 | 1 << 7 | 1 << 9 | 1 << 11);
+	batch__free(b);
+	nvml__close(n);
+	unlink(vals);
+	unlink(log);
+}
+
+/*
  * nvmlDeviceGetProcessUtilization costs over a millisecond of CPU: a GPU
  * whose running-process lists were empty twice in a row is not asked; nor
  * is one whose lists name a single process, which gets the GPU's
@@ -735,6 +785,7 @@ int main(void)
 		cmocka_unit_test(test_field_fallback),
 		cmocka_unit_test(test_calls_per_round),
 		cmocka_unit_test(test_costly_cadence),
+		cmocka_unit_test(test_pcie32_read_as_often_as_safe),
 		cmocka_unit_test(test_idle_gpu_skips_process_utilization),
 		cmocka_unit_test(test_process_joins_later),
 		cmocka_unit_test(test_round_cost),
