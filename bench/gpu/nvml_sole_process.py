@@ -16,8 +16,10 @@ Needs a GPU, python3 with PyTorch, and no other process on GPU 0.
    from what the driver's per-process query would have said.
 2. At 100 %, `flamewatch gpu --rounds 20 --interval 1s --breakdown`, with
    the default (one process: no per-process query) and with
-   --process-query always; then with a second load on the GPU (shared:
-   the query is made either way). Prints the CPU per GPU per round.
+   --process-query always; with the load also copying 64 MB to the GPU
+   every 100 ms (PCIe counters read more often); then with a second load
+   on the GPU (shared: the query is made either way). Prints the CPU per
+   GPU per round.
 NVML through ctypes; no pynvml needed.
 """
 import argparse
@@ -32,8 +34,10 @@ import time
 LOAD = r"""
 import sys, time, torch
 x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+host = torch.empty(64 << 20, dtype=torch.uint8).pin_memory()
+dev = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
 print("load pid", __import__("os").getpid(), flush=True)
-share = 1.0
+share, copy_mb = 1.0, 0
 import select
 while True:
     r, _, _ = select.select([sys.stdin], [], [], 0)
@@ -41,8 +45,10 @@ while True:
         line = sys.stdin.readline()
         if not line:
             break
-        share = float(line)
+        share, copy_mb = float(line.split()[0]), int((line.split() + ["0"])[1])
     t0 = time.monotonic()
+    if copy_mb:
+        dev[:copy_mb << 20].copy_(host[:copy_mb << 20], non_blocking=True)
     while time.monotonic() - t0 < 0.1 * share:
         for _ in range(4):
             y = x @ x
@@ -75,8 +81,8 @@ def start_load(share):
     return p, int(m.group(1))
 
 
-def set_share(p, share):
-    p.stdin.write(f"{share}\n")
+def set_share(p, share, copy_mb=0):
+    p.stdin.write(f"{share} {copy_mb}\n")
     p.stdin.flush()
 
 
@@ -144,6 +150,11 @@ def main():
             return
         print(f"one process, default (shared):  {cost(a.flamewatch, [])}")
         print(f"one process, --process-query always: {cost(a.flamewatch, ['--process-query', 'always'])}")
+        set_share(load, 1.0, 64)
+        time.sleep(2)
+        print(f"one process, 64 MB host-to-device every 100 ms (~670 MB/s): "
+              f"{cost(a.flamewatch, [], a.rounds, True)}")
+        set_share(load, 1.0)
         second, pid2 = start_load(0.3)
         try:
             time.sleep(3)
