@@ -14,7 +14,8 @@ Needs a GPU, python3 with PyTorch, and no other process on GPU 0.
    flamewatch gives a process alone on its GPU the GPU's figures
    (--gpu-process-query shared, the default): this says how far that is
    from what the driver's per-process query would have said.
-2. At 100 %, `flamewatch gpu --rounds 20 --interval 1s --breakdown`, with
+2. At 100 %, `flamewatch gpu --rounds 20 --interval 1s --breakdown` (the
+   first one's breakdown printed), with
    the default (one process: no per-process query) and with
    --process-query always; with the load also copying 64 MB to the GPU
    every 100 ms (PCIe counters read more often); then with a second load
@@ -86,9 +87,12 @@ def set_share(p, share, copy_mb=0):
     p.stdin.flush()
 
 
-def cost(fw, extra):
-    out = subprocess.run([fw, "gpu", "--rounds", "20", "--interval", "1s", "--quiet",
-                          "--breakdown"] + extra, capture_output=True, text=True, timeout=60)
+def cost(fw, extra, rounds=20, breakdown=False):
+    out = subprocess.run([fw, "gpu", "--rounds", str(rounds), "--interval", "1s", "--quiet",
+                          "--breakdown"] + extra, capture_output=True, text=True,
+                         timeout=rounds + 40)
+    if breakdown:
+        print("\n".join("   " + l for l in out.stdout.splitlines() if l.startswith("# ")))
     m = re.search(r"cpu_us_per_gpu_round ([\d.]+) max_cpu_us ([\d.]+).*sole_process_reads (\d+)",
                   out.stdout)
     pu = re.search(r"nvmlDeviceGetProcessUtilization\s+([\d.]+)\s+([\d.]+)", out.stdout)
@@ -103,6 +107,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--flamewatch", default="build/flamewatch")
     ap.add_argument("--reads", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=20, help="rounds per cost measurement")
+    ap.add_argument("--cost-only", action="store_true", help="step 2 only")
     a = ap.parse_args()
 
     nv = C.CDLL("libnvidia-ml.so.1")
@@ -118,7 +124,7 @@ def main():
         print("\n# 1. one process on GPU 0: the GPU's utilisation against the driver's for the process")
         print(f"{'busy':>5} {'reads':>5} {'gpu sm':>7} {'proc sm':>7} {'mean |d|':>8} {'max |d|':>7}"
               f" {'gpu mem':>7} {'proc mem':>8} {'mean |d|':>8} {'max |d|':>7}")
-        for share in (1.0, 0.6, 0.3, 0.1):
+        for share in () if a.cost_only else (1.0, 0.6, 0.3, 0.1):
             set_share(load, share)
             time.sleep(2)
             rows = []
@@ -144,12 +150,13 @@ def main():
                   f" {max(dmem):7d}")
         set_share(load, 1.0)
         time.sleep(2)
-        print("\n# 2. CPU of a round at 1 s, 20 rounds, the load busy all along")
+        print(f"\n# 2. CPU of a round at 1 s, {a.rounds} rounds, the load busy all along")
         if not os.access(a.flamewatch, os.X_OK):
             print(f"no {a.flamewatch}: skipped")
             return
-        print(f"one process, default (shared):  {cost(a.flamewatch, [])}")
-        print(f"one process, --process-query always: {cost(a.flamewatch, ['--process-query', 'always'])}")
+        print(f"one process, default (shared):  {cost(a.flamewatch, [], a.rounds, True)}")
+        print(f"one process, --process-query always: "
+              f"{cost(a.flamewatch, ['--process-query', 'always'], a.rounds)}")
         set_share(load, 1.0, 64)
         time.sleep(2)
         print(f"one process, 64 MB host-to-device every 100 ms (~670 MB/s): "
@@ -158,7 +165,7 @@ def main():
         second, pid2 = start_load(0.3)
         try:
             time.sleep(3)
-            print(f"two processes ({pid}, {pid2}), default: {cost(a.flamewatch, [])}")
+            print(f"two processes ({pid}, {pid2}), default: {cost(a.flamewatch, [], a.rounds)}")
         finally:
             second.kill()
     finally:

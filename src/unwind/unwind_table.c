@@ -21,7 +21,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -51,7 +53,33 @@ struct _source {
 	const unsigned char *ident;
 	uint64_t sh_addr;	/* base for pc-relative FDE addresses */
 	bool eh_frame;
+	bool mapped;		/* data lies in libelf's read-only map of the file */
 };
+
+/*
+ * The CFI sections are read in place, in libelf's read-only mapping of the
+ * file, and every page read stayed resident until the build ended: a large
+ * library's .eh_frame (libLLVM-14's 4.8 MB) at once in the agent's RSS.
+ * The pages are dropped from the mapping after the FDE scan and then every
+ * _DROP_SPANS spans (a file mapping's pages come back from the page cache
+ * when read again: CIEs, mostly), so a build holds a window of them.
+ */
+#define _DROP_SPANS 128
+
+static void _drop_pages(const struct _source *srcs, size_t nsrc)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+
+	for (size_t i = 0; i < nsrc; i++) {
+		uintptr_t lo = (uintptr_t)srcs[i].data->d_buf, hi = lo + srcs[i].data->d_size;
+
+		/* Whole pages inside the section only: its neighbours may be in use. */
+		lo = (lo + page - 1) & ~(page - 1);
+		hi &= ~(page - 1);
+		if (srcs[i].mapped && hi > lo)
+			madvise((void *)lo, hi - lo, MADV_DONTNEED);
+	}
+}
 
 enum _span_kind {
 	_SPAN_FDE,
@@ -383,7 +411,7 @@ static int _collect_fdes(const struct _source *src, uint8_t idx, uint64_t max_va
 			 bool have_phdrs, struct _spans *sp)
 {
 	Dwarf_Off off = 0, next, cie_off = (Dwarf_Off)-1;
-	size_t skipped = 0, found = 0;
+	size_t skipped = 0, found = 0, entries = 0;
 	bool enc_ok = false;
 	uint8_t enc = 0;
 	int err = 0, r;
@@ -407,6 +435,8 @@ static int _collect_fdes(const struct _source *src, uint8_t idx, uint64_t max_va
 			continue;
 		}
 		off = next;
+		if (++entries % (4 * _DROP_SPANS) == 0)
+			_drop_pages(src, 1);	/* behind us: the scan reads the section in order */
 		if (dwarf_cfi_cie_p(&e))
 			continue;
 		if (e.fde.CIE_pointer != cie_off) {
@@ -489,6 +519,17 @@ static void _add_source(Elf *elf, bool eh_frame, const char *what, struct _sourc
 	s->ident = (const unsigned char *)elf_getident(elf, NULL);
 	s->sh_addr = shdr.sh_addr;
 	s->eh_frame = eh_frame;
+	/*
+	 * Not a decompressed copy on the heap: only bytes of the file's map
+	 * may be dropped (ELF_C_READ_MMAP maps it read-only and private).
+	 */
+	if (!(shdr.sh_flags & SHF_COMPRESSED)) {
+		size_t size = 0;
+		const char *file = elf_rawfile(elf, &size);
+		const char *buf = s->data->d_buf;
+
+		s->mapped = file && buf >= file && buf + s->data->d_size <= file + size;
+	}
 	(*nsrc)++;
 }
 
@@ -1151,6 +1192,7 @@ static int _build(int fd, int debug_fd, struct _builder *b, struct unwind_table_
 		if (err)
 			goto out;
 	}
+	_drop_pages(srcs, nsrc);
 	ngo = go_switch__find(elf, go);
 	b->go = ngo > 0;
 	if (sp.n == 0 && !ngo) {
@@ -1189,6 +1231,8 @@ static int _build(int fd, int debug_fd, struct _builder *b, struct unwind_table_
 			goto out;
 		covered = s->hi;
 		st->fdes++;
+		if (st->fdes % _DROP_SPANS == 0)
+			_drop_pages(srcs, nsrc);
 	}
 	err = _emit(b, covered, UNWIND_NO_CFI, 0, 0);
 	if (err)
