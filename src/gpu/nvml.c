@@ -65,7 +65,6 @@ struct gpu {
 	int64_t lists_ns;		/* when the lists were last read */
 	double util, mem_util;		/* the GPU's newest utilisation samples */
 	int64_t util_ns, mem_util_ns;	/* their times; 0: none yet */
-	int64_t util_read_ns;		/* the round that last read them */
 	int64_t sole_util_ns;		/* util_ns already given to the process */
 };
 
@@ -137,8 +136,8 @@ struct nvml {
  * the driver's ioctl (nvmlDeviceGetProcessesUtilizationInfo, the newer
  * form, costs the same; the driver wants room for 72 samples whatever the
  * number of processes and costs the same with 72, 128 or 512), and
- * nvmlDeviceGetFieldValues for the two PCIe counters 0.2-0.7 ms; every
- * other per-round query is under 0.06 ms.
+ * nvmlDeviceGetFieldValues for the two PCIe counters 0.57-1.2 ms; every
+ * other per-round query is under 0.07 ms.
  *
  * The driver keeps one utilisation sample per process, its latest, renewed
  * about every 500 ms: reading it more than once a second gains little, and
@@ -1112,11 +1111,17 @@ static void _proc_memory(struct round *r, struct gpu *g)
 		g->empty_lists++;
 	else
 		g->empty_lists = 0;
-	g->lists_ns = r->now_ns;
-	g->sole_pid = any_ok && total ? n->pinfo[0].pid : 0;
-	for (unsigned int i = 1; i < total && g->sole_pid; i++)
-		if (n->pinfo[i].pid != g->sole_pid)
-			g->sole_pid = 0;
+	{
+		unsigned int sole = any_ok && total ? n->pinfo[0].pid : 0;
+
+		for (unsigned int i = 1; i < total && sole; i++)
+			if (n->pinfo[i].pid != sole)
+				sole = 0;
+		if (sole != g->sole_pid)
+			g->sole_util_ns = 0;	/* a new process gets the current sample too */
+		g->sole_pid = sole;
+		g->lists_ns = r->now_ns;
+	}
 	/* A process in both lists uses one address space: its larger figure. */
 	for (unsigned int i = 0; i < total; i++) {
 		unsigned int pid = n->pinfo[i].pid;

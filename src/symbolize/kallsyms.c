@@ -628,8 +628,9 @@ static int _load_names(FILE *fp, struct kallsyms_table *t, const struct kpos *po
 	/*
 	 * Room for 16 bytes a name, where ~6 are used (zstd), allocated at
 	 * once: pages never written cost no memory, and the buffer does not
-	 * double on the way (on the heap, realloc copied 512 KiB into 1 MiB:
-	 * 1.5 MiB for a moment, at the agent's first flush). Trimmed below.
+	 * double on the way (where realloc works on the heap it copies: 512
+	 * KiB into 1 MiB, 1.5 MiB for a moment at the agent's first flush).
+	 * Trimmed below.
 	 */
 	p->zcap = t->n * 16 + (64u << 10);
 	t->z = malloc(p->zcap);
