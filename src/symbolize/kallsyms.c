@@ -609,6 +609,44 @@ static int _pack(struct kpacker *p, uint32_t index, const char *name)
  * the one pass 1 read on that line means the table changed in between (a
  * module or BPF program came or went): -EAGAIN, and the caller reads again.
  */
+/* Unsigned LEB128, 32 bits at most. */
+static uint8_t *_leb_put(uint8_t *p, uint32_t v)
+{
+	do {
+		uint8_t b = v & 0x7f;
+
+		v >>= 7;
+		*p++ = b | (v ? 0x80 : 0);
+	} while (v);
+	return p;
+}
+
+static uint32_t _leb_get(const uint8_t **p)
+{
+	uint32_t v = 0;
+
+	for (int shift = 0; shift < 35; shift += 7) {
+		uint8_t b = *(*p)++;
+
+		v |= (uint32_t)(b & 0x7f) << shift;
+		if (!(b & 0x80))
+			break;
+	}
+	return v;
+}
+
+/* Entry i's offset from base: its block's first, plus the deltas up to it. */
+static uint32_t _off_at(const struct kallsyms_table *t, size_t i)
+{
+	size_t b = i / KALLSYMS_BLOCK_NAMES;
+	const uint8_t *p = t->d + t->dpos[b];
+	uint32_t o = t->boff[b];
+
+	for (size_t k = i % KALLSYMS_BLOCK_NAMES; k; k--)
+		o += _leb_get(&p);
+	return o;
+}
+
 static int _load_names(FILE *fp, struct kallsyms_table *t, const struct kpos *pos)
 {
 	struct kpacker *p = calloc(1, sizeof(*p));
@@ -618,7 +656,6 @@ static int _load_names(FILE *fp, struct kallsyms_table *t, const struct kpos *po
 	struct kline k;
 	int err = 0;
 
-	t->nblocks = (t->n + KALLSYMS_BLOCK_NAMES - 1) / KALLSYMS_BLOCK_NAMES;
 	t->zoff = calloc(t->nblocks + 1, sizeof(*t->zoff));
 	if (!p || !t->zoff || !(p->cctx = ZSTD_createCCtx())) {
 		err = -ENOMEM;
@@ -650,7 +687,7 @@ static int _load_names(FILE *fp, struct kallsyms_table *t, const struct kpos *po
 		}
 		if (++lineno != pos[j].line)
 			continue;
-		if (!_parse_line(line, &k) || k.addr - t->base != t->off[pos[j].index]) {
+		if (!_parse_line(line, &k) || k.addr - t->base != _off_at(t, pos[j].index)) {
 			err = -EAGAIN;
 			goto out;
 		}
@@ -697,9 +734,9 @@ static uint32_t _kload_key(const struct kline *k, uint32_t line)
 
 /*
  * Pass 1: the addresses of the text symbols, sorted, one per address (the
- * best-ranked alias), in the top 4 GiB; fills t->base, t->off, t->n,
- * t->ends and *pos (each kept symbol's line, in file order; munmap()
- * *pos_bytes when done).
+ * best-ranked alias), in the top 4 GiB; fills t->base, t->n, t->nblocks,
+ * t->boff, t->dpos, t->d, t->ends and *pos (each kept symbol's line, in
+ * file order; munmap() *pos_bytes when done).
  */
 static int _load_addresses(FILE *fp, struct kallsyms_table *t, struct kpos **pos,
 			   size_t *pos_bytes)
@@ -750,24 +787,41 @@ static int _load_addresses(FILE *fp, struct kallsyms_table *t, struct kpos **pos
 	nv = out;
 	t->base = KTEXT_BASE + v[0].off;
 	t->n = nv;
-	t->off = malloc(t->n * sizeof(*t->off));
-	if (!t->off) {
+	t->nblocks = (t->n + KALLSYMS_BLOCK_NAMES - 1) / KALLSYMS_BLOCK_NAMES;
+	t->boff = malloc(t->nblocks * sizeof(*t->boff));
+	t->dpos = malloc((t->nblocks + 1) * sizeof(*t->dpos));
+	/* 5 bytes a delta at most; the pages never written cost nothing, and are trimmed. */
+	t->d = malloc(t->n * 5);
+	if (!t->boff || !t->dpos || !t->d) {
 		err = -ENOMEM;
 		goto out;
 	}
-	for (size_t i = 0; i < t->n; i++) {
-		uint32_t *ne;
+	{
+		uint8_t *p = t->d, *nd;
 
-		t->off[i] = v[i].off - v[0].off;
-		if (v[i].key >> KLOAD_LINE_BITS != KLOAD_RANK_MAX)
-			continue;
-		ne = realloc(t->ends, (t->nends + 1) * sizeof(*ne));
-		if (!ne) {
-			err = -ENOMEM;
-			goto out;
+		for (size_t i = 0; i < t->n; i++) {
+			uint32_t o = v[i].off - v[0].off, *ne;
+
+			if (i % KALLSYMS_BLOCK_NAMES == 0) {
+				t->boff[i / KALLSYMS_BLOCK_NAMES] = o;
+				t->dpos[i / KALLSYMS_BLOCK_NAMES] = (uint32_t)(p - t->d);
+			} else {
+				p = _leb_put(p, o - (v[i - 1].off - v[0].off));
+			}
+			if (v[i].key >> KLOAD_LINE_BITS != KLOAD_RANK_MAX)
+				continue;
+			ne = realloc(t->ends, (t->nends + 1) * sizeof(*ne));
+			if (!ne) {
+				err = -ENOMEM;
+				goto out;
+			}
+			t->ends = ne;
+			t->ends[t->nends++] = o;
 		}
-		t->ends = ne;
-		t->ends[t->nends++] = t->off[i];
+		t->dpos[t->nblocks] = (uint32_t)(p - t->d);
+		nd = realloc(t->d, p > t->d ? (size_t)(p - t->d) : 1);
+		if (nd)
+			t->d = nd;
 	}
 	/* The same mapping, the same size per entry: kpos i takes kload i's place. */
 	_Static_assert(sizeof(struct kpos) == sizeof(struct kload), "kpos reuses kload's slots");
@@ -884,22 +938,37 @@ out:
 const char *kallsyms__lookup(struct kallsyms_table *t, uint64_t addr, uint64_t *offset)
 {
 	struct kallsyms_cached *c;
-	size_t lo = 0, hi = t->n;
+	size_t lo = 0, hi = t->nblocks, b;
+	const uint8_t *p, *end;
+	uint32_t at;
 	uint64_t o;
 	char *name;
 
 	if (!t->n || addr < t->base || addr - t->base > UINT32_MAX)
 		return NULL;
 	o = addr - t->base;
+	/* The last block starting at or below o, then its last entry at or below o. */
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
-		if (t->off[mid] <= o)
+		if (t->boff[mid] <= o)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	if (!lo || o - t->off[lo - 1] >= KALLSYMS_MAX_OFFSET || _is_end(t, t->off[lo - 1]))
+	if (!lo)
+		return NULL;
+	b = lo - 1;
+	at = t->boff[b];
+	lo = b * KALLSYMS_BLOCK_NAMES + 1;	/* entries at or below o, so far */
+	for (p = t->d + t->dpos[b], end = t->d + t->dpos[b + 1]; p < end; lo++) {
+		uint32_t next = at + _leb_get(&p);
+
+		if (next > o)
+			break;
+		at = next;
+	}
+	if (o - at >= KALLSYMS_MAX_OFFSET || _is_end(t, at))
 		return NULL;
 	if ((t->cache_n + 1) * 2 > t->cache_cap && _cache_grow(t))
 		return NULL;
@@ -912,13 +981,14 @@ const char *kallsyms__lookup(struct kallsyms_table *t, uint64_t addr, uint64_t *
 		c->name = name;
 		t->cache_n++;
 	}
-	*offset = o - t->off[lo - 1];
+	*offset = o - at;
 	return c->name;
 }
 
 size_t kallsyms__memory(const struct kallsyms_table *t)
 {
-	size_t bytes = t->n * sizeof(*t->off) + (t->nblocks + 1) * sizeof(*t->zoff) +
+	size_t bytes = t->nblocks * sizeof(*t->boff) + (t->nblocks + 1) * sizeof(*t->dpos) +
+		       (t->nblocks ? t->dpos[t->nblocks] : 0) + (t->nblocks + 1) * sizeof(*t->zoff) +
 		       (t->nblocks ? t->zoff[t->nblocks] : 0) + t->nends * sizeof(*t->ends) +
 		       t->cache_cap * sizeof(*t->cache);
 
@@ -934,7 +1004,9 @@ void kallsyms__table_free(struct kallsyms_table *t)
 	for (size_t i = 0; i < t->cache_cap; i++)
 		free(t->cache[i].name);
 	free(t->cache);
-	free(t->off);
+	free(t->boff);
+	free(t->dpos);
+	free(t->d);
 	free(t->zoff);
 	free(t->z);
 	free(t->ends);

@@ -45,13 +45,16 @@ int kallsyms__resolve(const char *path, const uint64_t *addrs, size_t n,
  * names kernel frames every batch (reading /proc/kallsyms each time, the
  * kernel formatting all ~120k lines, cost far more CPU than the rest).
  *
- * Compact, because it lives as long as the agent: the addresses as a
- * sorted array of 32-bit offsets from the lowest one (all of x86-64's
- * kernel text, modules and BPF programs lie in its top 2 GiB), and the
- * names, in address order, zstd-compressed in blocks of
- * KALLSYMS_BLOCK_NAMES; a lookup decompresses one block (a few KiB) and
- * keeps the name it wanted, so only names of frames actually seen stay
- * expanded. About 1 MiB for 120k symbols instead of ~6 MiB.
+ * Compact, because it lives as long as the agent. Both halves come in
+ * blocks of KALLSYMS_BLOCK_NAMES symbols in address order:
+ *  - the addresses: each block's first as a 32-bit offset from the lowest
+ *    (all of x86-64's kernel text, modules and BPF programs lie in its top
+ *    2 GiB), the others as LEB128 deltas from the one before (~2 bytes a
+ *    symbol, not 4: a lookup decodes up to one block of them);
+ *  - the names, zstd-compressed; a lookup decompresses one block (a few
+ *    KiB) and keeps the name it wanted, so only names of frames actually
+ *    seen stay expanded.
+ * About 0.95 MiB for 120k symbols instead of ~6 MiB.
  *
  * Among aliases at one address the name with the fewest leading
  * underscores wins, then a global one, as in kallsyms__resolve().
@@ -61,8 +64,10 @@ int kallsyms__resolve(const char *path, const uint64_t *addrs, size_t n,
 struct kallsyms_cached;
 struct kallsyms_table {
 	uint64_t base;		/* lowest address */
-	uint32_t *off;		/* n sorted offsets from base */
 	size_t n;
+	uint32_t *boff;		/* nblocks: each block's first offset from base */
+	uint32_t *dpos;		/* nblocks + 1: where each block's deltas start in d */
+	uint8_t *d;		/* the other offsets, LEB128 deltas from the one before */
 	uint32_t *zoff;		/* nblocks + 1 offsets of the compressed blocks in z */
 	uint8_t *z;
 	size_t nblocks;
