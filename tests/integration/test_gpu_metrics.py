@@ -503,3 +503,14 @@ def test_process_container_and_pod_labels(flamewatch, tmp_path):
                 os.rmdir(d)
             except OSError:
                 pass
+
+
+@pytest.mark.parametrize("argv", [["gpu", "--process-query", "sometimes"],
+                                  ["agent", "--gpu-process-query", "sometimes"],
+                                  ["run", "--gpu-process-query", ""]])
+def test_bad_process_query_is_refused(flamewatch, argv):
+    """--gpu-process-query takes shared or always: anything else is a clear
+    error before anything starts."""
+    out = subprocess.run([flamewatch] + argv, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert "process-query" in out.stderr and "is not shared or always" in out.stderr, out.stderr
