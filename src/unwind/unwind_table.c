@@ -3,11 +3,12 @@
  * .eh_frame/.debug_frame → unwind_row tables.
  *
  * libdw splits the sections into CIEs and FDEs (dwarf_next_cfi); this file
- * lists the FDEs, runs each FDE's CFA program once, from its start to its
- * end, emitting a row whenever the location advances, and maps every row
- * onto the handful of rules the BPF unwinder implements. Only three
- * columns matter (the CFA, the return address and rbp), so the state is
- * three rules, not a register file.
+ * visits the FDEs by address (through .eh_frame_hdr's sorted table where
+ * the file has one, else from a list of its own), runs each FDE's CFA
+ * program once, from its start to its end, emitting a row whenever the
+ * location advances, and maps every row onto the handful of rules the BPF
+ * unwinder implements. Only three columns matter (the CFA, the return
+ * address and rbp), so the state is three rules, not a register file.
  *
  * libdw's own interpreter (dwarf_cfi_addrframe) answers one address at a
  * time: asked for every row, it re-ran each FDE's program from the start
@@ -65,20 +66,33 @@ struct _source {
  * when read again: CIEs, mostly), so a build holds a window of them.
  */
 #define _DROP_SPANS 128
+/*
+ * A read fault on a file mapping maps the 64 KiB around it (the kernel's
+ * fault_around_bytes). The walk visits FDEs by address, which hops across
+ * .eh_frame: libLLVM-14's first 128 FDEs so faulted in 1 MB. The 64 KiB an
+ * FDE lay in are therefore dropped as soon as the walk reads an FDE in
+ * other ones (_leave_chunk): its build's peak 3.2 -> 2.1 MB, same CPU.
+ */
+#define _CFI_CHUNK ((uintptr_t)64 << 10)
+
+/* Drops the whole pages inside [p, p + len) from a read-only file mapping. */
+static void _drop_range(const void *p, size_t len)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)p, hi = lo + len;
+
+	/* Whole pages inside the section only: its neighbours may be in use. */
+	lo = (lo + page - 1) & ~(page - 1);
+	hi &= ~(page - 1);
+	if (hi > lo)
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
 
 static void _drop_pages(const struct _source *srcs, size_t nsrc)
 {
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-
-	for (size_t i = 0; i < nsrc; i++) {
-		uintptr_t lo = (uintptr_t)srcs[i].data->d_buf, hi = lo + srcs[i].data->d_size;
-
-		/* Whole pages inside the section only: its neighbours may be in use. */
-		lo = (lo + page - 1) & ~(page - 1);
-		hi &= ~(page - 1);
-		if (srcs[i].mapped && hi > lo)
-			madvise((void *)lo, hi - lo, MADV_DONTNEED);
-	}
+	for (size_t i = 0; i < nsrc; i++)
+		if (srcs[i].mapped)
+			_drop_range(srcs[i].data->d_buf, srcs[i].data->d_size);
 }
 
 enum _span_kind {
@@ -120,6 +134,9 @@ struct _builder {
 	void *ctx;
 	size_t flushed;
 	struct unwind_table_stats *kinds;	/* counts per row type, as rows leave */
+	/* The _CFI_CHUNK the last FDE read lay in, and its source. */
+	uintptr_t chunk;
+	const struct _source *chunk_src;
 };
 
 #define _STREAM_ROWS 1024	/* the buffer of a streamed table: 8 KiB */
@@ -400,6 +417,33 @@ static int _spans_push(struct _spans *sp, uint64_t lo, uint64_t hi, uint8_t kind
 	return 0;
 }
 
+/* The FDE address encoding of the CIE last asked about. */
+struct _fde_enc {
+	Dwarf_Off cie_off;
+	bool ok;
+	uint8_t enc;
+};
+
+/*
+ * The code range [*lo, *lo + *len) of the FDE e of src. Returns 1, 0 for an
+ * FDE of code the linker discarded (address 0 or a tombstone in
+ * .debug_frame, or no length), -1 when it cannot be decoded.
+ */
+static int _fde_range(const struct _source *src, const Dwarf_CFI_Entry *e, struct _fde_enc *c,
+		      uint64_t *lo, uint64_t *len)
+{
+	const uint8_t *p = e->fde.start;
+
+	if (!c->ok || e->fde.CIE_pointer != c->cie_off) {
+		c->cie_off = e->fde.CIE_pointer;
+		c->ok = _cie_fde_encoding(src, c->cie_off, &c->enc);
+	}
+	if (!c->ok || !_read_address(src, &p, e->fde.end, c->enc, lo) ||
+	    !_read_value(&p, e->fde.end, c->enc & 0x0f, len))
+		return -1;
+	return *lo != 0 && *len != 0 && *lo + *len > *lo;
+}
+
 /*
  * Lists the FDEs of one CFI section. FDEs for code the linker discarded
  * (address 0 or a tombstone in .debug_frame) and FDEs we cannot decode are
@@ -410,15 +454,13 @@ static int _spans_push(struct _spans *sp, uint64_t lo, uint64_t hi, uint8_t kind
 static int _collect_fdes(const struct _source *src, uint8_t idx, uint64_t max_vaddr,
 			 bool have_phdrs, struct _spans *sp)
 {
-	Dwarf_Off off = 0, next, cie_off = (Dwarf_Off)-1;
+	Dwarf_Off off = 0, next;
 	size_t skipped = 0, found = 0, entries = 0;
-	bool enc_ok = false;
-	uint8_t enc = 0;
+	struct _fde_enc enc = { 0 };
 	int err = 0, r;
 
 	for (;;) {
 		Dwarf_Off entry_off = off;
-		const uint8_t *p;
 		uint64_t lo, len;
 		Dwarf_CFI_Entry e;
 
@@ -439,17 +481,10 @@ static int _collect_fdes(const struct _source *src, uint8_t idx, uint64_t max_va
 			_drop_pages(src, 1);	/* behind us: the scan reads the section in order */
 		if (dwarf_cfi_cie_p(&e))
 			continue;
-		if (e.fde.CIE_pointer != cie_off) {
-			cie_off = e.fde.CIE_pointer;
-			enc_ok = _cie_fde_encoding(src, cie_off, &enc);
-		}
-		p = e.fde.start;
-		if (!enc_ok || !_read_address(src, &p, e.fde.end, enc, &lo) ||
-		    !_read_value(&p, e.fde.end, enc & 0x0f, &len)) {
+		r = _fde_range(src, &e, &enc, &lo, &len);
+		if (r < 0)
 			skipped++;
-			continue;
-		}
-		if (lo == 0 || len == 0 || lo + len < lo)
+		if (r <= 0)
 			continue;
 		if (lo + len > max_vaddr) {
 			if (!have_phdrs) {
@@ -534,11 +569,160 @@ static void _add_source(Elf *elf, bool eh_frame, const char *what, struct _sourc
 }
 
 /*
+ * .eh_frame_hdr's search table: one (initial location, FDE address) pair
+ * for every FDE of .eh_frame, sorted by location, which the linker writes
+ * for the runtime's unwinder. Where a file has a sound one, the build walks
+ * it in place instead of listing .eh_frame's FDEs itself: the list took 16
+ * bytes an FDE (1.5 MB for libLLVM-14's 95k) at the peak of the build, and
+ * its scan read all of .eh_frame once more.
+ */
+struct _hdr_table {
+	const struct _source *eh;	/* the file's .eh_frame, which the table indexes */
+	const uint8_t *v;		/* n entries of two datarel sdata4 values */
+	size_t n, next;
+	uint64_t base;			/* .eh_frame_hdr's address: the values' base */
+	const void *buf;		/* the section, for _drop_range() */
+	size_t size;
+	bool mapped;
+	struct _fde_enc enc;
+	size_t found, skipped;
+};
+
+static uint64_t _hdr_value(const struct _hdr_table *h, size_t i, unsigned int col)
+{
+	const uint8_t *p = h->v + 8 * i + 4 * col;
+
+	return h->base + (uint64_t)(int64_t)(int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 |
+						      (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+/*
+ * Finds elf's .eh_frame_hdr and checks that its table indexes eh (version 1,
+ * the eh_frame pointer equal to eh's address, 8-byte datarel entries, sorted
+ * by location); false means the FDEs are listed from .eh_frame instead.
+ */
+static bool _hdr_open(Elf *elf, const struct _source *eh, struct _hdr_table *h)
+{
+	struct _source hs = { 0 };
+	const uint8_t *p, *end;
+	uint64_t eh_ptr, count;
+	uint8_t ptr_enc, count_enc;
+	GElf_Shdr shdr;
+	Elf_Scn *scn;
+	size_t size = 0;
+	const char *file = elf_rawfile(elf, &size);
+
+	memset(h, 0, sizeof(*h));
+	scn = _find_section(elf, ".eh_frame_hdr", &shdr);
+	/* lld types it SHT_X86_64_UNWIND too. */
+	if (!scn || !(shdr.sh_type == SHT_PROGBITS || shdr.sh_type == SHT_X86_64_UNWIND) ||
+	    (shdr.sh_flags & SHF_COMPRESSED) ||
+	    !(hs.data = elf_getdata(scn, NULL)) || !hs.data->d_buf || hs.data->d_size < 4)
+		return false;
+	hs.sh_addr = shdr.sh_addr;
+	p = hs.data->d_buf;
+	end = p + hs.data->d_size;
+	/* version, eh_frame_ptr's encoding, fde_count's, the table's */
+	if (p[0] != 1 || (p[2] & 0x70) != DW_EH_PE_absptr ||
+	    p[3] != (DW_EH_PE_datarel | DW_EH_PE_sdata4))
+		return false;
+	ptr_enc = p[1];
+	count_enc = p[2];
+	p += 4;
+	if (!_read_address(&hs, &p, end, ptr_enc, &eh_ptr) || eh_ptr != eh->sh_addr ||
+	    !_read_value(&p, end, count_enc & 0x0f, &count) || count > (uint64_t)(end - p) / 8)
+		return false;
+	h->eh = eh;
+	h->v = p;
+	h->n = count;
+	h->base = shdr.sh_addr;
+	h->buf = hs.data->d_buf;
+	h->size = hs.data->d_size;
+	h->mapped = file && (const char *)h->buf >= file &&
+		    (const char *)h->buf + h->size <= file + size;
+	for (size_t i = 1; i < h->n; i++) {
+		if (_hdr_value(h, i, 0) < _hdr_value(h, i - 1, 0)) {
+			pr_debug("unwind: .eh_frame_hdr: table not sorted at entry %zu: not used\n", i);
+			return false;
+		}
+		/* What is behind, 64 KiB at a time: libLLVM's table is 760 KB. */
+		if (h->mapped && i % 8192 == 0)
+			_drop_range(h->buf, (size_t)(h->v + 8 * i - (const uint8_t *)h->buf));
+	}
+	if (h->mapped)
+		_drop_range(h->buf, h->size);
+	return true;
+}
+
+/*
+ * Entry i as a span, when its FDE decodes, starts where the table says and
+ * describes loaded code (below limit). Returns 1, 0 to skip it quietly, -1
+ * for an entry that is not sound.
+ */
+static int _hdr_span(struct _hdr_table *h, size_t i, uint64_t limit, struct _span *out)
+{
+	const struct _source *eh = h->eh;
+	uint64_t loc = _hdr_value(h, i, 0), fde = _hdr_value(h, i, 1), lo, len;
+	Dwarf_CFI_Entry e;
+	Dwarf_Off next;
+	int r;
+
+	if (fde < eh->sh_addr || fde - eh->sh_addr >= eh->data->d_size ||
+	    dwarf_next_cfi(eh->ident, eh->data, true, fde - eh->sh_addr, &next, &e) != 0 ||
+	    dwarf_cfi_cie_p(&e))
+		return -1;
+	r = _fde_range(eh, &e, &h->enc, &lo, &len);
+	if (r <= 0)
+		return r;
+	if (lo != loc)
+		return -1;
+	if (lo + len > limit)
+		return 0;
+	*out = (struct _span){ .lo = (uint32_t)lo, .hi = (uint32_t)(lo + len),
+			       .fde_off = (uint32_t)(fde - eh->sh_addr), .kind = _SPAN_FDE };
+	return 1;
+}
+
+/* The next span of the table, in address order; false at its end. */
+static bool _hdr_next(struct _hdr_table *h, uint64_t limit, struct _span *out)
+{
+	while (h->next < h->n) {
+		int r = _hdr_span(h, h->next++, limit, out);
+
+		if (r > 0) {
+			h->found++;
+			return true;
+		}
+		h->skipped += r < 0;
+	}
+	return false;
+}
+
+/* Whether an FDE of the table overlaps [lo, hi). */
+static bool _hdr_covers(struct _hdr_table *h, uint64_t lo, uint64_t hi, uint64_t limit)
+{
+	size_t a = 0, b = h->n;
+	struct _span s;
+
+	/* The last FDE to start below hi: FDEs do not nest. */
+	while (a < b) {
+		size_t mid = a + (b - a) / 2;
+
+		if (_hdr_value(h, mid, 0) < hi)
+			a = mid + 1;
+		else
+			b = mid;
+	}
+	return a && _hdr_span(h, a - 1, limit, &s) > 0 && s.lo < hi && lo < s.hi;
+}
+
+/*
  * PLT sections no FDE covers (lld emits none, nor does ld with
  * --no-ld-generated-unwind-info) get rows synthesized from the known entry
  * layouts.
  */
-static int _add_plt_spans(Elf *elf, uint64_t max_vaddr, struct _spans *sp)
+static int _add_plt_spans(Elf *elf, uint64_t max_vaddr, struct _spans *sp,
+			  struct _hdr_table *hdr)
 {
 	static const char *const names[] = { ".plt", ".plt.sec", ".plt.got" };
 	size_t nfde = sp->n;
@@ -556,6 +740,7 @@ static int _add_plt_spans(Elf *elf, uint64_t max_vaddr, struct _spans *sp)
 		hi = lo + shdr.sh_size;
 		if (lo == 0 || hi > max_vaddr)
 			continue;
+		covered = hdr && _hdr_covers(hdr, lo, hi, max_vaddr);
 		for (size_t j = 0; j < nfde && !covered; j++)
 			covered = sp->v[j].lo < hi && lo < sp->v[j].hi;
 		if (covered)
@@ -981,6 +1166,26 @@ static const struct _cie *_get_cie(const struct _source *src, uint8_t idx, Dwarf
 	return c;
 }
 
+/* Drops the chunk the last FDE lay in when fde lies in another (see _CFI_CHUNK). */
+static void _leave_chunk(struct _builder *b, const struct _source *src, const void *fde)
+{
+	uintptr_t chunk = (uintptr_t)fde & ~(_CFI_CHUNK - 1);
+
+	if (chunk == b->chunk)
+		return;
+	if (b->chunk_src && b->chunk_src->mapped) {
+		uintptr_t lo = (uintptr_t)b->chunk_src->data->d_buf;
+		uintptr_t hi = lo + b->chunk_src->data->d_size;
+		uintptr_t from = b->chunk > lo ? b->chunk : lo;
+		uintptr_t to = b->chunk + _CFI_CHUNK < hi ? b->chunk + _CFI_CHUNK : hi;
+
+		if (to > from)
+			_drop_range((const void *)from, to - from);
+	}
+	b->chunk = chunk;
+	b->chunk_src = src;
+}
+
 /* Emits the rows of one span from lo (>= span->lo, where overlap cut it) to span->hi. */
 static int _fill_span(struct _builder *b, const struct _span *span, uint64_t lo,
 		      const struct _source *srcs, struct _cie *cies)
@@ -1019,6 +1224,7 @@ static int _fill_span(struct _builder *b, const struct _span *span, uint64_t lo,
 	if (dwarf_next_cfi(src->ident, src->data, src->eh_frame, span->fde_off, &next, &e) != 0 ||
 	    dwarf_cfi_cie_p(&e) || !(cie = _get_cie(src, span->src, e.fde.CIE_pointer, cies)))
 		goto bad;
+	_leave_chunk(b, src, e.fde.start);
 	p = e.fde.start;
 	if (!_read_address(src, &p, e.fde.end, cie->enc, &start) ||
 	    !_read_value(&p, e.fde.end, cie->enc & 0x0f, &len))
@@ -1150,10 +1356,12 @@ static int _build(int fd, int debug_fd, struct _builder *b, struct unwind_table_
 	struct _source srcs[_MAX_SOURCES];
 	struct _cie *cies = NULL;
 	struct _spans sp = { 0 };
+	struct _hdr_table hdr;
+	struct _span next_hdr;
 	Elf *elf = NULL, *delf = NULL;
 	uint64_t max_vaddr, covered = 0, limit;
-	bool have_phdrs, main_eh;
-	size_t nsrc = 0, ngo;
+	bool have_phdrs, main_eh, use_hdr, more_hdr;
+	size_t nsrc = 0, ngo, ilist = 0;
 	int err;
 
 	b->kinds = st;
@@ -1187,19 +1395,22 @@ static int _build(int fd, int debug_fd, struct _builder *b, struct unwind_table_
 		}
 	}
 
-	for (size_t i = 0; i < nsrc; i++) {
+	/* The main file's .eh_frame (source 0) through its .eh_frame_hdr, where it has one. */
+	use_hdr = main_eh && have_phdrs && _hdr_open(elf, &srcs[0], &hdr);
+	for (size_t i = use_hdr; i < nsrc; i++) {
 		err = _collect_fdes(&srcs[i], (uint8_t)i, limit, have_phdrs, &sp);
 		if (err)
 			goto out;
 	}
 	_drop_pages(srcs, nsrc);
+	more_hdr = use_hdr && _hdr_next(&hdr, limit, &next_hdr);
 	ngo = go_switch__find(elf, go);
 	b->go = ngo > 0;
-	if (sp.n == 0 && !ngo) {
+	if (sp.n == 0 && !more_hdr && !ngo) {
 		err = -ENOENT;
 		goto out;
 	}
-	err = _add_plt_spans(elf, limit, &sp);
+	err = _add_plt_spans(elf, limit, &sp, use_hdr ? &hdr : NULL);
 	if (err)
 		goto out;
 	if (sp.n)	/* a Go binary without CFI has no spans */
@@ -1211,13 +1422,25 @@ static int _build(int fd, int debug_fd, struct _builder *b, struct unwind_table_
 	}
 
 	/*
-	 * Spans are visited by start address; where they overlap (the same
-	 * code in .eh_frame and .debug_frame), the part already covered keeps
-	 * the rows of the span that covered it first.
+	 * Spans are visited by start address, the table's merged with the
+	 * list's; where they overlap (the same code in .eh_frame and
+	 * .debug_frame), the part already covered keeps the rows of the span
+	 * that covered it first.
 	 */
-	for (size_t i = 0; i < sp.n; i++) {
-		const struct _span *s = &sp.v[i];
-		uint64_t lo = s->lo > covered ? s->lo : covered;
+	for (;;) {
+		struct _span span;
+		const struct _span *s = &span;
+		uint64_t lo;
+
+		if (more_hdr && (ilist == sp.n || _span_less(&next_hdr, &sp.v[ilist]))) {
+			span = next_hdr;
+			more_hdr = _hdr_next(&hdr, limit, &next_hdr);
+		} else if (ilist < sp.n) {
+			span = sp.v[ilist++];
+		} else {
+			break;
+		}
+		lo = s->lo > covered ? s->lo : covered;
 
 		if (lo >= s->hi)
 			continue;
@@ -1231,9 +1454,16 @@ static int _build(int fd, int debug_fd, struct _builder *b, struct unwind_table_
 			goto out;
 		covered = s->hi;
 		st->fdes++;
-		if (st->fdes % _DROP_SPANS == 0)
+		if (st->fdes % _DROP_SPANS == 0) {
 			_drop_pages(srcs, nsrc);
+			if (use_hdr && hdr.mapped)
+				_drop_range(hdr.buf, hdr.size);
+		}
 	}
+	st->hdr_fdes = use_hdr ? hdr.found : 0;
+	if (use_hdr)
+		pr_debug("unwind: .eh_frame: %zu FDEs (through .eh_frame_hdr; %zu entries skipped)\n",
+			 hdr.found, hdr.skipped);
 	err = _emit(b, covered, UNWIND_NO_CFI, 0, 0);
 	if (err)
 		goto out;

@@ -96,6 +96,7 @@ struct unwind_table_stats {
 	size_t signal_rows;
 	size_t plt_rows;
 	size_t go_rows;          /* UNWIND_GO_* rows */
+	size_t hdr_fdes;         /* FDEs found through .eh_frame_hdr's table, not listed */
 };
 
 /*

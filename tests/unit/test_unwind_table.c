@@ -887,6 +887,151 @@ static void write_file(const char *path, const void *buf, size_t len)
 	close(fd);
 }
 
+static uint8_t *read_whole(const char *path, size_t *len)
+{
+	struct stat sb;
+	uint8_t *buf;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &sb), 0);
+	buf = malloc(sb.st_size);
+	assert_non_null(buf);
+	assert_int_equal(read(fd, buf, sb.st_size), sb.st_size);
+	close(fd);
+	*len = sb.st_size;
+	return buf;
+}
+
+/* The section called name in an ELF64 image: its file offset, address and size. */
+static bool image_section(const uint8_t *img, size_t len, const char *name, size_t *off,
+			  uint64_t *addr, size_t *size)
+{
+	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+	const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff);
+	const char *names;
+
+	assert_true(eh->e_shoff + (size_t)eh->e_shnum * sizeof(*sh) <= len);
+	names = (const char *)img + sh[eh->e_shstrndx].sh_offset;
+	for (unsigned int i = 0; i < eh->e_shnum; i++) {
+		if (strcmp(names + sh[i].sh_name, name))
+			continue;
+		*off = sh[i].sh_offset;
+		*addr = sh[i].sh_addr;
+		*size = sh[i].sh_size;
+		return true;
+	}
+	return false;
+}
+
+static int32_t get_s32(const uint8_t *p)
+{
+	int32_t v;
+
+	memcpy(&v, p, 4);
+	return v;
+}
+
+static void put_s32(uint8_t *p, int32_t v)
+{
+	memcpy(p, &v, 4);
+}
+
+/* Builds the table of an image written to a file of its own. */
+static int build_image(const char *name, const uint8_t *img, size_t len,
+		       struct unwind_row **rows, size_t *n, struct unwind_table_stats *st)
+{
+	write_file(tmp_path(name), img, len);
+	return build(tmp_path(name), NULL, rows, n, st);
+}
+
+/*
+ * .eh_frame_hdr's table, walked in place, gives the table the FDE list
+ * gives: a header we do not take (another version) or a table that is not
+ * sorted make the build list the FDEs itself, with the same rows. Entries
+ * that point at a CIE or outside .eh_frame are skipped, the rest stand.
+ */
+static void test_eh_frame_hdr(void **state)
+{
+	const char *paths[] = { tmp_path("prog"), LIBC, "/proc/self/exe" };
+
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		struct unwind_table_stats st, vst;
+		struct unwind_row *rows, *vrows;
+		size_t len, hoff, hsize, eoff, esize, n, vn;
+		uint64_t haddr, eaddr;
+		uint8_t *img, *tab;
+		size_t k, count;
+
+		if (!exists(paths[i]))
+			continue;
+		img = read_whole(paths[i], &len);
+		assert_true(image_section(img, len, ".eh_frame_hdr", &hoff, &haddr, &hsize));
+		assert_true(image_section(img, len, ".eh_frame", &eoff, &eaddr, &esize));
+		/* What ld writes: pcrel sdata4 eh_frame_ptr, udata4 count, datarel sdata4 pairs. */
+		assert_int_equal(img[hoff], 1);
+		assert_int_equal(img[hoff + 1], 0x1b);
+		assert_int_equal(img[hoff + 2], 0x03);
+		assert_int_equal(img[hoff + 3], 0x3b);
+		count = (uint32_t)get_s32(img + hoff + 8);
+		tab = img + hoff + 12;
+		assert_true(count >= 4);
+
+		assert_int_equal(build(paths[i], NULL, &rows, &n, &st), 0);
+		check_invariants(rows, n, &st);
+		assert_true(st.hdr_fdes > 0 && st.hdr_fdes <= count && st.hdr_fdes <= st.fdes);
+
+		/* Version 2: not ours to read; the FDEs are listed. */
+		img[hoff] = 2;
+		assert_int_equal(build_image("hdr-v2", img, len, &vrows, &vn, &vst), 0);
+		img[hoff] = 1;
+		assert_int_equal(vst.hdr_fdes, 0);
+		assert_int_equal(vst.fdes, st.fdes);
+		assert_same_table(rows, n, vrows, vn);
+		free(vrows);
+
+		/* Two entries out of order: the table is not trusted. */
+		k = count / 2;
+		{
+			uint8_t tmp[8];
+
+			memcpy(tmp, tab + 8 * k, 8);
+			memcpy(tab + 8 * k, tab + 8 * (k + 1), 8);
+			memcpy(tab + 8 * (k + 1), tmp, 8);
+			assert_int_equal(build_image("hdr-unsorted", img, len, &vrows, &vn, &vst), 0);
+			memcpy(tab + 8 * (k + 1), tab + 8 * k, 8);
+			memcpy(tab + 8 * k, tmp, 8);
+		}
+		assert_int_equal(vst.hdr_fdes, 0);
+		assert_same_table(rows, n, vrows, vn);
+		free(vrows);
+
+		/*
+		 * Entry k points at .eh_frame's first entry (a CIE), entry k + 1
+		 * past its end: both are skipped, their code has no CFI.
+		 */
+		{
+			uint64_t loc = haddr + get_s32(tab + 8 * k);
+			const struct unwind_row *r;
+
+			put_s32(tab + 8 * k + 4, (int32_t)(eaddr - haddr));
+			put_s32(tab + 8 * (k + 1) + 4, (int32_t)(eaddr + esize + 64 - haddr));
+			assert_int_equal(build_image("hdr-hostile", img, len, &vrows, &vn, &vst), 0);
+			check_invariants(vrows, vn, &vst);
+			assert_int_equal(vst.hdr_fdes, st.hdr_fdes - 2);
+			r = unwind_table__find(vrows, vn, loc);
+			assert_non_null(r);
+			assert_int_equal(r->cfa_type, UNWIND_NO_CFI);
+			r = unwind_table__find(rows, n, loc);
+			assert_non_null(r);
+			assert_int_not_equal(r->cfa_type, UNWIND_NO_CFI);
+			free(vrows);
+		}
+		free(rows);
+		free(img);
+	}
+}
+
 static void test_errors(void **state)
 {
 	struct unwind_row *rows = (struct unwind_row *)&rows;
@@ -953,6 +1098,7 @@ int main(void)
 		cmocka_unit_test(test_libc_signal_trampoline),
 		cmocka_unit_test(test_big_binary_matches_readelf),
 		cmocka_unit_test(test_stream_matches_build),
+		cmocka_unit_test(test_eh_frame_hdr),
 		cmocka_unit_test(test_size_stats),
 		cmocka_unit_test(test_errors),
 	};
