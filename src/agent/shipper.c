@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdbool.h>
@@ -308,6 +309,12 @@ static void _kick(struct shipper *s)
 		evhttp_add_header(h, "Authorization", s->auth);
 	evbuffer_add(evhttp_request_get_output_buffer(req), body, len);
 	free(body);
+	/*
+	 * The encoded batch, its compressed copy and zstd's workspace were a
+	 * flush's largest short-lived buffers (~1 MB for a 15 KB batch): give
+	 * their pages back, or the agent's RSS keeps them until the next one.
+	 */
+	malloc_trim(0);
 	if (evhttp_make_request(s->conn, req, EVHTTP_REQ_POST, s->path)) {
 		_retry_later(s, "cannot send");
 		return;
