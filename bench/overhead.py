@@ -14,7 +14,9 @@ from /proc/PID/stat), % of one core, peak RSS (VmHWM), the RSS at the end
 of the window (VmRSS), and for the BPF tools the run time of their BPF
 programs (kernel.bpf_stats_enabled; it is charged to the sampled tasks,
 not to the tool, so it is listed apart and added in the "total" column). "busy" runs one CPU-bound cpu_split per CPU.
-Writes the table as markdown to --out (default: stdout only).
+Writes the table as markdown to --out (default: stdout only); prints when
+each agent's RSS peaked, and with --rss-dir DIR writes its RSS and VmHWM
+every 0.1 s there.
 
 FLAMEWATCH=PATH measures another binary; FLAMEWATCH_BASE=PATH adds a
 second agent, that binary, to the same run (its own node name, the same
@@ -29,6 +31,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -90,7 +93,7 @@ def bpf_ns(pid):
     return total
 
 
-def measure(load, hz, seconds, warmup, tmp):
+def measure(load, hz, seconds, warmup, tmp, rss_dir):
     loads = []
     if load == "busy":
         loads = [subprocess.Popen([LOAD, str(seconds + 60)], stdout=subprocess.DEVNULL)
@@ -117,6 +120,22 @@ def measure(load, hz, seconds, warmup, tmp):
             continue
         procs[name] = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL,
                                        stderr=open(tmp / f"{name.replace(' ', '_')}-{load}-{hz}.log", "w"))
+    # The agents' RSS every 0.1 s from their start: when the peak came
+    # (start-up, first flush, a table build) is what a memory change needs.
+    trace = {n: [] for n in procs if n.startswith("flamewatch")}
+    t_start = time.monotonic()
+    stop = threading.Event()
+
+    def sample_rss():
+        while not stop.is_set():
+            for n in trace:
+                kb, hwm = status_kib(procs[n].pid, "VmRSS"), hwm_kib(procs[n].pid)
+                if kb is not None and hwm is not None:
+                    trace[n].append((time.monotonic() - t_start, kb, hwm))
+            stop.wait(0.1)
+
+    sampler = threading.Thread(target=sample_rss, daemon=True)
+    sampler.start()
     # Start-up (BPF load, BTF parsing, bpftrace's compile, the agent's unwind
     # tables and first symbolization) is reported on its own; the measured
     # window is the steady state that follows.
@@ -133,6 +152,19 @@ def measure(load, hz, seconds, warmup, tmp):
             if b is not None:
                 last_b[n] = b
     wall = time.monotonic() - t0
+    stop.set()
+    sampler.join()
+    for n, points in trace.items():
+        if points:
+            # The sampled RSS can miss a short peak; the VmHWM says when it came.
+            t_hwm = next(t for t, _, hwm in points if hwm == points[-1][2])
+            t, kb, _ = max(points, key=lambda x: x[1])
+            print(f"{load} {hz} Hz {n}: peak {points[-1][2] / 1024:.1f} MB reached by {t_hwm:.1f} s "
+                  f"after start; highest RSS sampled {kb / 1024:.1f} MB at {t:.1f} s; "
+                  f"{points[-1][1] / 1024:.1f} MB at the end", file=sys.stderr)
+            if rss_dir:
+                (rss_dir / f"rss-{n.replace(' ', '_')}-{load}-{hz}.txt").write_text(
+                    "".join(f"{t:.2f} {kb} {hwm}\n" for t, kb, hwm in points))
     rows = []
     for n, p in procs.items():
         c1, hwm, rss = cpu_s(p.pid), hwm_kib(p.pid), status_kib(p.pid, "VmRSS")
@@ -161,6 +193,7 @@ def main():
     ap.add_argument("--hz", default="19,99")
     ap.add_argument("--load", default="idle,busy")
     ap.add_argument("--out")
+    ap.add_argument("--rss-dir", type=Path, help="write each agent's RSS and VmHWM every 0.1 s here")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("overhead: needs root")
@@ -175,7 +208,7 @@ def main():
             for load in a.load.split(","):
                 for hz in (int(x) for x in a.hz.split(",")):
                     for n, cpu, hwm, rss, bpf, wall, c0 in measure(load, hz, a.seconds, a.warmup,
-                                                                   Path(d)):
+                                                                   Path(d), a.rss_dir):
                         pct = 100 * cpu / wall if cpu is not None else None
                         tot = 100 * (cpu + (bpf or 0)) / wall if cpu is not None else None
                         fmt = lambda v, f: f.format(v) if v is not None else "-"
