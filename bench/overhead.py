@@ -93,6 +93,17 @@ def bpf_ns(pid):
     return total
 
 
+def stop_tools(procs):
+    """SIGINT, as a user stops them (they flush), then 30 s before SIGKILL."""
+    for p in procs:
+        p.send_signal(signal.SIGINT)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def measure(load, hz, seconds, warmup, tmp, rss_dir):
     loads = []
     if load == "busy":
@@ -171,13 +182,7 @@ def measure(load, hz, seconds, warmup, tmp, rss_dir):
         cpu = (c1 - c0[n]) if c1 is not None and c0[n] is not None else None
         bpf = (last_b[n] - b0[n]) / 1e9 if last_b.get(n) is not None and b0[n] is not None else None
         rows.append((n, cpu, hwm, rss, bpf, wall, c0[n]))
-    for p in procs.values():
-        p.send_signal(signal.SIGINT)
-    for p in procs.values():
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    stop_tools(procs.values())
     server.terminate()
     server.wait(timeout=30)
     for p in loads:

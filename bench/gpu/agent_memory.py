@@ -19,8 +19,6 @@ agent builds it): rows, hash, CPU ms, VmHWM. Equal hashes: equal tables.
 
 import argparse
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +26,8 @@ import threading
 import time
 from pathlib import Path
 
-TICK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from overhead import cpu_s, free_port, status_kib, stop_tools  # noqa: E402
 
 LOAD = r"""
 import sys, time, torch
@@ -48,24 +47,6 @@ while time.time() < end:
 BURN = "import time, sys\nend = time.time() + float(sys.argv[1])\nwhile time.time() < end: pass\n"
 
 
-def status_kib(pid, field):
-    try:
-        for line in open(f"/proc/{pid}/status"):
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def cpu_s(pid):
-    try:
-        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return sum(int(x) for x in f[11:13]) / TICK
-
-
 def smaps_by_mapping(pid):
     """RSS (kB) per mapped file and permission, anonymous memory apart, largest first."""
     rss, what = {}, None
@@ -79,12 +60,6 @@ def smaps_by_mapping(pid):
     except OSError:
         return []
     return sorted(((kb, w) for w, kb in rss.items() if kb > 64), reverse=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def big_libraries(min_mb):
@@ -187,13 +162,7 @@ def main():
                      smaps_by_mapping(p.pid) if a.smaps else []))
     stop.set()
     th.join()
-    for p in procs.values():
-        p.send_signal(signal.SIGINT)
-    for p in procs.values():
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    stop_tools(procs.values())
     for p in load:
         p.kill()
         p.wait()
