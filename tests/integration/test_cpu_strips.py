@@ -106,7 +106,10 @@ def test_buckets_name_the_dominant_process(pinned):
     # Buckets wholly inside the workload's run.
     inner = [bk for bk in busy if bk[0] >= t0 * NS + 0.5 * NS and bk[0] + NS / 2 <= t0 * NS + BUSY_S * NS]
     assert len(inner) >= 6, busy
-    good = [bk for bk in inner if bk[1] >= 0.9 and bk[2] == "cpu_split"]
+    # RT bandwidth (sched_rt_runtime_us 950000 of 1000000) takes the CPU from a
+    # SCHED_FIFO task for 50 ms a second: all of it may fall in one 500-ms
+    # bucket, which then reads 0.90 minus a rounding (CI saw 0.8999).
+    good = [bk for bk in inner if bk[1] >= 0.85 and bk[2] == "cpu_split"]
     assert len(good) >= 0.8 * len(inner), inner
     # Other cpu_splits of this machine's tenants may run on CPU 0: only check the shape.
     for start, frac, comm in cpus.get(0, {"busy": []})["busy"]:
