@@ -174,6 +174,7 @@ def measure(load, hz, seconds, warmup, tmp, rss_dir):
                   f"after start; highest RSS sampled {kb / 1024:.1f} MB at {t:.1f} s; "
                   f"{points[-1][1] / 1024:.1f} MB at the end", file=sys.stderr)
             if rss_dir:
+                rss_dir.mkdir(parents=True, exist_ok=True)
                 (rss_dir / f"rss-{n.replace(' ', '_')}-{load}-{hz}.txt").write_text(
                     "".join(f"{t:.2f} {kb} {hwm}\n" for t, kb, hwm in points))
     rows = []

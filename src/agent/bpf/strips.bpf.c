@@ -12,9 +12,10 @@
  * covers at least min_ns of busy time or closes a window that is followed
  * by such a record or spans window_ns, so a CPU emits at most
  * 2 * 1e9 / min(min_ns, window_ns) records per second: with the defaults
- * (1 ms both) 2000 records/s/CPU, 96 KB/s/CPU. The ring buffer holds one
- * second of that worst case and is drained every 100 ms; past that,
- * records are dropped and counted (FW_STRIP_RINGBUF_FULL). The per-switch
+ * (1 ms both) 2000 records/s/CPU, 96 KB/s/CPU. The ring buffer holds half
+ * a second of that worst case (cpu_strips.c says why not more) and is
+ * drained every 100 ms; past that, records are dropped and counted
+ * (FW_STRIP_RINGBUF_FULL). The per-switch
  * cost is a clock read, a per-CPU array lookup and a few compares.
  *
  * A task that keeps its CPU is only seen when it leaves; the agent reads
