@@ -40,6 +40,8 @@ FW = Path(os.environ.get("FLAMEWATCH", REPO / "build" / "flamewatch"))
 FW_BASE = os.environ.get("FLAMEWATCH_BASE")
 LOAD = REPO / "build" / "workloads" / "cpu_split"
 TICK = os.sysconf("SC_CLK_TCK")
+# Every process a measurement starts: main() kills what is left should one fail.
+STARTED = []
 
 
 def free_port():
@@ -109,11 +111,13 @@ def measure(load, hz, seconds, warmup, tmp, rss_dir):
     if load == "busy":
         loads = [subprocess.Popen([LOAD, str(seconds + 60)], stdout=subprocess.DEVNULL)
                  for _ in range(os.cpu_count())]
+        STARTED.extend(loads)
         time.sleep(2)
     port = free_port()
     data = tmp / f"data-{load}-{hz}"
     server = subprocess.Popen([FW, "server", "--listen", f"127.0.0.1:{port}", "--data", data],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    STARTED.append(server)
     time.sleep(1)
     tools = {
         "flamewatch agent": [FW, "agent", "--server", f"http://127.0.0.1:{port}", "-F", str(hz),
@@ -131,6 +135,7 @@ def measure(load, hz, seconds, warmup, tmp, rss_dir):
             continue
         procs[name] = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL,
                                        stderr=open(tmp / f"{name.replace(' ', '_')}-{load}-{hz}.log", "w"))
+        STARTED.append(procs[name])
     # The agents' RSS every 0.1 s from their start: when the peak came
     # (start-up, first flush, a table build) is what a memory change needs.
     trace = {n: [] for n in procs if n.startswith("flamewatch")}
@@ -226,6 +231,10 @@ def main():
                         print(lines[-1], flush=True)
     finally:
         open("/proc/sys/kernel/bpf_stats_enabled", "w").write(old)
+        for p in STARTED:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     table = "\n".join(lines)
     print(f"\n{os.cpu_count()} CPUs; per row {a.warmup} s of start-up, then {a.seconds} s measured; "
           f"all three tools at once\n\n{table}")
