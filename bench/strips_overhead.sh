@@ -31,7 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cc -O2 -pthread -o "$OUT/pingpong" bench/pingpong.c
+cc -O2 -pthread -o "$OUT/pingpong" tests/workloads/pingpong.c
 [ -f build/vmlinux.h ] || die "build/vmlinux.h missing: run make"
 clang -g -O2 -target bpf -D__TARGET_ARCH_x86 -Ibuild -c bench/strips/null.bpf.c -o "$OUT/null.bpf.o"
 cc -O2 -o "$OUT/load" bench/strips/load.c -Wl,-Bstatic -lbpf -lelf -lz -lzstd -Wl,-Bdynamic

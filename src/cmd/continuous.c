@@ -101,6 +101,7 @@ static void _on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	struct continuous *c = arg;
 	struct batch *b;
+	uint64_t since;
 
 	(void)fd;
 	(void)what;
@@ -110,8 +111,10 @@ static void _on_tick(evutil_socket_t fd, short what, void *arg)
 	b = cpu_profile__batch(collector__profile(c->collector));
 	if (c->gpu && b)
 		_gpu_drain(c, b);
-	if (_mono_ns() - c->last_flush_ns >= c->interval_ns ||
-	    (b && b->nsamples >= c->max_samples))
+	since = _mono_ns() - c->last_flush_ns;
+	if (since >= c->interval_ns || (b && b->nsamples >= c->max_samples) ||
+	    (b && b->ncpu_intervals >= CONTINUOUS_EARLY_INTERVALS &&
+	     since >= CONTINUOUS_EARLY_MIN_NS))
 		continuous__flush(c);
 }
 

@@ -185,3 +185,34 @@ def test_agent_ships_strips_to_a_server(flamewatch, workloads, tmp_path):
     finally:
         ps.close_all()
         client.close()
+
+
+def test_many_intervals_go_before_the_interval(flamewatch, workloads, tmp_path):
+    """A batch past CONTINUOUS_EARLY_INTERVALS (8192) CPU intervals goes early:
+    with --interval 60s, two pingpongs' switches (~1,000 intervals a second a
+    CPU) are stored within seconds, not at the minute."""
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    node = "fwtest-strips-early"
+    try:
+        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp_path / "data",
+                        "--interval", "60s", "--node", node], "run")
+        assert srv.wait_output(r"profiling this host", START_S), srv.describe()
+        client.wait_healthy(proc=srv)
+        t0 = time.time()
+        work = [ps.start(["taskset", "-c", str(cpu), workloads / "pingpong", "12"], f"pingpong{cpu}")
+                for cpu in (0, 1)]
+        deadline = t0 + 30
+        while True:
+            doc = _strips(client, t0, time.time(), query=f'{{node="{node}"}}')
+            mine = [iv for c in doc["cpus"] for iv in c["intervals"] if iv[3] == "pingpong"]
+            if mine or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        assert mine, f"no pingpong interval stored {time.time() - t0:.0f} s in: {srv.tail()}"
+        for w in work:
+            assert w.wait(60) == 0, w.describe()
+    finally:
+        ps.close_all()
+        client.close()
