@@ -469,11 +469,13 @@ void collector__report(struct collector *c)
 		if (ps.code_reads)
 			pr_info("python: %llu code objects read, %llu unreadable (%llu of exited "
 				"processes, %llu unmapped, %llu not code objects: freed or reused), "
-				"%llu read again, %llu replaced at their address\n",
+				"%llu read again, %llu replaced at their address; the cache started "
+				"afresh %llu times\n",
 				(unsigned long long)ps.code_reads, (unsigned long long)ps.code_read_errors,
 				(unsigned long long)ps.code_read_gone, (unsigned long long)ps.code_read_fault,
 				(unsigned long long)ps.code_read_bad, (unsigned long long)ps.code_rereads,
-				(unsigned long long)ps.code_replaced);
+				(unsigned long long)ps.code_replaced,
+				(unsigned long long)ps.code_cache_clears);
 	}
 	if (c->rb) {
 		struct ruby_stats rs;

@@ -43,6 +43,14 @@ struct python_proc {
 };
 
 #define CODE_CACHE_MAX 65536
+/*
+ * What the cache's names and line tables may hold before it starts afresh
+ * (hot code objects are read again, a few microseconds each). A training
+ * process's 420 code objects took 360 KB; without a cap a large
+ * application's thousands would grow the agent by megabytes.
+ * FLAMEWATCH_PY_CODE_CACHE_KB overrides it (the tests use a small one).
+ */
+#define CODE_CACHE_MAX_BYTES (2u << 20)
 #define STR_MAX 512
 #define LINETABLE_MAX 65536
 /*
@@ -74,15 +82,18 @@ struct python {
 	struct intern *code_keys;	/* (epoch, code address) -> index in codes */
 	struct code_entry *codes;
 	uint32_t cap_codes;
+	size_t code_bytes, max_code_bytes;	/* read into codes since the last clear */
 	struct python_stats st;
 };
 
 struct python *python__new(int map_fd, int known_fd, struct proc_table *procs)
 {
 	struct python *py = calloc(1, sizeof(*py));
+	const char *kb = getenv("FLAMEWATCH_PY_CODE_CACHE_KB");
 
 	if (!py)
 		return NULL;
+	py->max_code_bytes = kb && atol(kb) > 0 ? (size_t)atol(kb) << 10 : CODE_CACHE_MAX_BYTES;
 	py->map_fd = map_fd;
 	py->known_fd = known_fd;
 	py->procs = procs;
@@ -109,6 +120,7 @@ static void _codes_clear(struct python *py)
 	free(py->codes);
 	py->codes = NULL;
 	py->cap_codes = 0;
+	py->code_bytes = 0;
 }
 
 void python__free(struct python *py)
@@ -597,7 +609,10 @@ static struct code_entry *_code(struct python *py, const struct python_proc *pp,
 	bool added;
 	int64_t id;
 
-	if (!py->code_keys || intern__count(py->code_keys) >= CODE_CACHE_MAX) {
+	if (!py->code_keys || intern__count(py->code_keys) >= CODE_CACHE_MAX ||
+	    py->code_bytes >= py->max_code_bytes) {
+		if (py->code_keys)
+			py->st.code_cache_clears++;
 		_codes_clear(py);
 		py->code_keys = intern__new();
 		if (!py->code_keys)
@@ -649,6 +664,10 @@ static struct code_entry *_code(struct python *py, const struct python_proc *pp,
 			bpf_map_update_elem(py->known_fd, &k, &one, BPF_ANY);
 		py->st.code_reads++;
 		ce->err = _read_code(pp->pid, &pp->code, pp->code_type, code, ce);
+		/* What the entry holds; replaced ones are not taken off: a clear comes sooner. */
+		py->code_bytes += sizeof(*ce) + sizeof(key) + ce->ltlen +
+				  (ce->function ? strlen(ce->function) + 1 : 0) +
+				  (ce->file ? strlen(ce->file) + 1 : 0);
 		if (ce->err) {
 			pr_debug("pid %d: code object 0x%llx: %s\n", pp->pid, (unsigned long long)code,
 				 strerror(-ce->err));

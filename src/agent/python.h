@@ -27,6 +27,7 @@ struct python_stats {
 	uint64_t code_read_bad;		/*  not a code object (freed, reused) or no name */
 	uint64_t code_rereads;		/* failed reads tried again */
 	uint64_t code_replaced;		/* read again: another code object at the address */
+	uint64_t code_cache_clears;	/* the cache of names and line tables started afresh */
 };
 
 /*

@@ -114,6 +114,21 @@ def test_chain_and_split(fw, version):
     require(native_root >= 0.9 * w.total, f"CPython {version}: native start-up frames missing", w)
 
 
+def test_code_cache_cap(fw, monkeypatch):
+    """The cache of code objects' names and line tables starts afresh past
+    its byte cap (FLAMEWATCH_PY_CODE_CACHE_KB; 2 MiB by default): with a
+    1-KB cap it does so again and again, and the chain is named as without."""
+    exe = interpreter("3.12")
+    monkeypatch.setenv("FLAMEWATCH_PY_CODE_CACHE_KB", "1")
+    res, prof = fw.record_folded(["--", exe, SCRIPT, "chain", SECONDS], duration=SECONDS, hz=HZ)
+    m = re.search(r"the cache started afresh (\d+) times", res.stderr)
+    assert m and int(m.group(1)) > 0, res.describe()
+    w = python_samples(prof)
+    require(w.total >= 0.2 * SECONDS * HZ, f"only {w.total} samples", prof)
+    full = w.count(lambda f: any(contains_run(user(f), CHAIN + [leaf]) for leaf in ("hot_70", "cold_30")))
+    require(full >= 0.9 * w.total, f"only {full} of {w.total} samples show {CHAIN} and a leaf", w)
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_code_object_address_reused(fw, version):
     """CPython gives a freed code object's memory to the next one it makes
