@@ -250,7 +250,7 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.on_cuda_name = o->timed ? _on_cuda_name : NULL,
 		.on_cuda_exec = o->timed ? _on_cuda_exec : NULL,
 	};
-	int files_fd, procs_fd, hs_fd, hs_stats_fd, err;
+	int files_fd, procs_fd, wanted_fd, hs_fd, hs_stats_fd, err;
 
 	if (!c)
 		return NULL;
@@ -268,8 +268,11 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		err = errno;
 		goto fail;
 	}
-	sampler__unwind_fds(c->sampler, &files_fd, &procs_fd);
-	c->unwinder = unwinder__new(files_fd, procs_fd, c->procs, (uint64_t)o->unwind_mb << 20);
+	sampler__unwind_fds(c->sampler, &files_fd, &procs_fd, &wanted_fd);
+	c->unwinder = unwinder__new(files_fd, procs_fd, wanted_fd, c->procs,
+				    (uint64_t)o->unwind_mb << 20);
+	if (c->unwinder)
+		unwinder__set_on_demand(c->unwinder, o->unwind_on_demand_bytes);
 	c->py = python__new(sampler__python_fd(c->sampler), sampler__python_known_fd(c->sampler),
 			    c->procs);
 	c->rb = ruby__new(sampler__ruby_fd(c->sampler), c->procs);
@@ -506,6 +509,10 @@ void collector__report(struct collector *c)
 		(unsigned long long)u.files, (unsigned long long)u.rows, u.table_bytes / 1024.0,
 		(unsigned long long)(u.cap_bytes >> 20), (unsigned long long)u.files_without_cfi,
 		(unsigned long long)u.files_over_cap, u.build_ns / 1e6);
+	if (u.files_on_demand || u.files_wanted)
+		pr_info("unwind tables on demand: %llu large files built once a sample needed them, "
+			"%llu never needed\n", (unsigned long long)u.files_wanted,
+			(unsigned long long)u.files_on_demand);
 }
 
 int collector__fd(struct collector *c)

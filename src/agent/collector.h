@@ -21,6 +21,11 @@ struct collector_opts {
 	bool follow_children;	/* ... and their children */
 	bool timed;		/* keep every sample with its timestamp (agents) */
 	unsigned long unwind_mb;
+	/*
+	 * > 0: files with at least this much CFI get their unwind table only
+	 * once a sample needs it (see unwinder__set_on_demand()).
+	 */
+	uint64_t unwind_on_demand_bytes;
 	/* > 0: run `jcmd PID Compiler.perfmap` for each sampled JVM this often. */
 	uint64_t java_perfmap_interval_ns;
 	/* Called when a followed process exits; may be NULL. */

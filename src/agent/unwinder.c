@@ -26,15 +26,25 @@
 #include "unwind/unwind_table.h"
 
 #define PID_BUCKETS 1024
+/*
+ * A process that wants a table built on demand is described again at most
+ * this often: samples taken before the last description still ask.
+ */
+#define WANTED_REDESCRIBE_NS (100 * 1000000ULL)
 #define STAGE_WINDOW (64u << 10)	/* bytes of a row array mapped at a time; whole pages */
 #ifndef ENOTSUPP
 #define ENOTSUPP 524		/* the kernel's "not supported", which BPF batch commands return */
 #endif
 
-enum file_state { FILE_NEW, FILE_LOADED, FILE_NO_CFI, FILE_OVER_CAP };
+/*
+ * FILE_ON_DEMAND: large enough to wait for a sample that needs its table
+ * (unwinder__set_on_demand()); wanted once one did, built as any other since.
+ */
+enum file_state { FILE_NEW, FILE_LOADED, FILE_NO_CFI, FILE_OVER_CAP, FILE_ON_DEMAND };
 
 struct unwind_file {
 	enum file_state state;
+	bool wanted;
 	uint32_t rows;		/* FILE_OVER_CAP: the rows it would need */
 	uint32_t refs;		/* processes whose description uses this table */
 	uint64_t last_used;	/* unwinder clock at the last reference */
@@ -51,7 +61,8 @@ struct unwind_pid {
 };
 
 struct unwinder {
-	int files_fd, procs_fd;
+	int files_fd, procs_fd, wanted_fd;
+	uint64_t on_demand_bytes;	/* 0: every table at once */
 	struct proc_table *procs;
 	struct intern *file_keys;	/* key -> index in files[] */
 	struct unwind_file *files;
@@ -71,8 +82,8 @@ struct unwinder {
 	uint64_t self_dev, self_inode;	/* our own executable, as binary keys it */
 };
 
-struct unwinder *unwinder__new(int files_fd, int procs_fd, struct proc_table *procs,
-			       uint64_t cap_bytes)
+struct unwinder *unwinder__new(int files_fd, int procs_fd, int wanted_fd,
+			       struct proc_table *procs, uint64_t cap_bytes)
 {
 	struct unwinder *u = calloc(1, sizeof(*u));
 
@@ -80,6 +91,7 @@ struct unwinder *unwinder__new(int files_fd, int procs_fd, struct proc_table *pr
 		return NULL;
 	u->files_fd = files_fd;
 	u->procs_fd = procs_fd;
+	u->wanted_fd = wanted_fd;
 	u->procs = procs;
 	u->stats.cap_bytes = cap_bytes;
 	u->file_keys = intern__new();
@@ -99,6 +111,11 @@ struct unwinder *unwinder__new(int files_fd, int procs_fd, struct proc_table *pr
 		}
 	}
 	return u;
+}
+
+void unwinder__set_on_demand(struct unwinder *u, uint64_t cfi_bytes)
+{
+	u->on_demand_bytes = cfi_bytes;
 }
 
 void unwinder__free(struct unwinder *u)
@@ -433,13 +450,52 @@ static uint32_t _file_for(struct unwinder *u, struct binary *b, uint32_t *rows)
 		u->stats.files_over_cap--;
 		u->files[idx].state = FILE_NEW;
 	}
+	if (u->files[idx].state == FILE_NEW && !u->files[idx].wanted && u->on_demand_bytes &&
+	    elf_file__cfi_bytes(b->elf) >= u->on_demand_bytes) {
+		u->files[idx].state = FILE_ON_DEMAND;
+		u->stats.files_on_demand++;
+	}
 	if (u->files[idx].state == FILE_NEW)
 		_load_file(u, idx, b);
+	/* Its id without rows: BPF walks its frames by frame pointers and asks for it. */
+	if (u->files[idx].state == FILE_ON_DEMAND)
+		return idx + 1;
 	if (u->files[idx].state != FILE_LOADED)
 		return 0;
 	u->files[idx].last_used = ++u->clock;
 	*rows = u->files[idx].rows;
 	return idx + 1;
+}
+
+/* The files samples asked for since the last call (wanted_tables) become buildable. */
+static void _take_wanted(struct unwinder *u)
+{
+	__u32 key, next, *prev = NULL;
+	__u32 ids[64];
+	uint32_t n = 0;
+
+	if (u->wanted_fd < 0)
+		return;
+	/* Collected first: deleting while iterating would restart the walk. */
+	while (n < sizeof(ids) / sizeof(ids[0]) && !bpf_map_get_next_key(u->wanted_fd, prev, &next)) {
+		ids[n++] = next;
+		key = next;
+		prev = &key;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct unwind_file *f;
+
+		bpf_map_delete_elem(u->wanted_fd, &ids[i]);
+		if (!ids[i] || ids[i] > intern__count(u->file_keys))
+			continue;
+		f = &u->files[ids[i] - 1];
+		if (f->state != FILE_ON_DEMAND)
+			continue;	/* a sample taken before its process was described again */
+		f->state = FILE_NEW;
+		f->wanted = true;
+		u->stats.files_on_demand--;
+		u->stats.files_wanted++;
+	}
 }
 
 static int _describe_mapping(void *ctx, const struct proc_mapping *m, struct binary *b)
@@ -568,9 +624,14 @@ void unwinder__note_sample(struct unwinder *u, pid_t pid, uint32_t flags)
 {
 	struct unwind_pid *p;
 
-	if (!(flags & (FW_SAMPLE_NO_TABLES | FW_SAMPLE_UNKNOWN_MAPPING)))
+	if (!(flags & (FW_SAMPLE_NO_TABLES | FW_SAMPLE_UNKNOWN_MAPPING | FW_SAMPLE_WANTS_TABLE)))
 		return;
 	p = *_pid_slot(u, pid);
+	if (p && (flags & FW_SAMPLE_WANTS_TABLE) &&
+	    clock__mono_ns() - p->described_ns >= WANTED_REDESCRIBE_NS) {
+		unwinder__queue(u, pid);
+		return;
+	}
 	if (p && clock__mono_ns() - p->described_ns < _redescribe_interval_ns(p))
 		return;
 	unwinder__queue(u, pid);
@@ -595,6 +656,8 @@ void unwinder__queue(struct unwinder *u, pid_t pid)
 
 void unwinder__add_pending(struct unwinder *u, void (*described)(void *ctx, pid_t pid), void *ctx)
 {
+	if (u->npending)
+		_take_wanted(u);
 	for (uint32_t i = 0; i < u->npending; i++) {
 		struct unwind_pid *p = *_pid_slot(u, u->pending[i]);
 		int err;

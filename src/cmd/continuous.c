@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -127,6 +128,16 @@ static void _on_ready(evutil_socket_t fd, short what, void *arg)
 	collector__drain(c->collector);
 }
 
+/* CONTINUOUS_UNWIND_ON_DEMAND_BYTES, or FLAMEWATCH_UNWIND_ON_DEMAND_KB (0: never). */
+static uint64_t _on_demand_bytes(void)
+{
+	const char *kb = getenv("FLAMEWATCH_UNWIND_ON_DEMAND_KB");
+
+	if (kb && *kb)
+		return (uint64_t)strtoull(kb, NULL, 10) << 10;
+	return CONTINUOUS_UNWIND_ON_DEMAND_BYTES;
+}
+
 int continuous__start(struct continuous *c, struct event_base *base,
 		      const struct continuous_opts *o)
 {
@@ -134,6 +145,7 @@ int continuous__start(struct continuous *c, struct event_base *base,
 		.freq_hz = o->freq_hz,
 		.timed = true,
 		.unwind_mb = o->unwind_mb,
+		.unwind_on_demand_bytes = _on_demand_bytes(),
 		.java_perfmap_interval_ns = o->java_perfmap_interval_ns,
 	};
 	struct timeval every = { 0, COLLECTOR_TICK_MS * 1000 };

@@ -22,6 +22,16 @@
  * that node. Past this many the batch goes early (no more than once a
  * CONTINUOUS_EARLY_MIN_NS), which bounds both by the count instead.
  */
+/*
+ * Files with this much CFI or more get their unwind table once a sample
+ * needs it (unwinder__set_on_demand()): ~200,000 rows, 1.6 MB of BPF map
+ * and ~8 ms to build. libc, libstdc++ and libpython are under it and built
+ * at once; libtorch_cpu (2.7 million rows), the CUDA libraries, libLLVM
+ * and node are over. `record` builds every table at once: its runs are
+ * short and its first samples count.
+ */
+#define CONTINUOUS_UNWIND_ON_DEMAND_BYTES (1u << 20)
+
 #define CONTINUOUS_EARLY_INTERVALS 8192
 #define CONTINUOUS_EARLY_MIN_NS 1000000000ULL
 struct batch;

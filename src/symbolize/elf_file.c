@@ -37,6 +37,7 @@ struct elf_file {
 	size_t nsegs;
 	struct elf_segment *segs;	/* PT_LOAD only */
 	char *debuglink;		/* NULL when absent */
+	uint64_t cfi_bytes;		/* .eh_frame and .debug_frame, as the headers say */
 	char *debug_root;
 	char *path;			/* inside debug_root; NULL until set */
 	char build_id[2 * BUILD_ID_MAX + 1];
@@ -133,33 +134,41 @@ static void _read_build_id(Elf *e, char *out)
  * debug file. Only the name is kept: it is a base name by definition, so one
  * containing '/' is refused rather than followed somewhere else.
  */
-static char *_read_debuglink(Elf *e)
+static char *_debuglink(Elf_Scn *scn)
+{
+	Elf_Data *d = elf_getdata(scn, NULL);
+	size_t len;
+
+	if (!d || !d->d_buf || !d->d_size)
+		return NULL;
+	len = strnlen(d->d_buf, d->d_size);
+	if (len == 0 || len == d->d_size || memchr(d->d_buf, '/', len))
+		return NULL;
+	return strndup(d->d_buf, len);
+}
+
+/* The section headers' part: the debug link and the size of the CFI. */
+static void _read_sections(Elf *e, struct elf_file *f)
 {
 	Elf_Scn *scn = NULL;
 	GElf_Shdr sh;
 	size_t shstrndx;
 
 	if (elf_getshdrstrndx(e, &shstrndx))
-		return NULL;
+		return;
 	while ((scn = elf_nextscn(e, scn))) {
 		const char *name;
-		Elf_Data *d;
-		size_t len;
 
 		if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS)
 			continue;
 		name = elf_strptr(e, shstrndx, sh.sh_name);
-		if (!name || strcmp(name, ".gnu_debuglink") != 0)
+		if (!name)
 			continue;
-		d = elf_getdata(scn, NULL);
-		if (!d || !d->d_buf || !d->d_size)
-			return NULL;
-		len = strnlen(d->d_buf, d->d_size);
-		if (len == 0 || len == d->d_size || memchr(d->d_buf, '/', len))
-			return NULL;
-		return strndup(d->d_buf, len);
+		if (!strcmp(name, ".eh_frame") || !strcmp(name, ".debug_frame"))
+			f->cfi_bytes += sh.sh_size;
+		else if (!strcmp(name, ".gnu_debuglink") && !f->debuglink)
+			f->debuglink = _debuglink(scn);
 	}
-	return NULL;
 }
 
 static int _read_segments(Elf *e, struct elf_file *f)
@@ -226,7 +235,7 @@ struct elf_file *elf_file__open(int fd, const char *debug_root)
 	if (err)
 		goto out;
 	_read_build_id(e, f->build_id);
-	f->debuglink = _read_debuglink(e);
+	_read_sections(e, f);
 out:
 	elf_end(e);
 	if (err) {
@@ -274,6 +283,11 @@ const char *elf_file__build_id(const struct elf_file *f)
 int elf_file__type(const struct elf_file *f)
 {
 	return f->type;
+}
+
+uint64_t elf_file__cfi_bytes(const struct elf_file *f)
+{
+	return f->cfi_bytes;
 }
 
 const char *elf_file__debuglink(const struct elf_file *f)

@@ -63,6 +63,12 @@ int elf_file__type(const struct elf_file *f);
 const char *elf_file__debuglink(const struct elf_file *f);
 
 /*
+ * The sizes of .eh_frame and .debug_frame together, from the section
+ * headers (nothing read): what building an unwind table would parse.
+ */
+uint64_t elf_file__cfi_bytes(const struct elf_file *f);
+
+/*
  * Converts a file offset (as /proc/PID/maps gives it: address - mapping start
  * + mapping offset) to the link-time virtual address that symbol tables use,
  * through the PT_LOAD segment holding that offset. Returns 0, or -ENOENT when

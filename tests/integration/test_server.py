@@ -513,6 +513,36 @@ def test_run_describes_late_libraries_at_once(flamewatch, workloads, procs, clie
     check_no_crash(srv)
 
 
+def test_run_unwind_tables_on_demand(flamewatch, workloads, procs, clients, tmp_path, monkeypatch):
+    """With every file's unwind table built on demand
+    (FLAMEWATCH_UNWIND_ON_DEMAND_KB=1, where large files only are by
+    default), the first samples in deep_chain (no frame pointers) ask for
+    its table, and once it is built its stacks reach main; the files of
+    this host's processes that no sample ran in are never built."""
+    monkeypatch.setenv("FLAMEWATCH_UNWIND_ON_DEMAND_KB", "1")
+    srv, c = start_run(procs, flamewatch, clients, tmp_path / "data", "ondemand-n")
+    t0 = time.time()
+    work = procs.start([workloads / "nofp" / "deep_chain", "4"], "deep_chain")
+    rc, _ = work.wait_cpu(60)
+    assert rc == 0, work.describe()
+    q = '{node="ondemand-n",comm="deep_chain"}'
+    t1 = wait_stable(c, q, t0 - 1)
+    prof = folded(c, q, t0 - 1, t1)
+    chain = ["main"] + [f"f{i}" for i in range(1, 13)] + ["leaf"]
+    leaf = sum(n for stack, n in prof.stacks.items() if stack.split(";")[-1] == "leaf")
+    full = sum(n for stack, n in prof.stacks.items() if ";".join(chain) in stack)
+    print(f"\nrun, tables on demand: {full}/{leaf} leaf samples reach main")
+    require(leaf >= 0.5 * 4 * HZ, f"only {leaf} samples in leaf", prof)
+    # The samples before the build (a tick, 0.1 s of 4 s) are walked by frame pointers.
+    require(full >= 0.9 * leaf, f"{full} of {leaf} leaf samples reach main through "
+            f"{';'.join(chain)}; expected >= 90 %", prof)
+    srv.stop()
+    m = re.search(r"unwind tables on demand: (\d+) large files built once a sample needed them, "
+                  r"(\d+) never needed", srv.text())
+    assert m and int(m.group(1)) >= 1 and int(m.group(2)) >= 1, srv.describe()
+    check_no_crash(srv)
+
+
 def test_run_vdso_across_batches(flamewatch, workloads, procs, clients, tmp_path):
     """The vDSO is a binary of its own (copied from the kernel's image),
     outside the table of files: its frames must name it in every batch, not

@@ -139,6 +139,20 @@ struct {
 	__type(value, struct fw_proc_mappings);
 } proc_mappings SEC(".maps");
 
+/*
+ * Files whose table the agent builds only once a sample needs it (large
+ * ones, in the continuous agent: a PyTorch process maps 8 million rows'
+ * worth, most of it never run). A frame in one is walked by frame pointers
+ * and its file id put here; the agent takes the ids, builds the tables and
+ * describes the process again.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} wanted_tables SEC(".maps");
+
 #include "python.bpf.h"
 #include "ruby.bpf.h"
 
@@ -175,7 +189,7 @@ static __always_inline __u64 describe_wakeup(__u32 tgid, __u32 flags)
 	struct describe_wake *w, nw = {};
 	__u64 now, gap;
 
-	if (!(flags & (FW_SAMPLE_NO_TABLES | FW_SAMPLE_UNKNOWN_MAPPING)))
+	if (!(flags & (FW_SAMPLE_NO_TABLES | FW_SAMPLE_UNKNOWN_MAPPING | FW_SAMPLE_WANTS_TABLE)))
 		return BPF_RB_NO_WAKEUP;
 	now = bpf_ktime_get_boot_ns();
 	if (now - last_describe_wake_ns < DESCRIBE_WAKE_GAP_NS)
@@ -210,6 +224,15 @@ struct fw_unwind_state {
 	__u32 slot;				/* scratch slot being filled */
 	__u32 tgid;
 };
+
+static __always_inline void want_table(struct fw_unwind_state *st, __u32 file_id)
+{
+	__u8 one = 1;
+
+	st->flags |= FW_SAMPLE_WANTS_TABLE;
+	stat_inc(FW_STAT_UNWIND_WANTED);
+	bpf_map_update_elem(&wanted_tables, &file_id, &one, BPF_NOEXIST);
+}
 
 static __always_inline struct fw_mapping *find_mapping(struct fw_proc_mappings *pm, __u64 pc)
 {
@@ -325,6 +348,8 @@ static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_p
 			st->flags |= FW_SAMPLE_UNKNOWN_MAPPING;
 		else if (m->row_count && pc - m->bias <= 0xffffffffULL)
 			row = find_row(m->file_id, m->row_count, pc - m->bias);
+		else if (m->file_id)
+			want_table(st, m->file_id);
 		if (m && m->row_count && !row)
 			stat_inc(FW_STAT_UNWIND_ROW_MISS);
 	}

@@ -31,6 +31,7 @@ enum fw_event_type {
 #define FW_SAMPLE_KERNEL_THREAD    (1u << 2)	/* no user space to walk */
 #define FW_SAMPLE_NO_TABLES        (1u << 3)	/* process unknown to the unwinder: frame pointers only */
 #define FW_SAMPLE_UNKNOWN_MAPPING  (1u << 4)	/* a pc outside every known mapping: maps changed */
+#define FW_SAMPLE_WANTS_TABLE      (1u << 5)	/* a pc in a file whose table is built on demand */
 
 /*
  * One CPU sample. addrs holds kstack_len kernel addresses and then
@@ -102,6 +103,7 @@ enum fw_stat {
 	FW_STAT_PY_WAKEUPS,		/* samples that woke the agent: new code objects */
 	FW_STAT_UNWIND_GO_SWITCH,	/* steps from Go's g0 stack back to a goroutine's (cgo) */
 	FW_STAT_DESCRIBE_WAKEUPS,	/* samples that woke the agent: a process or mapping to describe */
+	FW_STAT_UNWIND_WANTED,		/* frames in a file whose table is not built yet (on demand) */
 	FW_STAT_MAX,
 };
 

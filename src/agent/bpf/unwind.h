@@ -23,8 +23,8 @@
 struct fw_mapping {
 	__u64 start, end;	/* [start, end) in the process */
 	__u64 bias;		/* ELF virtual address = address - bias */
-	__u32 file_id;
-	__u32 row_count;	/* 0: no table (no CFI, over the cap): frame pointers */
+	__u32 file_id;		/* with row_count 0: a table built on demand (wanted_tables) */
+	__u32 row_count;	/* 0: no table (no CFI, over the cap, not built yet): frame pointers */
 };
 
 _Static_assert(sizeof(struct fw_mapping) == 32, "fw_mapping is shared with BPF");
