@@ -24,6 +24,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -60,6 +62,33 @@ def smaps_by_mapping(pid):
     except OSError:
         return []
     return sorted(((kb, w) for w, kb in rss.items() if kb > 64), reverse=True)
+
+
+def stack_quality(port, node, pid, frm, to):
+    """Of the load process's samples that node's agent stored in [frm, to):
+    how many, the share whose stack holds the script's Python frames
+    (<module>), the share that reaches the interpreter's native root
+    (Py_BytesMain), and the mean depth."""
+    q = urllib.parse.urlencode({"format": "folded", "query": f'{{node="{node}",pid="{pid}"}}',
+                                "from": f"{frm:.6f}", "to": f"{to:.6f}"})
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/profile?{q}", timeout=30).read().decode()
+    except OSError as e:
+        return f"query failed: {e}"
+    n = py = root = depth = 0
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        c, frames = int(count), stack.split(";")
+        n += c
+        py += c * any(f.startswith("<module>") for f in frames)
+        root += c * any(f.startswith("Py_BytesMain") for f in frames)
+        depth += c * len(frames)
+    if not n:
+        return "no samples"
+    return f"{n} samples, {100 * py / n:.1f} % with <module>, {100 * root / n:.1f} % reach Py_BytesMain, " \
+           f"depth {depth / n:.1f}"
 
 
 def big_libraries(min_mb):
@@ -109,6 +138,9 @@ def main():
     ap.add_argument("--burners", type=int, default=2)
     ap.add_argument("--min-lib-mb", type=int, default=20)
     ap.add_argument("--smaps", action="store_true", help="print each agent's RSS by mapping at the end")
+    ap.add_argument("--profile", metavar="NAME=DIR",
+                    help="record agent NAME's own CPU (flamewatch record -F 999) over the measured "
+                         "window into DIR/NAME.folded")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("agent_memory: needs root")
@@ -150,9 +182,17 @@ def main():
     th = threading.Thread(target=sample, daemon=True)
     th.start()
     time.sleep(a.warmup)
+    rec = None
+    if a.profile:
+        name, out_dir = a.profile.split("=", 1)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        rec = subprocess.Popen([agents[0][1][0], "record", "-q", "-F", "999", "-d", str(a.seconds),
+                                "-p", str(procs[name].pid), "-o", str(Path(out_dir) / f"{name}.folded")])
     c0 = {n: cpu_s(p.pid) for n, p in procs.items()}
     t0 = time.monotonic()
     time.sleep(a.seconds)
+    if rec:
+        rec.wait(timeout=60)
     wall = time.monotonic() - t0
     rows = []
     for n, p in procs.items():
@@ -163,6 +203,9 @@ def main():
     stop.set()
     th.join()
     stop_tools(procs.values())
+    t_end = time.time()
+    time.sleep(2)
+    quality = {n: stack_quality(port, n, load[0].pid, t_end - a.seconds, t_end) for n in procs}
     for p in load:
         p.kill()
         p.wait()
@@ -176,6 +219,9 @@ def main():
     for n, hwm, rss, cpu, _ in rows:
         t, kb = max(trace[n], key=lambda x: x[1]) if trace[n] else (0, 0)
         print(f"| {n} | {hwm / 1024:.2f} | {rss / 1024:.2f} | {cpu:.3f} | {kb / 1024:.2f} MB at {t:.1f} s |")
+    print("\nThe training process's stacks, as each agent stored them over the measured window:")
+    for n, q in quality.items():
+        print(f"    {n}: {q}")
     for n, _, _, _, by_mapping in rows:
         if by_mapping:
             print(f"\n{n}: RSS by mapping at the end (kB, mappings over 64 kB)")

@@ -188,22 +188,23 @@ def test_agent_ships_strips_to_a_server(flamewatch, workloads, tmp_path):
 
 
 def test_many_intervals_go_before_the_interval(flamewatch, workloads, tmp_path):
-    """A batch past CONTINUOUS_EARLY_INTERVALS (8192) CPU intervals goes early:
-    with --interval 60s, two pingpongs' switches (~1,000 intervals a second a
-    CPU) are stored within seconds, not at the minute."""
+    """A batch past CONTINUOUS_EARLY_INTERVALS (32,768) CPU intervals goes
+    early: with --interval 120s, two pingpongs' switches (~1,000 intervals a
+    second a CPU) are stored within about 17 s, not at the end of the
+    interval."""
     ps = Procs(tmp_path / "logs")
     port = free_port()
     client = Client(port)
     node = "fwtest-strips-early"
     try:
         srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp_path / "data",
-                        "--interval", "60s", "--node", node], "run")
+                        "--interval", "120s", "--node", node], "run")
         assert srv.wait_output(r"profiling this host", START_S), srv.describe()
         client.wait_healthy(proc=srv)
         t0 = time.time()
-        work = [ps.start(["taskset", "-c", str(cpu), workloads / "pingpong", "12"], f"pingpong{cpu}")
+        work = [ps.start(["taskset", "-c", str(cpu), workloads / "pingpong", "60"], f"pingpong{cpu}")
                 for cpu in (0, 1)]
-        deadline = t0 + 30
+        deadline = t0 + 60
         while True:
             doc = _strips(client, t0, time.time(), query=f'{{node="{node}"}}')
             mine = [iv for c in doc["cpus"] for iv in c["intervals"] if iv[3] == "pingpong"]
@@ -211,8 +212,9 @@ def test_many_intervals_go_before_the_interval(flamewatch, workloads, tmp_path):
                 break
             time.sleep(0.5)
         assert mine, f"no pingpong interval stored {time.time() - t0:.0f} s in: {srv.tail()}"
+        print(f"\nfirst pingpong intervals stored {time.time() - t0:.1f} s in")
         for w in work:
-            assert w.wait(60) == 0, w.describe()
+            w.stop()
     finally:
         ps.close_all()
         client.close()
