@@ -462,6 +462,14 @@ void collector__report(struct collector *c)
 	}
 	if (c->add_errors)
 		pr_warn("%llu samples dropped: out of memory\n", (unsigned long long)c->add_errors);
+	if (c->cp) {
+		struct cpu_profile_counts pc;
+
+		cpu_profile__counts(c->cp, &pc);
+		pr_info("symbols: %llu frames named from the cache, %llu symbol-table reads\n",
+			(unsigned long long)pc.frames_named_cached,
+			(unsigned long long)pc.symbol_reads);
+	}
 	pr_debug("processes: %u known, %llu forgotten by the sweep\n",
 		 proc_table__nprocs(c->procs), (unsigned long long)c->swept);
 	if (c->py) {

@@ -81,6 +81,8 @@ struct cpu_profile_counts {
 	uint64_t samples;
 	uint64_t frames_unresolved;
 	uint64_t pids;
+	uint64_t frames_named_cached;	/* named from earlier batches' names */
+	uint64_t symbol_reads;		/* a binary's symbol tables read for a batch's new frames */
 };
 void cpu_profile__counts(const struct cpu_profile *cp, struct cpu_profile_counts *out);
 

@@ -398,7 +398,28 @@ struct search {
 	size_t n;
 	struct cand *sized, *unsized;
 	struct namebuf nb;
+	struct range_sink *ranges;	/* elf_file__resolve_ranges(): the cb's ctx */
 };
+
+/*
+ * elf_file__resolve_ranges() runs the search with _as_range() as its
+ * symbol_cb and this as the ctx; _search_emit() calls the range callback
+ * itself, where it knows the symbol's extent.
+ */
+struct range_sink {
+	symbol_range_cb cb;
+	void *ctx;
+	const uint64_t *vaddrs;
+};
+
+/* Names found elsewhere (gopclntab) or none: a point, no extent known. */
+static void _as_range(void *ctx, size_t index, const char *name, uint64_t offset)
+{
+	struct range_sink *r = ctx;
+	uint64_t start = r->vaddrs[index] - offset;
+
+	r->cb(r->ctx, index, name, start, start);
+}
 
 static int _req_cmp(const void *a, const void *b)
 {
@@ -756,7 +777,11 @@ static void _search_emit(struct search *s, const struct symsrc *src, symbol_cb c
 			s->reqs[left++] = r;
 			continue;
 		}
-		cb(ctx, r.index, dem ? dem : name, r.addr - hit->start);
+		if (s->ranges)	/* an unsized symbol's end is its section's: no extent */
+			s->ranges->cb(s->ranges->ctx, r.index, dem ? dem : name, hit->start,
+				      hit == &best_s ? hit->end : hit->start);
+		else
+			cb(ctx, r.index, dem ? dem : name, r.addr - hit->start);
 	}
 	free(dem);
 	s->n = left;
@@ -892,10 +917,10 @@ static int _resolve_gopclntab(struct search *s, int fd, Elf *e, symbol_cb cb, vo
 	return 0;
 }
 
-int elf_file__resolve(struct elf_file *f, const uint64_t *vaddrs, size_t n,
-		      symbol_cb cb, void *ctx)
+static int _resolve(struct elf_file *f, const uint64_t *vaddrs, size_t n, symbol_cb cb, void *ctx,
+		    struct range_sink *ranges)
 {
-	struct search s = { 0 };
+	struct search s = { .ranges = ranges };
 	Elf *main_elf = NULL, *dbg_elf = NULL;
 	bool dynsym_done = false, ready = false;
 	int dbg_fd = -1, err;
@@ -955,4 +980,20 @@ out:
 		close(dbg_fd);
 	elf_end(main_elf);
 	return err;
+}
+
+int elf_file__resolve(struct elf_file *f, const uint64_t *vaddrs, size_t n,
+		      symbol_cb cb, void *ctx)
+{
+	return _resolve(f, vaddrs, n, cb, ctx, NULL);
+}
+
+int elf_file__resolve_ranges(struct elf_file *f, const uint64_t *vaddrs, size_t n,
+			     symbol_range_cb cb, void *ctx)
+{
+	struct range_sink r = { cb, ctx, vaddrs };
+
+	if (!cb)
+		return -EINVAL;
+	return _resolve(f, vaddrs, n, _as_range, &r, &r);
 }

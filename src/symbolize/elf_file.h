@@ -114,4 +114,16 @@ int elf_file__load_bias(const struct elf_file *f, uint64_t map_start, uint64_t m
 int elf_file__resolve(struct elf_file *f, const uint64_t *vaddrs, size_t n,
 		      symbol_cb cb, void *ctx);
 
+/*
+ * As elf_file__resolve(), saying what the symbol covers instead of the
+ * offset: [start, end) in the file's virtual addresses, for a cache to
+ * name later addresses of the same function without reading the tables
+ * again. end == start where only the address itself is known to be named
+ * so (a symbol without a size, a Go function, no name at all).
+ */
+typedef void (*symbol_range_cb)(void *ctx, size_t index, const char *name,
+				uint64_t start, uint64_t end);
+int elf_file__resolve_ranges(struct elf_file *f, const uint64_t *vaddrs, size_t n,
+			     symbol_range_cb cb, void *ctx);
+
 #endif

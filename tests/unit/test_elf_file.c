@@ -239,6 +239,61 @@ static void test_self_functions(void **state)
 	elf_file__close(f);
 }
 
+/* What elf_file__resolve_ranges() says, per index. */
+struct ranges {
+	char *name[8];
+	uint64_t start[8], end[8];
+	int calls[8];
+};
+
+static void collect_range(void *ctx, size_t i, const char *name, uint64_t start, uint64_t end)
+{
+	struct ranges *r = ctx;
+
+	assert_true(i < 8);
+	r->calls[i]++;
+	r->name[i] = name ? strdup(name) : NULL;
+	r->start[i] = start;
+	r->end[i] = end;
+}
+
+/*
+ * A function's extent: its start and its symbol's size, so that every
+ * address below the end names it, and the address at the end does not.
+ */
+static void test_self_ranges(void **state)
+{
+	struct elf_file *f = open_path("/proc/self/exe", "");
+	uint64_t alpha = link_vaddr((const void *)(uintptr_t)fw_test_alpha);
+	uint64_t vaddrs[3] = { alpha + 2, 0x10, 0 };
+	struct ranges r = { 0 }, last = { 0 };
+
+	(void)state;
+	assert_int_equal(elf_file__resolve_ranges(f, vaddrs, 2, collect_range, &r), 0);
+	assert_int_equal(r.calls[0], 1);
+	assert_int_equal(r.calls[1], 1);
+	assert_string_equal(r.name[0], "fw_test_alpha");
+	assert_int_equal(r.start[0], alpha);
+	assert_true(r.end[0] > alpha + 2 && r.end[0] - alpha < 4096);
+	/* Unresolved: no name, and no extent. */
+	assert_null(r.name[1]);
+	assert_int_equal(r.start[1], 0x10);
+	assert_int_equal(r.end[1], 0x10);
+
+	vaddrs[0] = r.end[0] - 1;
+	vaddrs[1] = r.end[0];
+	assert_int_equal(elf_file__resolve_ranges(f, vaddrs, 2, collect_range, &last), 0);
+	assert_string_equal(last.name[0], "fw_test_alpha");
+	assert_int_equal(last.start[0], alpha);
+	assert_true(!last.name[1] || strcmp(last.name[1], "fw_test_alpha"));
+	assert_int_equal(elf_file__resolve_ranges(f, vaddrs, 1, NULL, &r), -EINVAL);
+	for (int i = 0; i < 8; i++) {
+		free(r.name[i]);
+		free(last.name[i]);
+	}
+	elf_file__close(f);
+}
+
 static void test_offset_outside_segments(void **state)
 {
 	struct elf_file *f = open_path("/proc/self/exe", "");
@@ -550,6 +605,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_self_facts),
 		cmocka_unit_test(test_self_functions),
+		cmocka_unit_test(test_self_ranges),
 		cmocka_unit_test(test_offset_outside_segments),
 		cmocka_unit_test(test_libc),
 		cmocka_unit_test(test_not_elf),
