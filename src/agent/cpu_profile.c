@@ -631,7 +631,7 @@ struct symcache_key {
 struct sym_range {
 	const void *owner;
 	uint64_t start, end;
-	uint32_t name;		/* in sym_names */
+	uint32_t name;		/* in sym_names; SYMCACHE_UNRESOLVED: a gap no symbol names */
 };
 
 static int _symcache_init(struct cpu_profile *cp)
@@ -700,7 +700,7 @@ static void _range_put(struct cpu_profile *cp, const void *owner, uint64_t start
 		cp->ranges = r;
 		cp->cap_ranges = cap;
 	}
-	nid = intern__add(cp->sym_names, name, strlen(name) + 1, NULL);
+	nid = name ? intern__add(cp->sym_names, name, strlen(name) + 1, NULL) : SYMCACHE_UNRESOLVED;
 	if (nid < 0)
 		return;
 	cp->ranges[cp->nranges++] = (struct sym_range){ owner, start, end, (uint32_t)nid };
@@ -775,17 +775,21 @@ static void _symcache_put(struct cpu_profile *cp, const void *owner, uint64_t ad
 
 static void _name_frame(void *ctx, size_t i, const char *name, uint64_t offset);
 
-/* elf_file__resolve_ranges()'s callback: a function's extent goes to the range cache. */
+/*
+ * elf_file__resolve_ranges()'s callback: a function's extent, or a gap no
+ * symbol names, goes to the range cache.
+ */
 static void _name_frame_range(void *ctx, size_t i, const char *name, uint64_t start,
 			      uint64_t end)
 {
 	struct name_batch *b = ctx;
 
-	if (!name || end <= start || !b->owner) {
-		_name_frame(ctx, i, name, b->addrs[i] - start);
+	if (end <= start || !b->owner) {
+		_name_frame(ctx, i, name, name ? b->addrs[i] - start : 0);
 		return;
 	}
-	profile__set_frame_name(b->cp->p, b->frames[i], name, NULL, 0);
+	if (name)
+		profile__set_frame_name(b->cp->p, b->frames[i], name, NULL, 0);
 	_range_put(b->cp, b->owner, start, end, name);
 }
 
@@ -913,9 +917,14 @@ static int _symbolize(struct cpu_profile *cp, uint32_t first, uint32_t kinds, bo
 			bool unresolved = false;
 			const struct sym_range *r = owner ? _range_get(cp, owner, p->frames[f].addr) :
 							    NULL;
-			const char *name = r ? intern__key(cp->sym_names, r->name, NULL) :
-				     owner ? _symcache_get(cp, owner, p->frames[f].addr,
-							   &unresolved) : NULL;
+			const char *name = NULL;
+
+			if (r && r->name == SYMCACHE_UNRESOLVED)
+				unresolved = true;
+			else if (r)
+				name = intern__key(cp->sym_names, r->name, NULL);
+			else if (owner)
+				name = _symcache_get(cp, owner, p->frames[f].addr, &unresolved);
 
 			if (name) {
 				profile__set_frame_name(p, f, name, NULL, 0);

@@ -372,6 +372,12 @@ struct namebuf {
 struct req {
 	uint64_t addr;
 	size_t index;
+	/*
+	 * elf_file__resolve_ranges(): [lo, hi) around addr holds no symbol's
+	 * start and no symbol's extent, in every table scanned so far: an
+	 * address there that none names names none in the whole range.
+	 */
+	uint64_t lo, hi;
 };
 
 struct cand {
@@ -399,6 +405,13 @@ struct search {
 	struct cand *sized, *unsized;
 	struct namebuf nb;
 	struct range_sink *ranges;	/* elf_file__resolve_ranges(): the cb's ctx */
+	/*
+	 * With ranges, per slot as the candidates: the lowest symbol start
+	 * above the slot's address (kept at the slot just below the symbol),
+	 * and the highest end of a symbol starting at or below it (kept at
+	 * the symbol's own slot); _search_emit() turns them into req.lo/hi.
+	 */
+	uint64_t *next_start, *below_end;
 };
 
 /*
@@ -445,6 +458,14 @@ static size_t _lower_bound(const struct req *r, size_t n, uint64_t addr)
 	return lo;
 }
 
+static void _gaps_reset(struct search *s)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		s->next_start[i] = UINT64_MAX;
+		s->below_end[i] = 0;
+	}
+}
+
 static int _search_init(struct search *s, const uint64_t *vaddrs, size_t n)
 {
 	s->reqs = malloc(n * sizeof(*s->reqs));
@@ -453,9 +474,16 @@ static int _search_init(struct search *s, const uint64_t *vaddrs, size_t n)
 	if (!s->reqs || !s->sized || !s->unsized)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
-		s->reqs[i] = (struct req){ .addr = vaddrs[i], .index = i };
+		s->reqs[i] = (struct req){ .addr = vaddrs[i], .index = i, .hi = UINT64_MAX };
 	qsort(s->reqs, n, sizeof(*s->reqs), _req_cmp);
 	s->n = n;
+	if (s->ranges) {
+		s->next_start = malloc(n * sizeof(*s->next_start));
+		s->below_end = malloc(n * sizeof(*s->below_end));
+		if (!s->next_start || !s->below_end)
+			return -ENOMEM;
+		_gaps_reset(s);
+	}
 	return 0;
 }
 
@@ -464,6 +492,8 @@ static void _search_free(struct search *s)
 	free(s->reqs);
 	free(s->sized);
 	free(s->unsized);
+	free(s->next_start);
+	free(s->below_end);
 	free(s->nb.buf);
 }
 
@@ -664,6 +694,28 @@ static void _chunk_sym(const struct symsrc *src, size_t i, GElf_Sym *sym)
 	}
 }
 
+/*
+ * For the gaps, every symbol that could name code counts, named or not: it
+ * starts above the requests before slot, and covers up to its end (an
+ * unsized one: its section's end, as far as it could name) from slot on.
+ */
+static void _note_extent(struct search *s, size_t slot, const struct symsrc *src,
+			 const GElf_Sym *sym)
+{
+	uint64_t start = sym->st_value, end;
+
+	if (slot > 0 && start < s->next_start[slot - 1])
+		s->next_start[slot - 1] = start;
+	if (slot == s->n)
+		return;
+	end = !sym->st_size ? _section_end(src->elf, sym->st_shndx, start) :
+	      start + sym->st_size < start ? UINT64_MAX : start + sym->st_size;
+	if (end <= start)
+		end = start + 1;
+	if (end > s->below_end[slot])
+		s->below_end[slot] = end;
+}
+
 static void _consider(struct search *s, const struct symsrc *src, const GElf_Sym *sym)
 {
 	unsigned int type = GELF_ST_TYPE(sym->st_info);
@@ -677,6 +729,8 @@ static void _consider(struct search *s, const struct symsrc *src, const GElf_Sym
 	if (!typed && type != STT_NOTYPE)
 		return;
 	slot = _lower_bound(s->reqs, s->n, sym->st_value);
+	if (s->next_start)
+		_note_extent(s, slot, src, sym);
 	if (slot == s->n)
 		return;
 	c = sym->st_size ? &s->sized[slot] : &s->unsized[slot];
@@ -743,6 +797,26 @@ static int _search_scan(struct search *s, const struct symsrc *src)
  * front of reqs (still sorted) and clears the slots for another scan. Names
  * are read and demangled once per run of requests that share a symbol.
  */
+/* Narrows every request's gap by what this scan saw (prefix max, suffix min over slots). */
+static void _search_gaps(struct search *s)
+{
+	uint64_t below = 0, next = UINT64_MAX;
+
+	for (size_t j = 0; j < s->n; j++) {
+		if (s->below_end[j] > below)
+			below = s->below_end[j];
+		if (below > s->reqs[j].lo)
+			s->reqs[j].lo = below;
+	}
+	for (size_t j = s->n; j-- > 0;) {
+		if (s->next_start[j] < next)
+			next = s->next_start[j];
+		if (next < s->reqs[j].hi)
+			s->reqs[j].hi = next;
+	}
+	_gaps_reset(s);
+}
+
 static void _search_emit(struct search *s, const struct symsrc *src, symbol_cb cb, void *ctx)
 {
 	struct cand best_s = { 0 }, best_u = { 0 };
@@ -750,6 +824,9 @@ static void _search_emit(struct search *s, const struct symsrc *src, symbol_cb c
 	uint32_t last = 0;
 	char *dem = NULL;
 	size_t left = 0;
+
+	if (s->next_start)
+		_search_gaps(s);
 
 	for (size_t j = 0; j < s->n; j++) {
 		const struct req r = s->reqs[j];
@@ -893,13 +970,15 @@ static int _find_debug_file(const struct elf_file *f, int *fdp, Elf **ep)
  * Answers what the symbol tables left from a Go binary's .gopclntab: all
  * of a stripped Go binary, nothing of any other file.
  */
-static int _resolve_gopclntab(struct search *s, int fd, Elf *e, symbol_cb cb, void *ctx)
+static int _resolve_gopclntab(struct search *s, int fd, Elf *e, symbol_cb cb, void *ctx,
+			      bool *found)
 {
 	struct gopclntab *t;
 	size_t left = 0;
 	int err;
 
 	err = gopclntab__open(fd, e, &t);
+	*found = err != -ENOENT;
 	if (err)
 		return err == -ENOENT ? 0 : err;
 	for (size_t j = 0; j < s->n; j++) {
@@ -922,7 +1001,7 @@ static int _resolve(struct elf_file *f, const uint64_t *vaddrs, size_t n, symbol
 {
 	struct search s = { .ranges = ranges };
 	Elf *main_elf = NULL, *dbg_elf = NULL;
-	bool dynsym_done = false, ready = false;
+	bool dynsym_done = false, ready = false, gaps = true;
 	int dbg_fd = -1, err;
 
 	if (!f || !cb || (n && !vaddrs))
@@ -964,12 +1043,22 @@ static int _resolve(struct elf_file *f, const uint64_t *vaddrs, size_t n, symbol
 		if (err)
 			goto out;
 	}
-	if (s.n)
-		err = _resolve_gopclntab(&s, f->fd, main_elf, cb, ctx);
+	if (s.n) {
+		bool go;
+
+		err = _resolve_gopclntab(&s, f->fd, main_elf, cb, ctx, &go);
+		gaps = !go;	/* Go functions have no symbols to bound a gap by */
+	}
 out:
 	if (ready) {
-		for (size_t j = 0; j < s.n; j++)
-			cb(ctx, s.reqs[j].index, NULL, 0);
+		for (size_t j = 0; j < s.n; j++) {
+			const struct req *r = &s.reqs[j];
+
+			if (ranges && gaps && !err && r->lo <= r->addr && r->addr < r->hi)
+				ranges->cb(ranges->ctx, r->index, NULL, r->lo, r->hi);
+			else
+				cb(ctx, r->index, NULL, 0);
+		}
 	} else {
 		for (size_t i = 0; i < n; i++)
 			cb(ctx, i, NULL, 0);

@@ -275,17 +275,20 @@ static void test_self_ranges(void **state)
 	assert_string_equal(r.name[0], "fw_test_alpha");
 	assert_int_equal(r.start[0], alpha);
 	assert_true(r.end[0] > alpha + 2 && r.end[0] - alpha < 4096);
-	/* Unresolved: no name, and no extent. */
+	/* Unresolved: no name, and the gap around it that no symbol names. */
 	assert_null(r.name[1]);
-	assert_int_equal(r.start[1], 0x10);
-	assert_int_equal(r.end[1], 0x10);
+	assert_true(r.start[1] <= 0x10 && 0x10 < r.end[1] && r.end[1] <= alpha);
 
 	vaddrs[0] = r.end[0] - 1;
 	vaddrs[1] = r.end[0];
-	assert_int_equal(elf_file__resolve_ranges(f, vaddrs, 2, collect_range, &last), 0);
+	vaddrs[2] = r.end[1] - 1;	/* the gap's last address: no name either */
+	assert_int_equal(elf_file__resolve_ranges(f, vaddrs, 3, collect_range, &last), 0);
 	assert_string_equal(last.name[0], "fw_test_alpha");
 	assert_int_equal(last.start[0], alpha);
 	assert_true(!last.name[1] || strcmp(last.name[1], "fw_test_alpha"));
+	assert_null(last.name[2]);
+	assert_int_equal(last.start[2], r.start[1]);
+	assert_int_equal(last.end[2], r.end[1]);
 	assert_int_equal(elf_file__resolve_ranges(f, vaddrs, 1, NULL, &r), -EINVAL);
 	for (int i = 0; i < 8; i++) {
 		free(r.name[i]);
@@ -350,6 +353,109 @@ static void test_libc(void **state)
 		expect_name(&r, i, names[i], 1);
 	results_free(&r);
 	elf_file__close(f);
+	dlclose(libc);
+}
+
+/* Names of a batch of addresses, by elf_file__resolve(), for comparing. */
+struct named {
+	char **name;
+};
+
+static void collect_named(void *ctx, size_t i, const char *name, uint64_t off)
+{
+	struct named *n = ctx;
+
+	(void)off;
+	n->name[i] = name ? strdup(name) : NULL;
+}
+
+struct extents {
+	char **name;
+	uint64_t *start, *end;
+};
+
+static void collect_extent(void *ctx, size_t i, const char *name, uint64_t start, uint64_t end)
+{
+	struct extents *x = ctx;
+
+	x->name[i] = name ? strdup(name) : NULL;
+	x->start[i] = start;
+	x->end[i] = end;
+}
+
+/*
+ * What elf_file__resolve_ranges() says an extent or a gap covers, every
+ * address in it resolves to by itself: 400 addresses across libc, with
+ * its debug file and with .dynsym alone (where most of libc is gaps).
+ */
+static void test_ranges_agree_with_points(void **state)
+{
+	enum { N = 400, PROBES = 3 };
+	void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+	const char *roots[] = { "", "/nonexistent-fw-root" };
+	char path[PATH_MAX];
+	uint64_t off, base, *v = calloc(N, sizeof(*v)), *probe = calloc(N * PROBES, sizeof(*probe));
+	struct extents x = { calloc(N, sizeof(char *)), calloc(N, sizeof(uint64_t)),
+			     calloc(N, sizeof(uint64_t)) };
+	struct named pn = { calloc(N * PROBES, sizeof(char *)) };
+	size_t gaps = 0, extents = 0;
+
+	(void)state;
+	assert_non_null(libc);
+	assert_true(v && probe && x.name && x.start && x.end && pn.name);
+	map_lookup(dlsym(libc, "qsort"), path, sizeof(path), &off);
+	base = link_vaddr(dlsym(libc, "qsort"));
+	for (size_t k = 0; k < 2; k++) {
+		struct elf_file *f = open_path(path, roots[k]);
+
+		for (size_t i = 0; i < N; i++)
+			v[i] = base - (512u << 10) + i * 2621 + (i * i) % 97;
+		assert_int_equal(elf_file__resolve_ranges(f, v, N, collect_extent, &x), 0);
+		for (size_t i = 0; i < N; i++) {
+			uint64_t lo = x.start[i], hi = x.end[i];
+
+			assert_true(lo <= v[i] && (v[i] < hi || lo == hi));
+			if (hi == lo)
+				hi = lo + 1;	/* a point: only itself */
+			if (hi - lo > (1u << 20))
+				hi = v[i] + (1u << 20) < v[i] ? UINT64_MAX : v[i] + (1u << 20);
+			if (lo + (1u << 20) < v[i])
+				lo = v[i] - (1u << 20);
+			probe[i * PROBES] = lo;
+			probe[i * PROBES + 1] = hi - 1;
+			probe[i * PROBES + 2] = lo + (hi - lo) / 2;
+			if (x.end[i] > x.start[i])
+				x.name[i] ? extents++ : gaps++;
+		}
+		assert_int_equal(elf_file__resolve(f, probe, N * PROBES, collect_named, &pn), 0);
+		for (size_t i = 0; i < N * PROBES; i++) {
+			const char *want = x.name[i / PROBES], *got = pn.name[i];
+
+			if (!want != !got || (want && strcmp(want, got)))
+				fail_msg("%s root '%s': %#llx in [%#llx, %#llx) of %#llx is %s by itself, "
+					 "%s by the range", path, roots[k], (unsigned long long)probe[i],
+					 (unsigned long long)x.start[i / PROBES],
+					 (unsigned long long)x.end[i / PROBES],
+					 (unsigned long long)v[i / PROBES], got ? got : "unnamed",
+					 want ? want : "unnamed");
+			free(pn.name[i]);
+			pn.name[i] = NULL;
+		}
+		for (size_t i = 0; i < N; i++) {
+			free(x.name[i]);
+			x.name[i] = NULL;
+		}
+		elf_file__close(f);
+	}
+	/* Both kinds were there to check. */
+	assert_true(extents > 50);
+	assert_true(gaps > 5);
+	free(v);
+	free(probe);
+	free(x.name);
+	free(x.start);
+	free(x.end);
+	free(pn.name);
 	dlclose(libc);
 }
 
@@ -608,6 +714,7 @@ int main(void)
 		cmocka_unit_test(test_self_ranges),
 		cmocka_unit_test(test_offset_outside_segments),
 		cmocka_unit_test(test_libc),
+		cmocka_unit_test(test_ranges_agree_with_points),
 		cmocka_unit_test(test_not_elf),
 	};
 	const struct CMUnitTest tool_tests[] = {
