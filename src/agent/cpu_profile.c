@@ -873,6 +873,7 @@ static void _resolve_mapping(struct cpu_profile *cp, uint32_t m, struct name_bat
 		}
 	} else if (src && src->bin && src->bin->elf) {
 		cp->symbol_reads++;
+		pr_debug("symbols: reading %s for %zu new addresses\n", src->bin->path, b->n);
 		ret = elf_file__resolve_ranges(src->bin->elf, b->addrs, b->n, _name_frame_range, b);
 	} else if (src && src->perfmap) {
 		ret = perfmap__resolve(src->perfmap, b->addrs, b->n, _name_frame, b);
