@@ -26,6 +26,15 @@ def _cpus(doc, node):
     return {c["cpu"]: c for c in doc["cpus"] if c["node"] == node}
 
 
+def _start_run(ps, flamewatch, client, port, data, node, interval, *extra):
+    """`flamewatch run` on port, sampling and serving; returns its Proc."""
+    srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", data,
+                    "--interval", interval, "--node", node, *extra], "run")
+    assert srv.wait_output(r"profiling this host", START_S), srv.describe()
+    client.wait_healthy(proc=srv)
+    return srv
+
+
 @pytest.fixture(scope="module")
 def pinned(flamewatch, workloads, tmp_path_factory):
     """`flamewatch run`, then cpu_split pinned to CPU 1 (run SCHED_FIFO so that the
@@ -39,10 +48,7 @@ def pinned(flamewatch, workloads, tmp_path_factory):
     node = "fwtest-strips"
     client = Client(port)
     try:
-        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp / "data",
-                        "--interval", "1s", "--node", node], "run")
-        assert srv.wait_output(r"profiling this host", START_S), srv.describe()
-        client.wait_healthy(proc=srv)
+        srv = _start_run(ps, flamewatch, client, port, tmp / "data", node, "1s")
         t0 = time.time()
         work = ps.start(["chrt", "-f", "10", "taskset", "-c", "1", workloads / "cpu_split",
                          str(BUSY_S)], "cpu_split")
@@ -135,10 +141,8 @@ def test_no_cpu_strips_flag(flamewatch, workloads, tmp_path):
     port = free_port()
     client = Client(port)
     try:
-        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp_path / "data",
-                        "--interval", "1s", "--node", "nostrips", "--no-cpu-strips"], "run")
-        assert srv.wait_output(r"profiling this host", START_S), srv.describe()
-        client.wait_healthy(proc=srv)
+        srv = _start_run(ps, flamewatch, client, port, tmp_path / "data", "nostrips", "1s",
+                         "--no-cpu-strips")
         t0 = time.time()
         work = ps.start(["taskset", "-c", "1", workloads / "cpu_split", "1"], "cpu_split")
         assert work.wait(30) == 0
@@ -197,10 +201,7 @@ def test_many_intervals_go_before_the_interval(flamewatch, workloads, tmp_path):
     client = Client(port)
     node = "fwtest-strips-early"
     try:
-        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp_path / "data",
-                        "--interval", "120s", "--node", node], "run")
-        assert srv.wait_output(r"profiling this host", START_S), srv.describe()
-        client.wait_healthy(proc=srv)
+        srv = _start_run(ps, flamewatch, client, port, tmp_path / "data", node, "120s")
         t0 = time.time()
         work = [ps.start(["taskset", "-c", str(cpu), workloads / "pingpong", "60"], f"pingpong{cpu}")
                 for cpu in (0, 1)]
