@@ -36,6 +36,11 @@ from conftest import CRASH_RE, Pprof, Profile, go_binary, go_env, require
 from serverlib import Client, Procs, diagnostics, free_port, port_open, register_plugin, window, wire_batch
 
 HZ = 99
+# cpu_split's 70/30 split as `run` samples it at 99 Hz (~600 samples): 12 runs
+# here read 0.678-0.768 (sd ~2.8 %: the timer aliases with its 0.75-ms
+# rounds on top of counting noise), and a clean-clone CI run read 0.630.
+# A misnamed leaf moves it far more than this.
+SPLIT_LO, SPLIT_HI = 0.61, 0.79
 INTERVAL = "1s"
 CPU_SPLIT = '{comm="cpu_split"}'
 # Other people's tests may run cpu_split on this host at the same time:
@@ -293,7 +298,9 @@ class TestRun:
         hot, cold = prof.count_frame("hot_70"), prof.count_frame("cold_30")
         require(hot + cold >= 0.9 * prof.total, f"hot_70 {hot} + cold_30 {cold} < 90 % of {prof.total}", prof)
         share = hot / (hot + cold)
-        require(0.63 <= share <= 0.77, f"hot_70 share {share:.1%} (hot {hot}, cold {cold}); expected 70 +- 7 %", prof)
+        require(SPLIT_LO <= share <= SPLIT_HI,
+                f"hot_70 share {share:.1%} (hot {hot}, cold {cold}); expected {SPLIT_LO:.0%}-{SPLIT_HI:.0%}",
+                prof)
         chained = prof.count_run(CHAIN_HOT)
         require(chained >= 0.9 * hot, f"only {chained} of {hot} hot_70 samples have main;run;work_loop;hot_70", prof)
 
@@ -413,7 +420,8 @@ class TestRun:
         want = total(c, h.q, h.frm, h.to)
         require(w.total == want, f"pprof has {w.total} cpu_split samples, the JSON profile {want}", w)
         hot, cold = w.count_frame("hot_70"), w.count_frame("cold_30")
-        require(hot + cold > 0 and 0.63 <= hot / (hot + cold) <= 0.77, f"hot_70 {hot}, cold_30 {cold} in pprof", w)
+        require(hot + cold > 0 and SPLIT_LO <= hot / (hot + cold) <= SPLIT_HI,
+                f"hot_70 {hot}, cold_30 {cold} in pprof", w)
         require(w.count_run(CHAIN_HOT) > 0, "no main;run;work_loop;hot_70 in pprof", w)
 
         path = tmp_path / "export.pb.gz"
@@ -639,7 +647,8 @@ def test_server_agent_tokens(flamewatch, workloads, procs, clients, tmp_path):
     prof = folded(c, q_good, t0 - 1, t1)
     hot, cold = prof.count_frame("hot_70"), prof.count_frame("cold_30")
     check_sample_count(prof, cpu_s)
-    require(hot + cold > 0 and 0.63 <= hot / (hot + cold) <= 0.77, f"hot_70 {hot} / cold_30 {cold}", prof)
+    require(hot + cold > 0 and SPLIT_LO <= hot / (hot + cold) <= SPLIT_HI,
+            f"hot_70 {hot} / cold_30 {cold}", prof)
     require(prof.count_run(CHAIN_HOT) > 0, "no main;run;work_loop;hot_70 stack from the agent", prof)
 
     assert good.alive(), f"agent-good died while shipping\n{good.describe()}"
