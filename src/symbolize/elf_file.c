@@ -792,11 +792,6 @@ static int _search_scan(struct search *s, const struct symsrc *src)
 	return 0;
 }
 
-/*
- * Answers every request the last scan resolved, then compacts the rest to the
- * front of reqs (still sorted) and clears the slots for another scan. Names
- * are read and demangled once per run of requests that share a symbol.
- */
 /* Narrows every request's gap by what this scan saw (prefix max, suffix min over slots). */
 static void _search_gaps(struct search *s)
 {
@@ -817,6 +812,11 @@ static void _search_gaps(struct search *s)
 	_gaps_reset(s);
 }
 
+/*
+ * Answers every request the last scan resolved, then compacts the rest to the
+ * front of reqs (still sorted) and clears the slots for another scan. Names
+ * are read and demangled once per run of requests that share a symbol.
+ */
 static void _search_emit(struct search *s, const struct symsrc *src, symbol_cb cb, void *ctx)
 {
 	struct cand best_s = { 0 }, best_u = { 0 };

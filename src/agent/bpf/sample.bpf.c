@@ -348,7 +348,7 @@ static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_p
 			st->flags |= FW_SAMPLE_UNKNOWN_MAPPING;
 		else if (m->row_count && pc - m->bias <= 0xffffffffULL)
 			row = find_row(m->file_id, m->row_count, pc - m->bias);
-		else if (m->file_id)
+		else if (!m->row_count && m->file_id)
 			want_table(st, m->file_id);
 		if (m && m->row_count && !row)
 			stat_inc(FW_STAT_UNWIND_ROW_MISS);

@@ -15,8 +15,8 @@
  * (1 ms both) 2000 records/s/CPU, 96 KB/s/CPU. The ring buffer holds half
  * a second of that worst case (cpu_strips.c says why not more) and is
  * drained every 100 ms; past that, records are dropped and counted
- * (FW_STRIP_RINGBUF_FULL). The per-switch
- * cost is a clock read, a per-CPU array lookup and a few compares.
+ * (FW_STRIP_RINGBUF_FULL). The per-switch cost is a clock read, a per-CPU
+ * array lookup and a few compares.
  *
  * A task that keeps its CPU is only seen when it leaves; the agent reads
  * start/cur_tid from `state` on every drain and reports such a run in
