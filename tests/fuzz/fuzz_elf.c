@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * libFuzzer target for what the agent reads from binaries on the host: the
- * ELF reader (build id, segments, symbol lookup) and the unwind table
- * builder (.eh_frame/.debug_frame through libdw). A hostile binary must
- * give an error, never a crash, and a table that is sorted.
+ * ELF reader (build id, segments, symbol lookup, also with the extents and
+ * gaps of elf_file__resolve_ranges()) and the unwind table builder
+ * (.eh_frame/.debug_frame through libdw). A hostile binary must give an
+ * error, never a crash, a table that is sorted and extents that hold their
+ * addresses.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +21,23 @@ static void _count(void *ctx, size_t index, const char *name, uint64_t off)
 {
 	(*(size_t *)ctx)++;
 	if (name && !name[0] && off)
+		abort();
+}
+
+/* An extent or gap must hold its address; a point is start == end. */
+struct ranged {
+	const uint64_t *addrs;
+	size_t called;
+};
+
+static void _range(void *ctx, size_t index, const char *name, uint64_t start, uint64_t end)
+{
+	struct ranged *r = ctx;
+	uint64_t a = r->addrs[index];
+
+	(void)name;
+	r->called++;
+	if (start > a || (end != start && a >= end))
 		abort();
 }
 
@@ -42,6 +61,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		elf_file__resolve(f, addrs, sizeof(addrs) / sizeof(addrs[0]), _count, &called);
 		if (called != sizeof(addrs) / sizeof(addrs[0]))
 			abort();
+		{
+			struct ranged r = { addrs, 0 };
+
+			elf_file__cfi_bytes(f);
+			elf_file__resolve_ranges(f, addrs, sizeof(addrs) / sizeof(addrs[0]), _range,
+						 &r);
+			if (r.called != sizeof(addrs) / sizeof(addrs[0]))
+				abort();
+		}
 		elf_file__close(f);
 	}
 	if (unwind_table__build(fd, -1, &rows, &nrows, NULL) == 0) {
