@@ -16,6 +16,7 @@
 #include "agent/proc_table.h"
 #include "agent/python.h"
 #include "common/clock.h"
+#include "common/env.h"
 #include "common/intern.h"
 #include "common/log.h"
 #include "symbolize/elf_file.h"
@@ -89,11 +90,10 @@ struct python {
 struct python *python__new(int map_fd, int known_fd, struct proc_table *procs)
 {
 	struct python *py = calloc(1, sizeof(*py));
-	const char *kb = getenv("FLAMEWATCH_PY_CODE_CACHE_KB");
 
 	if (!py)
 		return NULL;
-	py->max_code_bytes = kb && atol(kb) > 0 ? (size_t)atol(kb) << 10 : CODE_CACHE_MAX_BYTES;
+	py->max_code_bytes = env__kib("FLAMEWATCH_PY_CODE_CACHE_KB", CODE_CACHE_MAX_BYTES, 1);
 	py->map_fd = map_fd;
 	py->known_fd = known_fd;
 	py->procs = procs;

@@ -12,6 +12,7 @@
 #include "agent/cpu_strips.h"
 #include "cmd/continuous.h"
 #include "common/batch.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "store/timeparse.h"
 #include "gpu/nvml.h"
@@ -131,11 +132,7 @@ static void _on_ready(evutil_socket_t fd, short what, void *arg)
 /* CONTINUOUS_UNWIND_ON_DEMAND_BYTES, or FLAMEWATCH_UNWIND_ON_DEMAND_KB (0: never). */
 static uint64_t _on_demand_bytes(void)
 {
-	const char *kb = getenv("FLAMEWATCH_UNWIND_ON_DEMAND_KB");
-
-	if (kb && *kb)
-		return (uint64_t)strtoull(kb, NULL, 10) << 10;
-	return CONTINUOUS_UNWIND_ON_DEMAND_BYTES;
+	return env__kib("FLAMEWATCH_UNWIND_ON_DEMAND_KB", CONTINUOUS_UNWIND_ON_DEMAND_BYTES, 0);
 }
 
 int continuous__start(struct continuous *c, struct event_base *base,
