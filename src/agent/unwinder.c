@@ -60,6 +60,16 @@ struct unwind_pid {
 	struct unwind_pid *next;
 };
 
+/*
+ * A process to describe again. Only a table wanted (FW_SAMPLE_WANTS_TABLE)
+ * leaves its maps as they were: the proc_table keeps them, and the
+ * interpreters are not told of a change.
+ */
+struct pending {
+	pid_t pid;
+	bool maps_changed;
+};
+
 struct unwinder {
 	int files_fd, procs_fd, wanted_fd;
 	uint64_t on_demand_bytes;	/* 0: every table at once */
@@ -71,7 +81,7 @@ struct unwinder {
 	uint64_t clock;
 	uint64_t describing_since;	/* clock when the current description began */
 	struct unwinder_stats stats;
-	pid_t *pending;		/* processes to (re-)describe after this drain */
+	struct pending *pending;	/* processes to (re-)describe after this drain */
 	uint32_t npending, cap_pending;
 	struct fw_proc_mappings *scratch;	/* one process's description being built */
 	uint32_t *scratch_files;
@@ -620,6 +630,26 @@ static uint64_t _redescribe_interval_ns(const struct unwind_pid *p)
 	return ns < 5000000000ULL ? ns : 5000000000ULL;
 }
 
+static void _queue(struct unwinder *u, pid_t pid, bool maps_changed)
+{
+	for (uint32_t i = 0; i < u->npending; i++) {
+		if (u->pending[i].pid == pid) {
+			u->pending[i].maps_changed |= maps_changed;
+			return;
+		}
+	}
+	if (u->npending == u->cap_pending) {
+		uint32_t cap = u->cap_pending ? u->cap_pending * 2 : 64;
+		struct pending *np = realloc(u->pending, cap * sizeof(*np));
+
+		if (!np)
+			return;
+		u->pending = np;
+		u->cap_pending = cap;
+	}
+	u->pending[u->npending++] = (struct pending){ .pid = pid, .maps_changed = maps_changed };
+}
+
 void unwinder__note_sample(struct unwinder *u, pid_t pid, uint32_t flags)
 {
 	struct unwind_pid *p;
@@ -629,29 +659,17 @@ void unwinder__note_sample(struct unwinder *u, pid_t pid, uint32_t flags)
 	p = *_pid_slot(u, pid);
 	if (p && (flags & FW_SAMPLE_WANTS_TABLE) &&
 	    clock__mono_ns() - p->described_ns >= WANTED_REDESCRIBE_NS) {
-		unwinder__queue(u, pid);
+		_queue(u, pid, flags & (FW_SAMPLE_NO_TABLES | FW_SAMPLE_UNKNOWN_MAPPING));
 		return;
 	}
 	if (p && clock__mono_ns() - p->described_ns < _redescribe_interval_ns(p))
 		return;
-	unwinder__queue(u, pid);
+	_queue(u, pid, true);
 }
 
 void unwinder__queue(struct unwinder *u, pid_t pid)
 {
-	for (uint32_t i = 0; i < u->npending; i++)
-		if (u->pending[i] == pid)
-			return;
-	if (u->npending == u->cap_pending) {
-		uint32_t cap = u->cap_pending ? u->cap_pending * 2 : 64;
-		pid_t *np = realloc(u->pending, cap * sizeof(*np));
-
-		if (!np)
-			return;
-		u->pending = np;
-		u->cap_pending = cap;
-	}
-	u->pending[u->npending++] = pid;
+	_queue(u, pid, true);
 }
 
 void unwinder__add_pending(struct unwinder *u, void (*described)(void *ctx, pid_t pid), void *ctx)
@@ -659,20 +677,21 @@ void unwinder__add_pending(struct unwinder *u, void (*described)(void *ctx, pid_
 	if (u->npending)
 		_take_wanted(u);
 	for (uint32_t i = 0; i < u->npending; i++) {
-		struct unwind_pid *p = *_pid_slot(u, u->pending[i]);
+		pid_t pid = u->pending[i].pid;
+		bool maps_changed = u->pending[i].maps_changed;
+		struct unwind_pid *p = *_pid_slot(u, pid);
 		int err;
 
-		/* Known processes come back here because their maps changed. */
-		if (p) {
-			proc_table__exec(u->procs, u->pending[i]);
+		/* Known processes come back here because their maps changed, or for a table. */
+		if (p && maps_changed) {
+			proc_table__exec(u->procs, pid);
 			p->redescribed++;
 		}
-		err = unwinder__add_pid(u, u->pending[i]);
+		err = unwinder__add_pid(u, pid);
 		if (err && err != -ESRCH)
-			pr_debug("cannot describe pid %d to the unwinder: %s\n",
-				 u->pending[i], strerror(-err));
-		if (!err && described)
-			described(ctx, u->pending[i]);
+			pr_debug("cannot describe pid %d to the unwinder: %s\n", pid, strerror(-err));
+		if (!err && described && maps_changed)
+			described(ctx, pid);
 	}
 	u->npending = 0;
 }
