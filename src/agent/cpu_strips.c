@@ -10,6 +10,7 @@
 #include <bpf/libbpf.h>
 
 #include "agent/core_btf.h"
+#include "agent/skel_bytes.h"
 #include "agent/cpu_profile.h"
 #include "agent/cpu_strips.h"
 #include "bpf/strips.skel.h"
@@ -152,6 +153,12 @@ struct cpu_strips *cpu_strips__open(const struct cpu_strips_opts *o)
 		LIBBPF_OPTS(bpf_object_open_opts, oo, .btf_custom_path = btf.path[0] ? btf.path : NULL);
 
 		s->skel = strips_bpf__open_opts(&oo);
+	}
+	{
+		size_t size;
+		const void *elf = strips_bpf__elf_bytes(&size);
+
+		skel_bytes__release(elf, size);
 	}
 	if (!s->skel) {
 		err = errno;

@@ -11,6 +11,7 @@
 
 #include "agent/bpf/libwatch.h"
 #include "agent/core_btf.h"
+#include "agent/skel_bytes.h"
 #include "agent/lib_watch.h"
 #include "bpf/libwatch.skel.h"
 #include "common/log.h"
@@ -64,6 +65,12 @@ struct lib_watch *lib_watch__open(const char *name)
 		LIBBPF_OPTS(bpf_object_open_opts, oo, .btf_custom_path = btf.path[0] ? btf.path : NULL);
 
 		w->skel = libwatch_bpf__open_opts(&oo);
+	}
+	{
+		size_t size;
+		const void *elf = libwatch_bpf__elf_bytes(&size);
+
+		skel_bytes__release(elf, size);
 	}
 	if (!w->skel) {
 		err = -errno;

@@ -12,6 +12,7 @@
 #include <bpf/libbpf.h>
 
 #include "agent/core_btf.h"
+#include "agent/skel_bytes.h"
 #include "agent/sampler.h"
 #include "bpf/sample.skel.h"
 #include "common/log.h"
@@ -332,6 +333,12 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 		LIBBPF_OPTS(bpf_object_open_opts, oo, .btf_custom_path = btf.path[0] ? btf.path : NULL);
 
 		s->skel = sample_bpf__open_opts(&oo);
+	}
+	{
+		size_t size;
+		const void *elf = sample_bpf__elf_bytes(&size);
+
+		skel_bytes__release(elf, size);
 	}
 	if (!s->skel) {
 		err = -errno;
