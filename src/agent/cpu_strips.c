@@ -10,6 +10,7 @@
 #include <bpf/libbpf.h>
 
 #include "agent/core_btf.h"
+#include "agent/ringbuf.h"
 #include "agent/skel_bytes.h"
 #include "agent/cpu_profile.h"
 #include "agent/cpu_strips.h"
@@ -25,7 +26,7 @@ struct split {
 
 struct cpu_strips {
 	struct strips_bpf *skel;
-	struct ring_buffer *rb;
+	struct ringbuf *rb;
 	struct split *splits;	/* per possible CPU */
 	int ncpus;
 	char *state_vals;	/* scratch: one state per CPU */
@@ -115,11 +116,11 @@ static int _add(struct cpu_strips *s, struct batch *b, uint32_t cpu, uint32_t pi
 
 /*
  * Half a second of the worst case (strips.bpf.c) for every CPU, a power of
- * two, 64 KiB at least. The kernel maps a ring's data twice, so the agent's
- * RSS pays twice its size: 1 MiB (2 MB) on 16 CPUs, 128 KiB on 2. Threads
- * switching 310,000 times a second on each of 2 CPUs (the pingpong
- * workload) write 1,000 records/s/CPU, half the worst case: the ring then
- * lasts a second without a drain, ten of the agent's ticks.
+ * two, 64 KiB at least: 1 MiB on 16 CPUs, 128 KiB on 2 (of RSS too: its
+ * data is mapped once, see ringbuf.h). Threads switching 310,000 times a
+ * second on each of 2 CPUs (the pingpong workload) write 1,000
+ * records/s/CPU, half the worst case: the ring then lasts a second without
+ * a drain, ten of the agent's ticks.
  */
 static uint32_t _ringbuf_size(uint64_t min_ns, uint64_t window_ns, int ncpus)
 {
@@ -187,7 +188,7 @@ struct cpu_strips *cpu_strips__open(const struct cpu_strips_opts *o)
 		err = s->ncpus > 0 ? ENOMEM : -s->ncpus;
 		goto fail;
 	}
-	s->rb = ring_buffer__new(bpf_map__fd(s->skel->maps.strips), _on_record, s, NULL);
+	s->rb = ringbuf__new(bpf_map__fd(s->skel->maps.strips), _on_record, s);
 	if (!s->rb) {
 		err = errno;
 		pr_warn("cpu strips: cannot map the ring buffer: %s\n", strerror(err));
@@ -205,7 +206,7 @@ void cpu_strips__close(struct cpu_strips *s)
 {
 	if (!s)
 		return;
-	ring_buffer__free(s->rb);
+	ringbuf__free(s->rb);
 	strips_bpf__destroy(s->skel);
 	free(s->splits);
 	free(s->state_vals);
@@ -298,7 +299,7 @@ int cpu_strips__drain(struct cpu_strips *s, struct cpu_profile *cp)
 	offset = _boot_to_unix();
 	if (!s->boot_to_unix || llabs(offset - s->boot_to_unix) > 1000)
 		s->boot_to_unix = offset;
-	rc = ring_buffer__consume(s->rb);
+	rc = ringbuf__consume(s->rb);
 	if (rc >= 0)
 		_report_running(s, cpu_profile__batch(cp));
 	s->cp = NULL;

@@ -11,6 +11,7 @@
 
 #include "agent/bpf/libwatch.h"
 #include "agent/core_btf.h"
+#include "agent/ringbuf.h"
 #include "agent/skel_bytes.h"
 #include "agent/lib_watch.h"
 #include "bpf/libwatch.skel.h"
@@ -24,7 +25,7 @@ struct loader {
 
 struct lib_watch {
 	struct libwatch_bpf *skel;
-	struct ring_buffer *rb;
+	struct ringbuf *rb;
 	struct loader *loaders;
 	uint32_t nloaders, nhooked;
 	void (*fn)(void *ctx, pid_t pid);	/* during lib_watch__drain() */
@@ -84,7 +85,7 @@ struct lib_watch *lib_watch__open(const char *name)
 	core_btf__close(&btf);
 	if (err)
 		goto fail;
-	w->rb = ring_buffer__new(bpf_map__fd(w->skel->maps.lib_events), _on_record, w, NULL);
+	w->rb = ringbuf__new(bpf_map__fd(w->skel->maps.lib_events), _on_record, w);
 	if (!w->rb) {
 		err = -errno;
 		goto fail;
@@ -104,7 +105,7 @@ void lib_watch__close(struct lib_watch *w)
 	for (uint32_t i = 0; i < w->nloaders; i++)
 		bpf_link__destroy(w->loaders[i].link);
 	free(w->loaders);
-	ring_buffer__free(w->rb);
+	ringbuf__free(w->rb);
 	libwatch_bpf__destroy(w->skel);
 	free(w);
 }
@@ -231,7 +232,7 @@ int lib_watch__drain(struct lib_watch *w, void (*fn)(void *ctx, pid_t pid), void
 
 	w->fn = fn;
 	w->ctx = ctx;
-	n = ring_buffer__consume(w->rb);
+	n = ringbuf__consume(w->rb);
 	w->fn = NULL;
 	w->ctx = NULL;
 	return n;

@@ -12,6 +12,7 @@
 #include <bpf/libbpf.h>
 
 #include "agent/core_btf.h"
+#include "agent/ringbuf.h"
 #include "agent/skel_bytes.h"
 #include "agent/sampler.h"
 #include "bpf/sample.skel.h"
@@ -21,10 +22,11 @@
 
 struct sampler {
 	struct sample_bpf *skel;
-	struct ring_buffer *rb;
+	struct ringbuf *rb;
 	struct bpf_link **links;	/* one per CPU; own the perf event fds */
 	int nlinks;
-	struct ring_buffer *cuda_rb;	/* cuda_events, once a CUDA probe fired; see below */
+	struct ringbuf *cuda_rb;	/* cuda_events, once a CUDA probe fired; see below */
+	int epfd;			/* both rings' map fds: what callers wait on */
 	uint64_t decode_errors;
 	sampler_sample_fn on_sample;
 	sampler_proc_fn on_proc;
@@ -149,7 +151,7 @@ static int _on_record(void *ctx, void *data, size_t size)
 		 */
 		if (type == FW_EVENT_EXIT) {
 			_map_cuda_when_seen(s);
-			if (s->cuda_rb && ring_buffer__consume(s->cuda_rb) < 0)
+			if (s->cuda_rb && ringbuf__consume(s->cuda_rb) < 0)
 				s->decode_errors++;
 		}
 		if (s->on_proc)
@@ -226,7 +228,7 @@ static uint32_t _ringbuf_size(unsigned int freq_hz, int ncpus)
 	uint64_t want = (uint64_t)freq_hz * ncpus * sizeof(struct fw_sample);
 	uint32_t size = 64 * 1024;
 
-	/* 2 MiB at most: 4 MB of RSS (mapped twice); 999 Hz loses samples in a stall. */
+	/* 2 MiB at most (of RSS too, see ringbuf.h); 999 Hz loses samples in a stall. */
 	while (size < want && size < (2u << 20))
 		size <<= 1;
 	return size;
@@ -314,6 +316,7 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
+	s->epfd = -1;
 	s->on_sample = opts->on_sample;
 	s->on_proc = opts->on_proc;
 	s->ctx = opts->ctx;
@@ -434,8 +437,11 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 		pr_warn("cannot attach the process tracepoints: %s\n", strerror(-err));
 		goto fail;
 	}
-	s->rb = ring_buffer__new(bpf_map__fd(s->skel->maps.events), _on_record, s, NULL);
-	if (!s->rb) {
+	s->rb = ringbuf__new(bpf_map__fd(s->skel->maps.events), _on_record, s);
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (!s->rb || s->epfd < 0 ||
+	    epoll_ctl(s->epfd, EPOLL_CTL_ADD, ringbuf__fd(s->rb),
+		      &(struct epoll_event){ .events = EPOLLIN })) {
 		err = -errno;
 		pr_warn("cannot map the ring buffer: %s\n", strerror(errno));
 		goto fail;
@@ -455,8 +461,10 @@ void sampler__close(struct sampler *s)
 {
 	if (!s)
 		return;
-	ring_buffer__free(s->cuda_rb);
-	ring_buffer__free(s->rb);
+	ringbuf__free(s->cuda_rb);
+	ringbuf__free(s->rb);
+	if (s->epfd >= 0)
+		close(s->epfd);
 	for (int i = 0; i < s->nlinks; i++)
 		bpf_link__destroy(s->links[i]);
 	free(s->links);
@@ -511,34 +519,31 @@ void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd, int *w
 }
 
 /*
- * The CUDA ring buffer (2 MiB, 4 MiB of the agent's RSS once mapped, its
- * data pages being mapped twice) is mapped when a followed process first
- * fires a CUDA probe, not when the probes are attached: the agent attaches
- * to its own library at start, on hosts that may never run CUDA. What the
- * probes wrote before stays in the buffer and is read now.
+ * The CUDA ring buffer (2 MiB of the agent's RSS once mapped) is mapped
+ * when a followed process first fires a CUDA probe, not when the probes
+ * are attached: the agent attaches to its own library at start, on hosts
+ * that may never run CUDA. What the probes wrote before stays in the
+ * buffer and is read now.
  *
- * It is a ring_buffer of its own, drained before the samples' one and
- * again at each process's exit event: a process's launches and its exit
- * flush must be handled before its exit event (in the other buffer) makes
- * the agent forget its mappings and kernel names, as they were when both
- * shared one buffer (the order the records were written in). Its epoll fd
- * is nested in the samples' one, which stays the fd callers wait on; its
- * events carry ring id 0, so ring_buffer__poll() would read the samples'
- * buffer for them: sampler__poll() waits and drains both itself.
+ * It is a ring of its own, drained before the samples' one and again at
+ * each process's exit event: a process's launches and its exit flush must
+ * be handled before its exit event (in the other ring) makes the agent
+ * forget its mappings and kernel names, as they were when both shared one
+ * ring (the order the records were written in). Both rings' fds are in the
+ * epoll set callers wait on; sampler__poll() drains both whichever woke.
  */
 static void _map_cuda_when_seen(struct sampler *s)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.fd = 0 };
-	struct ring_buffer *rb;
+	struct ringbuf *rb;
 	int err;
 
 	if (s->cuda_rb || !s->skel->bss->cuda_seen)
 		return;
-	rb = ring_buffer__new(bpf_map__fd(s->skel->maps.cuda_events), _on_record, s, NULL);
-	if (!rb || epoll_ctl(ring_buffer__epoll_fd(s->rb), EPOLL_CTL_ADD, ring_buffer__epoll_fd(rb),
-			     &ev)) {
+	rb = ringbuf__new(bpf_map__fd(s->skel->maps.cuda_events), _on_record, s);
+	if (!rb || epoll_ctl(s->epfd, EPOLL_CTL_ADD, ringbuf__fd(rb),
+			     &(struct epoll_event){ .events = EPOLLIN })) {
 		err = errno;
-		ring_buffer__free(rb);
+		ringbuf__free(rb);
 		pr_warn("cannot map the CUDA ring buffer: %s\n", strerror(err));
 		s->skel->bss->cuda_seen = 0;	/* tried again when the next probe fires */
 		return;
@@ -552,29 +557,24 @@ int sampler__drain(struct sampler *s)
 
 	_map_cuda_when_seen(s);
 	if (s->cuda_rb) {
-		n = ring_buffer__consume(s->cuda_rb);
+		n = ringbuf__consume(s->cuda_rb);
 		if (n < 0)
 			return n;
 	}
-	m = ring_buffer__consume(s->rb);
+	m = ringbuf__consume(s->rb);
 	return m < 0 ? m : n + m;
 }
 
 int sampler__poll(struct sampler *s, int timeout_ms)
 {
-	struct epoll_event ev;
+	struct epoll_event ev[2];
 	int n;
 
 	_map_cuda_when_seen(s);
-	if (s->cuda_rb) {
-		n = epoll_wait(ring_buffer__epoll_fd(s->rb), &ev, 1, timeout_ms);
-		if (n < 0)
-			return errno == EINTR ? 0 : -errno;
-		return sampler__drain(s);
-	}
-	n = ring_buffer__poll(s->rb, timeout_ms);
-
-	return n == -EINTR ? 0 : n;
+	n = epoll_wait(s->epfd, ev, 2, timeout_ms);
+	if (n < 0)
+		return errno == EINTR ? 0 : -errno;
+	return sampler__drain(s);
 }
 
 int sampler__stats(struct sampler *s, struct sampler_stats *out)
@@ -682,5 +682,5 @@ int sampler__cuda_stats(struct sampler *s, uint64_t counters[FW_CUDA_STAT_MAX])
 
 int sampler__fd(struct sampler *s)
 {
-	return ring_buffer__epoll_fd(s->rb);
+	return s->epfd;
 }
