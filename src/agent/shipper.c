@@ -268,6 +268,13 @@ static void _on_response(struct evhttp_request *req, void *arg)
 	_retry_later(s, why);
 }
 
+static void _free_body(const void *data, size_t len, void *arg)
+{
+	(void)len;
+	(void)arg;
+	free((void *)data);
+}
+
 static void _kick(struct shipper *s)
 {
 	struct evhttp_request *req;
@@ -307,12 +314,19 @@ static void _kick(struct shipper *s)
 	evhttp_add_header(h, "Content-Encoding", "zstd");
 	if (s->auth)
 		evhttp_add_header(h, "Authorization", s->auth);
-	evbuffer_add(evhttp_request_get_output_buffer(req), body, len);
-	free(body);
+	/* Sent from where it lies, freed once written: no copy of the batch. */
+	if (evbuffer_add_reference(evhttp_request_get_output_buffer(req), body, len, _free_body,
+				   NULL)) {
+		free(body);
+		evhttp_request_free(req);
+		_retry_later(s, "out of memory");
+		return;
+	}
 	/*
-	 * The encoded batch, its compressed copy and zstd's workspace were a
-	 * flush's largest short-lived buffers (~1 MB for a 15 KB batch): give
-	 * their pages back, or the agent's RSS keeps them until the next one.
+	 * The encoded batch and zstd's workspace were a flush's largest
+	 * short-lived buffers (~1 MB for a 15 KB batch): give back the pages
+	 * of what the heap kept of them, or the agent's RSS keeps them until
+	 * the next flush.
 	 */
 	malloc_trim(0);
 	if (evhttp_make_request(s->conn, req, EVHTTP_REQ_POST, s->path)) {
