@@ -10,8 +10,11 @@ seconds, sampling the whole host at that rate with stacks:
   - `perf record -e cpu-clock -F HZ -a -g`;
   - `bpftrace -e 'profile:hz:HZ { @[kstack, ustack, comm] = count(); }'`.
 and prints, per tool, CPU seconds (user + system of the tool's processes,
-from /proc/PID/stat), % of one core, peak RSS (VmHWM), the RSS at the end
-of the window (VmRSS), and for the BPF tools the run time of their BPF
+from /proc/PID/stat), % of one core, peak RSS (VmHWM), for our agents also
+the highest exact RSS (smaps_rollup, read every 0.05 s: VmHWM is the
+highest of readings that may be off by ~128 KiB per CPU, see
+exact_rss_kib(); a peak shorter than 0.05 s may be missed), the RSS at the
+end of the window (VmRSS), and for the BPF tools the run time of their BPF
 programs (kernel.bpf_stats_enabled; it is charged to the sampled tasks,
 not to the tool, so it is listed apart and added in the "total" column). "busy" runs one CPU-bound cpu_split per CPU.
 Writes the table as markdown to --out (default: stdout only); prints when
@@ -71,6 +74,21 @@ def status_kib(pid, field):
 
 def hwm_kib(pid):
     return status_kib(pid, "VmHWM")
+
+
+def exact_rss_kib(pid):
+    """RSS from a walk of the page tables (smaps_rollup). VmRSS and VmHWM
+    come from per-CPU counters that Linux 6.2+ reads without summing them:
+    they can be off by ~128 KiB per CPU either way, and VmHWM keeps the
+    highest such reading (seen on a 2-CPU VM: a VmHWM lower than the one
+    read 5 ms before, and a VmHWM 0.6 MiB above every VmRSS sampled)."""
+    try:
+        for line in open(f"/proc/{pid}/smaps_rollup"):
+            if line.startswith("Rss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def bpf_ns(pid):
@@ -137,18 +155,25 @@ def measure(load, hz, seconds, warmup, tmp, rss_dir):
                                        stderr=open(tmp / f"{name.replace(' ', '_')}-{load}-{hz}.log", "w"))
         STARTED.append(procs[name])
     # The agents' RSS every 0.1 s from their start: when the peak came
-    # (start-up, first flush, a table build) is what a memory change needs.
+    # (start-up, first flush, a table build) is what a memory change needs;
+    # and the highest exact RSS (smaps_rollup) seen every 0.05 s.
     trace = {n: [] for n in procs if n.startswith("flamewatch")}
+    exact = {n: 0 for n in trace}
     t_start = time.monotonic()
     stop = threading.Event()
 
     def sample_rss():
+        tick = 0
         while not stop.is_set():
             for n in trace:
+                exact[n] = max(exact[n], exact_rss_kib(procs[n].pid) or 0)
+                if tick % 2:
+                    continue
                 kb, hwm = status_kib(procs[n].pid, "VmRSS"), hwm_kib(procs[n].pid)
                 if kb is not None and hwm is not None:
                     trace[n].append((time.monotonic() - t_start, kb, hwm))
-            stop.wait(0.1)
+            tick += 1
+            stop.wait(0.05)
 
     sampler = threading.Thread(target=sample_rss, daemon=True)
     sampler.start()
@@ -175,9 +200,10 @@ def measure(load, hz, seconds, warmup, tmp, rss_dir):
             # The sampled RSS can miss a short peak; the VmHWM says when it came.
             t_hwm = next(t for t, _, hwm in points if hwm == points[-1][2])
             t, kb, _ = max(points, key=lambda x: x[1])
-            print(f"{load} {hz} Hz {n}: peak {points[-1][2] / 1024:.1f} MB reached by {t_hwm:.1f} s "
-                  f"after start; highest RSS sampled {kb / 1024:.1f} MB at {t:.1f} s; "
-                  f"{points[-1][1] / 1024:.1f} MB at the end", file=sys.stderr)
+            print(f"{load} {hz} Hz {n}: VmHWM {points[-1][2] / 1024:.2f} MiB reached by {t_hwm:.1f} s "
+                  f"after start; highest VmRSS sampled {kb / 1024:.2f} MiB at {t:.1f} s; highest exact "
+                  f"RSS {exact[n] / 1024:.2f} MiB; {points[-1][1] / 1024:.2f} MiB at the end",
+                  file=sys.stderr)
             if rss_dir:
                 rss_dir.mkdir(parents=True, exist_ok=True)
                 (rss_dir / f"rss-{n.replace(' ', '_')}-{load}-{hz}.txt").write_text(
@@ -187,7 +213,7 @@ def measure(load, hz, seconds, warmup, tmp, rss_dir):
         c1, hwm, rss = cpu_s(p.pid), hwm_kib(p.pid), status_kib(p.pid, "VmRSS")
         cpu = (c1 - c0[n]) if c1 is not None and c0[n] is not None else None
         bpf = (last_b[n] - b0[n]) / 1e9 if last_b.get(n) is not None and b0[n] is not None else None
-        rows.append((n, cpu, hwm, rss, bpf, wall, c0[n]))
+        rows.append((n, cpu, hwm, exact.get(n), rss, bpf, wall, c0[n]))
     stop_tools(procs.values())
     server.terminate()
     server.wait(timeout=30)
@@ -212,13 +238,14 @@ def main():
         sys.exit("overhead: run `make all workloads` first")
     old = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
     open("/proc/sys/kernel/bpf_stats_enabled", "w").write("1")
-    lines = ["| load | Hz | tool | start-up CPU s | CPU s | % of a core | BPF s | total % of a core | peak RSS MB | RSS MB at the end |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| load | Hz | tool | start-up CPU s | CPU s | % of a core | BPF s | total % of a core "
+             "| peak RSS MiB (VmHWM) | highest exact RSS MiB | RSS MiB at the end |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     try:
         with tempfile.TemporaryDirectory(prefix="fw-overhead-") as d:
             for load in a.load.split(","):
                 for hz in (int(x) for x in a.hz.split(",")):
-                    for n, cpu, hwm, rss, bpf, wall, c0 in measure(load, hz, a.seconds, a.warmup,
+                    for n, cpu, hwm, ex, rss, bpf, wall, c0 in measure(load, hz, a.seconds, a.warmup,
                                                                    Path(d), a.rss_dir):
                         pct = 100 * cpu / wall if cpu is not None else None
                         tot = 100 * (cpu + (bpf or 0)) / wall if cpu is not None else None
@@ -227,6 +254,7 @@ def main():
                                      f"{fmt(pct, '{:.3f}')} | "
                                      f"{fmt(bpf, '{:.3f}')} | {fmt(tot, '{:.3f}')} | "
                                      f"{fmt(hwm / 1024 if hwm else None, '{:.1f}')} | "
+                                     f"{fmt(ex / 1024 if ex else None, '{:.2f}')} | "
                                      f"{fmt(rss / 1024 if rss else None, '{:.1f}')} |")
                         print(lines[-1], flush=True)
     finally:

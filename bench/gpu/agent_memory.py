@@ -4,7 +4,8 @@ more builds side by side in the same run; and what building the unwind
 tables of the load's CUDA libraries costs each build.
 
     sudo python3 bench/gpu/agent_memory.py --agent NEW=build/flamewatch \\
-        --agent OLD=/path/to/old/flamewatch [--unwind-build NEW=build/unwind_build ...]
+        --agent OLD=/path/to/old/flamewatch [--cuda-lib build/libflamewatch-cuda.so] \\
+        [--unwind-build NEW=build/unwind_build ...]
 
 Every agent samples the whole host at --hz and ships to one `flamewatch
 server` on loopback (the first agent's binary; not counted). The load is a
@@ -138,6 +139,9 @@ def main():
     ap.add_argument("--burners", type=int, default=2)
     ap.add_argument("--min-lib-mb", type=int, default=20)
     ap.add_argument("--smaps", action="store_true", help="print each agent's RSS by mapping at the end")
+    ap.add_argument("--cuda-lib", metavar="PATH",
+                    help="run the training loop with CUDA_INJECTION64_PATH=PATH (libflamewatch-cuda.so): "
+                         "the agents then profile its GPU time too, and map the CUDA ring")
     ap.add_argument("--profile", metavar="NAME=DIR",
                     help="record agent NAME's own CPU (flamewatch record -F 999) over the measured "
                          "window into DIR/NAME.folded")
@@ -159,7 +163,8 @@ def main():
     port = free_port()
     server = subprocess.Popen([agents[0][1][0], "server", "--listen", f"127.0.0.1:{port}", "--data", tmp / "data"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    load = [subprocess.Popen([sys.executable, "-c", LOAD, str(total + 30)])]
+    env = dict(os.environ, CUDA_INJECTION64_PATH=str(Path(a.cuda_lib).resolve())) if a.cuda_lib else None
+    load = [subprocess.Popen([sys.executable, "-c", LOAD, str(total + 30)], env=env)]
     load += [subprocess.Popen([sys.executable, "-c", BURN, str(total + 30)]) for _ in range(a.burners)]
     time.sleep(1)
     procs = {}
@@ -211,7 +216,8 @@ def main():
         p.wait()
     server.terminate()
     server.wait(timeout=30)
-    print(f"\n{os.cpu_count()} CPUs; agents at {a.hz} Hz beside an MLP training loop and {a.burners} "
+    print(f"\n{os.cpu_count()} CPUs; agents at {a.hz} Hz beside an MLP training loop"
+          f"{' (under ' + a.cuda_lib + ')' if a.cuda_lib else ''} and {a.burners} "
           f"CPU burners; {a.warmup} s start-up, then {a.seconds} s measured (CPU: user + system of the "
           f"agent, BPF run time not counted)\n")
     print("| agent | peak RSS MB | RSS at the end MB | % of a core | highest RSS sampled at |")
