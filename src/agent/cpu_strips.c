@@ -155,12 +155,7 @@ struct cpu_strips *cpu_strips__open(const struct cpu_strips_opts *o)
 
 		s->skel = strips_bpf__open_opts(&oo);
 	}
-	{
-		size_t size;
-		const void *elf = strips_bpf__elf_bytes(&size);
-
-		skel_bytes__release(elf, size);
-	}
+	skel_bytes__release(strips_bpf__elf_bytes);
 	if (!s->skel) {
 		err = errno;
 		pr_warn("cpu strips: cannot open the BPF object: %s\n", strerror(err));

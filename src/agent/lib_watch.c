@@ -67,12 +67,7 @@ struct lib_watch *lib_watch__open(const char *name)
 
 		w->skel = libwatch_bpf__open_opts(&oo);
 	}
-	{
-		size_t size;
-		const void *elf = libwatch_bpf__elf_bytes(&size);
-
-		skel_bytes__release(elf, size);
-	}
+	skel_bytes__release(libwatch_bpf__elf_bytes);
 	if (!w->skel) {
 		err = -errno;
 		goto fail;

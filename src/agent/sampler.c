@@ -337,12 +337,7 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 
 		s->skel = sample_bpf__open_opts(&oo);
 	}
-	{
-		size_t size;
-		const void *elf = sample_bpf__elf_bytes(&size);
-
-		skel_bytes__release(elf, size);
-	}
+	skel_bytes__release(sample_bpf__elf_bytes);
 	if (!s->skel) {
 		err = -errno;
 		pr_warn("cannot open the BPF object: %s\n", strerror(errno));
