@@ -128,11 +128,14 @@ def test_library_shape():
 def test_probes_fire_unsampled(fakes, tmp_path):
     """Under the budget, every API call gives one launch probe (a runtime call
     and the driver call it wraps count once) and every record comes with
-    weight 1, the launch's correlation, Unix time and the kernel's name."""
+    weight 1, the launch's correlation, Unix time and the kernel's name.
+    The host waits for the callbacks, not only the subscription: launches
+    made in between no library sees (CI once lost the first three)."""
     t0 = time.time_ns()
     rc, out, err, lines = Traced(tmp_path).run(
         [HOST, "drive", LIB, 200, 10000, 200],
-        host_env(FLAMEWATCH_CUDA_DUTY_CYCLE=1, FLAMEWATCH_CUDA_LAUNCH_BUDGET=10**7))
+        host_env(FLAMEWATCH_CUDA_DUTY_CYCLE=1, FLAMEWATCH_CUDA_LAUNCH_BUDGET=10**7,
+                 CUDA_HOST_WAIT_CALLBACKS=1))
     assert rc == 0, err
     truth = json.loads(out)
     launches, recs = parse(lines)
