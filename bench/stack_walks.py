@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the stack walk without bpf_loop() costs, beside the bpf_loop() walk.
 
-    sudo python3 bench/stack_walks.py [--seconds 10] [--depth 100] [--rounds 2]
+    sudo python3 bench/stack_walks.py [--seconds 10] [--depth 100] [--rounds 2] [--base BINARY]
 
 Runs `flamewatch record -F 499` on build/workloads/nofp/recurse (main ->
 descend x DEPTH -> leaf, every frame from the unwind tables) once with the
@@ -9,7 +9,9 @@ bpf_loop() walk and once with FLAMEWATCH_NO_BPF_LOOP=1 (the bounded loops
 that kernels before 5.17 get), alternating, ROUNDS times each. For each
 run it reads the run time and run count of the on_cpu_sample program from
 flamewatch's own /proc/PID/fdinfo just before it exits, and prints the
-mean nanoseconds per sample and the ratio of the two walks.
+mean nanoseconds per sample and the ratio of the two walks. With --base,
+it compares BINARY's bpf_loop walk with this build's instead (a change to
+the walk against the build before it).
 
 BPF run-time accounting is turned on with BPF_ENABLE_STATS, which lasts as
 long as this script holds the returned fd: the kernel.bpf_stats_enabled
@@ -65,9 +67,9 @@ def sampler_id(ids):
     return None
 
 
-def one_run(mode, seconds, depth, out):
+def one_run(mode, fw, seconds, depth, out):
     env = dict(os.environ, FLAMEWATCH_NO_BPF_LOOP="1" if mode == "bounded" else "0")
-    argv = [str(FW), "record", "-F", "499", "-q", "-o", str(out), "--", str(RECURSE), str(seconds), str(depth)]
+    argv = [str(fw), "record", "-F", "499", "-q", "-o", str(out), "--", str(RECURSE), str(seconds), str(depth)]
     p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     last, sid = {}, None
     while p.poll() is None:
@@ -98,26 +100,34 @@ def main():
     ap.add_argument("--depth", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default="/tmp/fw-stack-walks.folded")
+    ap.add_argument("--base", help="another flamewatch binary: compare its bpf_loop walk with this "
+                    "build's, instead of this build's two walks")
     a = ap.parse_args()
-    for f in (FW, RECURSE):
+    # (label, binary, walk) in the order each round runs them; the ratio is second / first.
+    if a.base:
+        runs = [("base", Path(a.base), "bpf_loop"), ("new", FW, "bpf_loop")]
+    else:
+        runs = [("bpf_loop", FW, "bpf_loop"), ("bounded", FW, "bounded")]
+    for f in (FW, RECURSE) + ((Path(a.base),) if a.base else ()):
         if not f.exists():
             sys.exit(f"{f} is missing: run `make && make workloads`")
     stats_fd = enable_stats()
-    totals = {"bpf_loop": [0, 0, 0], "bounded": [0, 0, 0]}
+    totals = {label: [0, 0, 0] for label, _, _ in runs}
     print(f"recurse depth {a.depth} ({a.depth + 6} frames a sample), -F 499, {a.seconds} s a run")
     print("runs: every run of on_cpu_sample (other tasks' ticks are filtered out early);")
     print("walked: recurse's samples in the profile, each a full walk; ns/walked = all BPF ns / walked\n")
     print(f"{'round':>5}  {'walk':9} {'runs':>7} {'walked':>7} {'ns/run':>8} {'ns/walked':>10}")
     for r in range(a.rounds):
-        for mode in ("bpf_loop", "bounded"):
-            ns, cnt, walked = one_run(mode, a.seconds, a.depth, a.out)
+        for label, fw, mode in runs:
+            ns, cnt, walked = one_run(mode, fw, a.seconds, a.depth, a.out)
             for i, v in enumerate((ns, cnt, walked)):
-                totals[mode][i] += v
-            print(f"{r + 1:>5}  {mode:9} {cnt:>7} {walked:>7} {ns / max(cnt, 1):>8.0f} {ns / max(walked, 1):>10.0f}")
+                totals[label][i] += v
+            print(f"{r + 1:>5}  {label:9} {cnt:>7} {walked:>7} {ns / max(cnt, 1):>8.0f} {ns / max(walked, 1):>10.0f}")
     os.close(stats_fd)
     per = {m: t[0] / max(t[2], 1) for m, t in totals.items()}
-    print(f"\nns per walked sample: bpf_loop {per['bpf_loop']:.0f}, bounded {per['bounded']:.0f}, "
-          f"bounded / bpf_loop = {per['bounded'] / per['bpf_loop']:.2f}")
+    (first, _, _), (second, _, _) = runs
+    print(f"\nns per walked sample: {first} {per[first]:.0f}, {second} {per[second]:.0f}, "
+          f"{second} / {first} = {per[second] / per[first]:.2f}")
 
 
 if __name__ == "__main__":

@@ -255,18 +255,22 @@ static __always_inline struct fw_mapping *find_mapping(struct fw_proc_mappings *
 }
 
 /*
- * The index of the last row at or below pc among the count rows of a
- * file's table, or -1. A global function, so the verifier checks its loop
- * once, on its own: inlined into the stack walk's step, the 25 rounds were
- * explored again for every state the step was entered with (most of the
- * 0.7 s the sampler took to load).
+ * Copies to *out the last row at or below pc among the count rows of a
+ * file's table; 0 if there is one, -1 if not. A global function, so the
+ * verifier checks its loop once, on its own: inlined into the stack walk's
+ * step, the 25 rounds were explored again for every state the step was
+ * entered with (most of the 0.7 s the sampler took to load). A global
+ * function cannot return a map value's address, so the row (8 bytes) is
+ * copied out rather than looked up again from the file's id.
  */
-__noinline int find_row_index(__u32 file_id, __u32 count, __u32 pc)
+__noinline int find_row(__u32 file_id, __u32 count, __u32 pc, struct unwind_row *out)
 {
 	__u32 lo = 0, hi = count, idx;
-	struct unwind_row *r;
+	struct unwind_row *r = NULL;
 	void *rows;
 
+	if (!out)
+		return -1;
 	rows = bpf_map_lookup_elem(&unwind_files, &file_id);
 	if (!rows)
 		return -1;
@@ -282,19 +286,15 @@ __noinline int find_row_index(__u32 file_id, __u32 count, __u32 pc)
 	}
 	if (lo == 0 || lo < hi)
 		return -1;
-	return lo - 1;
-}
-
-static __always_inline struct unwind_row *find_row(__u32 file_id, __u32 count, __u32 pc)
-{
-	int i = find_row_index(file_id, count, pc);
-	__u32 idx = i;
-	void *rows;
-
-	if (i < 0)
-		return NULL;
-	rows = bpf_map_lookup_elem(&unwind_files, &file_id);
-	return rows ? bpf_map_lookup_elem(rows, &idx) : NULL;
+	/* The row last probed is the answer when the search ended past it (lo = idx + 1). */
+	if (!r || idx != lo - 1) {
+		idx = lo - 1;
+		r = bpf_map_lookup_elem(rows, &idx);
+		if (!r)
+			return -1;
+	}
+	*out = *r;
+	return 0;
 }
 
 static __always_inline int read_user_u64(__u64 *dst, __u64 addr)
@@ -315,7 +315,7 @@ static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_p
 					 struct fw_hs_proc *hp, __u32 n)
 {
 	__u64 pc, cfa, ip = 0, sp, bp = st->bp;
-	struct unwind_row *row = NULL;
+	struct unwind_row *row = NULL, found = {};
 	struct fw_mapping *m = NULL;
 	struct fw_sample *s;
 	__u32 slot = st->slot, idx;
@@ -347,7 +347,7 @@ static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_p
 		if (!m)
 			st->flags |= FW_SAMPLE_UNKNOWN_MAPPING;
 		else if (m->row_count && pc - m->bias <= 0xffffffffULL)
-			row = find_row(m->file_id, m->row_count, pc - m->bias);
+			row = find_row(m->file_id, m->row_count, pc - m->bias, &found) ? NULL : &found;
 		else if (!m->row_count && m->file_id)
 			want_table(st, m->file_id);
 		if (m && m->row_count && !row)
