@@ -108,9 +108,11 @@ def main():
         runs = [("base", Path(a.base), "bpf_loop"), ("new", FW, "bpf_loop")]
     else:
         runs = [("bpf_loop", FW, "bpf_loop"), ("bounded", FW, "bounded")]
-    for f in (FW, RECURSE) + ((Path(a.base),) if a.base else ()):
+    for f in (FW, RECURSE):
         if not f.exists():
             sys.exit(f"{f} is missing: run `make && make workloads`")
+    if a.base and not Path(a.base).is_file():
+        sys.exit(f"--base {a.base}: no such file")
     stats_fd = enable_stats()
     totals = {label: [0, 0, 0] for label, _, _ in runs}
     print(f"recurse depth {a.depth} ({a.depth + 6} frames a sample), -F 499, {a.seconds} s a run")

@@ -269,7 +269,7 @@ __noinline int find_row(__u32 file_id, __u32 count, __u32 pc, struct unwind_row 
 	struct unwind_row *r = NULL;
 	void *rows;
 
-	if (!out)
+	if (!out)	/* the verifier takes a global function's pointer as nullable */
 		return -1;
 	rows = bpf_map_lookup_elem(&unwind_files, &file_id);
 	if (!rows)
