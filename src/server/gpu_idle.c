@@ -2,6 +2,7 @@
 /* The busy intervals of a GPU as one sorted, merged set (see gpu_idle.h). */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "server/gpu_idle.h"
 
@@ -146,4 +147,36 @@ int busy_set__gaps(const struct busy_set *s, int64_t from, int64_t to,
 	if (at < to)
 		return cb(ctx, at, to);
 	return 0;
+}
+
+/* "", "_ptsz" (the runtime's per-thread default stream) or "_v" and digits (the driver's versions). */
+static bool _entry_suffix(const char *s)
+{
+	if (!*s || !strcmp(s, "_ptsz"))
+		return true;
+	if (strncmp(s, "_v", 2) || !s[2])
+		return false;
+	for (s += 2; *s; s++)
+		if (*s < '0' || *s > '9')
+			return false;
+	return true;
+}
+
+bool gpu_idle__is_sync_call(const char *function)
+{
+	static const char *const calls[] = {
+		"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+		"cudaThreadSynchronize", "cuCtxSynchronize", "cuStreamSynchronize",
+		"cuEventSynchronize",
+	};
+
+	if (!function || function[0] != 'c' || function[1] != 'u')
+		return false;
+	for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
+		size_t n = strlen(calls[i]);
+
+		if (!strncmp(function, calls[i], n) && _entry_suffix(function + n))
+			return true;
+	}
+	return false;
 }

@@ -2,6 +2,7 @@
 #ifndef FW_SERVER_GPU_IDLE_H
 #define FW_SERVER_GPU_IDLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,5 +39,15 @@ int busy_set__contains(const struct busy_set *s, int64_t ts, size_t *cursor);
  */
 int busy_set__gaps(const struct busy_set *s, int64_t from, int64_t to,
 		   int (*cb)(void *ctx, int64_t start, int64_t end), void *ctx);
+
+/*
+ * Whether a frame's function is a CUDA call that blocks the CPU until the
+ * GPU has finished queued work (cudaDeviceSynchronize, cuStreamSynchronize,
+ * their _ptsz and _v2 forms, ...). A CPU sample under one is the CPU
+ * waiting on a busy GPU: never idle time, whatever a coarse busy source
+ * says. Copies are not among them: a stall that only moves data is idle
+ * time the analysis must show.
+ */
+bool gpu_idle__is_sync_call(const char *function);
 
 #endif

@@ -17,6 +17,12 @@
  * The wall time is the process's span in the window: from its first
  * evidence (a CPU sample or a kernel) to its last, so that a short job in a
  * long window is not reported idle for the time it did not exist.
+ *
+ * A CPU sample inside a CUDA synchronisation call is the CPU waiting on a
+ * busy GPU, whatever the busy source says of that instant (NVML's averages
+ * cannot place sub-second phases): all such samples are counted as
+ * waiting_on_gpu, and none is in the idle flame graph. resolution_ns says how finely the
+ * source places busy time (0: exact intervals).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -87,6 +93,7 @@ struct nvml {
 	double *val;
 	size_t n, cap;
 	uint64_t points;
+	int64_t resolution;	/* the widest spacing of a series' points */
 	int err;
 };
 
@@ -102,6 +109,8 @@ static int _nvml_flush(struct nvml *m)
 	}
 	if (!min_dt)
 		min_dt = 1000000000LL;	/* one point: the agent's default interval */
+	if (m->n && min_dt > m->resolution)
+		m->resolution = min_dt;
 	for (size_t i = 0; i < m->n; i++) {
 		int64_t end = m->ts[i] + 2 * min_dt;
 
@@ -182,16 +191,53 @@ struct idle {
 	struct busy_set *busy;
 	struct profile *p;
 	size_t cursor;
-	uint64_t total, idle;
+	uint64_t total, idle, waiting;
 	int64_t first, last;
 	bool unknown;
+	/* Per stack id of p: 0 not looked at yet, 1 not in a sync call, 2 in one. */
+	uint8_t *in_sync;
+	size_t in_sync_cap;
 };
+
+/* Whether any frame of the stack is a CUDA synchronisation call (cached). */
+static int _in_sync_call(struct idle *s, uint32_t stack)
+{
+	const struct profile_frame *frames = s->p->frames;
+	const uint32_t *f;
+	uint32_t n;
+
+	if (stack >= s->in_sync_cap) {
+		size_t cap = s->in_sync_cap ? s->in_sync_cap : 1024;
+		uint8_t *v;
+
+		while (cap <= stack)
+			cap *= 2;
+		v = realloc(s->in_sync, cap);
+		if (!v)
+			return -ENOMEM;
+		memset(v + s->in_sync_cap, 0, cap - s->in_sync_cap);
+		s->in_sync = v;
+		s->in_sync_cap = cap;
+	}
+	if (!s->in_sync[stack]) {
+		s->in_sync[stack] = 1;
+		f = profile__stack(s->p, stack, &n);
+		for (uint32_t i = 0; f && i < n; i++) {
+			if (gpu_idle__is_sync_call(profile__string(s->p, frames[f[i]].function))) {
+				s->in_sync[stack] = 2;
+				break;
+			}
+		}
+	}
+	return s->in_sync[stack] == 2;
+}
 
 static int _sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t cpu,
 		   int64_t value, const char *comm, uint32_t pid)
 {
 	struct idle *s = ctx;
 	int64_t c;
+	int sync;
 
 	(void)tid;
 	(void)cpu;
@@ -199,7 +245,12 @@ static int _sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t
 		s->first = ts;
 	s->last = ts;
 	s->total += value;
-	if (s->unknown || busy_set__contains(s->busy, ts, &s->cursor))
+	sync = _in_sync_call(s, stack);
+	if (sync < 0)
+		return sync;
+	if (sync)
+		s->waiting += value;
+	if (sync || s->unknown || busy_set__contains(s->busy, ts, &s->cursor))
 		return 0;
 	s->idle += value;
 	c = profile__intern_string(s->p, comm ? comm : "");
@@ -322,7 +373,7 @@ void routes__gpu_idle(struct request *r)
 	enum idle_source src;
 	int64_t from, to, span_from, span_to, busy_ns, span_ns, min_gap = -1;
 	double threshold;
-	bool folded;
+	bool folded, from_nvml = false;
 	int err;
 
 	if (request__window(r, &from, &to) ||
@@ -395,6 +446,7 @@ void routes__gpu_idle(struct request *r)
 			busy_set__free(k.busy);
 			k.busy = m.busy;
 			m.busy = NULL;
+			from_nvml = true;
 		} else {
 			/* Nothing from NVML either: the sampled kernels are all there is. */
 			source = k.n ? "kernels" : "none";
@@ -441,10 +493,17 @@ void routes__gpu_idle(struct request *r)
 		strbuf__printf(&sb, "%.6f", (double)(span_ns - busy_ns) / (double)span_ns);
 	else
 		strbuf__puts(&sb, "null");
-	strbuf__printf(&sb, ",\"samples\":{\"total\":%llu,\"idle\":%llu},"
+	/* Exact intervals unless they came from NVML's points or sampled kernels. */
+	if (s.unknown)
+		strbuf__puts(&sb, ",\"resolution_ns\":null");
+	else
+		strbuf__printf(&sb, ",\"resolution_ns\":%lld",
+			       (long long)(from_nvml ? m.resolution : 0));
+	strbuf__printf(&sb, ",\"samples\":{\"total\":%llu,\"idle\":%llu,\"waiting_on_gpu\":%llu},"
 		       "\"kernels\":{\"intervals\":%llu,\"max_weight\":%u},\"nvml_points\":%llu,"
 		       "\"gaps\":[",
 		       (unsigned long long)s.total, (unsigned long long)s.idle,
+		       (unsigned long long)s.waiting,
 		       (unsigned long long)k.n, k.max_weight, (unsigned long long)m.points);
 	if (span_ns > 0 && !s.unknown)
 		busy_set__gaps(k.busy, span_from, span_to, _gap, &g);
@@ -460,6 +519,7 @@ void routes__gpu_idle(struct request *r)
 out:
 	strbuf__release(&sb);
 	strbuf__release(&fg);
+	free(s.in_sync);
 	profile__free(s.p);
 	busy_set__free(k.busy);
 	busy_set__free(m.busy);

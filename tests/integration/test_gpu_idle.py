@@ -105,12 +105,15 @@ def test_kernel_gaps_name_the_stall(gap_run):
     doc = _idle(client, pid, frm, to).json()
     assert doc["source"] == "kernels", doc["source"]
     assert doc["kernels"] == {"intervals": ROUNDS, "max_weight": 1}, doc["kernels"]
+    assert doc["resolution_ns"] == 0, doc["resolution_ns"]
     # The loop is half kernel, half stall; the span is the loop itself.
     assert 0.4 < doc["idle_fraction"] < 0.6, doc["idle_fraction"]
     assert len(doc["gaps"]) >= ROUNDS - 1, doc["gaps"]
     s = doc["samples"]
     assert s["idle"] >= 20, s
     assert 0.3 < s["idle"] / s["total"] < 0.7, s
+    # The CPU waited in cudaStreamSynchronize while each kernel ran.
+    assert 0.3 < s["waiting_on_gpu"] / s["total"] < 0.7, s
     folded = _folded(_idle(client, pid, frm, to, format="folded").text)
     assert sum(folded.values()) == s["idle"]
     assert _share(folded, "load_batch_stall") > 0.85, folded
@@ -135,12 +138,19 @@ def test_nvml_threshold(gap_run):
     assert busy["source"] == "nvml_process" and busy["nvml_points"] > 0, busy
     assert busy["idle_fraction"] < 0.05, busy["idle_fraction"]
     assert busy["samples"]["idle"] == 0, busy["samples"]
-    # ... and idle all along under 90 %: every CPU sample is in the graph.
+    assert busy["resolution_ns"] >= 100_000_000, busy["resolution_ns"]
+    # ... and idle all along under 90 %: NVML's averages cannot place the
+    # phases, but the CPU samples inside cudaStreamSynchronize are the CPU
+    # waiting on a busy GPU, never idle: only the stall is in the graph.
     idle = _idle(client, pid, frm, to, source="nvml", threshold="90").json()
     assert idle["idle_fraction"] > 0.95, idle["idle_fraction"]
-    assert idle["samples"]["idle"] == idle["samples"]["total"] > 0, idle["samples"]
-    assert _share(_folded(_idle(client, pid, frm, to, source="nvml", threshold="90",
-                                format="folded").text), "wait_for_gpu") > 0.3
+    s = idle["samples"]
+    assert s["idle"] + s["waiting_on_gpu"] == s["total"] > 0, s
+    assert 0.3 < s["waiting_on_gpu"] / s["total"] < 0.7, s
+    folded = _folded(_idle(client, pid, frm, to, source="nvml", threshold="90",
+                           format="folded").text)
+    assert _share(folded, "wait_for_gpu") < 0.05, folded
+    assert _share(folded, "load_batch_stall") > 0.85, folded
 
 
 def test_bad_input_is_a_clear_400(gap_run):
@@ -157,4 +167,5 @@ def test_bad_input_is_a_clear_400(gap_run):
         assert msg in r.json()["error"], (params, r.text)
     # A process with no samples and no kernels: an empty answer, not an error.
     doc = _idle(client, 1, frm, to).json()
-    assert doc["samples"] == {"total": 0, "idle": 0} and doc["idle_fraction"] is None, doc
+    assert doc["samples"] == {"total": 0, "idle": 0, "waiting_on_gpu": 0}, doc
+    assert doc["idle_fraction"] is None, doc

@@ -169,6 +169,8 @@ test('why is the GPU idle: one click from the timeline names the stall', async (
   assert.ok(m, summary);
   // The loop idles half its time; the window adds a little before and after.
   assert.ok(Number(m[1]) > 35 && Number(m[1]) < 70, summary);
+  // The samples in cudaStreamSynchronize are named as waiting, not idle.
+  assert.match(summary, /CPU samples \([\d.]+ ?%\) waited on the GPU in synchronize calls/);
   const share = await page.evaluate(() => window.__flamewatch.idle.share('load_batch_stall'));
   assert.ok(share > 0.8, `load_batch_stall holds ${share} of the idle samples`);
   assert.ok(await page.evaluate(() => window.__flamewatch.idle.share('wait_for_gpu')) < 0.1);

@@ -133,12 +133,34 @@ static void test_random_against_bitmap(void **state)
 	}
 }
 
+static void test_sync_calls(void **state)
+{
+	static const char *const yes[] = {
+		"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaStreamSynchronize_ptsz",
+		"cudaEventSynchronize", "cuCtxSynchronize", "cuStreamSynchronize_ptsz",
+		"cuEventSynchronize", "cuCtxSynchronize_v2",
+	};
+	static const char *const no[] = {
+		NULL, "", "cudaMemcpy", "cudaMemcpyAsync", "cudaStreamWaitEvent",
+		"cudaStreamQuery", "cudaDeviceSynchronizeX", "cuStreamSynchronize_v",
+		"cuStreamSynchronize_vx", "mycudaDeviceSynchronize", "cudaLaunchKernel",
+		"synchronize",
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+		assert_true(gpu_idle__is_sync_call(yes[i]));
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		assert_false(gpu_idle__is_sync_call(no[i]));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_merge_and_gaps),
 		cmocka_unit_test(test_empty),
 		cmocka_unit_test(test_random_against_bitmap),
+		cmocka_unit_test(test_sync_calls),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,7 +10,8 @@ import { fmtDuration } from './state';
 export interface IdleJSON {
   from: number; to: number; pid: number; source: string; threshold: number;
   span: [number, number]; busy_ns: number; idle_ns: number; idle_fraction: number | null;
-  samples: { total: number; idle: number };
+  samples: { total: number; idle: number; waiting_on_gpu: number };
+  resolution_ns: number | null;
   kernels: { intervals: number; max_weight: number }; nvml_points: number;
   gaps: [number, number][]; gaps_truncated: boolean;
   profile: ProfileJSON;
@@ -64,7 +65,9 @@ export class IdlePanel {
       ? `pid ${pid}: ${src}.`
       : `pid ${pid}: GPU idle ${(j.idle_fraction * 100).toFixed(1)} % of its ${fmtDuration(span)} ` +
         `(${src}${j.source.startsWith('nvml') ? ` ${j.threshold} %` : ''}` +
-        `${j.kernels.max_weight > 1 && j.source === 'kernels' ? `; kernels sampled 1 in ${j.kernels.max_weight}, so gaps overstate idle time` : ''}). ` +
+        `${j.kernels.max_weight > 1 && j.source === 'kernels' ? `; kernels sampled 1 in ${j.kernels.max_weight}, so gaps overstate idle time` : ''}` +
+        `${j.resolution_ns ? `; busy known only to ${fmtDuration(j.resolution_ns / 1e9)}: shorter phases cannot be placed` : ''}). ` +
+        `${j.samples.waiting_on_gpu ? `${j.samples.waiting_on_gpu.toLocaleString()} CPU samples (${pct(j.samples.waiting_on_gpu, j.samples.total || 1)}) waited on the GPU in synchronize calls and are not idle time. ` : ''}` +
         `${j.samples.idle.toLocaleString()} of its ${j.samples.total.toLocaleString()} CPU samples ` +
         `(${pct(j.samples.idle, j.samples.total || 1)}) were taken while the GPU was idle:`;
     const t = fromJSON(j.profile);
