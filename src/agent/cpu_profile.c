@@ -1190,6 +1190,28 @@ static int64_t _gpu_series(struct cpu_profile *cp, const struct cpu_gpu_activity
 	return batch__intern_series(cp->batch, names, values, n);
 }
 
+int cpu_profile__add_gpu_span(struct cpu_profile *cp, const struct cpu_gpu_activity *a)
+{
+	struct batch_gpu_interval iv;
+	int64_t series, name;
+
+	if (!cp->batch || (a->kind != GPU_BUSY && a->kind != GPU_COVERAGE) ||
+	    a->end_ns <= a->start_ns)
+		return -EINVAL;
+	name = profile__intern_string(cp->p, a->kind == GPU_BUSY ? "[busy]" : "[coverage]");
+	series = _gpu_series(cp, a);
+	if (name < 0)
+		return -ENOMEM;
+	if (series < 0)
+		return series;
+	iv = (struct batch_gpu_interval){
+		.start_ns = a->start_ns, .end_ns = a->end_ns, .series = series,
+		.device = a->device, .kind = a->kind, .name = name, .stack = BATCH_NO_STACK,
+		.bytes = a->bytes, .weight = 1,
+	};
+	return batch__add_gpu_interval(cp->batch, &iv);
+}
+
 int cpu_profile__add_gpu(struct cpu_profile *cp, const struct cpu_gpu_activity *a)
 {
 	const struct cpu_placed_stack *ps = a->stack;

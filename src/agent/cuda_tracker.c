@@ -131,6 +131,7 @@ struct cuda_tracker {
 	uint32_t ntab_cap, ntab_n;
 	struct intern *names;		/* demangled names, NUL included */
 	uint64_t name_errors, names_announced, add_errors, conflicts;
+	uint64_t timeline_spans;	/* busy and coverage spans stored */
 	void (*on_process)(void *ctx, pid_t pid);
 	void *on_process_ctx;
 	pid_t *seen;			/* processes handed to on_process, until they exit */
@@ -879,6 +880,28 @@ void cuda_tracker__launch(struct cuda_tracker *t, const struct fw_cuda_launch *l
 		t->add_errors++;
 }
 
+static void _timeline_span(struct cuda_tracker *t, uint32_t pid, const struct fw_cuda_record *r)
+{
+	struct cpu_gpu_activity a = {
+		.pid = pid,
+		.kind = r->kind == FW_CUDA_BUSY ? GPU_BUSY : GPU_COVERAGE,
+		.device = r->kind == FW_CUDA_BUSY ? r->device : 0,
+		.bytes = r->bytes,
+		.start_ns = (int64_t)r->start_ns,
+		.end_ns = (int64_t)r->end_ns,
+	};
+
+	/* Values from another process: a reversed or empty span is dropped. */
+	if (a.end_ns <= a.start_ns || a.start_ns <= 0) {
+		t->add_errors++;
+		return;
+	}
+	if (cpu_profile__add_gpu_span(t->cp, &a))
+		t->add_errors++;
+	else
+		t->timeline_spans++;
+}
+
 void cuda_tracker__activity(struct cuda_tracker *t, const struct fw_cuda_activity *a)
 {
 	uint64_t now = clock__mono_ns();
@@ -891,6 +914,11 @@ void cuda_tracker__activity(struct cuda_tracker *t, const struct fw_cuda_activit
 	for (uint32_t i = 0; i < a->count && i < FW_CUDA_MAX_BATCH; i++) {
 		struct fw_cuda_record r = a->recs[i];
 
+		/* The busy timeline joins nothing: its spans are stored as they come. */
+		if (r.kind == FW_CUDA_BUSY || r.kind == FW_CUDA_COVERAGE) {
+			_timeline_span(t, a->pid, &r);
+			continue;
+		}
 		if (r.kind == FW_CUDA_KERNEL) {
 			int64_t id = _kernel_name_id(t, a->pid, r.name_addr);
 
@@ -981,8 +1009,8 @@ void cuda_tracker__report(struct cuda_tracker *t)
 		PRIu64 " joined, %" PRIu64 " without their launch (%" PRIu64 " by count, %"
 		PRIu64 " by distance, %" PRIu64 " waited too long); %" PRIu64
 		" launches never matched; %" PRIu64 " kernel names announced, %" PRIu64
-		" unreadable\n",
+		" unreadable; %" PRIu64 " busy-timeline spans\n",
 		t->natt, st.launches, st.records, st.joined, st.unattributed,
 		st.records_evicted_count, st.records_evicted_distance, st.records_expired,
-		st.launches_unmatched, t->names_announced, t->name_errors);
+		st.launches_unmatched, t->names_announced, t->name_errors, t->timeline_spans);
 }

@@ -241,6 +241,8 @@ const char *gpu_activity_kind__name(uint32_t kind)
 		[GPU_MEMCPY_DTOD] = "memcpy DtoD",
 		[GPU_MEMCPY_OTHER] = "memcpy",
 		[GPU_MEMSET] = "memset",
+		[GPU_BUSY] = "busy",
+		[GPU_COVERAGE] = "coverage",
 	};
 
 	return kind < GPU_ACTIVITY_KIND_MAX ? names[kind] : "unknown";

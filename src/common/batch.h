@@ -72,6 +72,9 @@ enum gpu_activity_kind {
 	GPU_MEMCPY_DTOD = 3,
 	GPU_MEMCPY_OTHER = 4,	/* peer, array, host to host, ... */
 	GPU_MEMSET = 5,
+	/* The busy timeline (cuda/probes.h): no work of its own, no stack. */
+	GPU_BUSY = 6,
+	GPU_COVERAGE = 7,
 	GPU_ACTIVITY_KIND_MAX,
 };
 

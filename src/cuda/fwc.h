@@ -155,6 +155,31 @@ void fwc_names_reannounce(struct fwc_names *n);
 /* The carry of name s (returned by fwc_names_intern). */
 struct fwc_carry *fwc_names_carry(struct fwc_names *n, const char *s);
 
+/* ---- the busy timeline ---------------------------------------------------- */
+
+/*
+ * When each device ran kernels of this process, from every kernel record
+ * read (kept, carried or outside any window alike): the launch budget and
+ * the duty cycle thin attribution, never this. Records closer than the
+ * merge gap coalesce into one span. The gap starts at FWC_BUSY_GAP_MIN_NS
+ * and doubles while a device closes more than FWC_BUSY_SPANS_PER_S spans a
+ * second (a launch-bound loop of tiny kernels would otherwise ship one span
+ * a kernel), halving again once it is quiet: spans stay few, and the gap
+ * each was merged with goes with it (fw_cuda_record.bytes).
+ */
+#define FWC_BUSY_DEVICES	16
+#define FWC_BUSY_GAP_MIN_NS	5000ull
+#define FWC_BUSY_GAP_MAX_NS	1000000ull
+#define FWC_BUSY_SPANS_PER_S	1000u
+
+struct fwc_busy {
+	uint64_t start, end;	/* the open span, CUPTI's clock; end 0: none */
+	uint64_t gap;		/* merge gap now, ns (0: FWC_BUSY_GAP_MIN_NS) */
+	uint64_t second;	/* start of the second whose spans are counted */
+	uint32_t spans;		/* spans closed in that second */
+	uint32_t pad;
+};
+
 /* ---- records -------------------------------------------------------------- */
 
 #define FWC_SCALE_ONE	(1ull << 16)
@@ -180,6 +205,7 @@ struct fwc_batch {
 	 */
 	int carry_unseen;
 	struct fwc_carry kind_carry[6];	/* copies and sets, per FW_CUDA_* kind */
+	struct fwc_busy busy[FWC_BUSY_DEVICES];	/* per device id */
 };
 
 /* Totals of what the record path saw, for the summary and the tests. */
@@ -194,6 +220,8 @@ struct fwc_stats {
 	uint64_t cupti_dropped;		/* records CUPTI could not store */
 	uint64_t weighted_ns[6];	/* sum of duration x weight per FW_CUDA_* kind */
 	uint64_t weighted_count[6];	/* sum of weight per kind */
+	uint64_t busy_spans;		/* FW_CUDA_BUSY records emitted */
+	uint64_t busy_untracked;	/* kernel records of a device id past FWC_BUSY_DEVICES */
 };
 
 /* Converts one CUPTI activity record (borrowed) and appends it to b, emitting
@@ -202,6 +230,15 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		    int64_t offset_ns, struct fwc_batch *b, struct fwc_stats *st);
 /* Emits what b holds. */
 void fwc_batch_flush(struct fwc_batch *b);
+/*
+ * Closes every open busy span into b (as the records read so far leave
+ * them): called once a buffer of records has been read, so that spans
+ * reach the agent within a buffer's latency. A span cut here that the
+ * next buffer continues is continued as a new span; the two touch.
+ */
+void fwc_busy_flush(struct fwc_batch *b, int64_t offset_ns, struct fwc_stats *st);
+/* Appends a FW_CUDA_COVERAGE record for [start_ns, end_ns) (Unix ns). */
+void fwc_coverage_add(struct fwc_batch *b, int64_t start_ns, int64_t end_ns);
 /*
  * At exit (and, with carry_unseen, every few seconds, for names no window
  * sees): emits, for each name and kind with GPU time still carried, its

@@ -95,6 +95,7 @@ __extension__ volatile unsigned short flamewatch_name_semaphore
 #define IDLE_STOP_NS	1000000000LL	/* unsubscribe this long after the last tracer left */
 #define RETRY_NS	5000000000LL	/* retry a refused subscription */
 #define CARRY_FLUSH_SLOTS 1000		/* windows between flushes of the carries (activity_all) */
+#define COVER_EMIT_NS	1000000000LL	/* coverage goes out at least this often */
 
 struct cupti_api {
 	void *handle;
@@ -168,6 +169,8 @@ static struct {
 	uint64_t windows;		/* collecting windows opened */
 	int64_t late_ns;		/* their callbacks' delay after the tick, summed */
 	int tracer_seen;		/* the name probe had a tracer at the last tick */
+	int64_t cover_from;		/* CLOCK_REALTIME since when every record is read; 0: not */
+	uint64_t cover_lost;		/* records lost (dropped, refused) when it was checked */
 	uint8_t rt_class[RT_IDS], drv_class[DRV_IDS];
 	int classes_known;
 
@@ -478,6 +481,7 @@ static void CUPTIAPI _buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *
 	if (!atomic_load(&G.inert)) {
 		while (G.api.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS && rec)
 			fwc_record_add(rec, &G.weights, &G.names, offset, &G.batch, &G.stats);
+		fwc_busy_flush(&G.batch, offset, &G.stats);
 		fwc_batch_flush(&G.batch);
 		if (G.api.ActivityGetNumDroppedRecords &&
 		    G.api.ActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS)
@@ -824,8 +828,36 @@ static void _count_callbacks(int on)
 	G.counting = on;
 }
 
+/*
+ * The busy timeline is complete while activity is on throughout and no
+ * record is lost: that time goes out as FW_CUDA_COVERAGE, so that the
+ * agent can tell a gap between busy spans (idle) from time nobody
+ * recorded (duty-cycled activity). A span in which a record was lost is
+ * not claimed. Called under ctl at every tick and when collection stops.
+ */
+static void _coverage(int covered)
+{
+	int64_t now = _now(CLOCK_REALTIME);
+	uint64_t lost;
+
+	pthread_mutex_lock(&G.rec);
+	lost = G.stats.cupti_dropped + atomic_load(&G.refused_bufs);
+	if (G.cover_from && (!covered || now - G.cover_from >= COVER_EMIT_NS)) {
+		if (lost == G.cover_lost)
+			fwc_coverage_add(&G.batch, G.cover_from, now);
+		fwc_batch_flush(&G.batch);
+		G.cover_from = 0;
+	}
+	if (covered && !G.cover_from) {
+		G.cover_from = now;
+		G.cover_lost = lost;
+	}
+	pthread_mutex_unlock(&G.rec);
+}
+
 static void _unsubscribe(void)
 {
+	_coverage(0);
 	_turn_off();
 	_count_callbacks(0);
 	if (G.activity_on)
@@ -907,6 +939,7 @@ static void _tick(void)
 	G.slot++;
 	if (was_on || G.on || G.activity_on)
 		G.api.ActivityFlushAll(0);
+	_coverage(G.activity_all && G.activity_on);
 	if (G.activity_all && G.slot % CARRY_FLUSH_SLOTS == 0) {
 		/* GPU time of names no window saw a launch of: out as it is. */
 		pthread_mutex_lock(&G.rec);
@@ -986,6 +1019,8 @@ static void _write_summary(void)
 		G.activity_all, (unsigned long long)G.activity_switches,
 		(unsigned long long)G.rate_avg,
 		(unsigned long long)G.stats.outside);
+	fprintf(f, ",\"busy_spans\":%llu,\"busy_untracked\":%llu",
+		(unsigned long long)G.stats.busy_spans, (unsigned long long)G.stats.busy_untracked);
 	fprintf(f, ",\"records\":%llu,\"kept\":%llu,\"carried\":%llu,\"unsampled\":%llu"
 		   ",\"untimed\":%llu,\"cupti_dropped\":%llu,\"refused_buffers\":%llu,\"kernel_names\":%u",
 		(unsigned long long)G.stats.records, (unsigned long long)G.stats.kept,
@@ -1027,6 +1062,7 @@ static void _at_exit(void)
 		_turn_off();
 		_update_scale();	/* the launches after the last window too */
 		G.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+		_coverage(0);
 		pthread_mutex_lock(&G.rec);
 		fwc_carry_flush(&G.names, &G.batch, atomic_load(&G.offset_ns), &G.stats);
 		pthread_mutex_unlock(&G.rec);

@@ -57,6 +57,19 @@
 #define FW_CUDA_MEMCPY_DTOD  3
 #define FW_CUDA_MEMCPY_OTHER 4
 #define FW_CUDA_MEMSET       5
+/*
+ * Not work of its own (weight 0, correlation 0, never GPU time): the
+ * busy timeline, complete where the library read every kernel record.
+ *   BUSY: the device ran kernels of this process throughout
+ *     [start_ns, end_ns), coalesced from every kernel record the library
+ *     read, whether or not its launch was kept; bytes holds the merge gap
+ *     in ns (idle gaps shorter than it were merged into the span).
+ *   COVERAGE: the library read every kernel record of work launched in
+ *     [start_ns, end_ns) (activity on throughout): there, the BUSY spans are
+ *     the whole truth and their gaps are idle time. device is unused.
+ */
+#define FW_CUDA_BUSY         6
+#define FW_CUDA_COVERAGE     7
 
 struct fw_cuda_record {
 	__u64 correlation;	/* CUPTI correlation id of the launching API call */

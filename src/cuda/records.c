@@ -83,6 +83,84 @@ static void _append(struct fwc_batch *b, const struct fw_cuda_record *r, struct 
 		fwc_batch_flush(b);
 }
 
+/* A record of the busy timeline: no GPU time of its own, not counted as kept. */
+static void _append_timeline(struct fwc_batch *b, uint32_t kind, uint32_t device, int64_t start,
+			     int64_t end, uint64_t gap)
+{
+	struct fw_cuda_record *r = &b->recs[b->n++];
+
+	memset(r, 0, sizeof(*r));
+	r->kind = kind;
+	r->device = device;
+	r->start_ns = (uint64_t)start;
+	r->end_ns = (uint64_t)end;
+	r->bytes = gap;
+	if (b->n == FW_CUDA_MAX_BATCH)
+		fwc_batch_flush(b);
+}
+
+static void _busy_close(struct fwc_batch *b, uint32_t dev, int64_t offset_ns, struct fwc_stats *st)
+{
+	struct fwc_busy *u = &b->busy[dev];
+	uint64_t gap = u->gap ? u->gap : FWC_BUSY_GAP_MIN_NS;
+
+	if (!u->end)
+		return;
+	_append_timeline(b, FW_CUDA_BUSY, dev, _unix(u->start, offset_ns), _unix(u->end, offset_ns),
+			 gap);
+	st->busy_spans++;
+	u->end = 0;
+	/* Too many spans this second: merge wider; a quiet second: narrower again. */
+	if (u->start - u->second >= 1000000000ull) {
+		if (u->spans < FWC_BUSY_SPANS_PER_S / 4 && gap > FWC_BUSY_GAP_MIN_NS)
+			u->gap = gap / 2;
+		u->second = u->start;
+		u->spans = 0;
+	}
+	if (++u->spans > FWC_BUSY_SPANS_PER_S && gap < FWC_BUSY_GAP_MAX_NS) {
+		u->gap = gap * 2;
+		u->spans = 0;
+	}
+}
+
+/* Adds a kernel's [start, end) to its device's open span, or closes that and opens one. */
+static void _busy_add(struct fwc_batch *b, uint32_t dev, uint64_t start, uint64_t end,
+		      int64_t offset_ns, struct fwc_stats *st)
+{
+	struct fwc_busy *u;
+	uint64_t gap;
+
+	if (dev >= FWC_BUSY_DEVICES) {
+		st->busy_untracked++;
+		return;
+	}
+	u = &b->busy[dev];
+	gap = u->gap ? u->gap : FWC_BUSY_GAP_MIN_NS;
+	/* Records of several streams come a little out of order: overlap merges either way. */
+	if (u->end && start <= u->end + gap && end + gap >= u->start) {
+		if (start < u->start)
+			u->start = start;
+		if (end > u->end)
+			u->end = end;
+		return;
+	}
+	_busy_close(b, dev, offset_ns, st);
+	u->start = start;
+	u->end = end;
+}
+
+void fwc_busy_flush(struct fwc_batch *b, int64_t offset_ns, struct fwc_stats *st)
+{
+	for (uint32_t d = 0; d < FWC_BUSY_DEVICES; d++)
+		_busy_close(b, d, offset_ns, st);
+}
+
+void fwc_coverage_add(struct fwc_batch *b, int64_t start_ns, int64_t end_ns)
+{
+	if (end_ns > start_ns)
+		_append_timeline(b, FW_CUDA_COVERAGE, 0, start_ns, end_ns, 0);
+}
+
 /* Looks corr up; 1 if the launch was seen in a window (kept or not). */
 static int _find(struct fwc_weights *w, uint32_t corr, uint32_t *canonical, uint32_t *weight)
 {
@@ -171,6 +249,9 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		st->other++;
 		return;
 	}
+	/* Every timed kernel is busy time, whatever becomes of its record. */
+	if (r.kind == FW_CUDA_KERNEL && end > start)
+		_busy_add(b, r.device, start, end, offset_ns, st);
 	/* Launched outside a collecting window (its edges): not ours to count,
 	 * unless activity is always on (then D does not stand in for it). */
 	if (!seen && !b->carry_unseen) {
@@ -251,5 +332,6 @@ void fwc_carry_flush(struct fwc_names *n, struct fwc_batch *b, int64_t offset_ns
 		    offset_ns, n, b, st);
 	for (uint32_t k = 1; k < 6; k++)
 		_carry_emit(&b->kind_carry[k], k, NULL, offset_ns, n, b, st);
+	fwc_busy_flush(b, offset_ns, st);
 	fwc_batch_flush(b);
 }

@@ -149,6 +149,36 @@ int busy_set__gaps(const struct busy_set *s, int64_t from, int64_t to,
 	return 0;
 }
 
+int busy_set__each(const struct busy_set *s, int64_t from, int64_t to,
+		   int (*cb)(void *ctx, int64_t start, int64_t end), void *ctx)
+{
+	for (size_t i = _first_ending_after(s, from); i < s->n && s->v[i].start < to; i++) {
+		int err = cb(ctx, s->v[i].start > from ? s->v[i].start : from,
+			     s->v[i].end < to ? s->v[i].end : to);
+
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+static int _add(void *ctx, int64_t start, int64_t end)
+{
+	return busy_set__add(ctx, start, end);
+}
+
+int busy_set__add_outside(struct busy_set *dst, const struct busy_set *src,
+			  const struct busy_set *cover)
+{
+	for (size_t i = 0; i < src->n; i++) {
+		int err = busy_set__gaps(cover, src->v[i].start, src->v[i].end, _add, dst);
+
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
 /* "", "_ptsz" (the runtime's per-thread default stream) or "_v" and digits (the driver's versions). */
 static bool _entry_suffix(const char *s)
 {

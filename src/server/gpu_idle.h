@@ -41,6 +41,19 @@ int busy_set__gaps(const struct busy_set *s, int64_t from, int64_t to,
 		   int (*cb)(void *ctx, int64_t start, int64_t end), void *ctx);
 
 /*
+ * cb runs for each interval of s inside [from, to), clipped to it, in time
+ * order; a non-zero return stops the walk and is returned.
+ */
+int busy_set__each(const struct busy_set *s, int64_t from, int64_t to,
+		   int (*cb)(void *ctx, int64_t start, int64_t end), void *ctx);
+/*
+ * Adds to dst the parts of src's intervals that no interval of cover
+ * holds (src and cover finished). 0 or -ENOMEM.
+ */
+int busy_set__add_outside(struct busy_set *dst, const struct busy_set *src,
+			  const struct busy_set *cover);
+
+/*
  * Whether a frame's function is a CUDA call that blocks the CPU until the
  * GPU has finished queued work (cudaDeviceSynchronize, cuStreamSynchronize,
  * their _ptsz and _v2 forms, ...). A CPU sample under one is the CPU

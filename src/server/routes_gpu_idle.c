@@ -18,6 +18,15 @@
  * evidence (a CPU sample or a kernel) to its last, so that a short job in a
  * long window is not reported idle for the time it did not exist.
  *
+ * Before either comes the busy timeline, when the process's library sent
+ * one (cuda/probes.h): busy spans coalesced from every kernel record, and
+ * the coverage, the time in which every record was read. Inside the
+ * coverage the spans are the whole truth; outside it the answer falls back
+ * to the sources above ("fallback" in the JSON; "coverage" is the share of
+ * the process's span the timeline covers). With no fallback either, time
+ * outside the coverage is neither busy nor idle: no sample there is called
+ * idle and the idle fraction is of the covered time.
+ *
  * A CPU sample inside a CUDA synchronisation call is the CPU waiting on a
  * busy GPU, whatever the busy source says of that instant (NVML's averages
  * cannot place sub-second phases): all such samples are counted as
@@ -52,7 +61,7 @@
 #define UTIL_PROCESS "flamewatch_gpu_process_utilization_percent"
 #define UTIL_NODE "flamewatch_gpu_utilization_percent"
 
-enum idle_source { SRC_AUTO, SRC_KERNELS, SRC_NVML };
+enum idle_source { SRC_AUTO, SRC_KERNELS, SRC_NVML, SRC_TIMELINE };
 
 struct kernels {
 	struct busy_set *busy;
@@ -60,6 +69,9 @@ struct kernels {
 	uint64_t n;
 	uint32_t max_weight;
 	int64_t first, last;
+	/* The busy timeline: its spans, its coverage, the widest merge gap. */
+	struct busy_set *tl_busy, *tl_cover;
+	uint64_t tl_spans, tl_gap;
 };
 
 static int _kernel(void *ctx, const struct store_gpu_interval *iv)
@@ -68,7 +80,21 @@ static int _kernel(void *ctx, const struct store_gpu_interval *iv)
 	int64_t a = iv->start_ns > k->from ? iv->start_ns : k->from;
 	int64_t b = iv->end_ns < k->to ? iv->end_ns : k->to;
 
-	if (iv->kind != GPU_KERNEL || b <= a)
+	if (b <= a)
+		return 0;
+	if (iv->kind == GPU_BUSY) {
+		k->tl_spans++;
+		if (iv->bytes > k->tl_gap)
+			k->tl_gap = iv->bytes;
+		if (!k->first || a < k->first)
+			k->first = a;
+		if (b > k->last)
+			k->last = b;
+		return busy_set__add(k->tl_busy, a, b);
+	}
+	if (iv->kind == GPU_COVERAGE)
+		return busy_set__add(k->tl_cover, a, b);
+	if (iv->kind != GPU_KERNEL)
 		return 0;
 	k->n++;
 	if (iv->weight > k->max_weight)
@@ -189,6 +215,9 @@ static int _nvml_busy(struct request *r, struct nvml *m, const char *metric, con
 
 struct idle {
 	struct busy_set *busy;
+	/* Non-NULL: only samples inside it may be idle (nothing knows outside). */
+	const struct busy_set *known;
+	size_t known_cursor;
 	struct profile *p;
 	size_t cursor;
 	uint64_t total, idle, waiting;
@@ -252,6 +281,8 @@ static int _sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t
 		s->waiting += value;
 	if (sync || s->unknown || busy_set__contains(s->busy, ts, &s->cursor))
 		return 0;
+	if (s->known && !busy_set__contains(s->known, ts, &s->known_cursor))
+		return 0;
 	s->idle += value;
 	c = profile__intern_string(s->p, comm ? comm : "");
 	if (c < 0)
@@ -281,6 +312,34 @@ static int _gap(void *ctx, int64_t start, int64_t end)
 	return 0;
 }
 
+static int _add_span(void *ctx, int64_t start, int64_t end)
+{
+	return busy_set__add(ctx, start, end);
+}
+
+/* Busy and idle time inside the coverage, and its idle gaps. */
+struct known {
+	const struct busy_set *busy;
+	int64_t known_ns, busy_ns;
+	struct gaps_out *g;
+};
+
+static int _known_part(void *ctx, int64_t start, int64_t end)
+{
+	struct known *k = ctx;
+
+	k->known_ns += end - start;
+	k->busy_ns += busy_set__covered(k->busy, start, end);
+	return 0;
+}
+
+static int _known_gaps(void *ctx, int64_t start, int64_t end)
+{
+	struct known *k = ctx;
+
+	return busy_set__gaps(k->busy, start, end, _gap, k->g);
+}
+
 static int _params(struct request *r, unsigned long *pid, enum idle_source *src,
 		   double *threshold, unsigned long *max_nodes, bool *folded, int64_t *min_gap)
 {
@@ -299,10 +358,12 @@ static int _params(struct request *r, unsigned long *pid, enum idle_source *src,
 	*src = SRC_AUTO;
 	if (s && !strcmp(s, "kernels")) {
 		*src = SRC_KERNELS;
+	} else if (s && !strcmp(s, "timeline")) {
+		*src = SRC_TIMELINE;
 	} else if (s && !strcmp(s, "nvml")) {
 		*src = SRC_NVML;
 	} else if (s && strcmp(s, "auto")) {
-		request__error(r, 400, "source: '%s' is not one of auto, kernels, nvml", s);
+		request__error(r, 400, "source: '%s' is not one of auto, timeline, kernels, nvml", s);
 		return -1;
 	}
 	*threshold = DEFAULT_THRESHOLD;
@@ -371,9 +432,12 @@ void routes__gpu_idle(struct request *r)
 	char inner[256], text[300], err_text[256];
 	unsigned long pid, max_nodes;
 	enum idle_source src;
-	int64_t from, to, span_from, span_to, busy_ns, span_ns, min_gap = -1;
+	int64_t from, to, span_from, span_to, busy_ns, idle_ns, span_ns, min_gap = -1;
+	int64_t resolution;
+	struct known known = { 0 };
+	const char *fallback;
 	double threshold;
-	bool folded, from_nvml = false;
+	bool folded, from_nvml = false, have_tl;
 	int err;
 
 	if (request__window(r, &from, &to) ||
@@ -395,8 +459,10 @@ void routes__gpu_idle(struct request *r)
 	snprintf(text, sizeof(text), "{%s}", inner);
 	sel = selector__parse(text, err_text, sizeof(err_text));
 	k.busy = busy_set__new();
+	k.tl_busy = busy_set__new();
+	k.tl_cover = busy_set__new();
 	s.p = profile__new(1, from);
-	if (!sel || !k.busy || !s.p) {
+	if (!sel || !k.busy || !k.tl_busy || !k.tl_cover || !s.p) {
 		request__error(r, 503, "out of memory");
 		goto out;
 	}
@@ -415,6 +481,17 @@ void routes__gpu_idle(struct request *r)
 			goto out;
 		}
 	}
+	busy_set__finish(k.tl_busy);
+	busy_set__finish(k.tl_cover);
+	have_tl = (src == SRC_AUTO || src == SRC_TIMELINE) && busy_set__count(k.tl_cover);
+	if (src == SRC_TIMELINE && !have_tl) {
+		request__error(r, 404, "no busy timeline of process %lu in this window (its "
+			       "libflamewatch-cuda.so sends one while it reads every kernel record)",
+			       pid);
+		goto out;
+	}
+	if (src == SRC_TIMELINE)
+		source = "none";	/* no fallback outside the coverage */
 	if (src == SRC_NVML || (src == SRC_AUTO && (!k.n || k.max_weight > 1))) {
 		m.busy = busy_set__new();
 		if (!m.busy) {
@@ -452,9 +529,27 @@ void routes__gpu_idle(struct request *r)
 			source = k.n ? "kernels" : "none";
 		}
 	}
+	busy_set__finish(k.busy);
+	fallback = source;
+	if (have_tl) {
+		/* The timeline inside its coverage, the fallback outside it. */
+		struct busy_set *all = busy_set__new();
+
+		if (!all || busy_set__each(k.tl_busy, from, to, _add_span, all) ||
+		    (strcmp(fallback, "none") && busy_set__add_outside(all, k.busy, k.tl_cover))) {
+			busy_set__free(all);
+			request__error(r, 503, "out of memory");
+			goto out;
+		}
+		busy_set__finish(all);
+		busy_set__free(k.busy);
+		k.busy = all;
+		source = "timeline";
+		if (!strcmp(fallback, "none"))
+			s.known = k.tl_cover;
+	}
 	/* Nothing says when the GPU was busy: no sample is called idle. */
 	s.unknown = !strcmp(source, "none");
-	busy_set__finish(k.busy);
 	s.busy = k.busy;
 	err = store__samples(r->srv->store, from, to, sel, SAMPLE_CPU, 0, s.p, _sample, &s, NULL);
 	if (err) {
@@ -468,9 +563,9 @@ void routes__gpu_idle(struct request *r)
 	/* The process's span: from its first sample or kernel to its last. */
 	span_from = s.first;
 	span_to = s.last;
-	if (k.n && (!span_from || k.first < span_from))
+	if (k.first && (!span_from || k.first < span_from))
 		span_from = k.first;
-	if (k.n && k.last > span_to)
+	if (k.last > span_to)
 		span_to = k.last;
 	if (!span_from) {
 		span_from = from;
@@ -478,6 +573,17 @@ void routes__gpu_idle(struct request *r)
 	}
 	span_ns = span_to - span_from;
 	busy_ns = busy_set__covered(k.busy, span_from, span_to);
+	idle_ns = span_ns - busy_ns;
+	known.busy = k.busy;
+	known.g = &g;
+	if (have_tl)
+		busy_set__each(k.tl_cover, span_from, span_to, _known_part, &known);
+	if (s.known) {
+		/* Only the covered time is known: the fraction is of it. */
+		busy_ns = known.busy_ns;
+		idle_ns = known.known_ns - known.busy_ns;
+		span_ns = known.known_ns;
+	}
 	err = flamegraph__write_json(s.p, "samples", max_nodes, &fg);
 	if (err) {
 		request__error(r, 500, "cannot build the flame graph: %s", strerror(-err));
@@ -488,24 +594,43 @@ void routes__gpu_idle(struct request *r)
 		       "\"idle_fraction\":",
 		       (long long)from, (long long)to, pid, source, threshold,
 		       (long long)span_from, (long long)span_to, (long long)busy_ns,
-		       (long long)(span_ns - busy_ns));
+		       (long long)idle_ns);
 	if (span_ns > 0 && !s.unknown)
-		strbuf__printf(&sb, "%.6f", (double)(span_ns - busy_ns) / (double)span_ns);
+		strbuf__printf(&sb, "%.6f", (double)idle_ns / (double)span_ns);
 	else
 		strbuf__puts(&sb, "null");
-	/* Exact intervals unless they came from NVML's points or sampled kernels. */
+	/*
+	 * Exact intervals unless they came from NVML's points or sampled
+	 * kernels; the timeline's spans merged gaps up to their merge gap.
+	 */
+	resolution = from_nvml ? m.resolution : 0;
+	if (have_tl) {
+		if (known.known_ns >= span_to - span_from)
+			resolution = 0;
+		if ((int64_t)k.tl_gap > resolution)
+			resolution = (int64_t)k.tl_gap;
+		strbuf__printf(&sb, ",\"coverage\":%.6f,\"fallback\":\"%s\","
+			       "\"timeline\":{\"spans\":%llu,\"merge_gap_ns\":%llu}",
+			       span_to > span_from ?
+			       (double)known.known_ns / (double)(span_to - span_from) : 1.0,
+			       fallback, (unsigned long long)k.tl_spans,
+			       (unsigned long long)k.tl_gap);
+	} else {
+		strbuf__puts(&sb, ",\"coverage\":null,\"fallback\":null,\"timeline\":null");
+	}
 	if (s.unknown)
 		strbuf__puts(&sb, ",\"resolution_ns\":null");
 	else
-		strbuf__printf(&sb, ",\"resolution_ns\":%lld",
-			       (long long)(from_nvml ? m.resolution : 0));
+		strbuf__printf(&sb, ",\"resolution_ns\":%lld", (long long)resolution);
 	strbuf__printf(&sb, ",\"samples\":{\"total\":%llu,\"idle\":%llu,\"waiting_on_gpu\":%llu},"
 		       "\"kernels\":{\"intervals\":%llu,\"max_weight\":%u},\"nvml_points\":%llu,"
 		       "\"gaps\":[",
 		       (unsigned long long)s.total, (unsigned long long)s.idle,
 		       (unsigned long long)s.waiting,
 		       (unsigned long long)k.n, k.max_weight, (unsigned long long)m.points);
-	if (span_ns > 0 && !s.unknown)
+	if (span_ns > 0 && s.known)
+		busy_set__each(s.known, span_from, span_to, _known_gaps, &known);
+	else if (span_ns > 0 && !s.unknown)
 		busy_set__gaps(k.busy, span_from, span_to, _gap, &g);
 	strbuf__printf(&sb, "],\"gaps_min_ns\":%lld,\"gaps_truncated\":%s,\"profile\":",
 		       (long long)g.min, g.truncated ? "true" : "false");
@@ -522,6 +647,8 @@ out:
 	free(s.in_sync);
 	profile__free(s.p);
 	busy_set__free(k.busy);
+	busy_set__free(k.tl_busy);
+	busy_set__free(k.tl_cover);
 	busy_set__free(m.busy);
 	free(m.ts);
 	free(m.val);

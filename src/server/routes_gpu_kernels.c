@@ -40,12 +40,22 @@ static int _limit(struct request *r, unsigned long def, unsigned long max, unsig
 struct kernels_out {
 	struct strbuf *sb;
 	uint64_t n;
+	bool timeline;		/* the busy timeline's spans too */
 };
+
+/* A span of the busy timeline (GPU_BUSY, GPU_COVERAGE): no work of its own. */
+static bool _is_timeline(const struct store_gpu_interval *iv)
+{
+	return iv->kind == GPU_BUSY || iv->kind == GPU_COVERAGE;
+}
 
 static int _interval(void *ctx, const struct store_gpu_interval *iv)
 {
 	struct kernels_out *o = ctx;
 	struct strbuf *sb = o->sb;
+
+	if (_is_timeline(iv) && !o->timeline)
+		return 0;
 
 	strbuf__printf(sb, "%s{\"start\":%lld,\"end\":%lld,\"name\":", o->n ? "," : "",
 		       (long long)iv->start_ns, (long long)iv->end_ns);
@@ -113,9 +123,16 @@ void routes__gpu_kernels(struct request *r)
 	int64_t from, to;
 	int err;
 
+	const char *tl = request__param(r, "timeline");
+
 	if (request__window(r, &from, &to) || request__selector(r, &sel) ||
 	    _limit(r, DEFAULT_MAX_INTERVALS, MAX_INTERVALS, &limit))
 		goto out;
+	if (tl && strcmp(tl, "0") && strcmp(tl, "1")) {
+		request__error(r, 400, "timeline: '%s' is not 0 or 1", tl);
+		goto out;
+	}
+	o.timeline = tl && !strcmp(tl, "1");
 	dict = profile__new(1, from);
 	if (!dict) {
 		request__error(r, 500, "out of memory");
@@ -170,6 +187,9 @@ static int _top_add(void *ctx, const struct store_gpu_interval *iv)
 	struct kernel_row *row;
 	bool added;
 	int64_t id;
+
+	if (_is_timeline(iv))
+		return 0;
 
 	if (len > sizeof(key) - 4)
 		len = sizeof(key) - 4;

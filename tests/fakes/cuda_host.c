@@ -10,6 +10,13 @@
  *       waits until the library subscribed, makes N kernel launches (and
  *       copies, sets, driver-only and graph launches among them), then
  *       prints what the fake saw as one JSON line and exits 0
+ *   cuda_host stall LIB ROUNDS KERNELS KERNEL_US STALL_MS
+ *       a training loop with a data-loading stall: each round, in
+ *       host_train_step, KERNELS back-to-back kernels of KERNEL_US each,
+ *       then a wait in cudaDeviceSynchronize (a stand-in, spinning until the
+ *       fake GPU is done), then STALL_MS of CPU work in host_load_batch with
+ *       the GPU idle. Prints "busy START END" for each round's GPU work and
+ *       "loop START END" around the loop (Unix ns), exits 0
  *   cuda_host later LIB
  *       waits for a subscription, then for the library to let CUPTI go,
  *       then holds CUPTI as another client would until the library is
@@ -49,6 +56,7 @@ static struct {
 	int (*callbacks_on)(void);
 	void (*other_client)(int);
 	void (*get_truth)(struct fake_cupti_truth *);
+	uint64_t (*gpu_idle_at)(void);
 } F;
 
 static int _inject(const char *lib)
@@ -93,6 +101,7 @@ static int _fake(void)
 	SYM(callbacks_on, "callbacks_on");
 	SYM(other_client, "other_client");
 	SYM(get_truth, "get_truth");
+	SYM(gpu_idle_at, "gpu_idle_at");
 	return F.launch && F.get_truth ? 0 : -1;
 }
 
@@ -176,6 +185,63 @@ static int _drive(long n, uint64_t dur, long sleep_us)
 	return 0;
 }
 
+static uint64_t _unix_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The application's synchronising call, as the runtime's spins: named so on purpose. */
+static __attribute__((noinline)) int cudaDeviceSynchronize(void)
+{
+	uint64_t until = F.gpu_idle_at();
+
+	while (_unix_ns() < until)
+		__asm__ volatile("" ::: "memory");
+	return 0;
+}
+
+static __attribute__((noinline)) void host_load_batch(uint64_t ns)
+{
+	uint64_t until = _unix_ns() + ns;
+
+	while (_unix_ns() < until)
+		__asm__ volatile("" ::: "memory");
+}
+
+static __attribute__((noinline)) void host_train_step(long kernels, uint64_t dur_ns)
+{
+	uint64_t end;
+
+	for (long i = 0; i < kernels; i++)
+		F.launch(i % 2 ? "_Z4gemmPf" : "_Z4reluPf", dur_ns, 0);
+	/* Queued back to back behind the first: launching is far quicker than running. */
+	end = F.gpu_idle_at();
+	printf("busy %llu %llu\n", (unsigned long long)(end - (uint64_t)kernels * dur_ns),
+	       (unsigned long long)end);
+	cudaDeviceSynchronize();
+}
+
+static int _stall(long rounds, long kernels, uint64_t kernel_us, long stall_ms)
+{
+	uint64_t t0;
+
+	if (!F.gpu_idle_at || _wait_subscribed(1, 20)) {
+		fprintf(stderr, "cuda_host: the library did not subscribe\n");
+		return 4;
+	}
+	t0 = _unix_ns();
+	for (long r = 0; r < rounds; r++) {
+		host_train_step(kernels, kernel_us * 1000);
+		host_load_batch((uint64_t)stall_ms * 1000000);
+	}
+	printf("loop %llu %llu\n", (unsigned long long)t0, (unsigned long long)_unix_ns());
+	fflush(stdout);
+	return 0;
+}
+
 static int _later(void)
 {
 	if (_wait_subscribed(1, 20)) {
@@ -210,7 +276,7 @@ int main(int argc, char **argv)
 	struct timespec now;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: cuda_host app|drive|later LIB [N DUR_NS SLEEP_US]\n");
+		fprintf(stderr, "usage: cuda_host app|drive|later|stall LIB [ARGS]\n");
 		return 2;
 	}
 	if (after) {
@@ -242,6 +308,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "later"))
 		return _later();
+	if (!strcmp(argv[1], "stall") && argc == 7)
+		return _stall(atol(argv[3]), atol(argv[4]), strtoull(argv[5], NULL, 10), atol(argv[6]));
 	fprintf(stderr, "cuda_host: bad arguments\n");
 	return 2;
 }

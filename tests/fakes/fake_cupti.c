@@ -424,6 +424,18 @@ void fake_cupti_get_truth(struct fake_cupti_truth *t)
 	pthread_mutex_unlock(&_mu);
 }
 
+uint64_t fake_cupti_gpu_idle_at(void)
+{
+	const char *s = getenv("FAKE_CUPTI_SKEW_NS");
+	long long skew = s ? atoll(s) : -1000000000LL;
+	uint64_t c;
+
+	pthread_mutex_lock(&_mu);
+	c = _gpu_cursor;
+	pthread_mutex_unlock(&_mu);
+	return (uint64_t)((long long)c - skew);
+}
+
 static void _call(CUpti_CallbackDomain d, uint32_t id, CUpti_ApiCallbackSite site, uint32_t corr,
 		  const char *fn)
 {

@@ -52,5 +52,7 @@ void fake_cupti_set_mode(const char *mode);	/* as FAKE_CUPTI_MODE */
  * next subscription is refused. */
 void fake_cupti_other_client(int hold);
 void fake_cupti_get_truth(struct fake_cupti_truth *t);
+/* CLOCK_REALTIME ns at which the fake GPU has run everything queued so far. */
+uint64_t fake_cupti_gpu_idle_at(void);
 
 #endif

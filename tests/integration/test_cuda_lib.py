@@ -474,3 +474,52 @@ def test_exit_while_control_thread_is_in_cupti(fakes, tmp_path):
                                  FAKE_CUPTI_DTOR_LINGER_MS=500), timeout=60)
         assert res.returncode == 0, (res.returncode, res.stderr)
         assert "after its destructor" not in res.stderr, res.stderr
+
+
+def _merged(spans, gap=0):
+    out = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1] + gap:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def _overlap(xs, ys):
+    total = 0
+    for a, b in xs:
+        for c, d in ys:
+            total += max(0, min(b, d) - max(a, c))
+    return total
+
+
+def test_busy_timeline_complete_when_launches_are_sampled(fakes, tmp_path):
+    """The busy timeline comes from every kernel record, whatever the launch
+    budget keeps: with a budget of one launch a second of window, the kept
+    records stand for dozens of launches each (weights far above 1), yet the
+    FW_CUDA_BUSY spans (kind 6) are the GPU's busy phases exactly, one per
+    round once touching pieces are joined, and FW_CUDA_COVERAGE (kind 7) says
+    every record was read over the whole loop."""
+    rc, out, err, lines = Traced(tmp_path).run(
+        [HOST, "stall", LIB, 6, 40, 2000, 60],
+        host_env(FLAMEWATCH_CUDA_LAUNCH_BUDGET=1, FLAMEWATCH_CUDA_SEED=5))
+    assert rc == 0, err
+    truth = [tuple(map(int, l.split()[1:3])) for l in out.splitlines() if l.startswith("busy ")]
+    loop = [tuple(map(int, l.split()[1:3])) for l in out.splitlines() if l.startswith("loop ")][0]
+    assert len(truth) == 6, out
+    _, recs = parse(lines)
+    work = [r for r in recs if r["kind"] == 0]
+    assert work and max(r["weight"] for r in work) > 1, work     # attribution is sampled
+    busy = [(r["start"], r["start"] + r["dur"]) for r in recs if r["kind"] == 6]
+    cover = _merged([(r["start"], r["start"] + r["dur"]) for r in recs if r["kind"] == 7])
+    assert all(r["weight"] == 0 and r["corr"] == 0 for r in recs if r["kind"] >= 6), recs
+    # Pieces cut at buffer boundaries touch (within the merge gap): six phases.
+    phases = _merged(busy, gap=5000)
+    assert len(phases) == 6, phases
+    inter = _overlap(phases, truth)
+    union = sum(b - a for a, b in phases) + sum(b - a for a, b in truth) - inter
+    assert inter / union > 0.99, (phases, truth)
+    # Coverage holds the loop (the first tick after the subscription starts it).
+    covered = _overlap(cover, [loop])
+    assert covered / (loop[1] - loop[0]) > 0.97, (cover, loop)

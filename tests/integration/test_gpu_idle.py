@@ -9,6 +9,7 @@ per-process utilisation under or over a threshold.
 """
 
 import os
+from pathlib import Path
 import re
 import time
 
@@ -169,3 +170,76 @@ def test_bad_input_is_a_clear_400(gap_run):
     doc = _idle(client, 1, frm, to).json()
     assert doc["samples"] == {"total": 0, "idle": 0, "waiting_on_gpu": 0}, doc
     assert doc["idle_fraction"] is None, doc
+
+
+def test_busy_timeline_when_launches_are_sampled(flamewatch, tmp_path):
+    """The real libflamewatch-cuda.so (fake CUPTI) in its default
+    collection, with the launch budget at its floor so that the kept
+    kernels stand for many launches each (the case where the answer used
+    to fall back to NVML's one-second averages): the busy timeline the
+    library builds from every kernel record places the GPU's busy and idle
+    phases exactly. The idle fraction is the truth's within 0.03, the idle
+    graph is the data-loading function, and the CPU's wait in
+    cudaDeviceSynchronize is waiting_on_gpu, not idle."""
+    build = Path(flamewatch).resolve().parent
+    host, cupti, lib = (build / "fakes" / "cuda_host", build / "fakes" / "libcupti.so",
+                        build / "libflamewatch-cuda.so")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FLAMEWATCH_CUDA", "FAKE_CUPTI"))}
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    try:
+        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
+                        tmp_path / "data", "-F", "99", "--interval", "1s", "--gpu-interval", "off",
+                        "--node", "fwtest-timeline"], "run", env=env)
+        assert srv.wait_output(r"profiling this host at", START_S), srv.describe()
+        client.wait_healthy(proc=srv)
+        work = ps.start([host, "stall", lib, "8", "40", "5000", "200"], "cuda_host",
+                        env={**env, "FLAMEWATCH_CUPTI_PATH": str(cupti),
+                             "FLAMEWATCH_CUDA_LAUNCH_BUDGET": "1"})
+        assert work.wait(60) == 0, work.describe()
+        out = work.text().splitlines()
+        truth = [tuple(map(int, l.split()[1:3])) for l in out if l.startswith("busy ")]
+        loop = [tuple(map(int, l.split()[1:3])) for l in out if l.startswith("loop ")][0]
+        assert len(truth) == 8, work.describe()
+        frm, to = loop[0] / 1e9, loop[1] / 1e9
+        want_idle = 1 - sum(min(b, loop[1]) - max(a, loop[0]) for a, b in truth) / (loop[1] - loop[0])
+        deadline = time.monotonic() + 20
+        doc = None
+        while time.monotonic() < deadline:
+            doc = _idle(client, work.pid, frm, to).json()
+            if doc["source"] == "timeline" and doc["coverage"] > 0.95 and doc["samples"]["total"] > 100:
+                break
+            time.sleep(0.5)
+        time.sleep(2)		# the last samples' flush
+        doc = _idle(client, work.pid, frm, to).json()
+        assert doc["source"] == "timeline", doc
+        print(f"\ntimeline: idle {doc['idle_fraction']:.4f} (truth {want_idle:.4f}), coverage "
+              f"{doc['coverage']:.4f}, {doc['timeline']}, samples {doc['samples']}, "
+              f"kernels {doc['kernels']}")
+        assert doc["kernels"]["max_weight"] > 1, doc["kernels"]     # attribution is sampled
+        assert doc["coverage"] > 0.95 and doc["fallback"] == "kernels", doc
+        assert abs(doc["idle_fraction"] - want_idle) < 0.03, (doc["idle_fraction"], want_idle)
+        assert len(doc["gaps"]) >= 7, doc["gaps"]
+        s = doc["samples"]
+        assert s["total"] > 100, s
+        assert 0.3 < s["waiting_on_gpu"] / s["total"] < 0.7, s
+        folded = _folded(_idle(client, work.pid, frm, to, format="folded").text)
+        assert _share(folded, "host_load_batch") > 0.9, folded
+        assert _share(folded, "cudaDeviceSynchronize") < 0.05, folded
+        # source=timeline alone says the same; the kernels alone do not.
+        alone = _idle(client, work.pid, frm, to, source="timeline").json()
+        assert alone["fallback"] == "none" and abs(alone["idle_fraction"] - want_idle) < 0.03, alone
+        kernels = _idle(client, work.pid, frm, to, source="kernels").json()
+        assert kernels["source"] == "kernels" and kernels["idle_fraction"] > want_idle + 0.05, kernels
+        # The spans are the busy timeline's, not kernels: /gpu/kernels lists them only when asked.
+        q = '{pid="%d"}' % work.pid
+        plain = client.get_json("/api/v1/gpu/kernels", {"query": q, **window(frm, to)})
+        assert all(iv["kind"] not in ("busy", "coverage") for iv in plain["intervals"]), plain
+        tl = client.get_json("/api/v1/gpu/kernels", {"query": q, "timeline": "1", **window(frm, to)})
+        assert any(iv["kind"] == "busy" for iv in tl["intervals"]), tl["intervals"][:5]
+        assert client.get("/api/v1/gpu/kernels", {"query": q, "timeline": "yes"}).status == 400
+    finally:
+        ps.close_all()
+        client.close()

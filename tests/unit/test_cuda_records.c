@@ -15,9 +15,13 @@
 static struct fwc_weights W;
 static struct fwc_names N;
 
+/* Work records in recs; the busy timeline's (FW_CUDA_BUSY, _COVERAGE) apart in tl. */
 struct sink {
 	struct fw_cuda_record recs[4096];
 	uint32_t n, batches, max_batch;
+	struct fw_cuda_record tl[4096];
+	uint32_t ntl;
+	uint64_t tl_seen;
 };
 
 static void _collect(const struct fw_cuda_record *r, uint32_t count, void *ctx)
@@ -28,8 +32,17 @@ static void _collect(const struct fw_cuda_record *r, uint32_t count, void *ctx)
 	s->batches++;
 	if (count > s->max_batch)
 		s->max_batch = count;
-	for (uint32_t i = 0; i < count && s->n < 4096; i++)
-		s->recs[s->n++] = r[i];
+	for (uint32_t i = 0; i < count; i++) {
+		if (r[i].kind >= FW_CUDA_BUSY) {
+			assert_int_equal(r[i].weight, 0);
+			assert_int_equal(r[i].correlation, 0);
+			s->tl_seen++;
+			if (s->ntl < 4096)
+				s->tl[s->ntl++] = r[i];
+		} else if (s->n < 4096) {
+			s->recs[s->n++] = r[i];
+		}
+	}
 }
 
 static CUpti_ActivityKernel10 _kernel(uint32_t corr, uint64_t start, uint64_t dur, const char *name)
@@ -272,6 +285,122 @@ static void test_unseen_carried_when_activity_all(void **state)
 	assert_int_equal(st.weighted_ns[FW_CUDA_KERNEL], 1000 + 600 + 400 + 300);
 }
 
+/* The busy spans of device dev in s, in order. */
+static uint32_t _spans(struct sink *s, uint32_t dev, uint64_t (*out)[3], uint32_t max)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->ntl && n < max; i++)
+		if (s->tl[i].kind == FW_CUDA_BUSY && s->tl[i].device == dev) {
+			out[n][0] = s->tl[i].start_ns;
+			out[n][1] = s->tl[i].end_ns;
+			out[n++][2] = s->tl[i].bytes;
+		}
+	return n;
+}
+
+/*
+ * Every kernel record is busy time, whatever becomes of the record: kept,
+ * carried, or launched outside any window and dropped. Records closer than
+ * the merge gap coalesce, per device, even a little out of order.
+ */
+static void test_busy_timeline_from_every_record(void **state)
+{
+	static struct sink s;
+	struct fwc_batch b = { .emit = _collect, .ctx = &s };
+	struct fwc_stats st = { 0 };
+	uint64_t spans[16][3];
+	CUpti_ActivityKernel10 k;
+
+	memset(&s, 0, sizeof(s));
+	memset(&W, 0, sizeof(W));
+	fwc_weights_put(&W, 2, 2, 1);
+	fwc_weights_put(&W, 3, 3, FWC_UNKEPT);
+	/* Burst one on device 1: 1000..4000, with 2-us gaps and one record early. */
+	k = _kernel(1, 1000, 1000, "_Z1av");		/* never seen: dropped, still busy */
+	fwc_record_add(&k, &W, &N, 100, &b, &st);
+	k = _kernel(3, 4000, 1000, "_Z1av");		/* carried */
+	fwc_record_add(&k, &W, &N, 100, &b, &st);
+	k = _kernel(2, 2002000 / 1000, 1998, "_Z1av");	/* kept, arrives out of order */
+	fwc_record_add(&k, &W, &N, 100, &b, &st);
+	/* 1 ms later, burst two; and a kernel on device 3 meanwhile. */
+	k = _kernel(4, 1005000, 500, "_Z1bv");
+	fwc_record_add(&k, &W, &N, 100, &b, &st);
+	k = _kernel(5, 3000, 100, "_Z1cv");
+	k.deviceId = 3;
+	fwc_record_add(&k, &W, &N, 100, &b, &st);
+	assert_int_equal(st.busy_spans, 1);	/* burst one closed by burst two */
+	fwc_busy_flush(&b, 100, &st);
+	fwc_batch_flush(&b);
+
+	assert_int_equal(st.unsampled, 3);	/* the record paths are as before */
+	assert_int_equal(_spans(&s, 1, spans, 16), 2);
+	assert_int_equal(spans[0][0], 1100);
+	assert_int_equal(spans[0][1], 5100);
+	assert_int_equal(spans[0][2], FWC_BUSY_GAP_MIN_NS);
+	assert_int_equal(spans[1][0], 1005100);
+	assert_int_equal(spans[1][1], 1005600);
+	assert_int_equal(_spans(&s, 3, spans, 16), 1);
+	assert_int_equal(spans[0][0], 3100);
+	assert_int_equal(st.busy_spans, 3);
+	/* Nothing open: a second flush adds nothing. */
+	fwc_busy_flush(&b, 100, &st);
+	fwc_batch_flush(&b);
+	assert_int_equal(s.ntl, 3);
+	/* Coverage goes out as it is given. */
+	fwc_coverage_add(&b, 10, 20);
+	fwc_coverage_add(&b, 30, 30);	/* empty: nothing */
+	fwc_batch_flush(&b);
+	assert_int_equal(s.ntl, 4);
+	assert_int_equal(s.tl[3].kind, FW_CUDA_COVERAGE);
+	assert_int_equal(s.tl[3].start_ns, 10);
+	assert_int_equal(s.tl[3].end_ns, 20);
+}
+
+/*
+ * A launch-bound loop (a 3-us kernel every 20 us: 50,000 a second) would
+ * ship a span per kernel; the merge gap widens until a device closes about
+ * FWC_BUSY_SPANS_PER_S spans a second, and narrows again once it is quiet.
+ * The busy time the spans cover stays within the gaps they merged.
+ */
+static void test_busy_gap_adapts(void **state)
+{
+	static struct sink s;
+	struct fwc_batch b = { .emit = _collect, .ctx = &s };
+	struct fwc_stats st = { 0 };
+	uint64_t t, busy = 0, last_gap = 0;
+	CUpti_ActivityKernel10 k;
+
+	memset(&s, 0, sizeof(s));
+	memset(&W, 0, sizeof(W));
+	for (t = 0; t < 4000000000ull; t += 20000) {	/* 4 s */
+		k = _kernel(1, t, 3000, "_Z1av");
+		fwc_record_add(&k, &W, &N, 0, &b, &st);
+	}
+	fwc_busy_flush(&b, 0, &st);
+	fwc_batch_flush(&b);
+	/* The first second pays for finding the gap; the last ones stay near the rate. */
+	assert_true(s.tl_seen < 4 * FWC_BUSY_SPANS_PER_S + 60000);
+	for (uint32_t i = 0; i < s.ntl && i < 4096; i++)
+		last_gap = s.tl[i].bytes;
+	assert_true(last_gap >= 17000 && last_gap <= FWC_BUSY_GAP_MAX_NS);
+	/* Once merged, the spans cover the loop: every kernel is inside one. */
+	for (uint32_t i = 0; i < s.ntl; i++)
+		busy += s.tl[i].end_ns - s.tl[i].start_ns;
+	assert_true(busy > 0);
+
+	/* Then quiet: a kernel every 10 ms; the gap halves back to the minimum. */
+	memset(&s, 0, sizeof(s));
+	for (t = 4000000000ull; t < 12000000000ull; t += 10000000) {
+		k = _kernel(1, t, 3000, "_Z1av");
+		fwc_record_add(&k, &W, &N, 0, &b, &st);
+	}
+	fwc_busy_flush(&b, 0, &st);
+	fwc_batch_flush(&b);
+	assert_int_equal(s.tl[s.ntl - 1].bytes, FWC_BUSY_GAP_MIN_NS);
+	assert_int_equal(s.tl[s.ntl - 1].end_ns - s.tl[s.ntl - 1].start_ns, 3000);
+}
+
 static void test_sampler_classes_and_multiplier(void **state)
 {
 	struct fwc_thread_sampler ts;
@@ -322,6 +451,8 @@ int main(void)
 		cmocka_unit_test(test_unseen_carried_when_activity_all),
 		cmocka_unit_test(test_sampler_classes_and_multiplier),
 		cmocka_unit_test(test_weights_and_names),
+		cmocka_unit_test(test_busy_timeline_from_every_record),
+		cmocka_unit_test(test_busy_gap_adapts),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

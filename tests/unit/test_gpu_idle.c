@@ -133,6 +133,55 @@ static void test_random_against_bitmap(void **state)
 	}
 }
 
+static int _collect_spans(void *ctx, int64_t start, int64_t end)
+{
+	int64_t *v = ctx;
+
+	v[1 + 2 * v[0]] = start;
+	v[2 + 2 * v[0]] = end;
+	v[0]++;
+	return 0;
+}
+
+/* Busy outside coverage: what a fallback source may still say. */
+static void test_each_and_outside(void **state)
+{
+	struct busy_set *src = busy_set__new(), *cover = busy_set__new(), *dst = busy_set__new();
+	int64_t v[1 + 2 * 16] = { 0 };
+
+	(void)state;
+	assert_non_null(src);
+	assert_non_null(cover);
+	assert_non_null(dst);
+	busy_set__add(src, 0, 100);
+	busy_set__add(src, 200, 300);
+	busy_set__add(cover, 10, 20);
+	busy_set__add(cover, 50, 250);
+	busy_set__finish(src);
+	busy_set__finish(cover);
+	assert_int_equal(busy_set__add_outside(dst, src, cover), 0);
+	busy_set__finish(dst);
+	assert_int_equal(busy_set__each(dst, 0, 1000, _collect_spans, v), 0);
+	assert_int_equal(v[0], 3);
+	assert_int_equal(v[1], 0);
+	assert_int_equal(v[2], 10);
+	assert_int_equal(v[3], 20);
+	assert_int_equal(v[4], 50);
+	assert_int_equal(v[5], 250);
+	assert_int_equal(v[6], 300);
+	/* each clips to its window. */
+	v[0] = 0;
+	assert_int_equal(busy_set__each(cover, 15, 60, _collect_spans, v), 0);
+	assert_int_equal(v[0], 2);
+	assert_int_equal(v[1], 15);
+	assert_int_equal(v[2], 20);
+	assert_int_equal(v[3], 50);
+	assert_int_equal(v[4], 60);
+	busy_set__free(src);
+	busy_set__free(cover);
+	busy_set__free(dst);
+}
+
 static void test_sync_calls(void **state)
 {
 	static const char *const yes[] = {
@@ -161,6 +210,7 @@ int main(void)
 		cmocka_unit_test(test_empty),
 		cmocka_unit_test(test_random_against_bitmap),
 		cmocka_unit_test(test_sync_calls),
+		cmocka_unit_test(test_each_and_outside),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,12 +12,14 @@ export interface IdleJSON {
   span: [number, number]; busy_ns: number; idle_ns: number; idle_fraction: number | null;
   samples: { total: number; idle: number; waiting_on_gpu: number };
   resolution_ns: number | null;
+  coverage: number | null; fallback: string | null;
   kernels: { intervals: number; max_weight: number }; nvml_points: number;
   gaps: [number, number][]; gaps_truncated: boolean;
   profile: ProfileJSON;
 }
 
 const SOURCES: Record<string, string> = {
+  timeline: 'from its busy timeline (every kernel record)',
   kernels: 'from its kernel intervals',
   nvml_process: 'from NVML: its utilisation under',
   nvml_node: 'from NVML: its node\'s GPU utilisation under',
@@ -66,7 +68,8 @@ export class IdlePanel {
       : `pid ${pid}: GPU idle ${(j.idle_fraction * 100).toFixed(1)} % of its ${fmtDuration(span)} ` +
         `(${src}${j.source.startsWith('nvml') ? ` ${j.threshold} %` : ''}` +
         `${j.kernels.max_weight > 1 && j.source === 'kernels' ? `; kernels sampled 1 in ${j.kernels.max_weight}, so gaps overstate idle time` : ''}` +
-        `${j.resolution_ns ? `; busy known only to ${fmtDuration(j.resolution_ns / 1e9)}: shorter phases cannot be placed` : ''}). ` +
+        `${j.coverage !== null && j.coverage < 0.995 ? `; it covers ${pct(j.coverage, 1)} of the time, the rest ${j.fallback === 'none' ? 'is unknown' : SOURCES[j.fallback ?? ''] ?? j.fallback}` : ''}` +
+        `${j.resolution_ns && j.resolution_ns >= 1e6 ? `; busy known only to ${fmtDuration(j.resolution_ns / 1e9)}: shorter phases cannot be placed` : ''}). ` +
         `${j.samples.waiting_on_gpu ? `${j.samples.waiting_on_gpu.toLocaleString()} CPU samples (${pct(j.samples.waiting_on_gpu, j.samples.total || 1)}) waited on the GPU in synchronize calls and are not idle time. ` : ''}` +
         `${j.samples.idle.toLocaleString()} of its ${j.samples.total.toLocaleString()} CPU samples ` +
         `(${pct(j.samples.idle, j.samples.total || 1)}) were taken while the GPU was idle:`;
