@@ -156,6 +156,7 @@ void strip_buckets__get(const struct strip_buckets *b, uint32_t i, int64_t *star
 /* ---- the route ------------------------------------------------------------ */
 
 #define DEFAULT_MAX_INTERVALS 500000
+#define MAX_INTERVALS 5000000
 
 struct strips_out {
 	struct strbuf sb;
@@ -222,52 +223,22 @@ static int _on_interval(void *ctx, const struct store_cpu_interval *iv)
 	return o->sb.oom ? -ENOMEM : 0;
 }
 
-/* A duration (10ms, 1s) or a plain number of nanoseconds. */
-static int _parse_resolution(const char *s, int64_t *ns)
-{
-	char *end;
-	long long v;
-
-	if (!duration__parse(s, ns))
-		return 0;
-	errno = 0;
-	v = strtoll(s, &end, 10);
-	if (errno || *end || !s[0] || v < 0)
-		return -EINVAL;
-	*ns = v;
-	return 0;
-}
-
 void routes__cpu_strips(struct request *r)
 {
-	const char *q = request__param(r, "query"), *res_s = request__param(r, "resolution");
-	const char *max_s = request__param(r, "max_intervals");
-	struct strips_out o = { .cpu = -1, .max_intervals = DEFAULT_MAX_INTERVALS };
+	const char *q = request__param(r, "query");
+	struct strips_out o = { .cpu = -1 };
 	struct selector *sel = NULL;
-	int64_t from, to, res = 0;
+	int64_t from, to, res;
 	char err[256];
 	int rc;
 
-	if (request__window(r, &from, &to))
+	/* No resolution: the raw intervals. */
+	if (request__window(r, &from, &to) ||
+	    request__duration_param(r, "resolution", PARAM_BARE_NS, 0, 1, PARAM_MAX_DURATION_NS,
+				    &res) ||
+	    request__uint_param(r, "max_intervals", DEFAULT_MAX_INTERVALS, 1, MAX_INTERVALS,
+				&o.max_intervals))
 		return;
-	if (res_s && res_s[0] && _parse_resolution(res_s, &res)) {
-		request__error(r, 400, "resolution: '%s' is not a duration (10ms, 1s) or "
-			       "a number of nanoseconds", res_s);
-		return;
-	}
-	if (max_s) {
-		char *end;
-		unsigned long long v;
-
-		errno = 0;
-		v = strtoull(max_s, &end, 10);
-		if (errno || *end || !max_s[0] || max_s[0] == '-' || !v) {
-			request__error(r, 400, "max_intervals: '%s' is not a positive number",
-				       max_s);
-			return;
-		}
-		o.max_intervals = v;
-	}
 	if (q && q[0]) {
 		sel = selector__parse(q, err, sizeof(err));
 		if (!sel) {

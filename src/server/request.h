@@ -50,8 +50,8 @@ void request__error(struct request *r, int status, const char *fmt, ...)
 const char *request__param(struct request *r, const char *name);
 /*
  * The query window from `from` and `to` (Unix seconds with fractions,
- * RFC 3339, or now-1h style); defaults: the last hour. Replies 400 and
- * returns -1 on a bad value.
+ * RFC 3339, or now-1h style, at most PARAM_MAX_TIME_NS); defaults: the
+ * last hour (from at least 0). Replies 400 and returns -1 on a bad value.
  */
 int request__window(struct request *r, int64_t *from, int64_t *to);
 /*
@@ -60,6 +60,48 @@ int request__window(struct request *r, int64_t *from, int64_t *to);
  */
 struct selector;
 int request__selector(struct request *r, struct selector **sel);
+
+/*
+ * Query parameters (params.c). Times a request names end at 2200-01-01
+ * and durations at ten years, so that a time plus a few durations (a grid
+ * step, a lookback) stays far inside int64 wherever a route or a store
+ * adds them.
+ */
+#define PARAM_MAX_TIME_NS (7258118400LL * 1000000000LL)
+#define PARAM_MAX_DURATION_NS (3650LL * 86400 * 1000000000LL)
+/* A node name, as long as the wire lets an agent send it. */
+#define PARAM_MAX_NODE_LEN 255
+/* param__parse_duration(): a plain number is nanoseconds too. */
+#define PARAM_BARE_NS 1u
+
+/*
+ * Text alone, s borrowed: 0, or -EINVAL (empty, not of the form: signs,
+ * blanks, trailing bytes) or -ERANGE (outside [min, max], overflow
+ * included), leaving *out untouched. uint: decimal digits only. duration:
+ * as duration__parse() takes them (10s, 1m30s, 500ms). double: a finite
+ * decimal number (no nan, inf, hex). time: as time__parse() takes them, at
+ * most PARAM_MAX_TIME_NS.
+ */
+int param__parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+int param__parse_duration(const char *s, unsigned int flags, int64_t min, int64_t max,
+			  int64_t *out);
+int param__parse_double(const char *s, double min, double max, double *out);
+int param__parse_time(const char *s, int64_t *out);
+
+/*
+ * Parameter name of r through the parsers above: absent gives def; a bad
+ * value replies 400 naming the parameter and the range it takes, and
+ * returns -1. bool takes 0, 1, false, true; text (borrowed, NULL when
+ * absent) at most max_len bytes and no control characters.
+ */
+int request__uint_param(struct request *r, const char *name, uint64_t def, uint64_t min,
+			uint64_t max, uint64_t *out);
+int request__duration_param(struct request *r, const char *name, unsigned int flags,
+			    int64_t def, int64_t min, int64_t max, int64_t *out);
+int request__double_param(struct request *r, const char *name, double def, double min,
+			  double max, double *out);
+int request__bool_param(struct request *r, const char *name, bool def, bool *out);
+int request__text_param(struct request *r, const char *name, size_t max_len, const char **out);
 
 void routes__ingest(struct request *r);
 void routes__ingest_pprof(struct request *r);

@@ -180,19 +180,16 @@ void routes__gpu_metrics(struct request *r)
 
 	if (request__window(r, &from, &to) || _query(r, &sel))
 		goto out;
+	/* About 300 points across the window, at least one second each; 0: raw points. */
+	step = (to - from) / 300;
+	if (step < 1000000000LL)
+		step = 1000000000LL;
 	if (step_s && !strcmp(step_s, "0")) {
 		step = 0;
-	} else if (step_s) {
-		if (duration__parse(step_s, &step) || step <= 0) {
-			request__error(r, 400, "step: '%s' is not a duration (1s, 1m, 500ms) or 0",
-				       step_s);
-			goto out;
-		}
-	} else {
-		/* About 300 points across the window, at least one second each. */
-		step = (to - from) / 300;
-		if (step < 1000000000LL)
-			step = 1000000000LL;
+	} else if (step_s && param__parse_duration(step_s, 0, 1000000, PARAM_MAX_DURATION_NS, &step)) {
+		request__error(r, 400, "step: '%.64s' is not 0 (raw points) or a duration from 1ms "
+			       "to 3650d (500ms, 10s, 1m)", step_s);
+		goto out;
 	}
 	if (step && (to - from) / step > 100000) {
 		request__error(r, 400, "step: %s makes more than 100000 points per series",

@@ -57,6 +57,7 @@
 #define MAX_KERNELS 2000000
 #define MAX_GAPS 5000
 #define DEFAULT_MAX_NODES 20000
+#define MAX_NODES 1000000
 #define DEFAULT_THRESHOLD 5.0
 #define UTIL_PROCESS "flamewatch_gpu_process_utilization_percent"
 #define UTIL_NODE "flamewatch_gpu_utilization_percent"
@@ -340,19 +341,24 @@ static int _known_gaps(void *ctx, int64_t start, int64_t end)
 	return busy_set__gaps(k->busy, start, end, _gap, k->g);
 }
 
-static int _params(struct request *r, unsigned long *pid, enum idle_source *src,
-		   double *threshold, unsigned long *max_nodes, bool *folded, int64_t *min_gap)
+static int _params(struct request *r, uint64_t *pid, enum idle_source *src, double *threshold,
+		   uint64_t *max_nodes, bool *folded, int64_t *min_gap, const char **node)
 {
-	const char *v = request__param(r, "pid"), *s = request__param(r, "source");
-	const char *mg = request__param(r, "min_gap");
-	const char *t = request__param(r, "threshold"), *f = request__param(r, "format");
-	const char *mn = request__param(r, "max_nodes");
-	char *end;
+	const char *s = request__param(r, "source"), *f = request__param(r, "format");
 
-	errno = 0;
-	*pid = v ? strtoul(v, &end, 10) : 0;
-	if (!v || errno || *end || !v[0] || v[0] == '-' || *pid == 0 || *pid > UINT32_MAX) {
-		request__error(r, 400, "pid: '%s' is not a process id", v ? v : "");
+	if (!request__param(r, "pid")) {
+		request__error(r, 400, "pid: missing; the process id to look at");
+		return -1;
+	}
+	if (request__uint_param(r, "pid", 0, 1, UINT32_MAX, pid) ||
+	    request__double_param(r, "threshold", DEFAULT_THRESHOLD, 0, 100, threshold) ||
+	    request__uint_param(r, "max_nodes", DEFAULT_MAX_NODES, 1, MAX_NODES, max_nodes) ||
+	    request__duration_param(r, "min_gap", 0, -1, 0, PARAM_MAX_DURATION_NS, min_gap) ||
+	    request__text_param(r, "node", PARAM_MAX_NODE_LEN, node))
+		return -1;
+	/* The node goes into a selector's quoted value. */
+	if (*node && (!(*node)[0] || strpbrk(*node, "\"\\"))) {
+		request__error(r, 400, "node: '%.64s' is not a node name", *node);
 		return -1;
 	}
 	*src = SRC_AUTO;
@@ -364,28 +370,6 @@ static int _params(struct request *r, unsigned long *pid, enum idle_source *src,
 		*src = SRC_NVML;
 	} else if (s && strcmp(s, "auto")) {
 		request__error(r, 400, "source: '%s' is not one of auto, timeline, kernels, nvml", s);
-		return -1;
-	}
-	*threshold = DEFAULT_THRESHOLD;
-	if (t) {
-		*threshold = strtod(t, &end);
-		if (*end || !t[0] || !(*threshold >= 0 && *threshold <= 100)) {
-			request__error(r, 400, "threshold: '%s' is not a percentage (0 to 100)", t);
-			return -1;
-		}
-	}
-	*max_nodes = DEFAULT_MAX_NODES;
-	if (mn) {
-		errno = 0;
-		*max_nodes = strtoul(mn, &end, 10);
-		if (errno || *end || !mn[0] || mn[0] == '-' || !*max_nodes || *max_nodes > 1000000) {
-			request__error(r, 400, "max_nodes: '%s' is not a number between 1 and 1000000",
-				       mn);
-			return -1;
-		}
-	}
-	if (mg && (duration__parse(mg, min_gap) || *min_gap < 0)) {
-		request__error(r, 400, "min_gap: '%s' is not a duration (1ms, 0s)", mg);
 		return -1;
 	}
 	*folded = false;
@@ -421,7 +405,7 @@ static void _reply_folded(struct request *r, const struct profile *p)
 
 void routes__gpu_idle(struct request *r)
 {
-	const char *node = request__param(r, "node");
+	const char *node;
 	struct kernels k = { 0 };
 	struct nvml m = { 0 };
 	struct idle s = { 0 };
@@ -429,8 +413,8 @@ void routes__gpu_idle(struct request *r)
 	struct strbuf sb = STRBUF_INIT, fg = STRBUF_INIT;
 	struct gaps_out g = { .sb = &sb };
 	const char *source = "kernels";
-	char inner[256], text[300], err_text[256];
-	unsigned long pid, max_nodes;
+	char inner[PARAM_MAX_NODE_LEN + 64], text[PARAM_MAX_NODE_LEN + 72], err_text[256];
+	uint64_t pid, max_nodes;
 	enum idle_source src;
 	int64_t from, to, span_from, span_to, busy_ns, idle_ns, span_ns, min_gap = -1;
 	int64_t resolution;
@@ -441,7 +425,7 @@ void routes__gpu_idle(struct request *r)
 	int err;
 
 	if (request__window(r, &from, &to) ||
-	    _params(r, &pid, &src, &threshold, &max_nodes, &folded, &min_gap))
+	    _params(r, &pid, &src, &threshold, &max_nodes, &folded, &min_gap, &node))
 		goto out;
 	/*
 	 * Kernels launched back to back leave gaps of microseconds between
@@ -450,12 +434,8 @@ void routes__gpu_idle(struct request *r)
 	 * pixel on a wide screen); the idle time counts every gap.
 	 */
 	g.min = min_gap >= 0 ? min_gap : (to - from) / 2000;
-	if (node && (!node[0] || strpbrk(node, "\"\\\n"))) {
-		request__error(r, 400, "node: '%s' is not a node name", node);
-		goto out;
-	}
-	snprintf(inner, sizeof(inner), "pid=\"%lu\"%s%s%s", pid, node ? ",node=\"" : "",
-		 node ? node : "", node ? "\"" : "");
+	snprintf(inner, sizeof(inner), "pid=\"%llu\"%s%s%s", (unsigned long long)pid,
+		 node ? ",node=\"" : "", node ? node : "", node ? "\"" : "");
 	snprintf(text, sizeof(text), "{%s}", inner);
 	sel = selector__parse(text, err_text, sizeof(err_text));
 	k.busy = busy_set__new();

@@ -19,23 +19,7 @@
 #define DEFAULT_MAX_INTERVALS 100000
 #define MAX_INTERVALS 1000000
 #define DEFAULT_TOP 100
-
-static int _limit(struct request *r, unsigned long def, unsigned long max, unsigned long *out)
-{
-	const char *v = request__param(r, "limit");
-	char *end;
-
-	*out = def;
-	if (!v)
-		return 0;
-	errno = 0;
-	*out = strtoul(v, &end, 10);
-	if (errno || *end || !v[0] || v[0] == '-' || *out == 0 || *out > max) {
-		request__error(r, 400, "limit: '%s' is not a number between 1 and %lu", v, max);
-		return -1;
-	}
-	return 0;
-}
+#define MAX_TOP 1000000
 
 struct kernels_out {
 	struct strbuf *sb;
@@ -119,14 +103,14 @@ void routes__gpu_kernels(struct request *r)
 	struct kernels_out o = { .sb = &sb };
 	struct selector *sel = NULL;
 	struct profile *dict = NULL;
-	unsigned long limit;
+	uint64_t limit;
 	int64_t from, to;
 	int err;
 
 	const char *tl = request__param(r, "timeline");
 
 	if (request__window(r, &from, &to) || request__selector(r, &sel) ||
-	    _limit(r, DEFAULT_MAX_INTERVALS, MAX_INTERVALS, &limit))
+	    request__uint_param(r, "limit", DEFAULT_MAX_INTERVALS, 1, MAX_INTERVALS, &limit))
 		goto out;
 	if (tl && strcmp(tl, "0") && strcmp(tl, "1")) {
 		request__error(r, 400, "timeline: '%s' is not 0 or 1", tl);
@@ -142,8 +126,8 @@ void routes__gpu_kernels(struct request *r)
 		       (long long)to);
 	err = store__gpu_intervals(r->srv->store, from, to, sel, dict, limit, _interval, &o);
 	if (err == -E2BIG) {
-		request__error(r, 400, "the window holds more than %lu GPU intervals: narrow it "
-			       "or raise limit", limit);
+		request__error(r, 400, "the window holds more than %llu GPU intervals: narrow it "
+			       "or raise limit", (unsigned long long)limit);
 		goto out;
 	}
 	if (err) {
@@ -234,13 +218,12 @@ void routes__gpu_kernels_top(struct request *r)
 	struct strbuf sb = STRBUF_INIT;
 	struct top t = { 0 };
 	struct selector *sel = NULL;
-	unsigned long limit;
-	uint64_t total = 0;
+	uint64_t limit, total = 0;
 	int64_t from, to;
 	int err;
 
 	if (request__window(r, &from, &to) || request__selector(r, &sel) ||
-	    _limit(r, DEFAULT_TOP, 1000000, &limit))
+	    request__uint_param(r, "limit", DEFAULT_TOP, 1, MAX_TOP, &limit))
 		goto out;
 	t.names = intern__new();
 	if (!t.names) {
@@ -254,7 +237,9 @@ void routes__gpu_kernels_top(struct request *r)
 	}
 	for (uint32_t i = 0; i < t.n; i++)
 		total += t.rows[i].total_ns;
-	qsort(t.rows, t.n, sizeof(*t.rows), _by_total);
+	/* An empty window has no rows: qsort() must not see their NULL. */
+	if (t.n)
+		qsort(t.rows, t.n, sizeof(*t.rows), _by_total);
 	strbuf__printf(&sb, "{\"from\":%lld,\"to\":%lld,\"total_ns\":%llu,\"kernels\":[",
 		       (long long)from, (long long)to, (unsigned long long)total);
 	for (uint32_t i = 0; i < t.n && i < limit; i++) {

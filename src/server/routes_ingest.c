@@ -173,7 +173,7 @@ static int _labels(struct request *r, const char **names, const char **values, s
 void routes__ingest_folded(struct request *r)
 {
 	const char *names[MAX_LABELS], *values[MAX_LABELS];
-	const char *node = evhttp_find_header(&r->params, "node");
+	const char *node;
 	struct selector *sel = NULL;
 	struct strbuf sb = STRBUF_INIT;
 	struct batch *b = NULL;
@@ -185,7 +185,8 @@ void routes__ingest_folded(struct request *r)
 	struct timespec now;
 	int ret;
 
-	if (_labels(r, names, values, &nlabels, &sel) || _compression(r, &comp) ||
+	if (request__text_param(r, "node", PARAM_MAX_NODE_LEN, &node) ||
+	    _labels(r, names, values, &nlabels, &sel) || _compression(r, &comp) ||
 	    _body(r, &body, &len))
 		goto out;
 	if (comp != WIRE_NONE) {
@@ -226,7 +227,7 @@ out:
 void routes__ingest_pprof(struct request *r)
 {
 	const char *names[MAX_LABELS], *values[MAX_LABELS];
-	const char *node = evhttp_find_header(&r->params, "node");
+	const char *node;
 	struct pprof_read_limits lim = {
 		.max_decompressed = 64u << 20,
 		.max_unpacked = 512u << 20,
@@ -242,7 +243,8 @@ void routes__ingest_pprof(struct request *r)
 	size_t len, nlabels;
 	int ret;
 
-	if (_labels(r, names, values, &nlabels, &sel) || _body(r, &body, &len))
+	if (request__text_param(r, "node", PARAM_MAX_NODE_LEN, &node) ||
+	    _labels(r, names, values, &nlabels, &sel) || _body(r, &body, &len))
 		goto out;
 	b = batch__new(1000000000ULL / 19);
 	if (!b) {

@@ -20,7 +20,11 @@
 #include "store/timeparse.h"
 
 #define DEFAULT_MAX_NODES 20000
+#define MAX_NODES 1000000
 #define DEFAULT_MAX_SAMPLES 200000
+#define MAX_SAMPLES 5000000
+#define MAX_HZ 100000
+#define MAX_POINTS 100000
 
 static int _type(struct request *r, uint32_t *type)
 {
@@ -32,24 +36,6 @@ static int _type(struct request *r, uint32_t *type)
 		*type = SAMPLE_GPU_TIME;
 	} else {
 		request__error(r, 400, "type: '%s' is not one of cpu, gpu_time", t);
-		return -1;
-	}
-	return 0;
-}
-
-static int _uint_param(struct request *r, const char *name, unsigned long def,
-		       unsigned long max, unsigned long *out)
-{
-	const char *v = request__param(r, name);
-	char *end;
-
-	*out = def;
-	if (!v)
-		return 0;
-	errno = 0;
-	*out = strtoul(v, &end, 10);
-	if (errno || *end || !v[0] || v[0] == '-' || *out == 0 || *out > max) {
-		request__error(r, 400, "%s: '%s' is not a number between 1 and %lu", name, v, max);
 		return -1;
 	}
 	return 0;
@@ -94,7 +80,7 @@ void routes__profile(struct request *r)
 	const char *format = request__param(r, "format");
 	struct selector *sel = NULL;
 	struct profile *p = NULL;
-	unsigned long max_nodes, hz;
+	uint64_t max_nodes, hz;
 	int64_t from, to;
 	uint32_t type;
 	bool cpu_ns;
@@ -109,8 +95,8 @@ void routes__profile(struct request *r)
 		return;
 	}
 	if (_type(r, &type) || request__window(r, &from, &to) || request__selector(r, &sel) ||
-	    _uint_param(r, "max_nodes", DEFAULT_MAX_NODES, 1000000, &max_nodes) ||
-	    _uint_param(r, "hz", r->srv->default_hz, 100000, &hz))
+	    request__uint_param(r, "max_nodes", DEFAULT_MAX_NODES, 1, MAX_NODES, &max_nodes) ||
+	    request__uint_param(r, "hz", r->srv->default_hz, 1, MAX_HZ, &hz))
 		goto out;
 	p = profile__new(type == SAMPLE_CPU ? 1000000000ULL / hz : 1, from);
 	if (!p) {
@@ -333,7 +319,7 @@ void routes__flamechart(struct request *r)
 	struct chart c = { 0 };
 	struct strbuf sb = STRBUF_INIT;
 	struct selector *sel = NULL;
-	unsigned long max_samples, hz;
+	uint64_t max_samples, hz;
 	uint32_t type, stride = 1;
 	int64_t from, to;
 	int err;
@@ -343,8 +329,9 @@ void routes__flamechart(struct request *r)
 		return;
 	}
 	if (_type(r, &type) || request__window(r, &from, &to) || request__selector(r, &sel) ||
-	    _uint_param(r, "max_samples", DEFAULT_MAX_SAMPLES, 5000000, &max_samples) ||
-	    _uint_param(r, "hz", r->srv->default_hz, 100000, &hz))
+	    request__uint_param(r, "max_samples", DEFAULT_MAX_SAMPLES, 1, MAX_SAMPLES,
+				&max_samples) ||
+	    request__uint_param(r, "hz", r->srv->default_hz, 1, MAX_HZ, &hz))
 		goto out;
 	c.dict = profile__new(0, from);
 	c.lane_keys = intern__new();
@@ -413,6 +400,7 @@ static int _series_point(void *ctx, const char *group, int64_t bucket, int64_t s
 	return 0;
 }
 
+#define NS_PER_MS 1000000LL
 #define NS_PER_MIN (60LL * 1000000000LL)
 
 /*
@@ -486,41 +474,30 @@ static void _head_free(struct series_head *h)
 	free(h->p);
 }
 
-/* ?NAME=0 or false. */
-static bool _param_false(struct request *r, const char *name)
-{
-	const char *v = request__param(r, name);
-
-	return v && (!strcmp(v, "0") || !strcmp(v, "false"));
-}
-
 void routes__series(struct request *r)
 {
-	const char *step_s = request__param(r, "step"), *by = request__param(r, "by");
+	const char *by = request__param(r, "by");
 	struct strbuf sb = STRBUF_INIT;
 	struct series_out o = { .sb = &sb };
 	struct series_head h = { .o = &o };
 	struct selector *sel = NULL;
 	int64_t from, to, step, grid, main_from;
 	uint32_t type;
+	bool align;
 	int err = 0;
 
-	if (_type(r, &type) || request__window(r, &from, &to) || request__selector(r, &sel))
+	if (_type(r, &type) || request__window(r, &from, &to) || request__selector(r, &sel) ||
+	    request__bool_param(r, "align", true, &align))
 		goto out;
-	if (step_s) {
-		if (duration__parse(step_s, &step)) {
-			request__error(r, 400, "step: '%s' is not a duration (10s, 1m, 500ms)", step_s);
-			goto out;
-		}
-	} else {
-		/* About 300 points across the window, at least one second each. */
-		step = (to - from) / 300;
-		if (step < 1000000000LL)
-			step = 1000000000LL;
-		/* Whole minutes from a minute on, rounded up: at most 300 points. */
-		if (step >= NS_PER_MIN)
-			step = (step + NS_PER_MIN - 1) / NS_PER_MIN * NS_PER_MIN;
-	}
+	/* About 300 points across the window, at least one second each. */
+	step = (to - from) / 300;
+	if (step < 1000000000LL)
+		step = 1000000000LL;
+	/* Whole minutes from a minute on, rounded up: at most 300 points. */
+	if (step >= NS_PER_MIN)
+		step = (step + NS_PER_MIN - 1) / NS_PER_MIN * NS_PER_MIN;
+	if (request__duration_param(r, "step", 0, step, NS_PER_MS, PARAM_MAX_DURATION_NS, &step))
+		goto out;
 	/*
 	 * Buckets of whole minutes starting on a whole minute are answered from
 	 * the stores' minute rollups; any other grid decodes every raw sample
@@ -531,13 +508,14 @@ void routes__series(struct request *r)
 	 * from on. align=0 keeps the grid as asked.
 	 */
 	grid = from;
-	if (step >= NS_PER_MIN && !_param_false(r, "align")) {
+	if (step >= NS_PER_MIN && align) {
 		step = (step + NS_PER_MIN / 2) / NS_PER_MIN * NS_PER_MIN;
 		grid = from >= 0 ? from / NS_PER_MIN * NS_PER_MIN :
 		       -((-from + NS_PER_MIN - 1) / NS_PER_MIN) * NS_PER_MIN;
 	}
-	if ((to - from) / step > 100000) {
-		request__error(r, 400, "step: %s makes more than 100000 points", step_s);
+	if ((to - from) / step > MAX_POINTS) {
+		request__error(r, 400, "step: %s makes more than %d points",
+			       request__param(r, "step") ?: "(default)", MAX_POINTS);
 		goto out;
 	}
 	strbuf__printf(&sb, "{\"from\":%lld,\"to\":%lld,\"step\":%lld,\"series\":[",

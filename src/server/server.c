@@ -103,18 +103,19 @@ int request__window(struct request *r, int64_t *from, int64_t *to)
 {
 	const char *f = request__param(r, "from"), *t = request__param(r, "to");
 
-	if (time__parse(t ? t : "now", to)) {
-		request__error(r, 400, "to: '%s' is not a time (Unix seconds, RFC 3339 or now-1h)", t);
+	if (param__parse_time(t ? t : "now", to)) {
+		request__error(r, 400, "to: '%.64s' is not a time up to 2200-01-01 (Unix seconds, "
+			       "RFC 3339 or now-1h)", t ? t : "now");
 		return -1;
 	}
 	if (f) {
-		if (time__parse(f, from)) {
-			request__error(r, 400, "from: '%s' is not a time (Unix seconds, RFC 3339 "
-				       "or now-1h)", f);
+		if (param__parse_time(f, from)) {
+			request__error(r, 400, "from: '%.64s' is not a time up to 2200-01-01 (Unix "
+				       "seconds, RFC 3339 or now-1h)", f);
 			return -1;
 		}
 	} else {
-		*from = *to - 3600LL * 1000000000LL;
+		*from = *to > 3600LL * 1000000000LL ? *to - 3600LL * 1000000000LL : 0;
 	}
 	if (*from >= *to) {
 		request__error(r, 400, "from must be before to");
