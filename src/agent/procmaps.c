@@ -154,15 +154,14 @@ const struct proc_mapping *procmaps__find(const struct proc_maps *maps, uint64_t
  * Opens the file a mapping maps. map_files is that very file, wherever its
  * path leads now (deleted, replaced, or in a mount namespace whose paths
  * we cannot follow); it needs CAP_CHECKPOINT_RESTORE. Its inode must be
- * the one maps names; the device can differ, and it does where the
- * mapped file sits below overlayfs (maps may name the overlay's device,
- * the mapped file is the layer's) or on btrfs (maps names the file
- * system's device, fstat a subvolume's).
+ * the one maps names, its device need not: on btrfs maps names the file
+ * system's device and fstat() the subvolume's.
  *
- * Otherwise (no map_files, or an overlay whose inode numbers differ from
- * its layers') the path is opened below the process's root with no link
+ * Otherwise the path is opened below the process's root with no link
  * followed, and must lead to the device and inode maps names: anything
- * else is not the mapped file.
+ * else may be another file. On btrfs, whose inode numbers repeat across
+ * subvolumes, and on overlayfs before Linux 6.8, where maps names the
+ * layer's file and the path leads to the overlay's, that never holds.
  */
 int procmaps__open_file(const char *proc_root, pid_t pid, const struct proc_mapping *m)
 {
@@ -177,7 +176,7 @@ int procmaps__open_file(const char *proc_root, pid_t pid, const struct proc_mapp
 	if (fd >= 0 && st.st_ino == m->inode)
 		return fd;
 	if (fd >= 0)
-		close(fd);	/* remapped since maps was read, or an overlay's own inode */
+		close(fd);	/* remapped since maps was read */
 	else if (fd == -EINVAL || fd == -EFBIG)
 		return fd;
 

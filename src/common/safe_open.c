@@ -61,22 +61,15 @@ static int _walk_error(int dirfd, const char *comp, int err)
 /* The fallback: one openat() per component, none of them followed if a link. */
 static int _walk(int dirfd, const char *path)
 {
-	char copy[PATH_MAX], *comp, *save = NULL;
-	int cur = dirfd, fd = -1;
+	char copy[PATH_MAX], *comp, *next, *save = NULL;
+	int cur = dirfd, fd;
 
 	snprintf(copy, sizeof(copy), "%s", path);
-	comp = strtok_r(copy, "/", &save);
-	while (comp) {
-		char *next = strtok_r(NULL, "/", &save);
-		int flags = O_PATH | O_NOFOLLOW | O_CLOEXEC | (next ? O_DIRECTORY : 0);
-
-		if (!strcmp(comp, ".")) {
-			comp = next;
-			if (!comp && cur == dirfd)
-				return -ENOENT;
+	for (comp = strtok_r(copy, "/", &save); comp; comp = next) {
+		next = strtok_r(NULL, "/", &save);
+		if (!strcmp(comp, "."))
 			continue;
-		}
-		fd = openat(cur, comp, flags);
+		fd = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC | (next ? O_DIRECTORY : 0));
 		if (fd < 0)
 			fd = _walk_error(cur, comp, -errno);
 		if (cur != dirfd)
@@ -84,7 +77,6 @@ static int _walk(int dirfd, const char *path)
 		if (fd < 0)
 			return fd;
 		cur = fd;
-		comp = next;
 	}
 	return cur == dirfd ? -ENOENT : cur;
 }
