@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent/cgroup.h"
 #include "agent/cpu_profile.h"
@@ -23,7 +24,7 @@
 /* What a profile mapping stands for, indexed by mapping id. */
 struct mapping_source {
 	struct binary *bin;	/* file-backed code, or NULL */
-	char *perfmap;		/* JIT code: the perf map to read, or NULL */
+	pid_t jit_pid;		/* JIT code: the process whose perf map names it, or 0 */
 };
 
 struct cpu_profile {
@@ -114,8 +115,6 @@ static void _forget_mapping_id(void *ctx, struct binary *b)
 
 static void _forget_dictionary(struct cpu_profile *cp)
 {
-	for (uint32_t i = 0; i < cp->nsources; i++)
-		free(cp->sources[i].perfmap);
 	free(cp->sources);
 	cp->sources = NULL;
 	cp->nsources = 0;
@@ -160,8 +159,6 @@ void cpu_profile__free(struct cpu_profile *cp)
 {
 	if (!cp)
 		return;
-	for (uint32_t i = 0; i < cp->nsources; i++)
-		free(cp->sources[i].perfmap);
 	free(cp->sources);
 	free(cp->frames);
 	free(cp->leaf);
@@ -221,8 +218,8 @@ static int64_t _binary_mapping(struct cpu_profile *cp, struct binary *bin)
 
 static int64_t _jit_mapping(struct cpu_profile *cp, pid_t pid)
 {
-	char name[32], path[PATH_MAX];
 	struct mapping_source *src;
+	char name[32];
 	int64_t id;
 
 	snprintf(name, sizeof(name), "[jit pid %d]", pid);
@@ -232,11 +229,7 @@ static int64_t _jit_mapping(struct cpu_profile *cp, pid_t pid)
 	src = _source(cp, id);
 	if (!src)
 		return -ENOMEM;
-	if (!src->perfmap && proc_table__perfmap_path(cp->procs, pid, path, sizeof(path)) == 0) {
-		src->perfmap = strdup(path);
-		if (!src->perfmap)
-			return -ENOMEM;
-	}
+	src->jit_pid = pid;
 	return id;
 }
 
@@ -875,8 +868,14 @@ static void _resolve_mapping(struct cpu_profile *cp, uint32_t m, struct name_bat
 		cp->symbol_reads++;
 		pr_debug("symbols: reading %s for %zu new addresses\n", src->bin->path, b->n);
 		ret = elf_file__resolve_ranges(src->bin->elf, b->addrs, b->n, _name_frame_range, b);
-	} else if (src && src->perfmap) {
-		ret = perfmap__resolve(src->perfmap, b->addrs, b->n, _name_frame, b);
+	} else if (src && src->jit_pid) {
+		int fd = proc_table__open_perfmap(cp->procs, src->jit_pid);
+
+		/* A map that is missing or refused names nothing: the frames stay unnamed. */
+		if (fd >= 0) {
+			ret = perfmap__resolve_fd(fd, b->addrs, b->n, _name_frame, b);
+			close(fd);
+		}
 	}
 	if (ret < 0)
 		pr_debug("cannot symbolize %s: %s\n",

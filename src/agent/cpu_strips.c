@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/profile.h"
+#include "common/safe_open.h"
 
 /* The part of a long run on one CPU already reported, boot clock. */
 struct split {
@@ -218,15 +220,12 @@ struct _state_head {
 static void _thread_comm(uint32_t pid, uint32_t tid, char *comm)
 {
 	char path[64];
-	FILE *f;
-	size_t n = 0;
+	ssize_t n;
 
 	snprintf(path, sizeof(path), "/proc/%u/task/%u/comm", pid, tid);
-	f = fopen(path, "re");
-	if (f) {
-		n = fread(comm, 1, FW_STRIP_COMM_LEN, f);
-		fclose(f);
-	}
+	n = safe_open__read_proc(AT_FDCWD, path, comm, FW_STRIP_COMM_LEN + 1);
+	if (n < 0)
+		n = 0;
 	while (n && (comm[n - 1] == '\n' || !comm[n - 1]))
 		n--;
 	comm[n] = '\0';

@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -20,11 +21,13 @@
 #include "agent/cuda_tracker.h"
 #include "agent/lib_watch.h"
 #include "agent/proc_table.h"
+#include "agent/procmaps.h"
 #include "agent/sampler.h"
 #include "common/batch.h"
 #include "common/clock.h"
 #include "common/intern.h"
 #include "common/log.h"
+#include "common/safe_open.h"
 #include "gpu/cuda_join.h"
 #include "symbolize/demangle.h"
 
@@ -432,12 +435,17 @@ static bool _known(struct cuda_tracker *t, uint64_t dev, uint64_t inode)
 	return false;
 }
 
-static int _attach(struct cuda_tracker *t, pid_t pid, const char *path, uint64_t dev,
-		   uint64_t inode)
+/*
+ * Attaches to the library that mapping m of pid maps, as procmaps__open_file()
+ * opens it: the kernel is given /proc/self/fd/N, the file checked, rather
+ * than a path the process can point elsewhere in between.
+ */
+static int _attach(struct cuda_tracker *t, pid_t pid, const struct proc_mapping *m)
 {
-	char full[4096 + 64];
+	uint64_t dev = ((uint64_t)m->dev_major << 32) | m->dev_minor;
 	struct attached *a;
-	int err;
+	char self[64];
+	int fd, err;
 
 	a = realloc(t->att, (t->natt + 1) * sizeof(*a));
 	if (!a)
@@ -445,43 +453,46 @@ static int _attach(struct cuda_tracker *t, pid_t pid, const char *path, uint64_t
 	t->att = a;
 	a = &t->att[t->natt];
 	a->dev = dev;
-	a->inode = inode;
-	snprintf(full, sizeof(full), "%s/%d/root%s", t->proc_root, pid, path);
-	err = sampler__attach_cuda(t->sampler, full, a->links);
+	a->inode = m->inode;
+	fd = procmaps__open_file(t->proc_root, pid, m);
+	if (fd >= 0) {
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+		err = sampler__attach_cuda(t->sampler, self, a->links);
+		close(fd);
+	} else {
+		err = fd;
+	}
 	if (err) {
 		uint64_t *f = realloc(t->failed, (t->nfailed + 1) * sizeof(*f));
 
-		pr_warn("cannot attach to the CUDA probes of %s (pid %d): %s%s\n", path, pid,
+		pr_warn("cannot attach to the CUDA probes of %s (pid %d): %s%s\n", m->path, pid,
 			strerror(-err), err == -EACCES || err == -EPERM ?
 			" (uprobes need CAP_SYS_ADMIN, which `flamewatch agent` drops once "
 			"started: name the library in FLAMEWATCH_CUDA_LIB so it is attached "
 			"at start)" : "");
 		if (f) {
 			t->failed = f;
-			t->failed[t->nfailed++] = dev * 0x9e3779b97f4a7c15ULL ^ inode;
+			t->failed[t->nfailed++] = dev * 0x9e3779b97f4a7c15ULL ^ m->inode;
 		}
 		return err;
 	}
 	t->natt++;
-	pr_info("GPU time profiling: attached to %s (pid %d)\n", path, pid);
+	pr_info("GPU time profiling: attached to %s (pid %d)\n", m->path, pid);
 	return 1;
 }
 
 /* Hooks a dynamic loader that pid maps (lib_watch.h), once per file. */
-static void _loader(struct cuda_tracker *t, pid_t pid, const char *path, uint64_t dev,
-		    uint64_t inode)
+static void _loader(struct cuda_tracker *t, pid_t pid, const struct proc_mapping *m)
 {
-	char full[4096 + 64];
 	int err;
 
-	snprintf(full, sizeof(full), "%s/%d/root%s", t->proc_root, pid, path);
-	err = lib_watch__add_loader(t->watch, full, dev, inode);
+	err = lib_watch__add_loader(t->watch, t->proc_root, pid, m);
 	if (err > 0) {
 		t->stats.loaders++;
-		pr_info("GPU time profiling: watching the library loads of %s (pid %d)\n", path,
+		pr_info("GPU time profiling: watching the library loads of %s (pid %d)\n", m->path,
 			pid);
 	} else if (err < 0) {
-		pr_debug("cannot watch the library loads of %s (pid %d): %s\n", path, pid,
+		pr_debug("cannot watch the library loads of %s (pid %d): %s\n", m->path, pid,
 			 strerror(-err));
 	}
 }
@@ -494,54 +505,47 @@ static void _loader(struct cuda_tracker *t, pid_t pid, const char *path, uint64_
  */
 static int _scan_pid(struct cuda_tracker *t, pid_t pid, bool *mapped, bool *loader_seen)
 {
-	char path[4096 + 64], *line = NULL;
-	size_t cap = 0;
-	int found = 0;
-	FILE *f;
+	struct safe_lines lr;
+	char path[PATH_MAX], *line;
+	size_t len;
+	int found = 0, fd;
 
 	*mapped = false;
 	*loader_seen = false;
 	snprintf(path, sizeof(path), "%s/%d/maps", t->proc_root, pid);
 	t->stats.maps_reads++;
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	while (getline(&line, &cap, f) > 0) {
+	fd = safe_open__proc(AT_FDCWD, path);
+	if (fd < 0)
+		return fd;
+	if (safe_lines__init(&lr, fd, 0, PROCMAPS_LINE_MAX, PROCMAPS_MAX_BYTES)) {
+		close(fd);
+		return -ENOMEM;
+	}
+	while ((line = safe_lines__next(&lr, &len, NULL))) {
 		bool loader = t->watch && strstr(line, "/ld-");
-		unsigned int major, minor;
-		unsigned long inode;
-		uint64_t dev;
-		int off = 0;
-		char *p, *nl;
+		struct proc_mapping m;
 
 		if (!loader && !strstr(line, CUDA_LIB_NAME))
 			continue;
-		if (sscanf(line, "%*x-%*x %*4s %*x %x:%x %lu %n", &major, &minor, &inode, &off) < 3 ||
-		    !off)
+		if (procmaps__parse_line(line, &m) || m.path[0] != '/' ||
+		    strstr(m.path, " (deleted)"))
 			continue;
-		p = line + off;
-		nl = strchr(p, '\n');
-		if (nl)
-			*nl = '\0';
-		if (*p != '/' || strstr(p, " (deleted)"))
-			continue;
-		dev = ((uint64_t)major << 32) | minor;
-		if (loader && lib_watch__is_loader(p)) {
+		if (loader && lib_watch__is_loader(m.path)) {
 			*loader_seen = true;
-			_loader(t, pid, p, dev, inode);
+			_loader(t, pid, &m);
 			continue;
 		}
-		if (!_is_cuda_lib(p))
+		if (!_is_cuda_lib(m.path))
 			continue;
 		*mapped = true;
 		_seen(t, pid);
-		if (_known(t, dev, inode))
+		if (_known(t, ((uint64_t)m.dev_major << 32) | m.dev_minor, m.inode))
 			continue;
-		if (_attach(t, pid, p, dev, inode) > 0)
+		if (_attach(t, pid, &m) > 0)
 			found = 1;
 	}
-	free(line);
-	fclose(f);
+	safe_lines__release(&lr);
+	close(fd);
 	return found;
 }
 

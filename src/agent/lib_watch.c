@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "agent/ringbuf.h"
 #include "agent/skel_bytes.h"
 #include "agent/lib_watch.h"
+#include "agent/procmaps.h"
 #include "bpf/libwatch.skel.h"
 #include "common/log.h"
 
@@ -187,38 +189,50 @@ out:
 	return err;
 }
 
-int lib_watch__add_loader(struct lib_watch *w, const char *path, uint64_t dev, uint64_t ino)
+int lib_watch__add_loader(struct lib_watch *w, const char *proc_root, pid_t pid,
+			  const struct proc_mapping *m)
 {
 	LIBBPF_OPTS(bpf_uprobe_opts, opts);
+	uint64_t dev = ((uint64_t)m->dev_major << 32) | m->dev_minor;
+	char self[64];
 	struct loader *l;
 	uint64_t off = 0;
 	int64_t delta = 0;
 	int fd, err;
 
 	for (uint32_t i = 0; i < w->nloaders; i++)
-		if (w->loaders[i].dev == dev && w->loaders[i].ino == ino)
+		if (w->loaders[i].dev == dev && w->loaders[i].ino == m->inode)
 			return 0;
 	l = realloc(w->loaders, (w->nloaders + 1) * sizeof(*l));
 	if (!l)
 		return -ENOMEM;
 	w->loaders = l;
 	l = &w->loaders[w->nloaders++];
-	*l = (struct loader){ .dev = dev, .ino = ino };
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	*l = (struct loader){ .dev = dev, .ino = m->inode };
+	fd = procmaps__open_file(proc_root, pid, m);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	err = _loader_syms(fd, &off, &delta);
-	close(fd);
 	if (err)
-		return err;
+		goto out;
 	opts.bpf_cookie = (uint64_t)delta;
-	/* pid -1: every process mapping the file, including later ones. */
-	l->link = bpf_program__attach_uprobe_opts(w->skel->progs.on_dl_debug_state, -1, path,
+	/*
+	 * pid -1: every process mapping the file, including later ones. The
+	 * kernel resolves the path itself: /proc/self/fd names the file we
+	 * checked, not whatever the process's path leads to by then.
+	 */
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	l->link = bpf_program__attach_uprobe_opts(w->skel->progs.on_dl_debug_state, -1, self,
 						  off, &opts);
-	if (!l->link)
-		return -errno;
+	if (!l->link) {
+		err = -errno;
+		goto out;
+	}
 	w->nhooked++;
-	return 1;
+	err = 1;
+out:
+	close(fd);
+	return err;
 }
 
 int lib_watch__drain(struct lib_watch *w, void (*fn)(void *ctx, pid_t pid), void *ctx)

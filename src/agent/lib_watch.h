@@ -38,15 +38,18 @@ void lib_watch__close(struct lib_watch *w);
 
 /* Whether path (a maps path: "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2") names a loader. */
 bool lib_watch__is_loader(const char *path);
+struct proc_mapping;
+
 /*
- * Hooks the loader file at path (as this process opens it, e.g. through
- * /proc/PID/root), whose identity (st_dev as major << 32 | minor, inode)
- * the caller read from the maps. Each file is tried once. Returns 1 when
- * newly hooked, 0 when tried before, or -errno: -ENOENT when the file
- * lacks _dl_debug_state or _r_debug (musl), -EACCES or -EPERM without
- * the capability that creating uprobes needs.
+ * Hooks the loader file that mapping m (borrowed) of process pid maps,
+ * opened with procmaps__open_file() through proc_root. Each file (device
+ * and inode, as maps names them) is tried once. Returns 1 when newly
+ * hooked, 0 when tried before, or -errno: -ENOENT when the file lacks
+ * _dl_debug_state or _r_debug (musl), -EACCES or -EPERM without the
+ * capability that creating uprobes needs.
  */
-int lib_watch__add_loader(struct lib_watch *w, const char *path, uint64_t dev, uint64_t ino);
+int lib_watch__add_loader(struct lib_watch *w, const char *proc_root, pid_t pid,
+			  const struct proc_mapping *m);
 
 /*
  * Calls fn with the pid of each load reported since the last call, in

@@ -10,12 +10,14 @@
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "agent/cgroup.h"
 #include "agent/proc_table.h"
 #include "agent/procmaps.h"
 #include "common/log.h"
+#include "common/safe_open.h"
 #include "symbolize/elf_file.h"
 
 #define PROC_BUCKETS 1024
@@ -139,28 +141,6 @@ static void _proc_refresh(struct proc_table *t, struct proc *p)
 }
 
 /*
- * Opens a binary through the process's root so that a process in a
- * container resolves its own files. When the path no longer leads to the
- * mapped file (deleted or replaced on disk), map_files still does.
- */
-static int _open_binary(struct proc_table *t, pid_t pid, const struct proc_mapping *m)
-{
-	char path[PATH_MAX];
-	struct stat st;
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/%d/root%s", t->proc_root, pid, m->path);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0 && fstat(fd, &st) == 0 && st.st_ino == m->inode)
-		return fd;
-	if (fd >= 0)
-		close(fd);
-	snprintf(path, sizeof(path), "%s/%d/map_files/%" PRIx64 "-%" PRIx64,
-		 t->proc_root, pid, m->start, m->end);
-	return open(path, O_RDONLY | O_CLOEXEC);
-}
-
-/*
  * The root directory to look for a binary's debug files under. A process
  * that shares the host's root gets "", so its symbols still resolve after
  * it has exited and /proc/PID/root has gone with it.
@@ -199,9 +179,10 @@ static struct binary *_binary_get(struct proc_table *t, pid_t pid, const struct 
 		_binary_free(b);
 		return NULL;
 	}
-	b->fd = _open_binary(t, pid, m);
+	b->fd = procmaps__open_file(t->proc_root, pid, m);
 	if (b->fd < 0) {
-		pr_debug("cannot open %s of pid %d: %s\n", m->path, pid, strerror(errno));
+		pr_debug("cannot open %s of pid %d: %s\n", m->path, pid, strerror(-b->fd));
+		b->fd = -1;
 	} else {
 		b->elf = elf_file__open(b->fd, b->root);
 		if (!b->elf)
@@ -410,19 +391,11 @@ unsigned int proc_table__sweep(struct proc_table *t, void (*gone)(void *ctx, pid
 /* Reads a small /proc file into buf, NUL-terminated, newline cut. Returns its length or -1. */
 static ssize_t _read_small(const char *path, char *buf, size_t len)
 {
-	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = safe_open__read_proc(AT_FDCWD, path, buf, len);
 
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, len - 1);
-	close(fd);
 	if (n < 0)
-		return -1;
-	buf[n] = '\0';
-	if (n && buf[n - 1] == '\n')
-		buf[--n] = '\0';
-	return n;
+		buf[0] = '\0';
+	return n < 0 ? -1 : n;
 }
 
 const struct proc_info *proc_table__info(struct proc_table *t, pid_t pid)
@@ -466,33 +439,101 @@ const struct proc_info *proc_table__info(struct proc_table *t, pid_t pid)
 	return p->info;
 }
 
-int proc_table__perfmap_path(struct proc_table *t, pid_t pid, char *buf, size_t len)
+/*
+ * From /proc/PID/status: the process's uids (real, effective, saved, file
+ * system) and its pid in its own pid namespace, which the JIT names its
+ * perf map with. Returns 0 or -errno.
+ */
+static int _status_ids(int piddir, uid_t uids[4], pid_t *nspid)
 {
-	char path[PATH_MAX], *line = NULL;
-	size_t cap = 0;
-	pid_t nspid = pid;
-	FILE *f;
+	struct safe_lines lr;
+	bool have_uids = false;
+	char *line;
+	size_t len;
+	int fd, err;
 
-	/* The JIT names the file with its own pid, which differs inside a pid namespace. */
-	snprintf(path, sizeof(path), "%s/%d/status", t->proc_root, pid);
-	f = fopen(path, "re");
-	if (f) {
-		while (getline(&line, &cap, f) > 0) {
-			char *last;
+	fd = safe_open__proc(piddir, "status");
+	if (fd < 0)
+		return fd;
+	/* Lines are short but for Groups:, which can be skipped. */
+	err = safe_lines__init(&lr, fd, 0, 4096, 1 << 20);
+	if (err)
+		goto out;
+	while ((line = safe_lines__next(&lr, &len, NULL))) {
+		unsigned int u[4];
+		char *last;
 
-			if (strncmp(line, "NSpid:", 6))
-				continue;
+		if (!strncmp(line, "Uid:", 4) &&
+		    sscanf(line + 4, "%u %u %u %u", &u[0], &u[1], &u[2], &u[3]) == 4) {
+			for (int i = 0; i < 4; i++)
+				uids[i] = u[i];
+			have_uids = true;
+		} else if (!strncmp(line, "NSpid:", 6)) {
 			last = strrchr(line, '\t');
 			if (last)
-				nspid = atoi(last + 1);
+				*nspid = atoi(last + 1);
 			break;
 		}
-		free(line);
-		fclose(f);
 	}
-	if (snprintf(buf, len, "%s/%d/root/tmp/perf-%d.map", t->proc_root, pid, nspid) >= (int)len)
-		return -ENAMETOOLONG;
-	return 0;
+	err = lr.err ? lr.err : have_uids ? 0 : -ENODATA;
+	safe_lines__release(&lr);
+out:
+	close(fd);
+	return err;
+}
+
+static const char *_refusal(int err)
+{
+	switch (err) {
+	case -ELOOP:
+		return "a symbolic link (not followed)";
+	case -EINVAL:
+		return "not a regular file";
+	case -EISDIR:
+		return "a directory";
+	case -EPERM:
+		return "not owned by the process's user";
+	default:
+		return strerror(-err);
+	}
+}
+
+int proc_table__open_perfmap(struct proc_table *t, pid_t pid)
+{
+	char path[PATH_MAX];
+	struct safe_open_opts o = { .n_uids = 4 };
+	uid_t uids[4];
+	pid_t nspid = pid;
+	int piddir, rootfd, fd;
+
+	/* One directory descriptor: status and root are the same process's, even if pid is reused. */
+	snprintf(path, sizeof(path), "%s/%d", t->proc_root, pid);
+	piddir = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (piddir < 0)
+		return -errno;
+	fd = _status_ids(piddir, uids, &nspid);
+	if (fd < 0)
+		goto out;
+	rootfd = openat(piddir, "root", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0) {
+		fd = -errno;
+		goto out;
+	}
+	/*
+	 * perf's rule, made for a reader running as root: the map must be
+	 * the process's own, as a JIT writes it. A map of another owner
+	 * (root's included, unless the process runs as root) may be
+	 * someone else's file put or mounted there.
+	 */
+	o.uids = uids;
+	snprintf(path, sizeof(path), "/tmp/perf-%d.map", nspid);
+	fd = safe_open__at(rootfd, path, &o, NULL);
+	close(rootfd);
+	if (fd < 0 && fd != -ENOENT)
+		pr_debug("perf map %s of pid %d: %s\n", path, pid, _refusal(fd));
+out:
+	close(piddir);
+	return fd;
 }
 
 void proc_table__for_each_binary(struct proc_table *t, void (*fn)(void *ctx, struct binary *b),

@@ -111,8 +111,15 @@ int proc_table__for_each_mapping(struct proc_table *t, pid_t pid,
 					   struct binary *b),
 				 void *ctx);
 
-/* Writes the perf map path of a process (through its root, with its namespaced pid). */
-int proc_table__perfmap_path(struct proc_table *t, pid_t pid, char *buf, size_t len);
+/*
+ * Opens the perf map of a process for reading: /tmp/perf-N.map below its
+ * root, N its pid in its own pid namespace, with the checks of
+ * common/safe_open.h (no link, a regular file, opened without blocking),
+ * owned by one of the process's uids. Returns the descriptor (owned), or
+ * -ENOENT (no map, or the process is gone), or another -errno for a file
+ * that is there but refused (logged at debug level).
+ */
+int proc_table__open_perfmap(struct proc_table *t, pid_t pid);
 
 /* Calls fn for every binary. */
 void proc_table__for_each_binary(struct proc_table *t, void (*fn)(void *ctx, struct binary *b),

@@ -1,12 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include "agent/procmaps.h"
+#include "common/safe_open.h"
+#include "symbolize/elf_file.h"
 
 int procmaps__parse_line(char *line, struct proc_mapping *m)
 {
@@ -41,20 +48,26 @@ static int _by_start(const void *a, const void *b)
 struct proc_maps *procmaps__read(const char *path)
 {
 	struct proc_mapping *tmp = NULL, m;
-	size_t n = 0, cap = 0, path_bytes = 0, line_cap = 0;
+	size_t n = 0, cap = 0, path_bytes = 0, len;
 	struct proc_maps *maps = NULL;
-	char *line = NULL, *names = NULL, *strings;
-	int err = 0;
-	FILE *f;
+	struct safe_lines lr = { 0 };
+	char *line, *names = NULL, *strings;
+	int err = 0, fd;
 
-	f = fopen(path, "re");
-	if (!f)
+	fd = safe_open__proc(AT_FDCWD, path);
+	if (fd < 0) {
+		errno = -fd;
 		return NULL;
+	}
+	if (safe_lines__init(&lr, fd, 0, PROCMAPS_LINE_MAX, PROCMAPS_MAX_BYTES)) {
+		err = ENOMEM;
+		goto out;
+	}
 	/*
 	 * Keep the paths in a temporary buffer first; the final block holds
 	 * the array followed by the strings, and path pointers are fixed up.
 	 */
-	while (getline(&line, &line_cap, f) > 0) {
+	while ((line = safe_lines__next(&lr, &len, NULL))) {
 		size_t plen;
 		char *nn;
 
@@ -87,8 +100,8 @@ struct proc_maps *procmaps__read(const char *path)
 		path_bytes += plen;
 		tmp[n++] = m;
 	}
-	if (ferror(f)) {
-		err = errno ? errno : EIO;
+	if (lr.err) {
+		err = -lr.err;
 		goto out;
 	}
 
@@ -107,8 +120,8 @@ struct proc_maps *procmaps__read(const char *path)
 	}
 	qsort(maps->m, n, sizeof(maps->m[0]), _by_start);
 out:
-	fclose(f);
-	free(line);
+	safe_lines__release(&lr);
+	close(fd);
 	free(names);
 	free(tmp);
 	if (err) {
@@ -135,4 +148,50 @@ const struct proc_mapping *procmaps__find(const struct proc_maps *maps, uint64_t
 			return m;
 	}
 	return NULL;
+}
+
+/*
+ * Opens the file a mapping maps. map_files is that very file, wherever its
+ * path leads now (deleted, replaced, or in a mount namespace whose paths
+ * we cannot follow); it needs CAP_CHECKPOINT_RESTORE. Its inode must be
+ * the one maps names, its device need not: on btrfs maps names the file
+ * system's device and fstat() the subvolume's.
+ *
+ * Otherwise the path is opened below the process's root with no link
+ * followed, and must lead to the device and inode maps names: anything
+ * else may be another file. On btrfs, whose inode numbers repeat across
+ * subvolumes, and on overlayfs before Linux 6.8, where maps names the
+ * layer's file and the path leads to the overlay's, that never holds.
+ */
+int procmaps__open_file(const char *proc_root, pid_t pid, const struct proc_mapping *m)
+{
+	const struct safe_open_opts caps = { .max_size = ELF_FILE_MAX_BYTES };
+	char path[PATH_MAX];
+	struct stat st;
+	int fd, rootfd;
+
+	snprintf(path, sizeof(path), "%s/%d/map_files/%" PRIx64 "-%" PRIx64,
+		 proc_root, pid, m->start, m->end);
+	fd = safe_open__link(path, &caps, &st);
+	if (fd >= 0 && st.st_ino == m->inode)
+		return fd;
+	if (fd >= 0)
+		close(fd);	/* remapped since maps was read */
+	else if (fd == -EINVAL || fd == -EFBIG)
+		return fd;
+
+	snprintf(path, sizeof(path), "%s/%d/root", proc_root, pid);
+	rootfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0)
+		return -errno;
+	fd = safe_open__at(rootfd, m->path, &caps, &st);
+	close(rootfd);
+	if (fd < 0)
+		return fd;
+	if (major(st.st_dev) != m->dev_major || minor(st.st_dev) != m->dev_minor ||
+	    st.st_ino != m->inode) {
+		close(fd);
+		return -ESTALE;
+	}
+	return fd;
 }

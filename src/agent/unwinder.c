@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/intern.h"
 #include "common/log.h"
+#include "common/safe_open.h"
 #include "symbolize/elf_file.h"
 #include "unwind/unwind_table.h"
 
@@ -156,14 +157,16 @@ void unwinder__free(struct unwinder *u)
 /* Opens the binary's separate debug file by build id, or returns -1. */
 static int _open_debug_file(const struct binary *b)
 {
+	const struct safe_open_opts caps = { .max_size = ELF_FILE_MAX_BYTES };
 	const char *bid = b->elf ? elf_file__build_id(b->elf) : "";
 	char path[PATH_MAX];
+	int fd;
 
 	if (strlen(bid) < 3)
 		return -1;
-	snprintf(path, sizeof(path), "%s/usr/lib/debug/.build-id/%.2s/%s.debug",
-		 b->root, bid, bid + 2);
-	return open(path, O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof(path), "/usr/lib/debug/.build-id/%.2s/%s.debug", bid, bid + 2);
+	fd = safe_open__in_root(b->root, path, &caps, NULL);
+	return fd < 0 ? -1 : fd;
 }
 
 /*

@@ -72,7 +72,8 @@ static const struct {
 	{ CAP_DAC_READ_SEARCH, "CAP_DAC_READ_SEARCH", false,
 	  "read binaries that only their owner may read, for symbols and unwind tables" },
 	{ CAP_CHECKPOINT_RESTORE, "CAP_CHECKPOINT_RESTORE", false,
-	  "open /proc/PID/map_files, for binaries deleted or replaced while they run" },
+	  "open /proc/PID/map_files, for binaries deleted or replaced while they run, "
+	  "and for every binary on btrfs and on overlayfs before Linux 6.8" },
 };
 
 int cmd__check_bpf_privileges(void)

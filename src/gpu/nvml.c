@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/profile.h"
+#include "common/safe_open.h"
 #include "gpu/nvml.h"
 #include "gpu/nvml_api.h"
 
@@ -988,12 +989,8 @@ static void _device(struct round *r, struct gpu *g)
 
 static void _read_small(const char *path, char *buf, size_t len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t got = fd < 0 ? -1 : read(fd, buf, len - 1);
-
-	if (fd >= 0)
-		close(fd);
-	buf[got > 0 ? got : 0] = '\0';
+	if (safe_open__read_proc(AT_FDCWD, path, buf, len) < 0)
+		buf[0] = '\0';
 }
 
 static struct proc_info *_proc(struct nvml *n, unsigned int pid, uint64_t round)

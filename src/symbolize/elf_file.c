@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/safe_open.h"
 #include "demangle.h"
 #include "elf_file.h"
 #include "gopclntab.h"
@@ -890,19 +891,17 @@ static int _resolve_from(struct search *s, int fd, Elf *e, uint32_t type,
  */
 static int _open_debug(const struct elf_file *f, const char *path, int *fdp, Elf **ep)
 {
+	const struct safe_open_opts caps = { .max_size = ELF_FILE_MAX_BYTES };
 	char id[sizeof(f->build_id)];
 	struct stat st;
 	Elf *e = NULL;
 	int fd, err;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* The path is below the process's root and names its files: never a link. */
+	fd = safe_open__in_root(f->debug_root, path, &caps, &st);
 	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st)) {
-		err = -errno;
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode) || (st.st_dev == f->dev && st.st_ino == f->ino)) {
+		return fd;
+	if (st.st_dev == f->dev && st.st_ino == f->ino) {
 		err = -ENOENT;
 		goto out;
 	}
@@ -933,17 +932,20 @@ out:
 	return 0;
 }
 
-/* Tries the build-id path, then the debuglink paths gdb uses, in gdb's order. */
+/*
+ * Tries the build-id path, then the debuglink paths gdb uses, in gdb's
+ * order. The paths are inside debug_root.
+ */
 static int _find_debug_file(const struct elf_file *f, int *fdp, Elf **ep)
 {
-	const char *root = f->debug_root, *name = f->debuglink;
+	const char *name = f->debuglink;
 	char path[PATH_MAX], dir[PATH_MAX];
 	const char *slash;
 	int len;
 
 	if (strlen(f->build_id) > 2) {
-		len = snprintf(path, sizeof(path), "%s/usr/lib/debug/.build-id/%.2s/%s.debug",
-			       root, f->build_id, f->build_id + 2);
+		len = snprintf(path, sizeof(path), "/usr/lib/debug/.build-id/%.2s/%s.debug",
+			       f->build_id, f->build_id + 2);
 		if (len > 0 && (size_t)len < sizeof(path) && !_open_debug(f, path, fdp, ep))
 			return 0;
 	}
@@ -954,13 +956,13 @@ static int _find_debug_file(const struct elf_file *f, int *fdp, Elf **ep)
 	if (len < 0 || (size_t)len >= sizeof(dir))
 		return -ENAMETOOLONG;
 
-	len = snprintf(path, sizeof(path), "%s%s/%s", root, dir, name);
+	len = snprintf(path, sizeof(path), "%s/%s", dir, name);
 	if (len > 0 && (size_t)len < sizeof(path) && !_open_debug(f, path, fdp, ep))
 		return 0;
-	len = snprintf(path, sizeof(path), "%s%s/.debug/%s", root, dir, name);
+	len = snprintf(path, sizeof(path), "%s/.debug/%s", dir, name);
 	if (len > 0 && (size_t)len < sizeof(path) && !_open_debug(f, path, fdp, ep))
 		return 0;
-	len = snprintf(path, sizeof(path), "%s/usr/lib/debug%s/%s", root, dir, name);
+	len = snprintf(path, sizeof(path), "/usr/lib/debug%s/%s", dir, name);
 	if (len > 0 && (size_t)len < sizeof(path) && !_open_debug(f, path, fdp, ep))
 		return 0;
 	return -ENOENT;

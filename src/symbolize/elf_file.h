@@ -29,10 +29,20 @@ typedef void (*symbol_cb)(void *ctx, size_t index, const char *name,
 struct elf_file;
 
 /*
+ * Binaries and debug files are opened with at most this size (see
+ * common/safe_open.h): everything read from one, symbol tables and unwind
+ * information, is bounded by its size, and the largest ELF files shipped
+ * (GPU libraries with their device code, debug files of browsers) are a
+ * few GB. A larger file is a sparse one made to keep the agent reading.
+ */
+#define ELF_FILE_MAX_BYTES (16ull << 30)
+
+/*
  * Opens the ELF file behind fd. Borrows fd: it is dup()ed, and the caller
  * keeps (and closes) its own. debug_root (borrowed, copied; NULL means "")
- * prefixes every path used to look for separate debug files: "" for the
- * host, "/proc/PID/root" for a process in another mount namespace.
+ * is the root directory below which separate debug files are looked for:
+ * "" for the host, "/proc/PID/root" for a process in another mount
+ * namespace. Below it, no symbolic link is followed (safe_open.h).
  * Returns an owned elf_file, or NULL with errno set: EBADF for a bad fd,
  * ENOEXEC when the file is not ELF, ENOMEM.
  */

@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "common/hex.h"
 #include "common/log.h"
+#include "common/safe_open.h"
 #include "demangle.h"
 #include "perfmap.h"
 
@@ -81,31 +86,44 @@ static size_t _lower_bound(const struct preq *r, size_t n, uint64_t addr)
  * lines claimed; that is the "last one wins" rule, and it needs no more than
  * one offset per request.
  */
-static void _pass1(FILE *fp, struct preq *reqs, size_t n)
+static int _pass1(struct safe_lines *lr, struct preq *reqs, size_t n)
 {
-	size_t cap = 0;
-	char *line = NULL, *name;
-	off_t off = 0;
-	ssize_t len;
+	uint64_t here;
+	size_t len;
+	char *line, *name;
 
-	while ((len = getline(&line, &cap, fp)) > 0) {
+	while ((line = safe_lines__next(lr, &len, &here))) {
 		uint64_t start, end;
-		off_t here = off;
 
-		off += len;
 		if (!_parse_line(line, &start, &end, &name))
 			continue;
 		for (size_t j = _lower_bound(reqs, n, start); j < n && reqs[j].addr < end; j++)
-			reqs[j].line = here;
+			reqs[j].line = (off_t)here;
 	}
-	free(line);
+	return lr->err;
+}
+
+/* Reads the line at offset at into buf (PERFMAP_LINE_MAX + 1 bytes); false if it is gone. */
+static bool _read_line_at(int fd, off_t at, char *buf, int *err)
+{
+	ssize_t got = pread(fd, buf, PERFMAP_LINE_MAX, at);
+	char *nl;
+
+	if (got < 0) {
+		*err = -errno;
+		return false;
+	}
+	buf[got] = '\0';
+	nl = memchr(buf, '\n', got);
+	if (nl)
+		*nl = '\0';
+	return got > 0 && (nl || got < PERFMAP_LINE_MAX);
 }
 
 /* Pass 2: reads each chosen line once and answers the requests it covers. */
-static int _pass2(FILE *fp, struct preq *reqs, size_t n, symbol_cb cb, void *ctx)
+static int _pass2(int fd, char *line, struct preq *reqs, size_t n, symbol_cb cb, void *ctx)
 {
-	size_t cap = 0, j = 0;
-	char *line = NULL;
+	size_t j = 0;
 	int err = 0;
 
 	qsort(reqs, n, sizeof(*reqs), _by_line);
@@ -117,11 +135,8 @@ static int _pass2(FILE *fp, struct preq *reqs, size_t n, symbol_cb cb, void *ctx
 		char *name = NULL, *dem = NULL;
 		bool ok;
 
-		ok = fseeko(fp, at, SEEK_SET) == 0 && getline(&line, &cap, fp) > 0 &&
-		     _parse_line(line, &start, &end, &name);
-		if (!ok)
-			err = ferror(fp) ? -EIO : err;
-		else
+		ok = _read_line_at(fd, at, line, &err) && _parse_line(line, &start, &end, &name);
+		if (ok)
 			dem = demangle(name);
 		for (; j < n && reqs[j].line == at; j++) {
 			struct preq *r = &reqs[j];
@@ -134,18 +149,18 @@ static int _pass2(FILE *fp, struct preq *reqs, size_t n, symbol_cb cb, void *ctx
 		}
 		free(dem);
 	}
-	free(line);
 	return err;
 }
 
-int perfmap__resolve(const char *path, const uint64_t *addrs, size_t n,
-		     symbol_cb cb, void *ctx)
+int perfmap__resolve_fd(int fd, const uint64_t *addrs, size_t n, symbol_cb cb, void *ctx)
 {
+	struct safe_lines lr = { 0 };
 	struct preq *reqs = NULL;
-	FILE *fp = NULL;
+	uint64_t from = 0;
+	struct stat st;
 	int err = 0;
 
-	if (!path || !cb || (n && !addrs))
+	if (fd < 0 || !cb || (n && !addrs))
 		return -EINVAL;
 	if (!n)
 		return 0;
@@ -159,19 +174,29 @@ int perfmap__resolve(const char *path, const uint64_t *addrs, size_t n,
 		reqs[i] = (struct preq){ .addr = addrs[i], .index = i, .line = -1 };
 	qsort(reqs, n, sizeof(*reqs), _by_addr);
 
-	fp = fopen(path, "re");
-	if (!fp) {
+	/*
+	 * A map larger than the cap is read from its last PERFMAP_MAX_BYTES:
+	 * later lines win, so the tail is what names the code running now.
+	 * The line the tail starts in is skipped up to its newline, which
+	 * reading from the byte before finds even when the tail starts a line.
+	 */
+	if (fstat(fd, &st)) {
 		err = -errno;
-		pr_debug("perfmap: cannot open %s: %s\n", path, strerror(-err));
 		goto out;
 	}
-	_pass1(fp, reqs, n);
-	if (ferror(fp)) {
-		err = -EIO;
+	if ((uint64_t)st.st_size > PERFMAP_MAX_BYTES)
+		from = (uint64_t)st.st_size - PERFMAP_MAX_BYTES - 1;
+	err = safe_lines__init(&lr, fd, from, PERFMAP_LINE_MAX, PERFMAP_MAX_BYTES + (from > 0));
+	if (err)
 		goto out;
-	}
-	clearerr(fp);
-	err = _pass2(fp, reqs, n, cb, ctx);
+	lr.skipping = from > 0;
+	err = _pass1(&lr, reqs, n);
+	if (err)
+		goto out;
+	if (lr.skipped > (from > 0))
+		pr_debug("perfmap: %" PRIu64 " lines longer than %d bytes skipped\n",
+			 lr.skipped - (from > 0), PERFMAP_LINE_MAX);
+	err = _pass2(fd, lr.buf, reqs, n, cb, ctx);
 out:
 	if (reqs) {
 		for (size_t j = 0; j < n; j++) {
@@ -182,8 +207,28 @@ out:
 		for (size_t i = 0; i < n; i++)
 			cb(ctx, i, NULL, 0);
 	}
-	if (fp)
-		fclose(fp);
+	safe_lines__release(&lr);
 	free(reqs);
+	return err;
+}
+
+int perfmap__resolve(const char *path, const uint64_t *addrs, size_t n, symbol_cb cb, void *ctx)
+{
+	int fd, err;
+
+	if (!path || !cb || (n && !addrs))
+		return -EINVAL;
+	if (!n)
+		return 0;
+	fd = path[0] == '/' ? safe_open__in_root("", path, NULL, NULL) :
+			      safe_open__at(AT_FDCWD, path, NULL, NULL);
+	if (fd < 0) {
+		pr_debug("perfmap: cannot open %s: %s\n", path, strerror(-fd));
+		for (size_t i = 0; i < n; i++)
+			cb(ctx, i, NULL, 0);
+		return fd;
+	}
+	err = perfmap__resolve_fd(fd, addrs, n, cb, ctx);
+	close(fd);
 	return err;
 }

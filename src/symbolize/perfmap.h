@@ -23,10 +23,34 @@
  * Perf maps only grow, to many MB for long-running JITs, so the file is not
  * loaded: pass 1 remembers, per requested address, the file offset of the
  * covering line; pass 2 seeks to just those lines. Memory is proportional
- * to n.
+ * to n, plus one line.
  *
- * Returns 0 (also when addresses stay unresolved), -ENOENT when the file is
- * missing, -EINVAL, -ENOMEM, or the -errno of reading.
+ * The file is written by the process being profiled, so it is read with
+ * caps: only its last PERFMAP_MAX_BYTES (the latest entries, which win),
+ * and lines longer than PERFMAP_LINE_MAX are skipped.
+ *
+ * Reads through fd (borrowed; its position does not matter), which the
+ * caller opened with the checks a file of another process needs (see
+ * common/safe_open.h and proc_table__open_perfmap()).
+ *
+ * Returns 0 (also when addresses stay unresolved), -EINVAL, -ENOMEM, or the
+ * -errno of reading.
+ */
+int perfmap__resolve_fd(int fd, const uint64_t *addrs, size_t n, symbol_cb cb, void *ctx);
+
+/*
+ * A read costs up to this many bytes: each second the agent re-reads the
+ * map of a JIT whose frames are still unnamed, and 64 MiB is about a
+ * million entries, more than the code a JIT keeps alive.
+ */
+#define PERFMAP_MAX_BYTES (64ull << 20)
+/* Longer lines are skipped: names of a few KB (C++ templates) still fit. */
+#define PERFMAP_LINE_MAX (64 << 10)
+
+/*
+ * perfmap__resolve_fd() on the file at path, opened with safe_open (no
+ * symbolic link, a regular file) but no owner check: for tools and tests.
+ * Returns -ENOENT when the file is missing, and the errors above.
  */
 int perfmap__resolve(const char *path, const uint64_t *addrs, size_t n,
 		     symbol_cb cb, void *ctx);

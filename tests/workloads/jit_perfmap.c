@@ -4,6 +4,12 @@
  * announces it in /tmp/perf-PID.map as jit_spin_loop, and calls it for the
  * given number of seconds. The JIT code has no frame pointer and no symbol
  * anywhere but in the perf map.
+ *
+ *   jit_perfmap SECONDS [wait]
+ *
+ * With "wait" it writes no perf map: it prints "PID ADDR SIZE" (hex
+ * address and size of its code) and waits for a line on stdin before it
+ * runs, so that a test can put whatever it likes at /tmp/perf-PID.map.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +45,8 @@ __attribute__((noinline)) static void run_jit(void (*fn)(void), double seconds)
 int main(int argc, char **argv)
 {
 	double seconds = argc > 1 ? atof(argv[1]) : 3;
-	char path[64];
+	int wait = argc > 2 && !strcmp(argv[2], "wait");
+	char path[64], line[16];
 	void *mem;
 	FILE *map;
 
@@ -51,6 +58,14 @@ int main(int argc, char **argv)
 	}
 	memcpy(mem, loop_code, sizeof(loop_code));
 
+	if (wait) {
+		printf("%d %lx %zx\n", getpid(), (unsigned long)mem, sizeof(loop_code));
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			return 1;
+		run_jit((void (*)(void))mem, seconds);
+		return 0;
+	}
 	snprintf(path, sizeof(path), "/tmp/perf-%d.map", getpid());
 	map = fopen(path, "w");
 	if (!map) {

@@ -26,6 +26,13 @@ $(WL)/%: tests/workloads/%.rs | $(DEPS_STAMP)
 WORKLOAD_SRCS := $(wildcard tests/workloads/*.c tests/workloads/*.cpp tests/workloads/*.go tests/workloads/*.rs)
 WORKLOADS := $(addprefix $(WL)/,$(basename $(notdir $(WORKLOAD_SRCS))))
 
+# The same program under other symbol names (replaced_bin.c says why).
+$(WL)/replaced_bin_imposter: tests/workloads/replaced_bin.c | $(DEPS_STAMP)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(WL_CFLAGS) -DSPIN=spin_imposter -o $@ $<
+WORKLOADS += $(WL)/replaced_bin_imposter
+
 # Workloads built the way most binaries in the wild are: optimised, without
 # frame pointers. Their stacks can only be complete through unwind tables.
 NOFP_CFLAGS := -O2 -g -fomit-frame-pointer -fasynchronous-unwind-tables
