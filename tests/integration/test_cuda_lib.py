@@ -101,12 +101,16 @@ class Traced:
         return host.returncode, out, err, lines
 
 
-def parse(lines):
+TIMELINE_KINDS = (6, 7)     # FW_CUDA_BUSY, FW_CUDA_COVERAGE: no work of their own
+
+
+def parse(lines, timeline=False):
+    """Launches and work records; with timeline, the busy timeline's records instead."""
     launches = [(int(l[1]), int(l[2])) for l in lines if l[0] == "L"]
     recs = [dict(corr=int(l[1]), kind=int(l[2]), weight=int(l[3]), start=int(l[4]), dur=int(l[5]),
                  bytes=int(l[6]), stream=int(l[7]), name=(l[8] if len(l) > 8 else ""))
             for l in lines if l[0] == "R"]
-    return launches, recs
+    return launches, [r for r in recs if (r["kind"] in TIMELINE_KINDS) == timeline]
 
 
 def test_library_shape():
@@ -508,9 +512,9 @@ def test_busy_timeline_complete_when_launches_are_sampled(fakes, tmp_path):
     truth = [tuple(map(int, l.split()[1:3])) for l in out.splitlines() if l.startswith("busy ")]
     loop = [tuple(map(int, l.split()[1:3])) for l in out.splitlines() if l.startswith("loop ")][0]
     assert len(truth) == 6, out
-    _, recs = parse(lines)
-    work = [r for r in recs if r["kind"] == 0]
-    assert work and max(r["weight"] for r in work) > 1, work     # attribution is sampled
+    _, work = parse(lines)
+    _, recs = parse(lines, timeline=True)
+    assert work and max(r["weight"] for r in work if r["kind"] == 0) > 1, work  # sampled
     busy = [(r["start"], r["start"] + r["dur"]) for r in recs if r["kind"] == 6]
     cover = _merged([(r["start"], r["start"] + r["dur"]) for r in recs if r["kind"] == 7])
     assert all(r["weight"] == 0 and r["corr"] == 0 for r in recs if r["kind"] >= 6), recs
