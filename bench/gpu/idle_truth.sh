@@ -32,5 +32,5 @@ for B in "$@"; do
 	sleep 12		# the agent's last batch (10 s) and the library's exit flush
 	python3 bench/gpu/idle_truth.py "$PORT" "$OUT/stalls-$name.json" "$name" \
 		| tee -a "$OUT/idle_truth.jsonl"
-	kill -INT $RUN; wait $RUN
+	kill -TERM $RUN; wait $RUN
 done
