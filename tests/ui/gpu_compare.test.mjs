@@ -254,6 +254,11 @@ describe('GPU time on the fake CUDA library (cuda_chain)', () => {
     const len = Number(B[1]) - Number(B[0]);
     assert.ok(Math.abs(Number(kit.param('compare_to')) - Number(B[0])) < 0.002, page.url());
     assert.ok(Math.abs(Number(kit.param('compare_from')) - (Number(B[0]) - len)) < 0.002, page.url());
+    // Swapped: the window before is now the selection, and B its baseline.
+    const before = [kit.param('compare_from'), kit.param('compare_to')];
+    await kit.act(() => page.locator('.compare-swap').click());
+    assert.deepEqual([kit.param('from'), kit.param('to')], before);
+    assert.deepEqual([kit.param('compare_from'), kit.param('compare_to')].map(Number), B.map(Number));
     await kit.act(() => page.locator('.compare-off').click());
     assert.equal(kit.param('compare_from'), null);
     // A relative range gets a relative baseline, which moves along with it.
