@@ -81,7 +81,7 @@ describe('GPU time on the fake CUDA library (cuda_chain)', () => {
   const test = checked(pageErrors);
   // Window A: the default phases of cuda_chain (kernelA, kernelB, a copy, an orphan
   // record); window B: `cuda_chain gap`, kernelA alone from train_step.
-  let A, B, pidA, pidB;
+  let A, B, G, pidA, pidB, split;
 
   /* Runs cuda_chain ARGS once the agent is attached; returns [pid, from, to] (Unix s). */
   async function chain(args) {
@@ -98,7 +98,7 @@ describe('GPU time on the fake CUDA library (cuda_chain)', () => {
     await waitFor(() => w.exitCode !== null, 'cuda_chain');
     assert.equal(w.exitCode, 0, out);
     assert.match(out, /done/);
-    return [w.pid, from, Date.now() / 1000];
+    return [w.pid, from, Date.now() / 1000, out];
   }
 
   async function top(pid, from, to) {
@@ -118,7 +118,15 @@ describe('GPU time on the fake CUDA library (cuda_chain)', () => {
     // Every record of the first run stored before the second starts: the windows do not overlap.
     await waitFor(async () => (await top(pidA, a0 - 1, a1 + 1))?.total_ns === 223000, 'the first run\'s GPU time', 30000);
     await sleep(1500);
-    [pidB, b0, b1] = await chain(['gap', '4', '150']);
+    // cpu_split (70 % hot_70, 30 % cold_30) burns a CPU all through the second
+    // run: alone it is the baseline of a CPU comparison over selectors.
+    split = spawn(join(BUILD, 'workloads/cpu_split'), ['6'], { stdio: 'ignore' });
+    await sleep(500);
+    let out;
+    [pidB, b0, b1, out] = await chain(['gap', '4', '150']);
+    // The gap loop alone, while it spins: "gap FROM_NS TO_NS".
+    const m = /gap (\d+) (\d+)/.exec(out);
+    G = [(Number(m[1]) / 1e9).toFixed(3), (Number(m[2]) / 1e9).toFixed(3)];
     await waitFor(async () => (await top(pidB, b0 - 1, b1 + 1))?.kernels?.[0]?.calls === 4, 'the second run\'s kernels', 30000);
     await sleep(1500);
     A = [(a0 - 0.5).toFixed(3), (a1 + 0.5).toFixed(3)];
@@ -133,6 +141,7 @@ describe('GPU time on the fake CUDA library (cuda_chain)', () => {
 
   after(async () => {
     await browser?.close();
+    if (split && split.exitCode === null) split.kill();
     await fw?.stop();
   });
 
@@ -233,13 +242,20 @@ describe('GPU time on the fake CUDA library (cuda_chain)', () => {
     assert.match(await page.locator('.compare-row').textContent(), new RegExp(`of \\{pid="${pidA}"\\}`));
     assert.ok(red(await kit.color('train_step')), `train_step ${await kit.color('train_step')}`);
     assert.ok(green(await kit.color('kernelB(float*, int)')), `kernelB ${await kit.color('kernelB(float*, int)')}`);
-    // CPU samples: the gap run spins in load_batch_stall and wait_for_gpu; the
-    // default run's few samples, if any, are elsewhere.
     await kit.act(() => page.locator('.ptype').selectOption('cpu'));
     assert.equal(kit.param('compare_q'), `{pid="${pidA}"}`);
-    const cpu = await page.evaluate(() => { const t = window.__flamewatch.flame.current; return { diff: !!t.base, sel: t.selTotal }; });
-    assert.ok(cpu.diff && cpu.sel > 0, JSON.stringify(cpu));
+    assert.equal(kit.param('type'), null);
+    // CPU samples while the gap run spun beside cpu_split: cpu_split alone is the
+    // baseline. Both processes burn a CPU, so cpu_split's frames keep about half
+    // their share (green) and the gap run's are new (red).
+    const both = encodeURIComponent(`{pid=~"${split.pid}|${pidB}"}`), alone = encodeURIComponent(`{pid="${split.pid}"}`);
+    await kit.go(`${fw.url}/?from=${G[0]}&to=${G[1]}&q=${both}&compare_from=${G[0]}&compare_to=${G[1]}&compare_q=${alone}`);
+    const cpu = await page.evaluate(() => { const t = window.__flamewatch.flame.current; return { base: t.baseTotal, sel: t.selTotal }; });
+    assert.ok(cpu.base > 0 && cpu.sel > cpu.base, JSON.stringify(cpu));
+    for (const f of ['hot_70', 'work_loop']) assert.ok(green(await kit.color(f)), `${f} ${await kit.color(f)}`);
     assert.ok(red(await kit.color('load_batch_stall')), `load_batch_stall ${await kit.color('load_batch_stall')}`);
+    assert.ok(grey(await kit.color('all')), `all ${await kit.color('all')}`);
+    await page.screenshot({ path: join(OUT, 'compare-cpu-flamegraph.png'), fullPage: true });
     await kit.act(() => page.locator('.tabs button[data-view="table"]').click());
     const head = await page.locator('.fn-table th').allTextContents();
     assert.deepEqual(head, ['Function', 'Binary', 'Baseline self', 'Selection self', 'Difference (self) ▼', 'Difference (total)']);
