@@ -69,5 +69,5 @@ export interface SeriesJSON {
 export interface ChartJSON {
   from: number; to: number; stride: number; samples: number;
   frames: [string, string, number][]; stacks: number[][]; comms: string[];
-  lanes: { pid: number; tid: number; comm: number; events: [number, number, number][] }[];
+  lanes: { pid: number; tid: number; comm: number; events: [number, number, number][]; label?: string }[];
 }

@@ -92,7 +92,7 @@ export class FlameChart {
     }
     close(0, prevEnd);
     return {
-      label: `${d.comms[l.comm] ?? '?'} ${l.pid}/${l.tid}`, samples, depth: rows.length,
+      label: l.label ?? `${d.comms[l.comm] ?? '?'} ${l.pid}/${l.tid}`, samples, depth: rows.length,
       rows: rows.map((r) => {
         // Blocks of one depth come out in end order; sort by start for the hit test.
         const idx = Array.from({ length: r.length / 3 }, (_, i) => i).sort((a, b) => r[a * 3] - r[b * 3]);

@@ -2,7 +2,9 @@
 // path and one fill per colour), subtrees narrower than half a pixel are
 // skipped whole (preorder: a subtree is a contiguous range), and labels
 // are cut by a measured character width instead of measureText per node.
-import { Palette, type ColorMode, basename, category } from './colors';
+import { Palette, type ColorMode, basename, category, diffIndex, diffPalette } from './colors';
+import { change, isDiff } from './diff';
+import { shortKernelName } from './kname';
 import { type Tree, KIND_NAMES, fmtValue, pct } from './profile';
 
 const ROW = 18;
@@ -53,9 +55,15 @@ export class FlameGraph {
   setTree(t: Tree, mode: ColorMode): void {
     this.tree = t;
     this.mode = mode;
-    this.palette = new Palette();
     this.colors = new Int32Array(t.n);
-    for (let i = 0; i < t.n; i++) this.colors[i] = this.palette.index(mode, t.kind[i], t.binaries[t.bin[i]] ?? '', t.names[t.name[i]]);
+    // A comparison is coloured by how each frame's share changed, not by binary.
+    if (isDiff(t)) {
+      this.palette = diffPalette();
+      for (let i = 0; i < t.n; i++) this.colors[i] = diffIndex(change(t, i));
+    } else {
+      this.palette = new Palette();
+      for (let i = 0; i < t.n; i++) this.colors[i] = this.palette.index(mode, t.kind[i], t.binaries[t.bin[i]] ?? '', t.names[t.name[i]]);
+    }
     this.zoom = 0;
     this.match = null;
   }
@@ -64,24 +72,25 @@ export class FlameGraph {
   get zoomNode(): number { return this.zoom; }
   setZoom(i: number): void { this.zoom = this.tree && i < this.tree.n ? i : 0; this.render(); }
 
-  /* Highlights nodes whose name matches; returns the summed total of the outermost matches. */
-  setSearch(re: RegExp | null): { sum: number; count: number } {
+  /* Highlights nodes whose name matches; returns the outermost matches and their summed total. */
+  setSearch(re: RegExp | null): { sum: number; count: number; outer: number[] } {
     const t = this.tree;
-    if (!t || !re) { this.match = null; this.render(); return { sum: 0, count: 0 }; }
+    if (!t || !re) { this.match = null; this.render(); return { sum: 0, count: 0, outer: [] }; }
     const nameHit = t.names.map((s) => re.test(s));
     const m = new Uint8Array(t.n);
     let sum = 0, count = 0;
+    const outer: number[] = [];
     for (let i = 0; i < t.n; i++) {
       if (!nameHit[t.name[i]] || i === 0) continue;
       m[i] = 1; count++;
     }
     // Sum only matches with no matching ancestor, so nested matches count once.
     for (let i = 1; i < t.n;) {
-      if (m[i]) { sum += t.total[i]; i = t.end[i]; } else i++;
+      if (m[i]) { sum += t.total[i]; outer.push(i); i = t.end[i]; } else i++;
     }
     this.match = m;
     this.render();
-    return { sum, count };
+    return { sum, count, outer };
   }
 
   /* The legend: categories with their colour and value in the zoomed subtree. */
@@ -96,7 +105,7 @@ export class FlameGraph {
     const v = new Map<string, number>();
     for (let i = 0; i < t.n; i++) {
       if (!t.self[i]) continue;
-      const cat = category(this.mode, t.kind[i], t.binaries[t.bin[i]] ?? '');
+      const cat = category(this.mode, t.kind[i], t.binaries[t.bin[i]] ?? '', t.names[t.name[i]]);
       v.set(cat, (v.get(cat) ?? 0) + t.self[i]);
     }
     return [...v].map(([cat, value]) => ({ cat, color: this.palette.categoryColor(cat), value }))
@@ -183,6 +192,7 @@ export class FlameGraph {
       const i = labels[j], x = labels[j + 1], width = labels[j + 2];
       const max = Math.floor((width - 6) / this.charW);
       let s = t.names[t.name[i]];
+      if (t.kind[i] === 4 && s.length > max) s = shortKernelName(s);
       if (s.length > max) s = max > 2 ? s.slice(0, max - 1) + '…' : '';
       if (s) ctx.fillText(s, x + 3, yOf(t.depth[i]) + ROW / 2);
     }
@@ -229,6 +239,23 @@ export class FlameGraph {
     return v;
   }
 
+  /* The widest node named name, or -1 (for the browser tests). */
+  find(name: string): number {
+    const t = this.tree;
+    let best = -1;
+    if (t) for (let i = 0; i < t.n; i++) if (t.names[t.name[i]] === name && (best < 0 || t.total[i] > t.total[best])) best = i;
+    return best;
+  }
+
+  /* Where node i is drawn, in CSS px from the canvas's top left, or null (for the browser tests). */
+  rect(i: number): { x: number; y: number; w: number; h: number } | null {
+    const t = this.tree, z = this.zoom;
+    if (!t || i < 0 || i >= t.n || i < z || i >= t.end[z]) return null;
+    const scale = this.width / (t.total[z] || 1), h = (t.maxDepth + 1) * ROW;
+    const y = this.opts.flame ? h - (t.depth[i] + 1) * ROW : t.depth[i] * ROW;
+    return { x: (t.x[i] - t.x[z]) * scale, y, w: t.total[i] * scale, h: ROW - 1 };
+  }
+
   /* The node under the mouse, or -1. */
   hit(e: MouseEvent): number {
     const t = this.tree;
@@ -261,9 +288,18 @@ export class FlameGraph {
     this.tip.innerHTML = '';
     const line = (cls: string, text: string) => { const d = document.createElement('div'); d.className = cls; d.textContent = text; this.tip.append(d); };
     line('tip-name', t.names[t.name[i]]);
-    line('tip-bin', `${bin ? basename(bin) : ''} ${KIND_NAMES[t.kind[i]] ?? ''}`.trim());
-    line('', `total: ${fmtValue(t.total[i], t.unit)} (${pct(t.total[i], root)}${this.zoom ? `, ${pct(t.total[i], zt)} of zoom` : ''})`);
-    line('', `self: ${fmtValue(t.self[i], t.unit)} (${pct(t.self[i], root)})`);
+    line('tip-bin', `${bin ? basename(bin) : ''} ${t.kind[i] === 4 ? 'GPU' : KIND_NAMES[t.kind[i]] ?? ''}`.trim());
+    if (isDiff(t)) {
+      const b = t.baseTotal > 0 ? t.base[i] / t.baseTotal : 0, s = t.selTotal > 0 ? t.sel[i] / t.selTotal : 0;
+      const d = (100 * (s - b));
+      line('', `baseline: ${fmtValue(t.base[i], t.valueUnit)} (${pct(t.base[i], t.baseTotal)})`);
+      line('', `selection: ${fmtValue(t.sel[i], t.valueUnit)} (${pct(t.sel[i], t.selTotal)})`);
+      line(d > 0 ? 'tip-grew' : d < 0 ? 'tip-shrank' : '', `difference: ${d >= 0 ? '+' : '−'}${Math.abs(d).toFixed(Math.abs(d) < 0.1 ? 3 : 1)} points of share` +
+        (b > 0 && s > 0 ? ` (×${(s / b).toFixed(2)})` : b > 0 ? ' (gone)' : ' (new)'));
+    } else {
+      line('', `total: ${fmtValue(t.total[i], t.unit)} (${pct(t.total[i], root)}${this.zoom ? `, ${pct(t.total[i], zt)} of zoom` : ''})`);
+      line('', `self: ${fmtValue(t.self[i], t.unit)} (${pct(t.self[i], root)})`);
+    }
     const r = this.el.getBoundingClientRect();
     this.tip.style.display = 'block';
     const tx = e.clientX - r.left + 14, ty = e.clientY - r.top + 14;

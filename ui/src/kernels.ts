@@ -2,7 +2,7 @@
 // copy or memset while it ran on the GPU (GET /api/v1/gpu/kernels). Kernels
 // take their process's colour, copies and memsets are grey. A click on a
 // box shows the CPU stack that launched it.
-import { ApiError, getJSON, url } from './api';
+import { ApiError, getJSON, url, type ChartJSON } from './api';
 import { Brush, drawSelection, plotColumns, processColor } from './axis';
 import { fmtDuration, fmtTime } from './state';
 import type { OnSelect, TimeContext, Track } from './timeline';
@@ -17,6 +17,34 @@ export interface KernelsJSON {
 }
 
 const ROW = 14, TOP = 14;
+
+const KIND_OF: Record<string, number> = { native: 0, kernel: 1, jit: 2, python: 3, 'cuda-kernel': 4, ruby: 5 };
+
+/*
+ * The GPU-time flame chart: one lane per GPU stream, each kernel, copy or
+ * set a block as long as it ran on the GPU, under the CPU stack that
+ * launched it. Built from the kernel intervals rather than from gpu_time
+ * samples, which keep only when each record started and not how long it
+ * ran: a flame chart of samples would stretch each kernel to the next.
+ */
+export function kernelChart(d: KernelsJSON): ChartJSON {
+  const frames: ChartJSON['frames'] = d.frames.map((f) => [f.name, f.binary, KIND_OF[f.kind] ?? 0]);
+  const leaf = new Map<string, number>(), stacks: number[][] = [], stackOf = new Map<string, number>();
+  const lanes = new Map<string, ChartJSON['lanes'][number]>();
+  for (const k of d.intervals) {
+    let f = leaf.get(k.name);
+    if (f === undefined) { f = frames.length; frames.push([k.name, '', 4]); leaf.set(k.name, f); }
+    const path = [...(k.stack === null ? [] : d.stacks[k.stack] ?? []), f];
+    const key = path.join(',');
+    let s = stackOf.get(key);
+    if (s === undefined) { s = stacks.length; stacks.push(path); stackOf.set(key, s); }
+    const lk = `${k.device}/${k.stream}`;
+    let l = lanes.get(lk);
+    if (!l) lanes.set(lk, l = { pid: k.device, tid: k.stream, comm: 0, events: [], label: `gpu ${k.device} stream ${k.stream}` });
+    l.events.push([k.start, k.end, s]);
+  }
+  return { from: d.from, to: d.to, stride: 1, samples: d.intervals.length, frames, stacks, comms: ['gpu'], lanes: [...lanes.values()] };
+}
 
 export class KernelTrack implements Track {
   readonly el = document.createElement('div');

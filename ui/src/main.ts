@@ -7,13 +7,17 @@ import { FlameChart } from './flamechart';
 import { FlameGraph } from './flamegraph';
 import { LabelInput } from './labels';
 import { type Tree, applyFilters, findPath, fromJSON, pathOf, fmtValue, pct, safeRegExp } from './profile';
+import { type DiffTree, diffTrees, isDiff } from './diff';
+import { DIFF_SAME, diffPalette } from './colors';
+import { KernelTable, type KernelsTopJSON } from './kerneltable';
+import { shortKernelName } from './kname';
 import { SandwichView } from './sandwich';
 import { type State, DEFAULTS, encode, fmtDuration, fmtTime, parseTime, read, resolveTime } from './state';
 import { FunctionTable } from './table';
 import { SamplesChart, type TimeContext, type Track } from './timeline';
 import { GpuCharts } from './gpucharts';
 import { CpuStrips } from './strips';
-import { KernelTrack, type KernelJSON, type KernelsJSON } from './kernels';
+import { KernelTrack, kernelChart, type KernelJSON, type KernelsJSON } from './kernels';
 import { IdlePanel } from './idle';
 
 const $ = <T extends HTMLElement>(html: string): T => {
@@ -42,6 +46,7 @@ app.innerHTML = `
   <button class="token-btn" title="bearer token">token</button>
 </header>
 <div class="query-row">
+  <label>profile <select class="ptype" aria-label="profile type"><option value="cpu">CPU samples</option><option value="gpu_time">GPU time</option></select></label>
   <span class="label-slot"></span>
   <button class="apply">apply</button>
   <label>stack by <select class="by"></select></label>
@@ -50,7 +55,12 @@ app.innerHTML = `
 <section class="tracks"></section>
 <div class="window-row"><span class="window-text"></span>
   <button class="zoom-sel" hidden>zoom to selection</button><button class="clear-sel" hidden>clear selection</button>
+  <button class="open-cpu" hidden title="the CPU flame graph of this window">CPU flame graph</button><button class="open-gpu" hidden title="the GPU-time flame graph of this window: GPU time under the CPU stacks that launched it">GPU-time flame graph</button>
+  <button class="compare-prev" title="compare this window with the one just before it, as long">compare with the window before</button><button class="set-base" hidden title="compare other windows with this one">use as baseline</button>
   <span class="gpu-procs"></span></div>
+<div class="compare-row" hidden><span class="compare-text"></span>
+  <label>baseline selector <input class="compare-q" placeholder="the same as above" spellcheck="false" size="34"></label>
+  <button class="compare-swap" title="swap the baseline and the selection">swap</button><button class="compare-off" title="stop comparing">×</button></div>
 <div class="toolbar">
   <nav class="tabs">
     <button data-view="flame">Flame graph</button><button data-view="chart">Flame chart</button>
@@ -69,7 +79,7 @@ app.innerHTML = `
   <label>focus <input class="focus" placeholder="function" spellcheck="false" list="focus-functions"></label>
   <datalist id="focus-functions"></datalist>
   <label><input type="checkbox" class="invert"> invert stack</label>
-  <span class="focus-chip" hidden></span>
+  <span class="focus-chip" hidden></span><span class="through-chip" hidden></span>
 </div>
 <div class="notice" hidden></div>
 <div class="breadcrumb"></div>
@@ -146,12 +156,46 @@ q('.zoom-sel').addEventListener('click', () => {
   if (state.sf !== undefined && state.st !== undefined) navigate({ from: state.sf.toFixed(3), to: state.st.toFixed(3), sf: undefined, st: undefined });
 });
 q('.clear-sel').addEventListener('click', () => navigate({ sf: undefined, st: undefined }));
+// From the timeline, the window's flame graph of either type, one click each.
+q('.open-cpu').addEventListener('click', () => navigate({ page: 'profile', type: 'cpu', view: 'flame', zoom: '', through: '' }));
+q('.open-gpu').addEventListener('click', () => navigate({ page: 'profile', type: 'gpu_time', view: 'flame', zoom: '', through: '' }));
+
+// ---- comparison --------------------------------------------------------------
+/* "now-30m" for a time that many seconds before now, to keep a relative range relative. */
+const ago = (sec: number) => `now-${sec % 60 === 0 ? `${sec / 60}m` : `${+sec.toFixed(3)}s`}`;
+q('.compare-prev').addEventListener('click', () => {
+  const w = window_(), len = w.to - w.from;
+  // A range that ends now moves on: its baseline must move along with it.
+  const rel = state.sf === undefined && state.to === 'now';
+  const now = Date.now() / 1000, back = Math.round(now - w.from);
+  navigate(rel && Math.abs(now - w.to) < 1 && Number.isInteger(len)
+    ? { compare_from: ago(back + len), compare_to: ago(back) }
+    : { compare_from: (w.from - len).toFixed(3), compare_to: w.from.toFixed(3) });
+});
+q('.set-base').addEventListener('click', () => {
+  if (state.sf === undefined || state.st === undefined) return;
+  navigate({ compare_from: state.sf.toFixed(3), compare_to: state.st.toFixed(3), compare_q: undefined, sf: undefined, st: undefined });
+});
+q('.compare-off').addEventListener('click', () => navigate({ compare_from: undefined, compare_to: undefined, compare_q: undefined }));
+q('.compare-swap').addEventListener('click', () => {
+  const w = window_(), bq = state.compare_q;
+  navigate({ compare_from: w.from.toFixed(3), compare_to: w.to.toFixed(3), compare_q: bq === undefined ? undefined : state.q,
+    from: state.compare_from!, to: state.compare_to!, sf: undefined, st: undefined, q: bq ?? state.q });
+});
+q<HTMLInputElement>('.compare-q').addEventListener('change', (e) => {
+  const v = (e.target as HTMLInputElement).value.trim();
+  navigate({ compare_q: v === '' ? undefined : v });
+});
+const comparing = () => state.compare_from !== undefined && state.compare_to !== undefined;
 
 const labels = new LabelInput((v) => navigate({ q: v }));
 q('.label-slot').append(labels.el);
 q('.apply').addEventListener('click', () => navigate({ q: labels.input.value.trim() }));
 const bySel = q<HTMLSelectElement>('.by');
 bySel.addEventListener('change', () => navigate({ by: bySel.value }));
+const typeSel = q<HTMLSelectElement>('.ptype');
+// A zoom path, sandwich function or kernel of one type means nothing in the other.
+typeSel.addEventListener('change', () => navigate({ type: typeSel.value as State['type'], zoom: '', fn: '', through: '' }));
 
 app.querySelectorAll<HTMLButtonElement>('.tabs button').forEach((b) =>
   b.addEventListener('click', () => navigate({ view: b.dataset.view as State['view'] })));
@@ -209,7 +253,10 @@ function showKernelStack(k: KernelJSON, d: KernelsJSON): void {
   head.textContent = `${k.name} — ${k.kind}, ${fmtDuration((k.end - k.start) / 1e9)} on gpu ${k.device} stream ${k.stream}, launched by ${k.comm} (pid ${k.pid}):`;
   const close = $<HTMLButtonElement>('<button title="close">×</button>');
   close.addEventListener('click', () => { box.hidden = true; });
-  head.append(' ', close);
+  // All of this kernel's launches in the window, as a GPU-time flame graph.
+  const all = $<HTMLButtonElement>('<button class="ks-flame">GPU-time flame graph of its launches</button>');
+  all.addEventListener('click', () => navigate({ page: 'profile', type: 'gpu_time', view: 'flame', through: k.name, zoom: '', focus: '' }));
+  head.append(' ', all, ' ', close);
   const list = document.createElement('ol');
   list.className = 'ks-frames';
   const frames = k.stack === null ? [] : (d.stacks[k.stack] ?? []).map((f) => d.frames[f]).reverse();
@@ -253,12 +300,16 @@ const flame = new FlameGraph({
 });
 const chart = new FlameChart((sel) => selectWindow(sel));
 const table = new FunctionTable((fn) => navigate({ view: 'sandwich', fn }));
+// With GPU time the table lists kernels; a click shows the stacks that launched one.
+const kernelTable = new KernelTable((name) => navigate({ view: 'flame', through: name, zoom: '', focus: '' }));
 const sand = new SandwichView((fn) => navigate({ fn }));
 const viewEls: Record<State['view'], HTMLElement> = { flame: flame.el, chart: chart.el, table: table.el, sandwich: sand.el };
-views.append(...Object.values(viewEls));
+views.append(...Object.values(viewEls), kernelTable.el);
 
 let profile: Tree | null = null;   // as the server sent it
 let shown: Tree | null = null;     // after filters
+let baseShown: Tree | null = null; // the baseline, after the same filters, when comparing
+let kernelsTop: KernelsTopJSON | null = null, baseKernelsTop: KernelsTopJSON | null = null;
 let chartData: ChartJSON | null = null;
 let chartKey = '';
 let inflight: AbortController | null = null;
@@ -270,7 +321,16 @@ function window_(): { from: number; to: number } {
 }
 function apiParams(extra: Record<string, string | number> = {}) {
   const w = window_();
-  return { from: w.from.toFixed(3), to: w.to.toFixed(3), query: state.q, ...extra };
+  return { from: w.from.toFixed(3), to: w.to.toFixed(3), query: state.q, type: state.type === 'cpu' ? '' : state.type, ...extra };
+}
+/* The baseline's window (Unix seconds) and selector. */
+function baseWindow(): { from: number; to: number; query: string } {
+  const now = Date.now() / 1000;
+  return { from: resolveTime(state.compare_from!, now), to: resolveTime(state.compare_to!, now), query: state.compare_q ?? state.q };
+}
+function baseParams(extra: Record<string, string | number> = {}) {
+  const b = baseWindow();
+  return { ...apiParams(extra), from: b.from.toFixed(3), to: b.to.toFixed(3), query: b.query };
 }
 
 function showBanner(kind: string, html: string): void {
@@ -303,6 +363,13 @@ function applySearch(): void {
   const out = q('.search-result');
   if (state.view === 'chart') { chart.setSearch(re); out.textContent = ''; return; }
   const r = flame.setSearch(re);
+  const t = flame.current;
+  if (re && isDiff(t)) {
+    let b = 0, s = 0;
+    for (const i of r.outer) { b += t.base[i]; s += t.sel[i]; }
+    out.textContent = `${r.count} matches: baseline ${pct(b, t.baseTotal)}, selection ${pct(s, t.selTotal)}`;
+    return;
+  }
   out.textContent = re && shown ? `${r.count} matches: ${fmtValue(r.sum, shown.unit)} (${pct(r.sum, shown.total[0])})` : '';
 }
 
@@ -310,6 +377,20 @@ function drawLegend(): void {
   const leg = q('.legend');
   leg.innerHTML = '';
   if (state.view !== 'flame' && state.view !== 'sandwich') return;
+  const d = flame.current;
+  if (isDiff(d)) {
+    const p = diffPalette(), steps = (p.colors.length - 1) / 2;
+    const item = (color: string, text: string) => {
+      const s = $<HTMLSpanElement>(`<span class="item"><i style="background:${color}"></i></span>`);
+      s.append(text);
+      leg.append(s);
+    };
+    item(p.colors[2 * steps], 'share shrank (only in the baseline: deepest)');
+    item(DIFF_SAME, 'about the same');
+    item(p.colors[steps], 'share grew (only in the selection: deepest)');
+    leg.append(`baseline ${fmtValue(d.baseTotal, d.valueUnit)}, selection ${fmtValue(d.selTotal, d.valueUnit)}; width: the mean of both shares`);
+    return;
+  }
   const src = state.invert && profile ? applyFilters(profile, { ...state, invert: false }) : undefined;
   for (const r of flame.legend(src).slice(0, 16)) {
     const s = $<HTMLSpanElement>(`<span class="item"><i style="background:${r.color}"></i></span>`);
@@ -343,6 +424,34 @@ function syncControls(): void {
   if (document.activeElement !== q('.to-input')) q<HTMLInputElement>('.to-input').value = showTime(state.to);
   const sel = state.sf !== undefined;
   q('.zoom-sel').hidden = !sel; q('.clear-sel').hidden = !sel;
+  // Comparing is the profile page's; the timeline opens either type of flame graph.
+  q('.set-base').hidden = !sel || tl;
+  q('.compare-prev').hidden = tl;
+  q('.open-cpu').hidden = q('.open-gpu').hidden = !tl;
+  typeSel.value = state.type;
+  // The table of the GPU-time profile is the kernel table.
+  const kt = state.view === 'table' && state.type === 'gpu_time';
+  table.el.hidden = state.view !== 'table' || kt;
+  kernelTable.el.hidden = !kt;
+  const cmp = comparing();
+  q('.compare-row').hidden = !cmp || tl;
+  if (cmp) {
+    const b = baseWindow();
+    q('.compare-text').textContent = `Compared with the baseline ${fmtTime(b.from)} → ${fmtTime(b.to)} (${fmtDuration(b.to - b.from)})` +
+      (state.compare_q !== undefined ? ` of ${state.compare_q || 'everything'}` : '') + ': red grew, green shrank.';
+    if (document.activeElement !== q('.compare-q')) q<HTMLInputElement>('.compare-q').value = state.compare_q ?? '';
+  }
+  const tc = q('.through-chip');
+  tc.hidden = !state.through;
+  tc.innerHTML = '';
+  if (state.through) {
+    const sp = document.createElement('span');
+    sp.textContent = `stacks through ${shortKernelName(state.through)} `;
+    sp.title = state.through;
+    const x = $<HTMLButtonElement>('<button title="show all stacks">×</button>');
+    x.addEventListener('click', () => navigate({ through: '', zoom: '' }));
+    tc.append(sp, x);
+  }
   const w = window_();
   q('.window-text').textContent = `${sel ? 'Selected window' : 'Window'}: ${fmtTime(w.from)} → ${fmtTime(w.to)} (${fmtDuration(w.to - w.from)})` +
     (sel ? '' : ' — drag on the chart to select a part');
@@ -378,17 +487,26 @@ function handleError(e: unknown): boolean {
   return false;
 }
 
+let diffKey: [Tree | null, Tree | null, DiffTree | null] = [null, null, null];
+/* The comparison's merged tree, built once per pair of filtered trees. */
+function diffTree(): DiffTree {
+  if (diffKey[0] !== baseShown || diffKey[1] !== shown) diffKey = [baseShown, shown, diffTrees(baseShown!, shown!)];
+  return diffKey[2]!;
+}
+
 function renderViews(): void {
   if (!profile) return;
+  const graph = baseShown ? diffTree() : shown!;
   if (state.view === 'flame') {
-    flame.setTree(shown!, state.color);
-    flame.setZoom(findPath(shown!, state.zoom));
+    flame.setTree(graph, state.color);
+    flame.setZoom(findPath(graph, state.zoom));
     drawBreadcrumb();
   } else {
     q('.breadcrumb').innerHTML = '';
   }
-  if (state.view === 'table') table.setTree(shown!);
-  if (state.view === 'sandwich') { sand.show(shown!, state.fn, state.color); flame.setTree(shown!, state.color); }
+  if (state.view === 'table' && state.type === 'gpu_time' && kernelsTop) kernelTable.set(kernelsTop, baseKernelsTop);
+  else if (state.view === 'table') table.setTree(shown!, baseShown);
+  if (state.view === 'sandwich') { sand.show(shown!, state.fn, state.color, baseShown); flame.setTree(graph, state.color); }
   applySearch();
   drawLegend();
 }
@@ -396,13 +514,30 @@ function renderViews(): void {
 async function loadChart(signal: AbortSignal): Promise<void> {
   chart.axis = rangeNow();
   const key = JSON.stringify([apiParams(), state.color]);
+  // A time-ordered chart has no baseline to be coloured against.
+  const only = comparing() ? 'The flame chart shows the selection only; the flame graph, table and sandwich compare. ' : '';
+  if (only) { notice.hidden = false; notice.textContent = only; }
   if (key === chartKey && chartData) { chart.resetView(); return; }
-  chartData = await getJSON<ChartJSON>(url('/api/v1/flamechart', apiParams()), signal);
+  if (state.type === 'gpu_time') {
+    const { from, to, query } = apiParams();
+    try {
+      chartData = kernelChart(await getJSON<KernelsJSON>(url('/api/v1/gpu/kernels', { from, to, query }), signal));
+    } catch (e) {
+      // More intervals than the route sends: say so, as the CPU chart does for its stride.
+      if (!(e instanceof ApiError) || e.status !== 400) throw e;
+      chartData = null;
+      notice.hidden = false;
+      notice.textContent = `${only}GPU flame chart: ${e.message}`;
+      return;
+    }
+  } else {
+    chartData = await getJSON<ChartJSON>(url('/api/v1/flamechart', apiParams()), signal);
+  }
   chartKey = key;
   chart.setData(chartData, state.color);
   if (chartData.stride > 1) {
     notice.hidden = false;
-    notice.textContent = `The flame chart keeps one sample in ${chartData.stride} of this window (${chartData.samples.toLocaleString()} shown): select a shorter window for every sample.`;
+    notice.textContent = `${only}The flame chart keeps one sample in ${chartData.stride} of this window (${chartData.samples.toLocaleString()} shown): select a shorter window for every sample.`;
   }
 }
 
@@ -417,22 +552,28 @@ export async function load(): Promise<void> {
   const t0 = performance.now();
   const [a, b] = rangeNow();
   labels.resetCache({ from: a, to: b });
-  const ctx: TimeContext = { from: a, to: b, query: state.q, by: state.by, selection: state.sf !== undefined ? [state.sf, state.st!] as [number, number] : null, signal: ac.signal };
+  const ctx: TimeContext = { from: a, to: b, query: state.q, by: state.by, type: state.type, selection: state.sf !== undefined ? [state.sf, state.st!] as [number, number] : null, signal: ac.signal };
   // A new selection in the same range only moves the tracks' selection.
-  const key = JSON.stringify([state.page, a, b, state.q, state.by]);
+  const key = JSON.stringify([state.page, a, b, state.q, state.by, state.type]);
   const same = key === trackKey && state.to !== 'now';
   const tl = state.page === 'timeline';
   const w = window_();
+  const cmp = comparing() && !tl;
+  const kt = state.type === 'gpu_time' && state.view === 'table' && !tl;
+  const top = (p: ReturnType<typeof apiParams>) => getJSON<KernelsTopJSON>(url('/api/v1/gpu/kernels/top', { from: p.from, to: p.to, query: p.query, limit: 2000 }), ac.signal);
   try {
     // All at once, and awaited together: an aborted load leaves no promise unhandled.
-    const [ln, j] = await Promise.all([
+    const [ln, j, bj, kj, bkj] = await Promise.all([
       getJSON<{ names: string[] }>(url('/api/v1/labels', { from: a.toFixed(0), to: b.toFixed(0) }), ac.signal),
       getJSON<ProfileJSON>(url('/api/v1/profile', apiParams({ max_nodes: state.mn })), ac.signal),
+      cmp ? getJSON<ProfileJSON>(url('/api/v1/profile', baseParams({ max_nodes: state.mn })), ac.signal) : null,
+      kt ? top(apiParams()) : null,
+      kt && cmp ? top(baseParams()) : null,
       ...tracksOf().map((t) => (same ? (t.select(ctx.selection), Promise.resolve(true)) : t.update(ctx))),
       tl ? getJSON<ChartJSON>(url('/api/v1/flamechart', apiParams({ max_samples: 50000 })), ac.signal).then((d) => { tchart.axis = [a, b]; tchart.setData(d, state.color); }) : null,
       tl && state.gpu !== undefined ? idle.load(state.gpu, w.from, w.to, ac.signal).then((r) => { kernelTrack.idleGaps = r.gaps.map(([s, e]) => [s / 1e9, e / 1e9]); })
         : (kernelTrack.idleGaps = [], null),
-    ]) as [{ names: string[] }, ProfileJSON, ...unknown[]];
+    ]) as [{ names: string[] }, ProfileJSON, ProfileJSON | null, KernelsTopJSON | null, KernelsTopJSON | null, ...unknown[]];
     trackKey = key;
     if (tl) { kernelTrack.render(); drawGpuProcs(); } else q('.gpu-procs').innerHTML = '';
     if (id !== loads) return;
@@ -443,10 +584,12 @@ export async function load(): Promise<void> {
     notice.hidden = true;
     profile = fromJSON(j);
     shown = applyFilters(profile, state);
-    const top = [...new Set(Array.from({ length: Math.min(profile.n, 4000) }, (_, i) => profile!.names[profile!.name[i]]))].slice(0, 400);
-    q('#focus-functions').replaceChildren(...top.map((n) => { const o = document.createElement('option'); o.value = n; return o; }));
-    if (j.total === 0) {
-      showBanner('empty', `<b>No samples</b> ${state.q ? `match <code></code> ` : ''}between ${fmtTime(ctx.selection?.[0] ?? a)} and ${fmtTime(ctx.selection?.[1] ?? b)}. ` +
+    baseShown = bj ? applyFilters(fromJSON(bj), state) : null;
+    kernelsTop = kj; baseKernelsTop = bkj;
+    const fns = [...new Set(Array.from({ length: Math.min(profile.n, 4000) }, (_, i) => profile!.names[profile!.name[i]]))].slice(0, 400);
+    q('#focus-functions').replaceChildren(...fns.map((n) => { const o = document.createElement('option'); o.value = n; return o; }));
+    if (j.total === 0 && !(bj && bj.total > 0)) {
+      showBanner('empty', `<b>No ${state.type === 'gpu_time' ? 'GPU time' : 'samples'}</b> ${state.q ? `match <code></code> ` : ''}between ${fmtTime(ctx.selection?.[0] ?? a)} and ${fmtTime(ctx.selection?.[1] ?? b)}. ` +
         'If flamewatch has just started, samples show up after its first flush (10 s by default) and this page looks again every 5 s; otherwise pick a longer range or another selector.');
       const code = banner.querySelector('code'); if (code) code.textContent = state.q;
       // A range that ends now fills up by itself: look again shortly.
@@ -459,6 +602,10 @@ export async function load(): Promise<void> {
       const more = $<HTMLButtonElement>('<button>show more nodes</button>');
       more.addEventListener('click', () => navigate({ mn: Math.min(state.mn * 4, 1000000) }));
       notice.append(more);
+    }
+    if (bj && bj.total === 0) {
+      notice.hidden = false;
+      notice.textContent = 'The baseline has no samples: every frame of the selection is new (red).';
     }
     renderViews();
     if (state.view === 'chart' && j.total > 0 && !tl) await loadChart(ac.signal);
@@ -488,6 +635,7 @@ document.addEventListener('keydown', (e) => {
 });
 
 void DEFAULTS;
-// For the browser tests: the timeline's parts, to read what they drew.
-(window as unknown as { __flamewatch: unknown }).__flamewatch = { idle, tchart, kernelTrack, gpuCharts, strips, samples };
+// For the browser tests: the page's parts, to read what they drew, and its state.
+(window as unknown as { __flamewatch: unknown }).__flamewatch = { idle, tchart, kernelTrack, gpuCharts, strips, samples,
+  flame, chart, table, kernelTable, sand, state: () => state };
 void load();

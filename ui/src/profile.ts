@@ -23,7 +23,7 @@ export interface Tree {
 }
 
 /* Fills parent, end, x and maxDepth from the preorder depths and totals. */
-function finish(t: Tree): Tree {
+export function finish(t: Tree): Tree {
   const stack: number[] = [];
   const nextX = new Float64Array(t.n);
   let maxDepth = 0;
@@ -43,7 +43,7 @@ function finish(t: Tree): Tree {
   return t;
 }
 
-function alloc(n: number, names: string[], binaries: string[], unit: string): Tree {
+export function alloc(n: number, names: string[], binaries: string[], unit: string): Tree {
   return {
     n, names, binaries, unit, trimmed: { nodes: 0, value: 0 }, maxDepth: 0,
     name: new Int32Array(n), bin: new Int32Array(n), kind: new Int8Array(n), depth: new Int32Array(n),
@@ -147,7 +147,7 @@ export function mapPaths(t: Tree, fn: (path: number[]) => number[] | null, rootN
 
 export const CUDA_INTERNALS = 'libcuda|libcudart|libcublas|libcublasLt|libcudnn|libnvrtc|libcupti|libnccl|libcufft|libcurand|libcusparse|libcusolver|libnvToolsExt|libnvidia-';
 
-export interface Filters { hide: string; hidebin: string; cuda: boolean; focus: string; invert: boolean }
+export interface Filters { hide: string; hidebin: string; cuda: boolean; focus: string; invert: boolean; through?: string }
 
 export function safeRegExp(s: string): RegExp | null {
   if (!s) return null;
@@ -158,15 +158,19 @@ export function applyFilters(t: Tree, f: Filters): Tree {
   const hide = safeRegExp(f.hide);
   const bins = [f.hidebin, f.cuda ? CUDA_INTERNALS : ''].filter(Boolean).join('|');
   const hideBin = safeRegExp(bins);
-  if (!hide && !hideBin && !f.focus && !f.invert) return t;
+  if (!hide && !hideBin && !f.focus && !f.invert && !f.through) return t;
   const hiddenName = new Uint8Array(t.names.length), hiddenBin = new Uint8Array(t.binaries.length);
   if (hide) t.names.forEach((s, i) => { hiddenName[i] = hide.test(s) ? 1 : 0; });
   if (hideBin) t.binaries.forEach((s, i) => { hiddenBin[i] = s && hideBin.test(s) ? 1 : 0; });
   const focusIdx = f.focus ? t.names.indexOf(f.focus) : -1;
-  if (f.focus && focusIdx < 0) return mapPaths(t, () => null);
+  // "Through" keeps whole stacks (root to leaf) that pass through a
+  // function: for a GPU kernel, the CPU stacks that launched it.
+  const throughIdx = f.through ? t.names.indexOf(f.through) : -1;
+  if ((f.focus && focusIdx < 0) || (f.through && throughIdx < 0)) return mapPaths(t, () => null);
   let rootName = 0;
   if (focusIdx >= 0) rootName = focusIdx;
   return mapPaths(t, (p) => {
+    if (throughIdx >= 0 && !p.some((i) => t.name[i] === throughIdx)) return null;
     let q = p.filter((i) => t.kind[i] === KIND_PROCESS || (!hiddenName[t.name[i]] && !hiddenBin[t.bin[i]]));
     if (focusIdx >= 0) {
       const at = q.findIndex((i) => t.name[i] === focusIdx);
@@ -213,7 +217,7 @@ export function sandwich(t: Tree, fn: string): { callers: Tree; callees: Tree } 
     const at = p.findIndex((i) => t.name[i] === idx);
     return at < 0 ? null : p.slice(0, at).reverse();
   }, Math.max(idx, 0));
-  const callees = applyFilters(t, { hide: '', hidebin: '', cuda: false, focus: fn, invert: false });
+  const callees = applyFilters(t, { hide: '', hidebin: '', cuda: false, focus: fn, invert: false, through: '' });
   return { callers, callees };
 }
 

@@ -1,6 +1,7 @@
 // The sandwich view: callers of one function above it (growing upward),
-// its callees below.
+// its callees below. Compared with a baseline, both are diff trees.
 import type { ColorMode } from './colors';
+import { diffTrees } from './diff';
 import { FlameGraph } from './flamegraph';
 import { type Tree, sandwich, fmtValue, pct, functions } from './profile';
 
@@ -26,7 +27,7 @@ export class SandwichView {
     this.el.append(this.pick, this.list, this.info, l1, this.callers.el, l2, this.callees.el);
   }
 
-  show(t: Tree, fn: string, mode: ColorMode): void {
+  show(t: Tree, fn: string, mode: ColorMode, base: Tree | null = null): void {
     if (this.tree !== t) {
       this.tree = t;
       const fns = functions(t).sort((a, b) => b.self - a.self).slice(0, 300);
@@ -35,8 +36,16 @@ export class SandwichView {
     }
     this.pick.value = fn;
     const { callers, callees } = sandwich(t, fn);
-    this.info.textContent = callers.total[0] ? `${fn}: total ${fmtValue(callers.total[0], t.unit)} (${pct(callers.total[0], t.total[0])}), ` +
-      `self ${fmtValue(callees.self[0], t.unit)} (${pct(callees.self[0], t.total[0])})` : `${fn}: not in this profile`;
+    const line = (c: Tree, d: Tree, of: Tree) => `total ${fmtValue(c.total[0], of.unit)} (${pct(c.total[0], of.total[0])}), ` +
+      `self ${fmtValue(d.self[0], of.unit)} (${pct(d.self[0], of.total[0])})`;
+    this.info.textContent = callers.total[0] ? `${fn}: ${line(callers, callees, t)}` : `${fn}: not in this profile`;
+    if (base) {
+      const b = sandwich(base, fn);
+      this.info.textContent += b.callers.total[0] ? `; baseline: ${line(b.callers, b.callees, base)}` : '; not in the baseline';
+      this.callers.setTree(diffTrees(b.callers, callers), mode); this.callers.render();
+      this.callees.setTree(diffTrees(b.callees, callees), mode); this.callees.render();
+      return;
+    }
     this.callers.setTree(callers, mode); this.callers.render();
     this.callees.setTree(callees, mode); this.callees.render();
   }

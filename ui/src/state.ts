@@ -18,11 +18,17 @@ export interface State {
   zoom: string;                       // flame graph zoom path, names joined by ';'
   mn: number;                         // max_nodes
   gpu?: number;                       // pid whose GPU idle time the timeline explains
+  type: 'cpu' | 'gpu_time';           // profile type: CPU samples or GPU ns under the launching stack
+  through: string;                    // keep only stacks through this function (a kernel's launches)
+  // A baseline to compare with: its window (as typed, like from/to) and,
+  // when it differs from q, its own selector ('' is "no selector").
+  compare_from?: string; compare_to?: string; compare_q?: string;
 }
 
 export const DEFAULTS: State = {
   page: 'profile', from: 'now-15m', to: 'now', q: '', by: 'comm', view: 'flame', search: '', color: 'binary',
   hide: '', hidebin: '', cuda: false, focus: '', invert: false, fn: '', zoom: '', mn: 20000,
+  type: 'cpu', through: '',
 };
 
 const VIEWS = ['flame', 'chart', 'table', 'sandwich'];
@@ -31,7 +37,15 @@ export function read(): State {
   const p = new URLSearchParams(location.search);
   const s: State = { ...DEFAULTS };
   const str = (k: keyof State) => { const v = p.get(k); if (v !== null) (s as any)[k] = v; };
-  (['from', 'to', 'q', 'by', 'search', 'hide', 'hidebin', 'focus', 'fn', 'zoom'] as const).forEach(str);
+  (['from', 'to', 'q', 'by', 'search', 'hide', 'hidebin', 'focus', 'fn', 'zoom', 'through'] as const).forEach(str);
+  if (p.get('type') === 'gpu_time') s.type = 'gpu_time';
+  // A baseline needs both ends; compare_q alone means nothing.
+  const cf = p.get('compare_from'), ct = p.get('compare_to');
+  if (cf && ct) {
+    s.compare_from = cf; s.compare_to = ct;
+    const cq = p.get('compare_q');
+    if (cq !== null) s.compare_q = cq;
+  }
   if (p.get('page') === 'timeline') s.page = 'timeline';
   const view = p.get('view');
   if (view && VIEWS.includes(view)) s.view = view as State['view'];

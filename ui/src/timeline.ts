@@ -10,6 +10,7 @@ import { axisOptions, showSelection } from './axis';
 export interface TimeContext {
   from: number; to: number;            // Unix seconds
   query: string; by: string;
+  type: 'cpu' | 'gpu_time';            // the samples chart's profile type
   selection: [number, number] | null;  // Unix seconds
   signal: AbortSignal;
 }
@@ -29,13 +30,19 @@ export { SYNC_KEY } from './axis';
 
 const PALETTE = ['#e8843c', '#4a90d9', '#5cb85c', '#d9534f', '#b57edc', '#f0c419', '#3fb8af', '#8c6d46', '#e377c2', '#7f7f7f'];
 
-/* Samples over time from /api/v1/series, stacked by one label. */
+/*
+ * Samples over time from /api/v1/series, stacked by one label; for the
+ * GPU-time profile, milliseconds of GPU time per step (the series' sums
+ * are nanoseconds).
+ */
 export class SamplesChart implements Track {
   readonly el = document.createElement('div');
   private plot: uPlot | null = null;
   private sel: [number, number] | null = null;
   private setting = false;
   groups: string[] = [];
+  type: TimeContext['type'] = 'cpu';   // what the chart shows (for the browser tests)
+  sums: number[] = [];                 // each group's sum, in the chart's unit (the same)
 
   constructor(private onSelect: OnSelect, private height = 170) {
     this.el.className = 'track samples-chart';
@@ -45,7 +52,10 @@ export class SamplesChart implements Track {
   async update(ctx: TimeContext): Promise<boolean> {
     const j = await getJSON<SeriesJSON>(url('/api/v1/series', {
       from: ctx.from.toFixed(3), to: ctx.to.toFixed(3), query: ctx.query, by: ctx.by,
+      type: ctx.type === 'cpu' ? undefined : ctx.type,
     }), ctx.signal);
+    const gpu = ctx.type === 'gpu_time', scale = gpu ? 1e-6 : 1;
+    this.type = ctx.type;
     const step = j.step / 1e9, n = Math.max(1, Math.ceil((j.to - j.from) / j.step));
     const xs = Float64Array.from({ length: n }, (_, i) => j.from / 1e9 + i * step);
     let series = j.series.map((s) => {
@@ -53,7 +63,7 @@ export class SamplesChart implements Track {
       let sum = 0;
       for (const [b, v] of s.points) {
         const i = Math.floor((b - j.from) / j.step);
-        if (i >= 0 && i < n) { ys[i] += v; sum += v; }
+        if (i >= 0 && i < n) { ys[i] += v * scale; sum += v * scale; }
       }
       return { group: s.group || '(none)', ys, sum };
     }).sort((a, b) => b.sum - a.sum);
@@ -64,6 +74,7 @@ export class SamplesChart implements Track {
       series = [...series.slice(0, 9), { group: 'other', ys: other, sum: 0 }];
     }
     this.groups = series.map((s) => s.group);
+    this.sums = series.map((s) => s.sum);
     // Stacked: series k is drawn at the sum of 0..k; the legend shows its own value.
     const raw = series.map((s) => s.ys);
     const stacked: Float64Array[] = [];
@@ -71,7 +82,7 @@ export class SamplesChart implements Track {
     const data = [xs, ...stacked.slice().reverse()] as unknown as uPlot.AlignedData;
     const names = series.map((s) => s.group).reverse();
     const rawRev = raw.slice().reverse();
-    const base = axisOptions(ctx, this.height, this.el.clientWidth || 800, 'samples', true,
+    const base = axisOptions(ctx, this.height, this.el.clientWidth || 800, gpu ? 'GPU ms' : 'samples', true,
       (sel) => { this.sel = sel; this.onSelect(sel); }, () => this.setting);
     const opts: uPlot.Options = {
       ...base,
@@ -82,7 +93,8 @@ export class SamplesChart implements Track {
           const c = PALETTE[(names.length - 1 - k) % PALETTE.length];
           return {
             label: g, stroke: c, fill: c + 'cc', width: 1, points: { show: false },
-            value: (_u: uPlot, _v: number, _si: number, idx: number | null) => (idx == null ? '–' : String(rawRev[k][idx] ?? 0)),
+            value: (_u: uPlot, _v: number, _si: number, idx: number | null) => (idx == null ? '–'
+              : gpu ? `${+(rawRev[k][idx] ?? 0).toFixed(3)} ms` : String(rawRev[k][idx] ?? 0)),
           } as uPlot.Series;
         }),
       ],
