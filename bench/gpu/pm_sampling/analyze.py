@@ -198,6 +198,10 @@ def pct(v, q):
 
 
 def cadence(rows, interval):
+    """Sample lengths, periods and gaps; the first sample, which reaches back
+    to when sampling was set up, is reported apart."""
+    first = rows[0][1] - rows[0][0] if rows else 0
+    rows = rows[1:]
     d = [r[1] - r[0] for r in rows]
     per = [b[0] - a[0] for a, b in zip(rows, rows[1:])]
     gaps = [b[0] - a[1] for a, b in zip(rows, rows[1:])]
@@ -213,18 +217,20 @@ def cadence(rows, interval):
         "gaps_over_half": sum(1 for g in gaps if g > interval // 2),
         "missing_frac": missing / span if span else 0,
         "overlaps": sum(1 for g in gaps if g < 0),
+        "first": first,
     }
 
 
-def best_shift(rows, frac, truth_u, lo, hi, interval):
-    """Shift of the sample clock (ns) that best matches truth, searched coarse then fine."""
+def best_shift(rows, frac, truth_u, lo, hi, interval, centres=(0,)):
+    """Shift of the sample clock (ns) that best matches truth, searched around each centre."""
     step = max(interval // 2, 1000)
     busy0 = busy_from(rows, frac, 0)
     best = (iou(clip(busy0, lo, hi), truth_u), 0)
-    for sh in range(-20 * step, 20 * step + 1, step):
-        v = iou(clip(shifted(busy0, sh), lo, hi), truth_u)
-        if v > best[0]:
-            best = (v, sh)
+    for c in centres:
+        for sh in range(c - 20 * step, c + 20 * step + 1, step):
+            v = iou(clip(shifted(busy0, sh), lo, hi), truth_u)
+            if v > best[0]:
+                best = (v, sh)
     return best[1], best[0]
 
 
@@ -268,7 +274,8 @@ def analyse_truth(prefix, out):
         if frac is None:
             continue
         r = {}
-        shift, biou = best_shift(rows, frac, truth_u, lo, hi, interval)
+        centres = (0,) if oc is None or og is None else (0, og - oc)
+        shift, biou = best_shift(rows, frac, truth_u, lo, hi, interval, centres)
         r["iou0"] = iou(clip(busy_from(rows, frac, 0), lo, hi), truth_u)
         r["best_shift"], r["iou_best"] = shift, biou
         busy = clip(busy_from(rows, frac, 0), lo, hi)
@@ -290,7 +297,75 @@ def analyse_truth(prefix, out):
         idle_v = [r[2 + k] for r, c in zip(rows, cls) if c == 0 and lo <= r[0] and r[1] <= hi]
         raw[m] = (statistics.median(busy_v) if busy_v else None, statistics.median(idle_v) if idle_v else None)
     res["raw"] = raw
+    if os.path.exists(prefix + ".activity.csv"):
+        res["activity"] = analyse_activity(prefix, head, rows, truth_u, lo, hi, og, oc)
+    if os.path.exists(prefix + ".copies.csv"):
+        res["copies"] = analyse_copies(prefix, head, rows)
     return res
+
+
+def read_activity(path):
+    out = {"kernel": [], "memcpy": []}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            out.setdefault(row["kind"], []).append([int(row["start"]), int(row["end"])])
+    return out
+
+
+def fine_shift(a, b, lo, hi, centres, span=50_000, step=1000):
+    """Shift of a (ns) that best overlaps b, in step around each centre."""
+    best = (-1.0, 0)
+    for c in centres:
+        for sh in range(c - span, c + span + 1, step):
+            v = iou(clip(shifted(a, sh), lo, hi), clip(b, lo, hi))
+            if v > best[0]:
+                best = (v, sh)
+    return best[1], best[0]
+
+
+def analyse_activity(prefix, head, rows, truth_u, lo, hi, og, oc):
+    act = read_activity(prefix + ".activity.csv")
+    ku = union(act["kernel"])
+    res = {"kernels": len(act["kernel"]), "memcpys": len(act["memcpy"])}
+    centres = [0] if og is None or oc is None else [0, oc - og]
+    res["act_minus_gpu"], res["act_iou_truth"] = fine_shift(ku, truth_u, lo, hi, centres)
+    res["act_iou_truth0"] = iou(clip(ku, lo, hi), truth_u)
+    res["pm_vs_act"] = {}
+    for m in head[2:]:
+        frac = fractions(head, rows, m)
+        if frac is None:
+            continue
+        busy = clip(busy_from(rows, frac), lo, hi)
+        kc = clip(ku, lo, hi)
+        res["pm_vs_act"][m] = (iou(busy, kc), length(kc) / (hi - lo), area(rows, frac, lo, hi) / (hi - lo))
+    return res
+
+
+def analyse_copies(prefix, head, rows):
+    cps = []
+    with open(prefix + ".copies.csv") as f:
+        for row in csv.DictReader(f):
+            cps.append((int(row["to_device"]), int(row["rt_start"]), int(row["rt_end"]), float(row["event_ms"])))
+    act = read_activity(prefix + ".activity.csv") if os.path.exists(prefix + ".activity.csv") else {"memcpy": []}
+    mu = union(act["memcpy"])
+    out = {}
+    for d in (1, 0):
+        sel = [c for c in cps if c[0] == d]
+        if not sel:
+            continue
+        ev = sum(c[3] for c in sel) * 1e6
+        r = {"event_ns": ev, "bracket_ns": sum(c[2] - c[1] for c in sel),
+             "activity_ns": sum(length(clip(mu, c[1], c[2])) for c in sel)}
+        for m in head[2:]:
+            frac = fractions(head, rows, m)
+            k = head.index(m)
+            if frac is not None:
+                r[m] = sum(area(rows, frac, c[1], c[2]) for c in sel) / ev
+            else:
+                # counters without a normaliser (bytes): their sum over the copies
+                r[m] = sum(x[k] for x in rows if any(c[1] <= x[0] and x[1] <= c[2] for c in sel))
+        out["h2d" if d else "d2h"] = r
+    return out
 
 
 def analyse_shared(hold, work):
@@ -314,7 +389,7 @@ def analyse_shared(hold, work):
     return out
 
 
-def analyse_inject(prefix, stalls_path, gpu_minus_cupti):
+def analyse_inject(prefix, stalls_path, gpu_minus_cupti, to_gpu):
     meta, clock = read_meta(prefix + ".meta.txt")
     res = {"meta": meta}
     if "open_error" in meta or "start_error" in meta:
@@ -328,9 +403,11 @@ def analyse_inject(prefix, stalls_path, gpu_minus_cupti):
         st = json.load(f)
     oc, wc = clock_offset(clock, "clock_cupti")
     res["cupti_halfwidth"] = wc
-    # sample clock -> CLOCK_REALTIME: through CUPTI's clock, corrected by
-    # what the truth runs found between the sample clock and CUPTI's.
-    shift = -(oc + (gpu_minus_cupti or 0))
+    # sample clock -> %globaltimer (to_gpu, found by the truth runs) ->
+    # CUPTI's clock -> CLOCK_REALTIME: a process without kernels of its own
+    # can read only CUPTI's clock beside CLOCK_REALTIME.
+    shift = (to_gpu or 0) - (oc + (gpu_minus_cupti or 0))
+    res["shift"] = shift
     trains = [[a, b] for a, b in st["trains"]]
     stalls = [[a, b] for a, b in st["stalls"]]
     lo, hi = trains[0][0], stalls[-1][1]
@@ -396,7 +473,7 @@ def main():
     d = sys.argv[1] if len(sys.argv) > 1 else "."
     lines = []
     p = lines.append
-    gpu_minus_cupti = None
+    gpu_minus_cupti = to_gpu = None
     truths = sorted(glob.glob(os.path.join(d, "truth_*.meta.txt")),
                     key=lambda x: (x.split("_")[-2], int(x.split("_")[-1].split(".")[0])))
     p("== truth runs: sampling beside spin kernels of known span (metric: busy fraction = active/elapsed)")
@@ -411,11 +488,11 @@ def main():
         c = r["cadence"]
         wall = int(meta.get("decode_wall_ns", 1)) or 1
         p("%s: %d samples, duration med %s [p1 %s, p99 %s], period med %s sd %s p99 %s max %s, "
-          "gaps>interval/2 %d (%.2f%% of span), overflow %s, decode errors %s, decode CPU %.1f%% of a core "
+          "first sample %s, gaps>interval/2 %d (%.2f%% of span), overflow %s, decode errors %s, decode CPU %.1f%% of a core "
           "(evaluation %.0f%% of it), %.1f us CPU/sample, open %s ms, counter data image %s B, config image %s B" % (
               tag, c["n"], fmt_ns(c["dur_med"]), fmt_ns(c["dur_p01"]), fmt_ns(c["dur_p99"]),
               fmt_ns(c["per_med"]), fmt_ns(c["per_sd"]), fmt_ns(c["per_p99"]), fmt_ns(c["per_max"]),
-              c["gaps_over_half"], 100 * c["missing_frac"], meta.get("overflow"), meta.get("decode_errors"),
+              fmt_ns(c["first"]), c["gaps_over_half"], 100 * c["missing_frac"], meta.get("overflow"), meta.get("decode_errors"),
               100 * int(meta.get("decode_cpu_ns", 0)) / wall,
               100 * int(meta.get("eval_ns", 0)) / max(1, int(meta.get("decode_cpu_ns", 1))),
               int(meta.get("decode_cpu_ns", 0)) / 1e3 / max(1, c["n"]), meta.get("open_ms"),
@@ -426,6 +503,10 @@ def main():
             fmt_ns(r["cupti_minus_rt"] - r["gpu_minus_rt"]) if r["cupti_minus_rt"] is not None else "-"))
         if r["cupti_minus_rt"] is not None and r["gpu_minus_rt"] is not None:
             gpu_minus_cupti = r["gpu_minus_rt"] - r["cupti_minus_rt"]
+        # The run with the injection's settings says how the sample clock
+        # sits against %globaltimer.
+        if r["metrics"] and (to_gpu is None or tag == "truth_min_100000"):
+            to_gpu = next(iter(r["metrics"].values()))["best_shift"]
         mems = [x for x in read_meta(mp)[1] if x[0] == "mem"]
         if mems:
             p("   memory: " + "; ".join("%s rss %s kB gpu_free %s MiB" % (m[1], m[3], int(m[5]) >> 20) for m in mems))
@@ -434,11 +515,25 @@ def main():
             p("   %-58s IoU %.3f (shift %s: %.3f) idle IoU %.3f busy truth %.3f thr %.3f area %.3f | phase truth/area: %s" % (
                 m, v["iou0"], fmt_ns(v["best_shift"]), v["iou_best"], v["idle_iou0"], v["busy_frac_truth"],
                 v["busy_frac_thr"], v["busy_frac_area"], ph))
+        if "activity" in r:
+            a = r["activity"]
+            p("   activity records in the same process: %d kernels, %d memcpys; kernel records vs globaltimer truth: "
+              "IoU %.4f at 0, %.4f shifted by %s" % (a["kernels"], a["memcpys"], a["act_iou_truth0"],
+                                                    a["act_iou_truth"], fmt_ns(a["act_minus_gpu"])))
+            for m, (i, bt, ba) in a["pm_vs_act"].items():
+                p("      PM %-50s vs kernel records (same clock, no shift): IoU %.4f, busy records %.4f, PM area %.4f" % (
+                    m, i, bt, ba))
+        if "copies" in r:
+            for d, v in r["copies"].items():
+                p("   copies %s: events %s, host brackets %s, memcpy records %s; metric area / event time: %s" % (
+                    d, fmt_ns(v["event_ns"]), fmt_ns(v["bracket_ns"]), fmt_ns(v["activity_ns"]),
+                    ", ".join("%s %.3g" % (k, x) for k, x in v.items() if k not in ("event_ns", "bracket_ns", "activity_ns"))))
         p("   raw medians busy/idle: " + ", ".join("%s %s/%s" % (m, "%.4g" % a if a is not None else "-",
                                                                   "%.4g" % b if b is not None else "-")
                                                   for m, (a, b) in r["raw"].items()))
-    for mp in sorted(glob.glob(os.path.join(d, "hwbuf_*.meta.txt"))):
-        meta, _ = read_meta(mp)
+    for mp in sorted(glob.glob(os.path.join(d, "hwbuf_*.meta.txt")), key=lambda x: int(x.split("_")[-1].split(".")[0])):
+        meta, clk = read_meta(mp)
+        mems = [x for x in clk if x[0] == "mem"]
         prefix = mp[: -len(".meta.txt")]
         n = 0
         if os.path.exists(prefix + ".samples.csv"):
@@ -450,6 +545,8 @@ def main():
               os.path.basename(prefix), meta.get("interval_ns"), meta.get("hwbuf_bytes"), meta.get("decode_ms"),
               n, meta.get("max_per_decode"), meta.get("overflow"), meta.get("decode_errors"),
               c["gaps_over_half"] if n else "-", meta.get("last_error", meta.get("open_error", ""))))
+        if mems:
+            p("   memory: " + "; ".join("%s rss %s kB" % (m[1], m[3]) for m in mems))
     if os.path.exists(os.path.join(d, "shared_hold.meta.txt")):
         p("== per device: process A samples while process B (no CUPTI) runs the schedule")
         r = analyse_shared(os.path.join(d, "shared_hold"), os.path.join(d, "shared_work"))
@@ -460,12 +557,12 @@ def main():
                 p("   %-45s IoU %.3f, busy truth %.3f, area %.3f" % (m, a, b, c))
     if os.path.exists(os.path.join(d, "inject.meta.txt")):
         p("== PyTorch stall_train.py with libpm_inject.so (enabled from cuInit), sample clock->realtime via CUPTI")
-        r = analyse_inject(os.path.join(d, "inject"), os.path.join(d, "stalls.json"), gpu_minus_cupti)
+        r = analyse_inject(os.path.join(d, "inject"), os.path.join(d, "stalls.json"), gpu_minus_cupti, to_gpu)
         if "error" in r:
             p("   ERROR %s" % r["error"])
         else:
-            p("   rounds %s, open %s ms, decode CPU %.2f%% of a core, overflow %s" % (
-                r["rounds"], r["meta"].get("open_ms"),
+            p("   rounds %s, sample clock -> realtime %s, open %s ms, decode CPU %.2f%% of a core, overflow %s" % (
+                r["rounds"], fmt_ns(r["shift"]), r["meta"].get("open_ms"),
                 100 * int(r["meta"].get("decode_cpu_ns", 0)) / max(1, int(r["meta"].get("decode_wall_ns", 1))),
                 r["meta"].get("overflow")))
             for m, v in r.items():

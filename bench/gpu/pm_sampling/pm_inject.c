@@ -10,6 +10,7 @@
  *   PMS_METRICS   comma-separated metrics (default gr__cycles_active.sum,gr__cycles_elapsed.max)
  *   PMS_INTERVAL  sample interval in ns (default 100000)
  *   PMS_HWBUF     hardware buffer bytes (default 64 MiB)
+ *   PMS_MAXSAMPLES, PMS_DECODE_MS  counter data image capacity, decode period
  *   PMS_CUPTI_PATH  libcupti to load
  *
  * Samples are appended to PREFIX.samples.csv as they are decoded, so the
@@ -87,8 +88,8 @@ static void *_main(void *arg)
 		.metrics = metrics && *metrics ? metrics : "gr__cycles_active.sum,gr__cycles_elapsed.max",
 		.interval_ns = _env("PMS_INTERVAL", 100000),
 		.hw_buf_bytes = _env("PMS_HWBUF", 64u << 20),
-		.max_samples = 10000,
-		.decode_ms = 50,
+		.max_samples = (uint32_t)_env("PMS_MAXSAMPLES", 10000),
+		.decode_ms = (unsigned)_env("PMS_DECODE_MS", 50),
 	};
 	struct pms_error e = { 0 };
 	char path[512];

@@ -12,6 +12,9 @@
  *
  * options: --metrics M (comma-separated) --interval NS --hwbuf BYTES
  *          --maxsamples N --decode-ms MS --ctx-first --keep-latest --device D
+ *          truth only: --activity (CUPTI kernel and memcpy records beside the
+ *          samples, PREFIX.activity.csv) --copies (after the schedule, host to
+ *          device and back copies timed by CUDA events, PREFIX.copies.csv)
  *
  * truth and work write PREFIX.truth.csv: one row per spin kernel with the
  * GPU's %globaltimer at its first block's start and its last block's end.
@@ -36,7 +39,7 @@
 struct opts {
 	const char *mode, *chip, *pattern, *out, *pm;
 	struct pms_config cfg;
-	int describe, ctx_first, attempts, gap_ms;
+	int describe, ctx_first, attempts, gap_ms, activity, copies;
 	double seconds;
 };
 
@@ -282,10 +285,39 @@ static void mem_line(FILE *meta, const char *tag, int have_ctx)
 
 /* ---- modes ----------------------------------------------------------- */
 
+/* Copy-engine work, which kernels' truth does not cover: does a metric see it? */
+static void run_copies(const char *prefix)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s.copies.csv", prefix);
+	f = fopen(path, "w");
+	if (!f) {
+		perror(path);
+		exit(2);
+	}
+	fprintf(f, "to_device,rt_start,rt_end,event_ms\n");
+	sleep_ns(100000000);
+	for (int dir = 1; dir >= 0; dir--) {
+		for (int i = 0; i < 4; i++) {
+			uint64_t r0 = now_ns(CLOCK_REALTIME), r1;
+			float ms = 0;
+
+			if (wl_copy(dir, &ms))
+				die_wl("copy");
+			r1 = now_ns(CLOCK_REALTIME);
+			fprintf(f, "%d,%llu,%llu,%.4f\n", dir, (unsigned long long)r0, (unsigned long long)r1, ms);
+			sleep_ns(30000000);
+		}
+	}
+	fclose(f);
+}
+
 static int mode_truth(const struct opts *o, int with_pm)
 {
 	static struct truth_row rows[SLOTS];
-	FILE *meta = open_meta(o->out, o);
+	FILE *meta = open_meta(o->out, o), *act = NULL;
 	struct pms *p = NULL;
 	uint64_t t0;
 	int n;
@@ -312,7 +344,17 @@ static int mode_truth(const struct opts *o, int with_pm)
 			die_wl("init");
 		mem_line(meta, "after_ctx", 1);
 	}
+	if (o->copies && wl_copy_init(64u << 20))
+		die_wl("copy init");
 	write_clock_pairs(meta, "before", 1);
+	if (o->activity) {
+		char path[512];
+
+		snprintf(path, sizeof(path), "%s.activity.csv", o->out);
+		act = fopen(path, "w");
+		if (!act || pms__activity_start(act))
+			fprintf(meta, "activity_error could not enable activity records\n");
+	}
 	if (p) {
 		t0 = now_ns(CLOCK_MONOTONIC);
 		if (pms__start(p)) {
@@ -329,6 +371,12 @@ static int mode_truth(const struct opts *o, int with_pm)
 	t0 = now_ns(CLOCK_MONOTONIC);
 	n = run_schedule(rows);
 	fprintf(meta, "schedule_wall_ns %llu\n", (unsigned long long)(now_ns(CLOCK_MONOTONIC) - t0));
+	if (o->copies)
+		run_copies(o->out);
+	if (act) {
+		pms__activity_stop();
+		fclose(act);
+	}
 	if (p) {
 		pms__stop(p);
 		write_stats(meta, p);
@@ -439,11 +487,13 @@ static int mode_hold(const struct opts *o)
 
 	if (wl_driver_init())
 		die_wl("cuInit");
+	mem_line(meta, "before_open", 0);
 	p = open_or_report(o, meta);
 	if (!p) {
 		fclose(meta);
 		return 3;
 	}
+	mem_line(meta, "after_open", 0);
 	write_clock_pairs(meta, "before", 0);
 	if (pms__start(p)) {
 		const struct pms_error *e = pms__last_error(p);
@@ -453,6 +503,7 @@ static int mode_hold(const struct opts *o)
 		return 3;
 	}
 	fprintf(meta, "hold_from_rt %llu\n", (unsigned long long)now_ns(CLOCK_REALTIME));
+	mem_line(meta, "after_start", 0);
 	fflush(meta); /* run.sh waits for this line */
 	sleep_ns((uint64_t)(o->seconds * 1e9));
 	pms__stop(p);
@@ -548,6 +599,14 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(a, "--ctx-first")) {
 			o.ctx_first = 1;
+			continue;
+		}
+		if (!strcmp(a, "--activity")) {
+			o.activity = 1;
+			continue;
+		}
+		if (!strcmp(a, "--copies")) {
+			o.copies = 1;
 			continue;
 		}
 		if (!strcmp(a, "--keep-latest")) {

@@ -756,3 +756,86 @@ void pms__set_stream(struct pms *p, void *file)
 {
 	p->stream = file;
 }
+
+/*
+ * Activity records beside PM sampling: the probe's check that both work in
+ * one process, and a second truth on CUPTI's own clock. Not part of what a
+ * PM sampling client needs, so looked up apart from _symbols.
+ */
+static struct {
+	SYM(cuptiActivityRegisterCallbacks);
+	SYM(cuptiActivityEnable);
+	SYM(cuptiActivityDisable);
+	SYM(cuptiActivityFlushAll);
+	SYM(cuptiActivityGetNextRecord);
+	FILE *out;
+} A;
+
+#define ACT_BUF (8u << 20)
+
+static void CUPTIAPI _act_requested(uint8_t **buf, size_t *size, size_t *max_records)
+{
+	*buf = aligned_alloc(8, ACT_BUF);
+	*size = *buf ? ACT_BUF : 0;
+	*max_records = 0;
+}
+
+static void CUPTIAPI _act_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid)
+{
+	CUpti_Activity *rec = NULL;
+
+	(void)ctx;
+	(void)stream;
+	(void)size;
+	while (A.cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS) {
+		if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+			const CUpti_ActivityKernel10 *k = (const void *)rec;
+
+			fprintf(A.out, "kernel,%llu,%llu\n", (unsigned long long)k->start, (unsigned long long)k->end);
+		} else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+			const CUpti_ActivityMemcpy6 *m = (const void *)rec;
+
+			fprintf(A.out, "memcpy,%llu,%llu\n", (unsigned long long)m->start, (unsigned long long)m->end);
+		}
+	}
+	free(buf);
+}
+
+int pms__activity_start(void *file)
+{
+	CUptiResult r;
+
+	if (!C.handle)
+		return -ENOENT;
+	A.cuptiActivityRegisterCallbacks = dlsym(C.handle, "cuptiActivityRegisterCallbacks");
+	A.cuptiActivityEnable = dlsym(C.handle, "cuptiActivityEnable");
+	A.cuptiActivityDisable = dlsym(C.handle, "cuptiActivityDisable");
+	A.cuptiActivityFlushAll = dlsym(C.handle, "cuptiActivityFlushAll");
+	A.cuptiActivityGetNextRecord = dlsym(C.handle, "cuptiActivityGetNextRecord");
+	if (!A.cuptiActivityRegisterCallbacks || !A.cuptiActivityEnable || !A.cuptiActivityDisable ||
+	    !A.cuptiActivityFlushAll || !A.cuptiActivityGetNextRecord)
+		return -ENOSYS;
+	A.out = file;
+	fprintf(A.out, "kind,start,end\n");
+	r = A.cuptiActivityRegisterCallbacks(_act_requested, _act_completed);
+	if (!r)
+		r = A.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+	if (!r)
+		r = A.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
+	if (r) {
+		fprintf(stderr, "pms: activity: %s\n", pms__strerror(r));
+		return -EIO;
+	}
+	return 0;
+}
+
+int pms__activity_stop(void)
+{
+	if (!A.out)
+		return 0;
+	A.cuptiActivityFlushAll(1);
+	A.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+	A.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
+	A.out = NULL;
+	return 0;
+}

@@ -90,6 +90,11 @@ uint64_t pms__cupti_now(void);
 /* CUPTI's name for a result code. */
 const char *pms__strerror(int code);
 
+/* Kernel and memcpy activity records, for comparison in the probe: written
+ * to file as "kind,start,end" (CUPTI's clock), kind "kernel" or "memcpy". */
+int pms__activity_start(void *file);
+int pms__activity_stop(void);
+
 /* Samples are appended to this stream as they are decoded, as CSV lines
  * "start,end,v0,...": for processes that may never call pms__stop. */
 void pms__set_stream(struct pms *p, void *file);

@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 bin=${BIN:-$(cd "$here/../../.." && pwd)}
 out=${OUT:-/tmp/pm_out}
 w=${WORK:-/tmp/pmrun}
-steps=${STEPS:-info truth hwbuf inject cost shared ncu nonroot}
+steps=${STEPS:-info truth prod copy hwbuf inject cost shared ncu nonroot}
 cuda=${CUDA_HOME:-/usr/local/cuda}
 cupti_dir=${CUPTI_DIR:-}
 if [ -z "$cupti_dir" ]; then
@@ -31,6 +31,12 @@ exec > >(tee -a "$w/run.log") 2>&1
 P=$bin/pm_probe
 FULL=gr__compute_cycles_active.sum,gr__cycles_active.sum,gpu__cycles_active.sum,gr__cycles_elapsed.max,sm__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.max,gr__ctas_launched.sum,gpu__engine_cycles_active_any_syncce.sum,gpu__time_duration.sum,gr__dispatch_count.sum,gr__compute_cycles_active.avg.pct_of_peak_sustained_elapsed
 MIN=gr__compute_cycles_active.sum,gr__cycles_active.sum,gr__cycles_elapsed.max
+# What the product would run: one busy metric and its normaliser; a counter
+# data image sized for one decode period (CUPTI re-initialises all of it
+# after every decode, so its size, not the sample count, sets the cost).
+PROD=gr__compute_cycles_active.sum,gr__cycles_elapsed.max
+COPYSET=gr__compute_cycles_active.sum,gr__cycles_elapsed.max,gpu__cycles_active.sum,gpu__engine_cycles_active_any_syncce.sum,gpu__scheduler_engine_asyncce0_cycles_active.sum,pcie__read_bytes.sum,pcie__write_bytes.sum,gr__cycles_active.sum
+prod_args() { echo "--metrics $PROD --interval $1 --decode-ms 100 --maxsamples $((100000000 / $1 * 3 / 2 + 64)) --hwbuf 4194304"; }
 t() { local s=$1; shift; echo "+ $*"; timeout -k 5 "$s" "$@"; echo "  (rc $?)"; }
 has() { case " $steps " in *" $1 "*) return 0;; esac; return 1; }
 # Waits until a holding probe has started sampling (its meta file says so).
@@ -66,11 +72,26 @@ if has truth; then
 	done
 fi
 
+if has prod; then
+	t 60 "$P" truth $(prod_args 100000) --activity --out "$w/truth_prod_100000"
+	for iv in 20000 1000000; do
+		t 60 "$P" truth $(prod_args $iv) --out "$w/truth_prod_$iv"
+	done
+fi
+
+if has copy; then
+	# Copies as well as kernels: which metric sees the copy engines?
+	t 60 "$P" truth --metrics "$COPYSET" --interval 100000 --decode-ms 100 --maxsamples 1564 --hwbuf 4194304 \
+		--copies --activity --out "$w/truth_copy_100000"
+fi
+
 if has hwbuf; then
-	# How many bytes a sample takes in the hardware buffer: fill it for
-	# 200 ms between decodes at 20 us and look for overflow.
-	for hb in 1048576 4194304 16777216; do
-		t 30 "$P" hold --seconds 1 --interval 20000 --hwbuf $hb --decode-ms 200 --metrics "$MIN" --out "$w/hwbuf_$hb"
+	# How many bytes a sample takes in the hardware buffer: fill it for a
+	# second between decodes at 10 us (100k samples) and look for overflow;
+	# and whether the buffer shows in the process's memory.
+	for hb in 262144 1048576 4194304 67108864; do
+		t 30 "$P" hold --seconds 2 --interval 10000 --hwbuf $hb --decode-ms 1000 --maxsamples 150000 \
+			--metrics "$PROD" --out "$w/hwbuf_$hb"
 	done
 fi
 
@@ -85,10 +106,12 @@ fi
 if has cost; then
 	# Interleaved on/off processes (ABBA), pinned to the same two CPUs; the
 	# decode thread shares them, as it would inside an application.
-	for i in 1 2 3 4 5 6 7 8; do
+	# COST_ARGS: the sampling settings (default: the product's at 100 us).
+	cost_args=${COST_ARGS:-$(prod_args 100000)}
+	for i in $(seq ${COST_PAIRS:-8}); do
 		if [ $((i % 2)) = 1 ]; then order="on off"; else order="off on"; fi
 		for pm in $order; do
-			t 60 taskset -c 2,3 "$P" cost --pm $pm --metrics "$MIN" --interval 100000 --seconds 2 --out "$w/cost.txt" > /dev/null
+			t 60 taskset -c 2,3 "$P" cost --pm $pm $cost_args --seconds 2 --out "$w/cost.txt" > /dev/null
 		done
 	done
 	cat "$w/cost.txt"

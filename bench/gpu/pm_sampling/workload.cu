@@ -154,6 +154,34 @@ extern "C" int wl_tiny(void)
 	return 0;
 }
 
+static void *h_copy, *d_copy;
+static size_t copy_bytes;
+static cudaEvent_t ev0, ev1;
+
+extern "C" int wl_copy_init(size_t bytes)
+{
+	CK("cudaMallocHost", cudaMallocHost(&h_copy, bytes));
+	CK("cudaMalloc", cudaMalloc(&d_copy, bytes));
+	CK("cudaMemset", cudaMemset(d_copy, 1, bytes));
+	CK("cudaEventCreate", cudaEventCreate(&ev0));
+	CK("cudaEventCreate", cudaEventCreate(&ev1));
+	copy_bytes = bytes;
+	return 0;
+}
+
+extern "C" int wl_copy(int to_device, float *ms)
+{
+	CK("cudaEventRecord", cudaEventRecord(ev0, 0));
+	if (to_device)
+		CK("cudaMemcpyAsync", cudaMemcpyAsync(d_copy, h_copy, copy_bytes, cudaMemcpyHostToDevice, 0));
+	else
+		CK("cudaMemcpyAsync", cudaMemcpyAsync(h_copy, d_copy, copy_bytes, cudaMemcpyDeviceToHost, 0));
+	CK("cudaEventRecord", cudaEventRecord(ev1, 0));
+	CK("cudaEventSynchronize", cudaEventSynchronize(ev1));
+	CK("cudaEventElapsedTime", cudaEventElapsedTime(ms, ev0, ev1));
+	return 0;
+}
+
 extern "C" int wl_mem(size_t *free_b, size_t *total_b)
 {
 	CK("cudaMemGetInfo", cudaMemGetInfo(free_b, total_b));

@@ -27,6 +27,8 @@ int wl_fetch(uint64_t *start, uint64_t *end, int n);
 int wl_clock(uint64_t *gpu_ns);              /* %globaltimer, read by a kernel */
 int wl_fma(int blocks, int iters);           /* fixed work, async */
 int wl_tiny(void);                           /* fixed small work, async */
+int wl_copy_init(size_t bytes);              /* pinned host + device buffers */
+int wl_copy(int to_device, float *ms);       /* one copy, synchronous; CUDA events time it */
 int wl_mem(size_t *free_b, size_t *total_b);
 const char *wl_error(void);
 
