@@ -24,6 +24,7 @@ NORMALISER = {
     "gr__cycles_active.sum": "gr__cycles_elapsed.max",
     "gpu__cycles_active.sum": "gr__cycles_elapsed.max",
     "gpu__engine_cycles_active_any_syncce.sum": "gr__cycles_elapsed.max",
+    "gpu__scheduler_engine_asyncce0_cycles_active.sum": "gr__cycles_elapsed.max",
     "sm__cycles_active.avg": "sm__cycles_elapsed.max",
     "sm__cycles_active.max": "sm__cycles_elapsed.max",
     "gr__compute_cycles_active.avg.pct_of_peak_sustained_elapsed": 100.0,
@@ -327,7 +328,8 @@ def analyse_activity(prefix, head, rows, truth_u, lo, hi, og, oc):
     act = read_activity(prefix + ".activity.csv")
     ku = union(act["kernel"])
     res = {"kernels": len(act["kernel"]), "memcpys": len(act["memcpy"])}
-    centres = [0] if og is None or oc is None else [0, oc - og]
+    # truth is on %globaltimer, records on CUPTI's clock: og - oc apart
+    centres = [0] if og is None or oc is None else [0, og - oc]
     res["act_minus_gpu"], res["act_iou_truth"] = fine_shift(ku, truth_u, lo, hi, centres)
     res["act_iou_truth0"] = iou(clip(ku, lo, hi), truth_u)
     res["pm_vs_act"] = {}

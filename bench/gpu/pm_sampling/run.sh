@@ -35,7 +35,7 @@ MIN=gr__compute_cycles_active.sum,gr__cycles_active.sum,gr__cycles_elapsed.max
 # data image sized for one decode period (CUPTI re-initialises all of it
 # after every decode, so its size, not the sample count, sets the cost).
 PROD=gr__compute_cycles_active.sum,gr__cycles_elapsed.max
-COPYSET=gr__compute_cycles_active.sum,gr__cycles_elapsed.max,gpu__cycles_active.sum,gpu__engine_cycles_active_any_syncce.sum,gpu__scheduler_engine_asyncce0_cycles_active.sum,pcie__read_bytes.sum,pcie__write_bytes.sum,gr__cycles_active.sum
+COPYSET=gr__compute_cycles_active.sum,gr__cycles_elapsed.max,gpu__cycles_active.sum,gpu__engine_cycles_active_any_syncce.sum,gpu__scheduler_engine_asyncce0_cycles_active.sum,pcie__read_bytes.sum,pcie__write_bytes.sum,gr__cycles_active.sum,sm__cycles_active.max,sm__cycles_elapsed.max,gr__compute_cycles_active.avg.pct_of_peak_sustained_elapsed
 prod_args() { echo "--metrics $PROD --interval $1 --decode-ms 100 --maxsamples $((100000000 / $1 * 3 / 2 + 64)) --hwbuf 4194304"; }
 t() { local s=$1; shift; echo "+ $*"; timeout -k 5 "$s" "$@"; echo "  (rc $?)"; }
 has() { case " $steps " in *" $1 "*) return 0;; esac; return 1; }
@@ -80,8 +80,10 @@ if has prod; then
 fi
 
 if has copy; then
-	# Copies as well as kernels: which metric sees the copy engines?
-	t 60 "$P" truth --metrics "$COPYSET" --interval 100000 --decode-ms 100 --maxsamples 1564 --hwbuf 4194304 \
+	# Copies as well as kernels: which metric sees the copy engines? Eleven
+	# metrics, SM ones among them, make records of several KB: a 4 MiB
+	# buffer overflowed within 100 ms at 100 us.
+	t 60 "$P" truth --metrics "$COPYSET" --interval 100000 --decode-ms 100 --maxsamples 1564 --hwbuf 67108864 \
 		--copies --activity --out "$w/truth_copy_100000"
 fi
 
@@ -93,6 +95,12 @@ if has hwbuf; then
 		t 30 "$P" hold --seconds 2 --interval 10000 --hwbuf $hb --decode-ms 1000 --maxsamples 150000 \
 			--metrics "$PROD" --out "$w/hwbuf_$hb"
 	done
+fi
+
+if has latest; then
+	# The same overflow with KEEP_LATEST: are the newest records kept?
+	t 30 "$P" hold --seconds 2 --interval 10000 --hwbuf 1048576 --decode-ms 1000 --maxsamples 150000 \
+		--keep-latest --metrics "$PROD" --out "$w/hwbuf_latest_1048576"
 fi
 
 if has inject; then
