@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 bin=${BIN:-$(cd "$here/../../.." && pwd)}
 out=${OUT:-/tmp/pm_out}
 w=${WORK:-/tmp/pmrun}
-steps=${STEPS:-info truth prod copy hwbuf inject cost shared ncu nonroot}
+steps=${STEPS:-info truth prod copy hwbuf latest inject cost shared ncu nonroot}
 cuda=${CUDA_HOME:-/usr/local/cuda}
 cupti_dir=${CUPTI_DIR:-}
 if [ -z "$cupti_dir" ]; then
