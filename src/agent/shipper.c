@@ -69,7 +69,7 @@ struct shipper {
 	bool in_flight;
 	bool waiting;		/* a retry is scheduled */
 	uint32_t failures_in_row;
-	uint64_t last_warn_s;
+	uint64_t last_warn_s, last_drop_warn_s;
 	struct shipper_stats stats;
 };
 
@@ -166,29 +166,39 @@ static void _pop(struct shipper *s)
 	if (!s->head)
 		s->tail = NULL;
 	s->stats.queued_batches--;
+	s->stats.queued_samples -= q->b->nsamples;
 	s->stats.queued_bytes -= q->bytes;
 	batch__free(q->b);
 	free(q);
 }
 
-/* Warns at most once a minute: an unreachable server must not flood the log. */
-static void _warn_limited(struct shipper *s, const char *fmt, const char *what)
+/*
+ * True at most once a minute per *last_s: an unreachable server or a full
+ * buffer must not flood the log.
+ */
+static bool _may_warn(uint64_t *last_s)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	if (s->last_warn_s && (uint64_t)ts.tv_sec - s->last_warn_s < 60)
-		return;
-	s->last_warn_s = ts.tv_sec ? ts.tv_sec : 1;
-	pr_warn(fmt, what, (unsigned long long)s->stats.queued_batches,
-		s->stats.queued_bytes / 1048576.0);
+	if (*last_s && (uint64_t)ts.tv_sec - *last_s < 60)
+		return false;
+	*last_s = ts.tv_sec ? ts.tv_sec : 1;
+	return true;
+}
+
+static void _retry_in(struct shipper *s, uint64_t ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	s->waiting = true;
+	evtimer_add(s->retry, &tv);
 }
 
 static void _retry_later(struct shipper *s, const char *why)
 {
 	uint32_t shift = s->failures_in_row < 6 ? s->failures_in_row : 6;
 	uint64_t ms = (uint64_t)BACKOFF_MIN_MS << shift;
-	struct timeval tv;
 
 	if (ms > BACKOFF_MAX_MS)
 		ms = BACKOFF_MAX_MS;
@@ -196,12 +206,11 @@ static void _retry_later(struct shipper *s, const char *why)
 	ms += _random_u64() % (ms / 4 + 1);
 	s->failures_in_row++;
 	s->stats.failures++;
-	_warn_limited(s, "cannot deliver to the server (%s); %llu batches (%.1f MiB) "
-		      "kept for later\n", why);
-	tv.tv_sec = ms / 1000;
-	tv.tv_usec = (ms % 1000) * 1000;
-	s->waiting = true;
-	evtimer_add(s->retry, &tv);
+	if (_may_warn(&s->last_warn_s))
+		pr_warn("cannot deliver to the server (%s); %llu batches (%.1f MiB) kept for later\n",
+			why, (unsigned long long)s->stats.queued_batches,
+			s->stats.queued_bytes / 1048576.0);
+	_retry_in(s, ms);
 }
 
 static void _on_retry(evutil_socket_t fd, short what, void *arg)
@@ -298,6 +307,7 @@ static void _kick(struct shipper *s)
 		pr_warn("cannot encode a batch of %u samples: %s; dropped\n",
 			s->head->b->nsamples, strerror(-err));
 		s->stats.batches_rejected++;
+		s->stats.samples_dropped += s->head->b->nsamples;
 		_pop(s);
 		_kick(s);
 		return;
@@ -351,6 +361,7 @@ static void _kick(struct shipper *s)
 void shipper__push(struct shipper *s, struct batch *b)
 {
 	struct queued *q = calloc(1, sizeof(*q));
+	uint64_t dropped = 0, dropped_samples = 0;
 
 	if (!q) {
 		s->stats.batches_dropped++;
@@ -358,20 +369,30 @@ void shipper__push(struct shipper *s, struct batch *b)
 		batch__free(b);
 		return;
 	}
+	/*
+	 * A batch is filled in tables and arrays that grow by doubling and by
+	 * 64 KiB chunks: a small one holds many times its content. Trimmed,
+	 * it holds what it carries, and the cap counts that. A failure to
+	 * trim leaves it whole, counted at what it holds.
+	 */
+	batch__compact(b);
 	q->b = b;
-	q->bytes = batch__memory(b);
+	q->bytes = sizeof(*q) + batch__memory(b);
 	if (s->tail)
 		s->tail->next = q;
 	else
 		s->head = q;
 	s->tail = q;
 	s->stats.queued_batches++;
+	s->stats.queued_samples += b->nsamples;
 	s->stats.queued_bytes += q->bytes;
 	/* Over the cap, the oldest go; never the one on the wire. */
 	while (s->stats.queued_bytes > s->max_buffer && s->head != s->tail &&
 	       !(s->in_flight && s->head->next == s->tail)) {
 		struct queued *victim = s->in_flight ? s->head->next : s->head;
 
+		dropped++;
+		dropped_samples += victim->b->nsamples;
 		s->stats.batches_dropped++;
 		s->stats.samples_dropped += victim->b->nsamples;
 		if (victim == s->head) {
@@ -381,11 +402,18 @@ void shipper__push(struct shipper *s, struct batch *b)
 			if (s->tail == victim)
 				s->tail = s->head;
 			s->stats.queued_batches--;
+			s->stats.queued_samples -= victim->b->nsamples;
 			s->stats.queued_bytes -= victim->bytes;
 			batch__free(victim->b);
 			free(victim);
 		}
 	}
+	if (dropped && _may_warn(&s->last_drop_warn_s))
+		pr_warn("the buffer is full (%.1f MiB, %llu batches): dropped the oldest %llu "
+			"batches (%llu samples); %llu batches dropped so far\n",
+			s->max_buffer / 1048576.0, (unsigned long long)s->stats.queued_batches,
+			(unsigned long long)dropped, (unsigned long long)dropped_samples,
+			(unsigned long long)s->stats.batches_dropped);
 	_kick(s);
 }
 
@@ -484,4 +512,5 @@ int shipper__idle(const struct shipper *s)
 void shipper__stats(const struct shipper *s, struct shipper_stats *out)
 {
 	*out = s->stats;
+	out->max_bytes = s->max_buffer;
 }

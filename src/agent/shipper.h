@@ -9,9 +9,11 @@
  * Ships batches to a server (POST /api/v1/ingest, zstd, bearer token), one
  * request at a time, oldest first. Batches wait in memory in their decoded
  * form, so that they can be encoded again after the server has lost our
- * session (a restart): nothing kept is ever made unreadable. While the
- * server is unreachable the queue grows up to its cap, then the oldest
- * batches are dropped and counted; retries back off from 1 s to 60 s.
+ * session (a restart): nothing kept is ever made unreadable. They are
+ * compacted when queued and count against the cap by the bytes they then
+ * hold. While the server is unreachable the queue grows up to its cap,
+ * then the oldest batches are dropped, counted and logged; retries back
+ * off from 1 s to 60 s.
  * Over https:// the server's certificate must chain to the CA file (or the
  * system's trust store) and name the URL's host; a failed check is a
  * failed delivery like any other, so batches wait for a fixed setup.
@@ -34,7 +36,8 @@ struct shipper_stats {
 	uint64_t batches_rejected;			/* the server refused them (4xx) */
 	uint64_t failures;				/* requests that will be retried */
 	uint64_t sessions_reset;
-	uint64_t queued_batches, queued_bytes;
+	uint64_t queued_batches, queued_samples, queued_bytes;
+	uint64_t max_bytes;				/* the cap on queued_bytes */
 };
 
 /* Borrows base. Returns NULL with errno set and a message in err. */

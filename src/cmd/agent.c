@@ -43,7 +43,8 @@ static void _usage(FILE *out)
 "  --node NAME          this host's name in the data (default: the hostname)\n"
 "  -F, --freq HZ        samples per second per CPU (default 19)\n"
 "  --interval DUR       how often to ship a batch (default 10s)\n"
-"  --buffer-mb N        memory kept while the server is unreachable (default 16)\n"
+"  --buffer-mb N        memory kept while the server is unreachable (default 16);\n"
+"                       when full, the oldest batches are dropped\n"
 "  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 64)\n"
 "  --java-perfmap-interval SEC  run `jcmd PID Compiler.perfmap` for sampled JVMs\n"
 "                       this often (default off)\n"
@@ -57,7 +58,8 @@ static void _usage(FILE *out)
 "  --gpu-process-query shared|always  shared (default): the driver's per-process\n"
 "                       query only while 2+ processes share a GPU; one alone gets\n"
 "                       the GPU's utilisation. always: the query for one too\n"
-"  --metrics-listen H:P serve /metrics (GPU metrics, Prometheus text) here\n"
+"  --metrics-listen H:P serve /metrics (Prometheus text) here: GPU metrics and\n"
+"                       what was delivered, dropped and is buffered\n"
 "  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n"
 "  --cuda-lib-dir DIR   copy libflamewatch-cuda.so (shipped beside this binary) into\n"
 "                       DIR at start, for CUDA_INJECTION64_PATH=DIR/libflamewatch-cuda.so\n"
@@ -348,6 +350,7 @@ int cmd_agent(int argc, char **argv)
 			goto out;
 	}
 	agent_metrics__set_collector(a.metrics, a.cont.collector);
+	agent_metrics__set_shipper(a.metrics, a.shipper);
 	sigint = evsignal_new(a.base, SIGINT, _on_signal, a.base);
 	sigterm = evsignal_new(a.base, SIGTERM, _on_signal, a.base);
 	if (!sigint || !sigterm || event_add(sigint, NULL) || event_add(sigterm, NULL))
@@ -364,6 +367,12 @@ int cmd_agent(int argc, char **argv)
 	pr_info("sampling at %u Hz, shipping to %s as node %s\n", co.freq_hz, so.url, so.node);
 	event_base_dispatch(a.base);
 
+	/*
+	 * /metrics reads the collector and the GPU poller, which the stop
+	 * frees: it goes first.
+	 */
+	agent_metrics__free(a.metrics);
+	a.metrics = NULL;
 	/* Deliver the last batch, giving the server a few seconds to take it. */
 	continuous__stop(&a.cont);
 	for (int i = 0; i < DRAIN_ON_EXIT_S * 10 && !shipper__idle(a.shipper); i++) {
