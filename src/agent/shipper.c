@@ -27,6 +27,14 @@
 #define BACKOFF_MAX_MS 60000
 #define REQUEST_TIMEOUT_S 30
 /*
+ * While draining for a stop: a server that answers but is busy (a 503 when
+ * its ingest budget is spent) is asked again this soon; a server that does
+ * not answer twice in a row is given up on, as the backoff that would wait
+ * for it does not fit in a stop.
+ */
+#define DRAIN_RETRY_MS 200
+#define DRAIN_MAX_MISSES 2
+/*
  * The session dictionary grows with every process that is sampled (its
  * series: pid, comm, exe) and every new stack; past this cap the next
  * batch starts a new session and re-sends only what it refers to. The
@@ -70,6 +78,9 @@ struct shipper {
 	bool waiting;		/* a retry is scheduled */
 	uint32_t failures_in_row;
 	uint64_t last_warn_s, last_drop_warn_s;
+	bool draining;
+	uint32_t drain_misses;	/* requests in a row with no answer while draining */
+	char gave_up[768];	/* why the drain stopped trying; "" while it goes on */
 	struct shipper_stats stats;
 };
 
@@ -213,6 +224,36 @@ static void _retry_later(struct shipper *s, const char *why)
 	_retry_in(s, ms);
 }
 
+/* A drain is over once nothing is left: let the caller's loop go on. */
+static void _drain_check(struct shipper *s)
+{
+	if (s->draining && shipper__idle(s))
+		event_base_loopbreak(s->base);
+}
+
+/*
+ * A request failed: with code 0 it got no answer (why says what happened),
+ * else the server answered code. Retried with backoff, or while draining,
+ * at once or given up (see shipper__drain()).
+ */
+static void _failed(struct shipper *s, int code, const char *why)
+{
+	bool later = code >= 500 || code == 408 || code == 429;
+
+	if (!s->draining) {
+		_retry_later(s, why);
+		return;
+	}
+	s->stats.failures++;
+	if (code ? !later : ++s->drain_misses >= DRAIN_MAX_MISSES) {
+		snprintf(s->gave_up, sizeof(s->gave_up), code ? "the server answered %s" :
+			 "the server cannot be reached (%s)", why);
+		event_base_loopbreak(s->base);
+		return;
+	}
+	_retry_in(s, code ? DRAIN_RETRY_MS : 0);
+}
+
 static void _on_retry(evutil_socket_t fd, short what, void *arg)
 {
 	struct shipper *s = arg;
@@ -227,7 +268,7 @@ static void _on_retry(evutil_socket_t fd, short what, void *arg)
 		s->ssl = NULL;
 		if (_connect(s, err, sizeof(err))) {
 			s->conn_dead = true;
-			_retry_later(s, err);
+			_failed(s, 0, err);
 			return;
 		}
 	}
@@ -246,13 +287,16 @@ static void _on_response(struct evhttp_request *req, void *arg)
 		s->stats.samples_sent += s->head->b->nsamples;
 		wire_encoder__ack(s->enc, wire_encoder__seq(s->enc));
 		s->failures_in_row = 0;
+		s->drain_misses = 0;
 		_pop(s);
 		_kick(s);
+		_drain_check(s);
 		return;
 	}
 	if (code == 409) {
 		/* The server lost our dictionary (it restarted): start a new session. */
 		s->stats.sessions_reset++;
+		s->drain_misses = 0;
 		wire_encoder__reset(s->enc);
 		_kick(s);
 		return;
@@ -263,8 +307,10 @@ static void _on_response(struct evhttp_request *req, void *arg)
 			s->head->b->nsamples, code);
 		s->stats.batches_rejected++;
 		s->stats.samples_dropped += s->head->b->nsamples;
+		s->drain_misses = 0;
 		_pop(s);
 		_kick(s);
+		_drain_check(s);
 		return;
 	}
 	if (code) {
@@ -274,7 +320,7 @@ static void _on_response(struct evhttp_request *req, void *arg)
 		if (s->tls)
 			s->conn_dead = true;
 	}
-	_retry_later(s, why);
+	_failed(s, code, why);
 }
 
 static void _free_body(const void *data, size_t len, void *arg)
@@ -310,12 +356,13 @@ static void _kick(struct shipper *s)
 		s->stats.samples_dropped += s->head->b->nsamples;
 		_pop(s);
 		_kick(s);
+		_drain_check(s);
 		return;
 	}
 	req = evhttp_request_new(_on_response, s);
 	if (!req) {
 		free(body);
-		_retry_later(s, "out of memory");
+		_failed(s, 0, "out of memory");
 		return;
 	}
 	h = evhttp_request_get_output_headers(req);
@@ -329,7 +376,7 @@ static void _kick(struct shipper *s)
 				   NULL)) {
 		free(body);
 		evhttp_request_free(req);
-		_retry_later(s, "out of memory");
+		_failed(s, 0, "out of memory");
 		return;
 	}
 	/*
@@ -340,7 +387,7 @@ static void _kick(struct shipper *s)
 	 */
 	malloc_trim(0);
 	if (evhttp_make_request(s->conn, req, EVHTTP_REQ_POST, s->path)) {
-		_retry_later(s, "cannot send");
+		_failed(s, 0, "cannot send");
 		return;
 	}
 	if (s->tls) {
@@ -507,6 +554,24 @@ void shipper__free(struct shipper *s)
 int shipper__idle(const struct shipper *s)
 {
 	return !s->head && !s->in_flight;
+}
+
+void shipper__drain(struct shipper *s)
+{
+	s->draining = true;
+	s->drain_misses = 0;
+	s->gave_up[0] = '\0';
+	if (s->waiting) {
+		/* A TLS connection to replace is replaced at once, from the timer. */
+		evtimer_del(s->retry);
+		s->waiting = false;
+	}
+	_kick(s);
+}
+
+const char *shipper__gave_up(const struct shipper *s)
+{
+	return s->gave_up[0] ? s->gave_up : NULL;
 }
 
 void shipper__stats(const struct shipper *s, struct shipper_stats *out)

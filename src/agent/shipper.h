@@ -49,6 +49,19 @@ void shipper__free(struct shipper *s);
 void shipper__push(struct shipper *s, struct batch *b);
 /* True when nothing is queued or in flight. */
 int shipper__idle(const struct shipper *s);
+/*
+ * For a stop: from now on the queue goes out at once, batch after batch,
+ * without waiting out the backoff. An answer that asks to come back later
+ * (5xx, 408, 429) is tried again after a short pause; no answer twice in a
+ * row (connection refused, reset, a failed TLS check), or one that trying
+ * again cannot change (401, 403, ...), ends the drain: the rest cannot be
+ * delivered in the little time a stop has. When the drain is over, all
+ * delivered or given up, it breaks the event loop: the caller dispatches
+ * until then or until its own deadline.
+ */
+void shipper__drain(struct shipper *s);
+/* Why the drain gave up, or NULL (it goes on, or everything was delivered). Borrowed. */
+const char *shipper__gave_up(const struct shipper *s);
 void shipper__stats(const struct shipper *s, struct shipper_stats *out);
 
 #endif
