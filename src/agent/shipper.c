@@ -27,6 +27,12 @@
 #define BACKOFF_MAX_MS 60000
 #define REQUEST_TIMEOUT_S 30
 /*
+ * The server answers a line of JSON. evhttp keeps an answer's headers and
+ * body in memory, however long: a broken or hostile server could stream
+ * gigabytes into the agent. Past this the request fails (and is retried).
+ */
+#define ANSWER_MAX_BYTES (64u << 10)
+/*
  * While draining for a stop: a server that answers but is busy (a 503 when
  * its ingest budget is spent) is asked again this soon; a server that does
  * not answer twice in a row is given up on, as the backoff that would wait
@@ -75,6 +81,7 @@ struct shipper {
 	struct queued *head, *tail;
 	struct event *retry;
 	bool in_flight;
+	int answer_error;	/* enum evhttp_request_error of the request, or -1 */
 	bool waiting;		/* a retry is scheduled */
 	uint32_t failures_in_row;
 	uint64_t last_warn_s, last_drop_warn_s;
@@ -126,6 +133,8 @@ static int _connect(struct shipper *s, char *err, size_t err_len)
 		return -ENOMEM;
 	}
 	evhttp_connection_set_timeout(s->conn, REQUEST_TIMEOUT_S);
+	evhttp_connection_set_max_headers_size(s->conn, ANSWER_MAX_BYTES);
+	evhttp_connection_set_max_body_size(s->conn, ANSWER_MAX_BYTES);
 	evhttp_connection_set_closecb(s->conn, _on_close, s);
 	s->conn_dead = false;
 	return 0;
@@ -134,11 +143,15 @@ static int _connect(struct shipper *s, char *err, size_t err_len)
 /* Why a request got no answer, for the log: TLS says more than "no connection". */
 static void _why_failed(struct shipper *s, char *why, size_t len)
 {
+	const char *what = s->answer_error == EVREQ_HTTP_TIMEOUT ? "no answer in time" :
+			   s->answer_error == EVREQ_HTTP_INVALID_HEADER ? "an invalid or oversized answer" :
+			   s->answer_error == EVREQ_HTTP_DATA_TOO_LONG ? "an answer over 64 KiB" :
+			   "no connection";
 	struct bufferevent *bev;
 	unsigned long code = 0, e;
 
 	if (!s->tls) {
-		snprintf(why, len, "no connection");
+		snprintf(why, len, "%s", what);
 		return;
 	}
 	bev = evhttp_connection_get_bufferevent(s->conn);
@@ -147,7 +160,7 @@ static void _why_failed(struct shipper *s, char *why, size_t len)
 			code = e;
 	if (!code)
 		code = tls__first_error();
-	tls__explain(s->ssl, s->ca_file, code, "no connection", why, len);
+	tls__explain(s->ssl, s->ca_file, code, what, why, len);
 }
 
 static uint64_t _random_u64(void)
@@ -323,6 +336,13 @@ static void _on_response(struct evhttp_request *req, void *arg)
 	_failed(s, code, why);
 }
 
+static void _on_answer_error(enum evhttp_request_error e, void *arg)
+{
+	struct shipper *s = arg;
+
+	s->answer_error = e;
+}
+
 static void _free_body(const void *data, size_t len, void *arg)
 {
 	(void)len;
@@ -365,6 +385,8 @@ static void _kick(struct shipper *s)
 		_failed(s, 0, "out of memory");
 		return;
 	}
+	s->answer_error = -1;
+	evhttp_request_set_error_cb(req, _on_answer_error);
 	h = evhttp_request_get_output_headers(req);
 	evhttp_add_header(h, "Host", s->host_header);
 	evhttp_add_header(h, "Content-Type", "application/x-protobuf");

@@ -16,6 +16,8 @@ directory and port.
                                     before a generous --drain-timeout
   test_sigterm_silent_server        a server that accepts and never answers:
                                     the agent exits at --drain-timeout
+  test_endless_answer_bounded       a server that answers with endless
+                                    headers or body cannot grow the agent
 
 The agents sample at the default 19 Hz without CPU strips, so that batches
 are small and alike on any host; the workload is cpu_split, queried by its
@@ -27,6 +29,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -308,4 +311,74 @@ def test_sigterm_silent_server(flamewatch, procs, tmp_path):
     m = re.search(UNDELIVERED_RE, agent.text())
     assert m and "drain-timeout" in m.group(4), agent.describe()
     assert int(m.group(1)) >= 3 and int(m.group(2)) > 0, m.group(0)
+    check_no_crash(agent)
+
+
+def _endless_server(ls, what, stop):
+    """Answers every request with endless headers or an endless body (up to
+    256 MiB a connection), one connection at a time."""
+    chunk = (b"X-Junk: " + b"y" * 1000 + b"\r\n") * 64 if what == "headers" else b"x" * (1 << 16)
+    ls.settimeout(0.2)
+    while not stop.is_set():
+        try:
+            c, _ = ls.accept()
+        except OSError:
+            continue
+        with c:
+            try:
+                c.settimeout(5)
+                req = b""
+                while b"\r\n\r\n" not in req:
+                    got = c.recv(65536)
+                    if not got:
+                        break
+                    req += got
+                c.sendall(b"HTTP/1.1 200 OK\r\n" if what == "headers" else
+                          b"HTTP/1.1 200 OK\r\nContent-Length: 4000000000\r\n\r\n")
+                for _ in range((256 << 20) // len(chunk)):
+                    if stop.is_set():
+                        break
+                    c.sendall(chunk)
+            except OSError:
+                pass
+
+
+def _rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.parametrize("what", ["body", "headers"])
+def test_endless_answer_bounded(flamewatch, procs, tmp_path, what):
+    """evhttp kept a server's answer in memory however long it was: a broken
+    or hostile server streaming an endless body took the agent past 400 MB
+    in seconds. The answer is capped (64 KiB): the request fails like any
+    other, the batches wait, and the agent's memory stays where it was."""
+    stop = threading.Event()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as ls:
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(4)
+        port = ls.getsockname()[1]
+        srv = threading.Thread(target=_endless_server, args=(ls, what, stop), daemon=True)
+        srv.start()
+        try:
+            agent = start_agent(procs, flamewatch, port, "1s")
+            peak, deadline = 0, time.monotonic() + 8
+            while time.monotonic() < deadline and agent.alive():
+                peak = max(peak, _rss_kib(agent.pid))
+                time.sleep(0.05)
+            assert agent.alive(), agent.describe()
+            rc, _ = agent.stop(signal.SIGTERM, timeout=DRAIN_S + STOP_SLACK_S + 30)
+        finally:
+            stop.set()
+            srv.join(10)
+    assert rc == 0, agent.describe()
+    assert peak < 64 << 10, f"the agent grew to {peak} KiB on an endless answer\n{agent.describe()}"
+    assert re.search(r"cannot deliver to the server \((an answer over 64 KiB|an invalid or oversized "
+                     r"answer)\)", agent.text()), agent.describe()
+    m = re.search(UNDELIVERED_RE, agent.text())
+    assert m and int(m.group(1)) > 0, agent.describe()
     check_no_crash(agent)
