@@ -27,6 +27,20 @@
 #define BACKOFF_MAX_MS 60000
 #define REQUEST_TIMEOUT_S 30
 /*
+ * The server answers a line of JSON. evhttp keeps an answer's headers and
+ * body in memory, however long: a broken or hostile server could stream
+ * gigabytes into the agent. Past this the request fails (and is retried).
+ */
+#define ANSWER_MAX_BYTES (64u << 10)
+/*
+ * While draining for a stop: a server that answers but is busy (a 503 when
+ * its ingest budget is spent) is asked again this soon; a server that does
+ * not answer twice in a row is given up on, as the backoff that would wait
+ * for it does not fit in a stop.
+ */
+#define DRAIN_RETRY_MS 200
+#define DRAIN_MAX_MISSES 2
+/*
  * The session dictionary grows with every process that is sampled (its
  * series: pid, comm, exe) and every new stack; past this cap the next
  * batch starts a new session and re-sends only what it refers to. The
@@ -67,9 +81,13 @@ struct shipper {
 	struct queued *head, *tail;
 	struct event *retry;
 	bool in_flight;
+	int answer_error;	/* enum evhttp_request_error of the request, or -1 */
 	bool waiting;		/* a retry is scheduled */
 	uint32_t failures_in_row;
-	uint64_t last_warn_s;
+	uint64_t last_warn_s, last_drop_warn_s;
+	bool draining;
+	uint32_t drain_misses;	/* requests in a row with no answer while draining */
+	char gave_up[768];	/* why the drain stopped trying; "" while it goes on */
 	struct shipper_stats stats;
 };
 
@@ -115,6 +133,8 @@ static int _connect(struct shipper *s, char *err, size_t err_len)
 		return -ENOMEM;
 	}
 	evhttp_connection_set_timeout(s->conn, REQUEST_TIMEOUT_S);
+	evhttp_connection_set_max_headers_size(s->conn, ANSWER_MAX_BYTES);
+	evhttp_connection_set_max_body_size(s->conn, ANSWER_MAX_BYTES);
 	evhttp_connection_set_closecb(s->conn, _on_close, s);
 	s->conn_dead = false;
 	return 0;
@@ -123,11 +143,15 @@ static int _connect(struct shipper *s, char *err, size_t err_len)
 /* Why a request got no answer, for the log: TLS says more than "no connection". */
 static void _why_failed(struct shipper *s, char *why, size_t len)
 {
+	const char *what = s->answer_error == EVREQ_HTTP_TIMEOUT ? "no answer in time" :
+			   s->answer_error == EVREQ_HTTP_INVALID_HEADER ? "an invalid or oversized answer" :
+			   s->answer_error == EVREQ_HTTP_DATA_TOO_LONG ? "an answer over 64 KiB" :
+			   "no connection";
 	struct bufferevent *bev;
 	unsigned long code = 0, e;
 
 	if (!s->tls) {
-		snprintf(why, len, "no connection");
+		snprintf(why, len, "%s", what);
 		return;
 	}
 	bev = evhttp_connection_get_bufferevent(s->conn);
@@ -136,7 +160,7 @@ static void _why_failed(struct shipper *s, char *why, size_t len)
 			code = e;
 	if (!code)
 		code = tls__first_error();
-	tls__explain(s->ssl, s->ca_file, code, "no connection", why, len);
+	tls__explain(s->ssl, s->ca_file, code, what, why, len);
 }
 
 static uint64_t _random_u64(void)
@@ -166,29 +190,39 @@ static void _pop(struct shipper *s)
 	if (!s->head)
 		s->tail = NULL;
 	s->stats.queued_batches--;
+	s->stats.queued_samples -= q->b->nsamples;
 	s->stats.queued_bytes -= q->bytes;
 	batch__free(q->b);
 	free(q);
 }
 
-/* Warns at most once a minute: an unreachable server must not flood the log. */
-static void _warn_limited(struct shipper *s, const char *fmt, const char *what)
+/*
+ * True at most once a minute per *last_s: an unreachable server or a full
+ * buffer must not flood the log.
+ */
+static bool _may_warn(uint64_t *last_s)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	if (s->last_warn_s && (uint64_t)ts.tv_sec - s->last_warn_s < 60)
-		return;
-	s->last_warn_s = ts.tv_sec ? ts.tv_sec : 1;
-	pr_warn(fmt, what, (unsigned long long)s->stats.queued_batches,
-		s->stats.queued_bytes / 1048576.0);
+	if (*last_s && (uint64_t)ts.tv_sec - *last_s < 60)
+		return false;
+	*last_s = ts.tv_sec ? ts.tv_sec : 1;
+	return true;
+}
+
+static void _retry_in(struct shipper *s, uint64_t ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	s->waiting = true;
+	evtimer_add(s->retry, &tv);
 }
 
 static void _retry_later(struct shipper *s, const char *why)
 {
 	uint32_t shift = s->failures_in_row < 6 ? s->failures_in_row : 6;
 	uint64_t ms = (uint64_t)BACKOFF_MIN_MS << shift;
-	struct timeval tv;
 
 	if (ms > BACKOFF_MAX_MS)
 		ms = BACKOFF_MAX_MS;
@@ -196,12 +230,41 @@ static void _retry_later(struct shipper *s, const char *why)
 	ms += _random_u64() % (ms / 4 + 1);
 	s->failures_in_row++;
 	s->stats.failures++;
-	_warn_limited(s, "cannot deliver to the server (%s); %llu batches (%.1f MiB) "
-		      "kept for later\n", why);
-	tv.tv_sec = ms / 1000;
-	tv.tv_usec = (ms % 1000) * 1000;
-	s->waiting = true;
-	evtimer_add(s->retry, &tv);
+	if (_may_warn(&s->last_warn_s))
+		pr_warn("cannot deliver to the server (%s); %llu batches (%.1f MiB) kept for later\n",
+			why, (unsigned long long)s->stats.queued_batches,
+			s->stats.queued_bytes / 1048576.0);
+	_retry_in(s, ms);
+}
+
+/* A drain is over once nothing is left: let the caller's loop go on. */
+static void _drain_check(struct shipper *s)
+{
+	if (s->draining && shipper__idle(s))
+		event_base_loopbreak(s->base);
+}
+
+/*
+ * A request failed: with code 0 it got no answer (why says what happened),
+ * else the server answered code. Retried with backoff, or while draining,
+ * at once or given up (see shipper__drain()).
+ */
+static void _failed(struct shipper *s, int code, const char *why)
+{
+	bool later = code >= 500 || code == 408 || code == 429;
+
+	if (!s->draining) {
+		_retry_later(s, why);
+		return;
+	}
+	s->stats.failures++;
+	if (code ? !later : ++s->drain_misses >= DRAIN_MAX_MISSES) {
+		snprintf(s->gave_up, sizeof(s->gave_up), code ? "the server answered %s" :
+			 "the server cannot be reached (%s)", why);
+		event_base_loopbreak(s->base);
+		return;
+	}
+	_retry_in(s, code ? DRAIN_RETRY_MS : 0);
 }
 
 static void _on_retry(evutil_socket_t fd, short what, void *arg)
@@ -218,7 +281,7 @@ static void _on_retry(evutil_socket_t fd, short what, void *arg)
 		s->ssl = NULL;
 		if (_connect(s, err, sizeof(err))) {
 			s->conn_dead = true;
-			_retry_later(s, err);
+			_failed(s, 0, err);
 			return;
 		}
 	}
@@ -237,13 +300,16 @@ static void _on_response(struct evhttp_request *req, void *arg)
 		s->stats.samples_sent += s->head->b->nsamples;
 		wire_encoder__ack(s->enc, wire_encoder__seq(s->enc));
 		s->failures_in_row = 0;
+		s->drain_misses = 0;
 		_pop(s);
 		_kick(s);
+		_drain_check(s);
 		return;
 	}
 	if (code == 409) {
 		/* The server lost our dictionary (it restarted): start a new session. */
 		s->stats.sessions_reset++;
+		s->drain_misses = 0;
 		wire_encoder__reset(s->enc);
 		_kick(s);
 		return;
@@ -254,8 +320,10 @@ static void _on_response(struct evhttp_request *req, void *arg)
 			s->head->b->nsamples, code);
 		s->stats.batches_rejected++;
 		s->stats.samples_dropped += s->head->b->nsamples;
+		s->drain_misses = 0;
 		_pop(s);
 		_kick(s);
+		_drain_check(s);
 		return;
 	}
 	if (code) {
@@ -265,7 +333,14 @@ static void _on_response(struct evhttp_request *req, void *arg)
 		if (s->tls)
 			s->conn_dead = true;
 	}
-	_retry_later(s, why);
+	_failed(s, code, why);
+}
+
+static void _on_answer_error(enum evhttp_request_error e, void *arg)
+{
+	struct shipper *s = arg;
+
+	s->answer_error = e;
 }
 
 static void _free_body(const void *data, size_t len, void *arg)
@@ -298,16 +373,20 @@ static void _kick(struct shipper *s)
 		pr_warn("cannot encode a batch of %u samples: %s; dropped\n",
 			s->head->b->nsamples, strerror(-err));
 		s->stats.batches_rejected++;
+		s->stats.samples_dropped += s->head->b->nsamples;
 		_pop(s);
 		_kick(s);
+		_drain_check(s);
 		return;
 	}
 	req = evhttp_request_new(_on_response, s);
 	if (!req) {
 		free(body);
-		_retry_later(s, "out of memory");
+		_failed(s, 0, "out of memory");
 		return;
 	}
+	s->answer_error = -1;
+	evhttp_request_set_error_cb(req, _on_answer_error);
 	h = evhttp_request_get_output_headers(req);
 	evhttp_add_header(h, "Host", s->host_header);
 	evhttp_add_header(h, "Content-Type", "application/x-protobuf");
@@ -319,7 +398,7 @@ static void _kick(struct shipper *s)
 				   NULL)) {
 		free(body);
 		evhttp_request_free(req);
-		_retry_later(s, "out of memory");
+		_failed(s, 0, "out of memory");
 		return;
 	}
 	/*
@@ -330,7 +409,7 @@ static void _kick(struct shipper *s)
 	 */
 	malloc_trim(0);
 	if (evhttp_make_request(s->conn, req, EVHTTP_REQ_POST, s->path)) {
-		_retry_later(s, "cannot send");
+		_failed(s, 0, "cannot send");
 		return;
 	}
 	if (s->tls) {
@@ -351,6 +430,7 @@ static void _kick(struct shipper *s)
 void shipper__push(struct shipper *s, struct batch *b)
 {
 	struct queued *q = calloc(1, sizeof(*q));
+	uint64_t dropped = 0, dropped_samples = 0;
 
 	if (!q) {
 		s->stats.batches_dropped++;
@@ -358,20 +438,30 @@ void shipper__push(struct shipper *s, struct batch *b)
 		batch__free(b);
 		return;
 	}
+	/*
+	 * A batch is filled in tables and arrays that grow by doubling and by
+	 * 64 KiB chunks: a small one holds many times its content. Trimmed,
+	 * it holds what it carries, and the cap counts that. A failure to
+	 * trim leaves it whole, counted at what it holds.
+	 */
+	batch__compact(b);
 	q->b = b;
-	q->bytes = batch__memory(b);
+	q->bytes = sizeof(*q) + batch__memory(b);
 	if (s->tail)
 		s->tail->next = q;
 	else
 		s->head = q;
 	s->tail = q;
 	s->stats.queued_batches++;
+	s->stats.queued_samples += b->nsamples;
 	s->stats.queued_bytes += q->bytes;
 	/* Over the cap, the oldest go; never the one on the wire. */
 	while (s->stats.queued_bytes > s->max_buffer && s->head != s->tail &&
 	       !(s->in_flight && s->head->next == s->tail)) {
 		struct queued *victim = s->in_flight ? s->head->next : s->head;
 
+		dropped++;
+		dropped_samples += victim->b->nsamples;
 		s->stats.batches_dropped++;
 		s->stats.samples_dropped += victim->b->nsamples;
 		if (victim == s->head) {
@@ -381,11 +471,18 @@ void shipper__push(struct shipper *s, struct batch *b)
 			if (s->tail == victim)
 				s->tail = s->head;
 			s->stats.queued_batches--;
+			s->stats.queued_samples -= victim->b->nsamples;
 			s->stats.queued_bytes -= victim->bytes;
 			batch__free(victim->b);
 			free(victim);
 		}
 	}
+	if (dropped && _may_warn(&s->last_drop_warn_s))
+		pr_warn("the buffer is full (%.1f MiB, %llu batches): dropped the oldest %llu "
+			"batches (%llu samples); %llu batches dropped so far\n",
+			s->max_buffer / 1048576.0, (unsigned long long)s->stats.queued_batches,
+			(unsigned long long)dropped, (unsigned long long)dropped_samples,
+			(unsigned long long)s->stats.batches_dropped);
 	_kick(s);
 }
 
@@ -481,7 +578,26 @@ int shipper__idle(const struct shipper *s)
 	return !s->head && !s->in_flight;
 }
 
+void shipper__drain(struct shipper *s)
+{
+	s->draining = true;
+	s->drain_misses = 0;
+	s->gave_up[0] = '\0';
+	if (s->waiting) {
+		/* A TLS connection to replace is replaced at once, from the timer. */
+		evtimer_del(s->retry);
+		s->waiting = false;
+	}
+	_kick(s);
+}
+
+const char *shipper__gave_up(const struct shipper *s)
+{
+	return s->gave_up[0] ? s->gave_up : NULL;
+}
+
 void shipper__stats(const struct shipper *s, struct shipper_stats *out)
 {
 	*out = s->stats;
+	out->max_bytes = s->max_buffer;
 }

@@ -9,9 +9,11 @@
  * Ships batches to a server (POST /api/v1/ingest, zstd, bearer token), one
  * request at a time, oldest first. Batches wait in memory in their decoded
  * form, so that they can be encoded again after the server has lost our
- * session (a restart): nothing kept is ever made unreadable. While the
- * server is unreachable the queue grows up to its cap, then the oldest
- * batches are dropped and counted; retries back off from 1 s to 60 s.
+ * session (a restart): nothing kept is ever made unreadable. They are
+ * compacted when queued and count against the cap by the bytes they then
+ * hold. While the server is unreachable the queue grows up to its cap,
+ * then the oldest batches are dropped, counted and logged; retries back
+ * off from 1 s to 60 s.
  * Over https:// the server's certificate must chain to the CA file (or the
  * system's trust store) and name the URL's host; a failed check is a
  * failed delivery like any other, so batches wait for a fixed setup.
@@ -34,7 +36,8 @@ struct shipper_stats {
 	uint64_t batches_rejected;			/* the server refused them (4xx) */
 	uint64_t failures;				/* requests that will be retried */
 	uint64_t sessions_reset;
-	uint64_t queued_batches, queued_bytes;
+	uint64_t queued_batches, queued_samples, queued_bytes;
+	uint64_t max_bytes;				/* the cap on queued_bytes */
 };
 
 /* Borrows base. Returns NULL with errno set and a message in err. */
@@ -46,6 +49,19 @@ void shipper__free(struct shipper *s);
 void shipper__push(struct shipper *s, struct batch *b);
 /* True when nothing is queued or in flight. */
 int shipper__idle(const struct shipper *s);
+/*
+ * For a stop: from now on the queue goes out at once, batch after batch,
+ * without waiting out the backoff. An answer that asks to come back later
+ * (5xx, 408, 429) is tried again after a short pause; no answer twice in a
+ * row (connection refused, reset, a failed TLS check), or one that trying
+ * again cannot change (401, 403, ...), ends the drain: the rest cannot be
+ * delivered in the little time a stop has. When the drain is over, all
+ * delivered or given up, it breaks the event loop: the caller dispatches
+ * until then or until its own deadline.
+ */
+void shipper__drain(struct shipper *s);
+/* Why the drain gave up, or NULL (it goes on, or everything was delivered). Borrowed. */
+const char *shipper__gave_up(const struct shipper *s);
 void shipper__stats(const struct shipper *s, struct shipper_stats *out);
 
 #endif

@@ -25,13 +25,19 @@
 #include "common/log.h"
 #include "store/timeparse.h"
 
-#define DRAIN_ON_EXIT_S 5
+/*
+ * What a stop may spend delivering the queue, counted from the signal:
+ * below the time supervisors wait before SIGKILL (Kubernetes 30 s, systemd
+ * 90 s by default), which ends the agent with whatever is still queued.
+ */
+#define DRAIN_TIMEOUT_NS 10000000000ULL
 
 static void _usage(FILE *out)
 {
 	fprintf(out,
 "usage: flamewatch agent --server URL [--token T] [--ca-file FILE] [--node NAME] [-F HZ]\n"
-"                        [--interval 10s] [--buffer-mb 16] [--unwind-table-mb 64]\n"
+"                        [--interval 10s] [--buffer-mb 16] [--drain-timeout 10s]\n"
+"                        [--unwind-table-mb 64]\n"
 "\n"
 "Samples every CPU of this host and ships the stacks to a flamewatch server.\n"
 "Runs in the host's pid namespace (pids are the host's, as NVML reports them).\n"
@@ -43,7 +49,10 @@ static void _usage(FILE *out)
 "  --node NAME          this host's name in the data (default: the hostname)\n"
 "  -F, --freq HZ        samples per second per CPU (default 19)\n"
 "  --interval DUR       how often to ship a batch (default 10s)\n"
-"  --buffer-mb N        memory kept while the server is unreachable (default 16)\n"
+"  --buffer-mb N        memory kept while the server is unreachable (default 16);\n"
+"                       when full, the oldest batches are dropped\n"
+"  --drain-timeout DUR  on SIGTERM or SIGINT, how long to keep delivering what is\n"
+"                       queued (default 10s; 0: not at all)\n"
 "  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 64)\n"
 "  --java-perfmap-interval SEC  run `jcmd PID Compiler.perfmap` for sampled JVMs\n"
 "                       this often (default off)\n"
@@ -57,7 +66,8 @@ static void _usage(FILE *out)
 "  --gpu-process-query shared|always  shared (default): the driver's per-process\n"
 "                       query only while 2+ processes share a GPU; one alone gets\n"
 "                       the GPU's utilisation. always: the query for one too\n"
-"  --metrics-listen H:P serve /metrics (GPU metrics, Prometheus text) here\n"
+"  --metrics-listen H:P serve /metrics (Prometheus text) here: GPU metrics and\n"
+"                       what was delivered, dropped and is buffered\n"
 "  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n"
 "  --cuda-lib-dir DIR   copy libflamewatch-cuda.so (shipped beside this binary) into\n"
 "                       DIR at start, for CUDA_INJECTION64_PATH=DIR/libflamewatch-cuda.so\n"
@@ -132,7 +142,16 @@ struct agent {
 	struct shipper *shipper;
 	struct continuous cont;
 	struct agent_metrics *metrics;
+	uint64_t stop_ns;	/* CLOCK_MONOTONIC of the first stop signal */
 };
+
+static uint64_t _mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
 
 static void _on_gpu_round(void *ctx, const struct batch *b, uint32_t first)
 {
@@ -150,9 +169,54 @@ static void _deliver(void *ctx, struct batch *b)
 
 static void _on_signal(evutil_socket_t sig, short what, void *arg)
 {
+	struct agent *a = arg;
+
 	(void)sig;
 	(void)what;
-	event_base_loopexit(arg, NULL);
+	if (!a->stop_ns)
+		a->stop_ns = _mono_ns();
+	event_base_loopexit(a->base, NULL);
+}
+
+/*
+ * Delivers what is queued, the last flush included, by timeout_ns after the
+ * stop signal; a server that cannot be reached ends it sooner (see
+ * shipper__drain()). Then says what was left.
+ */
+static void _drain(struct agent *a, uint64_t timeout_ns)
+{
+	uint64_t deadline = (a->stop_ns ? a->stop_ns : _mono_ns()) + timeout_ns, now;
+	struct shipper_stats st;
+	const char *why;
+	char late[64];
+
+	shipper__drain(a->shipper);
+	while (!shipper__idle(a->shipper) && !shipper__gave_up(a->shipper) &&
+	       (now = _mono_ns()) < deadline) {
+		struct timeval tv = { (deadline - now) / 1000000000ULL,
+				      (deadline - now) % 1000000000ULL / 1000 };
+
+		/* The drain breaks the loop when it is over; this ends it at the deadline. */
+		event_base_loopexit(a->base, &tv);
+		event_base_dispatch(a->base);
+	}
+	shipper__stats(a->shipper, &st);
+	pr_info("shipped %llu batches (%llu samples, %.1f MiB); dropped %llu samples; "
+		"%llu batches left undelivered\n",
+		(unsigned long long)st.batches_sent, (unsigned long long)st.samples_sent,
+		st.bytes_sent / 1048576.0, (unsigned long long)st.samples_dropped,
+		(unsigned long long)st.queued_batches);
+	if (!st.queued_batches)
+		return;
+	why = shipper__gave_up(a->shipper);
+	if (!why) {
+		snprintf(late, sizeof(late), "not acknowledged within --drain-timeout (%.1f s)",
+			 timeout_ns / 1e9);
+		why = late;
+	}
+	pr_warn("could not deliver %llu batches (%llu samples, %llu bytes): %s\n",
+		(unsigned long long)st.queued_batches, (unsigned long long)st.queued_samples,
+		(unsigned long long)st.queued_bytes, why);
 }
 
 static int _parse_ul(const char *opt, const char *arg, unsigned long max, unsigned long *out)
@@ -179,6 +243,7 @@ int cmd_agent(int argc, char **argv)
 		{ "freq", required_argument, NULL, 'F' },
 		{ "interval", required_argument, NULL, 'i' },
 		{ "buffer-mb", required_argument, NULL, 'b' },
+		{ "drain-timeout", required_argument, NULL, 'D' },
 		{ "unwind-table-mb", required_argument, NULL, 'U' },
 		{ "java-perfmap-interval", required_argument, NULL, 'J' },
 		{ "gpu-interval", required_argument, NULL, 'g' },
@@ -203,7 +268,7 @@ int cmd_agent(int argc, char **argv)
 	const char *metrics_listen = NULL;
 	struct agent a = { 0 };
 	struct event *sigint = NULL, *sigterm = NULL;
-	struct shipper_stats st;
+	uint64_t drain_ns = DRAIN_TIMEOUT_NS;
 	const char *cuda_dir = getenv("FLAMEWATCH_CUDA_LIB_DIR");
 	char host[256], err[512];
 	unsigned long v;
@@ -247,6 +312,15 @@ int cmd_agent(int argc, char **argv)
 			if (_parse_ul("--buffer-mb", optarg, 1 << 16, &v))
 				return 2;
 			so.max_buffer = v << 20;
+			break;
+		case 'D':
+			if (strcmp(optarg, "0") &&
+			    (duration__parse(optarg, &ns) || ns > 3600000000000LL)) {
+				fprintf(stderr, "flamewatch: error: --drain-timeout: '%s' is not a "
+					"duration of 1h or less (0: no drain)\n", optarg);
+				return 2;
+			}
+			drain_ns = strcmp(optarg, "0") ? (uint64_t)ns : 0;
 			break;
 		case 'J':
 		{
@@ -348,8 +422,9 @@ int cmd_agent(int argc, char **argv)
 			goto out;
 	}
 	agent_metrics__set_collector(a.metrics, a.cont.collector);
-	sigint = evsignal_new(a.base, SIGINT, _on_signal, a.base);
-	sigterm = evsignal_new(a.base, SIGTERM, _on_signal, a.base);
+	agent_metrics__set_shipper(a.metrics, a.shipper);
+	sigint = evsignal_new(a.base, SIGINT, _on_signal, &a);
+	sigterm = evsignal_new(a.base, SIGTERM, _on_signal, &a);
 	if (!sigint || !sigterm || event_add(sigint, NULL) || event_add(sigterm, NULL))
 		goto out;
 	signal(SIGPIPE, SIG_IGN);
@@ -364,20 +439,15 @@ int cmd_agent(int argc, char **argv)
 	pr_info("sampling at %u Hz, shipping to %s as node %s\n", co.freq_hz, so.url, so.node);
 	event_base_dispatch(a.base);
 
-	/* Deliver the last batch, giving the server a few seconds to take it. */
+	/*
+	 * /metrics reads the collector and the GPU poller, which the stop
+	 * frees: it goes first.
+	 */
+	agent_metrics__free(a.metrics);
+	a.metrics = NULL;
+	/* The last batches, flushed before the BPF programs go, then the drain. */
 	continuous__stop(&a.cont);
-	for (int i = 0; i < DRAIN_ON_EXIT_S * 10 && !shipper__idle(a.shipper); i++) {
-		struct timeval tv = { 0, 100000 };
-
-		event_base_loopexit(a.base, &tv);
-		event_base_dispatch(a.base);
-	}
-	shipper__stats(a.shipper, &st);
-	pr_info("shipped %llu batches (%llu samples, %.1f MiB); dropped %llu samples; "
-		"%llu batches left undelivered\n",
-		(unsigned long long)st.batches_sent, (unsigned long long)st.samples_sent,
-		st.bytes_sent / 1048576.0, (unsigned long long)st.samples_dropped,
-		(unsigned long long)st.queued_batches);
+	_drain(&a, drain_ns);
 	rc = 0;
 out:
 	continuous__stop(&a.cont);

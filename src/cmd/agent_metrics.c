@@ -10,6 +10,7 @@
 
 #include "agent/collector.h"
 #include "agent/cuda_tracker.h"
+#include "agent/shipper.h"
 #include "cmd/agent_metrics.h"
 #include "common/batch.h"
 #include "common/log.h"
@@ -26,6 +27,7 @@ struct agent_metrics {
 	const char *node;
 	struct gpu_poller *gpu;
 	struct collector *collector;
+	struct shipper *shipper;
 	int64_t max_age_ns;
 };
 
@@ -64,6 +66,64 @@ static void _cuda_tracker(struct agent_metrics *m, struct strbuf *sb)
 		       (unsigned long long)st.lib_events_lost);
 }
 
+/* What the shipper delivered, dropped and holds (src/agent/shipper.c). */
+static void _shipper(struct agent_metrics *m, struct strbuf *sb)
+{
+	struct shipper_stats st;
+
+	if (!m->shipper)
+		return;
+	shipper__stats(m->shipper, &st);
+	strbuf__printf(sb, "# HELP flamewatch_agent_batches_sent_total Batches the server accepted.\n"
+		       "# TYPE flamewatch_agent_batches_sent_total counter\n"
+		       "flamewatch_agent_batches_sent_total %llu\n"
+		       "# HELP flamewatch_agent_samples_sent_total Samples in the batches the server "
+		       "accepted.\n"
+		       "# TYPE flamewatch_agent_samples_sent_total counter\n"
+		       "flamewatch_agent_samples_sent_total %llu\n"
+		       "# HELP flamewatch_agent_sent_bytes_total Compressed bytes of the batches sent.\n"
+		       "# TYPE flamewatch_agent_sent_bytes_total counter\n"
+		       "flamewatch_agent_sent_bytes_total %llu\n"
+		       "# HELP flamewatch_agent_batches_dropped_total Batches dropped, oldest first, "
+		       "because the buffer (--buffer-mb) was full.\n"
+		       "# TYPE flamewatch_agent_batches_dropped_total counter\n"
+		       "flamewatch_agent_batches_dropped_total %llu\n"
+		       "# HELP flamewatch_agent_batches_rejected_total Batches the server refused "
+		       "for good (400, 413, 415) or that could not be encoded.\n"
+		       "# TYPE flamewatch_agent_batches_rejected_total counter\n"
+		       "flamewatch_agent_batches_rejected_total %llu\n"
+		       "# HELP flamewatch_agent_samples_dropped_total Samples of the batches dropped "
+		       "or rejected.\n"
+		       "# TYPE flamewatch_agent_samples_dropped_total counter\n"
+		       "flamewatch_agent_samples_dropped_total %llu\n"
+		       "# HELP flamewatch_agent_delivery_failures_total Requests that failed and "
+		       "will be tried again.\n"
+		       "# TYPE flamewatch_agent_delivery_failures_total counter\n"
+		       "flamewatch_agent_delivery_failures_total %llu\n"
+		       "# HELP flamewatch_agent_sessions_reset_total Times the server had lost the "
+		       "agent's dictionary (it restarted).\n"
+		       "# TYPE flamewatch_agent_sessions_reset_total counter\n"
+		       "flamewatch_agent_sessions_reset_total %llu\n"
+		       "# HELP flamewatch_agent_buffer_batches Batches waiting to be delivered.\n"
+		       "# TYPE flamewatch_agent_buffer_batches gauge\n"
+		       "flamewatch_agent_buffer_batches %llu\n"
+		       "# HELP flamewatch_agent_buffer_samples Samples in the batches waiting.\n"
+		       "# TYPE flamewatch_agent_buffer_samples gauge\n"
+		       "flamewatch_agent_buffer_samples %llu\n"
+		       "# HELP flamewatch_agent_buffer_bytes Memory the batches waiting hold.\n"
+		       "# TYPE flamewatch_agent_buffer_bytes gauge\n"
+		       "flamewatch_agent_buffer_bytes %llu\n"
+		       "# HELP flamewatch_agent_buffer_max_bytes The buffer's cap (--buffer-mb).\n"
+		       "# TYPE flamewatch_agent_buffer_max_bytes gauge\n"
+		       "flamewatch_agent_buffer_max_bytes %llu\n",
+		       (unsigned long long)st.batches_sent, (unsigned long long)st.samples_sent,
+		       (unsigned long long)st.bytes_sent, (unsigned long long)st.batches_dropped,
+		       (unsigned long long)st.batches_rejected, (unsigned long long)st.samples_dropped,
+		       (unsigned long long)st.failures, (unsigned long long)st.sessions_reset,
+		       (unsigned long long)st.queued_batches, (unsigned long long)st.queued_samples,
+		       (unsigned long long)st.queued_bytes, (unsigned long long)st.max_bytes);
+}
+
 static void _reply(struct evhttp_request *req, int code, const char *type, const char *body,
 		   size_t len)
 {
@@ -89,6 +149,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 		return;
 	}
 	_cuda_tracker(m, &sb);
+	_shipper(m, &sb);
 	gpu_poller__stats(m->gpu, &st);
 	strbuf__printf(&sb, "# HELP flamewatch_agent_gpu_rounds_total NVML collection rounds.\n"
 		       "# TYPE flamewatch_agent_gpu_rounds_total counter\n"
@@ -168,6 +229,12 @@ void agent_metrics__set_collector(struct agent_metrics *m, struct collector *c)
 {
 	if (m)
 		m->collector = c;
+}
+
+void agent_metrics__set_shipper(struct agent_metrics *m, struct shipper *s)
+{
+	if (m)
+		m->shipper = s;
 }
 
 void agent_metrics__free(struct agent_metrics *m)

@@ -7,13 +7,15 @@
 /*
  * `flamewatch agent --metrics-listen ADDR`: /metrics on the agent itself,
  * the newest value of each GPU metric (as the server shows them, with the
- * node label) and the collector's own cost. Fed after every GPU round.
+ * node label), the collector's own cost and the shipper's counters. Fed
+ * after every GPU round.
  */
 struct agent_metrics;
 struct batch;
 struct collector;
 struct event_base;
 struct gpu_poller;
+struct shipper;
 
 /* Prints the reason and returns NULL on failure. Borrows node (kept) and gpu (may be NULL). */
 struct agent_metrics *agent_metrics__start(struct event_base *base, const char *listen,
@@ -27,5 +29,10 @@ void agent_metrics__round(struct agent_metrics *m, const struct batch *b, uint32
  * Borrows c, which must outlive m. Accepts a NULL m.
  */
 void agent_metrics__set_collector(struct agent_metrics *m, struct collector *c);
+/*
+ * Exports too what s delivered, dropped and holds (shipper.h). Borrows s,
+ * which must outlive m. Accepts a NULL m.
+ */
+void agent_metrics__set_shipper(struct agent_metrics *m, struct shipper *s);
 
 #endif

@@ -248,6 +248,49 @@ const char *gpu_activity_kind__name(uint32_t kind)
 	return kind < GPU_ACTIVITY_KIND_MAX ? names[kind] : "unknown";
 }
 
+/* Trims *arr to its n elements; keeps it as it is when n is 0 or realloc fails. */
+static void _trim(void **arr, uint32_t n, uint32_t *cap, size_t elem)
+{
+	void *na;
+
+	if (!n || n == *cap)
+		return;
+	na = realloc(*arr, (size_t)n * elem);
+	if (na) {
+		*arr = na;
+		*cap = n;
+	}
+}
+
+int batch__compact(struct batch *b)
+{
+	struct profile *d = b->dict;
+	struct intern *t[6];
+	int err = 0;
+
+	_trim((void **)&b->samples, b->nsamples, &b->cap_samples, sizeof(*b->samples));
+	_trim((void **)&b->metrics, b->nmetrics, &b->cap_metrics, sizeof(*b->metrics));
+	_trim((void **)&b->cpu_intervals, b->ncpu_intervals, &b->cap_cpu_intervals,
+	      sizeof(*b->cpu_intervals));
+	_trim((void **)&b->gpu_intervals, b->ngpu_intervals, &b->cap_gpu_intervals,
+	      sizeof(*b->gpu_intervals));
+	if (b->dict_id)
+		return 0;
+	_trim((void **)&d->mappings, d->nmappings, &d->cap_mappings, sizeof(*d->mappings));
+	_trim((void **)&d->frames, d->nframes, &d->cap_frames, sizeof(*d->frames));
+	_trim((void **)&d->samples, d->nsamples, &d->cap_samples, sizeof(*d->samples));
+	t[0] = d->strings;
+	t[1] = d->mapping_keys;
+	t[2] = d->frame_keys;
+	t[3] = d->stacks;
+	t[4] = d->sample_keys;
+	t[5] = b->series;
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+		if (intern__compact(t[i]))
+			err = -ENOMEM;
+	return err;
+}
+
 size_t batch__memory(const struct batch *b)
 {
 	const struct profile *d = b->dict;

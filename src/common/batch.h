@@ -160,6 +160,16 @@ const char *batch__series_label(const struct batch *b, uint32_t series, const ch
 /* Bytes the batch holds: dictionary, series and every record. */
 size_t batch__memory(const struct batch *b);
 
+/*
+ * Gives back what the batch's arrays and dictionary reserved for growth, so
+ * that batch__memory() is what its content takes: for a batch that is done
+ * being filled and waits (to be shipped). A shared dictionary is left as it
+ * is. Invalidates every pointer into the dictionary (profile__string(),
+ * profile__stack(), ...) and the arrays. Returns 0, or -ENOMEM with the
+ * batch whole and partly compacted.
+ */
+int batch__compact(struct batch *b);
+
 /* Append one record (copied). Each returns 0 or -ENOMEM. */
 int batch__add_sample(struct batch *b, const struct batch_sample *s);
 int batch__add_metric(struct batch *b, const struct batch_metric *m);

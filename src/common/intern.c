@@ -106,9 +106,10 @@ static uint8_t *_arena_alloc(struct intern *t, size_t len)
 	return p;
 }
 
-static int _grow_index(struct intern *t)
+/* Moves the index to nslots slots (a power of two above twice the count). */
+static int _rehash(struct intern *t, uint32_t nslots)
 {
-	uint32_t nslots = t->nslots * 2, mask = nslots - 1;
+	uint32_t mask = nslots - 1;
 	struct slot *slots = calloc(nslots, sizeof(*slots));
 
 	if (!slots)
@@ -171,7 +172,7 @@ int64_t intern__add(struct intern *t, const void *key, size_t len, bool *added)
 
 	/* Keep the load factor under 1/2 so probes stay short. */
 	if ((uint64_t)(t->count + 1) * 2 > t->nslots) {
-		if (_grow_index(t))
+		if (_rehash(t, t->nslots * 2))
 			return -ENOMEM;
 		s = _lookup(t, hash, key, len);
 	}
@@ -210,6 +211,52 @@ const void *intern__key(const struct intern *t, uint32_t id, size_t *len)
 uint32_t intern__count(const struct intern *t)
 {
 	return t->count;
+}
+
+int intern__compact(struct intern *t)
+{
+	struct arena_chunk *c, *next;
+	uint32_t nslots = 8;
+	size_t used = 0;
+	uint8_t *p;
+
+	while (nslots < (uint64_t)t->count * 2)
+		nslots *= 2;
+	if (nslots < t->nslots && _rehash(t, nslots))
+		return -ENOMEM;
+	if (t->count < t->capacity) {
+		struct entry *e = realloc(t->entries, (t->count ? t->count : 1) * sizeof(*e));
+
+		if (!e)
+			return -ENOMEM;
+		t->entries = e;
+		t->capacity = t->count;
+	}
+	for (c = t->chunks; c; c = c->next)
+		used += c->used;
+	if (!t->chunks || (!t->chunks->next && t->chunks->used == t->chunks->size))
+		return 0;
+	c = aligned_alloc(8, (sizeof(*c) + used + 7) & ~(size_t)7);
+	if (!c)
+		return -ENOMEM;
+	c->next = NULL;
+	c->size = c->used = used;
+	/* The same padded sizes as intern__add(): every key stays 8-byte aligned. */
+	p = c->data;
+	for (uint32_t i = 0; i < t->count; i++) {
+		struct entry *e = &t->entries[i];
+
+		memcpy(p, e->key, e->len);
+		e->key = p;
+		p += e->len ? (e->len + 7) & ~(size_t)7 : 8;
+	}
+	for (struct arena_chunk *old = t->chunks; old; old = next) {
+		next = old->next;
+		free(old);
+	}
+	t->chunks = c;
+	t->arena_bytes = sizeof(*c) + used;
+	return 0;
 }
 
 size_t intern__memory(const struct intern *t)
