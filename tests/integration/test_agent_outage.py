@@ -260,8 +260,14 @@ def test_sigterm_server_down(flamewatch, procs, tmp_path):
     deliver."""
     port, mport = free_port(), free_port()
     agent = start_agent(procs, flamewatch, port, "1s", ["--metrics-listen", f"127.0.0.1:{mport}"])
-    time.sleep(5)
-    before = agent_metrics(mport)
+    # At least three batches queued (a loaded host starts the agent slowly).
+    deadline = time.monotonic() + 30
+    before = {}
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        before = agent_metrics(mport)
+        if before.get("flamewatch_agent_buffer_batches", 0) >= 3:
+            break
     rc, took = agent.stop(signal.SIGTERM, timeout=DRAIN_S + STOP_SLACK_S + 30)
     assert rc == 0, f"agent exit {rc} after {took:.1f} s\n{agent.describe()}"
     assert took <= DRAIN_S + STOP_SLACK_S, f"the stop took {took:.1f} s\n{agent.describe()}"
