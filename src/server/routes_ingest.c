@@ -208,7 +208,8 @@ void routes__ingest_folded(struct request *r)
 	ret = folded__read(body, len, names, values, nlabels,
 			   (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec, b, err, sizeof(err));
 	if (ret) {
-		r->srv->metrics.ingest_rejected_invalid += ret != -ENOMEM;
+		r->srv->metrics.ingest_rejected_invalid += ret != -ENOMEM && ret != -E2BIG;
+		r->srv->metrics.ingest_rejected_limits += ret == -E2BIG;
 		request__error(r, ret == -ENOMEM ? 503 : ret == -E2BIG ? 413 : 400, "%s", err);
 		goto out;
 	}
@@ -227,12 +228,7 @@ void routes__ingest_pprof(struct request *r)
 {
 	const char *names[MAX_LABELS], *values[MAX_LABELS];
 	const char *node = evhttp_find_header(&r->params, "node");
-	struct pprof_read_limits lim = {
-		.max_decompressed = 64u << 20,
-		.max_unpacked = 512u << 20,
-		.max_samples = 1000000,
-		.max_stack_depth = 1024,
-	};
+	struct pprof_read_limits lim = pprof_read_limits__default();
 	struct selector *sel = NULL;
 	struct strbuf sb = STRBUF_INIT;
 	struct batch *b = NULL;
