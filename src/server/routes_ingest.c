@@ -5,6 +5,7 @@
  * sent only once the store has made the data durable.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 
 #define MAX_LABELS 32
 #define MAX_FOLDED_BYTES (64u << 20)	/* decompressed */
+#define BODY_TRIM_BYTES (1u << 20)
 
 static int _body(struct request *r, const void **data, size_t *len)
 {
@@ -39,6 +41,13 @@ static int _body(struct request *r, const void **data, size_t *len)
 		request__error(r, 500, "out of memory");
 		return -1;
 	}
+	/*
+	 * The copy freed the chains the body was read into, scattered through
+	 * the heap: give their pages back, or each large body leaves its size
+	 * behind in the server's RSS.
+	 */
+	if (*len >= BODY_TRIM_BYTES)
+		malloc_trim(0);
 	return 0;
 }
 
