@@ -27,6 +27,7 @@ import socket
 import threading
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -42,7 +43,8 @@ def _start(procs, flamewatch, tmp, extra=(), nofile=None, listen_host="127.0.0.1
     argv = [flamewatch, "server", "--listen", f"{listen_host}:{port}", "--data", tmp / f"data-{name}",
             *extra]
     if nofile:
-        argv = ["prlimit", f"--nofile={nofile}:{nofile}", "--"] + argv
+        lim = nofile if isinstance(nofile, str) else f"{nofile}:{nofile}"
+        argv = ["prlimit", f"--nofile={lim}", "--"] + argv
     p = procs.start(argv, name)
     if not p.wait_output(BANNER % port, START_S):
         pytest.fail(f"{name} did not start\n{p.describe()}", pytrace=False)
@@ -125,6 +127,27 @@ def _send_then_read(port, parts, timeout=60):
 
 # ---------------------------------------------------------------------------
 # descriptors and connections
+
+
+def test_descriptor_limit_raised_to_hard(flamewatch, procs, tmp_path):
+    p, port, c = _start(procs, flamewatch, tmp_path, nofile="512:4096", extra=["-v"])
+    limits = open(f"/proc/{p.pid}/limits").read()
+    m = re.search(r"^Max open files\s+(\d+)\s+(\d+)", limits, re.M)
+    assert m and m.groups() == ("4096", "4096"), limits
+    assert "raised the descriptor limit from 512 to 4096" in p.text(), p.describe()
+
+
+def test_systemd_units_set_nofile():
+    """The units give the server (and the agent) room for its connections;
+    the server's syscall filter must let it raise its own soft limit."""
+    units = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
+    for unit in ("flamewatch-server.service", "flamewatch-agent.service"):
+        text = (units / unit).read_text()
+        m = re.search(r"^LimitNOFILE=(\d+)$", text, re.M)
+        assert m and int(m.group(1)) >= 65536, f"{unit}: no LimitNOFILE of 65536 or more"
+    text = (units / "flamewatch-server.service").read_text()
+    denied = " ".join(re.findall(r"^SystemCallFilter=~(.*)$", text, re.M))
+    assert "@default" not in denied and "prlimit64" not in denied, denied
 
 
 def _idle_connections(port, n):
@@ -308,7 +331,7 @@ def _empty_samples(n):
 @pytest.mark.parametrize("name,parts,words", [
     ("60M packed location ids", lambda: _one_sample(60_000_000), ()),
     ("10M location ids in one sample", lambda: _one_sample(10_000_000), ("location",)),
-    ("2M empty samples", lambda: _empty_samples(2_000_000), ("samples",)),
+    ("2M empty samples", lambda: _empty_samples(2_000_000), ("unpacked",)),
 ])
 def test_pprof_bombs(flamewatch, procs, tmp_path, name, parts, words):
     body = _gzip_stream(parts())
