@@ -10,8 +10,9 @@ gets back when the server will not hold more.
                                client gets 503 with Connection: close
   test_one_token_off_loopback  a non-loopback --listen with one token alone is
                                refused at start, naming the missing flag
-  test_pprof_bombs             small pprof bodies that unpack to hundreds of MB
-                               get 413 and the server's peak RSS stays bounded
+  test_decoder_bombs           small pprof, agent and folded bodies that decode
+                               to hundreds of MB get 413 and the server's peak
+                               RSS stays bounded
   test_concurrent_big_bodies   bodies beyond the in-memory budget get 503 with
                                Retry-After; peak RSS stays near the budget
   test_huge_header_and_url     a 112 MB header and a 10 MB URL get 431 and 414
@@ -328,18 +329,38 @@ def _empty_samples(n):
     return [_pprof_head(), b"\x12\x00" * n]
 
 
-@pytest.mark.parametrize("name,parts,words", [
-    ("60M packed location ids", lambda: _one_sample(60_000_000), ()),
-    ("10M location ids in one sample", lambda: _one_sample(10_000_000), ("location",)),
-    ("2M empty samples", lambda: _empty_samples(2_000_000), ("unpacked",)),
+def _wire_columns(n):
+    """An agent batch (src/format/wire.proto) with n timestamps in its
+    ts_delta column: one byte each, packed; eight once unpacked."""
+    head = b"\x08\x01" + _pb_field(4, b"bomb-n")
+    return [head, _pb_varint(16 << 3 | 2) + _pb_varint(n)] + [b"\x02" * (1 << 20)] * (n >> 20) + \
+        [b"\x02" * (n & ((1 << 20) - 1))]
+
+
+def _folded_lines(n):
+    return [b"bomb;f 1\n" * 100_000] * (n // 100_000)
+
+
+PPROF = ("/api/v1/ingest/pprof", {"Content-Type": "application/octet-stream"})
+WIRE = ("/api/v1/ingest", {"Content-Encoding": "gzip"})
+FOLDED = ("/api/v1/ingest/folded", {"Content-Encoding": "gzip"})
+
+
+@pytest.mark.parametrize("name,where,parts,words", [
+    ("60M packed location ids", PPROF, lambda: _one_sample(60_000_000), ()),
+    ("10M location ids in one sample", PPROF, lambda: _one_sample(10_000_000), ("location",)),
+    ("2M empty samples", PPROF, lambda: _empty_samples(2_000_000), ("unpacked",)),
+    ("30M timestamps in a batch", WIRE, lambda: _wire_columns(30_000_000), ("samples",)),
+    ("3M folded lines", FOLDED, lambda: _folded_lines(3_000_000), ("stacks",)),
 ])
-def test_pprof_bombs(flamewatch, procs, tmp_path, name, parts, words):
+def test_decoder_bombs(flamewatch, procs, tmp_path, name, where, parts, words):
+    """Small bodies that decode into hundreds of MB: refused (413) before
+    the decoder allocates for them."""
     body = _gzip_stream(parts())
     assert len(body) < 256 << 10, f"{name}: {len(body)} bytes compressed"
     p, port, c = _start(procs, flamewatch, tmp_path)
     hwm0 = _status_kb(p.pid, "VmHWM")
-    r = c.post("/api/v1/ingest/pprof", body, headers={"Content-Type": "application/octet-stream"},
-               timeout=60)
+    r = c.post(where[0], body, headers=where[1], params={"node": "bomb-n"}, timeout=120)
     grew = (_status_kb(p.pid, "VmHWM") - hwm0) >> 10
     assert r.status == 413, f"{name}: {r.describe()}"
     for w in words:
