@@ -15,13 +15,14 @@ gets back when the server will not hold more.
                                RSS stays bounded
   test_concurrent_big_bodies   bodies beyond the in-memory budget get 503 with
                                Retry-After; peak RSS stays near the budget
+  test_agent_keeps_batches_*   an agent refused for memory keeps its batches
+                               and delivers all of them later
   test_huge_header_and_url     a 112 MB header and a 10 MB URL get 431 and 414
 
 The real binary over real sockets; limits on descriptors come from
 prlimit(1), so the server's own raise to the hard limit is a no-op there.
 """
 
-import gzip
 import os
 import re
 import socket
@@ -34,7 +35,9 @@ import pytest
 
 from serverlib import Client, free_port, port_open
 # procs and the autouse _diagnostics are fixtures: imported, pytest uses them here too.
-from test_server import START_S, _diagnostics, check_no_crash, procs  # noqa: F401
+from test_server import (HZ, START_S, _diagnostics, check_no_crash,  # noqa: F401
+                         check_sample_count, folded, our, poll, procs, start_agent, total,
+                         wait_stable)
 
 BANNER = r"flamewatch: listening on https?://\S+:%d "
 
@@ -409,6 +412,44 @@ def test_concurrent_big_bodies_stay_under_budget(flamewatch, procs, tmp_path):
     # Nothing stays reserved: a body is taken again.
     r = c.post("/api/v1/ingest/folded", b"budgetproc;main;f 3\n", params={"node": "budget-n"})
     assert r.status == 200, r.describe()
+    check_no_crash(p)
+
+
+def _bodies_refused(c):
+    m = re.search(r"^flamewatch_http_bodies_refused_total (\d+)", c.get("/metrics").text, re.M)
+    return int(m.group(1)) if m else 0
+
+
+def test_agent_keeps_batches_refused_for_memory(flamewatch, workloads, procs, tmp_path):
+    """While another upload holds all of --max-body-memory, the agent's
+    batches get 503: it keeps them, and every one arrives once the memory
+    is free."""
+    p, port, c = _start(procs, flamewatch, tmp_path,
+                        extra=["--max-body", str(1 << 20), "--max-body-memory", str(1 << 20)])
+    hold = socket.create_connection(("127.0.0.1", port), timeout=10)
+    hold.sendall(b"POST /api/v1/ingest HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % (1 << 20)
+                 + b"x" * 1024)
+    agent = start_agent(procs, flamewatch, port, "budget-agent")
+    t_work = time.time()
+    work = procs.start([workloads / "cpu_split", "6"], "cpu_split")
+    q = our(work.pid, "budget-agent")
+    try:
+        assert poll(lambda: _bodies_refused(c) >= 2, timeout=20), \
+            f"the agent's batches were not refused while the memory was held\n{agent.describe()}"
+        assert total(c, q, t_work - 1, time.time() + 1) == 0
+    finally:
+        hold.close()
+    rc, cpu_s = work.wait_cpu(30)
+    assert rc == 0, work.describe()
+    # Its backoff after a few refusals is up to 8 s (and a quarter of jitter).
+    poll(lambda: total(c, q, t_work - 1, time.time() + 1) >= 0.75 * cpu_s * HZ, timeout=30)
+    t_end = wait_stable(c, q, t_work - 1)
+    check_sample_count(folded(c, q, t_work - 1, t_end), cpu_s)
+    assert "HTTP 503" in agent.text(), agent.describe()
+    rc, _ = agent.stop()
+    assert rc == 0, agent.describe()
+    m = re.search(r"dropped (\d+) samples; (\d+) batches left undelivered", agent.text())
+    assert m and m.groups() == ("0", "0"), f"summary: {m and m.group(0)}\n{agent.describe()}"
     check_no_crash(p)
 
 
