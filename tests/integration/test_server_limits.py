@@ -349,13 +349,16 @@ WIRE = ("/api/v1/ingest", {"Content-Encoding": "gzip"})
 FOLDED = ("/api/v1/ingest/folded", {"Content-Encoding": "gzip"})
 
 
-@pytest.mark.parametrize("name,where,parts,words", [
+BOMBS = [
     ("60M packed location ids", PPROF, lambda: _one_sample(60_000_000), ()),
     ("10M location ids in one sample", PPROF, lambda: _one_sample(10_000_000), ("location",)),
     ("2M empty samples", PPROF, lambda: _empty_samples(2_000_000), ("unpacked",)),
     ("30M timestamps in a batch", WIRE, lambda: _wire_columns(30_000_000), ("samples",)),
     ("3M folded lines", FOLDED, lambda: _folded_lines(3_000_000), ("stacks",)),
-])
+]
+
+
+@pytest.mark.parametrize("name,where,parts,words", BOMBS, ids=[b[0].replace(" ", "_") for b in BOMBS])
 def test_decoder_bombs(flamewatch, procs, tmp_path, name, where, parts, words):
     """Small bodies that decode into hundreds of MB: refused (413) before
     the decoder allocates for them."""
