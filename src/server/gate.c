@@ -27,8 +27,8 @@
 #define ACCEPT_PAUSE_FREED_MS 20
 #define LOG_EVERY_S 10
 /*
- * Descriptors kept out of the connections' reach: the store, the loop,
- * logs and, under `run`, the sampler (two a CPU).
+ * Descriptors kept out of the connections' reach: these for the store, the
+ * loop and logs, and two a CPU for the sampler under `run`.
  */
 #define FD_RESERVE 64
 

@@ -430,7 +430,7 @@ struct server *server__new(struct event_base *base, struct store *store,
 		go.make_bev = _tls_bev;
 		go.make_arg = s;
 	}
-	/* Our own listener, so that the gate can pause it (evhttp's never pauses). */
+	/* Our own listener: a deeper backlog than evhttp's 128, paused by the gate. */
 	snprintf(portstr, sizeof(portstr), "%u", port);
 	rc = evutil_getaddrinfo(host, portstr, &hints, &ai);
 	if (rc) {
