@@ -41,6 +41,7 @@ enum conn_state {
 	C_SKIP,		/* reading past an over-long head to its end, then refusing */
 	C_DRAIN,	/* reading past `left` body bytes of a refused request, then refusing */
 	C_DONE,		/* refusal handed over: whatever else comes is dropped */
+	C_CHUNKED,	/* a chunked body let in: all passes, the connection closes after */
 };
 
 struct conn {
@@ -200,7 +201,7 @@ void gate__parse_head(const char *p, size_t len, size_t max_body, struct gate_he
 {
 	const char *end = p + len, *nl = memchr(p, '\n', len), *sp, *line;
 	size_t n, ncl = 0;
-	bool te = false, special = false, bad_cl = false;
+	bool te = false, chunked = false, special = false, bad_cl = false;
 	uint64_t cl = 0;
 
 	memset(h, 0, sizeof(*h));
@@ -263,6 +264,7 @@ void gate__parse_head(const char *p, size_t len, size_t max_body, struct gate_he
 			}
 		} else if (_is(line, colon - line, "Transfer-Encoding")) {
 			special = true;
+			chunked = !te && _is(v, ve - v, "chunked");
 			te = true;
 		} else if (_is(line, colon - line, "Expect")) {
 			h->expect_continue = _is(v, ve - v, "100-continue");
@@ -270,10 +272,18 @@ void gate__parse_head(const char *p, size_t len, size_t max_body, struct gate_he
 	}
 	if (!h->body)
 		return;		/* evhttp reads no body, whatever the headers say */
-	if (te) {
+	/* evhttp reads "chunked" alone; with it, Content-Length is ignored. */
+	if (te && !chunked) {
 		h->refuse = 411;
-		snprintf(h->why, sizeof(h->why), "Transfer-Encoding is not accepted: send "
+		snprintf(h->why, sizeof(h->why), "Transfer-Encoding other than chunked: send "
 			 "Content-Length");
+	} else if (chunked && ncl) {
+		h->refuse = 400;
+		snprintf(h->why, sizeof(h->why), "both Transfer-Encoding and Content-Length");
+	} else if (chunked) {
+		/* Its size is known once read: it may take up to --max-body. */
+		h->chunked = true;
+		h->length = max_body;
 	} else if (ncl > 1 || bad_cl) {
 		h->refuse = 400;
 		snprintf(h->why, sizeof(h->why), "bad Content-Length");
@@ -373,7 +383,7 @@ static bool _head(struct conn *c, struct evbuffer *out)
 		snprintf(c->why, sizeof(c->why), "the server has %zu connections open "
 			 "(--max-connections); try again later", g->max_conns);
 		evbuffer_drain(c->held, end);
-		_refuse(c, 503, 1, h.expect_continue ? 0 : h.length, out);
+		_refuse(c, 503, 1, h.expect_continue || h.chunked ? 0 : h.length, out);
 		return true;
 	}
 	if (h.length > g->budget - g->held) {
@@ -381,14 +391,21 @@ static bool _head(struct conn *c, struct evbuffer *out)
 		snprintf(c->why, sizeof(c->why), "request bodies in memory would exceed "
 			 "--max-body-memory %zu; try again later", g->budget);
 		evbuffer_drain(c->held, end);
-		_refuse(c, 503, 2, h.expect_continue ? 0 : h.length, out);
+		_refuse(c, 503, 2, h.expect_continue || h.chunked ? 0 : h.length, out);
 		return true;
 	}
 	c->reserved = h.length;
 	g->held += h.length;
 	evbuffer_remove_buffer(c->held, out, end);
 	c->busy = true;
-	if (h.length) {
+	if (h.chunked) {
+		/*
+		 * Where the body ends is evhttp's to find: everything passes,
+		 * and the reply closes the connection, so that nothing after
+		 * the body reaches evhttp without a look.
+		 */
+		c->state = C_CHUNKED;
+	} else if (h.length) {
 		c->state = C_BODY;
 		c->left = h.length;
 	}
@@ -439,6 +456,9 @@ static void _run(struct conn *c, struct evbuffer *out)
 			_refuse_now(c, out);
 			break;
 		}
+		case C_CHUNKED:
+			evbuffer_remove_buffer(c->held, out, avail);
+			return;
 		case C_DONE:
 			return;
 		}
@@ -467,6 +487,8 @@ static void _on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, 
 			c->state = C_HEAD;
 		return;
 	}
+	if (c->state == C_CHUNKED && !c->closing)
+		return;
 	c->feeding = true;
 	/* The input holds what was let in before, then the new bytes. */
 	old = evbuffer_get_length(in) - info->n_added;
@@ -656,6 +678,7 @@ static void _on_sweep(evutil_socket_t fd, short what, void *arg)
 				 GATE_HEAD_TIMEOUT_S;
 
 		if (c->closing || c->on_fixup || c->busy || c->state == C_BODY ||
+		    c->state == C_CHUNKED ||
 		    c->state == C_DONE)
 			continue;
 		if (now - c->since_ns > limit * NS) {
@@ -717,6 +740,8 @@ int gate__begin(struct gate *g, struct evhttp_request *req, const char **why,
 	if (!c)
 		return 0;
 	evhttp_request_set_on_complete_cb(req, _on_reply_done, g);
+	if (c->state == C_CHUNKED)
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
 	if (!c->refuse)
 		return 0;
 	*why = c->why;

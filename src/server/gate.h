@@ -28,8 +28,9 @@
  *   what is left of max_body_memory, the bytes of bodies in flight (read,
  *   or still to be read) over all connections. Otherwise it gets 503 with
  *   Retry-After once its body has been read past, so that the client sees
- *   the answer rather than a reset. Bodies without a Content-Length
- *   (chunked) get 411.
+ *   the answer rather than a reset. A chunked body counts as max_body,
+ *   and its connection closes after the reply; other Transfer-Encodings
+ *   get 411.
  *
  * Single-threaded, on the server's event loop.
  */
@@ -92,6 +93,7 @@ size_t gate__max_connections(const struct gate *g);
 struct gate_head {
 	bool body;
 	bool expect_continue;
+	bool chunked;		/* Transfer-Encoding: chunked; length is then max_body */
 	uint64_t length;	/* Content-Length, 0 without one */
 	int refuse;
 	char why[96];

@@ -70,9 +70,12 @@ static void test_refusals(void **state)
 		int status;
 		const char *why;
 	} cases[] = {
-		{ "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 411, "Content-Length" },
-		{ "POST /x HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 3\r\n\r\n",
+		{ "POST /x HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 411,
+		  "Content-Length" },
+		{ "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
 		  411, "Transfer-Encoding" },
+		{ "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+		  400, "both" },
 		{ "POST /x HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n", 400,
 		  "Content-Length" },
 		{ "POST /x HTTP/1.1\r\nContent-Length: +3\r\n\r\n", 400, "Content-Length" },
@@ -118,6 +121,20 @@ static void test_long_request_line(void **state)
 	free(head);
 }
 
+static void test_chunked(void **state)
+{
+	struct gate_head h;
+
+	(void)state;
+	h = _parse("POST /x HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n");
+	assert_int_equal(h.refuse, 0);
+	assert_true(h.chunked);
+	assert_int_equal(h.length, MAX_BODY);
+	h = _parse("GET /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+	assert_false(h.chunked);
+	assert_int_equal(h.length, 0);
+}
+
 static void test_expect(void **state)
 {
 	struct gate_head h;
@@ -136,6 +153,7 @@ int main(void)
 		cmocka_unit_test(test_bodies),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_long_request_line),
+		cmocka_unit_test(test_chunked),
 		cmocka_unit_test(test_expect),
 	};
 
