@@ -24,6 +24,8 @@ struct cmd_server_opts {
 	const char *write_token, *read_token;
 	int64_t retention_ns;
 	size_t max_body;
+	size_t max_connections;		/* 0: the server's default */
+	size_t max_body_memory;		/* 0: 4 x max_body */
 	unsigned int hz;	/* the agents' sampling rate, for CPU time in exports */
 	bool insecure;
 	const char *tls_cert, *tls_key;	/* serve HTTPS */

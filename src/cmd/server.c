@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -24,7 +25,9 @@ static void _usage(FILE *out)
 	fprintf(out,
 "usage: flamewatch server [--listen HOST:PORT] [--data DIR | --store URI] [--token T]\n"
 "                         [--read-token T] [--write-token T] [--retention 7d]\n"
-"                         [--max-body BYTES] [--insecure] [--tls-cert FILE --tls-key FILE]\n"
+"                         [--max-body BYTES] [--max-body-memory BYTES]\n"
+"                         [--max-connections N] [--insecure]\n"
+"                         [--tls-cert FILE --tls-key FILE]\n"
 "\n"
 "Stores what agents send and answers the query API.\n"
 "\n"
@@ -37,7 +40,13 @@ static void _usage(FILE *out)
 "  --read-token T       bearer token for the API only\n"
 "  --retention DUR      drop data older than this (default 7d)\n"
 "  --max-body BYTES     largest request accepted (default 64 MiB)\n"
-"  --insecure           allow a non-loopback --listen without tokens\n"
+"  --max-body-memory BYTES  request bodies held in memory at once, over all\n"
+"                       connections; beyond it a request gets 503 and Retry-After\n"
+"                       (default 4 x --max-body)\n"
+"  --max-connections N  connections served at once (default 1024, and at most\n"
+"                       what the descriptor limit leaves); at the cap the one\n"
+"                       idle longest is closed, with none idle a newcomer gets 503\n"
+"  --insecure           allow a non-loopback --listen without both tokens\n"
 "  --tls-cert FILE      serve HTTPS with this PEM certificate (chain: server first)\n"
 "  --tls-key FILE       the certificate's private key (PEM)\n"
 "  --agent-hz HZ        -F assumed for CPU samples stored without their period\n"
@@ -70,6 +79,58 @@ static void _on_retention(evutil_socket_t fd, short what, void *arg)
 		pr_warn("retention: %s\n", strerror(-err));
 }
 
+/*
+ * Every connection is a descriptor, and the usual soft limit (1024) is far
+ * below what the hard limit allows: take it all. prlimit() rather than
+ * setrlimit(), which systemd's @resources filter forbids; and only when
+ * there is something to raise.
+ */
+static void _raise_nofile(void)
+{
+	struct rlimit rl, want;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= rl.rlim_max)
+		return;
+	want = (struct rlimit){ .rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max };
+	if (prlimit(0, RLIMIT_NOFILE, &want, NULL)) {
+		pr_debug("cannot raise the descriptor limit from %llu to %llu: %s\n",
+			 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+			 strerror(errno));
+		return;
+	}
+	pr_debug("raised the descriptor limit from %llu to %llu\n",
+		 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+}
+
+/*
+ * Off loopback, each side (ingest, the API) needs its token: one token
+ * alone leaves the other side open to anyone who can reach the port.
+ */
+static int _check_tokens(const struct cmd_server_opts *o, const char *host)
+{
+	if (server__is_loopback(host) || o->insecure)
+		return 0;
+	if (!o->write_token && !o->read_token) {
+		fprintf(stderr, "flamewatch: error: --listen %s is reachable from other machines: "
+			"give --token (or --read-token and --write-token), or --insecure\n",
+			o->listen);
+		return -1;
+	}
+	if (!o->write_token) {
+		fprintf(stderr, "flamewatch: error: --listen %s is reachable from other machines "
+			"and only --read-token is given: anyone could send data (ingest). Give "
+			"--write-token too (or --token for both), or --insecure\n", o->listen);
+		return -1;
+	}
+	if (!o->read_token) {
+		fprintf(stderr, "flamewatch: error: --listen %s is reachable from other machines "
+			"and only --write-token is given: anyone could read profiles (the API). "
+			"Give --read-token too (or --token for both), or --insecure\n", o->listen);
+		return -1;
+	}
+	return 0;
+}
+
 int cmd__serve(const struct cmd_server_opts *o, struct event_base *base, struct store **store_out,
 	       struct server **server_out)
 {
@@ -78,6 +139,8 @@ int cmd__serve(const struct cmd_server_opts *o, struct event_base *base, struct 
 		.write_token = o->write_token,
 		.read_token = o->read_token,
 		.max_body = o->max_body,
+		.max_connections = o->max_connections,
+		.max_body_memory = o->max_body_memory,
 		.default_hz = o->hz,
 		.tls_cert = o->tls_cert,
 		.tls_key = o->tls_key,
@@ -93,11 +156,15 @@ int cmd__serve(const struct cmd_server_opts *o, struct event_base *base, struct 
 	}
 	/* Already while the store opens: OpenSSL writes to ClickHouse with write(2). */
 	signal(SIGPIPE, SIG_IGN);
-	if (!server__is_loopback(host) && !o->write_token && !o->read_token && !o->insecure) {
-		fprintf(stderr, "flamewatch: error: --listen %s is reachable from other machines: "
-			"give --token (or --read-token and --write-token), or --insecure\n", o->listen);
+	if (_check_tokens(o, host))
+		return -1;
+	if (o->max_body_memory && o->max_body_memory < o->max_body) {
+		fprintf(stderr, "flamewatch: error: --max-body-memory %zu is less than --max-body "
+			"%zu: no body of the largest size could ever be taken\n",
+			o->max_body_memory, o->max_body);
 		return -1;
 	}
+	_raise_nofile();
 	if (!o->tls_cert != !o->tls_key) {
 		fprintf(stderr, "flamewatch: error: --tls-cert and --tls-key go together\n");
 		return -1;
@@ -187,6 +254,34 @@ int cmd__parse_server_opt(struct cmd_server_opts *o, int c, const char *arg)
 		o->max_body = v;
 		return 0;
 	}
+	case 'M': {
+		char *end;
+		unsigned long long v;
+
+		errno = 0;
+		v = strtoull(arg, &end, 10);
+		if (errno || *end || !arg[0] || arg[0] == '-' || v < 1024 || v > (1ULL << 40)) {
+			fprintf(stderr, "flamewatch: error: --max-body-memory: '%s' is not a size "
+				"between 1 KiB and 1 TiB in bytes\n", arg);
+			return -1;
+		}
+		o->max_body_memory = v;
+		return 0;
+	}
+	case 'C': {
+		char *end;
+		unsigned long v;
+
+		errno = 0;
+		v = strtoul(arg, &end, 10);
+		if (errno || *end || !arg[0] || arg[0] == '-' || v == 0 || v > 1000000) {
+			fprintf(stderr, "flamewatch: error: --max-connections: '%s' is not a number "
+				"between 1 and 1000000\n", arg);
+			return -1;
+		}
+		o->max_connections = v;
+		return 0;
+	}
 	case 'I':
 		o->insecure = true;
 		return 0;
@@ -269,6 +364,8 @@ const struct option cmd__server_longopts[] = {
 	{ "read-token", required_argument, NULL, 'R' },
 	{ "retention", required_argument, NULL, 'r' },
 	{ "max-body", required_argument, NULL, 'B' },
+	{ "max-body-memory", required_argument, NULL, 'M' },
+	{ "max-connections", required_argument, NULL, 'C' },
 	{ "insecure", no_argument, NULL, 'I' },
 	{ "agent-hz", required_argument, NULL, 'H' },
 	{ "tls-cert", required_argument, NULL, 'c' },

@@ -109,7 +109,7 @@ int folded__read(const char *text, size_t len, const char *const *names,
 	const char *lnames[MAX_LABELS + 1], *lvalues[MAX_LABELS + 1];
 	char *copy = NULL, *line, *save = NULL;
 	uint32_t *frames = NULL;
-	size_t lineno = 0;
+	size_t lineno = 0, lines = 0;
 	int ret = 0;
 
 	if (n > MAX_LABELS) {
@@ -119,6 +119,17 @@ int folded__read(const char *text, size_t len, const char *const *names,
 	if (memchr(text, '\0', len)) {
 		snprintf(err, err_len, "folded stacks are text; the body has a NUL byte");
 		return -EINVAL;
+	}
+	/* Counted first: a batch sample is ten times the smallest line. */
+	for (const char *p = text, *end = text + len; p < end;) {
+		const char *nl = memchr(p, '\n', end - p);
+
+		if (p[0] != '\n' && p[0] != '#' && ++lines > FOLDED_MAX_LINES) {
+			snprintf(err, err_len, "more than %d stacks; send at most %d at a time",
+				 FOLDED_MAX_LINES, FOLDED_MAX_LINES);
+			return -E2BIG;
+		}
+		p = nl ? nl + 1 : end;
 	}
 	memcpy(lnames, names, n * sizeof(*names));
 	memcpy(lvalues, values, n * sizeof(*values));

@@ -8,6 +8,8 @@
 struct batch;
 
 #define FOLDED_MAX_DEPTH 1024
+/* Each line is a sample of some 40 bytes, from as few as 4 bytes of text. */
+#define FOLDED_MAX_LINES 1000000
 
 /*
  * Reads FlameGraph's collapsed stacks ("comm;root;...;leaf COUNT" per line;
@@ -21,7 +23,8 @@ struct batch;
  * Borrows text (len bytes, need not be NUL-terminated), the labels and b.
  * All or nothing: on error b holds no sample (it is reset) and err says
  * which line was wrong. Returns 0, -EINVAL (malformed line, a NUL byte, bad
- * labels) or -ENOMEM.
+ * labels), -E2BIG (more than FOLDED_MAX_LINES stacks, counted before any is
+ * read) or -ENOMEM.
  */
 int folded__read(const char *text, size_t len, const char *const *names,
 		 const char *const *values, size_t n, int64_t ts_ns, struct batch *b,

@@ -17,6 +17,20 @@ typedef Perftools__Profiles__Profile Profile;
 typedef Perftools__Profiles__Location Location;
 typedef Perftools__Profiles__Function Function;
 
+/* pprof writers put a few values and labels on a sample. */
+#define MAX_SAMPLE_VALUES 64
+#define MAX_SAMPLE_LABELS 64
+
+struct pprof_read_limits pprof_read_limits__default(void)
+{
+	return (struct pprof_read_limits){
+		.max_decompressed = 32u << 20,
+		.max_unpacked = 128u << 20,
+		.max_samples = 1000000,
+		.max_stack_depth = 1024,
+	};
+}
+
 struct reader {
 	const Profile *pb;
 	struct batch *b;
@@ -256,6 +270,18 @@ int pprof__read(const void *data, size_t len, const struct pprof_read_limits *li
 		.b = b, .err = err, .err_len = err_len,
 		.names = names, .values = values, .nlabels = n,
 	};
+	const struct pb_cap caps[] = {
+		{ &perftools__profiles__profile__descriptor, 2, lim->max_samples, "samples" },
+		{ &perftools__profiles__sample__descriptor, 1, lim->max_stack_depth,
+		  "locations in one sample" },
+		{ &perftools__profiles__sample__descriptor, 2, MAX_SAMPLE_VALUES,
+		  "values in one sample" },
+		{ &perftools__profiles__sample__descriptor, 3, MAX_SAMPLE_LABELS,
+		  "labels in one sample" },
+		{ &perftools__profiles__location__descriptor, 4, lim->max_stack_depth,
+		  "lines in one location" },
+	};
+	char why[192];
 	Profile *pb;
 	int ret;
 
@@ -268,6 +294,18 @@ int pprof__read(const void *data, size_t len, const struct pprof_read_limits *li
 	} else if (len > lim->max_decompressed) {
 		snprintf(err, err_len, "profile exceeds %zu bytes", lim->max_decompressed);
 		return -E2BIG;
+	}
+	ret = pb_capped_alloc__check(&perftools__profiles__profile__descriptor, raw, plain_len,
+				     lim->max_unpacked, caps, sizeof(caps) / sizeof(caps[0]),
+				     why, sizeof(why));
+	if (ret) {
+		free(plain);
+		if (ret == -E2BIG) {
+			snprintf(err, err_len, "profile: %s", why);
+			return -E2BIG;
+		}
+		snprintf(err, err_len, "not a pprof profile (profile.proto does not parse: %s)", why);
+		return -EINVAL;
 	}
 	pb = perftools__profiles__profile__unpack(&pa, plain_len, raw);
 	free(plain);

@@ -15,6 +15,12 @@ struct pprof_read_limits {
 };
 
 /*
+ * 32 MiB decompressed, 128 MiB unpacked, 1,000,000 samples, 1024 frames a
+ * stack: room for the largest profiles Go writes, not for a bomb.
+ */
+struct pprof_read_limits pprof_read_limits__default(void);
+
+/*
  * Reads a pprof profile (profile.proto, gzipped or not), as Go's
  * net/http/pprof and other tools write it, into b: one batch sample per
  * pprof sample, stamped with the profile's time (or now_ns when it has
@@ -23,7 +29,8 @@ struct pprof_read_limits {
  * "thread_name" string label, else the main mapping's file name). The
  * value is the sample count: the "samples" value if present, else the
  * CPU time divided by the period. b should be fresh: on error it is
- * emptied, so nothing half-read is ever stored.
+ * emptied, so nothing half-read is ever stored. Counts and the memory
+ * the unpacked message takes are checked before it is unpacked.
  * Returns 0 or -EINVAL / -E2BIG / -ENOMEM with a message in err.
  */
 int pprof__read(const void *data, size_t len, const struct pprof_read_limits *lim,

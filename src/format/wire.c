@@ -1264,7 +1264,7 @@ struct wire_limits wire_limits__default(void)
 	return (struct wire_limits){
 		.max_body = 8u << 20,
 		.max_decompressed = 32u << 20,
-		.max_unpacked = 256u << 20,
+		.max_unpacked = 128u << 20,
 		.max_samples = 1000000,
 		.max_stack_depth = 1024,
 		.max_labels = 64,
@@ -1986,6 +1986,42 @@ static int _d_build_cpu_intervals(struct dec *d)
 	return rc;
 }
 
+/*
+ * Before unpacking: the columns hold at most max_samples rows each, and
+ * the whole message fits in max_unpacked once unpacked. protobuf-c sizes
+ * its arrays by what the message declares, so a few MB of one-byte varints
+ * would otherwise take hundreds of MB before any count is seen.
+ */
+static int _precheck(const struct wire_limits *lim, size_t max_unpacked, const uint8_t *msg,
+		     size_t len, char *err, size_t err_len)
+{
+	static const struct {
+		unsigned first, last;
+		const char *what;
+	} cols[] = {
+		{ 16, 22, "samples" },
+		{ 30, 33, "metric points" },
+		{ 40, 45, "CPU intervals" },
+		{ 50, 59, "GPU intervals" },
+	};
+	struct pb_cap caps[40];
+	size_t n = 0;
+	char why[192];
+	int rc;
+
+	for (size_t i = 0; i < sizeof(cols) / sizeof(cols[0]); i++)
+		for (unsigned f = cols[i].first; f <= cols[i].last && n < 40; f++)
+			caps[n++] = (struct pb_cap){ &flamewatch__wire__batch__descriptor, f,
+						     lim->max_samples, cols[i].what };
+	rc = pb_capped_alloc__check(&flamewatch__wire__batch__descriptor, msg, len, max_unpacked,
+				    caps, n, why, sizeof(why));
+	if (rc == -E2BIG)
+		return _fail(err, err_len, -E2BIG, "batch: %s", why);
+	if (rc)
+		return _fail(err, err_len, -EBADMSG, "not a valid protobuf batch (%s)", why);
+	return 0;
+}
+
 int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 		 enum wire_compression c, const struct wire_limits *lim,
 		 struct batch **out, char *node, size_t node_len, uint64_t *seq,
@@ -2043,6 +2079,9 @@ int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 	}
 
 	ca.max = lim->max_unpacked > SIZE_MAX / 2 ? SIZE_MAX / 2 : lim->max_unpacked;
+	rc = _precheck(lim, ca.max, msg_bytes, msg_len, err, err_len);
+	if (rc)
+		goto out;
 	m = flamewatch__wire__batch__unpack(&pa, msg_len, msg_bytes);
 	if (!m) {
 		if (ca.over)

@@ -103,7 +103,7 @@ struct wire_limits {
 };
 
 /*
- * max_body 8 MiB, max_decompressed 32 MiB, max_unpacked 256 MiB,
+ * max_body 8 MiB, max_decompressed 32 MiB, max_unpacked 128 MiB,
  * max_samples 1,000,000, max_stack_depth 1024, max_labels 64,
  * max_string 16 KiB, max_future_ns 1 day. Samples before 2000-01-01 are
  * always rejected.

@@ -69,6 +69,15 @@ void server_metrics__write(const struct server_metrics *m, struct store *store, 
 	_counter(o, "flamewatch_ingest_rejected_invalid_total", "Ingest requests with malformed bodies.",
 		 m->ingest_rejected_invalid);
 	_counter(o, "flamewatch_retention_runs_total", "Retention passes run.", m->retention_runs);
+	_counter(o, "flamewatch_http_connections_refused_total",
+		 "Connections answered 503 for --max-connections.", m->conn_refused);
+	_counter(o, "flamewatch_http_connections_closed_idle_total",
+		 "Connections closed while idle: for a newcomer at the cap, or a request head "
+		 "that took too long.", m->conn_closed_idle);
+	_counter(o, "flamewatch_http_bodies_refused_total",
+		 "Requests answered 503 for --max-body-memory.", m->body_refused);
+	_counter(o, "flamewatch_http_accept_errors_total",
+		 "accept() calls that failed (descriptors or memory short).", m->accept_errors);
 	if (store && store__stats(store, &st) == 0) {
 		_gauge(o, "flamewatch_store_bytes", "Bytes the store occupies on disk.", st.bytes_on_disk);
 		_gauge(o, "flamewatch_store_series", "Series (label sets) stored.", st.series);

@@ -41,6 +41,10 @@ struct server_metrics {
 	uint64_t ingest_rejected_limits;	/* 413 and 400 for limits */
 	uint64_t ingest_rejected_invalid;	/* malformed bodies */
 	uint64_t retention_runs;
+	uint64_t conn_refused;			/* 503: over --max-connections */
+	uint64_t conn_closed_idle;		/* closed for a newcomer or a slow head */
+	uint64_t body_refused;			/* 503: over --max-body-memory */
+	uint64_t accept_errors;			/* accept() failed (descriptors, memory) */
 };
 
 const char *server_route__name(enum server_route r);

@@ -12,6 +12,7 @@
 
 #include "server/metrics.h"
 
+struct gate;
 struct store;
 struct strbuf;
 struct wire_session_table;
@@ -28,6 +29,7 @@ struct server {
 	unsigned int default_hz;
 	uint16_t port;
 	struct server_metrics metrics;
+	struct gate *gate;		/* connections, heads, body budget (gate.c) */
 };
 
 struct request {

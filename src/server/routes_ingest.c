@@ -5,6 +5,7 @@
  * sent only once the store has made the data durable.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 
 #define MAX_LABELS 32
 #define MAX_FOLDED_BYTES (64u << 20)	/* decompressed */
+#define BODY_TRIM_BYTES (1u << 20)
 
 static int _body(struct request *r, const void **data, size_t *len)
 {
@@ -39,6 +41,13 @@ static int _body(struct request *r, const void **data, size_t *len)
 		request__error(r, 500, "out of memory");
 		return -1;
 	}
+	/*
+	 * The copy freed the chains the body was read into, scattered through
+	 * the heap: give their pages back, or each large body leaves its size
+	 * behind in the server's RSS.
+	 */
+	if (*len >= BODY_TRIM_BYTES)
+		malloc_trim(0);
 	return 0;
 }
 
@@ -209,7 +218,8 @@ void routes__ingest_folded(struct request *r)
 	ret = folded__read(body, len, names, values, nlabels,
 			   (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec, b, err, sizeof(err));
 	if (ret) {
-		r->srv->metrics.ingest_rejected_invalid += ret != -ENOMEM;
+		r->srv->metrics.ingest_rejected_invalid += ret != -ENOMEM && ret != -E2BIG;
+		r->srv->metrics.ingest_rejected_limits += ret == -E2BIG;
 		request__error(r, ret == -ENOMEM ? 503 : ret == -E2BIG ? 413 : 400, "%s", err);
 		goto out;
 	}
@@ -228,12 +238,7 @@ void routes__ingest_pprof(struct request *r)
 {
 	const char *names[MAX_LABELS], *values[MAX_LABELS];
 	const char *node;
-	struct pprof_read_limits lim = {
-		.max_decompressed = 64u << 20,
-		.max_unpacked = 512u << 20,
-		.max_samples = 1000000,
-		.max_stack_depth = 1024,
-	};
+	struct pprof_read_limits lim = pprof_read_limits__default();
 	struct selector *sel = NULL;
 	struct strbuf sb = STRBUF_INIT;
 	struct batch *b = NULL;

@@ -14,12 +14,14 @@
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/listener.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/tls.h"
 #include "format/wire.h"
+#include "server/gate.h"
 #include "server/request.h"
 #include "server/routes_gpu.h"
 #include "server/server.h"
@@ -30,6 +32,8 @@
 
 #define MAX_SESSIONS 4096
 #define MAX_SESSION_BYTES (256u << 20)
+/* Connections the kernel queues while the server is not accepting. */
+#define LISTEN_BACKLOG 511
 
 static enum status_class _class(int status)
 {
@@ -157,6 +161,12 @@ static void _serve_metrics(struct request *r)
 	struct strbuf sb = STRBUF_INIT;
 
 	server_metrics__write(&r->srv->metrics, r->srv->store, &sb);
+	strbuf__printf(&sb, "# HELP flamewatch_http_connections Connections open.\n"
+		       "# TYPE flamewatch_http_connections gauge\nflamewatch_http_connections %zu\n"
+		       "# HELP flamewatch_http_body_bytes Request body bytes let in and not yet "
+		       "answered.\n# TYPE flamewatch_http_body_bytes gauge\n"
+		       "flamewatch_http_body_bytes %zu\n", gate__connections(r->srv->gate),
+		       gate__body_bytes(r->srv->gate));
 	routes__gpu_prometheus(r->srv->store, &sb);
 	if (sb.oom) {
 		request__error(r, 500, "out of memory");
@@ -176,8 +186,24 @@ static void _dispatch(struct evhttp_request *req, void *arg)
 	bool is_get = method == EVHTTP_REQ_GET || method == EVHTTP_REQ_HEAD;
 	bool is_post = method == EVHTTP_REQ_POST;
 	uint64_t t0 = clock__mono_ns();
+	const char *why;
+	int refuse, retry;
 
 	TAILQ_INIT(&r.params);
+	/* The gate reads each head first; what it refused ends here. */
+	refuse = gate__begin(srv->gate, req, &why, &retry);
+	if (refuse) {
+		struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+		char v[16];
+
+		evhttp_add_header(h, "Connection", "close");
+		if (retry) {
+			snprintf(v, sizeof(v), "%d", retry);
+			evhttp_add_header(h, "Retry-After", v);
+		}
+		request__error(&r, refuse, "%s", why);
+		goto out;
+	}
 	if (!path)
 		path = "/";
 	if (query && evhttp_parse_query_str(query, &r.params)) {
@@ -355,9 +381,21 @@ struct server *server__new(struct event_base *base, struct store *store,
 			   const struct server_opts *opts, char *err, size_t err_len)
 {
 	struct server *s = calloc(1, sizeof(*s));
-	char host[256];
+	struct gate_opts go = {
+		.max_connections = opts->max_connections,
+		.max_body = opts->max_body,
+		.max_body_memory = opts->max_body_memory,
+	};
+	struct evutil_addrinfo hints = {
+		.ai_family = AF_UNSPEC,
+		.ai_socktype = SOCK_STREAM,
+		.ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_ADDRCONFIG,
+	}, *ai = NULL;
+	struct evconnlistener *lev;
+	char host[256], portstr[8];
 	uint16_t port;
 	evutil_socket_t fd;
+	int rc;
 
 	if (!s)
 		return NULL;
@@ -381,6 +419,8 @@ struct server *server__new(struct event_base *base, struct store *store,
 		goto fail;
 	}
 	evhttp_set_max_body_size(s->http, opts->max_body);
+	/* The gate answers long heads (414, 431) first; this is evhttp's backstop. */
+	evhttp_set_max_headers_size(s->http, GATE_HEAD_MAX + 1024);
 	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
 	evhttp_set_timeout(s->http, 60);
 	evhttp_set_gencb(s->http, _dispatch, s);
@@ -388,13 +428,36 @@ struct server *server__new(struct event_base *base, struct store *store,
 		s->tls = tls__server_ctx(opts->tls_cert, opts->tls_key, err, err_len);
 		if (!s->tls)
 			goto fail;
-		evhttp_set_bevcb(s->http, _tls_bev, s);
+		go.make_bev = _tls_bev;
+		go.make_arg = s;
 	}
-	s->sock = evhttp_bind_socket_with_handle(s->http, host, port);
-	if (!s->sock) {
+	/* Our own listener: a deeper backlog than evhttp's 128, paused by the gate. */
+	snprintf(portstr, sizeof(portstr), "%u", port);
+	rc = evutil_getaddrinfo(host, portstr, &hints, &ai);
+	if (rc) {
+		snprintf(err, err_len, "cannot listen on %s: %s", opts->listen,
+			 evutil_gai_strerror(rc));
+		errno = EINVAL;
+		goto fail;
+	}
+	lev = evconnlistener_new_bind(base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
+				      LEV_OPT_CLOSE_ON_EXEC, LISTEN_BACKLOG, ai->ai_addr,
+				      (int)ai->ai_addrlen);
+	evutil_freeaddrinfo(ai);
+	if (!lev) {
 		snprintf(err, err_len, "cannot listen on %s: %s", opts->listen, strerror(errno));
 		goto fail;
 	}
+	s->sock = evhttp_bind_listener(s->http, lev);
+	if (!s->sock) {
+		evconnlistener_free(lev);
+		snprintf(err, err_len, "out of memory");
+		errno = ENOMEM;
+		goto fail;
+	}
+	s->gate = gate__new(base, s->http, lev, &go, &s->metrics, err, err_len);
+	if (!s->gate)
+		goto fail;
 	fd = evhttp_bound_socket_get_fd(s->sock);
 	/*
 	 * bufferevent_openssl writes a reply as several TLS records, one
@@ -425,8 +488,10 @@ void server__free(struct server *s)
 {
 	if (!s)
 		return;
+	gate__stop(s->gate);
 	if (s->http)
 		evhttp_free(s->http);
+	gate__free(s->gate);
 	SSL_CTX_free(s->tls);
 	wire_sessions__free(s->sessions);
 	free(s->write_token);
