@@ -188,7 +188,7 @@ DIST       := dist
 DIST_LIBS  ?=
 CUDA_LIB   := $(BUILD)/libflamewatch-cuda.so
 GLIBC_MAX  := 2.31
-GLIBC_WRAP := stat stat64 lstat lstat64 fstat fstat64 arc4random arc4random_buf \
+GLIBC_WRAP := stat stat64 lstat lstat64 fstat fstat64 fstatat fstatat64 arc4random arc4random_buf \
 	dlopen dlclose dlerror dlsym pthread_create pthread_join pthread_mutex_trylock \
 	pthread_mutexattr_destroy pthread_mutexattr_init pthread_mutexattr_settype \
 	pthread_rwlock_destroy pthread_rwlock_init pthread_rwlock_rdlock \

@@ -38,11 +38,13 @@
 #define OLD "GLIBC_2.2.5"
 #define OLD_2_3_3 "GLIBC_2.3.3"
 #define OLD_2_12 "GLIBC_2.12"
+#define OLD_2_4 "GLIBC_2.4"
 #define STAT_VER 1	/* _STAT_VER_LINUX: the kernel's struct stat */
 #elif defined(__aarch64__)
 #define OLD "GLIBC_2.17"
 #define OLD_2_3_3 "GLIBC_2.17"
 #define OLD_2_12 "GLIBC_2.17"
+#define OLD_2_4 "GLIBC_2.17"
 #define STAT_VER 0
 #else
 #error "glibc 2.31 compatibility: unknown architecture"
@@ -94,9 +96,11 @@ FW_OLD_V(OLD_2_3_3, int, pthread_condattr_setclock, (pthread_condattr_t *a, cloc
 int fw_old_xstat(int ver, const char *path, struct stat *st);
 int fw_old_lxstat(int ver, const char *path, struct stat *st);
 int fw_old_fxstat(int ver, int fd, struct stat *st);
+int fw_old_fxstatat(int ver, int dirfd, const char *path, struct stat *st, int flags);
 __asm__(".symver fw_old_xstat,__xstat@" OLD);
 __asm__(".symver fw_old_lxstat,__lxstat@" OLD);
 __asm__(".symver fw_old_fxstat,__fxstat@" OLD);
+__asm__(".symver fw_old_fxstatat,__fxstatat@" OLD_2_4);
 
 int __wrap_stat(const char *path, struct stat *st);
 int __wrap_stat64(const char *path, struct stat *st);
@@ -110,6 +114,16 @@ int __wrap_lstat(const char *path, struct stat *st) { return fw_old_lxstat(STAT_
 int __wrap_lstat64(const char *path, struct stat *st) { return fw_old_lxstat(STAT_VER, path, st); }
 int __wrap_fstat(int fd, struct stat *st) { return fw_old_fxstat(STAT_VER, fd, st); }
 int __wrap_fstat64(int fd, struct stat *st) { return fw_old_fxstat(STAT_VER, fd, st); }
+int __wrap_fstatat(int dirfd, const char *path, struct stat *st, int flags);
+int __wrap_fstatat64(int dirfd, const char *path, struct stat *st, int flags);
+int __wrap_fstatat(int dirfd, const char *path, struct stat *st, int flags)
+{
+	return fw_old_fxstatat(STAT_VER, dirfd, path, st, flags);
+}
+int __wrap_fstatat64(int dirfd, const char *path, struct stat *st, int flags)
+{
+	return fw_old_fxstatat(STAT_VER, dirfd, path, st, flags);
+}
 
 /* arc4random (libevent's random numbers): getrandom exists since glibc 2.25. */
 void __wrap_arc4random_buf(void *buf, size_t n);
