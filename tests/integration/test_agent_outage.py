@@ -87,6 +87,13 @@ def start_server(procs, flamewatch, data, port, name="server"):
     return p
 
 
+@pytest.fixture
+def busy(procs, workloads):
+    """A CPU-bound process for the test's length: on an idle host the agent
+    takes no samples, so it would have no batch to keep or deliver."""
+    return procs.start([workloads / "cpu_split", "120"], "cpu_split")
+
+
 def start_agent(procs, flamewatch, port, interval, extra=()):
     p = procs.start([flamewatch, "agent", "--server", f"http://127.0.0.1:{port}", "--node", NODE,
                      "--interval", interval, "--no-cpu-strips", *extra], "agent")
@@ -254,7 +261,7 @@ def test_sigterm_delivers_backlog(flamewatch, workloads, procs, clients, tmp_pat
     check_no_crash(agent)
 
 
-def test_sigterm_server_down(flamewatch, procs, tmp_path):
+def test_sigterm_server_down(flamewatch, procs, busy, tmp_path):
     """The server is down at SIGTERM: the agent does not wait for it past
     its deadline, and says how many batches, samples and bytes it could not
     deliver."""
@@ -286,7 +293,7 @@ def test_sigterm_server_down(flamewatch, procs, tmp_path):
     check_no_crash(agent)
 
 
-def test_sigterm_refused_ends_early(flamewatch, procs, tmp_path):
+def test_sigterm_refused_ends_early(flamewatch, procs, busy, tmp_path):
     """A refused connection ends the drain: a generous --drain-timeout is
     not spent waiting for a server that is not there."""
     port = free_port()
@@ -300,7 +307,7 @@ def test_sigterm_refused_ends_early(flamewatch, procs, tmp_path):
     check_no_crash(agent)
 
 
-def test_sigterm_silent_server(flamewatch, procs, tmp_path):
+def test_sigterm_silent_server(flamewatch, procs, busy, tmp_path):
     """A server that takes the connection and never answers (hung, or a
     black hole in between): the drain ends at --drain-timeout, counted from
     the signal, and says so."""
@@ -358,7 +365,7 @@ def _rss_kib(pid):
 
 
 @pytest.mark.parametrize("what", ["body", "headers"])
-def test_endless_answer_bounded(flamewatch, procs, tmp_path, what):
+def test_endless_answer_bounded(flamewatch, procs, busy, tmp_path, what):
     """evhttp kept a server's answer in memory however long it was: a broken
     or hostile server streaming an endless body took the agent past 400 MB
     in seconds. The answer is capped (64 KiB): the request fails like any
