@@ -162,21 +162,23 @@ struct fwc_carry *fwc_names_carry(struct fwc_names *n, const char *s);
  * read (kept, carried or outside any window alike): the launch budget and
  * the duty cycle thin attribution, never this. Records closer than the
  * merge gap coalesce into one span. The gap starts at FWC_BUSY_GAP_MIN_NS
- * and doubles while a device closes more than FWC_BUSY_SPANS_PER_S spans a
- * second (a launch-bound loop of tiny kernels would otherwise ship one span
- * a kernel), halving again once it is quiet: spans stay few, and the gap
- * each was merged with goes with it (fw_cuda_record.bytes).
+ * and doubles while a device closes more than FWC_BUSY_PERIOD_SPANS spans
+ * in a period (a launch-bound loop of tiny kernels would otherwise ship one
+ * span a kernel), halving again once it is quiet: about a thousand spans a
+ * second at most, and the gap each was merged with goes with it
+ * (fw_cuda_record.bytes).
  */
 #define FWC_BUSY_DEVICES	16
 #define FWC_BUSY_GAP_MIN_NS	5000ull
 #define FWC_BUSY_GAP_MAX_NS	1000000ull
-#define FWC_BUSY_SPANS_PER_S	1000u
+#define FWC_BUSY_PERIOD_NS	100000000ull
+#define FWC_BUSY_PERIOD_SPANS	100u
 
 struct fwc_busy {
 	uint64_t start, end;	/* the open span, CUPTI's clock; end 0: none */
 	uint64_t gap;		/* merge gap now, ns (0: FWC_BUSY_GAP_MIN_NS) */
-	uint64_t second;	/* start of the second whose spans are counted */
-	uint32_t spans;		/* spans closed in that second */
+	uint64_t period;	/* start of the period whose spans are counted */
+	uint32_t spans;		/* spans closed in that period */
 	uint32_t pad;
 };
 

@@ -110,14 +110,18 @@ static void _busy_close(struct fwc_batch *b, uint32_t dev, int64_t offset_ns, st
 			 gap);
 	st->busy_spans++;
 	u->end = 0;
-	/* Too many spans this second: merge wider; a quiet second: narrower again. */
-	if (u->start - u->second >= 1000000000ull) {
-		if (u->spans < FWC_BUSY_SPANS_PER_S / 4 && gap > FWC_BUSY_GAP_MIN_NS)
+	/*
+	 * Too many spans in this period: merge wider at once; a quiet period:
+	 * narrower again. Periods of a tenth of a second, so that a burst of
+	 * tiny kernels is merged within one rather than after a second of spans.
+	 */
+	if (u->start - u->period >= FWC_BUSY_PERIOD_NS) {
+		if (u->spans < FWC_BUSY_PERIOD_SPANS / 4 && gap > FWC_BUSY_GAP_MIN_NS)
 			u->gap = gap / 2;
-		u->second = u->start;
+		u->period = u->start;
 		u->spans = 0;
 	}
-	if (++u->spans > FWC_BUSY_SPANS_PER_S && gap < FWC_BUSY_GAP_MAX_NS) {
+	if (++u->spans > FWC_BUSY_PERIOD_SPANS && gap < FWC_BUSY_GAP_MAX_NS) {
 		u->gap = gap * 2;
 		u->spans = 0;
 	}
