@@ -197,6 +197,11 @@ static bool _is(const char *p, size_t n, const char *word)
 	return strlen(word) == n && !strncasecmp(p, word, n);
 }
 
+static bool _method_is(const char *p, size_t n, const char *method)
+{
+	return n == strlen(method) && !memcmp(p, method, n);
+}
+
 void gate__parse_head(const char *p, size_t len, size_t max_body, struct gate_head *h)
 {
 	const char *end = p + len, *nl = memchr(p, '\n', len), *sp, *line;
@@ -219,9 +224,15 @@ void gate__parse_head(const char *p, size_t len, size_t max_body, struct gate_he
 		snprintf(h->why, sizeof(h->why), "malformed request line");
 		return;
 	}
-	/* The methods evhttp reads a body for, spelt as it matches them. */
-	h->body = (sp - p == 4 && !memcmp(p, "POST", 4)) || (sp - p == 3 && !memcmp(p, "PUT", 3)) ||
-		  (sp - p == 5 && !memcmp(p, "PATCH", 5));
+	/*
+	 * The methods libevent 2.1 reads a body for, spelt as it matches them:
+	 * all it knows but HEAD and TRACE. GET and DELETE too: a body the gate
+	 * held back there left evhttp waiting for it, and the client unanswered.
+	 */
+	h->body = _method_is(p, sp - p, "GET") || _method_is(p, sp - p, "POST") ||
+		  _method_is(p, sp - p, "PUT") || _method_is(p, sp - p, "DELETE") ||
+		  _method_is(p, sp - p, "OPTIONS") || _method_is(p, sp - p, "CONNECT") ||
+		  _method_is(p, sp - p, "PATCH");
 	for (line = nl + 1; line < end; line = nl + 1) {
 		const char *colon, *v, *ve;
 

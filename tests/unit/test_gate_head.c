@@ -39,10 +39,14 @@ static void test_bodies(void **state)
 		{ "PATCH /x HTTP/1.1\r\nCONTENT-LENGTH: 0\r\n\r\n", true, 0 },
 		/* No Content-Length: evhttp reads no body. */
 		{ "POST /x HTTP/1.1\r\nHost: a\r\n\r\n", true, 0 },
-		/* Nor for these methods, whatever the headers say. */
-		{ "GET /x HTTP/1.1\r\nContent-Length: 12\r\n\r\n", false, 0 },
+		/* libevent 2.1 waits for the body of a GET, DELETE, OPTIONS, CONNECT too... */
+		{ "GET /x HTTP/1.1\r\nContent-Length: 12\r\n\r\n", true, 12 },
+		{ "DELETE /x HTTP/1.1\r\nContent-Length: 5\r\n\r\n", true, 5 },
+		{ "OPTIONS /x HTTP/1.1\r\nContent-Length: 5\r\n\r\n", true, 5 },
+		{ "CONNECT /x HTTP/1.1\r\nContent-Length: 5\r\n\r\n", true, 5 },
+		/* ... but reads none for these, whatever the headers say. */
 		{ "HEAD /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", false, 0 },
-		{ "DELETE /x HTTP/1.1\r\nContent-Length: 5\r\n\r\n", false, 0 },
+		{ "TRACE /x HTTP/1.1\r\nContent-Length: 5\r\n\r\n", false, 0 },
 		/* Methods are matched as evhttp matches them: exactly. */
 		{ "post /x HTTP/1.1\r\nContent-Length: 12\r\n\r\n", false, 0 },
 		{ "POSTX /x HTTP/1.1\r\nContent-Length: 12\r\n\r\n", false, 0 },
@@ -131,6 +135,8 @@ static void test_chunked(void **state)
 	assert_true(h.chunked);
 	assert_int_equal(h.length, MAX_BODY);
 	h = _parse("GET /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+	assert_true(h.chunked);
+	h = _parse("HEAD /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
 	assert_false(h.chunked);
 	assert_int_equal(h.length, 0);
 }
