@@ -78,6 +78,33 @@ def fw(flamewatch, tmp_path):
 
 
 @pytest.fixture
+def procs(tmp_path):
+    """flamewatch processes (serverlib.Procs) with their logs, stopped afterwards."""
+    from serverlib import Procs
+
+    ps = Procs(tmp_path / "logs")
+    yield ps
+    ps.close_all()
+
+
+@pytest.fixture
+def clients():
+    """Makes serverlib.Client(port, ...) objects, all closed afterwards."""
+    from serverlib import Client
+
+    made = []
+
+    def _make(port, **kw):
+        c = Client(port, **kw)
+        made.append(c)
+        return c
+
+    yield _make
+    for c in made:
+        c.close()
+
+
+@pytest.fixture
 def spawn():
     """Starts background workloads and makes sure they are gone afterwards."""
     procs = []

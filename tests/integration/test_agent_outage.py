@@ -35,7 +35,7 @@ import time
 import pytest
 
 from conftest import CRASH_RE, require
-from serverlib import Client, Procs, free_port, register_plugin, window
+from serverlib import Client, free_port, register_plugin, window
 
 START_S = 60
 NODE = "outage"
@@ -52,27 +52,6 @@ UNDELIVERED_RE = r"could not deliver (\d+) batches \((\d+) samples, (\d+) bytes\
 @pytest.fixture(scope="module", autouse=True)
 def _diagnostics(request):
     register_plugin(request.config)
-
-
-@pytest.fixture
-def procs(tmp_path):
-    ps = Procs(tmp_path / "logs")
-    yield ps
-    ps.close_all()
-
-
-@pytest.fixture
-def clients():
-    made = []
-
-    def _make(port, **kw):
-        c = Client(port, **kw)
-        made.append(c)
-        return c
-
-    yield _make
-    for c in made:
-        c.close()
 
 
 def start_server(procs, flamewatch, data, port, name="server"):

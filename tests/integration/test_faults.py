@@ -27,7 +27,7 @@ import time
 import pytest
 
 from conftest import CRASH_RE, Profile, require
-from serverlib import Client, Procs, free_port, register_plugin, window
+from serverlib import Client, free_port, register_plugin, window
 
 START_S = 60
 
@@ -35,13 +35,6 @@ START_S = 60
 @pytest.fixture(scope="module", autouse=True)
 def _diagnostics(request):
     register_plugin(request.config)
-
-
-@pytest.fixture
-def procs(tmp_path):
-    ps = Procs(tmp_path / "logs")
-    yield ps
-    ps.close_all()
 
 
 def _start_server(procs, flamewatch, data, extra=()):

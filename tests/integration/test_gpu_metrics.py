@@ -26,7 +26,7 @@ import urllib.request
 import pytest
 
 from conftest import BUILD
-from serverlib import Client, Procs, free_port, register_plugin
+from serverlib import Client, free_port, register_plugin
 
 FAKE_DIR = BUILD / "fakes"
 START_S = 60
@@ -91,13 +91,6 @@ def expected_proc(who, g):
 @pytest.fixture(scope="module", autouse=True)
 def _diagnostics(request):
     register_plugin(request.config)
-
-
-@pytest.fixture
-def procs(tmp_path):
-    ps = Procs(tmp_path / "logs")
-    yield ps
-    ps.close_all()
 
 
 @pytest.fixture(autouse=True)

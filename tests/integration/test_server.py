@@ -62,27 +62,6 @@ def _diagnostics(request):
     register_plugin(request.config)
 
 
-@pytest.fixture
-def procs(tmp_path):
-    ps = Procs(tmp_path / "logs")
-    yield ps
-    ps.close_all()
-
-
-@pytest.fixture
-def clients():
-    made = []
-
-    def _make(port, **kw):
-        c = Client(port, **kw)
-        made.append(c)
-        return c
-
-    yield _make
-    for c in made:
-        c.close()
-
-
 def start_server(procs, flamewatch, data, port=None, extra=(), name="server"):
     """Starts `flamewatch server` on 127.0.0.1 and waits for its banner and
     /healthz. Returns (Proc, port)."""
