@@ -34,9 +34,9 @@ from pathlib import Path
 import pytest
 
 from serverlib import Client, free_port, port_open
-# procs and the autouse _diagnostics are fixtures: imported, pytest uses them here too.
+# _diagnostics is an autouse fixture: imported, pytest uses it here too.
 from test_server import (HZ, START_S, _diagnostics, check_no_crash,  # noqa: F401
-                         check_sample_count, folded, our, poll, procs, start_agent, total,
+                         check_sample_count, folded, our, poll, start_agent, total,
                          wait_stable)
 
 BANNER = r"flamewatch: listening on https?://\S+:%d "

@@ -21,9 +21,9 @@ import time
 import pytest
 
 from serverlib import Client, free_port
-# procs and the autouse _diagnostics are fixtures: imported, pytest uses them here too.
+# _diagnostics is an autouse fixture: imported, pytest uses it here too.
 from test_server import (HZ, INTERVAL, START_S, _diagnostics, check_no_crash,  # noqa: F401
-                         check_sample_count, folded, our, poll, procs, total, wait_stable)
+                         check_sample_count, folded, our, poll, total, wait_stable)
 from tlslib import make_ca, make_cert
 
 TOKEN = "tls-test-token"
