@@ -54,6 +54,27 @@ uint32_t fwc_sampler_take(struct fwc_thread_sampler *s, enum fwc_class cls, uint
 /* Keep probability (in 1/2^32) so that `quota` of `expected` launches are kept. */
 uint64_t fwc_sampler_probability(uint64_t quota, uint64_t expected);
 
+/*
+ * Which kernels (CUPTI's symbol name pointer) and copy or set calls (callback
+ * id and direction) had a launch kept lately. A launch in a window whose slot
+ * has had no launch kept for FWC_FRESH_NS is kept whatever the sampling says:
+ * a kernel launched rarely among many frequent ones would otherwise seldom
+ * be kept, and the GPU time carried to it (below) would have no launch of
+ * its own to go under. Which launches are kept does not change GPU time
+ * (the carry makes it up), so this biases nothing. Direct-mapped and racy
+ * on purpose: keys sharing a slot share its period, so there is at most one
+ * forced keep per slot per period.
+ */
+#define FWC_FRESH_SLOTS 4096
+#define FWC_FRESH_NS 5000000000LL
+
+struct fwc_fresh {
+	_Atomic int64_t at[FWC_FRESH_SLOTS];	/* when a launch of the slot was kept */
+};
+
+int fwc_fresh_due(struct fwc_fresh *f, uint64_t key, int64_t now_ns);
+void fwc_fresh_mark(struct fwc_fresh *f, uint64_t key, int64_t now_ns);
+
 /* ---- correlation -> weight ------------------------------------------------ */
 
 /*
@@ -103,7 +124,12 @@ struct fwc_carry {
 	uint64_t start, end, bytes;	/* the last record carried, CUPTI's clock */
 	uint32_t device, stream;
 	uint32_t has_last;
-	uint32_t pad;
+	/*
+	 * The correlation of the last kept record of this name or kind: what
+	 * is left at a flush goes out under its launch's stack, where the
+	 * carried time before it went, rather than under no stack at all.
+	 */
+	uint32_t anchor;
 };
 
 /* ---- kernel names --------------------------------------------------------- */
@@ -244,8 +270,9 @@ void fwc_coverage_add(struct fwc_batch *b, int64_t start_ns, int64_t end_ns);
 /*
  * At exit (and, with carry_unseen, every few seconds, for names no window
  * sees): emits, for each name and kind with GPU time still carried, its
- * last carried record standing for it (correlation 0: no launch), then
- * flushes b. Within one duration per name of exact.
+ * last carried record standing for it, under the correlation of the last
+ * kept launch of that name or kind (0 when none was kept), then flushes b.
+ * Within one duration per name of exact.
  */
 void fwc_carry_flush(struct fwc_names *n, struct fwc_batch *b, int64_t offset_ns,
 		     struct fwc_stats *st);

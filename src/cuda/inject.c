@@ -196,6 +196,8 @@ static struct {
 	_Atomic uint64_t refused_bufs;
 
 	struct fwc_weights weights;
+	struct fwc_fresh fresh;
+	_Atomic int64_t window_ns;	/* CLOCK_MONOTONIC when the open window began */
 	int warned[8];
 } G = {
 	.ctl = PTHREAD_MUTEX_INITIALIZER,
@@ -326,9 +328,31 @@ static uint64_t _window_quota(void)
 	return q ? q : 1;
 }
 
-static uint32_t _take(struct tls *t, enum fwc_class cls)
+/*
+ * What tells this launch's work apart for fwc_fresh: the kernel (CUPTI's
+ * symbol name, stable per kernel), else the call and, for the copies
+ * PyTorch makes, their direction; 0: nothing to tell.
+ */
+static uint64_t _fresh_key(CUpti_CallbackDomain dom, CUpti_CallbackId cbid,
+			   const CUpti_CallbackData *cb, enum fwc_class cls)
+{
+	uint64_t key = (uint64_t)dom << 40 | (uint64_t)cbid << 8;
+
+	if (cls == FWC_KERNEL && cb->symbolName)
+		return (uint64_t)(uintptr_t)cb->symbolName;
+	if (dom == CUPTI_CB_DOMAIN_RUNTIME_API && cb->functionParams) {
+		if (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020)
+			key |= ((const cudaMemcpy_v3020_params *)cb->functionParams)->kind & 0xff;
+		else if (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020)
+			key |= ((const cudaMemcpyAsync_v3020_params *)cb->functionParams)->kind & 0xff;
+	}
+	return key;
+}
+
+static uint32_t _take(struct tls *t, enum fwc_class cls, uint64_t key)
 {
 	uint64_t p = atomic_load_explicit(&G.p_fixed, memory_order_relaxed);
+	int64_t now = atomic_load_explicit(&G.window_ns, memory_order_relaxed);
 	uint64_t n = atomic_fetch_add_explicit(&G.window_seen, 1, memory_order_relaxed) + 1;
 	uint64_t quota = _window_quota();
 	uint32_t w;
@@ -343,18 +367,14 @@ static uint32_t _take(struct tls *t, enum fwc_class cls)
 		t->seeded = 1;
 	}
 	atomic_fetch_add_explicit(&G.seen[cls], 1, memory_order_relaxed);
-	w = fwc_sampler_take(&t->s, cls, p, G.duty);
+	w = fwc_sampler_take(&t->s, cls, fwc_fresh_due(&G.fresh, key, now) ? UINT32_MAX : p,
+			     G.duty);
 	if (w) {
+		fwc_fresh_mark(&G.fresh, key, now);
 		atomic_fetch_add_explicit(&G.kept[cls], 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&G.weight_sum[cls], w, memory_order_relaxed);
 	}
 	return w;
-}
-
-static int _failed(const CUpti_CallbackData *cb, CUpti_CallbackDomain dom)
-{
-	/* cudaError_t and CUresult alike: an int, 0 on success. */
-	return cb->functionReturnValue && *(const int *)cb->functionReturnValue != 0;
 }
 
 static void _launch_probe(uint32_t corr, uint32_t weight)
@@ -396,7 +416,7 @@ static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti
 			atomic_fetch_add_explicit(&G.all[cls], 1, memory_order_relaxed);
 		if (atomic_load_explicit(&G.collecting, memory_order_relaxed)) {
 			/* Not kept (w == FWC_UNKEPT) too: its records' GPU time is carried. */
-			w = _take(t, cls);
+			w = _take(t, cls, _fresh_key(dom, cbid, cb, cls));
 			fwc_weights_put(&G.weights, cb->correlationId, cb->correlationId, w);
 		} else {
 			w = 0;	/* count_all, between windows */
@@ -410,20 +430,23 @@ static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti
 			t->drv_corr = cb->correlationId;
 			t->drv_weight = w;
 		}
+		/*
+		 * The probe fires on entry, not on exit: a window may close while
+		 * the call runs (a synchronous copy of 40 ms against windows of
+		 * 10 ms nearly always does), and its exit callback then never
+		 * comes, while its records do. A call that fails leaves a launch
+		 * no record joins; the agent lets it go.
+		 */
+		if (w)
+			_launch_probe(cb->correlationId, w);
 		return;
 	}
+	/* The exit only ends the call, so that a nested call is told apart. */
 	if (dom == CUPTI_CB_DOMAIN_RUNTIME_API) {
-		if (!t->rt_active || cb->correlationId != t->rt_corr)
-			return;
-		t->rt_active = 0;
-		if (t->rt_weight && !_failed(cb, dom))
-			_launch_probe(t->rt_corr, t->rt_weight);
-	} else {
-		if (t->rt_active || !t->drv_active || cb->correlationId != t->drv_corr)
-			return;
+		if (t->rt_active && cb->correlationId == t->rt_corr)
+			t->rt_active = 0;
+	} else if (!t->rt_active && t->drv_active && cb->correlationId == t->drv_corr) {
 		t->drv_active = 0;
-		if (t->drv_weight && !_failed(cb, dom))
-			_launch_probe(t->drv_corr, t->drv_weight);
 	}
 }
 
@@ -643,6 +666,7 @@ static void _turn_on(void)
 	}
 	G.on = 1;
 	G.on_since = _now(CLOCK_MONOTONIC);
+	atomic_store(&G.window_ns, G.on_since);
 	G.windows++;
 }
 

@@ -10,11 +10,14 @@
  * agent attached the library does no work beyond CUPTI's own:
  *
  *   flamewatch:launch(u64 correlation, u32 weight)
- *     Fired on the exit of a launch API call (kernel, cooperative, graph;
+ *     Fired on the entry of an API call that puts work on the GPU (kernel,
+ *     cooperative and graph launches, copies and sets in every form;
  *     runtime or driver, counted once when one wraps the other), in the
  *     launching thread, so the CPU stack at the probe is the stack that
- *     launched the work. weight: this launch stands for `weight` launches
- *     (1 unless launches are being sampled or duty-cycled).
+ *     launched the work. On entry, because the exit of a long call (a
+ *     synchronous copy) may never be seen. weight: this launch stands for
+ *     `weight` launches (1 unless launches are being sampled or
+ *     duty-cycled).
  *
  *   flamewatch:activity(const struct fw_cuda_record *recs, u32 count)
  *     A batch of completed GPU work, count <= FW_CUDA_MAX_BATCH. The
@@ -34,10 +37,9 @@
  *     GPU time is not collected; what says so in one NUL-terminated line.
  *
  * A record's correlation matches the launch probe's: the agent joins the
- * two per pid, either may arrive first. Copies and sets have a correlation
- * of their own API call but no launch probe; the agent may still attribute
- * them (the library fires launch for memcpy/memset API exits too, so they
- * join the same way).
+ * two per pid, either may arrive first. A record standing for GPU time
+ * carried from launches that were not kept carries the correlation of the
+ * last kept launch of its kernel (or copy kind), or 0 when there was none.
  */
 #ifndef FW_CUDA_PROBES_H
 #define FW_CUDA_PROBES_H
@@ -75,7 +77,11 @@ struct fw_cuda_record {
 	__u64 correlation;	/* CUPTI correlation id of the launching API call */
 	__u64 start_ns;		/* Unix ns: the library converts CUPTI's clock */
 	__u64 end_ns;
-	__u64 bytes;		/* copies and sets; 0 for kernels */
+	/*
+	 * Copies and sets: bytes. Kernels: the id of the CUDA graph the
+	 * kernel ran in, 0 outside graphs. BUSY: the merge gap.
+	 */
+	__u64 bytes;
 	/*
 	 * Kernels: address in the application of the NUL-terminated mangled
 	 * name, owned by the library and never freed while it is loaded (the

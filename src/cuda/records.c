@@ -197,6 +197,7 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		r.kind = FW_CUDA_KERNEL;
 		r.device = k->deviceId;
 		r.stream = k->streamId;
+		r.bytes = k->graphId;
 		cupti_name = k->name;
 		break;
 	}
@@ -289,6 +290,7 @@ void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_
 		r.name_addr = (uintptr_t)name;
 	}
 	r.correlation = canonical;
+	carry->anchor = canonical;
 	r.start_ns = (uint64_t)_unix(start, offset_ns);
 	r.end_ns = (uint64_t)_unix(end, offset_ns);
 	r.weight = _weight_with_carry(carry, end - start, scale, weight);
@@ -310,6 +312,7 @@ static void _carry_emit(struct fwc_carry *c, uint32_t kind, const char *name, in
 		return;
 	memset(&r, 0, sizeof(r));
 	r.kind = kind;
+	r.correlation = c->anchor;
 	r.start_ns = (uint64_t)_unix(c->start, offset_ns);
 	r.end_ns = (uint64_t)_unix(c->end, offset_ns);
 	r.bytes = c->bytes;

@@ -46,6 +46,23 @@ uint64_t fwc_sampler_probability(uint64_t quota, uint64_t expected)
 	return (quota << 32) / expected ?: 1;
 }
 
+static uint32_t _fresh_slot(uint64_t key)
+{
+	return (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> 52) & (FWC_FRESH_SLOTS - 1);
+}
+
+int fwc_fresh_due(struct fwc_fresh *f, uint64_t key, int64_t now_ns)
+{
+	int64_t at = atomic_load_explicit(&f->at[_fresh_slot(key)], memory_order_relaxed);
+
+	return !at || now_ns - at >= FWC_FRESH_NS;
+}
+
+void fwc_fresh_mark(struct fwc_fresh *f, uint64_t key, int64_t now_ns)
+{
+	atomic_store_explicit(&f->at[_fresh_slot(key)], now_ns ? now_ns : 1, memory_order_relaxed);
+}
+
 void fwc_weights_put(struct fwc_weights *w, uint32_t corr, uint32_t canonical, uint32_t weight)
 {
 	struct fwc_weight_slot *s = &w->slot[corr & (FWC_WEIGHT_SLOTS - 1)];

@@ -285,6 +285,56 @@ static void test_unseen_carried_when_activity_all(void **state)
 	assert_int_equal(st.weighted_ns[FW_CUDA_KERNEL], 1000 + 600 + 400 + 300);
 }
 
+/*
+ * What is still carried at a flush goes out under the last kept launch of
+ * its name (its anchor), so that it joins that launch's stack; and a graph
+ * kernel's record carries its graph's id in bytes.
+ */
+static void test_carry_flush_keeps_the_anchor(void **state)
+{
+	static struct sink s;
+	struct fwc_batch b = { .emit = _collect, .ctx = &s, .carry_unseen = 1 };
+	struct fwc_stats st = { 0 };
+	CUpti_ActivityKernel10 kept = _kernel(40, 1000, 500, "_Z6anchorv");
+	CUpti_ActivityKernel10 after = _kernel(41, 2000, 500, "_Z6anchorv");
+	CUpti_ActivityKernel10 graph = _kernel(50, 3000, 200, "_Z9graphnodev");
+
+	memset(&s, 0, sizeof(s));
+	for (int c = 0; c < FWC_NCLASS; c++)
+		b.scale[c] = FWC_SCALE_ONE;
+	memset(&W, 0, sizeof(W));
+	fwc_weights_put(&W, 40, 40, 1);
+	fwc_weights_put(&W, 50, 49, 1);
+	graph.graphId = 7;
+	fwc_record_add(&kept, &W, &N, 0, &b, &st);
+	fwc_record_add(&after, &W, &N, 0, &b, &st);	/* no window saw it: carried */
+	fwc_record_add(&graph, &W, &N, 0, &b, &st);
+	fwc_carry_flush(&N, &b, 0, &st);
+
+	assert_int_equal(s.n, 3);
+	assert_int_equal(s.recs[0].correlation, 40);
+	assert_int_equal(s.recs[0].bytes, 0);
+	assert_int_equal(s.recs[1].correlation, 49);	/* canonical */
+	assert_int_equal(s.recs[1].bytes, 7);
+	assert_int_equal(s.recs[2].correlation, 40);	/* the flush, under the anchor */
+	assert_int_equal(s.recs[2].weight, 1);
+	assert_int_equal(s.recs[2].start_ns, 2000);
+}
+
+/* A key with no kept launch for FWC_FRESH_NS is due; keys sharing a slot share it. */
+static void test_fresh(void **state)
+{
+	static struct fwc_fresh f;
+	int64_t t = 1000;
+
+	memset(&f, 0, sizeof(f));
+	assert_true(fwc_fresh_due(&f, 0xabc, t));
+	fwc_fresh_mark(&f, 0xabc, t);
+	assert_false(fwc_fresh_due(&f, 0xabc, t + FWC_FRESH_NS - 1));
+	assert_true(fwc_fresh_due(&f, 0xabc, t + FWC_FRESH_NS));
+	assert_true(fwc_fresh_due(&f, 0xdef, t));	/* another slot */
+}
+
 /* The busy spans of device dev in s, in order. */
 static uint32_t _spans(struct sink *s, uint32_t dev, uint64_t (*out)[3], uint32_t max)
 {
@@ -450,6 +500,8 @@ int main(void)
 		cmocka_unit_test(test_sampled_totals_exact),
 		cmocka_unit_test(test_unseen_not_counted),
 		cmocka_unit_test(test_unseen_carried_when_activity_all),
+		cmocka_unit_test(test_carry_flush_keeps_the_anchor),
+		cmocka_unit_test(test_fresh),
 		cmocka_unit_test(test_sampler_classes_and_multiplier),
 		cmocka_unit_test(test_weights_and_names),
 		cmocka_unit_test(test_busy_timeline_from_every_record),
