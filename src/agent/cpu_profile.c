@@ -1161,13 +1161,13 @@ static int64_t _placed_frame(struct cpu_profile *cp, pid_t pid, const struct cpu
 	}
 }
 
-/* The process's labels (as for its CPU samples) plus device and stream. */
+/* The process's labels (as for its CPU samples) plus device, stream and graph. */
 static int64_t _gpu_series(struct cpu_profile *cp, const struct cpu_gpu_activity *a)
 {
-	const char *names[7] = { "pid", "comm", "exe", "device", "stream" };
-	const char *values[7];
+	const char *names[8] = { "pid", "comm", "exe", "device", "stream" };
+	const char *values[8];
 	const struct proc_info *info = proc_table__info(cp->procs, a->pid);
-	char pid[16], dev[16], stream[16];
+	char pid[16], dev[16], stream[16], graph[16];
 	size_t n = 5;
 
 	snprintf(pid, sizeof(pid), "%u", a->pid);
@@ -1185,6 +1185,11 @@ static int64_t _gpu_series(struct cpu_profile *cp, const struct cpu_gpu_activity
 	if (info && info->pod[0]) {
 		names[n] = "pod";
 		values[n++] = info->pod;
+	}
+	if (a->graph) {
+		snprintf(graph, sizeof(graph), "%u", a->graph);
+		names[n] = "graph";
+		values[n++] = graph;
 	}
 	return batch__intern_series(cp->batch, names, values, n);
 }
@@ -1227,6 +1232,14 @@ int cpu_profile__add_gpu(struct cpu_profile *cp, const struct cpu_gpu_activity *
 		return -EINVAL;
 	for (uint32_t i = 0; ps && i < ps->n; i++) {
 		id = _placed_frame(cp, a->pid, &ps->f[i]);
+		if (id < 0)
+			return id;
+		cp->frames[n++] = id;
+	}
+	if (ps && a->marker) {
+		/* Whose stack this is: not the work's own launch. */
+		id = profile__intern_named_frame(cp->p, FRAME_CUDA_KERNEL, PROFILE_NO_MAPPING, 0,
+						 a->marker, NULL, 0);
 		if (id < 0)
 			return id;
 		cp->frames[n++] = id;

@@ -123,10 +123,13 @@ struct cpu_placed_stack *cpu_profile__place(struct cpu_profile *cp, const struct
 struct cpu_gpu_activity {
 	uint32_t pid, tid, cpu;
 	const char *comm;			/* the launching thread's, or NULL */
-	const struct cpu_placed_stack *stack;	/* NULL: the launch was not seen */
+	const struct cpu_placed_stack *stack;	/* NULL: no launch stack at all */
+	/* A frame between stack and leaf saying whose stack it is; NULL: its own launch's. */
+	const char *marker;
 	const char *name;			/* leaf frame: kernel name, "[memcpy HtoD]", ... */
 	uint32_t kind;				/* enum gpu_activity_kind */
 	uint32_t device, stream, weight;
+	uint32_t graph;				/* CUDA graph id (a "graph" label); 0: none */
 	uint64_t correlation, bytes;
 	int64_t start_ns, end_ns;		/* Unix ns */
 };
@@ -134,8 +137,9 @@ struct cpu_gpu_activity {
 /*
  * Timed mode: adds a gpu_time sample (value: GPU ns x weight, at start_ns)
  * whose stack is the launching stack with a FRAME_CUDA_KERNEL leaf named
- * a->name (the leaf alone when there is no launch), labelled with the
- * process's labels plus device and stream; and the matching GPU interval.
+ * a->name (the leaf alone when there is no launch), a->marker between the
+ * two when set, labelled with the process's labels plus device, stream
+ * and graph; and the matching GPU interval.
  * Returns 0, -EINVAL (not timed) or -ENOMEM.
  */
 int cpu_profile__add_gpu(struct cpu_profile *cp, const struct cpu_gpu_activity *a);

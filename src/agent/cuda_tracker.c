@@ -70,6 +70,8 @@
 #define FULL_SCAN_POLL_NS (5ULL * SEC_NS)
 /* How often the hook's loss counter is read. */
 #define LOST_CHECK_NS (1ULL * SEC_NS)
+/* How often the join's counters are logged while records come. */
+#define JOIN_LOG_NS (60ULL * SEC_NS)
 /* Longest kernel name read from a process; longer mangled names are cut. */
 #define MAX_NAME 4096
 #define NAMECACHE_MAX 100000
@@ -99,9 +101,14 @@ struct mnt_ns {
 	bool done;			/* a loader was seen, or MNT_NS_TRIES looks found none */
 };
 
-/* What a pending launch keeps: the placed stack and the thread's name. */
+/*
+ * What a pending launch keeps: the placed stack and the thread's name.
+ * Held by the join for the launch, and for each kind and name whose
+ * records fall back to it (cuda_join.h).
+ */
 struct launch_payload {
 	struct cpu_placed_stack *ps;
+	uint32_t refs;
 	char comm[FW_COMM_LEN + 1];
 };
 
@@ -134,7 +141,10 @@ struct cuda_tracker {
 	uint32_t ntab_cap, ntab_n;
 	struct intern *names;		/* demangled names, NUL included */
 	uint64_t name_errors, names_announced, add_errors, conflicts;
+	uint64_t stackless_launches;	/* launches whose stack ended inside the injection */
 	uint64_t timeline_spans;	/* busy and coverage spans stored */
+	uint64_t join_logged_ns;	/* when the join's counters were last logged */
+	uint64_t join_logged_records;	/* ... and how many records they had seen */
 	void (*on_process)(void *ctx, pid_t pid);
 	void *on_process_ctx;
 	pid_t *seen;			/* processes handed to on_process, until they exit */
@@ -242,8 +252,12 @@ static bool _join_idle(struct cuda_tracker *t)
 {
 	struct cuda_join_stats st;
 
+	uint64_t out = 0;
+
 	cuda_join__stats(t->join, &st);
-	return st.records == st.joined + st.unattributed;
+	for (int h = 0; h < CUDA_JOIN_HOW_MAX; h++)
+		out += st.how[h];
+	return st.records == out;
 }
 
 /*
@@ -351,8 +365,16 @@ static const char *_record_name(struct cuda_tracker *t, uint64_t name_addr)
 
 /* ---- the join's output ---- */
 
+/*
+ * The frame between a fallback stack and the work: the stack is that of
+ * another launch of the same kernel (or copy kind), or of the process's
+ * last launch of anything.
+ */
+#define MARK_SAME "[launch not seen: stack of an earlier launch]"
+#define MARK_OTHER "[launch not seen: stack of another launch]"
+
 static void _emit(void *ctx, uint32_t pid, const struct fw_cuda_record *r,
-		  const struct cuda_join_launch *l)
+		  const struct cuda_join_launch *l, enum cuda_join_how how)
 {
 	struct cuda_tracker *t = ctx;
 	const struct launch_payload *lp = l ? l->stack : NULL;
@@ -363,6 +385,8 @@ static void _emit(void *ctx, uint32_t pid, const struct fw_cuda_record *r,
 		.cpu = l ? l->cpu : 0,
 		.comm = lp ? lp->comm : NULL,
 		.stack = lp ? lp->ps : NULL,
+		.marker = how == CUDA_JOIN_FALLBACK_SAME ? MARK_SAME :
+			  how == CUDA_JOIN_FALLBACK_OTHER ? MARK_OTHER : NULL,
 		.kind = r->kind < GPU_ACTIVITY_KIND_MAX ? r->kind : GPU_MEMCPY_OTHER,
 		.device = r->device,
 		.stream = r->stream,
@@ -375,6 +399,9 @@ static void _emit(void *ctx, uint32_t pid, const struct fw_cuda_record *r,
 
 	if (a.kind == GPU_KERNEL) {
 		a.name = _record_name(t, r->name_addr);
+		/* A kernel's bytes are its graph's id (cuda/probes.h). */
+		a.graph = r->bytes > UINT32_MAX ? 0 : (uint32_t)r->bytes;
+		a.bytes = 0;
 	} else {
 		snprintf(copy, sizeof(copy), "[%s]", gpu_activity_kind__name(a.kind));
 		a.name = copy;
@@ -388,10 +415,18 @@ static void _free_payload(void *ctx, void *p)
 	struct launch_payload *lp = p;
 
 	(void)ctx;
-	if (!lp)
+	if (!lp || --lp->refs)
 		return;
 	free(lp->ps);
 	free(lp);
+}
+
+static void _hold_payload(void *ctx, void *p)
+{
+	struct launch_payload *lp = p;
+
+	(void)ctx;
+	lp->refs++;
 }
 
 /* ---- discovery ---- */
@@ -628,7 +663,9 @@ struct cuda_tracker *cuda_tracker__new(struct sampler *sampler, struct cpu_profi
 				       const char *proc_root)
 {
 	struct cuda_tracker *t = calloc(1, sizeof(*t));
-	struct cuda_join_opts jo = { .emit = _emit, .free_stack = _free_payload };
+	struct cuda_join_opts jo = {
+		.emit = _emit, .free_stack = _free_payload, .hold_stack = _hold_payload,
+	};
 
 	if (!t)
 		return NULL;
@@ -820,6 +857,52 @@ static void _watch_drain(struct cuda_tracker *t, uint64_t now)
 	t->rescan = true;
 }
 
+/* Per mille of all, rounded down; 0 of 0. */
+static unsigned _permille(uint64_t part, uint64_t all)
+{
+	return all ? (unsigned)((unsigned __int128)part * 1000 / all) : 0;
+}
+
+/*
+ * How the records found their launches' stacks, by count and by GPU time,
+ * and why those that left without their launch did: the share of GPU time
+ * under a fallback stack or none says how far to trust the GPU flame graph.
+ */
+static void _log_join(struct cuda_tracker *t)
+{
+	struct cuda_join_stats st;
+	uint64_t ns = 0;
+	unsigned fb, none;
+
+	cuda_join__stats(t->join, &st);
+	for (int h = 0; h < CUDA_JOIN_HOW_MAX; h++)
+		ns += st.how_ns[h];
+	fb = _permille(st.how_ns[CUDA_JOIN_FALLBACK_SAME] + st.how_ns[CUDA_JOIN_FALLBACK_OTHER], ns);
+	none = _permille(st.how_ns[CUDA_JOIN_LOST], ns);
+	t->join_logged_records = st.records;
+	t->join_logged_ns = clock__mono_ns();
+	pr_info("GPU time join: %" PRIu64 " launches (%" PRIu64 " never matched), %" PRIu64
+		" records: %" PRIu64 " joined, %" PRIu64 " joined late, %" PRIu64
+		" under an earlier launch of their kernel, %" PRIu64 " under another launch, %"
+		PRIu64 " without a stack; of the GPU time %u.%u%% under a stack not its own and "
+		"%u.%u%% under none\n",
+		st.launches, st.launches_unmatched, st.records, st.how[CUDA_JOIN_JOINED],
+		st.how[CUDA_JOIN_JOINED_LATE], st.how[CUDA_JOIN_FALLBACK_SAME],
+		st.how[CUDA_JOIN_FALLBACK_OTHER], st.how[CUDA_JOIN_LOST], fb / 10, fb % 10,
+		none / 10, none % 10);
+	if (st.how[CUDA_JOIN_FALLBACK_SAME] + st.how[CUDA_JOIN_FALLBACK_OTHER] +
+	    st.how[CUDA_JOIN_LOST])
+		pr_info("GPU time join: records without their launch: %" PRIu64
+			" carried from launches none kept, %" PRIu64 " whose launch left or never came"
+			" (ids too far behind), %" PRIu64 " waited too long, %" PRIu64
+			" too many waiting, %" PRIu64 " of processes gone, %" PRIu64
+			" whose launch's stack was not unwound, %" PRIu64 " out of memory\n",
+			st.why[CUDA_JOIN_WHY_UNNAMED], st.why[CUDA_JOIN_WHY_DISTANCE],
+			st.why[CUDA_JOIN_WHY_AGE], st.why[CUDA_JOIN_WHY_COUNT],
+			st.why[CUDA_JOIN_WHY_GONE], st.why[CUDA_JOIN_WHY_NO_STACK],
+			st.why[CUDA_JOIN_WHY_MEMORY]);
+}
+
 void cuda_tracker__tick(struct cuda_tracker *t)
 {
 	uint64_t now = clock__mono_ns();
@@ -854,6 +937,13 @@ void cuda_tracker__tick(struct cuda_tracker *t)
 		cuda_tracker__scan(t);
 	}
 	cuda_join__expire(t->join, now);
+	if (now - t->join_logged_ns >= JOIN_LOG_NS) {
+		struct cuda_join_stats st;
+
+		cuda_join__stats(t->join, &st);
+		if (st.records != t->join_logged_records)
+			_log_join(t);
+	}
 }
 
 void cuda_tracker__flush(struct cuda_tracker *t)
@@ -869,6 +959,7 @@ void cuda_tracker__launch(struct cuda_tracker *t, const struct fw_cuda_launch *l
 		t->add_errors++;
 		return;
 	}
+	lp->refs = 1;
 	lp->ps = cpu_profile__place(t->cp, &l->s);
 	if (!lp->ps) {
 		free(lp);
@@ -879,6 +970,18 @@ void cuda_tracker__launch(struct cuda_tracker *t, const struct fw_cuda_launch *l
 	while (lp->ps->n > 0 && _injection_frame(&lp->ps->f[lp->ps->n - 1]))
 		lp->ps->n--;
 	memcpy(lp->comm, l->s.comm, FW_COMM_LEN);
+	if (!lp->ps->n) {
+		/*
+		 * Nothing outside the injection: the walk stopped in CUDA's
+		 * libraries, which have no frame pointers, before this process
+		 * was described to the unwinder. Its records fall back to
+		 * another launch's stack; the next launches unwind.
+		 */
+		_free_payload(t, lp);
+		lp = NULL;
+		t->stackless_launches++;
+		_seen(t, (pid_t)l->s.pid);
+	}
 	if (cuda_join__launch(t->join, l->s.pid, l->correlation, l->s.tid, l->s.cpu, l->weight,
 			      lp, clock__mono_ns()))
 		t->add_errors++;
@@ -972,6 +1075,7 @@ uint32_t cuda_tracker__nattached(const struct cuda_tracker *t)
 void cuda_tracker__stats(const struct cuda_tracker *t, struct cuda_tracker_stats *out)
 {
 	*out = t->stats;
+	cuda_join__stats(t->join, &out->join);
 }
 
 void cuda_tracker__report(struct cuda_tracker *t)
@@ -1009,12 +1113,9 @@ void cuda_tracker__report(struct cuda_tracker *t)
 	if (t->add_errors)
 		pr_warn("GPU time: %" PRIu64 " launches or records dropped: out of memory\n",
 			t->add_errors);
-	pr_info("GPU time: %u library files; %" PRIu64 " launches, %" PRIu64 " records: %"
-		PRIu64 " joined, %" PRIu64 " without their launch (%" PRIu64 " by count, %"
-		PRIu64 " by distance, %" PRIu64 " waited too long); %" PRIu64
-		" launches never matched; %" PRIu64 " kernel names announced, %" PRIu64
-		" unreadable; %" PRIu64 " busy-timeline spans\n",
-		t->natt, st.launches, st.records, st.joined, st.unattributed,
-		st.records_evicted_count, st.records_evicted_distance, st.records_expired,
-		st.launches_unmatched, t->names_announced, t->name_errors, t->timeline_spans);
+	pr_info("GPU time: %u library files; %" PRIu64 " kernel names announced, %" PRIu64
+		" unreadable; %" PRIu64 " busy-timeline spans; %" PRIu64 " launch stacks not "
+		"unwound\n", t->natt, t->names_announced, t->name_errors, t->timeline_spans,
+		t->stackless_launches);
+	_log_join(t);
 }

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "agent/bpf/sample.h"
+#include "gpu/cuda_join.h"
 
 /*
  * GPU time profiling, agent side: finds the copies of libflamewatch-cuda.so
@@ -98,7 +99,7 @@ void cuda_tracker__name(struct cuda_tracker *t, const struct fw_cuda_name *n);
 /* Number of library files attached. */
 uint32_t cuda_tracker__nattached(const struct cuda_tracker *t);
 
-/* What finding the library cost so far (the agent's /metrics). */
+/* What finding the library cost so far, and the join's outcomes (the agent's /metrics). */
 struct cuda_tracker_stats {
 	uint64_t maps_reads;	/* /proc/PID/maps opens tried, full scans included */
 	uint64_t full_scans;	/* looks at every process */
@@ -106,6 +107,7 @@ struct cuda_tracker_stats {
 	uint64_t lib_events_lost;	/* ... and could not (read once a second) */
 	uint32_t watching;	/* 1: on loader events (cuda_tracker__watch()); 0: polling */
 	uint32_t loaders;	/* loader files hooked */
+	struct cuda_join_stats join;	/* how records found their launches */
 };
 void cuda_tracker__stats(const struct cuda_tracker *t, struct cuda_tracker_stats *out);
 /* Logs the join's and the probes' counters (info), losses (warn). */

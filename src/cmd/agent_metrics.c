@@ -31,6 +31,46 @@ struct agent_metrics {
 	int64_t max_age_ns;
 };
 
+/*
+ * How GPU records found the stacks of their launches (src/gpu/cuda_join.h):
+ * the share of GPU time under a stack not its own, or none, says how far
+ * the GPU flame graph can be trusted.
+ */
+static void _cuda_join(const struct cuda_join_stats *st, struct strbuf *sb)
+{
+	strbuf__printf(sb, "# HELP flamewatch_agent_cuda_launches_total Launch probes read.\n"
+		       "# TYPE flamewatch_agent_cuda_launches_total counter\n"
+		       "flamewatch_agent_cuda_launches_total %llu\n"
+		       "# HELP flamewatch_agent_cuda_launches_unmatched_total Launches that left "
+		       "without any record (failed calls, or records lost).\n"
+		       "# TYPE flamewatch_agent_cuda_launches_unmatched_total counter\n"
+		       "flamewatch_agent_cuda_launches_unmatched_total %llu\n",
+		       (unsigned long long)st->launches, (unsigned long long)st->launches_unmatched);
+	strbuf__printf(sb, "# HELP flamewatch_agent_cuda_records_total GPU activity records, by how "
+		       "they found a launch stack: joined, joined_late (waited for it), "
+		       "fallback_same (an earlier launch of the same kernel), fallback_other (the "
+		       "process's last launch), lost (none).\n"
+		       "# TYPE flamewatch_agent_cuda_records_total counter\n");
+	for (int h = 0; h < CUDA_JOIN_HOW_MAX; h++)
+		strbuf__printf(sb, "flamewatch_agent_cuda_records_total{how=\"%s\"} %llu\n",
+			       cuda_join_how__name(h), (unsigned long long)st->how[h]);
+	strbuf__printf(sb, "# HELP flamewatch_agent_cuda_gpu_seconds_total GPU time of those "
+		       "records, by how.\n"
+		       "# TYPE flamewatch_agent_cuda_gpu_seconds_total counter\n");
+	for (int h = 0; h < CUDA_JOIN_HOW_MAX; h++)
+		strbuf__printf(sb, "flamewatch_agent_cuda_gpu_seconds_total{how=\"%s\"} %.9f\n",
+			       cuda_join_how__name(h), (double)st->how_ns[h] / 1e9);
+	strbuf__printf(sb, "# HELP flamewatch_agent_cuda_records_unjoined_total Records that left "
+		       "without their own launch, by why: unnamed (carried from launches none "
+		       "kept), distance (their launch left or never came), age (waited too long), "
+		       "count (too many waiting), gone (their process exited), no_stack (their "
+		       "launch's stack was not unwound), memory.\n"
+		       "# TYPE flamewatch_agent_cuda_records_unjoined_total counter\n");
+	for (int w = 0; w < CUDA_JOIN_WHY_MAX; w++)
+		strbuf__printf(sb, "flamewatch_agent_cuda_records_unjoined_total{why=\"%s\"} %llu\n",
+			       cuda_join_why__name(w), (unsigned long long)st->why[w]);
+}
+
 /* What looking for libflamewatch-cuda.so costs (src/agent/cuda_tracker.c). */
 static void _cuda_tracker(struct agent_metrics *m, struct strbuf *sb)
 {
@@ -64,6 +104,7 @@ static void _cuda_tracker(struct agent_metrics *m, struct strbuf *sb)
 		       (unsigned long long)st.maps_reads, (unsigned long long)st.full_scans,
 		       st.watching, st.loaders, (unsigned long long)st.lib_events,
 		       (unsigned long long)st.lib_events_lost);
+	_cuda_join(&st.join, sb);
 }
 
 /* What the shipper delivered, dropped and holds (src/agent/shipper.c). */

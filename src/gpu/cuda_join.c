@@ -25,12 +25,23 @@ struct pending_record {
 	uint32_t pad;
 };
 
+/* The launch that last joined a record of one kind and name (cuda_join.h). */
+struct fallback {
+	uint64_t name;			/* the records' name_addr: 0 for copies and sets */
+	uint32_t kind;
+	uint32_t used;			/* 0: a free slot */
+	struct cuda_join_launch l;	/* a copy, holding its stack */
+};
+
 struct pid_state {
 	uint32_t pid;
 	uint64_t newest_launch;		/* highest correlation id launched; 0: none yet */
 	struct ring launches;		/* struct cuda_join_launch */
 	struct ring records;		/* struct pending_record */
 	uint32_t live_records;		/* records not yet done */
+	struct fallback *fb;		/* open addressing, a power of two */
+	uint32_t fb_cap, fb_n;
+	struct fallback last;		/* the launch that last joined any record */
 };
 
 struct cuda_join {
@@ -122,9 +133,31 @@ struct cuda_join *cuda_join__new(const struct cuda_join_opts *opts)
 		j->o.max_distance = 65536;
 	if (!j->o.max_record_age_ns)
 		j->o.max_record_age_ns = 2000000000ULL;
+	if (!j->o.max_launch_age_ns)
+		j->o.max_launch_age_ns = 10000000000ULL;
 	if (!j->o.max_pids)
 		j->o.max_pids = 1024;
+	if (!j->o.max_fallbacks)
+		j->o.max_fallbacks = 1024;
 	return j;
+}
+
+const char *cuda_join_how__name(enum cuda_join_how how)
+{
+	static const char *const n[CUDA_JOIN_HOW_MAX] = {
+		"joined", "joined_late", "fallback_same", "fallback_other", "lost",
+	};
+
+	return how < CUDA_JOIN_HOW_MAX ? n[how] : "?";
+}
+
+const char *cuda_join_why__name(enum cuda_join_why why)
+{
+	static const char *const n[CUDA_JOIN_WHY_MAX] = {
+		"count", "distance", "age", "gone", "memory", "unnamed", "no_stack",
+	};
+
+	return why < CUDA_JOIN_WHY_MAX ? n[why] : "?";
 }
 
 static void _free_launch(struct cuda_join *j, struct cuda_join_launch *l)
@@ -136,16 +169,154 @@ static void _free_launch(struct cuda_join *j, struct cuda_join_launch *l)
 	l->stack = NULL;
 }
 
-static void _emit(struct cuda_join *j, uint32_t pid, const struct fw_cuda_record *r,
-		  struct cuda_join_launch *l)
+/* ---- fallback ---- */
+
+static void _fb_release(struct cuda_join *j, struct fallback *f)
 {
-	if (l) {
-		l->matched++;
-		j->st.joined++;
-	} else {
-		j->st.unattributed++;
+	if (f->used && j->o.free_stack && f->l.stack)
+		j->o.free_stack(j->o.ctx, f->l.stack);
+	f->used = 0;
+}
+
+/* Makes f hold a copy of l (its stack held once more), if it is another stack. */
+static void _fb_set(struct cuda_join *j, struct fallback *f, const struct cuda_join_launch *l)
+{
+	if (f->used && f->l.stack == l->stack) {
+		f->l = *l;
+		return;
 	}
-	j->o.emit(j->o.ctx, pid, r, l);
+	_fb_release(j, f);
+	j->o.hold_stack(j->o.ctx, l->stack);
+	f->l = *l;
+	f->used = 1;
+}
+
+static void _fb_clear(struct cuda_join *j, struct pid_state *p)
+{
+	for (uint32_t i = 0; i < p->fb_cap; i++)
+		_fb_release(j, &p->fb[i]);
+	free(p->fb);
+	p->fb = NULL;
+	p->fb_cap = p->fb_n = 0;
+	_fb_release(j, &p->last);
+}
+
+static uint32_t _fb_hash(uint32_t kind, uint64_t name)
+{
+	return (uint32_t)(((name ^ ((uint64_t)kind << 56)) * 0x9E3779B97F4A7C15ULL) >> 32);
+}
+
+/* The slot of (kind, name): its entry, or the free slot where it goes. */
+static struct fallback *_fb_slot(struct fallback *tab, uint32_t cap, uint32_t kind, uint64_t name)
+{
+	uint32_t mask = cap - 1;
+
+	for (uint32_t i = _fb_hash(kind, name) & mask;; i = (i + 1) & mask)
+		if (!tab[i].used || (tab[i].kind == kind && tab[i].name == name))
+			return &tab[i];
+}
+
+static struct fallback *_fb_find(struct pid_state *p, uint32_t kind, uint64_t name)
+{
+	struct fallback *f;
+
+	if (!p->fb_cap)
+		return NULL;
+	f = _fb_slot(p->fb, p->fb_cap, kind, name);
+	return f->used ? f : NULL;
+}
+
+/* The table with room for one more; at its bound, the names start again. */
+static int _fb_room(struct cuda_join *j, struct pid_state *p)
+{
+	uint32_t cap = p->fb_cap ? p->fb_cap * 2 : 16;
+	struct fallback *tab;
+
+	if ((p->fb_n + 1) * 2 <= p->fb_cap)
+		return 0;
+	if (p->fb_n >= j->o.max_fallbacks) {
+		for (uint32_t i = 0; i < p->fb_cap; i++)
+			_fb_release(j, &p->fb[i]);
+		p->fb_n = 0;
+		return 0;
+	}
+	tab = calloc(cap, sizeof(*tab));
+	if (!tab)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < p->fb_cap; i++)
+		if (p->fb[i].used)
+			*_fb_slot(tab, cap, p->fb[i].kind, p->fb[i].name) = p->fb[i];
+	free(p->fb);
+	p->fb = tab;
+	p->fb_cap = cap;
+	return 0;
+}
+
+/* r joined l: l is what records of r's kind and name fall back to from now on. */
+static void _fb_learn(struct cuda_join *j, struct pid_state *p, const struct fw_cuda_record *r,
+		      const struct cuda_join_launch *l)
+{
+	struct fallback *f;
+
+	if (!j->o.hold_stack || !l->stack)
+		return;
+	_fb_set(j, &p->last, l);
+	f = _fb_find(p, r->kind, r->name_addr);
+	if (!f) {
+		if (_fb_room(j, p))
+			return;
+		f = _fb_slot(p->fb, p->fb_cap, r->kind, r->name_addr);
+		f->kind = r->kind;
+		f->name = r->name_addr;
+		p->fb_n++;
+	}
+	_fb_set(j, f, l);
+}
+
+static void _emit_how(struct cuda_join *j, uint32_t pid, const struct fw_cuda_record *r,
+		      const struct cuda_join_launch *l, enum cuda_join_how how)
+{
+	uint64_t dur = r->end_ns > r->start_ns ? r->end_ns - r->start_ns : 0;
+
+	j->st.how[how]++;
+	j->st.how_ns[how] += dur * cuda_join__weight(r, l);
+	j->o.emit(j->o.ctx, pid, r, l, how);
+}
+
+/* Emits r, which left without its launch (p may be NULL: no state). */
+static void _emit_without(struct cuda_join *j, uint32_t pid, struct pid_state *p,
+			  const struct fw_cuda_record *r, enum cuda_join_why why)
+{
+	struct fallback *f = p ? _fb_find(p, r->kind, r->name_addr) : NULL;
+	struct cuda_join_launch l;
+	enum cuda_join_how how = CUDA_JOIN_FALLBACK_SAME;
+
+	j->st.why[why]++;
+	if (!f && p && p->last.used) {
+		f = &p->last;
+		how = CUDA_JOIN_FALLBACK_OTHER;
+	}
+	if (!f) {
+		_emit_how(j, pid, r, NULL, CUDA_JOIN_LOST);
+		return;
+	}
+	/* Its stack, but not its weight: that was the other launch's. */
+	l = f->l;
+	l.weight = 1;
+	_emit_how(j, pid, r, &l, how);
+}
+
+/* Emits r with its own launch l; as without one if l has no stack. */
+static void _emit(struct cuda_join *j, struct pid_state *p, const struct fw_cuda_record *r,
+		  struct cuda_join_launch *l, enum cuda_join_how how)
+{
+	l->matched++;
+	if (!l->stack && j->o.hold_stack) {
+		_emit_without(j, p->pid, p, r, CUDA_JOIN_WHY_NO_STACK);
+		return;
+	}
+	_emit_how(j, p->pid, r, l, how);
+	_fb_learn(j, p, r, l);
 }
 
 /* Drops the emitted records at the head. */
@@ -155,16 +326,15 @@ static void _trim_records(struct pid_state *p)
 		_pop_front(&p->records);
 }
 
-/* Emits the record at the head unattributed, and drops it. */
-static void _evict_record(struct cuda_join *j, struct pid_state *p, uint64_t *counter)
+/* Emits the record at the head without its launch, and drops it. */
+static void _evict_record(struct cuda_join *j, struct pid_state *p, enum cuda_join_why why)
 {
 	struct pending_record *pr = _at(&p->records, 0);
 
 	if (!pr->done) {
-		(*counter)++;
 		pr->done = 1;
 		p->live_records--;
-		_emit(j, p->pid, &pr->r, NULL);
+		_emit_without(j, p->pid, p, &pr->r, why);
 	}
 	_pop_front(&p->records);
 	_trim_records(p);
@@ -174,6 +344,7 @@ static void _free_pid(struct cuda_join *j, struct pid_state *p)
 {
 	for (uint32_t i = 0; i < p->launches.n; i++)
 		_free_launch(j, _at(&p->launches, i));
+	_fb_clear(j, p);
 	free(p->launches.items);
 	free(p->records.items);
 	free(p);
@@ -182,7 +353,7 @@ static void _free_pid(struct cuda_join *j, struct pid_state *p)
 static void _flush_state(struct cuda_join *j, struct pid_state *p)
 {
 	while (p->records.n)
-		_evict_record(j, p, &j->st.records_expired);
+		_evict_record(j, p, CUDA_JOIN_WHY_GONE);
 }
 
 static struct pid_state *_find(const struct cuda_join *j, uint32_t pid, uint32_t *idx)
@@ -245,22 +416,22 @@ int cuda_join__launch(struct cuda_join *j, uint32_t pid, uint64_t correlation, u
 {
 	struct cuda_join_launch l = {
 		.correlation = correlation, .tid = tid, .cpu = cpu,
-		.weight = weight ? weight : 1, .stack = stack,
+		.weight = weight ? weight : 1, .stack = stack, .added_ns = now_ns,
 	};
 	struct cuda_join_launch *kept;
 	struct pid_state *p = _get(j, pid);
 	uint32_t i;
 
-	(void)now_ns;
 	if (!p)
 		goto nomem;
 	j->st.launches++;
 	if (correlation > p->newest_launch)
 		p->newest_launch = correlation;
 
-	/* Launches too far behind the newest will not see another record. */
+	/* Launches leave by age; the ring is in about the order they came. */
 	while (p->launches.n &&
-	       _key(&p->launches, 0) + j->o.max_distance < p->newest_launch) {
+	       now_ns - ((struct cuda_join_launch *)_at(&p->launches, 0))->added_ns >
+		       j->o.max_launch_age_ns) {
 		_free_launch(j, _at(&p->launches, 0));
 		_pop_front(&p->launches);
 	}
@@ -285,13 +456,13 @@ int cuda_join__launch(struct cuda_join *j, uint32_t pid, uint64_t correlation, u
 			continue;
 		pr->done = 1;
 		p->live_records--;
-		_emit(j, pid, &pr->r, kept);
+		_emit(j, p, &pr->r, kept, CUDA_JOIN_JOINED_LATE);
 	}
 	_trim_records(p);
 
 	/* Records whose launch fell too far behind: it is not coming. */
 	while (p->records.n && _key(&p->records, 0) + j->o.max_distance < p->newest_launch)
-		_evict_record(j, p, &j->st.records_evicted_distance);
+		_evict_record(j, p, CUDA_JOIN_WHY_DISTANCE);
 	return 0;
 nomem:
 	if (j->o.free_stack && stack)
@@ -309,25 +480,29 @@ int cuda_join__record(struct cuda_join *j, uint32_t pid, const struct fw_cuda_re
 	if (!p) {
 		/* Without memory to keep it, the record still counts. */
 		j->st.records++;
-		_emit(j, pid, r, NULL);
+		_emit_without(j, pid, NULL, r, CUDA_JOIN_WHY_MEMORY);
 		return -ENOMEM;
 	}
 	j->st.records++;
 	i = _lower_bound(&p->launches, r->correlation);
-	if (i < p->launches.n && _key(&p->launches, i) == r->correlation) {
-		_emit(j, pid, r, _at(&p->launches, i));
+	if (r->correlation && i < p->launches.n && _key(&p->launches, i) == r->correlation) {
+		_emit(j, p, r, _at(&p->launches, i), CUDA_JOIN_JOINED);
+		return 0;
+	}
+	/* Id 0 names no launch: time carried from launches no window kept. */
+	if (!r->correlation) {
+		_emit_without(j, pid, p, r, CUDA_JOIN_WHY_UNNAMED);
 		return 0;
 	}
 	if (p->newest_launch && r->correlation + j->o.max_distance < p->newest_launch) {
-		j->st.records_evicted_distance++;
-		_emit(j, pid, r, NULL);
+		_emit_without(j, pid, p, r, CUDA_JOIN_WHY_DISTANCE);
 		return 0;
 	}
 	if (p->records.n >= j->o.max_records)
-		_evict_record(j, p, &j->st.records_evicted_count);
+		_evict_record(j, p, CUDA_JOIN_WHY_COUNT);
 	/* After an eviction the ring has room, so this cannot fail for lack of it. */
 	if (_insert(&p->records, &pr)) {
-		_emit(j, pid, r, NULL);
+		_emit_without(j, pid, p, r, CUDA_JOIN_WHY_MEMORY);
 		return -ENOMEM;
 	}
 	p->live_records++;
@@ -348,8 +523,7 @@ void cuda_join__expire(struct cuda_join *j, uint64_t now_ns)
 				continue;
 			pr->done = 1;
 			p->live_records--;
-			j->st.records_expired++;
-			_emit(j, p->pid, &pr->r, NULL);
+			_emit_without(j, p->pid, p, &pr->r, CUDA_JOIN_WHY_AGE);
 		}
 		_trim_records(p);
 	}

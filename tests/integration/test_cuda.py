@@ -33,8 +33,9 @@ EXPECTED = {
     ("main", "phase_launch_first", "a", "b", "launch_kernel", "kernelA(int)"): 110000,
     ("main", "phase_records_first", "a", "b", "launch_kernel", "kernelB(float*, int)"): 105000,
     ("main", "phase_copy", "copy_h2d", "[memcpy HtoD]"): 3000,
-    # never launched: the kernel alone, under the process
-    ("orphan()",): 5000,
+    # never launched: under the process's last launch (the copy's), marked as such
+    ("main", "phase_copy", "copy_h2d", "[launch not seen: stack of another launch]",
+     "orphan()"): 5000,
 }
 TOTAL = sum(EXPECTED.values())
 
@@ -207,7 +208,9 @@ def test_gpu_intervals(gpu_run):
         ("[memcpy HtoD]", "memcpy HtoD", 4096, 13), cp
     assert launching(cp) == ("main", "phase_copy", "copy_h2d"), cp
     orphan = by_corr[300]
-    assert orphan["name"] == "orphan()" and orphan["stack"] is None, orphan
+    assert orphan["name"] == "orphan()", orphan
+    assert launching(orphan) == ("main", "phase_copy", "copy_h2d",
+                                 "[launch not seen: stack of another launch]"), orphan
     native = {frames[f]["kind"] for f in stacks[by_corr[1]["stack"]]}
     assert native == {"native"}, native
 

@@ -15,35 +15,50 @@ struct out {
 	uint64_t corr[64];
 	int stack[64];		/* -1: unattributed */
 	uint64_t value[64];	/* GPU ns x weight, as the agent computes it */
+	enum cuda_join_how how[64];
 	int n;
-	int freed;
+	int freed;		/* stacks whose last hold was dropped */
 };
 
 static void _emit(void *ctx, uint32_t pid, const struct fw_cuda_record *r,
-		  const struct cuda_join_launch *l)
+		  const struct cuda_join_launch *l, enum cuda_join_how how)
 {
 	struct out *o = ctx;
 	uint32_t w = cuda_join__weight(r, l);
 
 	assert_true(o->n < 64);
+	assert_true((l == NULL) == (how == CUDA_JOIN_LOST));
 	o->pid[o->n] = pid;
 	o->corr[o->n] = r->correlation;
-	o->stack[o->n] = l ? *(int *)l->stack : -1;
+	o->stack[o->n] = l ? ((int *)l->stack)[0] : -1;
 	o->value[o->n] = (r->end_ns - r->start_ns) * w;
+	o->how[o->n] = how;
 	o->n++;
 }
 
+/* A stack is two ints: the launch it names, and its holds. */
 static void _free_stack(void *ctx, void *stack)
 {
-	((struct out *)ctx)->freed++;
-	free(stack);
+	int *s = stack;
+
+	assert_true(s[1] > 0);
+	if (--s[1] == 0) {
+		((struct out *)ctx)->freed++;
+		free(stack);
+	}
+}
+
+static void _hold_stack(void *ctx, void *stack)
+{
+	((int *)stack)[1]++;
 }
 
 static void *_stack(int v)
 {
-	int *p = malloc(sizeof(*p));
+	int *p = malloc(2 * sizeof(*p));
 
-	*p = v;
+	p[0] = v;
+	p[1] = 1;
 	return p;
 }
 
@@ -55,16 +70,22 @@ static struct fw_cuda_record _rec(uint64_t corr, uint64_t dur, uint32_t weight)
 	return r;
 }
 
-static struct cuda_join *_join(struct out *o, uint32_t max, uint64_t dist)
+static struct cuda_join *_join_fb(struct out *o, uint32_t max, uint64_t dist, int fallback)
 {
 	struct cuda_join_opts opts = {
 		.max_launches = max, .max_records = max, .max_distance = dist,
-		.max_record_age_ns = 1000, .emit = _emit, .free_stack = _free_stack, .ctx = o,
+		.max_record_age_ns = 1000, .max_launch_age_ns = 5000, .emit = _emit,
+		.free_stack = _free_stack, .hold_stack = fallback ? _hold_stack : NULL, .ctx = o,
 	};
 	struct cuda_join *j = cuda_join__new(&opts);
 
 	assert_non_null(j);
 	return j;
+}
+
+static struct cuda_join *_join(struct out *o, uint32_t max, uint64_t dist)
+{
+	return _join_fb(o, max, dist, 0);
 }
 
 static void test_launch_first(void **state)
@@ -120,8 +141,8 @@ static void test_records_first_out_of_order(void **state)
 	assert_int_equal(nl, 3);
 	assert_int_equal(nr, 0);
 	cuda_join__stats(j, &st);
-	assert_int_equal(st.joined, 3);
-	assert_int_equal(st.unattributed, 0);
+	assert_int_equal(st.how[CUDA_JOIN_JOINED_LATE], 3);
+	assert_int_equal(st.how[CUDA_JOIN_LOST], 0);
 	cuda_join__free(j);
 	assert_int_equal(o.freed, 3);
 }
@@ -184,7 +205,7 @@ static void test_eviction_by_count(void **state)
 	for (uint64_t c = 101; c <= 106; c++)
 		assert_int_equal(cuda_join__launch(j, 1, c, 1, 0, 1, _stack((int)c), 0), 0);
 	cuda_join__stats(j, &st);
-	assert_int_equal(st.records_evicted_count, 2);
+	assert_int_equal(st.why[CUDA_JOIN_WHY_COUNT], 2);
 	assert_int_equal(st.launches_evicted_count, 2);
 	assert_int_equal(st.launches_unmatched, 2);
 	assert_int_equal(o.freed, 2);
@@ -208,17 +229,86 @@ static void test_eviction_by_distance(void **state)
 	assert_int_equal(o.n, 1);
 	assert_int_equal(o.corr[0], 5);
 	assert_int_equal(o.stack[0], -1);
-	/* A record for launch 1, which was dropped: emitted at once, unattributed. */
+	assert_int_equal(o.how[0], CUDA_JOIN_LOST);
+	/* Launch 1 is far behind too, but launches leave by age: its late record joins. */
 	struct fw_cuda_record one = _rec(1, 10, 1);
 	assert_int_equal(cuda_join__record(j, 1, &one, 0), 0);
 	assert_int_equal(cuda_join__record(j, 1, &late, 0), 0);
 	assert_int_equal(o.n, 3);
-	assert_int_equal(o.stack[1], -1);
+	assert_int_equal(o.stack[1], 1);
+	assert_int_equal(o.how[1], CUDA_JOIN_JOINED);
 	assert_int_equal(o.stack[2], -1);
+	/* Past max_launch_age_ns (5000 here) a launch leaves with the next one. */
+	assert_int_equal(cuda_join__launch(j, 1, 30, 1, 0, 1, _stack(30), 6000), 0);
+	assert_int_equal(cuda_join__record(j, 1, &one, 6000), 0);
+	assert_int_equal(o.stack[3], -1);
 	cuda_join__stats(j, &st);
-	assert_int_equal(st.records_evicted_distance, 3);
-	assert_int_equal(st.launches_unmatched, 1);
+	assert_int_equal(st.why[CUDA_JOIN_WHY_DISTANCE], 3);
+	assert_int_equal(st.how[CUDA_JOIN_LOST], 3);
+	assert_int_equal(st.how[CUDA_JOIN_JOINED], 1);
+	assert_int_equal(st.launches_unmatched, 1);	/* 20 */
 	cuda_join__free(j);
+	assert_int_equal(o.freed, 3);
+}
+
+/*
+ * A record that leaves without its launch takes the stack of the launch
+ * that last joined a record of its kind and name, else the process's last
+ * one; its own weight, not that launch's. A process none of whose launches
+ * joined anything has its records emitted without a stack. Stacks held by
+ * the fallback outlive their launch, and are all dropped in the end.
+ */
+static void test_fallback(void **state)
+{
+	struct out o = { 0 };
+	struct cuda_join *j = _join_fb(&o, 0, 10, 1);
+	struct fw_cuda_record k1 = _rec(1, 100, 0), k2 = _rec(2, 100, 0), copy = _rec(3, 50, 0);
+	struct fw_cuda_record carried = _rec(0, 100, 4), lost = _rec(0, 7, 1);
+	struct fw_cuda_record stray = _rec(0, 30, 1), other = _rec(9, 10, 2);
+	struct cuda_join_stats st;
+
+	/* pid 2 never launched: nothing to fall back to. */
+	assert_int_equal(cuda_join__record(j, 2, &lost, 0), 0);
+	assert_int_equal(o.how[0], CUDA_JOIN_LOST);
+
+	k1.name_addr = k2.name_addr = carried.name_addr = 0x100;
+	other.name_addr = 0x200;
+	stray.name_addr = 0x300;
+	copy.kind = FW_CUDA_MEMCPY_DTOH;
+	assert_int_equal(cuda_join__launch(j, 1, 1, 11, 0, 3, _stack(1), 0), 0);
+	assert_int_equal(cuda_join__launch(j, 1, 2, 11, 0, 3, _stack(2), 0), 0);
+	assert_int_equal(cuda_join__launch(j, 1, 3, 11, 0, 1, _stack(3), 0), 0);
+	assert_int_equal(cuda_join__record(j, 1, &k1, 0), 0);
+	assert_int_equal(cuda_join__record(j, 1, &k2, 0), 0);
+	assert_int_equal(cuda_join__record(j, 1, &copy, 0), 0);
+	/* The launches leave (age); their stacks stay held by the fallback. */
+	assert_int_equal(cuda_join__launch(j, 1, 4, 11, 0, 1, _stack(4), 9000), 0);
+	assert_int_equal(o.freed, 1);	/* 1: no longer anyone's fallback */
+	/* Carried time of the kernel at 0x100 (id 0): the last launch that ran it. */
+	assert_int_equal(cuda_join__record(j, 1, &carried, 9000), 0);
+	assert_int_equal(o.stack[4], 2);
+	assert_int_equal(o.how[4], CUDA_JOIN_FALLBACK_SAME);
+	assert_int_equal(o.value[4], 400);	/* its own weight */
+	/* A kernel no launch ran: the process's last launch (the copy's). */
+	assert_int_equal(cuda_join__record(j, 1, &stray, 9000), 0);
+	assert_int_equal(o.stack[5], 3);
+	assert_int_equal(o.how[5], CUDA_JOIN_FALLBACK_OTHER);
+	/* A record waiting for a launch that never comes falls back when it expires. */
+	assert_int_equal(cuda_join__record(j, 1, &other, 9000), 0);
+	cuda_join__expire(j, 10000);
+	assert_int_equal(o.n, 7);
+	assert_int_equal(o.stack[6], 3);
+	assert_int_equal(o.value[6], 20);
+	cuda_join__stats(j, &st);
+	assert_int_equal(st.how[CUDA_JOIN_JOINED], 3);
+	assert_int_equal(st.how[CUDA_JOIN_FALLBACK_SAME], 1);
+	assert_int_equal(st.how[CUDA_JOIN_FALLBACK_OTHER], 2);
+	assert_int_equal(st.how[CUDA_JOIN_LOST], 1);
+	assert_int_equal(st.how_ns[CUDA_JOIN_FALLBACK_OTHER], 50);
+	assert_int_equal(st.why[CUDA_JOIN_WHY_UNNAMED], 3);
+	assert_int_equal(st.why[CUDA_JOIN_WHY_AGE], 1);
+	cuda_join__free(j);
+	assert_int_equal(o.freed, 4);
 }
 
 static void test_expiry_and_exit(void **state)
@@ -252,6 +342,7 @@ int main(void)
 		cmocka_unit_test(test_weights),
 		cmocka_unit_test(test_eviction_by_count),
 		cmocka_unit_test(test_eviction_by_distance),
+		cmocka_unit_test(test_fallback),
 		cmocka_unit_test(test_expiry_and_exit),
 	};
 

@@ -14,7 +14,8 @@
  *   copy [200]:             main;phase_copy;copy_h2d;fwtest_launch
  *                           [memcpy HtoD], 4096 bytes, 3000 ns, weight 1
  *   orphan [300]:           a record of orphan() that no launch ever names:
- *                           5000 ns, counted without a stack
+ *                           5000 ns, under the stack of the process's last
+ *                           launch (the copy's), marked as not its own
  *
  * Prints "attached" once the agent set the semaphores (waits up to 60 s;
  * exits 3 if it never does) and "done" at the end.
