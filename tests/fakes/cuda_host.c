@@ -17,6 +17,15 @@
  *       fake GPU is done), then STALL_MS of CPU work in host_load_batch with
  *       the GPU idle. Prints "busy START END" for each round's GPU work and
  *       "loop START END" around the loop (Unix ns), exits 0
+ *   cuda_host attrib LIB SECONDS
+ *       after 1.5 s of initialisation, every kind of GPU work from its own
+ *       function, as a training step makes it, for SECONDS: kernels (host_kernels), a graph launch
+ *       (host_graph), an asynchronous copy in and a synchronous copy out of
+ *       15 ms, longer than a window (host_copy_in, host_copy_out), a set
+ *       (host_zero); then 2 s of a rare kernel (host_late) among many
+ *       frequent ones (host_filler), whose records the fake holds back
+ *       until the end: late records. Prints the fake's truth as drive does
+ *       and exits 0
  *   cuda_host later LIB
  *       waits for a subscription, then for the library to let CUPTI go,
  *       then holds CUPTI as another client would until the library is
@@ -50,6 +59,8 @@ static struct {
 	void (*driver_launch)(const char *, uint64_t);
 	void (*graph_launch)(const char *, int, uint64_t);
 	void (*memcpy_htod)(uint64_t, uint64_t);
+	void (*memcpy_dtoh)(uint64_t, uint64_t);
+	void (*hold)(int);
 	void (*memset)(uint64_t, uint64_t);
 	void (*other_call)(void);
 	int (*subscribed)(void);
@@ -95,6 +106,8 @@ static int _fake(void)
 	SYM(driver_launch, "driver_launch");
 	SYM(graph_launch, "graph_launch");
 	SYM(memcpy_htod, "memcpy_htod");
+	SYM(memcpy_dtoh, "memcpy_dtoh");
+	SYM(hold, "hold");
 	SYM(memset, "memset");
 	SYM(other_call, "other_call");
 	SYM(subscribed, "subscribed");
@@ -145,9 +158,25 @@ static int _app(void)
 	return 3;
 }
 
-static int _drive(long n, uint64_t dur, long sleep_us)
+static void _print_truth(void)
 {
 	struct fake_cupti_truth t;
+
+	F.get_truth(&t);
+	printf("{\"launches\":%llu,\"kernel_ns\":%llu,\"memcpy_calls\":%llu,\"memcpy_ns\":%llu,"
+	       "\"memcpy_bytes\":%llu,\"memset_calls\":%llu,\"memset_ns\":%llu,\"recorded\":%llu,"
+	       "\"subscribes\":%llu,\"toggles_on\":%llu,\"callbacks\":%llu}\n",
+	       (unsigned long long)t.launches, (unsigned long long)t.kernel_ns,
+	       (unsigned long long)t.memcpy_calls, (unsigned long long)t.memcpy_ns,
+	       (unsigned long long)t.memcpy_bytes, (unsigned long long)t.memset_calls,
+	       (unsigned long long)t.memset_ns, (unsigned long long)t.recorded,
+	       (unsigned long long)t.subscribes, (unsigned long long)t.toggles_on,
+	       (unsigned long long)t.callbacks);
+	fflush(stdout);
+}
+
+static int _drive(long n, uint64_t dur, long sleep_us)
+{
 	int vary = getenv("HOST_VARY") != NULL;
 
 	if (_wait_subscribed(1, 20)) {
@@ -171,17 +200,88 @@ static int _drive(long n, uint64_t dur, long sleep_us)
 		if (sleep_us)
 			_sleep_us(sleep_us);
 	}
-	F.get_truth(&t);
-	printf("{\"launches\":%llu,\"kernel_ns\":%llu,\"memcpy_calls\":%llu,\"memcpy_ns\":%llu,"
-	       "\"memcpy_bytes\":%llu,\"memset_calls\":%llu,\"memset_ns\":%llu,\"recorded\":%llu,"
-	       "\"subscribes\":%llu,\"toggles_on\":%llu,\"callbacks\":%llu}\n",
-	       (unsigned long long)t.launches, (unsigned long long)t.kernel_ns,
-	       (unsigned long long)t.memcpy_calls, (unsigned long long)t.memcpy_ns,
-	       (unsigned long long)t.memcpy_bytes, (unsigned long long)t.memset_calls,
-	       (unsigned long long)t.memset_ns, (unsigned long long)t.recorded,
-	       (unsigned long long)t.subscribes, (unsigned long long)t.toggles_on,
-	       (unsigned long long)t.callbacks);
-	fflush(stdout);
+	_print_truth();
+	return 0;
+}
+
+static uint64_t _unix_ns(void);
+
+/* attrib: each kind of work from a function of its own (see the top). */
+static __attribute__((noinline)) void host_kernels(void)
+{
+	for (int i = 0; i < 10; i++)
+		F.launch("_Z6kernelPf", 30000, i % 4 == 1);
+	F.driver_launch("_Z13driver_kernelPf", 20000);
+}
+
+static __attribute__((noinline)) void host_graph(void)
+{
+	F.graph_launch("_Z10graph_nodev", 4, 25000);
+}
+
+static __attribute__((noinline)) void host_copy_in(void)
+{
+	F.memcpy_htod(1 << 20, 200000);
+}
+
+static __attribute__((noinline)) void host_copy_out(void)
+{
+	F.memcpy_dtoh(1 << 20, 15000000);
+}
+
+static __attribute__((noinline)) void host_zero(void)
+{
+	F.memset(1 << 16, 10000);
+}
+
+static __attribute__((noinline)) void host_filler(int n)
+{
+	for (int i = 0; i < n; i++)
+		F.launch("_Z6fillerv", 100, 0);
+}
+
+static __attribute__((noinline)) void host_late(void)
+{
+	F.launch("_Z11late_kernelv", 50000, 0);
+}
+
+static int _attrib(long seconds)
+{
+	uint64_t until;
+
+	if (!F.memcpy_dtoh || !F.hold || _wait_subscribed(1, 20)) {
+		fprintf(stderr, "cuda_host: the library did not subscribe\n");
+		return 4;
+	}
+	/*
+	 * A CUDA application initialises for a while before its first
+	 * kernel: the agent meanwhile describes the process to its unwinder,
+	 * without which a launch's walk stops in CUDA's libraries.
+	 */
+	_sleep_us(1500000);
+	until = _unix_ns() + (uint64_t)seconds * 1000000000ull;
+	for (long step = 0; _unix_ns() < until; step++) {
+		host_kernels();
+		host_graph();
+		if (step % 5 == 0) {
+			host_copy_in();
+			host_copy_out();
+		}
+		host_zero();
+		_sleep_us(1000);
+	}
+	/* 16,000 launches a second, under the rate above which activity is duty-cycled. */
+	F.hold(1);
+	until = _unix_ns() + 2000000000ull;
+	while (_unix_ns() < until) {
+		host_late();
+		host_filler(80);
+		_sleep_us(5000);
+	}
+	_sleep_us(300000);
+	F.hold(0);
+	_sleep_us(500000);
+	_print_truth();
 	return 0;
 }
 
@@ -276,7 +376,7 @@ int main(int argc, char **argv)
 	struct timespec now;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: cuda_host app|drive|later|stall LIB [ARGS]\n");
+		fprintf(stderr, "usage: cuda_host app|drive|attrib|later|stall LIB [ARGS]\n");
 		return 2;
 	}
 	if (after) {
@@ -308,6 +408,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "later"))
 		return _later();
+	if (!strcmp(argv[1], "attrib") && argc == 4)
+		return _attrib(atol(argv[3]));
 	if (!strcmp(argv[1], "stall") && argc == 7)
 		return _stall(atol(argv[3]), atol(argv[4]), strtoull(argv[5], NULL, 10), atol(argv[6]));
 	fprintf(stderr, "cuda_host: bad arguments\n");

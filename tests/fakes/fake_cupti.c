@@ -43,6 +43,11 @@ static size_t _nq;
 static uint32_t _next_corr = 1;
 static uint64_t _gpu_cursor;
 static uint64_t _dropped;
+/* Records held back (fake_cupti_hold) until released or a forced flush. */
+#define MAXHQ 4096
+static union rec _hq[MAXHQ];
+static size_t _nhq;
+static int _hold;
 static struct fake_cupti_truth _truth;
 static int _inited;
 static long _record_cost_ns;	/* FAKE_CUPTI_RECORD_COST_NS */
@@ -210,6 +215,7 @@ static const struct {
 	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000, "cudaLaunchKernel_ptsz" },
 	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, "cudaGraphLaunch" },
 	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, "cudaMemcpyAsync" },
+	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, "cudaMemcpy" },
 	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020, "cudaMemsetAsync" },
 	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGetLastError_v3020, "cudaGetLastError" },
 	{ CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000, "cudaLaunchHostFunc" },
@@ -217,6 +223,7 @@ static const struct {
 	{ CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, "cuLaunchKernelEx" },
 	{ CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, "cuGraphLaunch" },
 	{ CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, "cuMemcpyHtoDAsync_v2" },
+	{ CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2" },
 	{ CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, "cuMemsetD8Async" },
 	{ CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent, "cuCtxGetCurrent" },
 };
@@ -311,6 +318,16 @@ API CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext ctx, uint32_t stream
 	return CUPTI_SUCCESS;
 }
 
+/* Moves the held records to the queue, under _mu. */
+static void _release_held(void)
+{
+	if (_nhq && !_q)
+		_q = malloc(MAXQ * sizeof(*_q));
+	for (size_t i = 0; _q && i < _nhq && _nq < MAXQ; i++)
+		_q[_nq++] = _hq[i];
+	_nhq = 0;
+}
+
 /* Hands the queued records over in as many buffers as they need, outside
  * our lock (the client's callbacks may call back into us). */
 API CUptiResult cuptiActivityFlushAll(uint32_t flag)
@@ -325,6 +342,8 @@ API CUptiResult cuptiActivityFlushAll(uint32_t flag)
 		return CUPTI_SUCCESS;
 	}
 	pthread_mutex_lock(&_mu);
+	if (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)
+		_release_held();
 	q = _q;
 	n = _nq;
 	_q = NULL;
@@ -436,8 +455,8 @@ uint64_t fake_cupti_gpu_idle_at(void)
 	return (uint64_t)((long long)c - skew);
 }
 
-static void _call(CUpti_CallbackDomain d, uint32_t id, CUpti_ApiCallbackSite site, uint32_t corr,
-		  const char *fn)
+static void _call_sym(CUpti_CallbackDomain d, uint32_t id, CUpti_ApiCallbackSite site,
+		      uint32_t corr, const char *fn, const char *sym, void *params)
 {
 	CUpti_CallbackData cd;
 	CUpti_CallbackFunc cb;
@@ -457,8 +476,16 @@ static void _call(CUpti_CallbackDomain d, uint32_t id, CUpti_ApiCallbackSite sit
 	cd.callbackSite = site;
 	cd.functionName = fn;
 	cd.correlationId = corr;
+	cd.symbolName = sym;
+	cd.functionParams = params;
 	cd.functionReturnValue = site == CUPTI_API_EXIT ? &ret : NULL;
 	cb(ud, d, id, &cd);
+}
+
+static void _call(CUpti_CallbackDomain d, uint32_t id, CUpti_ApiCallbackSite site, uint32_t corr,
+		  const char *fn)
+{
+	_call_sym(d, id, site, corr, fn, NULL, NULL);
 }
 
 /* Queues a record if its kind is enabled now, as CUPTI decides at launch. */
@@ -467,7 +494,11 @@ static void _queue(const union rec *r)
 	int queued = 0;
 
 	pthread_mutex_lock(&_mu);
-	if (_kind_on[r->a.kind] && _nq < MAXQ) {
+	if (_kind_on[r->a.kind] && _hold && _nhq < MAXHQ) {
+		_hq[_nhq++] = *r;
+		_truth.recorded++;
+		queued = 1;
+	} else if (_kind_on[r->a.kind] && _nq < MAXQ) {
 		if (!_q)
 			_q = malloc(MAXQ * sizeof(*_q));
 		if (_q) {
@@ -499,12 +530,14 @@ static void _gpu_span(uint64_t dur, uint64_t *start, uint64_t *end)
 	pthread_mutex_unlock(&_mu);
 }
 
-static void _kernel_record(uint32_t corr, const char *name, uint64_t dur, uint32_t stream)
+static void _kernel_record_graph(uint32_t corr, const char *name, uint64_t dur, uint32_t stream,
+				 uint32_t graph)
 {
 	union rec r;
 
 	memset(&r, 0, sizeof(r));
 	r.k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+	r.k.graphId = graph;
 	_gpu_span(dur, &r.k.start, &r.k.end);
 	r.k.deviceId = 0;
 	r.k.streamId = stream;
@@ -516,14 +549,19 @@ static void _kernel_record(uint32_t corr, const char *name, uint64_t dur, uint32
 	pthread_mutex_unlock(&_mu);
 }
 
+static void _kernel_record(uint32_t corr, const char *name, uint64_t dur, uint32_t stream)
+{
+	_kernel_record_graph(corr, name, dur, stream, 0);
+}
+
 void fake_cupti_launch(const char *name, uint64_t dur_ns, int record_driver_corr)
 {
 	uint32_t rt = _corr(), drv = _corr();
 
-	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, CUPTI_API_ENTER,
-	      rt, "cudaLaunchKernel");
-	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_ENTER, drv,
-	      "cuLaunchKernel");
+	_call_sym(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+		  CUPTI_API_ENTER, rt, "cudaLaunchKernel", name, NULL);
+	_call_sym(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_ENTER,
+		  drv, "cuLaunchKernel", name, NULL);
 	_kernel_record(record_driver_corr ? drv : rt, name, dur_ns, 7);
 	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_EXIT, drv,
 	      "cuLaunchKernel");
@@ -538,8 +576,8 @@ void fake_cupti_driver_launch(const char *name, uint64_t dur_ns)
 {
 	uint32_t drv = _corr();
 
-	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_ENTER, drv,
-	      "cuLaunchKernel");
+	_call_sym(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_ENTER,
+		  drv, "cuLaunchKernel", name, NULL);
 	_kernel_record(drv, name, dur_ns, 9);
 	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_EXIT, drv,
 	      "cuLaunchKernel");
@@ -557,7 +595,7 @@ void fake_cupti_graph_launch(const char *name, int n, uint64_t dur_ns)
 	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_API_ENTER, drv,
 	      "cuGraphLaunch");
 	for (int i = 0; i < n; i++)
-		_kernel_record(rt, name, dur_ns, 7);
+		_kernel_record_graph(rt, name, dur_ns, 7, FAKE_CUPTI_GRAPH_ID);
 	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_API_EXIT, drv,
 	      "cuGraphLaunch");
 	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_API_EXIT,
@@ -570,10 +608,11 @@ void fake_cupti_graph_launch(const char *name, int n, uint64_t dur_ns)
 void fake_cupti_memcpy_htod(uint64_t bytes, uint64_t dur_ns)
 {
 	uint32_t rt = _corr(), drv = _corr();
+	cudaMemcpyAsync_v3020_params params = { .count = bytes, .kind = cudaMemcpyHostToDevice };
 	union rec r;
 
-	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, CUPTI_API_ENTER,
-	      rt, "cudaMemcpyAsync");
+	_call_sym(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020,
+		  CUPTI_API_ENTER, rt, "cudaMemcpyAsync", NULL, &params);
 	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, CUPTI_API_ENTER, drv,
 	      "cuMemcpyHtoDAsync_v2");
 	memset(&r, 0, sizeof(r));
@@ -593,6 +632,57 @@ void fake_cupti_memcpy_htod(uint64_t bytes, uint64_t dur_ns)
 	_truth.memcpy_calls++;
 	_truth.memcpy_ns += dur_ns;
 	_truth.memcpy_bytes += bytes;
+	pthread_mutex_unlock(&_mu);
+}
+
+void fake_cupti_memcpy_dtoh(uint64_t bytes, uint64_t dur_ns)
+{
+	uint32_t rt = _corr(), drv = _corr();
+	cudaMemcpy_v3020_params params = { .count = bytes, .kind = cudaMemcpyDeviceToHost };
+	struct timespec until;
+	union rec r;
+
+	_call_sym(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020,
+		  CUPTI_API_ENTER, rt, "cudaMemcpy", NULL, &params);
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, CUPTI_API_ENTER, drv,
+	      "cuMemcpyDtoH_v2");
+	memset(&r, 0, sizeof(r));
+	r.m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+	r.m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
+	r.m.bytes = bytes;
+	_gpu_span(dur_ns, &r.m.start, &r.m.end);
+	r.m.streamId = 7;
+	r.m.correlationId = drv;
+	r.m.runtimeCorrelationId = rt;
+	_queue(&r);
+	/* Synchronous: the call returns once the copy is done. */
+	until = (struct timespec){ 0, 0 };
+	{
+		const char *s = getenv("FAKE_CUPTI_SKEW_NS");
+		long long skew = s ? atoll(s) : -1000000000LL;
+		long long end = (long long)r.m.end - skew;
+
+		until.tv_sec = end / 1000000000LL;
+		until.tv_nsec = end % 1000000000LL;
+	}
+	clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &until, NULL);
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, CUPTI_API_EXIT, drv,
+	      "cuMemcpyDtoH_v2");
+	_call_sym(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020,
+		  CUPTI_API_EXIT, rt, "cudaMemcpy", NULL, &params);
+	pthread_mutex_lock(&_mu);
+	_truth.memcpy_calls++;
+	_truth.memcpy_ns += dur_ns;
+	_truth.memcpy_bytes += bytes;
+	pthread_mutex_unlock(&_mu);
+}
+
+void fake_cupti_hold(int on)
+{
+	pthread_mutex_lock(&_mu);
+	_hold = on;
+	if (!on)
+		_release_held();
 	pthread_mutex_unlock(&_mu);
 }
 

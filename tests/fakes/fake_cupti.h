@@ -37,9 +37,17 @@ struct fake_cupti_truth {
 void fake_cupti_launch(const char *name, uint64_t dur_ns, int record_driver_corr);
 /* A driver-only launch (cuLaunchKernel, as Triton does). */
 void fake_cupti_driver_launch(const char *name, uint64_t dur_ns);
-/* A graph launch of n kernels, each dur_ns, sharing one correlation id. */
+/* A graph launch of n kernels, each dur_ns, sharing one correlation id;
+ * their records carry graph id FAKE_CUPTI_GRAPH_ID. */
+#define FAKE_CUPTI_GRAPH_ID 42
 void fake_cupti_graph_launch(const char *name, int n, uint64_t dur_ns);
 void fake_cupti_memcpy_htod(uint64_t bytes, uint64_t dur_ns);
+/* cudaMemcpy device to host: returns once the fake GPU has run it, so
+ * that a call of more than a window sees its window close meanwhile. */
+void fake_cupti_memcpy_dtoh(uint64_t bytes, uint64_t dur_ns);
+/* on: records are held back from periodic flushes (late records, as of a
+ * long kernel) until off, or a forced flush. */
+void fake_cupti_hold(int on);
 void fake_cupti_memset(uint64_t bytes, uint64_t dur_ns);
 /* Any other runtime API call the library must ignore (cudaGetLastError). */
 void fake_cupti_other_call(void);
