@@ -16,11 +16,9 @@
  * refused because another client holds CUPTI is reported (stderr and the
  * conflict probe) and retried every few seconds.
  *
- * Overhead. Measured on an H200 (design.md, "Lessons"): CUPTI with launch
- * callbacks and concurrent-kernel activity always on costs 0.6-0.95 % of a
- * 2.4 ms MLP step and 14.7-18.1 % of a step of 100 tiny kernels (in-process
- * A/B, 2026-12-04), most of it CUPTI's own work per API call and per
- * kernel, which no cleverness on our side removes. So the callbacks are
+ * Overhead. CUPTI's own work per API call and per record is most of what
+ * collection costs a process, and no cleverness on our side removes it
+ * (docs/gpu-time.md has the figures). So the launch callbacks are
  * duty-cycled: time is cut into windows of FLAMEWATCH_CUDA_WINDOW_MS
  * (10 ms); of every FLAMEWATCH_CUDA_DUTY_CYCLE (30) consecutive windows one,
  * chosen at random, has the callbacks enabled, the others run without
@@ -28,36 +26,33 @@
  * random window per group, not a fixed phase, so that no periodic workload
  * aliases with the windows). Inside a window, launches above
  * FLAMEWATCH_CUDA_LAUNCH_BUDGET kept launches per second of window time
- * are sampled (fwc_sampler_take), and a kept launch carries the count of
- * the launches it stands for, so the agent's cost per launch (a uprobe and
- * a stack walk) stays bounded too. Records of launches not kept are not
- * emitted: their GPU time rides on the next kept record of the same name.
+ * are sampled (fwc_sampler_take), so the agent's cost per launch (a uprobe
+ * and a stack walk) stays bounded too. Records of launches not kept are
+ * not emitted: their GPU time rides on the next kept record of the same
+ * name.
  *
  * The activity kinds stay on between windows (FLAMEWATCH_CUDA_ACTIVITY_ALL,
  * default 1): every kernel's record arrives, and the GPU time of those no
  * window saw launched is carried (x 1) to kept records of their name, so the
- * totals are exact, not estimated (the MLP: -9 % duty-cycled, -0.01 % so).
- * That costs ~0.5 us a launch (+0.37 % on the MLP, whose CPU runs ahead of
- * the GPU). A launch-bound loop pays it on every step (+5.5 to +10.5 % on
- * the tiny loop), so above FLAMEWATCH_CUDA_EXACT_MAX_RATE launches a second
- * (30,000) the activity is duty-cycled with the callbacks (_choose_activity)
- * and every launch seen stands for D launches: weights carry D, so weighted
- * totals estimate the whole run.
+ * totals are exact, not estimated. A record costs the launching thread
+ * about half a microsecond, which a launch-bound loop pays on every step,
+ * so above FLAMEWATCH_CUDA_EXACT_MAX_RATE launches a second (30,000) the
+ * activity is duty-cycled with the callbacks (_choose_activity) and every
+ * launch seen stands for D launches: weights carry D, so weighted totals
+ * estimate the whole run.
  *
  * The budget is per second of window, not of wall time: the probes then
  * take the same small share of a window whatever D. Spread over wall time,
- * it put D times as many probes (150) into each 10 ms window, and their
- * tens of microseconds each slowed the launching thread inside the window
- * enough that the window saw ~40 % fewer launches than the time around it
- * (H200, MLP, agent attached): duty-cycled totals came out low. What CUPTI
- * itself costs a launch inside a window slows it the same way; that part
- * is not corrected by default. FLAMEWATCH_CUDA_COUNT_ALL=1 leaves the
- * callbacks on between windows to count every launch, and scales a
- * window's records by the launches counted over those seen instead of D
- * (_update_scale). That removes the bias, but costs every launch a
- * callback: too much on a loop of tiny kernels (docs/gpu-time.md).
+ * D times as many probes fell into each window, slowed the launching
+ * thread inside it, and the window saw fewer launches than the time around
+ * it: duty-cycled totals came out low. What CUPTI itself costs a launch
+ * inside a window slows it the same way; that part is not corrected by
+ * default. FLAMEWATCH_CUDA_COUNT_ALL=1 leaves the callbacks on between
+ * windows to count every launch, and scales a window's records by the
+ * launches counted over those seen instead of D (_update_scale). That
+ * removes the bias, but costs every launch a callback: too much on a loop
+ * of tiny kernels (docs/gpu-time.md).
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -74,6 +69,7 @@
 #define _SDT_HAS_SEMAPHORES 1
 #include <sys/sdt.h>
 
+#include "cuda/cupti_api.h"
 #include "cuda/fwc.h"
 
 /* The semaphores sys/sdt.h refers to as <provider>_<probe>_semaphore; the
@@ -97,30 +93,7 @@ __extension__ volatile unsigned short flamewatch_name_semaphore
 #define CARRY_FLUSH_SLOTS 1000		/* windows between flushes of the carries (activity_all) */
 #define COVER_EMIT_NS	1000000000LL	/* coverage goes out at least this often */
 
-struct cupti_api {
-	void *handle;
-	CUptiResult (*Subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
-	CUptiResult (*Subscribe_v2)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *,
-				    CUpti_SubscriberParams *);
-	CUptiResult (*Unsubscribe)(CUpti_SubscriberHandle);
-	CUptiResult (*EnableCallback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
-				      CUpti_CallbackId);
-	CUptiResult (*EnableDomain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
-	CUptiResult (*GetCallbackName)(CUpti_CallbackDomain, uint32_t, const char **);
-	CUptiResult (*ActivityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc,
-						 CUpti_BuffersCallbackCompleteFunc);
-	CUptiResult (*ActivityEnable)(CUpti_ActivityKind);
-	CUptiResult (*ActivityDisable)(CUpti_ActivityKind);
-	CUptiResult (*ActivityFlushAll)(uint32_t);
-	CUptiResult (*ActivityGetNextRecord)(uint8_t *, size_t, CUpti_Activity **);
-	CUptiResult (*ActivityGetNumDroppedRecords)(CUcontext, uint32_t, size_t *);
-	CUptiResult (*GetTimestamp)(uint64_t *);
-	CUptiResult (*GetResultString)(CUptiResult, const char **);
-};
 
-/* The classes of the callback ids we listen to, per domain. */
-#define RT_IDS  CUPTI_RUNTIME_TRACE_CBID_SIZE
-#define DRV_IDS CUPTI_DRIVER_TRACE_CBID_SIZE
 
 static const CUpti_ActivityKind _kinds[] = {
 	CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
@@ -130,7 +103,7 @@ static const CUpti_ActivityKind _kinds[] = {
 };
 
 static struct {
-	struct cupti_api api;
+	struct fwc_cupti api;
 	int initialized;
 	_Atomic int inert;		/* forked child, fatal CUPTI error: do nothing */
 	_Atomic int exiting;		/* exit() has begun: the control thread stops */
@@ -521,82 +494,12 @@ static void CUPTIAPI _buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *
 
 /* ---- control (the control thread, and exit) ----------------------------- */
 
-static enum fwc_class _classify(CUpti_CallbackDomain dom, const char *name)
-{
-	int rt = dom == CUPTI_CB_DOMAIN_RUNTIME_API;
-	const char *launch = rt ? "cudaLaunch" : "cuLaunch";
-	const char *host = rt ? "cudaLaunchHostFunc" : "cuLaunchHostFunc";
-	const char *graph = rt ? "cudaGraphLaunch" : "cuGraphLaunch";
-	const char *cpy = rt ? "cudaMemcpy" : "cuMemcpy";
-	const char *set = rt ? "cudaMemset" : "cuMemset";
-
-	if (!strncmp(name, host, strlen(host)))
-		return FWC_NONE;
-	if (!strncmp(name, launch, strlen(launch)) || !strncmp(name, graph, strlen(graph)))
-		return FWC_KERNEL;
-	if (!strncmp(name, cpy, strlen(cpy)))
-		return FWC_MEMCPY;
-	if (!strncmp(name, set, strlen(set)))
-		return FWC_MEMSET;
-	return FWC_NONE;
-}
-
-/* The ids by name, so that launch APIs added in later CUPTI versions of the
- * same major are found too; a fixed list when names are not available. */
+/* The ids by name, once per process (fwc_cupti_classes). */
 static void _classes(void)
 {
-	static const uint32_t rt_kernel[] = {
-		CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_v3020,
-		CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_ptsz_v7000,
-		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
-		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
-		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
-		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
-		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
-		CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernelMultiDevice_v9000,
-		CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
-		CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
-	};
-	static const uint32_t drv_kernel[] = {
-		CUPTI_DRIVER_TRACE_CBID_cuLaunch,
-		CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid,
-		CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync,
-		CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
-		CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-		CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
-		CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-		CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
-		CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
-		CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice,
-		CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
-		CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
-	};
-	const char *name;
-	int named = 0;
-
 	if (G.classes_known)
 		return;
-	for (uint32_t i = 1; G.api.GetCallbackName && i < RT_IDS; i++)
-		if (G.api.GetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, i, &name) == CUPTI_SUCCESS && name) {
-			G.rt_class[i] = (uint8_t)_classify(CUPTI_CB_DOMAIN_RUNTIME_API, name);
-			named++;
-		}
-	for (uint32_t i = 1; G.api.GetCallbackName && i < DRV_IDS; i++)
-		if (G.api.GetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, i, &name) == CUPTI_SUCCESS && name) {
-			G.drv_class[i] = (uint8_t)_classify(CUPTI_CB_DOMAIN_DRIVER_API, name);
-			named++;
-		}
-	if (!named) {
-		for (size_t i = 0; i < sizeof(rt_kernel) / sizeof(rt_kernel[0]); i++)
-			G.rt_class[rt_kernel[i]] = FWC_KERNEL;
-		for (size_t i = 0; i < sizeof(drv_kernel) / sizeof(drv_kernel[0]); i++)
-			G.drv_class[drv_kernel[i]] = FWC_KERNEL;
-		G.rt_class[CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020] = FWC_MEMCPY;
-		G.rt_class[CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020] = FWC_MEMCPY;
-		G.rt_class[CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020] = FWC_MEMSET;
-		G.rt_class[CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020] = FWC_MEMSET;
-	}
+	fwc_cupti_classes(&G.api, G.rt_class, G.drv_class);
 	G.classes_known = 1;
 }
 
@@ -742,17 +645,15 @@ static void _set_exact(int exact)
 
 /*
  * Activity always on gives exact totals, but CUPTI's record of every kernel
- * costs the launching thread (on the H200, ~0.5 us a launch: +0.37 % on the
- * MLP, whose CPU runs ahead of the GPU, +5.5 to +10.5 % on a loop of 100
- * tiny kernels a step, 128,000 launches a second, which waits on its
- * launches). Above exact_max_rate launches a second the activity is
- * duty-cycled with the callbacks, and the totals estimated (x D); back below
- * 2/3 of it, always on again. The rate is a decaying mean over windows
- * (1/8 each), starting from 0: one window falls in a burst or in a pause
- * (the MLP queues 20 steps, ~740 launches in ~4 ms, then waits ~44 ms), the
- * mean over a few seconds of windows does not. Called under ctl as a
- * window closes. Records in flight at a switch are read under the new
- * rule: a window's worth at most, rarely (hysteresis).
+ * costs the launching thread, which a launch-bound loop pays on every
+ * step. Above exact_max_rate launches a second the activity is duty-cycled
+ * with the callbacks, and the totals estimated (x D); back below 2/3 of it,
+ * always on again. The rate is a decaying mean over windows (1/8 each),
+ * starting from 0: one window falls in a burst or in a pause (a training
+ * loop queues many steps of launches in a few ms, then waits), the mean
+ * over a few seconds of windows does not. Called under ctl as a window
+ * closes. Records in flight at a switch are read under the new rule: a
+ * window's worth at most, rarely (hysteresis).
  */
 static void _choose_activity(void)
 {
@@ -982,10 +883,10 @@ static struct timespec _ts(int64_t ns)
 /*
  * Ticks every window on a fixed grid. A window's launches count from when
  * its callbacks came on, and enabling CUPTI's activity kinds first takes
- * time (on the H200 the duty-cycled totals came out 12 % short with 50 ms
- * windows and 23-30 % with 10 ms ones, in every run): the window therefore
- * closes that much after its grid tick, and the next slot is as much
- * shorter, so that the callbacks stay on one window's length in every D.
+ * time (a window cut short by it made duty-cycled totals come out short):
+ * the window therefore closes that much after its grid tick, and the next
+ * slot is as much shorter, so that the callbacks stay on one window's
+ * length in every D.
  */
 static void *_control(void *arg)
 {
@@ -1108,64 +1009,14 @@ static void _at_fork_child(void)
 	G.summary_path = NULL;
 }
 
-static void *_sym(const char *name, int required, int *missing)
-{
-	void *p = dlsym(G.api.handle, name);
-
-	if (!p && required)
-		(*missing)++;
-	return p;
-}
-
 static int _load_cupti(void)
 {
-	static const char *const defaults[] = {
-		"libcupti.so.13", "libcupti.so",
-		"/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
-		"/usr/local/cuda/lib64/libcupti.so.13",
-	};
-	const char *path = getenv("FLAMEWATCH_CUPTI_PATH");
-	int missing = 0;
+	char why[256];
+	int err = fwc_cupti_load(&G.api, getenv("FLAMEWATCH_CUPTI_PATH"), why, sizeof(why));
 
-	if (path && *path) {
-		G.api.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-		if (!G.api.handle) {
-			_warn_once(W_LOAD, "cannot load CUPTI from FLAMEWATCH_CUPTI_PATH: %s", dlerror());
-			return -ENOENT;
-		}
-	} else {
-		/* A CUPTI already in the process (PyTorch brings its own) first:
-		 * two copies in one process would fight over the driver. */
-		for (size_t i = 0; i < 2 && !G.api.handle; i++)
-			G.api.handle = dlopen(defaults[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-		for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]) && !G.api.handle; i++)
-			G.api.handle = dlopen(defaults[i], RTLD_NOW | RTLD_LOCAL);
-		if (!G.api.handle) {
-			_warn_once(W_LOAD, "cannot load CUPTI (libcupti.so.13; set FLAMEWATCH_CUPTI_PATH): %s",
-				   dlerror());
-			return -ENOENT;
-		}
-	}
-	G.api.Subscribe = _sym("cuptiSubscribe", 1, &missing);
-	G.api.Subscribe_v2 = _sym("cuptiSubscribe_v2", 0, &missing);
-	G.api.Unsubscribe = _sym("cuptiUnsubscribe", 1, &missing);
-	G.api.EnableCallback = _sym("cuptiEnableCallback", 1, &missing);
-	G.api.EnableDomain = _sym("cuptiEnableDomain", 0, &missing);
-	G.api.GetCallbackName = _sym("cuptiGetCallbackName", 0, &missing);
-	G.api.ActivityRegisterCallbacks = _sym("cuptiActivityRegisterCallbacks", 1, &missing);
-	G.api.ActivityEnable = _sym("cuptiActivityEnable", 1, &missing);
-	G.api.ActivityDisable = _sym("cuptiActivityDisable", 1, &missing);
-	G.api.ActivityFlushAll = _sym("cuptiActivityFlushAll", 1, &missing);
-	G.api.ActivityGetNextRecord = _sym("cuptiActivityGetNextRecord", 1, &missing);
-	G.api.ActivityGetNumDroppedRecords = _sym("cuptiActivityGetNumDroppedRecords", 0, &missing);
-	G.api.GetTimestamp = _sym("cuptiGetTimestamp", 0, &missing);
-	G.api.GetResultString = _sym("cuptiGetResultString", 0, &missing);
-	if (missing) {
-		_warn_once(W_SYM, "the CUPTI library lacks %d required functions; GPU time is not collected",
-			   missing);
-		return -ENOSYS;
-	}
-	return 0;
+	if (err)
+		_warn_once(err == -ENOENT ? W_LOAD : W_SYM, "%s", why);
+	return err;
 }
 
 EXPORT int InitializeInjection(void)
