@@ -5,6 +5,7 @@
  * GPU time flame graphs are /api/v1/profile?type=gpu_time.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +61,120 @@ static int _interval(void *ctx, const struct store_gpu_interval *iv)
 	return 0;
 }
 
+/*
+ * timeline=only: the busy timeline alone, for a track drawn at any zoom.
+ * Spans of one (process, device, kind) closer than the resolution merge,
+ * so that a wide window comes back in about as many spans as it has
+ * pixels, however many the library sent. A few spans are open at a time
+ * (one per process and device): the first to end goes out when more come.
+ */
+#define TL_OPEN 64
+
+struct tl_span {
+	int64_t start, end;
+	uint64_t gap;		/* the widest idle gap merged into it, ns */
+	uint32_t pid, device, kind;
+	char comm[64];
+};
+
+struct tl_out {
+	struct strbuf *sb;
+	uint64_t n;
+	int64_t resolution;
+	struct tl_span open[TL_OPEN];
+	uint32_t nopen;
+};
+
+static void _tl_emit(struct tl_out *o, const struct tl_span *t)
+{
+	struct strbuf *sb = o->sb;
+
+	strbuf__printf(sb, "%s{\"start\":%lld,\"end\":%lld,\"name\":\"[%s]\",\"kind\":\"%s\"",
+		       o->n ? "," : "", (long long)t->start, (long long)t->end,
+		       gpu_activity_kind__name(t->kind), gpu_activity_kind__name(t->kind));
+	strbuf__printf(sb, ",\"device\":%u,\"stream\":0,\"pid\":%u,\"comm\":", t->device, t->pid);
+	strbuf__json_string(sb, t->comm);
+	strbuf__printf(sb, ",\"bytes\":%llu,\"weight\":1,\"correlation\":0,\"stack\":null}",
+		       (unsigned long long)t->gap);
+	o->n++;
+}
+
+static int _tl_interval(void *ctx, const struct store_gpu_interval *iv)
+{
+	struct tl_out *o = ctx;
+	struct tl_span *t = NULL;
+	uint64_t gap = iv->kind == GPU_BUSY ? iv->bytes : 0;
+	uint32_t i, first = 0;
+
+	if (!_is_timeline(iv) || iv->end_ns <= iv->start_ns)
+		return 0;
+	for (i = 0; i < o->nopen; i++) {
+		struct tl_span *x = &o->open[i];
+
+		if (x->pid == iv->pid && x->device == iv->device && x->kind == iv->kind) {
+			t = x;
+			break;
+		}
+		if (x->end < o->open[first].end)
+			first = i;
+	}
+	if (t && iv->start_ns - t->end <= o->resolution) {
+		if (iv->start_ns > t->end && (uint64_t)(iv->start_ns - t->end) > t->gap)
+			t->gap = (uint64_t)(iv->start_ns - t->end);
+		if (gap > t->gap)
+			t->gap = gap;
+		if (iv->end_ns > t->end)
+			t->end = iv->end_ns;
+		return 0;
+	}
+	if (t) {
+		_tl_emit(o, t);
+	} else if (o->nopen == TL_OPEN) {
+		t = &o->open[first];
+		_tl_emit(o, t);
+	} else {
+		t = &o->open[o->nopen++];
+	}
+	*t = (struct tl_span){
+		.start = iv->start_ns, .end = iv->end_ns, .gap = gap,
+		.pid = iv->pid, .device = iv->device, .kind = iv->kind,
+	};
+	snprintf(t->comm, sizeof(t->comm), "%s", iv->comm ? iv->comm : "");
+	return 0;
+}
+
+static void _timeline_only(struct request *r, int64_t from, int64_t to, struct selector *sel)
+{
+	struct strbuf sb = STRBUF_INIT;
+	struct tl_out *o = calloc(1, sizeof(*o));
+	int64_t res;
+	int err;
+
+	if (!o) {
+		request__error(r, 500, "out of memory");
+		return;
+	}
+	if (request__duration_param(r, "resolution", PARAM_BARE_NS, (to - from) / 2000, 0,
+				    PARAM_MAX_DURATION_NS, &res))
+		goto out;
+	o->sb = &sb;
+	o->resolution = res;
+	strbuf__printf(&sb, "{\"from\":%lld,\"to\":%lld,\"resolution_ns\":%lld,\"intervals\":[",
+		       (long long)from, (long long)to, (long long)res);
+	err = store__gpu_intervals(r->srv->store, from, to, sel, NULL, 0, _tl_interval, o);
+	if (err) {
+		request__error(r, 500, "store: %s", strerror(-err));
+		goto out;
+	}
+	for (uint32_t i = 0; i < o->nopen; i++)
+		_tl_emit(o, &o->open[i]);
+	strbuf__puts(&sb, "],\"frames\":[],\"stacks\":[]}");
+	request__reply_json(r, 200, &sb);
+out:
+	strbuf__release(&sb);
+	free(o);
+}
+
 /* The launching stacks the intervals name: frames as objects, stacks as frame indexes. */
 static void _write_dict(struct strbuf *sb, const struct profile *p)
 {
@@ -112,8 +227,12 @@ void routes__gpu_kernels(struct request *r)
 	if (request__window(r, &from, &to) || request__selector(r, &sel) ||
 	    request__uint_param(r, "limit", DEFAULT_MAX_INTERVALS, 1, MAX_INTERVALS, &limit))
 		goto out;
-	if (tl && strcmp(tl, "0") && strcmp(tl, "1")) {
-		request__error(r, 400, "timeline: '%s' is not 0 or 1", tl);
+	if (tl && strcmp(tl, "0") && strcmp(tl, "1") && strcmp(tl, "only")) {
+		request__error(r, 400, "timeline: '%s' is not 0, 1 or only", tl);
+		goto out;
+	}
+	if (tl && !strcmp(tl, "only")) {
+		_timeline_only(r, from, to, sel);
 		goto out;
 	}
 	o.timeline = tl && !strcmp(tl, "1");

@@ -240,6 +240,24 @@ def test_busy_timeline_when_launches_are_sampled(flamewatch, tmp_path):
         tl = client.get_json("/api/v1/gpu/kernels", {"query": q, "timeline": "1", **window(frm, to)})
         assert any(iv["kind"] == "busy" for iv in tl["intervals"]), tl["intervals"][:5]
         assert client.get("/api/v1/gpu/kernels", {"query": q, "timeline": "yes"}).status == 400
+        # timeline=only: the spans alone, merged below the resolution (a
+        # pixel of the kernel track): one busy span per round, each within
+        # a millisecond of the round's truth; wider than the stalls, one.
+        only = client.get_json("/api/v1/gpu/kernels", {"query": q, "timeline": "only",
+                                                       **window(frm, to)})
+        busy = sorted((iv["start"], iv["end"]) for iv in only["intervals"] if iv["kind"] == "busy")
+        assert {iv["kind"] for iv in only["intervals"]} <= {"busy", "coverage"}, only
+        assert only["resolution_ns"] == int((to - frm) * 1e9) // 2000 or \
+            abs(only["resolution_ns"] - (to - frm) * 1e6 / 2) < 2, only["resolution_ns"]
+        inside = [(a, b) for a, b in truth if a >= loop[0] and b <= loop[1]]
+        assert len(busy) == len(inside), (busy, inside)
+        for (a, b), (ta, tb) in zip(busy, inside):
+            assert abs(a - ta) < 1e6 and abs(b - tb) < 1e6, (busy, inside)
+        wide = client.get_json("/api/v1/gpu/kernels", {"query": q, "timeline": "only",
+                                                       "resolution": "1s", **window(frm, to)})
+        assert len([iv for iv in wide["intervals"] if iv["kind"] == "busy"]) == 1, wide
+        assert client.get("/api/v1/gpu/kernels", {"query": q, "timeline": "only",
+                                                  "resolution": "-1s"}).status == 400
     finally:
         ps.close_all()
         client.close()

@@ -1,10 +1,12 @@
 // The timeline page against the real `flamewatch run` (real BPF, the fake
 // NVML library, the fake libflamewatch-cuda.so driven by `cuda_chain gap`,
-// whose GPU idles while it runs load_batch_stall): the GPU charts, the CPU
-// strips and the kernel track render on one axis; a drag on the kernel
-// track selects a window and the flame chart follows; a click on a kernel
-// shows its launching stack; "why is the GPU idle?" shows the idle flame
-// graph naming load_batch_stall. Screenshots go to build/test-output/ui/.
+// whose GPU idles while it runs load_batch_stall, with its busy timeline):
+// the GPU charts, the CPU strips and the kernel track render on one axis;
+// the kernel track draws the busy timeline, also where the window holds too
+// many kernels to draw; a drag on the kernel track selects a window and the
+// flame chart follows; a click on a kernel shows its launching stack; "why
+// is the GPU idle?" shows the idle flame graph naming load_batch_stall.
+// Screenshots go to build/test-output/ui/.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -32,7 +34,7 @@ before(async () => {
   const go = join(tmp, 'go');
   let out = '';
   work = spawn(join(BUILD, 'workloads/cuda/cuda_chain'), ['gap', String(ROUNDS), String(MS)],
-    { env: { ...process.env, CUDA_CHAIN_GO: go }, stdio: ['ignore', 'pipe', 'inherit'] });
+    { env: { ...process.env, CUDA_CHAIN_GO: go, CUDA_CHAIN_BUSY: '1' }, stdio: ['ignore', 'pipe', 'inherit'] });
   work.stdout.on('data', (d) => { out += d; });
   pid = work.pid;
   // The fake NVML puts this process on GPU 0 at 80 % SM utilisation (alone on
@@ -99,6 +101,17 @@ test('the timeline renders the GPU charts, CPU strips and kernel track on one ax
   assert.ok(pcie.filter((l) => l.label.startsWith('TX')).every((l) => l.min > 0), JSON.stringify(pcie));
   const kernels = await page.evaluate((p) => window.__flamewatch.kernelTrack.data.intervals.filter((k) => k.pid === p).length, pid);
   assert.equal(kernels, ROUNDS);
+  // The busy timeline: a span per kernel, on the row above the kernels, and its coverage.
+  const tl = await page.evaluate((p) => {
+    const t = window.__flamewatch.kernelTrack;
+    const mine = t.timeline.intervals.filter((k) => k.pid === p);
+    return { busy: mine.filter((k) => k.kind === 'busy'), cover: mine.filter((k) => k.kind === 'coverage').length,
+      kernels: t.data.intervals.filter((k) => k.pid === p), top: t.kernelRowTop() };
+  }, pid);
+  assert.equal(tl.busy.length, ROUNDS, JSON.stringify(tl.busy));
+  tl.busy.forEach((b, i) => assert.ok(Math.abs(b.start - tl.kernels[i].start) < 1e6 && Math.abs(b.end - tl.kernels[i].end) < 1e6,
+    `busy span ${i} ${b.start}..${b.end} against kernel ${tl.kernels[i].start}..${tl.kernels[i].end}`));
+  assert.ok(tl.cover >= 1 && tl.top > 14, JSON.stringify(tl));
   assert.ok(await page.locator('.cpu-strips canvas').isVisible());
   assert.ok((await page.locator('.cpu-strips canvas').boundingBox()).height > 20);
   // One axis: the GPU charts' plot areas start and end where the samples chart's does.
@@ -151,12 +164,30 @@ test('clicking a kernel shows its launching stack', async () => {
     return over.left + fw.samples.plot.valToPos((k.start + k.end) / 2e9, 'x');
   }, pid);
   const box = await page.locator('.gpu-kernels canvas').boundingBox();
-  await page.mouse.click(x, box.y + 14 + 5);
+  const top = await page.evaluate(() => window.__flamewatch.kernelTrack.kernelRowTop());
+  await page.mouse.click(x, box.y + top + 5);
   await page.locator('.kernel-stack').waitFor({ state: 'visible' });
   const text = await page.locator('.kernel-stack').textContent();
   assert.match(text, /kernel, 400 ms on gpu 0 stream 7, launched by cuda_chain/);
   const frames = await page.locator('.ks-frames li').allTextContents();
   assert.ok(frames.some((f) => f.startsWith('train_step')) && frames.some((f) => f.startsWith('launch_kernel')), frames.join('\n'));
+});
+
+test('past the kernel limit the track still draws the busy timeline', async () => {
+  const got = await page.evaluate(async ([p, from, to]) => {
+    const t = window.__flamewatch.kernelTrack;
+    t.kernelLimit = 3;
+    try {
+      await t.update({ from, to, query: '', selection: null, signal: new AbortController().signal });
+      return { kernels: t.data.intervals.length, busy: t.timeline.intervals.filter((k) => k.pid === p && k.kind === 'busy').length,
+        note: document.querySelector('.gpu-kernels .track-note').textContent, hidden: t.el.hidden, top: t.kernelRowTop() };
+    } finally { t.kernelLimit = 20000; }
+  }, [pid, gap[0] - 1, gap[1] + 1]);
+  assert.equal(got.kernels, 0, JSON.stringify(got));
+  assert.equal(got.busy, ROUNDS, JSON.stringify(got));
+  assert.match(got.note, /zoom in/);
+  assert.ok(!got.hidden && got.top > 14, JSON.stringify(got));
+  await page.locator('.gpu-kernels').screenshot({ path: join(OUT, 'timeline-busy-only.png') });
 });
 
 test('why is the GPU idle: one click from the timeline names the stall', async () => {

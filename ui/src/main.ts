@@ -278,8 +278,7 @@ function drawGpuProcs(): void {
   const box = q('.gpu-procs');
   box.innerHTML = '';
   if (state.page !== 'timeline') return;
-  const procs = new Map<number, string>();
-  for (const k of kernelTrack.data?.intervals ?? []) if (k.pid && !procs.has(k.pid)) procs.set(k.pid, k.comm);
+  const procs = kernelTrack.procs();
   for (const [pid, comm] of gpuCharts.procs) if (!procs.has(pid)) procs.set(pid, comm);
   if (!procs.size) return;
   box.append('Why is the GPU idle? ');

@@ -40,7 +40,9 @@
  * stand-in for cudaStreamSynchronize), then spins MS milliseconds in
  * load_batch_stall with no kernel running: the GPU is idle exactly while
  * load_batch_stall runs, half of the loop's wall time. Prints
- * "gap FROM_NS TO_NS" (CLOCK_REALTIME) around the loop.
+ * "gap FROM_NS TO_NS" (CLOCK_REALTIME) around the loop. With
+ * CUDA_CHAIN_BUSY=1 it also sends the busy timeline the library would:
+ * a FW_CUDA_BUSY span per kernel, and FW_CUDA_COVERAGE over the loop.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +59,7 @@ void fwtest_activity(const struct fw_cuda_record *recs, uint32_t count);
 void fwtest_name(const char *name);
 
 static int announce_names;
+static int send_busy;		/* CUDA_CHAIN_BUSY=1: the busy timeline too (gap) */
 
 static const char kernel_a[] = "_Z7kernelAi";
 static const char kernel_b[] = "_Z7kernelBPfi";
@@ -255,6 +258,12 @@ __attribute__((noinline)) void train_step(uint64_t corr, uint64_t ms)
 	r.weight = 1;
 	wait_for_gpu(r.end_ns);
 	fwtest_activity(&r, 1);
+	if (send_busy) {
+		struct fw_cuda_record b = { .start_ns = r.start_ns, .end_ns = r.end_ns,
+					    .bytes = 5000, .kind = FW_CUDA_BUSY };
+
+		fwtest_activity(&b, 1);
+	}
 	__asm__ volatile("" ::: "memory");
 }
 
@@ -266,6 +275,12 @@ __attribute__((noinline)) void phase_gap(long rounds, uint64_t ms)
 		train_step(5000 + i, ms);
 		load_batch_stall(now_ns() + ms * 1000000ULL);
 	}
+	if (send_busy) {
+		struct fw_cuda_record c = { .start_ns = t0, .end_ns = now_ns(),
+					    .kind = FW_CUDA_COVERAGE };
+
+		fwtest_activity(&c, 1);
+	}
 	printf("gap %llu %llu\n", (unsigned long long)t0, (unsigned long long)now_ns());
 	__asm__ volatile("" ::: "memory");
 }
@@ -276,6 +291,9 @@ int main(int argc, char **argv)
 	int gap = argc >= 4 && !strcmp(argv[1], "gap");
 	int wait = !(argc >= 4 && !strcmp(argv[3], "noattach") && !gap);
 	int exitnow = argc >= 2 && !strcmp(argv[1], "exitnow");
+	const char *busy = getenv("CUDA_CHAIN_BUSY");
+
+	send_busy = busy && !strcmp(busy, "1");
 
 	for (int i = 0; wait && !fwtest_attached(); i++) {
 		if (i == 6000) {
