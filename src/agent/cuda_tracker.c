@@ -144,7 +144,7 @@ struct cuda_tracker {
 	uint64_t stackless_launches;	/* launches whose stack ended inside the injection */
 	uint64_t timeline_spans;	/* busy and coverage spans stored */
 	uint64_t join_logged_ns;	/* when the join's counters were last logged */
-	uint64_t join_logged_records;	/* ... and how many records they had seen */
+	uint64_t join_logged_out;	/* ... and how many records had gone out */
 	void (*on_process)(void *ctx, pid_t pid);
 	void *on_process_ctx;
 	pid_t *seen;			/* processes handed to on_process, until they exit */
@@ -248,16 +248,22 @@ static void _names_forget(struct cuda_tracker *t, uint32_t pid)
 		}
 }
 
+/* Records the join has emitted, however. */
+static uint64_t _join_out(const struct cuda_join_stats *st)
+{
+	uint64_t out = 0;
+
+	for (int h = 0; h < CUDA_JOIN_HOW_MAX; h++)
+		out += st->how[h];
+	return out;
+}
+
 static bool _join_idle(struct cuda_tracker *t)
 {
 	struct cuda_join_stats st;
 
-	uint64_t out = 0;
-
 	cuda_join__stats(t->join, &st);
-	for (int h = 0; h < CUDA_JOIN_HOW_MAX; h++)
-		out += st.how[h];
-	return st.records == out;
+	return st.records == _join_out(&st);
 }
 
 /*
@@ -879,7 +885,7 @@ static void _log_join(struct cuda_tracker *t)
 		ns += st.how_ns[h];
 	fb = _permille(st.how_ns[CUDA_JOIN_FALLBACK_SAME] + st.how_ns[CUDA_JOIN_FALLBACK_OTHER], ns);
 	none = _permille(st.how_ns[CUDA_JOIN_LOST], ns);
-	t->join_logged_records = st.records;
+	t->join_logged_out = _join_out(&st);
 	t->join_logged_ns = clock__mono_ns();
 	pr_info("GPU time join: %" PRIu64 " launches (%" PRIu64 " never matched), %" PRIu64
 		" records: %" PRIu64 " joined, %" PRIu64 " joined late, %" PRIu64
@@ -941,7 +947,7 @@ void cuda_tracker__tick(struct cuda_tracker *t)
 		struct cuda_join_stats st;
 
 		cuda_join__stats(t->join, &st);
-		if (st.records != t->join_logged_records)
+		if (_join_out(&st) != t->join_logged_out)
 			_log_join(t);
 	}
 }

@@ -72,7 +72,7 @@ def _top(client, q, frm, to):
     return _get(client, "/api/v1/gpu/kernels/top", {"query": q, **window(frm, to)}).json()
 
 
-def _start_server_agent(ps, flamewatch, tmp, port, lib):
+def _start_server_agent(ps, flamewatch, tmp, port, lib, mport):
     """`flamewatch server` plus `flamewatch agent` shipping to it: the wire
     path. The agent drops CAP_SYS_ADMIN once started, which creating
     uprobes needs: it attaches to the library named in FLAMEWATCH_CUDA_LIB
@@ -82,7 +82,8 @@ def _start_server_agent(ps, flamewatch, tmp, port, lib):
     if not srv.wait_output(r"flamewatch: listening on", START_S):
         pytest.fail(f"server did not start within {START_S} s\n{srv.describe()}", pytrace=False)
     agent = ps.start([flamewatch, "agent", "--server", f"http://127.0.0.1:{port}", "--node",
-                      "fwtest-cuda", "-F", "19", "--interval", "1s"], "agent",
+                      "fwtest-cuda", "-F", "19", "--interval", "1s",
+                      "--metrics-listen", f"127.0.0.1:{mport}"], "agent",
                      env={**os.environ, "FLAMEWATCH_CUDA_LIB": str(lib)})
     if not agent.wait_output(r"sampling at \d+ Hz", START_S):
         pytest.fail(f"agent did not start within {START_S} s\n{agent.describe()}", pytrace=False)
@@ -99,7 +100,7 @@ def gpu_run(request, flamewatch, workloads, tmp_path_factory):
     yields once all of cuda_chain's GPU time is stored."""
     tmp = tmp_path_factory.mktemp("cuda")
     ps = Procs(tmp / "logs")
-    port = free_port()
+    port, mport = free_port(), free_port()
     client = Client(port)
     chain = workloads / "cuda" / "cuda_chain"
     try:
@@ -115,7 +116,7 @@ def gpu_run(request, flamewatch, workloads, tmp_path_factory):
             time.sleep(0.5)
         if request.param == "agent_server":
             srv, logproc = _start_server_agent(ps, flamewatch, tmp, port,
-                                               workloads / "cuda" / "libflamewatch-cuda.so")
+                                               workloads / "cuda" / "libflamewatch-cuda.so", mport)
         else:
             srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
                             tmp / "data", "-F", "19", "--interval", "1s", "--node", "fwtest-cuda"],
@@ -151,7 +152,7 @@ def gpu_run(request, flamewatch, workloads, tmp_path_factory):
         pytest.fail(f"setting up the GPU run ({request.param}) failed: {e}\n\n{text}", pytrace=False)
     try:
         yield SimpleNamespace(client=client, q=q, frm=t_start - 1, to=t_end, pid=work.pid,
-                              srv=srv, mode=request.param)
+                              srv=srv, mode=request.param, mport=mport)
     finally:
         ps.close_all()
         client.close()
@@ -213,6 +214,37 @@ def test_gpu_intervals(gpu_run):
                                  "[launch not seen: stack of another launch]"), orphan
     native = {frames[f]["kind"] for f in stacks[by_corr[1]["stack"]]}
     assert native == {"native"}, native
+
+
+def test_join_counters(gpu_run):
+    """How each record found its stack, in the agent's /metrics (agent
+    mode; the log's line is test_cuda_attribution's): the launch-first
+    kernels and the copy joined,
+    the records-first ones joined late, the orphan under another launch's
+    stack, none without one."""
+    h = gpu_run
+    if h.mode != "agent_server":
+        pytest.skip("/metrics is the agent's (flamewatch agent --metrics-listen)")
+    deadline = time.monotonic() + 10
+    while True:
+        r = Client(h.mport).get("/metrics", {})
+        assert r.status == 200, r.describe()
+        got = {m.group(1): float(m.group(2)) for m in re.finditer(
+            r'^flamewatch_agent_cuda_records_total\{how="(\w+)"\} (\S+)$', r.text, re.M)}
+        if got.get("fallback_other") or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    # At least: the agent also joins the records of any other process on the
+    # host that maps a copy of the library (another test's).
+    assert got["joined"] >= 11 and got["joined_late"] >= 5 and got["fallback_other"] >= 1, r.text
+    assert got["lost"] == 0, r.text
+    ns = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'^flamewatch_agent_cuda_gpu_seconds_total\{how="(\w+)"\} (\S+)$', r.text, re.M)}
+    assert ns["fallback_other"] >= 5000e-9 and ns["lost"] == 0, r.text
+    # The orphan waited for its launch until it expired or its process exited.
+    why = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'^flamewatch_agent_cuda_records_unjoined_total\{why="(\w+)"\} (\S+)$', r.text, re.M)}
+    assert why["age"] + why["gone"] >= 1, r.text
 
 
 def test_kernel_table(gpu_run):
