@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/cgroup.h"
 #include "agent/cpu_profile.h"
 #include "agent/hotspot.h"
 #include "agent/proc_table.h"
@@ -17,6 +16,7 @@
 #include "common/intern.h"
 #include "common/log.h"
 #include "common/profile.h"
+#include "host/cgroup.h"
 #include "symbolize/elf_file.h"
 #include "symbolize/kallsyms.h"
 #include "symbolize/perfmap.h"

@@ -9,7 +9,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent/cgroup.h"
 #include "common/batch.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -17,6 +16,7 @@
 #include "common/safe_open.h"
 #include "gpu/nvml.h"
 #include "gpu/nvml_api.h"
+#include "host/cgroup.h"
 
 
 /* Per-process labels, looked up once while the process stays on a GPU. */
