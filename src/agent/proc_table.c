@@ -13,11 +13,11 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "agent/cgroup.h"
 #include "agent/proc_table.h"
 #include "agent/procmaps.h"
 #include "common/log.h"
 #include "common/safe_open.h"
+#include "host/cgroup.h"
 #include "symbolize/elf_file.h"
 
 #define PROC_BUCKETS 1024

@@ -16,11 +16,11 @@
 
 #include <event2/event.h>
 
+#include "agent/agent_metrics.h"
+#include "agent/continuous.h"
 #include "agent/privileges.h"
 #include "agent/shipper.h"
-#include "cmd/agent_metrics.h"
 #include "cmd/cmd.h"
-#include "cmd/continuous.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "store/timeparse.h"

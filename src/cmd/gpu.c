@@ -11,8 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "agent/continuous.h"
 #include "cmd/cmd.h"
-#include "cmd/continuous.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/profile.h"

@@ -12,8 +12,8 @@
 
 #include <event2/event.h>
 
+#include "agent/continuous.h"
 #include "cmd/cmd.h"
-#include "cmd/continuous.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "server/server.h"

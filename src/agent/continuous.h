@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_CMD_CONTINUOUS_H
-#define FW_CMD_CONTINUOUS_H
+#ifndef FW_AGENT_CONTINUOUS_H
+#define FW_AGENT_CONTINUOUS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "agent/cgroup.h"
+#include "host/cgroup.h"
 
 #define CONTAINER_ID_LEN 64
 #define POD_UID_LEN 36

@@ -8,9 +8,9 @@
 #include <event2/event.h>
 
 #include "agent/collector.h"
+#include "agent/continuous.h"
 #include "agent/cpu_profile.h"
 #include "agent/cpu_strips.h"
-#include "cmd/continuous.h"
 #include "common/batch.h"
 #include "common/env.h"
 #include "common/log.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_CMD_AGENT_METRICS_H
-#define FW_CMD_AGENT_METRICS_H
+#ifndef FW_AGENT_AGENT_METRICS_H
+#define FW_AGENT_AGENT_METRICS_H
 
 #include <stdint.h>
 

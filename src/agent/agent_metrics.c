@@ -8,10 +8,10 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 
+#include "agent/agent_metrics.h"
 #include "agent/collector.h"
 #include "agent/cuda_tracker.h"
 #include "agent/shipper.h"
-#include "cmd/agent_metrics.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/profile.h"

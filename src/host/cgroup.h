@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_AGENT_CGROUP_H
-#define FW_AGENT_CGROUP_H
+#ifndef FW_HOST_CGROUP_H
+#define FW_HOST_CGROUP_H
 
 #include <stddef.h>
 
