@@ -38,6 +38,7 @@ struct server {
 struct request {
 	struct server *srv;
 	struct evhttp_request *req;
+	const char *path;		/* borrowed from req's URI; "/" when it has none */
 	struct evkeyvalq params;
 	enum server_route route;
 	int status;
