@@ -9,6 +9,7 @@
 #include "common/strbuf.h"
 #include "server/cpu_strips.h"
 #include "server/request.h"
+#include "server/routes.h"
 #include "store/selector.h"
 #include "store/store.h"
 #include "store/timeparse.h"

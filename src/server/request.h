@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Shared by the server's route files: one request's context and replies. */
+/*
+ * Shared by the server's route files: one request's context, replies
+ * (request.c) and parameters (params.c).
+ */
 #ifndef FW_SERVER_REQUEST_H
 #define FW_SERVER_REQUEST_H
 
@@ -35,6 +38,7 @@ struct server {
 struct request {
 	struct server *srv;
 	struct evhttp_request *req;
+	const char *path;		/* borrowed from req's URI; "/" when it has none */
 	struct evkeyvalq params;
 	enum server_route route;
 	int status;
@@ -104,20 +108,5 @@ int request__double_param(struct request *r, const char *name, double def, doubl
 			  double max, double *out);
 int request__bool_param(struct request *r, const char *name, bool def, bool *out);
 int request__text_param(struct request *r, const char *name, size_t max_len, const char **out);
-
-void routes__ingest(struct request *r);
-void routes__ingest_pprof(struct request *r);
-void routes__ingest_folded(struct request *r);
-void routes__profile(struct request *r);
-/* GPU activity intervals and the kernel table (routes_gpu_kernels.c). */
-void routes__gpu_kernels(struct request *r);
-void routes__gpu_kernels_top(struct request *r);
-/* CPU samples of a process while its GPU was idle (routes_gpu_idle.c). */
-void routes__gpu_idle(struct request *r);
-void routes__flamechart(struct request *r);
-void routes__series(struct request *r);
-void routes__labels(struct request *r);
-void routes__label_values(struct request *r, const char *name);
-void routes__cpu_strips(struct request *r);
 
 #endif

@@ -45,6 +45,7 @@
 #include "format/folded.h"
 #include "server/gpu_idle.h"
 #include "server/request.h"
+#include "server/routes.h"
 #include "store/selector.h"
 #include "store/store.h"
 #include "store/timeparse.h"

@@ -14,6 +14,7 @@
 #include "common/profile.h"
 #include "common/strbuf.h"
 #include "server/request.h"
+#include "server/routes.h"
 #include "store/selector.h"
 #include "store/store.h"
 

@@ -24,6 +24,7 @@
 #include "format/pprof_read.h"
 #include "format/wire.h"
 #include "server/request.h"
+#include "server/routes.h"
 #include "store/selector.h"
 #include "store/store.h"
 

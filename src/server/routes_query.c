@@ -15,6 +15,7 @@
 #include "format/speedscope.h"
 #include "format/trace.h"
 #include "server/request.h"
+#include "server/routes.h"
 #include "store/selector.h"
 #include "store/store.h"
 #include "store/timeparse.h"

@@ -4,13 +4,11 @@
 #include <netinet/tcp.h>
 #include <sys/queue.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include <event2/buffer.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -23,10 +21,10 @@
 #include "format/wire.h"
 #include "server/gate.h"
 #include "server/request.h"
+#include "server/routes.h"
 #include "server/routes_gpu.h"
 #include "server/server.h"
 #include "server/static.h"
-#include "store/selector.h"
 #include "store/store.h"
 #include "store/timeparse.h"
 
@@ -38,94 +36,6 @@
 static enum status_class _class(int status)
 {
 	return status < 400 ? STATUS_2XX : status < 500 ? STATUS_4XX : STATUS_5XX;
-}
-
-void request__reply(struct request *r, int status, const char *content_type,
-		    const void *body, size_t len)
-{
-	struct evbuffer *buf = evbuffer_new();
-	struct evkeyvalq *h = evhttp_request_get_output_headers(r->req);
-
-	r->status = status;
-	if (content_type)
-		evhttp_add_header(h, "Content-Type", content_type);
-	evhttp_add_header(h, "Cache-Control", "no-store");
-	if (buf && len)
-		evbuffer_add(buf, body, len);
-	evhttp_send_reply(r->req, status, NULL, buf);
-	if (buf)
-		evbuffer_free(buf);
-}
-
-void request__reply_json(struct request *r, int status, struct strbuf *body)
-{
-	if (body->oom) {
-		request__error(r, 500, "out of memory");
-		return;
-	}
-	request__reply(r, status, "application/json", body->buf, body->len);
-}
-
-void request__error(struct request *r, int status, const char *fmt, ...)
-{
-	struct strbuf sb = STRBUF_INIT;
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	strbuf__puts(&sb, "{\"error\":");
-	strbuf__json_string(&sb, msg);
-	strbuf__puts(&sb, "}\n");
-	request__reply(r, status, "application/json", sb.buf, sb.len);
-	strbuf__release(&sb);
-}
-
-const char *request__param(struct request *r, const char *name)
-{
-	return evhttp_find_header(&r->params, name);
-}
-
-int request__selector(struct request *r, struct selector **sel)
-{
-	const char *q = request__param(r, "query");
-	char err[256];
-
-	*sel = NULL;
-	if (!q || !q[0])
-		return 0;
-	*sel = selector__parse(q, err, sizeof(err));
-	if (!*sel) {
-		request__error(r, 400, "query: %s", err);
-		return -1;
-	}
-	return 0;
-}
-
-int request__window(struct request *r, int64_t *from, int64_t *to)
-{
-	const char *f = request__param(r, "from"), *t = request__param(r, "to");
-
-	if (param__parse_time(t ? t : "now", to)) {
-		request__error(r, 400, "to: '%.64s' is not a time up to 2200-01-01 (Unix seconds, "
-			       "RFC 3339 or now-1h)", t ? t : "now");
-		return -1;
-	}
-	if (f) {
-		if (param__parse_time(f, from)) {
-			request__error(r, 400, "from: '%.64s' is not a time up to 2200-01-01 (Unix "
-				       "seconds, RFC 3339 or now-1h)", f);
-			return -1;
-		}
-	} else {
-		*from = *to > 3600LL * 1000000000LL ? *to - 3600LL * 1000000000LL : 0;
-	}
-	if (*from >= *to) {
-		request__error(r, 400, "from must be before to");
-		return -1;
-	}
-	return 0;
 }
 
 /*
@@ -176,6 +86,135 @@ static void _serve_metrics(struct request *r)
 	strbuf__release(&sb);
 }
 
+/* Who may call a route: anyone, or the holder of the read or write token. */
+enum route_token { TOKEN_NONE, TOKEN_READ, TOKEN_WRITE };
+/* GET takes HEAD too. */
+enum route_method { METHOD_ANY, METHOD_GET, METHOD_POST };
+/* How a row's path is compared with the request's. */
+enum route_match {
+	MATCH_EXACT,
+	MATCH_PREFIX,
+	MATCH_UI,		/* static__is_ui_path() */
+	MATCH_LABEL_VALUES,	/* /api/v1/labels/NAME/values */
+};
+
+struct route {
+	const char *path;
+	enum route_match match;
+	enum route_method method;
+	enum route_token token;
+	void (*serve)(struct request *r);
+	enum server_route id;		/* counted under in /metrics */
+	enum server_route refused_id;	/* counted under on a 401 or 405 */
+};
+
+static void _serve_static(struct request *r)
+{
+	static__serve(r, r->path);
+}
+
+static void _serve_label_values(struct request *r)
+{
+	char name[256];
+	size_t len = strlen(r->path) - 15 - 7;
+
+	if (len >= sizeof(name)) {
+		request__error(r, 400, "label name too long");
+		return;
+	}
+	memcpy(name, r->path + 15, len);
+	name[len] = '\0';
+	routes__label_values(r, name);
+}
+
+static void _no_ingest_endpoint(struct request *r)
+{
+	request__error(r, 404, "no such ingest endpoint: %s", r->path);
+}
+
+static void _no_endpoint(struct request *r)
+{
+	request__error(r, 404, "no such endpoint: %s", r->path);
+}
+
+/*
+ * Every path the server answers, first match wins; the last row matches
+ * any path. A request without the row's token gets 401, one with another
+ * method 405, before the handler runs. The query API's refusals count as
+ * "other" in /metrics, those of the other routes under their own name.
+ */
+static const struct route _routes[] = {
+	{ .path = "/healthz", .method = METHOD_ANY, .token = TOKEN_NONE,
+	  .serve = _serve_healthz, .id = ROUTE_HEALTHZ, .refused_id = ROUTE_HEALTHZ },
+	{ .path = "/api/v1/ingest", .method = METHOD_POST, .token = TOKEN_WRITE,
+	  .serve = routes__ingest, .id = ROUTE_INGEST, .refused_id = ROUTE_INGEST },
+	{ .path = "/api/v1/ingest/pprof", .method = METHOD_POST, .token = TOKEN_WRITE,
+	  .serve = routes__ingest_pprof, .id = ROUTE_INGEST_PPROF,
+	  .refused_id = ROUTE_INGEST_PPROF },
+	{ .path = "/api/v1/ingest/folded", .method = METHOD_POST, .token = TOKEN_WRITE,
+	  .serve = routes__ingest_folded, .id = ROUTE_INGEST_FOLDED,
+	  .refused_id = ROUTE_INGEST_FOLDED },
+	{ .path = "/api/v1/ingest", .match = MATCH_PREFIX, .method = METHOD_POST,
+	  .token = TOKEN_WRITE, .serve = _no_ingest_endpoint, .id = ROUTE_INGEST,
+	  .refused_id = ROUTE_INGEST },
+	/* The UI's own files need no token: the page is what asks for one. */
+	{ .match = MATCH_UI, .method = METHOD_GET, .token = TOKEN_NONE,
+	  .serve = _serve_static, .id = ROUTE_STATIC, .refused_id = ROUTE_STATIC },
+	{ .path = "/metrics", .method = METHOD_GET, .token = TOKEN_READ,
+	  .serve = _serve_metrics, .id = ROUTE_METRICS, .refused_id = ROUTE_METRICS },
+	{ .path = "/api/v1/profile", .method = METHOD_GET, .token = TOKEN_READ,
+	  .serve = routes__profile, .id = ROUTE_PROFILE, .refused_id = ROUTE_OTHER },
+	{ .path = "/api/v1/gpu/kernels", .method = METHOD_GET, .token = TOKEN_READ,
+	  .serve = routes__gpu_kernels, .id = ROUTE_GPU_KERNELS, .refused_id = ROUTE_OTHER },
+	{ .path = "/api/v1/gpu/kernels/top", .method = METHOD_GET, .token = TOKEN_READ,
+	  .serve = routes__gpu_kernels_top, .id = ROUTE_GPU_KERNELS_TOP,
+	  .refused_id = ROUTE_OTHER },
+	{ .path = "/api/v1/gpu/idle", .method = METHOD_GET, .token = TOKEN_READ,
+	  .serve = routes__gpu_idle, .id = ROUTE_GPU_IDLE, .refused_id = ROUTE_OTHER },
+	{ .path = "/api/v1/flamechart", .method = METHOD_GET, .token = TOKEN_READ,
+	  .serve = routes__flamechart, .id = ROUTE_FLAMECHART, .refused_id = ROUTE_OTHER },
+	{ .path = "/api/v1/series", .method = METHOD_GET, .token = TOKEN_READ,
+	  .serve = routes__series, .id = ROUTE_SERIES, .refused_id = ROUTE_OTHER },
+	{ .path = "/api/v1/gpu/metrics", .method = METHOD_GET, .token = TOKEN_READ,
+	  .serve = routes__gpu_metrics, .id = ROUTE_GPU_METRICS, .refused_id = ROUTE_OTHER },
+	{ .path = "/api/v1/cpu/strips", .method = METHOD_GET, .token = TOKEN_READ,
+	  .serve = routes__cpu_strips, .id = ROUTE_CPU_STRIPS, .refused_id = ROUTE_OTHER },
+	{ .path = "/api/v1/labels", .method = METHOD_GET, .token = TOKEN_READ,
+	  .serve = routes__labels, .id = ROUTE_LABELS, .refused_id = ROUTE_OTHER },
+	{ .match = MATCH_LABEL_VALUES, .method = METHOD_GET, .token = TOKEN_READ,
+	  .serve = _serve_label_values, .id = ROUTE_LABEL_VALUES, .refused_id = ROUTE_OTHER },
+	{ .path = "/api/", .match = MATCH_PREFIX, .method = METHOD_GET, .token = TOKEN_READ,
+	  .serve = _no_endpoint, .id = ROUTE_OTHER, .refused_id = ROUTE_OTHER },
+	{ .path = "", .match = MATCH_PREFIX, .method = METHOD_ANY, .token = TOKEN_NONE,
+	  .serve = _no_endpoint, .id = ROUTE_OTHER, .refused_id = ROUTE_OTHER },
+};
+
+static bool _route_matches(const struct route *rt, const char *path)
+{
+	switch (rt->match) {
+	case MATCH_EXACT:
+		return !strcmp(path, rt->path);
+	case MATCH_PREFIX:
+		return !strncmp(path, rt->path, strlen(rt->path));
+	case MATCH_UI:
+		return static__is_ui_path(path);
+	case MATCH_LABEL_VALUES:
+		return !strncmp(path, "/api/v1/labels/", 15) && strlen(path) > 22 &&
+		       !strcmp(path + strlen(path) - 7, "/values");
+	}
+	return false;
+}
+
+static const struct route *_route_find(const char *path)
+{
+	size_t n = sizeof(_routes) / sizeof(_routes[0]);
+
+	for (size_t i = 0; i < n - 1; i++)
+		if (_route_matches(&_routes[i], path))
+			return &_routes[i];
+	return &_routes[n - 1];
+}
+
 static void _dispatch(struct evhttp_request *req, void *arg)
 {
 	struct server *srv = arg;
@@ -186,7 +225,8 @@ static void _dispatch(struct evhttp_request *req, void *arg)
 	bool is_get = method == EVHTTP_REQ_GET || method == EVHTTP_REQ_HEAD;
 	bool is_post = method == EVHTTP_REQ_POST;
 	uint64_t t0 = clock__mono_ns();
-	const char *why;
+	const struct route *rt;
+	const char *why, *token;
 	int refuse, retry;
 
 	TAILQ_INIT(&r.params);
@@ -206,108 +246,35 @@ static void _dispatch(struct evhttp_request *req, void *arg)
 	}
 	if (!path)
 		path = "/";
+	r.path = path;
 	if (query && evhttp_parse_query_str(query, &r.params)) {
 		request__error(&r, 400, "malformed query string");
 		goto out;
 	}
 
-	if (!strcmp(path, "/healthz")) {
-		r.route = ROUTE_HEALTHZ;
-		_serve_healthz(&r);
-		goto out;
-	}
-	if (!strncmp(path, "/api/v1/ingest", 14)) {
-		r.route = !strcmp(path, "/api/v1/ingest/pprof") ? ROUTE_INGEST_PPROF :
-			  !strcmp(path, "/api/v1/ingest/folded") ? ROUTE_INGEST_FOLDED :
-			  ROUTE_INGEST;
-		if (!_token_ok(req, srv->write_token)) {
+	rt = _route_find(path);
+	r.route = rt->refused_id;
+	token = rt->token == TOKEN_WRITE ? srv->write_token :
+		rt->token == TOKEN_READ ? srv->read_token : NULL;
+	if (!_token_ok(req, token)) {
+		if (rt->token == TOKEN_WRITE)
 			srv->metrics.ingest_rejected_auth++;
-			evhttp_add_header(evhttp_request_get_output_headers(req),
-					  "WWW-Authenticate", "Bearer");
-			request__error(&r, 401, "missing or wrong bearer token");
-			goto out;
-		}
-		if (!is_post) {
-			request__error(&r, 405, "ingest takes POST");
-			goto out;
-		}
-		if (!strcmp(path, "/api/v1/ingest"))
-			routes__ingest(&r);
-		else if (r.route == ROUTE_INGEST_PPROF)
-			routes__ingest_pprof(&r);
-		else if (r.route == ROUTE_INGEST_FOLDED)
-			routes__ingest_folded(&r);
-		else
-			request__error(&r, 404, "no such ingest endpoint: %s", path);
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+				  "WWW-Authenticate", "Bearer");
+		request__error(&r, 401, "missing or wrong bearer token");
 		goto out;
 	}
-	/* The UI's own files need no token: the page is what asks for one. */
-	if (static__is_ui_path(path)) {
-		r.route = ROUTE_STATIC;
-		if (!is_get)
-			request__error(&r, 405, "%s takes GET", path);
-		else
-			static__serve(&r, path);
+	/* Only ingest takes POST. */
+	if (rt->method == METHOD_POST && !is_post) {
+		request__error(&r, 405, "ingest takes POST");
 		goto out;
 	}
-	if (!strcmp(path, "/metrics") || !strncmp(path, "/api/", 5)) {
-		r.route = !strcmp(path, "/metrics") ? ROUTE_METRICS : ROUTE_OTHER;
-		if (!_token_ok(req, srv->read_token)) {
-			evhttp_add_header(evhttp_request_get_output_headers(req),
-					  "WWW-Authenticate", "Bearer");
-			request__error(&r, 401, "missing or wrong bearer token");
-			goto out;
-		}
-		if (!is_get) {
-			request__error(&r, 405, "%s takes GET", path);
-			goto out;
-		}
+	if (rt->method == METHOD_GET && !is_get) {
+		request__error(&r, 405, "%s takes GET", path);
+		goto out;
 	}
-	if (!strcmp(path, "/metrics")) {
-		_serve_metrics(&r);
-	} else if (!strcmp(path, "/api/v1/profile")) {
-		r.route = ROUTE_PROFILE;
-		routes__profile(&r);
-	} else if (!strcmp(path, "/api/v1/gpu/kernels")) {
-		r.route = ROUTE_GPU_KERNELS;
-		routes__gpu_kernels(&r);
-	} else if (!strcmp(path, "/api/v1/gpu/kernels/top")) {
-		r.route = ROUTE_GPU_KERNELS_TOP;
-		routes__gpu_kernels_top(&r);
-	} else if (!strcmp(path, "/api/v1/gpu/idle")) {
-		r.route = ROUTE_GPU_IDLE;
-		routes__gpu_idle(&r);
-	} else if (!strcmp(path, "/api/v1/flamechart")) {
-		r.route = ROUTE_FLAMECHART;
-		routes__flamechart(&r);
-	} else if (!strcmp(path, "/api/v1/series")) {
-		r.route = ROUTE_SERIES;
-		routes__series(&r);
-	} else if (!strcmp(path, "/api/v1/gpu/metrics")) {
-		r.route = ROUTE_GPU_METRICS;
-		routes__gpu_metrics(&r);
-	} else if (!strcmp(path, "/api/v1/cpu/strips")) {
-		r.route = ROUTE_CPU_STRIPS;
-		routes__cpu_strips(&r);
-	} else if (!strcmp(path, "/api/v1/labels")) {
-		r.route = ROUTE_LABELS;
-		routes__labels(&r);
-	} else if (!strncmp(path, "/api/v1/labels/", 15) && strlen(path) > 22 &&
-		   !strcmp(path + strlen(path) - 7, "/values")) {
-		char name[256];
-		size_t len = strlen(path) - 15 - 7;
-
-		r.route = ROUTE_LABEL_VALUES;
-		if (len >= sizeof(name)) {
-			request__error(&r, 400, "label name too long");
-			goto out;
-		}
-		memcpy(name, path + 15, len);
-		name[len] = '\0';
-		routes__label_values(&r, name);
-	} else {
-		request__error(&r, 404, "no such endpoint: %s", path);
-	}
+	r.route = rt->id;
+	rt->serve(&r);
 out:
 	srv->metrics.requests[r.route][_class(r.status)]++;
 	srv->metrics.request_ns[r.route] += clock__mono_ns() - t0;

@@ -10,7 +10,9 @@
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
  *     -std=gnu11 -D_GNU_SOURCE \
- *     -Isrc -Ibuild/gen tests/fuzz/fuzz_wire.c src/format/wire.c \
+ *     -Isrc -Ibuild/gen tests/fuzz/fuzz_wire.c src/format/wire/encode.c \
+ *     src/format/wire/compress.c src/format/wire/session.c \
+ *     src/format/wire/decode.c src/format/wire/outmap.c \
  *     build/gen/wire.pb-c.c src/common/batch.c src/common/intern.c \
  *     src/common/profile.c -lprotobuf-c -lz -lzstd -o build/fuzz_wire
  *   mkdir -p build/fuzz-corpus

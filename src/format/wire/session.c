@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The server's session table: each agent session's dictionary (the byte
+ * tables batches build on, and the shared dictionary batches are handed out
+ * with), found by session id and evicted least recently used first.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/batch.h"
+#include "common/intern.h"
+#include "format/wire.h"
+#include "format/wire/wire_int.h"
+
+static void _dtab_free(struct dtab *t)
+{
+	free(t->data);
+	free(t->end);
+}
+
+int wire_dtab__append(struct dtab *t, const void *p, size_t len)
+{
+	if (t->n == UINT32_MAX)
+		return -E2BIG;
+	if (!t->data || len > t->cap - t->len) {
+		size_t cap = t->cap ? t->cap : 4096;
+		uint8_t *d;
+
+		while (cap - t->len < len)
+			cap *= 2;
+		d = realloc(t->data, cap);
+		if (!d)
+			return -ENOMEM;
+		t->data = d;
+		t->cap = cap;
+	}
+	if (t->n == t->cap_end) {
+		size_t cap = t->cap_end ? t->cap_end * 2 : 64;
+		size_t *end = realloc(t->end, cap * sizeof(*end));
+
+		if (!end)
+			return -ENOMEM;
+		t->end = end;
+		t->cap_end = cap;
+	}
+	if (len)
+		memcpy(t->data + t->len, p, len);
+	t->len += len;
+	t->end[t->n++] = t->len;
+	return 0;
+}
+
+void wire_dtab__truncate(struct dtab *t, uint32_t n)
+{
+	t->n = n;
+	t->len = n ? t->end[n - 1] : 0;
+}
+
+void wire_sdict__unref(void *owner)
+{
+	struct wire_sdict *sd = owner;
+
+	if (!sd || __atomic_sub_fetch(&sd->refs, 1, __ATOMIC_ACQ_REL))
+		return;
+	batch__free(sd->b);
+	free(sd);
+}
+
+struct wire_sdict *wire_sdict__new(void)
+{
+	struct wire_sdict *sd = calloc(1, sizeof(*sd));
+
+	if (!sd)
+		return NULL;
+	sd->refs = 1;
+	sd->id = batch__new_dict_id();
+	sd->b = batch__new(0);
+	if (!sd->b) {
+		free(sd);
+		return NULL;
+	}
+	return sd;
+}
+
+struct wire_session_table {
+	struct wire_session **buckets;
+	size_t nbuckets;		/* power of two */
+	struct wire_session *newest, *oldest;
+	size_t count, max_sessions;
+	size_t bytes, max_bytes;
+};
+
+static size_t _session_memory(const struct wire_session *s)
+{
+	size_t bytes = sizeof(*s) + strlen(s->node) + 1;
+
+	for (int k = 0; k < K_MAX; k++)
+		bytes += s->tab[k].cap + s->tab[k].cap_end * sizeof(size_t) +
+			 (size_t)s->om[k].cap * sizeof(uint32_t);
+	if (s->sd)
+		bytes += sizeof(*s->sd) + batch__memory(s->sd->b);
+	return bytes;
+}
+
+void wire_session__free(struct wire_session *s)
+{
+	if (!s)
+		return;
+	for (int k = 0; k < K_MAX; k++) {
+		_dtab_free(&s->tab[k]);
+		free(s->om[k].local);
+	}
+	wire_sdict__unref(s->sd);
+	free(s->node);
+	free(s);
+}
+
+struct wire_session_table *wire_sessions__new(size_t max_sessions, size_t max_bytes)
+{
+	struct wire_session_table *t;
+
+	if (!max_sessions || max_sessions > (1u << 24)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->max_sessions = max_sessions;
+	t->max_bytes = max_bytes;
+	for (t->nbuckets = 16; t->nbuckets < max_sessions; t->nbuckets *= 2)
+		;
+	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
+	if (!t->buckets) {
+		free(t);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return t;
+}
+
+void wire_sessions__free(struct wire_session_table *t)
+{
+	struct wire_session *s, *next;
+
+	if (!t)
+		return;
+	for (s = t->newest; s; s = next) {
+		next = s->older;
+		wire_session__free(s);
+	}
+	free(t->buckets);
+	free(t);
+}
+
+size_t wire_sessions__count(const struct wire_session_table *t)
+{
+	return t->count;
+}
+
+size_t wire_sessions__memory(const struct wire_session_table *t)
+{
+	return t->bytes;
+}
+
+static struct wire_session **_bucket(struct wire_session_table *t, uint64_t id)
+{
+	return &t->buckets[hash__bytes(&id, sizeof(id)) & (t->nbuckets - 1)];
+}
+
+struct wire_session *wire_sessions__find(struct wire_session_table *t, uint64_t id)
+{
+	struct wire_session *s;
+
+	for (s = *_bucket(t, id); s; s = s->hnext)
+		if (s->id == id)
+			return s;
+	return NULL;
+}
+
+static void _lru_unlink(struct wire_session_table *t, struct wire_session *s)
+{
+	if (s->newer)
+		s->newer->older = s->older;
+	else
+		t->newest = s->older;
+	if (s->older)
+		s->older->newer = s->newer;
+	else
+		t->oldest = s->newer;
+	s->newer = s->older = NULL;
+}
+
+static void _lru_push(struct wire_session_table *t, struct wire_session *s)
+{
+	s->newer = NULL;
+	s->older = t->newest;
+	if (t->newest)
+		t->newest->newer = s;
+	else
+		t->oldest = s;
+	t->newest = s;
+}
+
+static void _session_remove(struct wire_session_table *t, struct wire_session *s)
+{
+	struct wire_session **p;
+
+	for (p = _bucket(t, s->id); *p != s; p = &(*p)->hnext)
+		;
+	*p = s->hnext;
+	_lru_unlink(t, s);
+	t->count--;
+	t->bytes -= s->bytes;
+	wire_session__free(s);
+}
+
+void wire_sessions__commit(struct wire_session_table *t, struct wire_session *s, bool is_new)
+{
+	if (is_new) {
+		struct wire_session **b = _bucket(t, s->id);
+
+		s->hnext = *b;
+		*b = s;
+		t->count++;
+	} else {
+		_lru_unlink(t, s);
+		t->bytes -= s->bytes;
+	}
+	_lru_push(t, s);
+	s->bytes = _session_memory(s);
+	t->bytes += s->bytes;
+	while ((t->count > t->max_sessions || t->bytes > t->max_bytes) && t->oldest != s)
+		_session_remove(t, t->oldest);
+	if (t->bytes > t->max_bytes)
+		_session_remove(t, s);
+}

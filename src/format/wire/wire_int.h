@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the files of src/format/wire share and nothing outside uses: the
+ * dictionary kinds and frame key both ends agree on (encode.c, decode*.c),
+ * a session as the server keeps it (session.c) and the decoder's state
+ * (decode.c, and outmap.c for the ids of the batches it builds). The
+ * public API is format/wire.h.
+ */
+#ifndef FW_FORMAT_WIRE_INT_H
+#define FW_FORMAT_WIRE_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "format/wire.h"
+#include "wire.pb-c.h"
+
+struct batch;
+
+/*
+ * The five dictionary kinds, in the order a batch lists them: each may only
+ * refer to kinds before it.
+ */
+enum { K_STRING, K_MAPPING, K_FRAME, K_STACK, K_SERIES, K_MAX };
+
+/*
+ * A frame as both ends key and keep it. The name is part of the key: a JIT
+ * can put another function at the same address later, and that must become
+ * another global frame rather than rename the old one under the server.
+ */
+struct wire_frame {
+	uint32_t kind;
+	uint32_t mapping;	/* mapping id + 1; 0: none */
+	uint64_t addr;
+	uint32_t function, file, line, pad;
+};
+
+/* Keys come out of byte arenas that do not keep them aligned. */
+static inline uint32_t _u32_at(const void *p, size_t i)
+{
+	uint32_t v;
+
+	memcpy(&v, (const uint8_t *)p + i * sizeof(v), sizeof(v));
+	return v;
+}
+
+/* ---- encoder (compress.c) ------------------------------------------------ */
+
+/* Consumes in; on success *out is in itself (WIRE_NONE) or a new buffer. */
+int wire__compress(enum wire_compression c, uint8_t *in, size_t len, void **out, size_t *out_len);
+
+/* ---- session table (session.c) ------------------------------------------- */
+
+/*
+ * A session's tables on the server: append-only byte entries that can be
+ * cut back to an earlier length, which is how a batch that fails
+ * validation half way leaves no trace. Nothing is deduplicated here; the
+ * encoder never sends an entry twice, and the batches handed out are
+ * deduplicated by the profile they are built in.
+ */
+struct dtab {
+	uint8_t *data;
+	size_t len, cap;
+	size_t *end;		/* end[i]: offset just past entry i */
+	uint32_t n;
+	size_t cap_end;
+};
+
+/* 0, or -E2BIG (UINT32_MAX entries) or -ENOMEM. */
+int wire_dtab__append(struct dtab *t, const void *p, size_t len);
+
+static inline const void *_dtab_get(const struct dtab *t, uint32_t i, size_t *len)
+{
+	size_t start = i ? t->end[i - 1] : 0;
+
+	*len = t->end[i] - start;
+	return t->data + start;
+}
+
+/* Cuts t back to its first n entries. */
+void wire_dtab__truncate(struct dtab *t, uint32_t n);
+
+/*
+ * Session global id -> id in the session's shared dictionary, for one
+ * kind; OM_UNSET until the first batch that refers to the entry.
+ */
+#define OM_UNSET UINT32_MAX
+struct outmap {
+	uint32_t *local;
+	uint32_t n, cap;
+};
+
+/*
+ * The session's dictionary as a struct profile and series table, which the
+ * batches handed out share (struct batch's dict_id): translating an entry
+ * costs once per session instead of once per batch, and a store can keep
+ * its own translation by dict_id. Reference counted, because a batch may
+ * outlive its session's eviction.
+ */
+struct wire_sdict {
+	unsigned refs;
+	uint64_t id;
+	struct batch *b;	/* owns dict and series; holds no records */
+};
+
+/* A new shared dictionary with one reference, or NULL. */
+struct wire_sdict *wire_sdict__new(void);
+/* Drops a reference (owner: a struct wire_sdict); the last one frees it. */
+void wire_sdict__unref(void *owner);
+
+struct wire_session {
+	uint64_t id;
+	char *node;
+	struct dtab tab[K_MAX];
+	struct wire_sdict *sd;
+	struct outmap om[K_MAX];
+	size_t bytes;			/* as counted in the table's total */
+	struct wire_session *newer, *older;
+	struct wire_session *hnext;
+};
+
+/* The session with id, or NULL. Borrowed. */
+struct wire_session *wire_sessions__find(struct wire_session_table *t, uint64_t id);
+/*
+ * Called once a batch is accepted. The session just used goes last: it is
+ * only evicted when it alone is over max_bytes, and then its agent starts a
+ * smaller session after the next -ESTALE.
+ */
+void wire_sessions__commit(struct wire_session_table *t, struct wire_session *s, bool is_new);
+/* Frees a session that is not in a table. Accepts NULL. */
+void wire_session__free(struct wire_session *s);
+
+/* ---- decoder (decode.c, outmap.c) ---------------------------------------- */
+
+struct dec {
+	const struct wire_limits *lim;
+	char *err;
+	size_t err_len;
+	const Flamewatch__Wire__Batch *m;
+	struct wire_session *s;
+	struct batch *out;
+	struct outmap *om;	/* the session's */
+	uint32_t *scratch;
+	const char **names, **values;
+	size_t cap_scratch, cap_labels;
+};
+
+static inline const char *_d_string(struct dec *d, uint32_t gid)
+{
+	size_t len;
+
+	return _dtab_get(&d->s->tab[K_STRING], gid, &len);
+}
+
+/* Makes gids below n addressable, new ones untranslated. */
+int wire_outmap__grow(struct outmap *m, uint32_t n);
+/*
+ * The id in the batch's dictionary (d->out) of the session's stack or
+ * series gid, translating it on first use: >= 0, or -errno.
+ */
+int64_t wire_out__stack(struct dec *d, uint32_t gid);
+int64_t wire_out__series(struct dec *d, uint32_t gid);
+
+#endif
