@@ -43,9 +43,9 @@
 #include "common/intern.h"
 #include "common/log.h"
 #include "common/profile.h"
-#include "blockcodec.h"
-#include "selector.h"
-#include "sqlite.h"
+#include "store/blockcodec.h"
+#include "store/selector.h"
+#include "store/sqlite.h"
 
 #define NS_MIN		(60LL * 1000000000LL)
 #define NS_HOUR		(60 * NS_MIN)
