@@ -29,9 +29,9 @@
 #include "common/intern.h"
 #include "common/log.h"
 #include "common/profile.h"
-#include "clickhouse.h"
+#include "store/clickhouse.h"
+#include "store/rowbinary.h"
 #include "clickhouse_impl.h"
-#include "rowbinary.h"
 
 #define SEEN_MAX	(1u << 20)	/* ids per dictionary remembered as inserted */
 

@@ -3,15 +3,15 @@
 #define FW_STORE_CLICKHOUSE_IMPL_H
 
 /*
- * Private to clickhouse.c (writing, schema, retention) and
- * clickhouse_read.c (queries). See docs/clickhouse.md for the schema.
+ * Private to clickhouse.c (writing, schema, retention) and read.c
+ * (queries). See docs/clickhouse.md for the schema.
  */
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "common/strbuf.h"
-#include "chhttp.h"
-#include "store.h"
+#include "store/chhttp.h"
+#include "store/store.h"
 
 #define CH_NS_MIN	(60LL * 1000000000LL)
 #define CH_NS_HOUR	(60 * CH_NS_MIN)
@@ -66,7 +66,7 @@ int ch__series(struct ch_store *st, uint64_t id, const struct ch_series **out);
 /* Reads every series ClickHouse holds into the cache. */
 int ch__series_load(struct ch_store *st);
 
-/* The queries (clickhouse_read.c), as struct store_backend takes them. */
+/* The queries (read.c), as struct store_backend takes them. */
 int ch__profile(void *impl, int64_t from, int64_t to, const struct selector *sel, uint32_t type,
 		struct profile *out);
 int ch__samples(void *impl, int64_t from, int64_t to, const struct selector *sel, uint32_t type,

@@ -21,9 +21,9 @@
 #include "common/intern.h"
 #include "common/log.h"
 #include "common/profile.h"
+#include "store/rowbinary.h"
+#include "store/selector.h"
 #include "clickhouse_impl.h"
-#include "rowbinary.h"
-#include "selector.h"
 
 #define MAX_PLAN_RANGES	2048	/* OR'd raw ranges that help ClickHouse skip data */
 #define CHUNK_ROWS	(1u << 20)	/* flame chart samples read per request, about */
