@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/strbuf.h"
+#include "common/timeparse.h"
 #include "common/tls.h"
 #include "format/wire.h"
 #include "server/gate.h"
@@ -28,7 +29,6 @@
 #include "server/static.h"
 #include "store/selector.h"
 #include "store/store.h"
-#include "store/timeparse.h"
 
 #define MAX_SESSIONS 4096
 #define MAX_SESSION_BYTES (256u << 20)
