@@ -18,7 +18,7 @@
 #include "agent/unwinder.h"
 #include "common/batch.h"
 #include "common/log.h"
-#include "store/timeparse.h"
+#include "common/timeparse.h"
 
 struct collector {
 	struct collector_opts opts;

@@ -14,7 +14,7 @@
 #include "common/batch.h"
 #include "common/env.h"
 #include "common/log.h"
-#include "store/timeparse.h"
+#include "common/timeparse.h"
 #include "gpu/nvml.h"
 #include "gpu/poller.h"
 

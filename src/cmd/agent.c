@@ -23,7 +23,7 @@
 #include "cmd/cmd.h"
 #include "common/batch.h"
 #include "common/log.h"
-#include "store/timeparse.h"
+#include "common/timeparse.h"
 
 /*
  * What a stop may spend delivering the queue, counted from the signal:

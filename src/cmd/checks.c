@@ -22,7 +22,7 @@
 #include "agent/core_btf.h"
 #include "agent/sampler.h"
 #include "cmd/cmd.h"
-#include "store/timeparse.h"
+#include "common/timeparse.h"
 
 #ifndef CAP_PERFMON
 #define CAP_PERFMON 38

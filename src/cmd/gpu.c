@@ -16,8 +16,8 @@
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/profile.h"
+#include "common/timeparse.h"
 #include "gpu/nvml.h"
-#include "store/timeparse.h"
 
 static void _usage(FILE *out)
 {

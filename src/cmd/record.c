@@ -17,11 +17,11 @@
 #include <unistd.h>
 
 #include "agent/collector.h"
-#include "store/timeparse.h"
 #include "agent/cpu_profile.h"
 #include "cmd/cmd.h"
 #include "common/log.h"
 #include "common/profile.h"
+#include "common/timeparse.h"
 #include "format/folded.h"
 #include "format/pprof.h"
 

@@ -16,9 +16,9 @@
 #include "cmd/cmd.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "common/timeparse.h"
 #include "server/server.h"
 #include "store/store.h"
-#include "store/timeparse.h"
 
 static void _usage(FILE *out)
 {

@@ -14,9 +14,9 @@
 
 #include "cmd/cmd.h"
 #include "common/log.h"
+#include "common/timeparse.h"
 #include "server/server.h"
 #include "store/store.h"
-#include "store/timeparse.h"
 
 #define RETENTION_INTERVAL_S 60
 

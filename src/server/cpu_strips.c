@@ -7,12 +7,12 @@
 
 #include "common/intern.h"
 #include "common/strbuf.h"
+#include "common/timeparse.h"
 #include "server/cpu_strips.h"
 #include "server/request.h"
 #include "server/routes.h"
 #include "store/selector.h"
 #include "store/store.h"
-#include "store/timeparse.h"
 
 struct strip_buckets {
 	int64_t from, to, res;

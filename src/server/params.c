@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/timeparse.h"
 #include "server/request.h"
-#include "store/timeparse.h"
 
 #define NS_PER_S 1000000000LL
 

@@ -12,13 +12,13 @@
 #include <time.h>
 
 #include "common/strbuf.h"
+#include "common/timeparse.h"
 #include "format/prom_points.h"
 #include "format/gpu_metrics.h"
 #include "server/request.h"
 #include "server/routes_gpu.h"
 #include "store/selector.h"
 #include "store/store.h"
-#include "store/timeparse.h"
 
 /* Raw points (step=0) over a long window could be millions: refuse past this. */
 #define MAX_POINTS 2000000

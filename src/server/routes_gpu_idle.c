@@ -41,6 +41,7 @@
 #include "common/batch.h"
 #include "common/profile.h"
 #include "common/strbuf.h"
+#include "common/timeparse.h"
 #include "format/flamegraph.h"
 #include "format/folded.h"
 #include "server/gpu_idle.h"
@@ -48,7 +49,6 @@
 #include "server/routes.h"
 #include "store/selector.h"
 #include "store/store.h"
-#include "store/timeparse.h"
 
 /*
  * A kernel that started this long before the window may still run in it;

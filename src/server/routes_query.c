@@ -9,6 +9,7 @@
 #include "common/intern.h"
 #include "common/profile.h"
 #include "common/strbuf.h"
+#include "common/timeparse.h"
 #include "format/flamegraph.h"
 #include "format/folded.h"
 #include "format/pprof.h"
@@ -18,7 +19,6 @@
 #include "server/routes.h"
 #include "store/selector.h"
 #include "store/store.h"
-#include "store/timeparse.h"
 
 #define DEFAULT_MAX_NODES 20000
 #define MAX_NODES 1000000

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/strbuf.h"
+#include "common/timeparse.h"
 #include "common/tls.h"
 #include "format/wire.h"
 #include "server/gate.h"
@@ -26,7 +27,6 @@
 #include "server/server.h"
 #include "server/static.h"
 #include "store/store.h"
-#include "store/timeparse.h"
 
 #define MAX_SESSIONS 4096
 #define MAX_SESSION_BYTES (256u << 20)

@@ -7,7 +7,7 @@
 #include <time.h>
 #include <cmocka.h>
 
-#include "store/timeparse.h"
+#include "common/timeparse.h"
 
 #define S	1000000000LL
 #define NOW	(1796210409LL * S + 123)	/* 2026-12-02T11:20:09.000000123Z */

@@ -3,15 +3,18 @@
 #define FW_STORE_CLICKHOUSE_IMPL_H
 
 /*
- * Private to clickhouse.c (writing, schema, retention) and
- * clickhouse_read.c (queries). See docs/clickhouse.md for the schema.
+ * Private to the ClickHouse backend (src/store/clickhouse/): clickhouse.c
+ * (talking to ClickHouse, the series cache, schema, opening, retention),
+ * write.c (writing), read.c (what every query uses) and the queries:
+ * query.c, intervals.c, metrics.c. See docs/clickhouse.md for the schema.
  */
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "common/strbuf.h"
-#include "chhttp.h"
-#include "store.h"
+#include "store/chhttp.h"
+#include "store/rowbinary.h"
+#include "store/store.h"
 
 #define CH_NS_MIN	(60LL * 1000000000LL)
 #define CH_NS_HOUR	(60 * CH_NS_MIN)
@@ -66,7 +69,45 @@ int ch__series(struct ch_store *st, uint64_t id, const struct ch_series **out);
 /* Reads every series ClickHouse holds into the cache. */
 int ch__series_load(struct ch_store *st);
 
-/* The queries (clickhouse_read.c), as struct store_backend takes them. */
+/* INSERT INTO table FORMAT RowBinary of rows; nothing to do when there are none. */
+int ch__insert(struct ch_store *st, const char *table, const struct strbuf *rows);
+
+static inline struct rbr ch__reader(struct strbuf *b)
+{
+	return (struct rbr){ (uint8_t *)b->buf, (uint8_t *)b->buf + b->len, false };
+}
+
+/* Reading (read.c). */
+bool ch__clamp(int64_t *from, int64_t *to);
+const char *ch__label_get(void *ctx, const char *name);
+bool ch__matches(const struct selector *sel, const struct ch_series *s);
+int ch__series_filter(struct ch_store *st, const struct selector *sel, struct strbuf *sql,
+		      bool *none);
+bool ch__plan(struct strbuf *roll, struct strbuf *raw, int64_t from, int64_t rfrom,
+	      int64_t to, int64_t step);
+
+/* Stack hash -> id in out, for one query. */
+struct exporter {
+	struct ch_store *st;
+	struct profile *out;
+	struct intern *ids;		/* stack hash (8 bytes) -> index in out_ids */
+	uint32_t *out_ids;
+	uint32_t cap;
+	uint64_t *todo;			/* hashes to look up */
+	uint32_t ntodo, cap_todo;
+};
+
+void ch__ex_free(struct exporter *ex);
+int ch__ex_want(struct exporter *ex, uint64_t h);
+uint32_t ch__ex_id(const struct exporter *ex, uint64_t h);
+int ch__ex_run(struct exporter *ex);
+
+/* The writes (write.c), as struct store_backend takes them. */
+int ch__write(void *impl, const char *node, const struct batch *b);
+int ch__write_cpu_intervals(void *impl, const char *node, const struct batch *b);
+int ch__write_metrics(void *impl, const char *node, const struct batch *b);
+
+/* The queries (query.c, intervals.c, metrics.c), as struct store_backend takes them. */
 int ch__profile(void *impl, int64_t from, int64_t to, const struct selector *sel, uint32_t type,
 		struct profile *out);
 int ch__samples(void *impl, int64_t from, int64_t to, const struct selector *sel, uint32_t type,

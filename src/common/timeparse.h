@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_STORE_TIMEPARSE_H
-#define FW_STORE_TIMEPARSE_H
+#ifndef FW_COMMON_TIMEPARSE_H
+#define FW_COMMON_TIMEPARSE_H
 
 #include <stdint.h>
 

@@ -1,0 +1,530 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * ClickHouse backend: writing a batch, dictionaries first (see clickhouse.c
+ * for the order of the INSERTs and why).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/batch.h"
+#include "common/intern.h"
+#include "common/log.h"
+#include "common/profile.h"
+#include "clickhouse_impl.h"
+
+#define SEEN_MAX	(1u << 20)	/* ids per dictionary remembered as inserted */
+
+/* ---- writing ------------------------------------------------------------------ */
+
+/* Per batch: what its dictionary ids hash to, computed once each. */
+struct xlate {
+	const struct batch *b;
+	const struct profile *d;
+	const char *node;
+	uint32_t nstrings, nstacks, nseries;
+	uint64_t *frame_h, *stack_h, *series_h;
+	uint8_t *frame_ok, *stack_ok, *series_ok;
+	/* Rows for the dictionary tables, and the ids they hold. */
+	struct strbuf frames, stacks, series;
+	uint64_t *new_ids[3];
+	uint32_t nnew[3], cap_new[3];
+};
+
+enum { NEW_FRAME, NEW_STACK, NEW_SERIES };
+
+static void _x_free(struct xlate *x)
+{
+	free(x->frame_h);
+	free(x->stack_h);
+	free(x->series_h);
+	free(x->frame_ok);
+	free(x->stack_ok);
+	free(x->series_ok);
+	strbuf__release(&x->frames);
+	strbuf__release(&x->stacks);
+	strbuf__release(&x->series);
+	for (int i = 0; i < 3; i++)
+		free(x->new_ids[i]);
+}
+
+static int _x_init(struct xlate *x, const struct batch *b, const char *node)
+{
+	*x = (struct xlate){ .b = b, .d = b->dict, .node = node };
+	x->nstrings = intern__count(b->dict->strings);
+	x->nstacks = profile__nstacks(b->dict);
+	x->nseries = batch__nseries(b);
+	x->frame_h = calloc(b->dict->nframes + 1, sizeof(uint64_t));
+	x->stack_h = calloc(x->nstacks + 1, sizeof(uint64_t));
+	x->series_h = calloc(x->nseries + 1, sizeof(uint64_t));
+	x->frame_ok = calloc(b->dict->nframes + 1, 1);
+	x->stack_ok = calloc(x->nstacks + 1, 1);
+	x->series_ok = calloc(x->nseries + 1, 1);
+	if (!x->frame_h || !x->stack_h || !x->series_h || !x->frame_ok || !x->stack_ok ||
+	    !x->series_ok)
+		return -ENOMEM;
+	return 0;
+}
+
+/* Is id new to this process? Then remember it as to be inserted by this batch. */
+static int _x_new(struct ch_store *st, struct xlate *x, int k, uint64_t id)
+{
+	struct intern *seen = k == NEW_FRAME ? st->seen_frames :
+			      k == NEW_STACK ? st->seen_stacks : st->seen_series;
+
+	if (intern__find(seen, &id, sizeof(id)) >= 0)
+		return 0;
+	if (x->nnew[k] == x->cap_new[k]) {
+		uint32_t cap = x->cap_new[k] ? x->cap_new[k] * 2 : 64;
+		uint64_t *a = realloc(x->new_ids[k], cap * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		x->new_ids[k] = a;
+		x->cap_new[k] = cap;
+	}
+	x->new_ids[k][x->nnew[k]++] = id;
+	return 1;
+}
+
+/* After a successful INSERT: the ids it held need not be sent again. */
+static void _x_seen(struct ch_store *st, struct xlate *x, int k)
+{
+	struct intern **seen = k == NEW_FRAME ? &st->seen_frames :
+			       k == NEW_STACK ? &st->seen_stacks : &st->seen_series;
+
+	if (intern__count(*seen) + x->nnew[k] > SEEN_MAX) {
+		struct intern *t = intern__new();
+
+		if (!t)
+			return;
+		intern__free(*seen);
+		*seen = t;
+	}
+	for (uint32_t i = 0; i < x->nnew[k]; i++)
+		if (intern__add(*seen, &x->new_ids[k][i], sizeof(uint64_t), NULL) < 0)
+			return;
+}
+
+static void _key_str(struct strbuf *k, const char *s)
+{
+	strbuf__append(k, s, strlen(s) + 1);
+}
+
+static int _x_frame(struct ch_store *st, struct xlate *x, uint32_t f, uint64_t *out)
+{
+	const struct profile_frame *fr;
+	const struct profile *d = x->d;
+	const char *path = "", *bid = "", *fn, *file;
+	struct strbuf key = STRBUF_INIT;
+	uint8_t has_map;
+	uint64_t h;
+	int err;
+
+	if (f >= d->nframes)
+		return -EINVAL;
+	if (x->frame_ok[f]) {
+		*out = x->frame_h[f];
+		return 0;
+	}
+	fr = &d->frames[f];
+	has_map = fr->mapping != PROFILE_NO_MAPPING;
+	if (has_map) {
+		if (fr->mapping >= d->nmappings)
+			return -EINVAL;
+		if (d->mappings[fr->mapping].path >= x->nstrings ||
+		    d->mappings[fr->mapping].build_id >= x->nstrings)
+			return -EINVAL;
+		path = profile__string(d, d->mappings[fr->mapping].path);
+		bid = profile__string(d, d->mappings[fr->mapping].build_id);
+	}
+	if (fr->function >= x->nstrings || fr->file >= x->nstrings)
+		return -EINVAL;
+	fn = profile__string(d, fr->function);
+	file = profile__string(d, fr->file);
+	/* The identity profile__intern_named_frame() gives a frame, and its mapping. */
+	strbuf__append(&key, &fr->kind, sizeof(fr->kind));
+	strbuf__append(&key, &has_map, 1);
+	_key_str(&key, path);
+	_key_str(&key, bid);
+	strbuf__append(&key, &fr->addr, sizeof(fr->addr));
+	_key_str(&key, fn);
+	_key_str(&key, file);
+	strbuf__append(&key, &fr->line, sizeof(fr->line));
+	if (key.oom) {
+		strbuf__release(&key);
+		return -ENOMEM;
+	}
+	h = hash__bytes(key.buf, key.len);
+	strbuf__release(&key);
+	err = _x_new(st, x, NEW_FRAME, h);
+	if (err < 0)
+		return err;
+	if (err) {
+		rb__u64(&x->frames, h);
+		rb__u8(&x->frames, (uint8_t)fr->kind);
+		rb__u8(&x->frames, has_map);
+		rb__str(&x->frames, path);
+		rb__str(&x->frames, bid);
+		rb__u64(&x->frames, fr->addr);
+		rb__str(&x->frames, fn);
+		rb__str(&x->frames, file);
+		rb__u32(&x->frames, fr->line);
+	}
+	x->frame_h[f] = h;
+	x->frame_ok[f] = 1;
+	*out = h;
+	return 0;
+}
+
+static int _x_stack(struct ch_store *st, struct xlate *x, uint32_t s, uint64_t *out)
+{
+	const uint32_t *frames;
+	uint64_t *hs, h;
+	uint32_t n;
+	int err = 0;
+
+	if (s >= x->nstacks)
+		return -EINVAL;
+	if (x->stack_ok[s]) {
+		*out = x->stack_h[s];
+		return 0;
+	}
+	frames = profile__stack(x->d, s, &n);
+	hs = malloc((n + 1) * sizeof(*hs));
+	if (!hs)
+		return -ENOMEM;
+	for (uint32_t i = 0; !err && i < n; i++)
+		err = _x_frame(st, x, frames[i], &hs[i]);
+	if (err)
+		goto out;
+	h = hash__bytes(hs, n * sizeof(*hs));
+	err = _x_new(st, x, NEW_STACK, h);
+	if (err < 0)
+		goto out;
+	if (err) {
+		rb__u64(&x->stacks, h);
+		rb__varint(&x->stacks, n);
+		for (uint32_t i = 0; i < n; i++)
+			rb__u64(&x->stacks, hs[i]);
+	}
+	err = 0;
+	x->stack_h[s] = h;
+	x->stack_ok[s] = 1;
+	*out = h;
+out:
+	free(hs);
+	return err;
+}
+
+struct lpair {
+	const char *name, *value;
+};
+
+static int _by_lname(const void *a, const void *b)
+{
+	return strcmp(((const struct lpair *)a)->name, ((const struct lpair *)b)->name);
+}
+
+/*
+ * A series is its labels (node replaced by the writer's) and, as in SQLite,
+ * the batch's CPU period: samples of one process at two -F rates are two
+ * series, so that profiles can weigh them.
+ */
+static int _x_series(struct ch_store *st, struct xlate *x, uint32_t s, uint64_t *out)
+{
+	const struct batch_label *bl;
+	struct strbuf key = STRBUF_INIT;
+	struct lpair *l;
+	size_t n, nl = 0;
+	uint64_t h, period = x->b->period_ns;
+	int err = -EINVAL;
+
+	if (s >= x->nseries)
+		return -EINVAL;
+	if (x->series_ok[s]) {
+		*out = x->series_h[s];
+		return 0;
+	}
+	bl = batch__series(x->b, s, &n);
+	l = calloc(n + 1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		if (bl[i].name >= x->nstrings || bl[i].value >= x->nstrings)
+			goto out;
+		l[nl] = (struct lpair){ profile__string(x->d, bl[i].name),
+					profile__string(x->d, bl[i].value) };
+		if (strcmp(l[nl].name, "node"))
+			nl++;
+	}
+	l[nl++] = (struct lpair){ "node", x->node };
+	qsort(l, nl, sizeof(*l), _by_lname);
+	for (size_t i = 0; i < nl; i++) {
+		_key_str(&key, l[i].name);
+		_key_str(&key, l[i].value);
+	}
+	strbuf__append(&key, &period, sizeof(period));
+	err = -ENOMEM;
+	if (key.oom)
+		goto out;
+	h = hash__bytes(key.buf, key.len);
+	err = _x_new(st, x, NEW_SERIES, h);
+	if (err < 0)
+		goto out;
+	if (err) {
+		rb__u64(&x->series, h);
+		rb__u64(&x->series, period);
+		rb__varint(&x->series, nl);
+		for (size_t i = 0; i < nl; i++)
+			rb__str(&x->series, l[i].name);
+		rb__varint(&x->series, nl);
+		for (size_t i = 0; i < nl; i++)
+			rb__str(&x->series, l[i].value);
+	}
+	err = 0;
+	x->series_h[s] = h;
+	x->series_ok[s] = 1;
+	*out = h;
+out:
+	strbuf__release(&key);
+	free(l);
+	return err;
+}
+
+static int _x_flush(struct ch_store *st, struct xlate *x)
+{
+	int err = ch__insert(st, "frames", &x->frames);
+
+	if (!err)
+		_x_seen(st, x, NEW_FRAME);
+	err = err ?: ch__insert(st, "stacks", &x->stacks);
+	if (!err)
+		_x_seen(st, x, NEW_STACK);
+	err = err ?: ch__insert(st, "series", &x->series);
+	if (!err)
+		_x_seen(st, x, NEW_SERIES);
+	return err;
+}
+
+static int _check_samples(const char *node, const struct batch *b)
+{
+	uint32_t nstacks = profile__nstacks(b->dict), nseries = batch__nseries(b);
+	uint32_t nstrings = intern__count(b->dict->strings);
+
+	for (uint32_t i = 0; i < b->nsamples; i++) {
+		const struct batch_sample *bs = &b->samples[i];
+
+		if (bs->stack >= nstacks || bs->series >= nseries || bs->ts_ns < 0 ||
+		    bs->ts_ns >= CH_TS_LIMIT || bs->type >= 256) {
+			pr_warn("store: clickhouse: batch from %s: sample %u has stack %u/%u, "
+				"series %u/%u, ts %lld\n", node, i, bs->stack, nstacks, bs->series,
+				nseries, (long long)bs->ts_ns);
+			return -EINVAL;
+		}
+	}
+	for (uint32_t i = 0; i < b->ngpu_intervals; i++) {
+		const struct batch_gpu_interval *g = &b->gpu_intervals[i];
+
+		if ((g->stack != BATCH_NO_STACK && g->stack >= nstacks) || g->series >= nseries ||
+		    g->name >= nstrings || g->start_ns < 0 || g->start_ns >= CH_TS_LIMIT ||
+		    g->end_ns < g->start_ns || g->kind >= 256) {
+			pr_warn("store: clickhouse: batch from %s: GPU interval %u has stack %u/%u, "
+				"series %u/%u, name %u, start %lld, end %lld\n", node, i, g->stack,
+				nstacks, g->series, nseries, g->name, (long long)g->start_ns,
+				(long long)g->end_ns);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static int _check_cpu_intervals(const char *node, const struct batch *b)
+{
+	uint32_t nseries = batch__nseries(b), nstrings = intern__count(b->dict->strings);
+
+	for (uint32_t i = 0; i < b->ncpu_intervals; i++) {
+		const struct batch_cpu_interval *iv = &b->cpu_intervals[i];
+
+		if (iv->series >= nseries || iv->comm >= nstrings || iv->start_ns < 0 ||
+		    iv->end_ns < iv->start_ns || iv->end_ns >= CH_TS_LIMIT) {
+			pr_warn("store: clickhouse: batch from %s: CPU interval %u has series %u/%u, "
+				"comm %u/%u, [%lld, %lld)\n", node, i, iv->series, nseries,
+				iv->comm, nstrings, (long long)iv->start_ns, (long long)iv->end_ns);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/*
+ * CPU intervals go in pieces of at most STORE_CPU_INTERVAL_CHUNK_NS, as in
+ * SQLite, so that a window's query can bound where pieces start; queries
+ * join the pieces up again.
+ */
+static int _rows_cpu_intervals(struct ch_store *st, struct xlate *x, struct strbuf *rows)
+{
+	const struct batch *b = x->b;
+
+	for (uint32_t i = 0; i < b->ncpu_intervals; i++) {
+		const struct batch_cpu_interval *iv = &b->cpu_intervals[i];
+		uint64_t series;
+		int err = _x_series(st, x, iv->series, &series);
+
+		if (err)
+			return err;
+		for (int64_t a = iv->start_ns; a < iv->end_ns; a += STORE_CPU_INTERVAL_CHUNK_NS) {
+			int64_t d = iv->end_ns - a;
+
+			if (d > STORE_CPU_INTERVAL_CHUNK_NS)
+				d = STORE_CPU_INTERVAL_CHUNK_NS;
+			rb__i64(rows, a);
+			rb__i64(rows, d);
+			rb__str(rows, x->node);
+			rb__u32(rows, iv->cpu);
+			rb__u64(rows, series);
+			rb__u32(rows, iv->tid);
+			rb__str(rows, profile__string(x->d, iv->comm));
+		}
+	}
+	return rows->oom ? -ENOMEM : 0;
+}
+
+static int _rows_gpu_intervals(struct ch_store *st, struct xlate *x, struct strbuf *rows)
+{
+	const struct batch *b = x->b;
+
+	for (uint32_t i = 0; i < b->ngpu_intervals; i++) {
+		const struct batch_gpu_interval *g = &b->gpu_intervals[i];
+		uint64_t series, stack = 0;
+		int err = _x_series(st, x, g->series, &series);
+
+		if (!err && g->stack != BATCH_NO_STACK)
+			err = _x_stack(st, x, g->stack, &stack);
+		if (err)
+			return err;
+		rb__i64(rows, g->start_ns);
+		rb__i64(rows, g->end_ns);
+		rb__u64(rows, series);
+		rb__u32(rows, g->device);
+		rb__u32(rows, g->stream);
+		rb__u8(rows, (uint8_t)g->kind);
+		rb__str(rows, profile__string(x->d, g->name));
+		rb__u8(rows, g->stack != BATCH_NO_STACK);
+		rb__u64(rows, stack);
+		rb__u64(rows, g->correlation);
+		rb__u64(rows, g->bytes);
+		rb__u32(rows, g->weight);
+	}
+	return rows->oom ? -ENOMEM : 0;
+}
+
+int ch__write(void *impl, const char *node, const struct batch *b)
+{
+	struct ch_store *st = impl;
+	struct strbuf samples = STRBUF_INIT, civ = STRBUF_INIT, gpu = STRBUF_INIT;
+	struct xlate x;
+	int err;
+
+	err = _check_samples(node, b);
+	err = err ?: _check_cpu_intervals(node, b);
+	if (err)
+		return err;
+	if (!b->nsamples && !b->ncpu_intervals && !b->ngpu_intervals)
+		return 0;
+	err = _x_init(&x, b, node);
+	for (uint32_t i = 0; !err && i < b->nsamples; i++) {
+		const struct batch_sample *bs = &b->samples[i];
+		uint64_t series, stack;
+
+		err = _x_series(st, &x, bs->series, &series);
+		err = err ?: _x_stack(st, &x, bs->stack, &stack);
+		if (err)
+			break;
+		rb__i64(&samples, bs->ts_ns);
+		rb__u8(&samples, (uint8_t)bs->type);
+		rb__u64(&samples, series);
+		rb__u64(&samples, stack);
+		rb__u32(&samples, bs->tid);
+		rb__u32(&samples, bs->cpu);
+		rb__i64(&samples, bs->value);
+	}
+	err = err ?: _rows_cpu_intervals(st, &x, &civ);
+	err = err ?: _rows_gpu_intervals(st, &x, &gpu);
+	if (!err && samples.oom)
+		err = -ENOMEM;
+	if (err)
+		goto out;
+	err = _x_flush(st, &x);
+	err = err ?: ch__insert(st, "cpu_intervals", &civ);
+	err = err ?: ch__insert(st, "gpu_intervals", &gpu);
+	err = err ?: ch__insert(st, "samples", &samples);
+	if (!err)
+		st->batches_written++;
+out:
+	_x_free(&x);
+	strbuf__release(&samples);
+	strbuf__release(&civ);
+	strbuf__release(&gpu);
+	return err;
+}
+
+int ch__write_cpu_intervals(void *impl, const char *node, const struct batch *b)
+{
+	struct ch_store *st = impl;
+	struct strbuf civ = STRBUF_INIT;
+	struct xlate x;
+	int err = _check_cpu_intervals(node, b);
+
+	if (err || !b->ncpu_intervals)
+		return err;
+	err = _x_init(&x, b, node);
+	err = err ?: _rows_cpu_intervals(st, &x, &civ);
+	err = err ?: _x_flush(st, &x);
+	err = err ?: ch__insert(st, "cpu_intervals", &civ);
+	_x_free(&x);
+	strbuf__release(&civ);
+	return err;
+}
+
+int ch__write_metrics(void *impl, const char *node, const struct batch *b)
+{
+	struct ch_store *st = impl;
+	uint32_t nseries = batch__nseries(b), nstrings = intern__count(b->dict->strings);
+	struct strbuf rows = STRBUF_INIT;
+	struct xlate x;
+	int err;
+
+	for (uint32_t i = 0; i < b->nmetrics; i++) {
+		const struct batch_metric *m = &b->metrics[i];
+
+		if (m->series >= nseries || m->name >= nstrings || m->ts_ns < 0 ||
+		    m->ts_ns >= CH_TS_LIMIT || m->value != m->value ||
+		    !profile__string(b->dict, m->name)[0]) {
+			pr_warn("store: clickhouse: batch from %s: metric point %u has series %u/%u, "
+				"name %u/%u, ts %lld\n", node, i, m->series, nseries, m->name,
+				nstrings, (long long)m->ts_ns);
+			return -EINVAL;
+		}
+	}
+	if (!b->nmetrics)
+		return 0;
+	err = _x_init(&x, b, node);
+	for (uint32_t i = 0; !err && i < b->nmetrics; i++) {
+		const struct batch_metric *m = &b->metrics[i];
+		uint64_t series;
+
+		err = _x_series(st, &x, m->series, &series);
+		if (err)
+			break;
+		rb__u64(&rows, series);
+		rb__str(&rows, profile__string(b->dict, m->name));
+		rb__i64(&rows, m->ts_ns);
+		rb__f64(&rows, m->value);
+	}
+	err = err ?: _x_flush(st, &x);
+	err = err ?: ch__insert(st, "metric_points", &rows);
+	_x_free(&x);
+	strbuf__release(&rows);
+	return err;
+}

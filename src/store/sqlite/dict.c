@@ -1,0 +1,449 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * SQLite backend: a batch's dictionary (strings, mappings, frames, stacks,
+ * series) translated into store ids, inserting what the store lacks.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/batch.h"
+#include "common/intern.h"
+#include "common/profile.h"
+#include "sqlite_int.h"
+
+/* ---- writing: dictionaries ------------------------------------------------ */
+
+static int _id32(int64_t id)
+{
+	return id > 0 && id <= UINT32_MAX ? 0 : -EOVERFLOW;
+}
+
+int64_t sqlite__store_string(struct sqlite_store *st, const char *text)
+{
+	size_t len = strlen(text);
+	sqlite3_stmt *s;
+	int64_t id = sqlite__cache_find(&st->strings, text, len);
+	int rc;
+
+	if (id >= 0)
+		return id;
+	s = st->st[ST_STR_GET];
+	sqlite3_bind_text(s, 1, text, (int)len, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	id = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+	sqlite3_reset(s);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return sqlite__fail(st, rc, "strings");
+	if (!id) {
+		s = st->st[ST_STR_INS];
+		sqlite3_bind_text(s, 1, text, (int)len, SQLITE_STATIC);
+		rc = sqlite3_step(s);
+		sqlite3_reset(s);
+		if (rc != SQLITE_DONE)
+			return sqlite__fail(st, rc, "strings");
+		id = sqlite3_last_insert_rowid(st->db);
+	}
+	if (_id32(id))
+		return -EOVERFLOW;
+	sqlite__cache_put(&st->strings, text, len, (uint32_t)id);
+	return id;
+}
+
+int64_t sqlite__x_string(struct sqlite_store *st, struct xlate *x, uint32_t local)
+{
+	int64_t id;
+
+	if (local >= x->nstrings)
+		return -EINVAL;
+	if (x->strings[local])
+		return x->strings[local];
+	id = sqlite__store_string(st, profile__string(x->d, local));
+	if (id > 0)
+		x->strings[local] = (uint32_t)id;
+	return id;
+}
+
+/* Looks up or inserts a dictionary row keyed by n integer columns. */
+static int64_t _store_row(struct sqlite_store *st, struct cache *c, enum stmt_id get,
+			  enum stmt_id ins, const int64_t *cols, int n)
+{
+	int64_t id = c ? sqlite__cache_find(c, cols, n * sizeof(*cols)) : -ENOENT;
+	sqlite3_stmt *s;
+	int rc;
+
+	if (id >= 0)
+		return id;
+	s = st->st[get];
+	for (int i = 0; i < n; i++)
+		sqlite3_bind_int64(s, i + 1, cols[i]);
+	rc = sqlite3_step(s);
+	id = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+	sqlite3_reset(s);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return sqlite__fail(st, rc, sqlite__sql[get]);
+	if (!id) {
+		s = st->st[ins];
+		for (int i = 0; i < n; i++)
+			sqlite3_bind_int64(s, i + 1, cols[i]);
+		rc = sqlite3_step(s);
+		sqlite3_reset(s);
+		if (rc != SQLITE_DONE)
+			return sqlite__fail(st, rc, sqlite__sql[ins]);
+		id = sqlite3_last_insert_rowid(st->db);
+	}
+	if (_id32(id))
+		return -EOVERFLOW;
+	if (c)
+		sqlite__cache_put(c, cols, n * sizeof(*cols), (uint32_t)id);
+	return id;
+}
+
+static int64_t _x_mapping(struct sqlite_store *st, struct xlate *x, uint32_t local)
+{
+	const struct profile_mapping *m;
+	int64_t cols[2], id;
+
+	if (local == PROFILE_NO_MAPPING)
+		return 0;
+	if (local >= x->d->nmappings)
+		return -EINVAL;
+	if (x->mappings[local])
+		return x->mappings[local];
+	m = &x->d->mappings[local];
+	if ((cols[0] = sqlite__x_string(st, x, m->path)) < 0)
+		return cols[0];
+	if ((cols[1] = sqlite__x_string(st, x, m->build_id)) < 0)
+		return cols[1];
+	id = _store_row(st, &st->mappings, ST_MAP_GET, ST_MAP_INS, cols, 2);
+	if (id > 0)
+		x->mappings[local] = (uint32_t)id;
+	return id;
+}
+
+/*
+ * Frames are cached by their content, names as text, so that a frame the
+ * store knows costs one lookup rather than one per string: every batch
+ * brings its own dictionary, and translating it is most of a write's work.
+ */
+struct frame_key {
+	uint64_t addr;
+	uint32_t kind, line, mapping, fn_len;
+	char text[];		/* function, NUL, file, NUL */
+};
+
+static int64_t _x_frame(struct sqlite_store *st, struct xlate *x, uint32_t local)
+{
+	const struct profile_frame *f;
+	struct frame_key *k;
+	const char *fn, *file;
+	size_t fn_len, file_len, klen;
+	int64_t cols[6], id, mapping;
+
+	if (local >= x->d->nframes)
+		return -EINVAL;
+	if (x->frames[local])
+		return x->frames[local];
+	f = &x->d->frames[local];
+	if (f->function >= x->nstrings || f->file >= x->nstrings)
+		return -EINVAL;
+	if ((mapping = _x_mapping(st, x, f->mapping)) < 0)
+		return mapping;
+	fn = profile__string(x->d, f->function);
+	file = profile__string(x->d, f->file);
+	fn_len = strlen(fn);
+	file_len = strlen(file);
+	klen = sizeof(*k) + fn_len + file_len + 2;
+	if (klen > st->cap_kbuf) {
+		void *p = realloc(st->kbuf, klen * 2);
+
+		if (!p)
+			return -ENOMEM;
+		st->kbuf = p;
+		st->cap_kbuf = klen * 2;
+	}
+	k = st->kbuf;
+	memset(k, 0, sizeof(*k));
+	k->addr = f->addr;
+	k->kind = f->kind;
+	k->line = f->line;
+	k->mapping = (uint32_t)mapping;
+	k->fn_len = (uint32_t)fn_len;
+	memcpy(k->text, fn, fn_len + 1);
+	memcpy(k->text + fn_len + 1, file, file_len + 1);
+	id = sqlite__cache_find(&st->frames, k, klen);
+	if (id < 0) {
+		cols[0] = f->kind;
+		cols[1] = mapping;
+		cols[2] = (int64_t)f->addr;
+		if ((cols[3] = sqlite__x_string(st, x, f->function)) < 0)
+			return cols[3];
+		if ((cols[4] = sqlite__x_string(st, x, f->file)) < 0)
+			return cols[4];
+		cols[5] = f->line;
+		id = _store_row(st, NULL, ST_FRAME_GET, ST_FRAME_INS, cols, 6);
+		if (id < 0)
+			return id;
+		/* Neither sqlite__x_string() nor _store_row() touches kbuf. */
+		sqlite__cache_put(&st->frames, k, klen, (uint32_t)id);
+	}
+	x->frames[local] = (uint32_t)id;
+	return id;
+}
+
+int sqlite__fbuf_reserve(struct sqlite_store *st, size_t n)
+{
+	uint32_t *f;
+
+	if (n <= st->cap_fbuf)
+		return 0;
+	f = realloc(st->fbuf, n * sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	st->fbuf = f;
+	st->cap_fbuf = n;
+	return 0;
+}
+
+/*
+ * Stacks are found by a 64-bit hash of their frame ids; on the (unlikely)
+ * collision of two different stacks the next hash value is tried, so a
+ * collision costs a probe, never a wrong stack.
+ */
+int64_t sqlite__x_stack(struct sqlite_store *st, struct xlate *x, uint32_t local)
+{
+	const uint32_t *lf;
+	uint32_t n, *frames;
+	uint8_t *blob = NULL;
+	size_t blen = 0;
+	int64_t id = 0;
+	uint64_t hash;
+	int rc;
+
+	if (x->stacks[local])
+		return x->stacks[local];
+	lf = profile__stack(x->d, local, &n);
+	if (sqlite__fbuf_reserve(st, n + 1))
+		return -ENOMEM;
+	frames = st->fbuf;
+	for (uint32_t i = 0; i < n; i++) {
+		int64_t f = _x_frame(st, x, lf[i]);
+
+		if (f < 0)
+			return f;
+		frames[i] = (uint32_t)f;
+	}
+	id = sqlite__cache_find(&st->stacks, frames, n * sizeof(*frames));
+	if (id >= 0)
+		goto out;
+	blob = malloc((size_t)n * 5 + 1);
+	if (!blob)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		sqlite__put_varint(blob, &blen, frames[i]);
+	for (hash = hash__bytes(frames, n * sizeof(*frames));; hash++) {
+		sqlite3_stmt *s = st->st[ST_STACK_GET];
+		bool same = false;
+
+		sqlite3_bind_int64(s, 1, (int64_t)hash);
+		rc = sqlite3_step(s);
+		if (rc == SQLITE_ROW) {
+			const void *b = sqlite3_column_blob(s, 1);
+			size_t len = sqlite3_column_bytes(s, 1);
+
+			id = sqlite3_column_int64(s, 0);
+			same = len == blen && (!len || !memcmp(b, blob, len));
+		}
+		sqlite3_reset(s);
+		if (rc == SQLITE_DONE)
+			break;
+		if (rc != SQLITE_ROW) {
+			id = sqlite__fail(st, rc, "stacks");
+			goto out;
+		}
+		if (same)
+			goto cache;
+	}
+	{
+		sqlite3_stmt *s = st->st[ST_STACK_INS];
+
+		sqlite3_bind_int64(s, 1, (int64_t)hash);
+		sqlite3_bind_blob(s, 2, blob, (int)blen, SQLITE_STATIC);
+		rc = sqlite3_step(s);
+		sqlite3_reset(s);
+		if (rc != SQLITE_DONE) {
+			id = sqlite__fail(st, rc, "stacks");
+			goto out;
+		}
+		id = sqlite3_last_insert_rowid(st->db);
+	}
+cache:
+	if (_id32(id)) {
+		id = -EOVERFLOW;
+		goto out;
+	}
+	sqlite__cache_put(&st->stacks, frames, n * sizeof(*frames), (uint32_t)id);
+out:
+	free(blob);
+	if (id > 0)
+		x->stacks[local] = (uint32_t)id;
+	return id;
+}
+
+struct label_pair {
+	const char *name, *value;
+};
+
+static int _by_label_name(const void *a, const void *b)
+{
+	return strcmp(((const struct label_pair *)a)->name, ((const struct label_pair *)b)->name);
+}
+
+struct sbuf {
+	char *p;
+	size_t len, cap;
+	bool oom;
+};
+
+static void _sb_put(struct sbuf *b, const char *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		char *p;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+/* Appends s quoted like a Prometheus label value. */
+static void _sb_quoted(struct sbuf *b, const char *s)
+{
+	_sb_put(b, "\"", 1);
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			_sb_put(b, "\\", 1);
+		if (*s == '\n')
+			_sb_put(b, "\\n", 2);
+		else
+			_sb_put(b, s, 1);
+	}
+	_sb_put(b, "\"", 1);
+}
+
+/*
+ * The canonical text of a label set, {a="x",b="y"} sorted by name, is the
+ * series' identity; node replaces any node label of the batch.
+ */
+int64_t sqlite__x_series(struct sqlite_store *st, struct xlate *x, const char *node, uint32_t local)
+{
+	const struct batch_label *bl;
+	struct label_pair *labels;
+	struct sbuf key = { 0 };
+	size_t n, nl = 0, len;
+	int64_t id;
+	int rc;
+
+	if (x->series[local])
+		return x->series[local];
+	bl = batch__series(x->b, local, &n);
+	labels = calloc(n + 1, sizeof(*labels));
+	if (!labels)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		if (bl[i].name >= x->nstrings || bl[i].value >= x->nstrings) {
+			id = -EINVAL;
+			goto out;
+		}
+		labels[nl].name = profile__string(x->d, bl[i].name);
+		labels[nl].value = profile__string(x->d, bl[i].value);
+		if (strcmp(labels[nl].name, "node"))
+			nl++;
+	}
+	labels[nl++] = (struct label_pair){ "node", node };
+	qsort(labels, nl, sizeof(*labels), _by_label_name);
+	_sb_put(&key, "{", 1);
+	for (size_t i = 0; i < nl; i++) {
+		if (i)
+			_sb_put(&key, ",", 1);
+		_sb_put(&key, labels[i].name, strlen(labels[i].name));
+		_sb_put(&key, "=", 1);
+		_sb_quoted(&key, labels[i].value);
+	}
+	_sb_put(&key, "}", 1);
+	if (x->b->period_ns) {
+		char pbuf[32];
+
+		snprintf(pbuf, sizeof(pbuf), "@%llu", (unsigned long long)x->b->period_ns);
+		_sb_put(&key, pbuf, strlen(pbuf));
+	}
+	id = -ENOMEM;
+	if (key.oom)
+		goto out;
+	len = key.len;
+	id = sqlite__cache_find(&st->series, key.p, len);
+	if (id >= 0)
+		goto done;
+	{
+		sqlite3_stmt *s = st->st[ST_SERIES_GET];
+
+		sqlite3_bind_text(s, 1, key.p, (int)len, SQLITE_STATIC);
+		rc = sqlite3_step(s);
+		id = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+		sqlite3_reset(s);
+		if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+			id = sqlite__fail(st, rc, "series");
+			goto out;
+		}
+	}
+	if (!id) {
+		sqlite3_stmt *s = st->st[ST_SERIES_INS];
+
+		sqlite3_bind_text(s, 1, key.p, (int)len, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 2, x->b->period_ns > INT64_MAX ? 0 : (int64_t)x->b->period_ns);
+		rc = sqlite3_step(s);
+		sqlite3_reset(s);
+		if (rc != SQLITE_DONE) {
+			id = sqlite__fail(st, rc, "series");
+			goto out;
+		}
+		id = sqlite3_last_insert_rowid(st->db);
+		s = st->st[ST_LABEL_INS];
+		for (size_t i = 0; i < nl; i++) {
+			sqlite3_bind_int64(s, 1, id);
+			sqlite3_bind_text(s, 2, labels[i].name, -1, SQLITE_STATIC);
+			sqlite3_bind_text(s, 3, labels[i].value, -1, SQLITE_STATIC);
+			rc = sqlite3_step(s);
+			sqlite3_reset(s);
+			if (rc != SQLITE_DONE) {
+				id = sqlite__fail(st, rc, "series_labels");
+				goto out;
+			}
+		}
+	}
+	if (_id32(id)) {
+		id = -EOVERFLOW;
+		goto out;
+	}
+	sqlite__cache_put(&st->series, key.p, len, (uint32_t)id);
+done:
+	x->series[local] = (uint32_t)id;
+out:
+	free(labels);
+	free(key.p);
+	return id;
+}

@@ -1,0 +1,376 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * SQLite backend: the summing queries, store__profile() and store__series(),
+ * and the label names and values of the series with samples in a window.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/batch.h"
+#include "common/intern.h"
+#include "common/profile.h"
+#include "sqlite_int.h"
+
+/* ---- store__profile -------------------------------------------------------- */
+
+/* What a profile query sums by besides the stack: comm, and for CPU the period. */
+struct ptag {
+	uint32_t comm, pad;
+	uint64_t period_ns;
+};
+
+static int _tag_comm(struct query *q, struct qseries *s)
+{
+	int64_t id = profile__intern_string(q->out, s->info->comm);
+	struct ptag t = { 0 };
+
+	if (id < 0)
+		return (int)id;
+	t.comm = (uint32_t)id;
+	if (q->type == SAMPLE_CPU)
+		t.period_ns = s->info->period_ns ? s->info->period_ns : q->fallback_period;
+	if (!q->ptags && !(q->ptags = intern__new()))
+		return -ENOMEM;
+	id = intern__add(q->ptags, &t, sizeof(t), NULL);
+	if (id < 0)
+		return (int)id;
+	s->tag = (uint32_t)id;
+	return 0;
+}
+
+static const struct ptag *_ptag(const struct query *q, uint32_t tag)
+{
+	size_t len;
+
+	return intern__key(q->ptags, tag, &len);
+}
+
+static int _agg_add(struct query *q, uint64_t key, int64_t v)
+{
+	uint64_t *slot = sqlite__map_upsert(&q->agg, key, NULL);
+
+	if (!slot)
+		return -ENOMEM;
+	*slot += (uint64_t)v;
+	return 0;
+}
+
+static int _profile_rollup(struct query *q, struct qseries *s, int64_t bucket,
+			   const struct rollup_entry *e, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		int err;
+
+		if (e[i].type != q->type)
+			continue;
+		err = _agg_add(q, (uint64_t)e[i].stack << 32 | s->tag, e[i].sum);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+static int _profile_sample(struct query *q, struct qseries *s, const struct block_sample *bs)
+{
+	return _agg_add(q, (uint64_t)bs->stack << 32 | s->tag, bs->value);
+}
+
+int sqlite__profile(void *impl, int64_t from, int64_t to, const struct selector *sel,
+		    uint32_t type, struct profile *out)
+{
+	static const struct visitor v = { .rollup = _profile_rollup, .sample = _profile_sample };
+	struct sqlite_store *st = impl;
+	struct query q = { .st = st, .sel = sel, .type = type, .tag = _tag_comm, .out = out,
+			   .fallback_period = out->period_ns };
+	struct exporter ex = { .st = st, .out = out };
+	struct plan p = { 0 };
+	uint64_t first_period = 0;
+	bool any_period = false, mixed = false;
+	int err;
+
+	if (!sqlite__clamp(&from, &to))
+		return 0;
+	sqlite__query_begin(st);
+	err = sqlite__plan_bucket(&p, from, to);
+	if (err)
+		goto out;
+	err = sqlite__begin_read(st);
+	if (err)
+		goto out;
+	err = sqlite__scan_plan(&q, &p, &v);
+	/* The periods of what was found: one, or several (then nanoseconds). */
+	for (uint32_t i = 0; !err && i < q.agg.cap; i++) {
+		const struct u64slot *slot = &q.agg.slots[i];
+		uint64_t period;
+
+		if (!slot->used || !slot->val)
+			continue;
+		period = _ptag(&q, (uint32_t)slot->key)->period_ns;
+		if (!any_period) {
+			first_period = period;
+			any_period = true;
+		} else if (period != first_period) {
+			mixed = true;
+			break;
+		}
+	}
+	for (uint32_t i = 0; !err && i < q.agg.cap; i++) {
+		const struct u64slot *slot = &q.agg.slots[i];
+		const struct ptag *t;
+		uint64_t v;
+		int64_t stack;
+
+		if (!slot->used || !slot->val)
+			continue;
+		t = _ptag(&q, (uint32_t)slot->key);
+		v = slot->val;
+		if (mixed && __builtin_mul_overflow(v, t->period_ns, &v))
+			v = UINT64_MAX;
+		stack = sqlite__ex_stack(&ex, (uint32_t)(slot->key >> 32));
+		if (stack < 0)
+			err = (int)stack;
+		else
+			err = profile__add_sample(out, (uint32_t)stack, 0, 0, 0, t->comm, v);
+	}
+	if (!err && type == SAMPLE_CPU && any_period)
+		out->period_ns = mixed ? 1 : first_period;
+	err = sqlite__end_read(st, err);
+out:
+	sqlite__plan_free(&p);
+	sqlite__query_free(&q);
+	sqlite__exporter_free(&ex);
+	return err;
+}
+
+/* ---- store__series --------------------------------------------------------- */
+
+static int _tag_group(struct query *q, struct qseries *s)
+{
+	const char *v = q->by ? sqlite__info_get((void *)s->info, q->by) : NULL;
+	int64_t id;
+
+	if (!v)
+		v = "";
+	id = intern__add(q->groups, v, strlen(v) + 1, NULL);
+	if (id < 0)
+		return (int)id;
+	s->tag = (uint32_t)id;
+	return 0;
+}
+
+static inline uint64_t _bucket_of(const struct query *q, int64_t t)
+{
+	return (uint64_t)((t - q->from) / q->step);
+}
+
+static int _series_rollup(struct query *q, struct qseries *s, int64_t bucket,
+			  const struct rollup_entry *e, uint32_t n)
+{
+	int64_t sum = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (e[i].type == q->type)
+			sum += e[i].sum;
+	if (!sum)
+		return 0;
+	return _agg_add(q, (uint64_t)s->tag << 32 | _bucket_of(q, bucket), sum);
+}
+
+static int _series_sample(struct query *q, struct qseries *s, const struct block_sample *bs)
+{
+	return _agg_add(q, (uint64_t)s->tag << 32 | _bucket_of(q, bs->ts_ns), bs->value);
+}
+
+struct series_out {
+	const char *group;
+	uint64_t bucket;
+	int64_t sum;
+};
+
+static int _by_group_bucket(const void *pa, const void *pb)
+{
+	const struct series_out *a = pa, *b = pb;
+	int c = strcmp(a->group, b->group);
+
+	if (c)
+		return c;
+	return (a->bucket > b->bucket) - (a->bucket < b->bucket);
+}
+
+int sqlite__series(void *impl, int64_t from, int64_t to, int64_t step,
+		   const struct selector *sel, uint32_t type, const char *by,
+		   int (*cb)(void *ctx, const char *group, int64_t bucket_start, int64_t sum),
+		   void *ctx)
+{
+	static const struct visitor v = { .rollup = _series_rollup, .totals = true,
+					  .sample = _series_sample };
+	struct sqlite_store *st = impl;
+	struct query q = { .st = st, .sel = sel, .type = type, .tag = _tag_group,
+			   .from = from, .step = step, .by = by };
+	struct series_out *res = NULL;
+	struct plan p = { 0 };
+	int64_t cfrom = from, cto = to;
+	uint32_t nres = 0;
+	int err = -ENOMEM;
+
+	if (!sqlite__clamp(&cfrom, &cto))
+		return 0;
+	sqlite__query_begin(st);
+	q.groups = intern__new();
+	if (!q.groups)
+		goto out;
+	/* Buckets keep their places relative to from; only their reading is clamped. */
+	for (int64_t a = from; a < to; a = sqlite__sat_add(a, step)) {
+		int64_t b = sqlite__sat_add(a, step) < to ? sqlite__sat_add(a, step) : to;
+
+		if (b <= cfrom || a >= cto)
+			continue;
+		err = sqlite__plan_bucket(&p, a > cfrom ? a : cfrom, b < cto ? b : cto);
+		if (err)
+			goto out;
+		if (b == INT64_MAX)
+			break;
+	}
+	err = sqlite__begin_read(st);
+	if (err)
+		goto out;
+	err = sqlite__scan_plan(&q, &p, &v);
+	err = sqlite__end_read(st, err);
+	if (err)
+		goto out;
+	res = malloc((q.agg.count + 1) * sizeof(*res));
+	if (!res) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < q.agg.cap; i++) {
+		const struct u64slot *slot = &q.agg.slots[i];
+
+		if (!slot->used || !slot->val)
+			continue;
+		res[nres++] = (struct series_out){
+			.group = intern__key(q.groups, (uint32_t)(slot->key >> 32), NULL),
+			.bucket = (uint32_t)slot->key,
+			.sum = (int64_t)slot->val,
+		};
+	}
+	qsort(res, nres, sizeof(*res), _by_group_bucket);
+	for (uint32_t i = 0; !err && i < nres; i++)
+		err = cb(ctx, res[i].group, from + (int64_t)res[i].bucket * step, res[i].sum);
+out:
+	free(res);
+	sqlite__plan_free(&p);
+	sqlite__query_free(&q);
+	return err;
+}
+
+/* ---- labels ---------------------------------------------------------------- */
+
+/* The series with at least one sample (any type) in [from, to), into active. */
+static int _active_series(struct sqlite_store *st, int64_t from, int64_t to, struct u64map *active)
+{
+	sqlite3_stmt *s = st->st[ST_BLOCKS_RANGE];
+	int rc = SQLITE_DONE, err = 0;
+
+	sqlite3_bind_int64(s, 1, from);
+	sqlite3_bind_int64(s, 2, to);
+	sqlite3_bind_int64(s, 3, sqlite__sat_add(to, SPAN));
+	sqlite3_bind_int64(s, 4, -1);
+	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		uint64_t series = (uint64_t)sqlite3_column_int64(s, 1);
+		const struct block_sample *bs;
+		bool inside = false;
+		uint32_t n;
+
+		if (sqlite__map_get(active, series))
+			continue;
+		if (sqlite3_column_int64(s, 2) >= from && sqlite3_column_int64(s, 3) < to) {
+			inside = true;
+		} else {
+			err = sqlite__decode_row(st, s, 5, sqlite3_column_int64(s, 0), &bs, &n);
+			for (uint32_t i = 0; !err && i < n && !inside; i++)
+				inside = bs[i].ts_ns >= from && bs[i].ts_ns < to;
+		}
+		if (inside && !sqlite__map_upsert(active, series, NULL))
+			err = -ENOMEM;
+	}
+	sqlite3_reset(s);
+	if (!err && rc != SQLITE_DONE)
+		err = sqlite__fail(st, rc, "sample_blocks");
+	return err;
+}
+
+static int _by_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Label names (name == NULL) or the values of label name over active series. */
+static int _labels(struct sqlite_store *st, const char *name, int64_t from, int64_t to,
+		   int (*cb)(void *ctx, const char *s), void *ctx)
+{
+	struct u64map active = { 0 };
+	struct intern *set = intern__new();
+	const char **sorted = NULL;
+	uint32_t n;
+	int err;
+
+	if (!set)
+		return -ENOMEM;
+	if (!sqlite__clamp(&from, &to)) {
+		intern__free(set);
+		return 0;
+	}
+	sqlite__query_begin(st);
+	err = sqlite__begin_read(st);
+	if (err)
+		goto out;
+	err = _active_series(st, from, to, &active);
+	for (uint32_t i = 0; !err && i < active.cap; i++) {
+		const struct series_info *si;
+
+		if (!active.slots[i].used)
+			continue;
+		err = sqlite__series_info(st, (int64_t)active.slots[i].key, &si);
+		for (uint32_t j = 0; !err && j < si->nlabels; j++) {
+			const char *t = name ? (strcmp(si->names[j], name) ? NULL : si->values[j])
+					     : si->names[j];
+
+			if (t && intern__add(set, t, strlen(t) + 1, NULL) < 0)
+				err = -ENOMEM;
+		}
+	}
+	err = sqlite__end_read(st, err);
+	if (err)
+		goto out;
+	n = intern__count(set);
+	sorted = malloc((n + 1) * sizeof(*sorted));
+	if (!sorted) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		sorted[i] = intern__key(set, i, NULL);
+	qsort(sorted, n, sizeof(*sorted), _by_str);
+	for (uint32_t i = 0; !err && i < n; i++)
+		err = cb(ctx, sorted[i]);
+out:
+	free(sorted);
+	intern__free(set);
+	sqlite__map_free(&active);
+	return err;
+}
+
+int sqlite__label_names(void *impl, int64_t from, int64_t to,
+			int (*cb)(void *ctx, const char *name), void *ctx)
+{
+	return _labels(impl, NULL, from, to, cb, ctx);
+}
+
+int sqlite__label_values(void *impl, const char *name, int64_t from, int64_t to,
+			 int (*cb)(void *ctx, const char *value), void *ctx)
+{
+	return _labels(impl, name, from, to, cb, ctx);
+}

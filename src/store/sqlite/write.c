@@ -1,0 +1,666 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * SQLite backend: store__write(). Samples go into blocks and rollups in one
+ * transaction; windows that closed are compacted after it.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/batch.h"
+#include "common/intern.h"
+#include "common/log.h"
+#include "common/profile.h"
+#include "sqlite_int.h"
+
+/* A compaction never builds a block larger than this. */
+#define MAX_BLOCK	(1u << 20)
+#define OPEN_WINDOWS_MAX (1u << 20)
+
+static const int64_t _ru_unit[RU_NTABLES] = { NS_MIN, NS_HOUR };
+
+/* ---- writing: samples and rollups ----------------------------------------- */
+
+struct wsample {
+	int64_t ts, value;
+	uint32_t series, type, stack, tid, cpu;
+};
+
+static int _by_block(const void *pa, const void *pb)
+{
+	const struct wsample *a = pa, *b = pb;
+	int64_t wa = sqlite__floor_to(a->ts, SPAN), wb = sqlite__floor_to(b->ts, SPAN);
+
+	if (a->series != b->series)
+		return a->series < b->series ? -1 : 1;
+	if (a->type != b->type)
+		return a->type < b->type ? -1 : 1;
+	if (wa != wb)
+		return wa < wb ? -1 : 1;
+	return (a->ts > b->ts) - (a->ts < b->ts);
+}
+
+static int _insert_block(struct sqlite_store *st, uint32_t series, uint32_t type,
+			 const struct block_sample *bs, uint32_t n)
+{
+	sqlite3_stmt *s = st->st[ST_BLOCK_INS];
+	int64_t t_min = INT64_MAX, t_max = INT64_MIN;
+	const uint8_t *enc;
+	size_t len;
+	int rc = SQLITE_DONE, err;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (bs[i].ts_ns < t_min)
+			t_min = bs[i].ts_ns;
+		if (bs[i].ts_ns > t_max)
+			t_max = bs[i].ts_ns;
+	}
+	err = blockcodec__encode(st->codec, bs, n, &enc, &len);
+	if (err)
+		return err;
+	sqlite3_bind_int64(s, 1, series);
+	sqlite3_bind_int64(s, 2, type);
+	sqlite3_bind_int64(s, 3, t_min);
+	sqlite3_bind_int64(s, 4, t_max);
+	sqlite3_bind_int64(s, 5, n);
+	rc = sqlite3_bind_blob(s, 6, enc, (int)len, SQLITE_STATIC);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+	if (rc != SQLITE_DONE)
+		return sqlite__fail(st, rc, "sample_blocks");
+	return 0;
+}
+
+int sqlite__due_add(struct due **due, uint32_t *n, uint32_t *cap, int64_t series,
+		    uint32_t type, int64_t window)
+{
+	if (window < 0)
+		return 0;
+	if (*n == *cap) {
+		uint32_t ncap = *cap ? *cap * 2 : 16;
+		struct due *d = realloc(*due, ncap * sizeof(*d));
+
+		if (!d)
+			return -ENOMEM;
+		*due = d;
+		*cap = ncap;
+	}
+	(*due)[(*n)++] = (struct due){ series, window, type };
+	return 0;
+}
+
+/*
+ * Which windows of this (series, type) have closed, now that a block went
+ * into window w: the one that was open before, or w itself when it is
+ * older than the open one (late data). The first write after open also
+ * checks the window before w, which a restart may have left unmerged.
+ */
+static int _note_window(struct sqlite_store *st, uint32_t series, uint32_t type, int64_t w,
+			struct due **due, uint32_t *ndue, uint32_t *cap_due)
+{
+	uint64_t key = (uint64_t)series << 32 | type;
+	bool added;
+	uint64_t *open;
+	int64_t cur;
+
+	/* Series come and go with processes: forgetting costs one check each. */
+	if (st->open_window.count > OPEN_WINDOWS_MAX)
+		sqlite__map_free(&st->open_window);
+	open = sqlite__map_upsert(&st->open_window, key, &added);
+
+	if (!open)
+		return -ENOMEM;
+	if (added) {
+		*open = (uint64_t)w;
+		return sqlite__due_add(due, ndue, cap_due, series, type, w - SPAN);
+	}
+	cur = (int64_t)*open;
+	if (w > cur) {
+		*open = (uint64_t)w;
+		return sqlite__due_add(due, ndue, cap_due, series, type, cur);
+	}
+	if (w < cur)
+		return sqlite__due_add(due, ndue, cap_due, series, type, w);
+	return 0;
+}
+
+static int _write_blocks(struct sqlite_store *st, struct wsample *ws, uint32_t n,
+			 struct due **due, uint32_t *ndue, uint32_t *cap_due)
+{
+	struct block_sample *bs = malloc((n ? n : 1) * sizeof(*bs));
+	int err = 0;
+
+	if (!bs)
+		return -ENOMEM;
+	qsort(ws, n, sizeof(*ws), _by_block);
+	for (uint32_t i = 0, j; i < n; i = j) {
+		int64_t w = sqlite__floor_to(ws[i].ts, SPAN);
+		uint32_t m = 0;
+
+		for (j = i; j < n && ws[j].series == ws[i].series && ws[j].type == ws[i].type &&
+			    sqlite__floor_to(ws[j].ts, SPAN) == w && m < MAX_BLOCK; j++, m++)
+			bs[m] = (struct block_sample){
+				.ts_ns = ws[j].ts, .value = ws[j].value, .stack = ws[j].stack,
+				.tid = ws[j].tid, .cpu = ws[j].cpu, .type = ws[j].type,
+			};
+		err = _insert_block(st, ws[i].series, ws[i].type, bs, m);
+		if (!err)
+			err = _note_window(st, ws[i].series, ws[i].type, w, due, ndue, cap_due);
+		if (err)
+			break;
+	}
+	free(bs);
+	return err;
+}
+
+int sqlite__by_rollup(const void *pa, const void *pb)
+{
+	const struct rsample *a = pa, *b = pb;
+
+	if (a->series != b->series)
+		return a->series < b->series ? -1 : 1;
+	if (a->bucket != b->bucket)
+		return a->bucket < b->bucket ? -1 : 1;
+	if (a->type != b->type)
+		return a->type < b->type ? -1 : 1;
+	return (a->stack > b->stack) - (a->stack < b->stack);
+}
+
+/* Adds entries (sorted by type, stack) into the rollup row (table, bucket, series). */
+int sqlite__rollup_merge(struct sqlite_store *st, int table, int64_t bucket, uint32_t series,
+			 const struct rollup_entry *add, uint32_t nadd)
+{
+	sqlite3_stmt *s = st->st[table == RU_MIN ? ST_RU_GET_M : ST_RU_GET_H];
+	const struct rollup_entry *old = NULL;
+	uint32_t nold = 0, n = 0, i = 0, j = 0;
+	const uint8_t *enc;
+	size_t len;
+	int rc = SQLITE_DONE, err = 0;
+
+	sqlite3_bind_int64(s, 1, bucket);
+	sqlite3_bind_int64(s, 2, series);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		err = blockcodec__decode_rollup(st->codec, sqlite3_column_blob(s, 0),
+						sqlite3_column_bytes(s, 0), &old, &nold);
+		if (err) {
+			pr_warn("store: sqlite: corrupt rollup (table %d, bucket %lld, series %u): %s\n",
+				table, (long long)bucket, series, strerror(-err));
+			err = err == -ENOMEM ? err : -EIO;
+		}
+	} else if (rc != SQLITE_DONE) {
+		err = sqlite__fail(st, rc, "rollup");
+	}
+	sqlite3_reset(s);
+	if (err)
+		return err;
+	/* Twice: merged entries, then at most as many per-type totals. */
+	if (2 * ((size_t)nold + nadd) > st->cap_merge) {
+		size_t cap = 2 * ((size_t)nold + nadd);
+		struct rollup_entry *m = realloc(st->merge, cap * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		st->merge = m;
+		st->cap_merge = cap;
+	}
+	while (i < nold || j < nadd) {
+		int c;
+
+		if (i == nold)
+			c = 1;
+		else if (j == nadd)
+			c = -1;
+		else if (old[i].type != add[j].type)
+			c = old[i].type < add[j].type ? -1 : 1;
+		else
+			c = (old[i].stack > add[j].stack) - (old[i].stack < add[j].stack);
+		if (c < 0) {
+			st->merge[n++] = old[i++];
+		} else if (c > 0) {
+			st->merge[n++] = add[j++];
+		} else {
+			st->merge[n] = old[i++];
+			st->merge[n++].sum += add[j++].sum;
+		}
+	}
+	s = st->st[table == RU_MIN ? ST_RU_PUT_M : ST_RU_PUT_H];
+	sqlite3_bind_int64(s, 1, bucket);
+	sqlite3_bind_int64(s, 2, series);
+	/*
+	 * Per-type totals in a column of their own: series queries over long
+	 * windows need only them, not every stack of every minute.
+	 */
+	{
+		/* The merge buffer has room for this after its n entries. */
+		struct rollup_entry *totals = st->merge + n;
+		uint32_t nt = 0;
+
+		for (uint32_t k = 0; k < n; k++) {
+			if (nt && totals[nt - 1].type == st->merge[k].type)
+				totals[nt - 1].sum += st->merge[k].sum;
+			else
+				totals[nt++] = (struct rollup_entry){ 0, st->merge[k].type, st->merge[k].sum };
+		}
+		err = blockcodec__encode_rollup(st->codec, totals, nt, &enc, &len);
+		if (err)
+			return err;
+		rc = sqlite3_bind_blob(s, 3, enc, (int)len, SQLITE_TRANSIENT);
+	}
+	err = blockcodec__encode_rollup(st->codec, st->merge, n, &enc, &len);
+	if (err) {
+		sqlite3_clear_bindings(s);
+		return err;
+	}
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_blob(s, 4, enc, (int)len, SQLITE_STATIC);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+	if (rc != SQLITE_DONE)
+		return sqlite__fail(st, rc, "rollup");
+	return 0;
+}
+
+/*
+ * Sums the batch by (series, minute, type, stack), merges each minute into
+ * rollup_1m, then re-buckets the sums by hour and merges them into rollup_1h.
+ */
+static int _write_rollups(struct sqlite_store *st, const struct wsample *ws, uint32_t n)
+{
+	struct rsample *rs = malloc((n ? n : 1) * sizeof(*rs));
+	struct rollup_entry *e = malloc((n ? n : 1) * sizeof(*e));
+	uint32_t m = n;
+	int err = -ENOMEM;
+
+	if (!rs || !e)
+		goto out;
+	for (uint32_t i = 0; i < n; i++)
+		rs[i] = (struct rsample){ sqlite__floor_to(ws[i].ts, NS_MIN), ws[i].series, ws[i].type,
+					  ws[i].stack, ws[i].value };
+	for (int table = RU_MIN; table < RU_NTABLES; table++) {
+		uint32_t k = 0;
+
+		for (uint32_t i = 0; i < m; i++)
+			rs[i].bucket = sqlite__floor_to(rs[i].bucket, _ru_unit[table]);
+		qsort(rs, m, sizeof(*rs), sqlite__by_rollup);
+		/* Reduce equal (series, bucket, type, stack) in place. */
+		for (uint32_t i = 0; i < m; i++) {
+			if (k && !sqlite__by_rollup(&rs[k - 1], &rs[i]))
+				rs[k - 1].sum += rs[i].sum;
+			else
+				rs[k++] = rs[i];
+		}
+		m = k;
+		for (uint32_t i = 0, j; i < m; i = j) {
+			uint32_t ne = 0;
+
+			for (j = i; j < m && rs[j].series == rs[i].series && rs[j].bucket == rs[i].bucket; j++)
+				e[ne++] = (struct rollup_entry){ rs[j].stack, rs[j].type, rs[j].sum };
+			err = sqlite__rollup_merge(st, table, rs[i].bucket, rs[i].series, e, ne);
+			if (err)
+				goto out;
+		}
+	}
+	err = 0;
+out:
+	free(rs);
+	free(e);
+	return err;
+}
+
+int sqlite__meta_add(struct sqlite_store *st, const char *key, int64_t v)
+{
+	sqlite3_stmt *s = st->st[ST_META_ADD];
+
+	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, v);
+	return sqlite__exec(st, ST_META_ADD);
+}
+
+static int _by_due(const void *pa, const void *pb)
+{
+	const struct due *a = pa, *b = pb;
+
+	if (a->series != b->series)
+		return a->series < b->series ? -1 : 1;
+	if (a->type != b->type)
+		return a->type < b->type ? -1 : 1;
+	return (a->window > b->window) - (a->window < b->window);
+}
+
+static int _by_ts(const void *pa, const void *pb)
+{
+	const struct block_sample *a = pa, *b = pb;
+
+	return (a->ts_ns > b->ts_ns) - (a->ts_ns < b->ts_ns);
+}
+
+/*
+ * Merges the blocks of one (series, type, window) into one. A window whose
+ * blocks would exceed MAX_BLOCK samples, or holds a corrupt block, is left
+ * alone (and logged): compaction only saves space.
+ */
+static int _compact_window(struct sqlite_store *st, const struct due *d)
+{
+	sqlite3_stmt *s = st->st[ST_BLOCKS_WINDOW];
+	struct block_sample *all = NULL;
+	int64_t *ids = NULL;
+	uint32_t nall = 0, cap = 0, nids = 0, capids = 0;
+	int rc = SQLITE_DONE, err = 0;
+
+	sqlite3_bind_int64(s, 1, d->series);
+	sqlite3_bind_int64(s, 2, d->window);
+	sqlite3_bind_int64(s, 3, d->window + SPAN);
+	sqlite3_bind_int64(s, 4, d->type);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		const struct block_sample *bs;
+		uint32_t n;
+
+		if (nall + (uint64_t)sqlite3_column_int64(s, 1) > MAX_BLOCK) {
+			err = 1;
+			break;
+		}
+		err = blockcodec__decode(st->codec, sqlite3_column_blob(s, 2),
+					 sqlite3_column_bytes(s, 2), &bs, &n);
+		if (err) {
+			pr_warn("store: sqlite: corrupt sample block %lld: not compacting its window\n",
+				(long long)sqlite3_column_int64(s, 0));
+			break;
+		}
+		if (nall + n > cap || nids == capids) {
+			uint32_t ncap = (nall + n) * 2, ncapids = capids ? capids * 2 : 16;
+			struct block_sample *a = realloc(all, ncap * sizeof(*a));
+			int64_t *ni;
+
+			if (!a) {
+				err = -ENOMEM;
+				break;
+			}
+			all = a;
+			cap = ncap;
+			ni = realloc(ids, ncapids * sizeof(*ni));
+			if (!ni) {
+				err = -ENOMEM;
+				break;
+			}
+			ids = ni;
+			capids = ncapids;
+		}
+		memcpy(all + nall, bs, n * sizeof(*bs));
+		nall += n;
+		ids[nids++] = sqlite3_column_int64(s, 0);
+	}
+	sqlite3_reset(s);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		err = sqlite__fail(st, rc, "compaction");
+	if (err || nids < 2)
+		goto out;
+	qsort(all, nall, sizeof(*all), _by_ts);
+	err = _insert_block(st, (uint32_t)d->series, d->type, all, nall);
+	for (uint32_t i = 0; !err && i < nids; i++) {
+		sqlite3_bind_int64(st->st[ST_BLOCK_DEL], 1, ids[i]);
+		err = sqlite__exec(st, ST_BLOCK_DEL);
+	}
+out:
+	free(all);
+	free(ids);
+	return err < 0 ? err : 0;
+}
+
+/* Compacts the due windows in a transaction of their own. */
+void sqlite__compact(struct sqlite_store *st, struct due *due, uint32_t n)
+{
+	int err;
+
+	if (!n)
+		return;
+	qsort(due, n, sizeof(*due), _by_due);
+	err = sqlite__exec(st, ST_BEGIN);
+	for (uint32_t i = 0; !err && i < n; i++) {
+		if (i && !_by_due(&due[i - 1], &due[i]))
+			continue;
+		err = _compact_window(st, &due[i]);
+	}
+	if (!err)
+		err = sqlite__exec(st, ST_COMMIT);
+	if (err) {
+		sqlite__exec(st, ST_ROLLBACK);
+		pr_warn("store: sqlite: compaction failed: %s\n", strerror(-err));
+	}
+}
+
+/* Grows one translation array to n entries, the new ones untranslated. */
+static int _dx_grow(struct sqlite_store *st, struct dxlate *d, int k, uint32_t n)
+{
+	uint32_t *ids, cap;
+
+	if (n > d->cap[k]) {
+		for (cap = d->cap[k] ? d->cap[k] : 64; cap < n; cap *= 2)
+			;
+		ids = realloc(d->ids[k], (size_t)cap * sizeof(*ids));
+		if (!ids)
+			return -ENOMEM;
+		memset(ids + d->cap[k], 0, (size_t)(cap - d->cap[k]) * sizeof(*ids));
+		st->dx_bytes += (uint64_t)(cap - d->cap[k]) * sizeof(*ids);
+		d->ids[k] = ids;
+		d->cap[k] = cap;
+	}
+	if (n > d->n[k])
+		d->n[k] = n;
+	return 0;
+}
+
+/*
+ * The kept translation of dictionary dict_id written under node, grown to
+ * the dictionary's current size, in x; or NULL for ENOMEM. Least recently
+ * used ones go past DXLATE_MAX or DXLATE_BYTES: forgetting one costs its
+ * session one content lookup per entry, as for a batch of its own.
+ */
+static struct dxlate *_dx_get(struct sqlite_store *st, uint64_t dict_id, const char *node,
+			      struct xlate *x)
+{
+	const struct profile *p = x->d;
+	uint32_t n[5] = { x->nstrings + 1, p->nmappings + 1, p->nframes + 1,
+			  profile__nstacks(p) + 1, batch__nseries(x->b) + 1 };
+	struct dxlate *d = NULL;
+
+	for (uint32_t i = 0; i < st->ndx; i++) {
+		if (st->dx[i]->dict_id == dict_id && st->dx[i]->period_ns == x->b->period_ns &&
+		    !strcmp(st->dx[i]->node, node)) {
+			d = st->dx[i];
+			break;
+		}
+	}
+	if (!d) {
+		while (st->ndx && (st->ndx >= DXLATE_MAX || st->dx_bytes > DXLATE_BYTES)) {
+			uint32_t old = 0;
+
+			for (uint32_t i = 1; i < st->ndx; i++)
+				if (st->dx[i]->used < st->dx[old]->used)
+					old = i;
+			sqlite__dx_remove(st, old);
+		}
+		if (!st->dx) {
+			st->dx = calloc(DXLATE_MAX, sizeof(*st->dx));
+			if (!st->dx)
+				return NULL;
+		}
+		d = calloc(1, sizeof(*d));
+		if (!d || !(d->node = strdup(node))) {
+			free(d);
+			return NULL;
+		}
+		d->dict_id = dict_id;
+		d->period_ns = x->b->period_ns;
+		st->dx[st->ndx++] = d;
+		st->dx_bytes += sizeof(*d);
+	}
+	d->used = ++st->dx_clock;
+	for (int k = 0; k < 5; k++)
+		if (_dx_grow(st, d, k, n[k]))
+			return NULL;
+	x->strings = d->ids[0];
+	x->mappings = d->ids[1];
+	x->frames = d->ids[2];
+	x->stacks = d->ids[3];
+	x->series = d->ids[4];
+	return d;
+}
+
+/* Inside the write's transaction; ids go through the same translation as samples'. */
+static int _write_gpu_intervals(struct sqlite_store *st, struct xlate *x, const char *node,
+				const struct batch *b)
+{
+	sqlite3_stmt *s = st->st[ST_GPU_INS];
+
+	for (uint32_t i = 0; i < b->ngpu_intervals; i++) {
+		const struct batch_gpu_interval *g = &b->gpu_intervals[i];
+		int64_t series = sqlite__x_series(st, x, node, g->series);
+		int64_t name = series < 0 ? series : sqlite__x_string(st, x, g->name);
+		int64_t stack = g->stack == BATCH_NO_STACK || name < 0 ? name : sqlite__x_stack(st, x, g->stack);
+		int rc;
+
+		if (series < 0 || name < 0 || stack < 0)
+			return (int)(series < 0 ? series : name < 0 ? name : stack);
+		sqlite3_bind_int64(s, 1, g->start_ns);
+		sqlite3_bind_int64(s, 2, g->end_ns);
+		sqlite3_bind_int64(s, 3, series);
+		sqlite3_bind_int64(s, 4, g->device);
+		sqlite3_bind_int64(s, 5, g->stream);
+		sqlite3_bind_int64(s, 6, g->kind);
+		sqlite3_bind_int64(s, 7, name);
+		if (g->stack == BATCH_NO_STACK)
+			sqlite3_bind_null(s, 8);
+		else
+			sqlite3_bind_int64(s, 8, stack);
+		sqlite3_bind_int64(s, 9, (int64_t)g->correlation);
+		sqlite3_bind_int64(s, 10, (int64_t)g->bytes);
+		sqlite3_bind_int64(s, 11, g->weight);
+		rc = sqlite3_step(s);
+		sqlite3_reset(s);
+		if (rc != SQLITE_DONE)
+			return sqlite__fail(st, rc, "gpu_intervals");
+	}
+	return 0;
+}
+
+int sqlite__write(void *impl, const char *node, const struct batch *b)
+{
+	struct sqlite_store *st = impl;
+	const struct profile *d = b->dict;
+	uint32_t nstacks = profile__nstacks(d), nseries = batch__nseries(b);
+	struct xlate x = { .b = b, .d = d };
+	struct dxlate *dx = NULL;
+	struct wsample *ws = NULL;
+	struct due *due = NULL;
+	uint32_t ndue = 0, cap_due = 0;
+	bool in_txn = false;
+	int err = -EINVAL;
+
+	/* Everything that can be checked without the database, first. */
+	for (uint32_t i = 0; i < b->nsamples; i++) {
+		const struct batch_sample *bs = &b->samples[i];
+
+		if (bs->stack >= nstacks || bs->series >= nseries || bs->ts_ns < 0 ||
+		    bs->ts_ns >= TS_LIMIT) {
+			pr_warn("store: sqlite: batch from %s: sample %u has stack %u/%u, series %u/%u, ts %lld\n",
+				node, i, bs->stack, nstacks, bs->series, nseries, (long long)bs->ts_ns);
+			return -EINVAL;
+		}
+	}
+	err = sqlite__civ_check(node, b);
+	if (err)
+		return err;
+	for (uint32_t i = 0; i < b->ngpu_intervals; i++) {
+		const struct batch_gpu_interval *g = &b->gpu_intervals[i];
+
+		if ((g->stack != BATCH_NO_STACK && g->stack >= nstacks) || g->series >= nseries ||
+		    g->name >= intern__count(d->strings) || g->start_ns < 0 ||
+		    g->start_ns >= TS_LIMIT || g->end_ns < g->start_ns) {
+			pr_warn("store: sqlite: batch from %s: GPU interval %u has stack %u/%u, "
+				"series %u/%u, name %u, start %lld, end %lld\n", node, i, g->stack,
+				nstacks, g->series, nseries, g->name, (long long)g->start_ns,
+				(long long)g->end_ns);
+			return -EINVAL;
+		}
+	}
+	if (!b->nsamples && !b->ncpu_intervals && !b->ngpu_intervals)
+		return 0;
+	err = -ENOMEM;
+	x.nstrings = intern__count(d->strings);
+	if (b->dict_id) {
+		dx = _dx_get(st, b->dict_id, node, &x);
+		if (!dx)
+			goto out;
+	} else {
+		x.strings = calloc(x.nstrings + 1, sizeof(uint32_t));
+		x.mappings = calloc(d->nmappings + 1, sizeof(uint32_t));
+		x.frames = calloc(d->nframes + 1, sizeof(uint32_t));
+		x.stacks = calloc(nstacks + 1, sizeof(uint32_t));
+		x.series = calloc(nseries + 1, sizeof(uint32_t));
+	}
+	ws = malloc((b->nsamples + 1) * sizeof(*ws));
+	if (!x.strings || !x.mappings || !x.frames || !x.stacks || !x.series || !ws)
+		goto out;
+
+	err = sqlite__exec(st, ST_BEGIN);
+	if (err)
+		goto out;
+	in_txn = true;
+	for (uint32_t i = 0; i < b->nsamples; i++) {
+		const struct batch_sample *bs = &b->samples[i];
+		int64_t series = sqlite__x_series(st, &x, node, bs->series);
+		int64_t stack = series < 0 ? series : sqlite__x_stack(st, &x, bs->stack);
+
+		if (series < 0 || stack < 0) {
+			err = (int)(series < 0 ? series : stack);
+			goto out;
+		}
+		ws[i] = (struct wsample){
+			.ts = bs->ts_ns, .value = bs->value, .series = (uint32_t)series,
+			.type = bs->type, .stack = (uint32_t)stack, .tid = bs->tid, .cpu = bs->cpu,
+		};
+	}
+	err = sqlite__civ_write(st, &x, node, b);
+	if (!err)
+		err = _write_blocks(st, ws, b->nsamples, &due, &ndue, &cap_due);
+	if (!err)
+		err = _write_rollups(st, ws, b->nsamples);
+	if (!err)
+		err = _write_gpu_intervals(st, &x, node, b);
+	if (!err)
+		err = sqlite__meta_add(st, "samples", b->nsamples);
+	if (!err)
+		err = sqlite__meta_add(st, "batches", 1);
+	if (!err)
+		err = sqlite__exec(st, ST_COMMIT);
+	if (!err) {
+		in_txn = false;
+		sqlite__compact(st, due, ndue);
+	}
+out:
+	if (err && in_txn) {
+		sqlite__exec(st, ST_ROLLBACK);
+		/*
+		 * Rows the caches learned in this transaction are gone, and
+		 * their ids may be handed out again. (The windows noted for
+		 * compaction may stay: at worst they cost a check.)
+		 */
+		sqlite__drop_caches(st);
+	}
+	if (!dx) {
+		free(x.strings);
+		free(x.mappings);
+		free(x.frames);
+		free(x.stacks);
+		free(x.series);
+	}
+	free(ws);
+	free(due);
+	return err;
+}
