@@ -450,9 +450,8 @@ static bool _is_cuda_lib(const char *path)
 /*
  * Whether f is in CUPTI or in this library. The launch probe fires in the
  * library, called back by CUPTI from inside the CUDA runtime or driver:
- * six to eight such frames sat between cudaLaunchKernel and the kernel in
- * every GPU flame graph on the H200, and they say nothing about the
- * application.
+ * several such frames would sit between cudaLaunchKernel and the kernel in
+ * every GPU flame graph, and they say nothing about the application.
  */
 static bool _injection_frame(const struct cpu_placed_frame *f)
 {

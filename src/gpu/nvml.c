@@ -12,13 +12,12 @@
 #include "gpu/nvml_impl.h"
 
 /*
- * The two costly queries left, measured on an H200 (CPU per call):
- * nvmlDeviceGetProcessUtilization 1.1 to 1.8 ms, all of it system time in
- * the driver's ioctl (nvmlDeviceGetProcessesUtilizationInfo, the newer
- * form, costs the same; the driver wants room for 72 samples whatever the
- * number of processes and costs the same with 72, 128 or 512), and
- * nvmlDeviceGetFieldValues for the two PCIe counters 0.57-1.2 ms; every
- * other per-round query is under 0.07 ms.
+ * Two queries cost far more CPU than the rest of a round together (figures
+ * in bench/README.md, "NVML's costly queries"):
+ * nvmlDeviceGetProcessUtilization, all of it system time in the driver's
+ * ioctl (nvmlDeviceGetProcessesUtilizationInfo, the newer form, costs the
+ * same, and so does any sample count), and nvmlDeviceGetFieldValues for
+ * the two PCIe counters.
  *
  * The driver keeps one utilisation sample per process, its latest, renewed
  * about every 500 ms: reading it more than once a second gains little, and
@@ -27,17 +26,12 @@
  *    row (an idle GPU);
  *  - while they name one process (the usual training or inference node,
  *    one process per GPU): that process's utilisation is then the GPU's,
- *    which the round reads anyway (_sole_process_util). On the H200, with
- *    one load busy 100/60/30/10 % of every 100 ms, the GPU's utilisation
- *    read 97/59/27/10 % (mean of ten reads) and the driver's smUtil for
- *    the process 94/77/43/19 %: at partial load the GPU's figure is the
- *    closer to the load's own busy share. The driver is asked again as
- *    soon as a second process appears, and always with
- *    nvml__set_process_query_always().
- * A round with one process on the GPU then cost 0.36 ms of CPU (mean of
- * rounds 2-25, the PCIe counters every 5 s) and 0.82 ms with 670 MB/s of
- * copies (the counters every round: see _wrap_safe_ns), against 2.4 ms
- * with the per-process query (H200, 2026-12-04).
+ *    which the round reads anyway (_sole_process_util); at partial load
+ *    the GPU's figure was even the closer to the load's own busy share.
+ *    The driver is asked again as soon as a second process appears, and
+ *    always with nvml__set_process_query_always().
+ * A round with one process on the GPU then costs a fraction of one with
+ * the per-process query.
  * The PCIe counters are cumulative, so reading them every 5 s loses no
  * traffic, only resolution; 32-bit counters, which could wrap more than
  * once between reads, are read sooner the faster they move (_wrap_safe_ns).

@@ -108,9 +108,9 @@ struct nvml {
 };
 
 /*
- * nvmlDeviceGetSamples costs about a millisecond of CPU per call on an
- * H200, 300 times nvmlDeviceGetUtilizationRates; it pays only when rounds
- * are less than a second apart, and there once a second is enough: it
+ * nvmlDeviceGetSamples costs hundreds of times what
+ * nvmlDeviceGetUtilizationRates does; it pays only when rounds are less
+ * than a second apart, and there once a second is enough: it
  * returns every sample the driver took since, each at its own time. The
  * running-process lists are read once a second too.
  */

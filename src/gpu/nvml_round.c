@@ -25,10 +25,10 @@
 /* How often the values that hardly change are asked again. */
 #define STATIC_REFRESH_NS (60 * 1000000000LL)
 /*
- * The energy counter: read alone through nvmlDeviceGetFieldValues it took
- * 2.5 ms of CPU per call on an H200 (nvmlDeviceGetTotalEnergyConsumption
- * 2.7 ms), and a counter of joules since the driver loaded needs no
- * per-second reads for rate() over minutes.
+ * The energy counter: reading it is one of the costliest queries (through
+ * nvmlDeviceGetFieldValues or nvmlDeviceGetTotalEnergyConsumption alike),
+ * and a counter of joules since the driver loaded needs no per-second
+ * reads for rate() over minutes.
  */
 #define ENERGY_REFRESH_NS (60 * 1000000000LL)
 
@@ -306,8 +306,8 @@ static void _static_value(struct nvml *n, struct gpu *g, enum nvml_metric m, nvm
  * Maximum clocks, power limit, slowdown temperature and MIG mode: asked at
  * the first round and every STATIC_REFRESH_NS after (a power limit or the
  * MIG mode can be changed by an administrator), exported every round so
- * that every scrape and chart has them. nvmlDeviceGetMaxClockInfo alone
- * costs a millisecond of CPU per call on an H200.
+ * that every scrape and chart has them: nvmlDeviceGetMaxClockInfo alone
+ * costs more than a whole round of the rest.
  */
 static void _statics(struct round *r, struct gpu *g)
 {
@@ -396,8 +396,8 @@ static void _pcie_counter(struct round *r, struct gpu *g, int dir, const nvmlFie
  * faster direction's last rate, they would have moved 2^32 bytes (one wrap
  * between two reads is told, two are not); the PCIe interval at most.
  * Below 215 MB/s that is the whole 5 s; from ~1 GB/s on, every round. A
- * read is 0.5-1 ms of CPU on an H200, whose counters are 32-bit: read
- * every round, they were most of a round's cost. Traffic that jumps from
+ * read is costly and some GPUs' counters are 32-bit: read every round,
+ * they were most of a round's cost. Traffic that jumps from
  * under 215 MB/s to over 860 MB/s within one 5 s wait is read short for
  * that wait, as all traffic over 4 GiB/s is at every round.
  */
