@@ -448,7 +448,26 @@ lint: .cppcheck-suppressions .cppcheck-libs.cfg | $(GENERATED) $(DEPS_STAMP)
 	$(Q)mkdir -p $(BUILD)/cppcheck
 	$(Q)$(CPPCHECK) $(LINT_FLAGS) $(LINT_SRCS)
 
-.PHONY: fmt fmt-check lint
+help:
+	@echo 'flamewatch: make [TARGET] [V=1]'
+	@echo '  all           (default) build/flamewatch, and libflamewatch-cuda.so with CUPTI headers'
+	@echo '  run           install missing Debian packages, build, start `flamewatch run`'
+	@echo '  test          the whole suite: unit, unit-san, fuzz-regress, system, ui-test'
+	@echo '  unit          build and run the cmocka unit tests (tests/unit)'
+	@echo '  unit-san      the unit tests under ASan and UBSan, built in build/san'
+	@echo '  system        the pytest system tests with real BPF (tests/integration; root)'
+	@echo '  ui-test       the web UI in headless Chromium against `flamewatch run` (root)'
+	@echo '  ui-bench      time the flame graph for 100k nodes; not a test'
+	@echo '  fuzz          run each libFuzzer target for FUZZ_SECONDS (default 600)'
+	@echo '  fuzz-regress  replay the fuzz seeds and kept crashers once'
+	@echo '  dist          release build in dist/ (glibc 2.31+, stripped)'
+	@echo '  lint          cppcheck over src/; fails on findings not in .cppcheck-suppressions'
+	@echo '  fmt           clang-format src/ and tests/unit in place (.clang-format)'
+	@echo '  fmt-check     list the files `make fmt` would change; always exits 0'
+	@echo '  clean         remove build/ and dist/'
+	@echo 'Variables: V=1 shows commands; CUDA_INC=DIR finds CUPTI'"'"'s headers (default /usr/local/cuda/include).'
+
+.PHONY: fmt fmt-check lint help
 
 # ---- fake NVML (tests/fakes/fake_nvml.c) -------------------------------------
 # Stands in for libnvidia-ml.so.1 on machines without a GPU; tests load it
