@@ -261,6 +261,61 @@ $(BUILD)/tests/test_cuda_records: tests/unit/test_cuda_records.c $(CUDA_TEST_OBJ
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -isystem $(CUDA_INC) -Itests/unit -o $@ $< $(CUDA_TEST_OBJS) -lcmocka -lpthread
 
+# ---- unit tests under ASan and UBSan -----------------------------------------
+# `make unit-san` (part of `make test`) builds the unit tests again, against
+# their own sanitized copy of the library in build/san, and runs them: a
+# memory error, a leak or undefined behaviour fails the test. UBSan's checks
+# stay recoverable so that tests/unit/ubsan.supp can name the reported ones
+# still waiting for a fix; halt_on_error stops at any other. The generated
+# protobuf and UI objects are linked as built for `make`: generated code,
+# not ours. test_libm_lazy is left out: it checks that libm is not loaded at
+# start, and the sanitizer runtimes load it.
+SAN           := $(BUILD)/san
+SAN_FLAGS     := -fsanitize=address,undefined -fno-omit-frame-pointer
+SAN_ENV       := UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=tests/unit/ubsan.supp
+# Without -Werror, and without -Warray-bounds, which fires on the paths that
+# continue past cmocka's assertions: GCC warns falsely under the sanitizers
+# (its manual advises against -Werror with them), and `make` already builds
+# the same code with every warning an error.
+SAN_CFLAGS     = $(filter-out -Werror,$(CFLAGS)) -Wno-array-bounds $(SAN_FLAGS)
+SAN_LIB_OBJS  := $(patsubst src/%.c,$(SAN)/obj/%.o,$(LIB_SRCS)) \
+		 $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PROTO_SRCS)) $(BUILD)/obj/gen/ui_assets.o
+SAN_CUDA_OBJS := $(patsubst $(BUILD)/obj-cuda/%.o,$(SAN)/obj-cuda/%.o,$(CUDA_TEST_OBJS))
+SAN_UNIT_BINS := $(patsubst $(BUILD)/tests/%,$(SAN)/tests/%,$(filter-out %/test_libm_lazy,$(UNIT_BINS)))
+
+$(SAN)/obj/%.o: src/%.c | $(GENERATED) $(DEPS_STAMP)
+	$(call msg,SANCC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(SAN_CFLAGS) -c $< -o $@
+
+$(SAN)/obj-cuda/%.o: src/cuda/%.c | $(DEPS_STAMP)
+	$(call msg,SANCC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(filter-out -Werror,$(CUDA_CFLAGS)) $(SAN_FLAGS) -c $< -o $@
+
+$(SAN)/libflamewatch.a: $(SAN_LIB_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@
+	$(Q)ar rcs $@ $^
+
+$(SAN)/tests/%: tests/unit/%.c $(SAN)/libflamewatch.a
+	$(call msg,SANCC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(SAN_CFLAGS) -Itests/unit -DFW_TEST_DATA='"tests"' -o $@ $< \
+		$(SAN)/libflamewatch.a -lcmocka $(LDLIBS)
+
+$(SAN)/tests/test_cuda_records: tests/unit/test_cuda_records.c $(SAN_CUDA_OBJS)
+	$(call msg,SANCC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(SAN_CFLAGS) -isystem $(CUDA_INC) -Itests/unit -o $@ $< $(SAN_CUDA_OBJS) -lcmocka -lpthread
+
+# Quiet unless a test fails: its output is in build/san/tests/NAME.log.
+unit-san: $(SAN_UNIT_BINS) tests/unit/ubsan.supp
+	$(Q)set -e; for t in $(SAN_UNIT_BINS); do echo "== $$t"; \
+		$(SAN_ENV) $$t > $$t.log 2>&1 || \
+			{ tail -n 60 $$t.log; echo "unit-san: $$t failed (log: $$t.log)" >&2; exit 1; }; \
+	done
+
 # The fake CUPTI and the host program that drive the library in the tests.
 include tests/fakes/fakes.mk
 
@@ -340,7 +395,7 @@ ui-test: $(BUILD)/flamewatch workloads fakes
 ui-bench: $(BUILD)/flamewatch
 	$(Q)node tests/ui/bench.mjs
 
-test: unit fuzz-regress system ui-test
+test: unit unit-san fuzz-regress system ui-test
 
 run: $(BUILD)/flamewatch
 	$(BUILD)/flamewatch run
@@ -348,9 +403,71 @@ run: $(BUILD)/flamewatch
 clean:
 	rm -rf $(BUILD) $(DIST)
 
-.PHONY: all unit system test run clean workloads fuzz fuzz-build fuzz-regress ui ui-test ui-bench dist
+.PHONY: all unit unit-san system test run clean workloads fuzz fuzz-build fuzz-regress ui ui-test ui-bench dist
 
--include $(shell find $(BUILD)/obj $(BUILD)/obj-cuda $(BUILD)/tests $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/obj-cuda $(BUILD)/tests $(BUILD)/fuzz/obj $(SAN) -name '*.d' 2>/dev/null)
+
+# ---- style and static analysis ------------------------------------------------
+# `make fmt` formats our C with clang-format (.clang-format: the kernel's
+# style, tuned to the code as written); `make fmt-check` only says which files
+# it would change, and by how many lines. Generated C is under build/, and
+# nothing in src/ or tests/unit is vendored, so every C file there is ours.
+CLANG_FORMAT ?= clang-format
+FMT_SRCS := $(shell find src tests/unit -name '*.[ch]' | sort)
+
+fmt: | $(DEPS_STAMP)
+	$(Q)$(CLANG_FORMAT) -i $(FMT_SRCS)
+
+# Informational: exits 0 whatever it finds.
+fmt-check: | $(DEPS_STAMP)
+	$(Q)n=0; for f in $(FMT_SRCS); do \
+		d=$$($(CLANG_FORMAT) $$f | diff $$f - | grep -c '^[<>]'); \
+		[ "$$d" = 0 ] || { echo "  $$f: $$d lines"; n=$$((n + 1)); }; \
+	done; echo "fmt-check: make fmt would change $$n of $(words $(FMT_SRCS)) files"
+
+# `make lint`: cppcheck over the user-space C in src/ (not the BPF programs,
+# which only clang -target bpf understands), with the project's include
+# paths; fails on any finding not in .cppcheck-suppressions. cppcheck reads
+# no system headers: .cppcheck-libs.cfg declares the library macros it must
+# expand, and the generated protobuf headers need protobuf-c's version (they
+# #error without it). One configuration is checked, this machine's; results
+# are cached in build/cppcheck.
+CPPCHECK   ?= cppcheck
+LINT_JOBS  ?= $(shell nproc)
+LINT_SRCS  := $(shell find src -name '*.c' ! -name '*.bpf.c' | sort)
+LINT_FLAGS := --quiet --error-exitcode=1 --std=c11 --enable=warning,style,performance,portability \
+	--library=posix --library=gnu --library=.cppcheck-libs.cfg \
+	--suppressions-list=.cppcheck-suppressions \
+	-D_GNU_SOURCE $(if $(filter arm64,$(ARCH)),-D__aarch64__,-D__x86_64__) \
+	-DPROTOBUF_C_VERSION_NUMBER=1004001 -Isrc -I$(BUILD) -I$(BUILD)/gen \
+	--cppcheck-build-dir=$(BUILD)/cppcheck -j $(LINT_JOBS) \
+	--template='{file}:{line}: {severity}: {id}: {message}'
+
+lint: .cppcheck-suppressions .cppcheck-libs.cfg | $(GENERATED) $(DEPS_STAMP)
+	$(call msg,CPPCHECK,src)
+	$(Q)mkdir -p $(BUILD)/cppcheck
+	$(Q)$(CPPCHECK) $(LINT_FLAGS) $(LINT_SRCS)
+
+help:
+	@echo 'flamewatch: make [TARGET] [V=1]'
+	@echo '  all           (default) build/flamewatch, and libflamewatch-cuda.so with CUPTI headers'
+	@echo '  run           install missing Debian packages, build, start `flamewatch run`'
+	@echo '  test          the whole suite: unit, unit-san, fuzz-regress, system, ui-test'
+	@echo '  unit          build and run the cmocka unit tests (tests/unit)'
+	@echo '  unit-san      the unit tests under ASan and UBSan, built in build/san'
+	@echo '  system        the pytest system tests with real BPF (tests/integration; root)'
+	@echo '  ui-test       the web UI in headless Chromium against `flamewatch run` (root)'
+	@echo '  ui-bench      time the flame graph for 100k nodes; not a test'
+	@echo '  fuzz          run each libFuzzer target for FUZZ_SECONDS (default 600)'
+	@echo '  fuzz-regress  replay the fuzz seeds and kept crashers once'
+	@echo '  dist          release build in dist/ (glibc 2.31+, stripped)'
+	@echo '  lint          cppcheck over src/; fails on findings not in .cppcheck-suppressions'
+	@echo '  fmt           clang-format src/ and tests/unit in place (.clang-format)'
+	@echo '  fmt-check     list the files `make fmt` would change; always exits 0'
+	@echo '  clean         remove build/ and dist/'
+	@echo 'Variables: V=1 shows commands; CUDA_INC=DIR finds CUPTI'"'"'s headers (default /usr/local/cuda/include).'
+
+.PHONY: fmt fmt-check lint help
 
 # ---- fake NVML (tests/fakes/fake_nvml.c) -------------------------------------
 # Stands in for libnvidia-ml.so.1 on machines without a GPU; tests load it
@@ -370,5 +487,5 @@ $(BUILD)/fakes/olddriver/libnvidia-ml.so.1: tests/fakes/fake_nvml.c src/gpu/nvml
 		-fvisibility=hidden -DFAKE_OLD_DRIVER -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
 
 fakes: $(FAKE_NVML)
-unit system: fakes
+unit unit-san system: fakes
 .PHONY: fakes

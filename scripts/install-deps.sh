@@ -9,7 +9,7 @@ libiberty-dev zlib1g-dev libzstd-dev liblzma-dev libbz2-dev libsqlite3-dev
 libevent-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler libcmocka-dev
 python3 python3-pytest systemtap-sdt-dev golang-go linux-perf procps time
 libc6-dbg prometheus libclang-rt-14-dev bpftrace chromium firefox-esr python3-yaml
-clickhouse-server clickhouse-client ruby"
+clickhouse-server clickhouse-client ruby clang-format cppcheck"
 
 # The web UI is built with npm (esbuild) and tested with headless Chromium
 # (playwright-core) and headless Firefox ESR (puppeteer-core, WebDriver BiDi).

@@ -17,16 +17,9 @@
 #include <cmocka.h>
 
 #include "store/blockcodec.h"
+#include "testutil.h"
 
 static uint64_t _rng = 0x9e3779b97f4a7c15ULL;
-
-static uint64_t _rand(void)
-{
-	_rng ^= _rng << 13;
-	_rng ^= _rng >> 7;
-	_rng ^= _rng << 17;
-	return _rng;
-}
 
 static struct block_sample *_make_samples(uint32_t n)
 {
@@ -35,13 +28,14 @@ static struct block_sample *_make_samples(uint32_t n)
 
 	assert_non_null(s);
 	for (uint32_t i = 0; i < n; i++) {
-		ts += _rand() % 100000000;
+		ts += xorshift(&_rng) % 100000000;
 		s[i] = (struct block_sample){
 			.ts_ns = ts,
 			.value = 1,
-			.stack = 1000 + (uint32_t)(_rand() % 50) * (uint32_t)(_rand() % 3),
-			.tid = 4000 + (uint32_t)(_rand() % 4),
-			.cpu = (uint32_t)(_rand() % 8),
+			.stack = 1000 + (uint32_t)(xorshift(&_rng) % 50) *
+					(uint32_t)(xorshift(&_rng) % 3),
+			.tid = 4000 + (uint32_t)(xorshift(&_rng) % 4),
+			.cpu = (uint32_t)(xorshift(&_rng) % 8),
 			.type = 0,
 		};
 	}
@@ -92,7 +86,7 @@ static void test_round_trip(void **state)
 	for (uint32_t n = 9000; n > 0; n /= 3) {
 		s = _make_samples(n);
 		for (uint32_t i = 0; i < n; i++)
-			s[i].stack = (uint32_t)_rand() % (n + 1);
+			s[i].stack = (uint32_t)xorshift(&_rng) % (n + 1);
 		_round_trip(c, s, n);
 		free(s);
 	}
@@ -195,7 +189,7 @@ static void test_hostile_blocks(void **state)
 	/* Random junk with a valid magic and version, claiming huge counts. */
 	for (int i = 0; i < 2000; i++) {
 		for (size_t j = 0; j < sizeof(junk); j++)
-			junk[j] = (uint8_t)_rand();
+			junk[j] = (uint8_t)xorshift(&_rng);
 		junk[0] = 0xfb;
 		junk[1] = 1;
 		junk[2] = (uint8_t)(i & 1);

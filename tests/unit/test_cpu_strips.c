@@ -5,7 +5,6 @@
  * selector, and the bucketing of GET /api/v1/cpu/strips.
  */
 #include <errno.h>
-#include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +22,7 @@
 #include "server/cpu_strips.h"
 #include "store/selector.h"
 #include "store/store.h"
+#include "testutil.h"
 
 #define SEC 1000000000LL
 #define T0 (1700000000LL * SEC + 123456789LL)
@@ -223,14 +223,6 @@ static void test_wire_rejects_bad_intervals(void **state)
 
 /* ---- store ------------------------------------------------------------------ */
 
-static int _rm(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(p);
-}
-
 struct collect {
 	char buf[4096];
 	size_t len;
@@ -265,13 +257,13 @@ static struct collect _query(struct store *s, int64_t from, int64_t to, const ch
 
 static void test_store_queries(void **state)
 {
-	char dir[] = "/tmp/fw-test-strips-XXXXXX";
+	char dir[64];
 	struct store *s;
 	struct batch *b = _sample_batch();
 	struct collect c;
 
 	(void)state;
-	assert_non_null(mkdtemp(dir));
+	assert_non_null(tmpdir_make(dir, sizeof(dir), "test-strips"));
 	s = store__open(dir, NULL, 0);
 	assert_non_null(s);
 	assert_int_equal(store__write(s, "n1", b), 0);
@@ -318,7 +310,7 @@ static void test_store_queries(void **state)
 	assert_int_equal(store__write_cpu_intervals(s, "n1", b), -EINVAL);
 	store__close(s);
 	batch__free(b);
-	nftw(dir, _rm, 8, FTW_DEPTH | FTW_PHYS);
+	tmpdir_remove(dir);
 }
 
 /* ---- bucketing -------------------------------------------------------------- */

@@ -71,6 +71,7 @@ int main(void);
 /* ---- helpers ------------------------------------------------------------- */
 
 #include "symbol_results.h"
+#include "testutil.h"
 
 static void expect_name(const struct results *r, size_t i, const char *want, uint64_t off)
 {
@@ -501,8 +502,7 @@ static int tmp_setup(void **state)
 		*state = NULL;
 		return 0;
 	}
-	snprintf(t.dir, sizeof(t.dir), "/tmp/fw-test-elf-XXXXXX");
-	if (!mkdtemp(t.dir))
+	if (!tmpdir_make(t.dir, sizeof(t.dir), "test-elf"))
 		return -1;
 	n = readlink("/proc/self/exe", t.self, sizeof(t.self) - 1);
 	if (n <= 0)
@@ -516,7 +516,9 @@ static int tmp_teardown(void **state)
 {
 	struct tmp *t = *state;
 
-	return t && sh("rm -rf '%s'", t->dir) != 0 ? -1 : 0;
+	if (t)
+		tmpdir_remove(t->dir);
+	return 0;
 }
 
 static void resolve_static(struct elf_file *f, struct results *r)

@@ -23,34 +23,13 @@
 #include <unistd.h>
 
 #include "unwind/unwind_table.h"
+#include "testutil.h"
 
 #define CGO_SRC FW_TEST_DATA "/workloads/cgo_hot.go"
 #define GO_SRC FW_TEST_DATA "/workloads/hot_go.go"
 #define LIBC "/lib/x86_64-linux-gnu/libc.so.6"
 
-static char tmpdir[64];
 static bool have_go;
-
-static const char *tmp_path(const char *name)
-{
-	static char bufs[8][256];
-	static unsigned int next;
-	char *p = bufs[next++ % 8];
-
-	snprintf(p, sizeof(bufs[0]), "%s/%s", tmpdir, name);
-	return p;
-}
-
-static int run(const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
 
 /* Builds src into tmpdir/out with extra go build flags; GOCACHE as make keeps it. */
 static int go_build(const char *src, const char *out, const char *flags)
@@ -75,8 +54,7 @@ static int go_build(const char *src, const char *out, const char *flags)
  */
 static int group_setup(void **state)
 {
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/fw-goswitch-XXXXXX");
-	if (!mkdtemp(tmpdir))
+	if (!tmpdir_make(tmpdir, sizeof(tmpdir), "goswitch"))
 		return -1;
 	have_go = run("command -v go >/dev/null") == 0;
 	if (!have_go)
@@ -92,8 +70,7 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
-	if (tmpdir[0])
-		run("rm -rf '%s'", tmpdir);
+	tmpdir_remove(tmpdir);
 	return 0;
 }
 

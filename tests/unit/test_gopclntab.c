@@ -23,41 +23,19 @@
 #include <unistd.h>
 
 #include "symbolize/elf_file.h"
+#include "testutil.h"
 
 #define GO_SRC FW_TEST_DATA "/workloads/cgo_hot.go"
 #define MAX_FUNCS 8192
 
-static char tmpdir[64];
 static bool have_go;
-
-static const char *tmp_path(const char *name)
-{
-	static char bufs[8][256];
-	static unsigned int next;
-	char *p = bufs[next++ % 8];
-
-	snprintf(p, sizeof(bufs[0]), "%s/%s", tmpdir, name);
-	return p;
-}
-
-static int run(const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
 
 static int group_setup(void **state)
 {
 	const char *cache = getenv("GOCACHE");
 	char cwd[512];
 
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/fw-gopclntab-XXXXXX");
-	if (!mkdtemp(tmpdir) || !getcwd(cwd, sizeof(cwd)))
+	if (!tmpdir_make(tmpdir, sizeof(tmpdir), "gopclntab") || !getcwd(cwd, sizeof(cwd)))
 		return -1;
 	have_go = run("command -v go >/dev/null") == 0;
 	if (!have_go)
@@ -74,8 +52,7 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
-	if (tmpdir[0])
-		run("rm -rf '%s'", tmpdir);
+	tmpdir_remove(tmpdir);
 	return 0;
 }
 

@@ -26,20 +26,13 @@
 #include "common/profile.h"
 #include "gpu/nvml.h"
 #include "gpu/poller.h"
+#include "testutil.h"
 
 #define FAKE "build/fakes/libnvidia-ml.so.1"
 #define FAKE_OLD "build/fakes/olddriver/libnvidia-ml.so.1"
 
 static char _values[64];
 static char _comm[32];
-
-static int64_t _now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static int _setup(void **state)
 {
@@ -170,7 +163,7 @@ static void test_every_metric(void **state)
 {
 	struct nvml *n = nvml__open(FAKE);
 	struct batch *b = batch__new(1);
-	int64_t t0 = _now(), ts;
+	int64_t t0 = now_ns(), ts;
 	double v;
 	int rc;
 
@@ -202,7 +195,7 @@ static void test_every_metric(void **state)
 	_expect(b, "flamewatch_gpu_memory_utilization_percent", "0", 23);
 	/* (the driver's clock may pass a 100 ms mark between t0 and its answer) */
 	_find(b, "flamewatch_gpu_utilization_percent", "0", 0, NULL, &ts);
-	assert_true(ts <= _now() && ts > t0 - 1000000000LL && ts % 100000000LL == 0);
+	assert_true(ts <= now_ns() && ts > t0 - 1000000000LL && ts % 100000000LL == 0);
 
 	/* Missing function and NOT_SUPPORTED: absent, not zero. */
 	assert_int_equal(_find(b, "flamewatch_gpu_mig_mode", "0", 0, NULL, NULL), 0);
@@ -260,7 +253,7 @@ static void test_every_metric(void **state)
 		nanosleep(&d, NULL);
 		/* At 100 ms, samples are asked once a second: the tenth round. */
 		for (int k = 0; k < 10; k++) {
-			rc = nvml__collect(n, b, _now());
+			rc = nvml__collect(n, b, now_ns());
 			assert_true(rc > 0);
 			if (k < 9)
 				assert_int_equal(_find(b, "flamewatch_gpu_utilization_percent", "0", 0,
@@ -292,7 +285,7 @@ static void test_fallback_without_samples(void **state)
 {
 	char log[64];
 	struct batch *b = batch__new(1);
-	int64_t t0 = _now(), ts = 0;
+	int64_t t0 = now_ns(), ts = 0;
 	struct nvml *n = _open_logged(FAKE_OLD, log);
 	nvml__set_interval(n, 100000000ULL);
 	assert_true(nvml__collect(n, b, t0) > 0);
@@ -349,7 +342,7 @@ static void test_calls_per_round(void **state)
 	struct batch *b = batch__new(1);
 	struct nvml_stats st;
 	struct nvml *n;
-	int64_t t0 = _now();
+	int64_t t0 = now_ns();
 	int at_open, after1, after5;
 
 	n = _open_logged(FAKE, log);
@@ -405,7 +398,7 @@ static void test_costly_cadence(void **state)
 	char log[64];
 	struct batch *b = batch__new(1);
 	int before, fv_rounds = 0, pu_rounds = 0, energy = 0;
-	int64_t t0 = _now();
+	int64_t t0 = now_ns();
 	struct nvml *n = _open_logged(FAKE, log);
 	for (int i = 0; i <= 20; i++) {
 		int fv, pu;
@@ -457,7 +450,7 @@ static void test_pcie32_read_as_often_as_safe(void **state)
 	struct timespec d = { 0, 130000000 };
 	struct batch *b = batch__new(1);
 	int fd = mkstemp(vals), reads[2] = { 0, 0 };
-	int64_t t0 = _now();
+	int64_t t0 = now_ns();
 	struct nvml *n;
 
 	assert_true(fd >= 0);
@@ -506,7 +499,7 @@ static void test_idle_gpu_skips_process_utilization(void **state)
 	struct batch *b = batch__new(1);
 	int fd = mkstemp(vals), lfd = mkstemp(log), pu[9];
 	double v = -1;
-	int64_t t0 = _now();
+	int64_t t0 = now_ns();
 	struct nvml *n;
 	FILE *f;
 
@@ -615,7 +608,7 @@ static void test_process_joins_later(void **state)
 	nvml__set_process_query_always(n, 1);	/* the driver's samples, though it is alone */
 
 	for (int i = 0; i < 2; i++) {
-		assert_true(nvml__collect(n, b, _now()) > 0);
+		assert_true(nvml__collect(n, b, now_ns()) > 0);
 		nanosleep(&d, NULL);
 	}
 	assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "0", child, NULL, NULL), 0);
@@ -625,7 +618,7 @@ static void test_process_joins_later(void **state)
 	fclose(f);
 	batch__reset(b);
 	for (int i = 0; i < 10; i++) {
-		assert_true(nvml__collect(n, b, _now()) > 0);
+		assert_true(nvml__collect(n, b, now_ns()) > 0);
 		nanosleep(&d, NULL);
 	}
 	for (uint32_t i = 0; i < b->nmetrics; i++) {
@@ -659,7 +652,7 @@ static void test_process_joins_later(void **state)
 	fclose(f);
 	batch__reset(b);
 	nanosleep(&d, NULL);
-	assert_true(nvml__collect(n, b, _now()) > 0);
+	assert_true(nvml__collect(n, b, now_ns()) > 0);
 	assert_int_equal(_find(b, "flamewatch_gpu_process_memory_used_bytes", "0", child, NULL, NULL), 0);
 	assert_int_equal(_find(b, "flamewatch_gpu_process_utilization_percent", "0", child, NULL, NULL), 0);
 
@@ -680,7 +673,7 @@ static void test_field_fallback(void **state)
 	char log[64];
 	struct batch *b = batch__new(1);
 	int after1;
-	int64_t t0 = _now();
+	int64_t t0 = now_ns();
 	struct nvml *n;
 
 	setenv("FAKE_NVML_NO_FIELDS", "197,198", 1);
@@ -723,7 +716,7 @@ static void test_round_cost(void **state)
 	for (int i = 0; i < 2000; i++) {
 		if (i % 100 == 0)
 			batch__reset(b);
-		assert_true(nvml__collect(n, b, _now()) >= 0);
+		assert_true(nvml__collect(n, b, now_ns()) >= 0);
 	}
 	nvml__stats(n, &st);
 	per_gpu_us = st.cpu_ns / 1e3 / st.rounds / nvml__ngpus(n);
@@ -756,9 +749,9 @@ static void test_poller(void **state)
 	assert_non_null(p);
 	assert_int_equal(gpu_poller__ngpus(p), 2);
 	nanosleep(&d, NULL);
-	t0 = _now();
+	t0 = now_ns();
 	n = gpu_poller__drain(p, b);
-	t1 = _now();
+	t1 = now_ns();
 	assert_true(n > 0);
 	/* Never waits for a round in progress. */
 	assert_true(t1 - t0 < 10000000LL);

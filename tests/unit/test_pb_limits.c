@@ -33,7 +33,8 @@ static void _put(struct buf *b, const void *p, size_t n)
 		b->p = realloc(b->p, b->cap);
 		assert_non_null(b->p);
 	}
-	memcpy(b->p + b->len, p, n);
+	if (n)	/* an empty submessage has no bytes, and p may be NULL */
+		memcpy(b->p + b->len, p, n);
 	b->len += n;
 }
 

@@ -231,11 +231,21 @@ static int _drained(const struct shipper *s)
 	return shipper__idle(s) || shipper__gave_up(s);
 }
 
+#ifdef __SANITIZE_ADDRESS__
+/* libasan's; GCC 12 installs no <sanitizer/allocator_interface.h> to declare it. */
+size_t __sanitizer_get_current_allocated_bytes(void);
+#endif
+
 static size_t _heap_in_use(void)
 {
+#ifdef __SANITIZE_ADDRESS__
+	/* ASan's allocator stands in for glibc's, which mallinfo2() describes. */
+	return __sanitizer_get_current_allocated_bytes();
+#else
 	struct mallinfo2 mi = mallinfo2();
 
 	return mi.uordblks + mi.hblkhd;
+#endif
 }
 
 /* ---- compaction ---------------------------------------------------------- */

@@ -12,7 +12,6 @@
  * FW_TEST_FILTER=test_name runs one test.
  */
 #include <errno.h>
-#include <ftw.h>
 #include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,6 +32,7 @@
 #include "common/profile.h"
 #include "store/selector.h"
 #include "store/store.h"
+#include "testutil.h"
 
 #define SEC		1000000000LL
 #define MIN		(60 * SEC)
@@ -59,18 +59,10 @@ struct ref {
 
 static uint64_t _rng;
 
-static uint64_t _rand(void)
-{
-	_rng ^= _rng << 13;
-	_rng ^= _rng >> 7;
-	_rng ^= _rng << 17;
-	return _rng;
-}
-
 /* A Zipf-like pick in [0, n): small values are much more likely. */
 static uint32_t _zipf(uint32_t n)
 {
-	double u = (double)(_rand() >> 11) / 9007199254740992.0;
+	double u = (double)(xorshift(&_rng) >> 11) / 9007199254740992.0;
 
 	return (uint32_t)(u * u * u * n) % n;
 }
@@ -184,11 +176,11 @@ static struct batch *_fill_batch(struct batch *b, struct ref *ref, uint32_t node
 		if (base >= t + len)
 			break;
 		for (uint32_t cpu = 0; cpu < ncpus; cpu++) {
-			int64_t ts = base + cpu * 3000017LL + (int64_t)(_rand() % 20000);
+			int64_t ts = base + cpu * 3000017LL + (int64_t)(xorshift(&_rng) % 20000);
 			uint32_t p = _zipf(nproc), s = _zipf(nstacks);
 			struct batch_sample bs;
 
-			if (ts < t || ts >= t + len || _rand() % 4 == 0)
+			if (ts < t || ts >= t + len || xorshift(&_rng) % 4 == 0)
 				continue;
 			if (series[p] < 0)
 				series[p] = _intern_series(b, node, p);
@@ -197,7 +189,8 @@ static struct batch *_fill_batch(struct batch *b, struct ref *ref, uint32_t node
 			assert_true(series[p] >= 0 && stacks[p][s] >= 0);
 			bs = (struct batch_sample){
 				.ts_ns = ts, .stack = (uint32_t)stacks[p][s], .series = (uint32_t)series[p],
-				.tid = (1000 + node * 100 + p) * 10 + (uint32_t)(_rand() % 3),
+				.tid = (1000 + node * 100 + p) * 10 +
+				       (uint32_t)(xorshift(&_rng) % 3),
 				.cpu = cpu, .type = SAMPLE_CPU, .value = 1,
 			};
 			for (int k = 0; k < 2; k++) {
@@ -214,10 +207,10 @@ static struct batch *_fill_batch(struct batch *b, struct ref *ref, uint32_t node
 						.cpu = cpu, .type = bs.type,
 					};
 				}
-				if (_rand() % 25)
+				if (xorshift(&_rng) % 25)
 					break;
 				bs.type = SAMPLE_GPU_TIME;
-				bs.value = 1000 + (int64_t)(_rand() % 4000);
+				bs.value = 1000 + (int64_t)(xorshift(&_rng) % 4000);
 			}
 		}
 	}
@@ -228,42 +221,25 @@ static struct batch *_fill_batch(struct batch *b, struct ref *ref, uint32_t node
 
 static char _dir[64];
 
-static int _rm(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	return remove(path);
-}
-
 static struct store *_open_fresh(void)
 {
-	char err[256];
-	struct store *s;
-
-	if (_dir[0])
-		nftw(_dir, _rm, 16, FTW_DEPTH | FTW_PHYS);
-	snprintf(_dir, sizeof(_dir), "/tmp/fw-test-store-XXXXXX");
-	assert_non_null(mkdtemp(_dir));
-	s = store__open(_dir, err, sizeof(err));
-	if (!s)
-		fail_msg("store__open: %s", err);
-	return s;
+	tmpdir_remove(_dir);
+	assert_non_null(tmpdir_make(_dir, sizeof(_dir), "test-store"));
+	return store_open_or_fail(_dir);
 }
 
 static struct store *_reopen(struct store *s)
 {
-	char err[256], uri[96];
+	char uri[96];
 
 	store__close(s);
 	snprintf(uri, sizeof(uri), "sqlite:%s", _dir);
-	s = store__open(uri, err, sizeof(err));
-	if (!s)
-		fail_msg("store__open: %s", err);
-	return s;
+	return store_open_or_fail(uri);
 }
 
 static void _cleanup(void)
 {
-	if (_dir[0])
-		nftw(_dir, _rm, 16, FTW_DEPTH | FTW_PHYS);
+	tmpdir_remove(_dir);
 	_dir[0] = '\0';
 }
 
@@ -470,8 +446,9 @@ static void test_profile_windows(void **state)
 	}
 	/* Random windows. */
 	for (int i = 0; i < 30; i++) {
-		int64_t a = T0 - 5 * MIN + (int64_t)(_rand() % (uint64_t)(end - T0 + 10 * MIN));
-		int64_t b = a + (int64_t)(_rand() % (uint64_t)(2 * HOUR));
+		int64_t a = T0 - 5 * MIN +
+			    (int64_t)(xorshift(&_rng) % (uint64_t)(end - T0 + 10 * MIN));
+		int64_t b = a + (int64_t)(xorshift(&_rng) % (uint64_t)(2 * HOUR));
 
 		_check_profile(st, &_ref, a, b, NULL, NULL, SAMPLE_CPU);
 	}

@@ -2,7 +2,6 @@
 /* GPU intervals in the SQLite store: write, select, stacks, retention, reopen. */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
-#include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,29 +16,12 @@
 #include "common/profile.h"
 #include "store/selector.h"
 #include "store/store.h"
+#include "testutil.h"
 
 #define T0 1700000000000000000LL	/* 2023-11-14 */
 #define MIN 60000000000LL
 
 static char _dir[64];
-
-static int _rm(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
-static struct store *_open(void)
-{
-	char err[256];
-	struct store *s = store__open(_dir, err, sizeof(err));
-
-	if (!s)
-		fail_msg("store__open: %s", err);
-	return s;
-}
 
 /* pid 7 launches kernel "k" (stack main;run) at T0 + i min for i < n; pid 8 one orphan copy. */
 static struct batch *_make(int n)
@@ -102,9 +84,8 @@ static void test_write_query_retain(void **state)
 	char err[128];
 	uint32_t n;
 
-	snprintf(_dir, sizeof(_dir), "/tmp/fw-test-store-gpu-XXXXXX");
-	assert_non_null(mkdtemp(_dir));
-	st = _open();
+	assert_non_null(tmpdir_make(_dir, sizeof(_dir), "test-store-gpu"));
+	st = store_open_or_fail(_dir);
 	assert_int_equal(store__write(st, "node-a", b), 0);
 
 	assert_int_equal(store__gpu_intervals(st, T0, T0 + 3600 * 1000000000LL, NULL, dict, 0, _cb,
@@ -150,7 +131,7 @@ static void test_write_query_retain(void **state)
 	/* Retention: blocks of 5 minutes; a cutoff at T0 + 7 min keeps those from T0 + 5 min. */
 	assert_int_equal(store__retain(st, T0 + 7 * MIN), 0);
 	store__close(st);
-	st = _open();		/* and it all survived a reopen */
+	st = store_open_or_fail(_dir);		/* and it all survived a reopen */
 	s.n = 0;
 	assert_int_equal(store__gpu_intervals(st, 0, T0 + 3600 * 1000000000LL, NULL, NULL, 0, _cb,
 					      &s), 0);
@@ -176,7 +157,7 @@ static void test_write_query_retain(void **state)
 	profile__free(dict);
 	batch__free(b);
 	store__close(st);
-	nftw(_dir, _rm, 16, FTW_DEPTH | FTW_PHYS);
+	tmpdir_remove(_dir);
 }
 
 int main(void)

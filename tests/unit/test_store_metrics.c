@@ -7,7 +7,6 @@
  */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
-#include <ftw.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,37 +22,22 @@
 #include "common/profile.h"
 #include "store/selector.h"
 #include "store/store.h"
+#include "testutil.h"
 
 #define S 1000000000LL
 #define T0 (1700000000LL * S)
 
 static char _dir[64];
 
-static int _rm(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	return remove(path);
-}
-
-static struct store *_open(void)
-{
-	char err[256];
-	struct store *s = store__open(_dir, err, sizeof(err));
-
-	if (!s)
-		fail_msg("store__open: %s", err);
-	return s;
-}
-
 static int _setup(void **state)
 {
-	snprintf(_dir, sizeof(_dir), "/tmp/fw-store-metrics-XXXXXX");
-	assert_non_null(mkdtemp(_dir));
+	assert_non_null(tmpdir_make(_dir, sizeof(_dir), "store-metrics"));
 	return 0;
 }
 
 static int _teardown(void **state)
 {
-	nftw(_dir, _rm, 16, FTW_DEPTH | FTW_PHYS);
+	tmpdir_remove(_dir);
 	return 0;
 }
 
@@ -132,7 +116,7 @@ static void _query(struct store *s, int64_t from, int64_t to, int64_t step, cons
 
 static void test_write_and_query(void **state)
 {
-	struct store *s = _open();
+	struct store *s = store_open_or_fail(_dir);
 	struct batch *b = _batch();
 	struct rec r;
 
@@ -182,7 +166,7 @@ static int _latest_cb(void *ctx, const char *name, const char *const *ln, const 
 
 static void test_latest_and_reopen(void **state)
 {
-	struct store *s = _open();
+	struct store *s = store_open_or_fail(_dir);
 	struct batch *b = batch__new(1);
 	struct latest l = { 0 };
 
@@ -192,7 +176,7 @@ static void test_latest_and_reopen(void **state)
 	assert_int_equal(store__write_metrics(s, "n1", b), 0);
 	store__close(s);
 
-	s = _open();
+	s = store_open_or_fail(_dir);
 	assert_int_equal(store__metrics_latest(s, T0 + 9 * S, _latest_cb, &l), 0);
 	assert_string_equal(l.text,
 		"flamewatch_gpu_power_watts/0@9=109\n"
@@ -205,7 +189,7 @@ static void test_latest_and_reopen(void **state)
 
 static void test_invalid_batch(void **state)
 {
-	struct store *s = _open();
+	struct store *s = store_open_or_fail(_dir);
 	struct batch *b = batch__new(1);
 	struct rec r;
 
@@ -224,7 +208,7 @@ static void test_invalid_batch(void **state)
 
 static void test_retention(void **state)
 {
-	struct store *s = _open();
+	struct store *s = store_open_or_fail(_dir);
 	struct latest l = { 0 };
 	struct rec r;
 

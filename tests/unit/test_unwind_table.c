@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "unwind/unwind_table.h"
+#include "testutil.h"
 
 #define FIXTURE_SRC FW_TEST_DATA "/fixtures/unwind/prog.c"
 #define LIBC "/lib/x86_64-linux-gnu/libc.so.6"
@@ -34,29 +35,6 @@ static const char *const big_binaries[] = {
 	"/usr/lib/x86_64-linux-gnu/libLLVM-15.so.1",
 	"/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1",
 };
-
-static char tmpdir[64];
-
-static const char *tmp_path(const char *name)
-{
-	static char bufs[8][256];
-	static unsigned int next;
-	char *p = bufs[next++ % 8];
-
-	snprintf(p, sizeof(bufs[0]), "%s/%s", tmpdir, name);
-	return p;
-}
-
-static int run(const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
 
 static bool exists(const char *path)
 {
@@ -84,8 +62,7 @@ static int group_setup(void **state)
 {
 	const char *cflags = "-O2 -fomit-frame-pointer";
 
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/fw-unwind-XXXXXX");
-	if (!mkdtemp(tmpdir))
+	if (!tmpdir_make(tmpdir, sizeof(tmpdir), "unwind"))
 		return -1;
 	if (run("gcc %s -fasynchronous-unwind-tables %s -o %s", cflags, FIXTURE_SRC,
 		tmp_path("prog")) ||
@@ -108,8 +85,7 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
-	if (tmpdir[0])
-		run("rm -rf '%s'", tmpdir);
+	tmpdir_remove(tmpdir);
 	return 0;
 }
 

@@ -15,16 +15,9 @@
 #include "common/profile.h"
 #include "format/wire.h"
 #include "wire.pb-c.h"
+#include "testutil.h"
 
 #define NODE "gpu-node"
-
-static int64_t _now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* A process launching two kernels (one without a stack) and a copy, and a gpu_time sample. */
 static struct batch *_make(int64_t t0)
@@ -146,7 +139,7 @@ static struct batch *_decode(struct wire_session_table *t, void *body, size_t le
 
 static void test_roundtrip_and_session(void **state)
 {
-	int64_t t0 = _now() - 1000000000LL;
+	int64_t t0 = now_ns() - 1000000000LL;
 	struct wire_encoder *e = wire_encoder__new(0x1234);
 	struct wire_session_table *t = wire_sessions__new(4, 1 << 24);
 	struct batch *b = _make(t0), *b2 = _make(t0 + 1000000), *got;
@@ -212,7 +205,7 @@ static void test_invalid_columns(void **state)
 {
 	mutate_fn fns[] = { _m_stack, _m_series, _m_name, _m_kind, _m_columns, _m_start,
 			    _m_duration, _m_weight };
-	int64_t t0 = _now() - 1000000000LL;
+	int64_t t0 = now_ns() - 1000000000LL;
 	struct batch *b = _make(t0);
 
 	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
