@@ -487,14 +487,18 @@ out:
 int blockcodec__decode(struct blockcodec *c, const void *data, size_t len,
 		       const struct block_sample **out, uint32_t *nout)
 {
-	struct reader r = { data, (const uint8_t *)data + len, false };
+	struct reader r;
 	const uint8_t *payload;
 	uint64_t n, raw_len;
 	size_t plen;
 	uint8_t method;
 	int err;
 
-	if (!data || len < 5 || r.p[0] != BLOCK_MAGIC || r.p[1] != CODEC_VERSION)
+	/* SQLite gives NULL for an empty blob: no pointer arithmetic on it. */
+	if (!data || len < 5)
+		return -EINVAL;
+	r = (struct reader){ data, (const uint8_t *)data + len, false };
+	if (r.p[0] != BLOCK_MAGIC || r.p[1] != CODEC_VERSION)
 		return -EINVAL;
 	method = r.p[2];
 	r.p += 3;
@@ -587,11 +591,15 @@ int blockcodec__encode_rollup(struct blockcodec *c, const struct rollup_entry *e
 int blockcodec__decode_rollup(struct blockcodec *c, const void *data, size_t len,
 			      const struct rollup_entry **out, uint32_t *nout)
 {
-	struct reader r = { data, (const uint8_t *)data + len, false };
+	struct reader r;
 	uint64_t n;
 	uint32_t sum;
 
-	if (!data || len < 7 || r.p[0] != ROLLUP_MAGIC || r.p[1] != CODEC_VERSION)
+	/* SQLite gives NULL for an empty blob: no pointer arithmetic on it. */
+	if (!data || len < 7)
+		return -EINVAL;
+	r = (struct reader){ data, (const uint8_t *)data + len, false };
+	if (r.p[0] != ROLLUP_MAGIC || r.p[1] != CODEC_VERSION)
 		return -EINVAL;
 	r.p += 2;
 	n = _get_varint(&r);

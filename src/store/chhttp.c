@@ -337,7 +337,9 @@ static ssize_t _fill(struct chhttp *c)
 static char *_line(struct chhttp *c, int *e)
 {
 	for (;;) {
-		char *nl = memchr(c->in + c->in_pos, '\n', c->in_len - c->in_pos);
+		/* Nothing read yet: in is still NULL, and memchr must not see it. */
+		char *nl = c->in_len > c->in_pos ?
+			   memchr(c->in + c->in_pos, '\n', c->in_len - c->in_pos) : NULL;
 		ssize_t n;
 
 		if (nl) {
