@@ -4,10 +4,11 @@
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "agent/continuous.h"
-#include "cmd/cmd.h"
 #include "cmd/collect_opts.h"
+#include "store/timeparse.h"
 
 enum {
 	OPT_JAVA_PERFMAP = COLLECT_OPTS_FIRST, OPT_GPU_INTERVAL, OPT_GPU_PCIE, OPT_GPU_PROCESS,
@@ -65,19 +66,39 @@ int collect_opts__longopts(struct option *out, size_t cap, const struct option *
 	return 0;
 }
 
+static int _parse_java_interval(const char *s, int64_t *ns)
+{
+	char *end;
+	unsigned long v;
+
+	if (duration__parse(s, ns) == 0)
+		return *ns >= 1000000000LL ? 0 : -EINVAL;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v < 1 || v > 86400)
+		return -EINVAL;
+	*ns = (int64_t)v * 1000000000LL;
+	return 0;
+}
+
+int collect_opts__parse_java_interval(const char *arg, uint64_t *ns)
+{
+	int64_t v;
+
+	if (_parse_java_interval(arg, &v)) {
+		fprintf(stderr, "flamewatch: error: --java-perfmap-interval: '%s' is not "
+			"a duration of 1s or more\n", arg);
+		return -EINVAL;
+	}
+	*ns = v;
+	return 0;
+}
+
 int collect_opts__parse(struct continuous_opts *co, int c, const char *arg)
 {
-	int64_t ns;
-
 	switch (c) {
 	case OPT_JAVA_PERFMAP:
-		if (cmd__parse_java_interval(arg, &ns)) {
-			fprintf(stderr, "flamewatch: error: --java-perfmap-interval: '%s' is not "
-				"a duration of 1s or more\n", arg);
-			return -EINVAL;
-		}
-		co->java_perfmap_interval_ns = ns;
-		return 0;
+		return collect_opts__parse_java_interval(arg, &co->java_perfmap_interval_ns);
 	case OPT_GPU_INTERVAL:
 		return continuous__parse_gpu_interval(arg, &co->gpu_interval_ns) ? -EINVAL : 0;
 	case OPT_GPU_PCIE:

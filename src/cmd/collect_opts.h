@@ -4,6 +4,7 @@
 
 #include <getopt.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /*
@@ -35,5 +36,11 @@ int collect_opts__longopts(struct option *out, size_t cap, const struct option *
 int collect_opts__parse(struct continuous_opts *co, int c, const char *arg);
 /* Prints the collection options' help lines, in agent's and run's columns. */
 void collect_opts__usage(FILE *out);
+/*
+ * --java-perfmap-interval, which `record` takes too: a duration ("30s",
+ * "2m") or plain seconds, at least one second. Returns 0 or -EINVAL
+ * (message printed).
+ */
+int collect_opts__parse_java_interval(const char *arg, uint64_t *ns);
 
 #endif
