@@ -21,6 +21,7 @@
 #include "agent/privileges.h"
 #include "agent/shipper.h"
 #include "cmd/cmd.h"
+#include "cmd/collect_opts.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/timeparse.h"
@@ -53,22 +54,11 @@ static void _usage(FILE *out)
 "                       when full, the oldest batches are dropped\n"
 "  --drain-timeout DUR  on SIGTERM or SIGINT, how long to keep delivering what is\n"
 "                       queued (default 10s; 0: not at all)\n"
-"  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 64)\n"
-"  --java-perfmap-interval SEC  run `jcmd PID Compiler.perfmap` for sampled JVMs\n"
-"                       this often (default off)\n"
-"  --gpu-interval DUR   how often GPU metrics are read from NVML (default 1s,\n"
-"                       at least 100ms; off: none)\n"
-"  --gpu-pcie-interval DUR     how often the PCIe byte counters are read: costly\n"
-"                       on some drivers; the rate covers the whole time (default 5s)\n"
-"  --gpu-process-interval DUR  how often per-process GPU utilisation is read: the\n"
-"                       driver's latest sample per process (default 1s; 1.1-1.6 ms\n"
-"                       of CPU a read on an H200; none while no process is on it)\n"
-"  --gpu-process-query shared|always  shared (default): the driver's per-process\n"
-"                       query only while 2+ processes share a GPU; one alone gets\n"
-"                       the GPU's utilisation. always: the query for one too\n"
+"  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 64)\n");
+	collect_opts__usage(out);
+	fprintf(out,
 "  --metrics-listen H:P serve /metrics (Prometheus text) here: GPU metrics and\n"
 "                       what was delivered, dropped and is buffered\n"
-"  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n"
 "  --cuda-lib-dir DIR   copy libflamewatch-cuda.so (shipped beside this binary) into\n"
 "                       DIR at start, for CUDA_INJECTION64_PATH=DIR/libflamewatch-cuda.so\n"
 "                       (or FLAMEWATCH_CUDA_LIB_DIR in the environment)\n");
@@ -235,7 +225,8 @@ static int _parse_ul(const char *opt, const char *arg, unsigned long max, unsign
 
 int cmd_agent(int argc, char **argv)
 {
-	static const struct option longopts[] = {
+	/* The collection options (collect_opts.h) are appended to these. */
+	static const struct option own[] = {
 		{ "server", required_argument, NULL, 's' },
 		{ "token", required_argument, NULL, 't' },
 		{ "ca-file", required_argument, NULL, 'A' },
@@ -245,18 +236,13 @@ int cmd_agent(int argc, char **argv)
 		{ "buffer-mb", required_argument, NULL, 'b' },
 		{ "drain-timeout", required_argument, NULL, 'D' },
 		{ "unwind-table-mb", required_argument, NULL, 'U' },
-		{ "java-perfmap-interval", required_argument, NULL, 'J' },
-		{ "gpu-interval", required_argument, NULL, 'g' },
-		{ "gpu-pcie-interval", required_argument, NULL, 'X' },
-		{ "gpu-process-interval", required_argument, NULL, 'Y' },
-		{ "gpu-process-query", required_argument, NULL, 'Q' },
 		{ "metrics-listen", required_argument, NULL, 'M' },
-		{ "no-cpu-strips", no_argument, NULL, 'S' },
 		{ "cuda-lib-dir", required_argument, NULL, 'C' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
+	struct option longopts[32];
 	struct shipper_opts so = { .max_buffer = 16u << 20 };
 	struct continuous_opts co = {
 		.freq_hz = 19, .unwind_mb = 64, .interval_ns = 10000000000ULL,
@@ -276,6 +262,8 @@ int cmd_agent(int argc, char **argv)
 	int err_no;
 	int c, rc = 1;
 
+	if (collect_opts__longopts(longopts, sizeof(longopts) / sizeof(longopts[0]), own, NULL))
+		return 1;
 	so.token = getenv("FLAMEWATCH_TOKEN");
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "F:vh", longopts, NULL)) != -1) {
@@ -305,9 +293,6 @@ int cmd_agent(int argc, char **argv)
 			}
 			co.interval_ns = ns;
 			break;
-		case 'S':
-			co.no_cpu_strips = 1;
-			break;
 		case 'b':
 			if (_parse_ul("--buffer-mb", optarg, 1 << 16, &v))
 				return 2;
@@ -322,41 +307,10 @@ int cmd_agent(int argc, char **argv)
 			}
 			drain_ns = strcmp(optarg, "0") ? (uint64_t)ns : 0;
 			break;
-		case 'J':
-		{
-			int64_t ns;
-
-			if (cmd__parse_java_interval(optarg, &ns)) {
-				fprintf(stderr, "flamewatch: error: --java-perfmap-interval: '%s' is not "
-					"a duration of 1s or more\n", optarg);
-				return 2;
-			}
-			co.java_perfmap_interval_ns = ns;
-		}
-			break;
 		case 'U':
 			if (_parse_ul("--unwind-table-mb", optarg, 1 << 20, &v))
 				return 2;
 			co.unwind_mb = v;
-			break;
-		case 'g':
-			if (continuous__parse_gpu_interval(optarg, &co.gpu_interval_ns))
-				return 2;
-			break;
-		case 'X':
-			if (continuous__parse_gpu_costly_interval("gpu-pcie-interval", optarg,
-								  &co.gpu_pcie_interval_ns))
-				return 2;
-			break;
-		case 'Y':
-			if (continuous__parse_gpu_costly_interval("gpu-process-interval", optarg,
-								  &co.gpu_process_interval_ns))
-				return 2;
-			break;
-		case 'Q':
-			if (continuous__parse_gpu_process_query("gpu-process-query", optarg,
-								&co.gpu_process_query_always))
-				return 2;
 			break;
 		case 'M':
 			metrics_listen = optarg;
@@ -371,8 +325,14 @@ int cmd_agent(int argc, char **argv)
 			_usage(stdout);
 			return 0;
 		default:
-			_usage(stderr);
-			return 2;
+			err_no = collect_opts__parse(&co, c, optarg);
+			if (err_no < 0)
+				return 2;
+			if (err_no > 0) {
+				_usage(stderr);
+				return 2;
+			}
+			break;
 		}
 	}
 	if (!so.url) {

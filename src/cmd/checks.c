@@ -22,7 +22,6 @@
 #include "agent/core_btf.h"
 #include "agent/sampler.h"
 #include "cmd/cmd.h"
-#include "common/timeparse.h"
 
 #ifndef CAP_PERFMON
 #define CAP_PERFMON 38
@@ -324,20 +323,5 @@ int cmd_check(int argc, char **argv)
 	else
 		printf("flamewatch: stack walks: bounded loops (no bpf_loop(): Linux before 5.17, "
 		       "or FLAMEWATCH_NO_BPF_LOOP is set)\n");
-	return 0;
-}
-
-int cmd__parse_java_interval(const char *s, int64_t *ns)
-{
-	char *end;
-	unsigned long v;
-
-	if (duration__parse(s, ns) == 0)
-		return *ns >= 1000000000LL ? 0 : -EINVAL;
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || v < 1 || v > 86400)
-		return -EINVAL;
-	*ns = (int64_t)v * 1000000000LL;
 	return 0;
 }

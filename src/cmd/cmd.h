@@ -59,10 +59,4 @@ int cmd__check_btf(void);
  * types, helpers and tracepoints the sampler uses: prints each missing one, returns -1 if any. */
 int cmd__check_kernel(void);
 
-/*
- * --java-perfmap-interval: a duration ("30s", "2m") or plain seconds, at
- * least one second. Returns 0 or -EINVAL.
- */
-int cmd__parse_java_interval(const char *s, int64_t *ns);
-
 #endif

@@ -19,6 +19,7 @@
 #include "agent/collector.h"
 #include "agent/cpu_profile.h"
 #include "cmd/cmd.h"
+#include "cmd/collect_opts.h"
 #include "common/log.h"
 #include "common/profile.h"
 #include "common/timeparse.h"
@@ -216,16 +217,8 @@ static int _parse_args(struct record_opts *o, int argc, char **argv)
 			log__set_level(LOG_WARN);
 			break;
 		case 'J':
-		{
-			int64_t ns;
-
-			if (cmd__parse_java_interval(optarg, &ns)) {
-				fprintf(stderr, "flamewatch: error: --java-perfmap-interval: '%s' is not "
-					"a duration of 1s or more\n", optarg);
+			if (collect_opts__parse_java_interval(optarg, &o->java_perfmap_ns))
 				return -1;
-			}
-			o->java_perfmap_ns = ns;
-		}
 			break;
 		case 'U':
 			if (_parse_uint(optarg, 1 << 20, &o->unwind_mb)) {

@@ -14,6 +14,7 @@
 
 #include "agent/continuous.h"
 #include "cmd/cmd.h"
+#include "cmd/collect_opts.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/timeparse.h"
@@ -38,19 +39,9 @@ static void _usage(FILE *out)
 "  --read-token T       bearer token for the API only (off loopback, give both)\n"
 "  --retention DUR      drop data older than this (default 7d)\n"
 "  --node NAME          this host's name in the data (default: the hostname)\n"
-"  --interval DUR       how often samples are written to the store (default 10s)\n"
-"  --java-perfmap-interval SEC  run `jcmd PID Compiler.perfmap` for sampled JVMs\n"
-"                       this often, naming JIT-compiled Java frames (default off)\n"
-"  --gpu-interval DUR   how often GPU metrics are read from NVML (default 1s,\n"
-"                       at least 100ms; off: none)\n"
-"  --gpu-pcie-interval DUR     how often the PCIe byte counters are read: costly\n"
-"                       on some drivers; the rate covers the whole time (default 5s)\n"
-"  --gpu-process-interval DUR  how often per-process GPU utilisation is read: the\n"
-"                       driver's latest sample per process (default 1s; 1.1-1.6 ms\n"
-"                       of CPU a read on an H200; none while no process is on it)\n"
-"  --gpu-process-query shared|always  shared (default): the driver's per-process\n"
-"                       query only while 2+ processes share a GPU; one alone gets\n"
-"                       the GPU's utilisation. always: the query for one too\n"
+"  --interval DUR       how often samples are written to the store (default 10s)\n");
+	collect_opts__usage(out);
+	fprintf(out,
 "  --max-body BYTES     largest request accepted (default 64 MiB)\n"
 "  --max-body-memory BYTES  request bodies held in memory at once; beyond it a\n"
 "                       request gets 503 and Retry-After (default 4 x --max-body)\n"
@@ -58,8 +49,7 @@ static void _usage(FILE *out)
 "                       what the descriptor limit leaves)\n"
 "  --insecure           allow a non-loopback --listen without both tokens\n"
 "  --tls-cert FILE      serve HTTPS with this PEM certificate (chain: server first)\n"
-"  --tls-key FILE       the certificate's private key (PEM)\n"
-"  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n");
+"  --tls-key FILE       the certificate's private key (PEM)\n");
 }
 
 struct run {
@@ -87,24 +77,17 @@ static void _deliver(void *ctx, struct batch *b)
 int cmd_run(int argc, char **argv)
 {
 	/*
-	 * The server's options come first in longopts and use letters: run's
-	 * own long options are numbered above any letter, so that none can
-	 * take one of theirs (--no-cpu-strips once swallowed --store).
+	 * The server's options come first in longopts and use letters, the
+	 * collection options (collect_opts.h) last: run's own long options are
+	 * numbered above any letter, so that none can take one of theirs
+	 * (--no-cpu-strips once swallowed --store).
 	 */
-	enum {
-		OPT_NODE = 256, OPT_INTERVAL, OPT_JAVA_PERFMAP, OPT_GPU_INTERVAL,
-		OPT_GPU_PCIE, OPT_GPU_PROCESS, OPT_GPU_PROCESS_QUERY, OPT_NO_CPU_STRIPS,
-	};
+	enum { OPT_NODE = 256, OPT_INTERVAL };
 	static const struct option extra[] = {
 		{ "freq", required_argument, NULL, 'F' },
 		{ "node", required_argument, NULL, OPT_NODE },
 		{ "interval", required_argument, NULL, OPT_INTERVAL },
-		{ "java-perfmap-interval", required_argument, NULL, OPT_JAVA_PERFMAP },
-		{ "gpu-interval", required_argument, NULL, OPT_GPU_INTERVAL },
-		{ "gpu-pcie-interval", required_argument, NULL, OPT_GPU_PCIE },
-		{ "gpu-process-interval", required_argument, NULL, OPT_GPU_PROCESS },
-		{ "gpu-process-query", required_argument, NULL, OPT_GPU_PROCESS_QUERY },
-		{ "no-cpu-strips", no_argument, NULL, OPT_NO_CPU_STRIPS },
+		{}
 	};
 	struct option longopts[32];
 	struct cmd_server_opts so;
@@ -120,15 +103,11 @@ int cmd_run(int argc, char **argv)
 	struct event_base *base = NULL;
 	struct server *srv = NULL;
 	char host[256];
-	size_t n = 0;
-	int c, rc = 1;
+	int c, err, rc = 1;
 
-	for (const struct option *o = cmd__server_longopts; o->name; o++)
-		longopts[n++] = *o;
-	for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++)
-		longopts[n++] = extra[i];
-	memset(&longopts[n], 0, sizeof(longopts[n]));
-
+	if (collect_opts__longopts(longopts, sizeof(longopts) / sizeof(longopts[0]),
+				   cmd__server_longopts, extra))
+		return 1;
 	cmd__server_defaults(&so, "/var/lib/flamewatch");
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "F:vh", longopts, NULL)) != -1) {
@@ -154,42 +133,8 @@ int cmd_run(int argc, char **argv)
 			co.freq_hz = v;
 			continue;
 		}
-		if (c == OPT_NO_CPU_STRIPS) {
-			co.no_cpu_strips = 1;
-			continue;
-		}
 		if (c == OPT_NODE) {
 			r.node = optarg;
-			continue;
-		}
-		if (c == OPT_JAVA_PERFMAP) {
-			int64_t ns;
-
-			if (cmd__parse_java_interval(optarg, &ns)) {
-				fprintf(stderr, "flamewatch: error: --java-perfmap-interval: '%s' is not "
-					"a duration of 1s or more\n", optarg);
-				return 2;
-			}
-			co.java_perfmap_interval_ns = ns;
-			continue;
-		}
-		if (c == OPT_GPU_INTERVAL) {
-			if (continuous__parse_gpu_interval(optarg, &co.gpu_interval_ns))
-				return 2;
-			continue;
-		}
-		if (c == OPT_GPU_PCIE || c == OPT_GPU_PROCESS) {
-			if (continuous__parse_gpu_costly_interval(c == OPT_GPU_PCIE ? "gpu-pcie-interval" :
-								  "gpu-process-interval", optarg,
-								  c == OPT_GPU_PCIE ? &co.gpu_pcie_interval_ns :
-								  &co.gpu_process_interval_ns))
-				return 2;
-			continue;
-		}
-		if (c == OPT_GPU_PROCESS_QUERY) {
-			if (continuous__parse_gpu_process_query("gpu-process-query", optarg,
-								&co.gpu_process_query_always))
-				return 2;
 			continue;
 		}
 		if (c == OPT_INTERVAL) {
@@ -203,6 +148,11 @@ int cmd_run(int argc, char **argv)
 			co.interval_ns = ns;
 			continue;
 		}
+		err = collect_opts__parse(&co, c, optarg);
+		if (err < 0)
+			return 2;
+		if (!err)
+			continue;
 		if (c == '?' || cmd__parse_server_opt(&so, c, optarg)) {
 			if (c == '?')
 				_usage(stderr);

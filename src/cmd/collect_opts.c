@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+/* The collection options that `agent` and `run` share: one table, one parser. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "agent/continuous.h"
+#include "cmd/collect_opts.h"
+#include "common/timeparse.h"
+
+enum {
+	OPT_JAVA_PERFMAP = COLLECT_OPTS_FIRST, OPT_GPU_INTERVAL, OPT_GPU_PCIE, OPT_GPU_PROCESS,
+	OPT_GPU_PROCESS_QUERY, OPT_NO_CPU_STRIPS,
+};
+
+/* In the order of the help block. */
+static const struct {
+	struct option opt;
+	const char *help;
+} _opts[] = {
+	{ { "java-perfmap-interval", required_argument, NULL, OPT_JAVA_PERFMAP },
+"  --java-perfmap-interval SEC  run `jcmd PID Compiler.perfmap` for sampled JVMs\n"
+"                       this often, naming JIT-compiled Java frames (default off)\n" },
+	{ { "gpu-interval", required_argument, NULL, OPT_GPU_INTERVAL },
+"  --gpu-interval DUR   how often GPU metrics are read from NVML (default 1s,\n"
+"                       at least 100ms; off: none)\n" },
+	{ { "gpu-pcie-interval", required_argument, NULL, OPT_GPU_PCIE },
+"  --gpu-pcie-interval DUR     how often the PCIe byte counters are read: costly\n"
+"                       on some drivers; the rate covers the whole time (default 5s)\n" },
+	{ { "gpu-process-interval", required_argument, NULL, OPT_GPU_PROCESS },
+"  --gpu-process-interval DUR  how often per-process GPU utilisation is read: the\n"
+"                       driver's latest sample per process (default 1s; none\n"
+"                       while no process is on it)\n" },
+	{ { "gpu-process-query", required_argument, NULL, OPT_GPU_PROCESS_QUERY },
+"  --gpu-process-query shared|always  shared (default): the driver's per-process\n"
+"                       query only while 2+ processes share a GPU; one alone gets\n"
+"                       the GPU's utilisation. always: the query for one too\n" },
+	{ { "no-cpu-strips", no_argument, NULL, OPT_NO_CPU_STRIPS },
+"  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n" },
+};
+
+#define NOPTS (sizeof(_opts) / sizeof(_opts[0]))
+
+int collect_opts__longopts(struct option *out, size_t cap, const struct option *a,
+			   const struct option *b)
+{
+	size_t n = 0;
+
+	for (; a->name; a++) {
+		if (n == cap)
+			return -ENOSPC;
+		out[n++] = *a;
+	}
+	for (; b && b->name; b++) {
+		if (n == cap)
+			return -ENOSPC;
+		out[n++] = *b;
+	}
+	if (cap - n < NOPTS + 1)
+		return -ENOSPC;
+	for (size_t i = 0; i < NOPTS; i++)
+		out[n++] = _opts[i].opt;
+	out[n] = (struct option){ 0 };
+	return 0;
+}
+
+static int _parse_java_interval(const char *s, int64_t *ns)
+{
+	char *end;
+	unsigned long v;
+
+	if (duration__parse(s, ns) == 0)
+		return *ns >= 1000000000LL ? 0 : -EINVAL;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v < 1 || v > 86400)
+		return -EINVAL;
+	*ns = (int64_t)v * 1000000000LL;
+	return 0;
+}
+
+int collect_opts__parse_java_interval(const char *arg, uint64_t *ns)
+{
+	int64_t v;
+
+	if (_parse_java_interval(arg, &v)) {
+		fprintf(stderr, "flamewatch: error: --java-perfmap-interval: '%s' is not "
+			"a duration of 1s or more\n", arg);
+		return -EINVAL;
+	}
+	*ns = v;
+	return 0;
+}
+
+int collect_opts__parse(struct continuous_opts *co, int c, const char *arg)
+{
+	switch (c) {
+	case OPT_JAVA_PERFMAP:
+		return collect_opts__parse_java_interval(arg, &co->java_perfmap_interval_ns);
+	case OPT_GPU_INTERVAL:
+		return continuous__parse_gpu_interval(arg, &co->gpu_interval_ns) ? -EINVAL : 0;
+	case OPT_GPU_PCIE:
+		return continuous__parse_gpu_costly_interval("gpu-pcie-interval", arg,
+							     &co->gpu_pcie_interval_ns) ? -EINVAL : 0;
+	case OPT_GPU_PROCESS:
+		return continuous__parse_gpu_costly_interval("gpu-process-interval", arg,
+							     &co->gpu_process_interval_ns) ? -EINVAL : 0;
+	case OPT_GPU_PROCESS_QUERY:
+		return continuous__parse_gpu_process_query("gpu-process-query", arg,
+							    &co->gpu_process_query_always) ? -EINVAL : 0;
+	case OPT_NO_CPU_STRIPS:
+		co->no_cpu_strips = 1;
+		return 0;
+	}
+	return 1;
+}
+
+void collect_opts__usage(FILE *out)
+{
+	for (size_t i = 0; i < NOPTS; i++)
+		fputs(_opts[i].help, out);
+}
