@@ -357,10 +357,9 @@ int cmd_agent(int argc, char **argv)
 	 * a flush's large short-lived buffers came from the heap, and their
 	 * pages stayed between flushes among the blocks that live on. A fixed
 	 * threshold keeps blocks of 64 KiB and more in mappings of their own,
-	 * given back when freed: on the H200 (16 CPUs) 0.8 MB less RSS at the
-	 * end of a run and 0.5 MB less at the peak, for a few dozen mmap calls
-	 * a flush. The agent only: the server's allocations are another
-	 * matter.
+	 * given back when freed (less RSS at the peak and after, for a few
+	 * dozen mmap calls a flush: bench/README.md). The agent only: the
+	 * server's allocations are another matter.
 	 */
 	mallopt(M_MMAP_THRESHOLD, 64 << 10);
 	a.base = event_base_new();

@@ -57,7 +57,7 @@ void nvml__set_costly_intervals(struct nvml *n, uint64_t pcie_ns, uint64_t proce
  * Whether per-process utilisation always comes from the driver's
  * per-process query (1), or (0, the default) from the GPU's utilisation
  * while the GPU's running-process lists name one process only: the same
- * figure without the query's 1-2 ms of CPU (nvml.c explains).
+ * figure without the query's cost (nvml.c explains).
  */
 void nvml__set_process_query_always(struct nvml *n, int always);
 /* Shuts NVML down and unloads it. Accepts NULL. */

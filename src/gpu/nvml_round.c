@@ -421,10 +421,10 @@ static bool _field_unsupported(nvmlReturn_t ret)
 
 /*
  * PCIe traffic and energy: one nvmlDeviceGetFieldValues call for the
- * cumulative counters (a fraction of a millisecond), where
- * nvmlDeviceGetPcieThroughput sleeps 20 ms and costs 0.6 ms of CPU per
- * direction and nvmlDeviceGetTotalEnergyConsumption 2.4 ms. A field the
- * driver does not support falls back to the older query for good.
+ * cumulative counters, where nvmlDeviceGetPcieThroughput sleeps 20 ms per
+ * direction and costs more CPU than the field read, as does
+ * nvmlDeviceGetTotalEnergyConsumption. A field the driver does not
+ * support falls back to the older query for good.
  */
 static void _counters(struct round *r, struct gpu *g)
 {
