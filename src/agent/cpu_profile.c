@@ -9,10 +9,10 @@
 
 #include "agent/cpu_profile.h"
 #include "agent/cpu_profile_impl.h"
-#include "agent/hotspot.h"
+#include "agent/interp/hotspot.h"
+#include "agent/interp/python.h"
+#include "agent/interp/ruby.h"
 #include "agent/proc_table.h"
-#include "agent/python.h"
-#include "agent/ruby.h"
 #include "common/batch.h"
 #include "common/intern.h"
 #include "common/log.h"

@@ -9,10 +9,10 @@
 #include <bpf/bpf.h>
 
 #include "agent/bpf/ruby.h"
-#include "agent/interp_procs.h"
+#include "agent/interp/interp_procs.h"
+#include "agent/interp/ruby.h"
 #include "agent/procmaps.h"
 #include "agent/proc_table.h"
-#include "agent/ruby.h"
 #include "common/clock.h"
 #include "common/intern.h"
 #include "common/log.h"

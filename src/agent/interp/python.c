@@ -11,10 +11,10 @@
 #include <bpf/bpf.h>
 
 #include "agent/bpf/python.h"
-#include "agent/interp_procs.h"
+#include "agent/interp/interp_procs.h"
+#include "agent/interp/python.h"
 #include "agent/procmaps.h"
 #include "agent/proc_table.h"
-#include "agent/python.h"
 #include "common/clock.h"
 #include "common/env.h"
 #include "common/intern.h"

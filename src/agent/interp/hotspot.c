@@ -9,8 +9,8 @@
 #include <bpf/libbpf.h>
 
 #include "agent/bpf/hotspot.h"
-#include "agent/hotspot.h"
-#include "agent/hotspot_vmstructs.h"
+#include "agent/interp/hotspot.h"
+#include "agent/interp/hotspot_vmstructs.h"
 #include "agent/procmaps.h"
 #include "agent/proc_table.h"
 #include "common/clock.h"

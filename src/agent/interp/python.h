@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_AGENT_PYTHON_H
-#define FW_AGENT_PYTHON_H
+#ifndef FW_AGENT_INTERP_PYTHON_H
+#define FW_AGENT_INTERP_PYTHON_H
 
 #include <stdbool.h>
 #include <stdint.h>

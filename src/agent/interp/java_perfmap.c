@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "agent/java_perfmap.h"
+#include "agent/interp/java_perfmap.h"
 #include "common/log.h"
 
 #define MAX_JVMS 256

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_AGENT_RUBY_H
-#define FW_AGENT_RUBY_H
+#ifndef FW_AGENT_INTERP_RUBY_H
+#define FW_AGENT_INTERP_RUBY_H
 
 #include <stdbool.h>
 #include <stddef.h>

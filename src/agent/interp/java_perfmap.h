@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_AGENT_JAVA_PERFMAP_H
-#define FW_AGENT_JAVA_PERFMAP_H
+#ifndef FW_AGENT_INTERP_JAVA_PERFMAP_H
+#define FW_AGENT_INTERP_JAVA_PERFMAP_H
 
 #include <stdint.h>
 #include <sys/types.h>
