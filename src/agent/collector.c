@@ -10,7 +10,7 @@
 #include "agent/cpu_profile.h"
 #include "agent/interp/hotspot.h"
 #include "agent/interp/java_perfmap.h"
-#include "agent/cuda_tracker.h"
+#include "agent/cuda/cuda_tracker.h"
 #include "agent/proc_table.h"
 #include "agent/interp/python.h"
 #include "agent/interp/ruby.h"
