@@ -69,6 +69,10 @@ int hotspot__frames(struct hotspot *hs, const struct hotspot_proc *hp, uint64_t 
 
 void hotspot__stats(const struct hotspot *hs, struct hotspot_stats *out);
 
+/* The collector's calls (agent/interp/interp.h), on a struct hotspot. */
+struct interp_ops;
+extern const struct interp_ops hotspot_interp_ops;
+
 /*
  * Pure decoders, exposed for unit tests. hotspot__read_int: one int of
  * HotSpot's CompressedReadStream (UNSIGNED5) at *pos, advancing it,

@@ -70,6 +70,10 @@ int python__frame(struct python *py, const struct python_proc *pp, uint64_t code
 
 void python__stats(const struct python *py, struct python_stats *out);
 
+/* The collector's calls (agent/interp/interp.h), on a struct python. */
+struct interp_ops;
+extern const struct interp_ops python_interp_ops;
+
 /*
  * Pure helpers, exposed for unit tests: the source line of code unit index
  * `unit` (3.11+ location table) or of byte offset `offset` (3.10 line table).

@@ -63,6 +63,10 @@ int ruby__frame(struct ruby *rb, const struct ruby_proc *rp, uint64_t iseq, uint
 
 void ruby__stats(const struct ruby *rb, struct ruby_stats *out);
 
+/* The collector's calls (agent/interp/interp.h), on a struct ruby. */
+struct interp_ops;
+extern const struct interp_ops ruby_interp_ops;
+
 /*
  * Pure helper, exposed for unit tests: the instruction positions that a
  * CRuby succinct index table (iseq.c, VM_INSN_INFO_TABLE_IMPL 2) marks,
