@@ -308,9 +308,8 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		err = ENOMEM;
 		goto fail;
 	}
-	cpu_profile__set_python(c->cp, c->py);
-	cpu_profile__set_ruby(c->cp, rb);
-	cpu_profile__set_hotspot(c->cp, hs);
+	cpu_profile__set_interps(c->cp,
+				 &(struct cpu_profile_interps){ .py = c->py, .rb = rb, .hs = hs });
 	if (o->java_perfmap_interval_ns) {
 		java = java_perfmap__new(o->java_perfmap_interval_ns, c->procs);
 		if (!java) {
