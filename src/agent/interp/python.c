@@ -845,9 +845,9 @@ static void _ops_report(void *py)
 			"%llu read again, %llu replaced at their address; the cache started "
 			"afresh %llu times\n",
 			(unsigned long long)ps.code_reads, (unsigned long long)ps.code_read_errors,
-			(unsigned long long)ps.code_read_gone, (unsigned long long)ps.code_read_fault,
-			(unsigned long long)ps.code_read_bad, (unsigned long long)ps.code_rereads,
-			(unsigned long long)ps.code_replaced,
+			(unsigned long long)ps.code_read_gone,
+			(unsigned long long)ps.code_read_fault, (unsigned long long)ps.code_read_bad,
+			(unsigned long long)ps.code_rereads, (unsigned long long)ps.code_replaced,
 			(unsigned long long)ps.code_cache_clears);
 }
 
