@@ -10,7 +10,7 @@
 
 #include "agent/agent_metrics.h"
 #include "agent/collector.h"
-#include "agent/cuda_tracker.h"
+#include "agent/cuda/cuda_tracker.h"
 #include "agent/shipper.h"
 #include "common/batch.h"
 #include "common/log.h"
@@ -71,7 +71,7 @@ static void _cuda_join(const struct cuda_join_stats *st, struct strbuf *sb)
 			       cuda_join_why__name(w), (unsigned long long)st->why[w]);
 }
 
-/* What looking for libflamewatch-cuda.so costs (src/agent/cuda_tracker.c). */
+/* What looking for libflamewatch-cuda.so costs (src/agent/cuda/cuda_tracker.c). */
 static void _cuda_tracker(struct agent_metrics *m, struct strbuf *sb)
 {
 	struct cuda_tracker_stats st;

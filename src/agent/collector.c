@@ -8,17 +8,26 @@
 
 #include "agent/collector.h"
 #include "agent/cpu_profile.h"
-#include "agent/hotspot.h"
-#include "agent/java_perfmap.h"
-#include "agent/cuda_tracker.h"
+#include "agent/cuda/cuda_tracker.h"
+#include "agent/interp/hotspot.h"
+#include "agent/interp/interp.h"
+#include "agent/interp/java_perfmap.h"
+#include "agent/interp/python.h"
+#include "agent/interp/ruby.h"
 #include "agent/proc_table.h"
-#include "agent/python.h"
-#include "agent/ruby.h"
 #include "agent/sampler.h"
 #include "agent/unwinder.h"
 #include "common/batch.h"
 #include "common/log.h"
 #include "common/timeparse.h"
+
+/* python, ruby, hotspot and java_perfmap (when asked for), in that order. */
+#define COLLECTOR_MAX_INTERPS 4
+
+struct collector_interp {
+	const struct interp_ops *ops;
+	void *obj;			/* owned */
+};
 
 struct collector {
 	struct collector_opts opts;
@@ -26,10 +35,14 @@ struct collector {
 	struct proc_table *procs;
 	struct unwinder *unwinder;
 	struct cpu_profile *cp;
+	struct collector_interp interps[COLLECTOR_MAX_INTERPS];
+	uint32_t ninterps;
+	/*
+	 * Also in interps[] (which owns it): a CUDA launch notes Python alone,
+	 * since launch stacks get Python frames and no other language's
+	 * (cpu_profile__place()).
+	 */
 	struct python *py;
-	struct ruby *rb;
-	struct hotspot *hs;
-	struct java_perfmap *java;	/* NULL unless asked for */
 	struct cuda_tracker *cuda;	/* timed mode only: GPU time needs a batch */
 	uint64_t add_errors;
 	uint64_t next_sweep_ns;		/* CLOCK_MONOTONIC */
@@ -163,22 +176,18 @@ static void _described(void *ctx, pid_t pid)
 {
 	struct collector *c = ctx;
 
-	python__maps_changed(c->py, pid);
-	ruby__maps_changed(c->rb, pid);
+	for (uint32_t i = 0; i < c->ninterps; i++)
+		if (c->interps[i].ops->maps_changed)
+			c->interps[i].ops->maps_changed(c->interps[i].obj, pid);
 }
 
 static void _on_sample(void *ctx, const struct fw_sample *s)
 {
 	struct collector *c = ctx;
 
-	python__note_pid(c->py, s->pid);
-	ruby__note_pid(c->rb, s->pid);
-	hotspot__note_pid(c->hs, s->pid);
-	if (c->java) {
-		const struct proc_info *info = proc_table__info(c->procs, s->pid);
-
-		java_perfmap__note(c->java, s->pid, info ? info->exe : NULL);
-	}
+	for (uint32_t i = 0; i < c->ninterps; i++)
+		if (c->interps[i].ops->note_pid)
+			c->interps[i].ops->note_pid(c->interps[i].obj, s->pid);
 	if (cpu_profile__add(c->cp, s, sampler__boot_to_unix_ns(s->boot_ns)))
 		c->add_errors++;
 	unwinder__note_sample(c->unwinder, s->pid, s->flags);
@@ -187,10 +196,9 @@ static void _on_sample(void *ctx, const struct fw_sample *s)
 /* What every per-process table but the proc_table holds about pid: gone. */
 static void _forget(struct collector *c, pid_t pid)
 {
-	python__forget(c->py, pid);
-	ruby__forget(c->rb, pid);
-	hotspot__forget(c->hs, pid);
-	java_perfmap__forget(c->java, pid);
+	for (uint32_t i = 0; i < c->ninterps; i++)
+		if (c->interps[i].ops->forget)
+			c->interps[i].ops->forget(c->interps[i].obj, pid);
 	if (c->cuda)
 		cuda_tracker__exit(c->cuda, pid);
 	unwinder__remove_pid(c->unwinder, pid);
@@ -210,9 +218,9 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 
 	switch (e->type) {
 	case FW_EVENT_EXEC:
-		python__forget(c->py, e->pid);
-		ruby__forget(c->rb, e->pid);
-		hotspot__forget(c->hs, e->pid);
+		for (uint32_t i = 0; i < c->ninterps; i++)
+			if (c->interps[i].ops->exec)
+				c->interps[i].ops->exec(c->interps[i].obj, e->pid);
 		proc_table__exec(c->procs, e->pid);
 		if (c->cuda)
 			cuda_tracker__exec(c->cuda, e->pid, e->mnt_ns);
@@ -230,6 +238,18 @@ static void _on_proc(void *ctx, const struct fw_proc_event *e)
 		}
 		break;
 	}
+}
+
+/* Takes obj (NULL: nothing to add): the collector frees it. */
+static void _add_interp(struct collector *c, const struct interp_ops *ops, void *obj)
+{
+	if (!obj)
+		return;
+	if (c->ninterps == COLLECTOR_MAX_INTERPS) {
+		ops->free(obj);
+		return;
+	}
+	c->interps[c->ninterps++] = (struct collector_interp){ .ops = ops, .obj = obj };
 }
 
 struct collector *collector__new(const struct collector_opts *o, uint64_t start_unix_ns)
@@ -251,6 +271,9 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.on_cuda_exec = o->timed ? _on_cuda_exec : NULL,
 	};
 	int files_fd, procs_fd, wanted_fd, hs_fd, hs_stats_fd, err;
+	struct java_perfmap *java;
+	struct hotspot *hs;
+	struct ruby *rb;
 
 	if (!c)
 		return NULL;
@@ -275,22 +298,25 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		unwinder__set_on_demand(c->unwinder, o->unwind_on_demand_bytes);
 	c->py = python__new(sampler__python_fd(c->sampler), sampler__python_known_fd(c->sampler),
 			    c->procs);
-	c->rb = ruby__new(sampler__ruby_fd(c->sampler), c->procs);
+	rb = ruby__new(sampler__ruby_fd(c->sampler), c->procs);
 	sampler__hotspot_fds(c->sampler, &hs_fd, &hs_stats_fd);
-	c->hs = hotspot__new(hs_fd, hs_stats_fd, c->procs);
-	if (!c->unwinder || !c->py || !c->rb || !c->hs) {
+	hs = hotspot__new(hs_fd, hs_stats_fd, c->procs);
+	_add_interp(c, &python_interp_ops, c->py);
+	_add_interp(c, &ruby_interp_ops, rb);
+	_add_interp(c, &hotspot_interp_ops, hs);
+	if (!c->unwinder || !c->py || !rb || !hs) {
 		err = ENOMEM;
 		goto fail;
 	}
-	cpu_profile__set_python(c->cp, c->py);
-	cpu_profile__set_ruby(c->cp, c->rb);
-	cpu_profile__set_hotspot(c->cp, c->hs);
+	cpu_profile__set_interps(c->cp,
+				 &(struct cpu_profile_interps){ .py = c->py, .rb = rb, .hs = hs });
 	if (o->java_perfmap_interval_ns) {
-		c->java = java_perfmap__new(o->java_perfmap_interval_ns);
-		if (!c->java) {
+		java = java_perfmap__new(o->java_perfmap_interval_ns, c->procs);
+		if (!java) {
 			err = ENOMEM;
 			goto fail;
 		}
+		_add_interp(c, &java_perfmap_interp_ops, java);
 	}
 	/*
 	 * libbpf parsed the kernel's BTF (megabytes) to load the programs and
@@ -342,10 +368,8 @@ void collector__free(struct collector *c)
 	sampler__close(c->sampler);
 	unwinder__free(c->unwinder);
 	cpu_profile__free(c->cp);
-	python__free(c->py);
-	ruby__free(c->rb);
-	hotspot__free(c->hs);
-	java_perfmap__free(c->java);
+	for (uint32_t i = 0; i < c->ninterps; i++)
+		c->interps[i].ops->free(c->interps[i].obj);
 	proc_table__free(c->procs);
 	free(c);
 }
@@ -361,9 +385,9 @@ int collector__follow(struct collector *c, pid_t pid)
 	 * first: it takes milliseconds, building unwind tables can take far
 	 * longer, and samples in between still get their Python frames.
 	 */
-	python__note_pid(c->py, pid);
-	ruby__note_pid(c->rb, pid);
-	hotspot__note_pid(c->hs, pid);
+	for (uint32_t i = 0; i < c->ninterps; i++)
+		if (c->interps[i].ops->follow)
+			c->interps[i].ops->follow(c->interps[i].obj, pid);
 	unwinder__add_pid(c->unwinder, pid);
 	return 0;
 }
@@ -392,12 +416,9 @@ void collector__tick(struct collector *c)
 	proc_table__next_round(c->procs);
 	sampler__drain(c->sampler);
 	unwinder__add_pending(c->unwinder, _described, c);
-	if (c->java) {
-		struct timespec now;
-
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		java_perfmap__tick(c->java, (uint64_t)now.tv_sec * 1000000000ULL + now.tv_nsec);
-	}
+	for (uint32_t i = 0; i < c->ninterps; i++)
+		if (c->interps[i].ops->tick)
+			c->interps[i].ops->tick(c->interps[i].obj);
 	if (c->cuda)
 		cuda_tracker__tick(c->cuda);
 	cpu_profile__symbolize_jit(c->cp);
@@ -472,43 +493,9 @@ void collector__report(struct collector *c)
 	}
 	pr_debug("processes: %u known, %llu forgotten by the sweep\n",
 		 proc_table__nprocs(c->procs), (unsigned long long)c->swept);
-	if (c->py) {
-		struct python_stats ps;
-
-		python__stats(c->py, &ps);
-		/* Unreadable code objects are the samples' [python code 0x...] frames. */
-		if (ps.code_reads)
-			pr_info("python: %llu code objects read, %llu unreadable (%llu of exited "
-				"processes, %llu unmapped, %llu not code objects: freed or reused), "
-				"%llu read again, %llu replaced at their address; the cache started "
-				"afresh %llu times\n",
-				(unsigned long long)ps.code_reads, (unsigned long long)ps.code_read_errors,
-				(unsigned long long)ps.code_read_gone, (unsigned long long)ps.code_read_fault,
-				(unsigned long long)ps.code_read_bad, (unsigned long long)ps.code_rereads,
-				(unsigned long long)ps.code_replaced,
-				(unsigned long long)ps.code_cache_clears);
-	}
-	if (c->rb) {
-		struct ruby_stats rs;
-
-		ruby__stats(c->rb, &rs);
-		pr_debug("ruby: %llu processes, %llu iseqs read, %llu unreadable, %llu read again\n",
-			 (unsigned long long)rs.procs, (unsigned long long)rs.iseq_reads,
-			 (unsigned long long)rs.iseq_read_errors, (unsigned long long)rs.iseq_rereads);
-	}
-	if (c->hs) {
-		struct hotspot_stats hs;
-
-		hotspot__stats(c->hs, &hs);
-		pr_debug("hotspot: %llu JVMs; %llu interpreted, %llu compiled, %llu stub frames walked, "
-			 "%llu pcs outside blobs, %llu faults; %llu methods read (%llu unreadable), "
-			 "%llu compiled pcs resolved (%llu not)\n",
-			 (unsigned long long)hs.procs, (unsigned long long)hs.interp_frames,
-			 (unsigned long long)hs.compiled_frames, (unsigned long long)hs.stub_frames,
-			 (unsigned long long)hs.no_blob, (unsigned long long)hs.faults,
-			 (unsigned long long)hs.method_reads, (unsigned long long)hs.method_read_errors,
-			 (unsigned long long)hs.nmethod_reads, (unsigned long long)hs.nmethod_read_errors);
-	}
+	for (uint32_t i = 0; i < c->ninterps; i++)
+		if (c->interps[i].ops->report)
+			c->interps[i].ops->report(c->interps[i].obj);
 	if (!c->unwinder)
 		return;
 	unwinder__stats(c->unwinder, &u);

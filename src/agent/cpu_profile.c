@@ -9,10 +9,10 @@
 
 #include "agent/cpu_profile.h"
 #include "agent/cpu_profile_impl.h"
-#include "agent/hotspot.h"
+#include "agent/interp/hotspot.h"
+#include "agent/interp/python.h"
+#include "agent/interp/ruby.h"
 #include "agent/proc_table.h"
-#include "agent/python.h"
-#include "agent/ruby.h"
 #include "common/batch.h"
 #include "common/intern.h"
 #include "common/log.h"
@@ -310,14 +310,11 @@ static int _add_timed(struct cpu_profile *cp, const struct fw_sample *s, const c
 	return batch__add_sample(cp->batch, &bs);
 }
 
-void cpu_profile__set_python(struct cpu_profile *cp, struct python *py)
+void cpu_profile__set_interps(struct cpu_profile *cp, const struct cpu_profile_interps *in)
 {
-	cp->py = py;
-}
-
-void cpu_profile__set_hotspot(struct cpu_profile *cp, struct hotspot *hs)
-{
-	cp->hs = hs;
+	cp->py = in->py;
+	cp->rb = in->rb;
+	cp->hs = in->hs;
 }
 
 #define LEAF_MAX (FW_MAX_USTACK + FW_MAX_PYFRAMES)
@@ -428,11 +425,6 @@ static int _mixed_user_stack(struct cpu_profile *cp, const struct fw_sample *s,
 		cp->leaf[n++] = id;
 	}
 	return n;
-}
-
-void cpu_profile__set_ruby(struct cpu_profile *cp, struct ruby *rb)
-{
-	cp->rb = rb;
 }
 
 static int64_t _ruby_frame(struct cpu_profile *cp, const struct ruby_proc *rp, const __u64 *word)

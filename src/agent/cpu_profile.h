@@ -41,19 +41,25 @@ struct batch *cpu_profile__take_batch(struct cpu_profile *cp, uint64_t start_ns)
 /* Accepts NULL. Frees the profile too unless it was taken. */
 void cpu_profile__free(struct cpu_profile *cp);
 
-struct python;
-/*
- * Borrows py: samples with Python frames get them spliced into their native
- * stacks in place of the interpreter's own frames. NULL turns that off.
- */
-void cpu_profile__set_python(struct cpu_profile *cp, struct python *py);
-/* Names JVM frames through hs (borrowed); NULL: they stay anonymous JIT code. */
 struct hotspot;
-void cpu_profile__set_hotspot(struct cpu_profile *cp, struct hotspot *hs);
-
+struct python;
 struct ruby;
-/* Borrows rb: the same for samples with Ruby frames, in place of the VM's. */
-void cpu_profile__set_ruby(struct cpu_profile *cp, struct ruby *rb);
+
+/*
+ * The interpreters that name the samples' language frames, all borrowed; a
+ * NULL one turns its language off. Typed, not interp_ops (interp/interp.h):
+ * each language puts its frames into the native stack its own way, and
+ * only Python's go into CUDA launch stacks (cpu_profile__place()).
+ */
+struct cpu_profile_interps {
+	/* Python frames in place of the interpreter's own frames */
+	struct python *py;
+	/* Ruby frames in place of the VM's */
+	struct ruby *rb;
+	/* JVM frames as Java methods; without it they stay anonymous JIT code */
+	struct hotspot *hs;
+};
+void cpu_profile__set_interps(struct cpu_profile *cp, const struct cpu_profile_interps *in);
 
 /* Adds one sample. Returns 0 or -ENOMEM. */
 int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t unix_ns);

@@ -13,8 +13,8 @@
 
 #include "agent/cpu_profile.h"
 #include "agent/cpu_profile_impl.h"
+#include "agent/interp/python.h"
 #include "agent/proc_table.h"
-#include "agent/python.h"
 #include "common/batch.h"
 #include "common/profile.h"
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/cuda_tracker.h"
+#include "agent/cuda/cuda_tracker.h"
 #include "cmd/cmd.h"
 
 #define LIB_NAME "libflamewatch-cuda.so"

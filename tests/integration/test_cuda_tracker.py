@@ -1,5 +1,6 @@
-"""How the agent finds libflamewatch-cuda.so in processes (src/agent/cuda_tracker.c,
-src/agent/lib_watch.c): from the dynamic loader's _dl_debug_state() hook,
+"""How the agent finds libflamewatch-cuda.so in processes
+(src/agent/cuda/cuda_tracker.c, src/agent/cuda/lib_watch.c): from the
+dynamic loader's _dl_debug_state() hook,
 which reports a load of the library as it happens, instead of reading the
 maps of every new process for 30 s.
 

@@ -1,7 +1,7 @@
 """System tests for Java frames without JVM flags: `flamewatch record` (real
 BPF) on HotSpot 17 running tests/workloads/java/Chains.java, whose call
 chains are known. The JVM gets no option at all: its frames are named from
-the vmStructs tables libjvm.so exports (src/agent/hotspot.c).
+the vmStructs tables libjvm.so exports (src/agent/interp/hotspot.c).
 
 Interpreted frames: Cold.inner is generated here with more bytecode than
 HotSpot's HugeMethodLimit, so the JIT never compiles it and its samples

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "agent/hotspot.h"
+#include "agent/interp/hotspot.h"
 
 static void test_read_int(void **state)
 {

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "agent/python.h"
+#include "agent/interp/python.h"
 
 static void test_line_310(void **state)
 {

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "agent/ruby.h"
+#include "agent/interp/ruby.h"
 
 #define IMM 54
 #define BLOCK 80

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the BPF HotSpot unwinder needs to know about one JVM, shared between
- * hotspot.bpf.h and src/agent/hotspot.c. Fixed-width types only. Every
+ * hotspot.bpf.h and src/agent/interp/hotspot.c. Fixed-width types only. Every
  * offset comes from the vmStructs tables the JVM itself exports
  * (gHotSpotVMStructs and friends in libjvm.so), read from the process.
  */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the BPF Python walker needs to know about one CPython process,
- * shared between python.bpf.h and src/agent/python.c. Fixed-width types only.
+ * shared between python.bpf.h and src/agent/interp/python.c. Fixed-width types only.
  */
 #ifndef FW_AGENT_BPF_PYTHON_H
 #define FW_AGENT_BPF_PYTHON_H

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the BPF Ruby walker needs to know about one CRuby process, shared
- * between ruby.bpf.h and src/agent/ruby.c. Fixed-width types only.
+ * between ruby.bpf.h and src/agent/interp/ruby.c. Fixed-width types only.
  *
  * Ruby frames travel in the sample's interpreter slots, like Python's (a
  * process runs one interpreter or the other): two words per frame, leaf

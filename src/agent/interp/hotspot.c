@@ -9,8 +9,9 @@
 #include <bpf/libbpf.h>
 
 #include "agent/bpf/hotspot.h"
-#include "agent/hotspot.h"
-#include "agent/hotspot_vmstructs.h"
+#include "agent/interp/hotspot.h"
+#include "agent/interp/hotspot_vmstructs.h"
+#include "agent/interp/interp.h"
 #include "agent/procmaps.h"
 #include "agent/proc_table.h"
 #include "common/clock.h"
@@ -953,3 +954,48 @@ void hotspot__stats(const struct hotspot *hs, struct hotspot_stats *out)
 	}
 	free(values);
 }
+
+static void _ops_note_pid(void *hs, pid_t pid)
+{
+	hotspot__note_pid(hs, pid);
+}
+
+static void _ops_forget(void *hs, pid_t pid)
+{
+	hotspot__forget(hs, pid);
+}
+
+static void _ops_report(void *obj)
+{
+	struct hotspot_stats hs;
+
+	hotspot__stats(obj, &hs);
+	pr_debug("hotspot: %llu JVMs; %llu interpreted, %llu compiled, %llu stub frames walked, "
+		 "%llu pcs outside blobs, %llu faults; %llu methods read (%llu unreadable), "
+		 "%llu compiled pcs resolved (%llu not)\n",
+		 (unsigned long long)hs.procs, (unsigned long long)hs.interp_frames,
+		 (unsigned long long)hs.compiled_frames, (unsigned long long)hs.stub_frames,
+		 (unsigned long long)hs.no_blob, (unsigned long long)hs.faults,
+		 (unsigned long long)hs.method_reads, (unsigned long long)hs.method_read_errors,
+		 (unsigned long long)hs.nmethod_reads, (unsigned long long)hs.nmethod_read_errors);
+}
+
+static void _ops_free(void *hs)
+{
+	hotspot__free(hs);
+}
+
+/*
+ * No maps_changed: a process not yet a JVM is looked at again on its own
+ * backoff as its samples come. An exec'd process's JVM, if any, is
+ * another: forgotten as at exit.
+ */
+const struct interp_ops hotspot_interp_ops = {
+	.name = "hotspot",
+	.note_pid = _ops_note_pid,
+	.follow = _ops_note_pid,
+	.exec = _ops_forget,
+	.forget = _ops_forget,
+	.report = _ops_report,
+	.free = _ops_free,
+};

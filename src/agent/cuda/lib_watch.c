@@ -14,7 +14,7 @@
 #include "agent/core_btf.h"
 #include "agent/ringbuf.h"
 #include "agent/skel_bytes.h"
-#include "agent/lib_watch.h"
+#include "agent/cuda/lib_watch.h"
 #include "agent/procmaps.h"
 #include "bpf/libwatch.skel.h"
 #include "common/log.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_AGENT_INTERP_PROCS_H
-#define FW_AGENT_INTERP_PROCS_H
+#ifndef FW_AGENT_INTERP_INTERP_PROCS_H
+#define FW_AGENT_INTERP_INTERP_PROCS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_AGENT_PYTHON_H
-#define FW_AGENT_PYTHON_H
+#ifndef FW_AGENT_INTERP_PYTHON_H
+#define FW_AGENT_INTERP_PYTHON_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -69,6 +69,10 @@ int python__frame(struct python *py, const struct python_proc *pp, uint64_t code
 		  uint64_t word1, const char **function, const char **file, uint32_t *line);
 
 void python__stats(const struct python *py, struct python_stats *out);
+
+/* The collector's calls (agent/interp/interp.h), on a struct python. */
+struct interp_ops;
+extern const struct interp_ops python_interp_ops;
 
 /*
  * Pure helpers, exposed for unit tests: the source line of code unit index

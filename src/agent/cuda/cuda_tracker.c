@@ -18,8 +18,8 @@
 #include <bpf/libbpf.h>
 
 #include "agent/cpu_profile.h"
-#include "agent/cuda_tracker.h"
-#include "agent/lib_watch.h"
+#include "agent/cuda/cuda_tracker.h"
+#include "agent/cuda/lib_watch.h"
 #include "agent/proc_table.h"
 #include "agent/procmaps.h"
 #include "agent/sampler.h"

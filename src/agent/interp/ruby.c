@@ -9,10 +9,11 @@
 #include <bpf/bpf.h>
 
 #include "agent/bpf/ruby.h"
-#include "agent/interp_procs.h"
+#include "agent/interp/interp.h"
+#include "agent/interp/interp_procs.h"
+#include "agent/interp/ruby.h"
 #include "agent/procmaps.h"
 #include "agent/proc_table.h"
-#include "agent/ruby.h"
 #include "common/clock.h"
 #include "common/intern.h"
 #include "common/log.h"
@@ -757,3 +758,45 @@ void ruby__stats(const struct ruby *rb, struct ruby_stats *out)
 {
 	*out = rb->st;
 }
+
+static void _ops_note_pid(void *rb, pid_t pid)
+{
+	ruby__note_pid(rb, pid);
+}
+
+static void _ops_maps_changed(void *rb, pid_t pid)
+{
+	ruby__maps_changed(rb, pid);
+}
+
+static void _ops_forget(void *rb, pid_t pid)
+{
+	ruby__forget(rb, pid);
+}
+
+static void _ops_report(void *rb)
+{
+	struct ruby_stats rs;
+
+	ruby__stats(rb, &rs);
+	pr_debug("ruby: %llu processes, %llu iseqs read, %llu unreadable, %llu read again\n",
+		 (unsigned long long)rs.procs, (unsigned long long)rs.iseq_reads,
+		 (unsigned long long)rs.iseq_read_errors, (unsigned long long)rs.iseq_rereads);
+}
+
+static void _ops_free(void *rb)
+{
+	ruby__free(rb);
+}
+
+/* An exec'd process's VM, if any, is another: forgotten as at exit. */
+const struct interp_ops ruby_interp_ops = {
+	.name = "ruby",
+	.note_pid = _ops_note_pid,
+	.follow = _ops_note_pid,
+	.maps_changed = _ops_maps_changed,
+	.exec = _ops_forget,
+	.forget = _ops_forget,
+	.report = _ops_report,
+	.free = _ops_free,
+};

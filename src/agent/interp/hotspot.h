@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_AGENT_HOTSPOT_H
-#define FW_AGENT_HOTSPOT_H
+#ifndef FW_AGENT_INTERP_HOTSPOT_H
+#define FW_AGENT_INTERP_HOTSPOT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -68,6 +68,10 @@ int hotspot__frames(struct hotspot *hs, const struct hotspot_proc *hp, uint64_t 
 		    bool is_return, struct hotspot_frame *out);
 
 void hotspot__stats(const struct hotspot *hs, struct hotspot_stats *out);
+
+/* The collector's calls (agent/interp/interp.h), on a struct hotspot. */
+struct interp_ops;
+extern const struct interp_ops hotspot_interp_ops;
 
 /*
  * Pure decoders, exposed for unit tests. hotspot__read_int: one int of

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_AGENT_HOTSPOT_VMSTRUCTS_H
-#define FW_AGENT_HOTSPOT_VMSTRUCTS_H
+#ifndef FW_AGENT_INTERP_HOTSPOT_VMSTRUCTS_H
+#define FW_AGENT_INTERP_HOTSPOT_VMSTRUCTS_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_AGENT_CUDA_TRACKER_H
-#define FW_AGENT_CUDA_TRACKER_H
+#ifndef FW_AGENT_CUDA_CUDA_TRACKER_H
+#define FW_AGENT_CUDA_CUDA_TRACKER_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "agent/hotspot_vmstructs.h"
+#include "agent/interp/hotspot_vmstructs.h"
 
 /* The exported symbols, in this order. */
 enum {

@@ -11,10 +11,11 @@
 #include <bpf/bpf.h>
 
 #include "agent/bpf/python.h"
-#include "agent/interp_procs.h"
+#include "agent/interp/interp.h"
+#include "agent/interp/interp_procs.h"
+#include "agent/interp/python.h"
 #include "agent/procmaps.h"
 #include "agent/proc_table.h"
-#include "agent/python.h"
 #include "common/clock.h"
 #include "common/env.h"
 #include "common/intern.h"
@@ -816,3 +817,53 @@ void python__stats(const struct python *py, struct python_stats *out)
 {
 	*out = py->st;
 }
+
+static void _ops_note_pid(void *py, pid_t pid)
+{
+	python__note_pid(py, pid);
+}
+
+static void _ops_maps_changed(void *py, pid_t pid)
+{
+	python__maps_changed(py, pid);
+}
+
+static void _ops_forget(void *py, pid_t pid)
+{
+	python__forget(py, pid);
+}
+
+static void _ops_report(void *py)
+{
+	struct python_stats ps;
+
+	python__stats(py, &ps);
+	/* Unreadable code objects are the samples' [python code 0x...] frames. */
+	if (ps.code_reads)
+		pr_info("python: %llu code objects read, %llu unreadable (%llu of exited "
+			"processes, %llu unmapped, %llu not code objects: freed or reused), "
+			"%llu read again, %llu replaced at their address; the cache started "
+			"afresh %llu times\n",
+			(unsigned long long)ps.code_reads, (unsigned long long)ps.code_read_errors,
+			(unsigned long long)ps.code_read_gone,
+			(unsigned long long)ps.code_read_fault, (unsigned long long)ps.code_read_bad,
+			(unsigned long long)ps.code_rereads, (unsigned long long)ps.code_replaced,
+			(unsigned long long)ps.code_cache_clears);
+}
+
+static void _ops_free(void *py)
+{
+	python__free(py);
+}
+
+/* An exec'd process's interpreter, if any, is another: forgotten as at exit. */
+const struct interp_ops python_interp_ops = {
+	.name = "python",
+	.note_pid = _ops_note_pid,
+	.follow = _ops_note_pid,
+	.maps_changed = _ops_maps_changed,
+	.exec = _ops_forget,
+	.forget = _ops_forget,
+	.report = _ops_report,
+	.free = _ops_free,
+};

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_AGENT_RUBY_H
-#define FW_AGENT_RUBY_H
+#ifndef FW_AGENT_INTERP_RUBY_H
+#define FW_AGENT_INTERP_RUBY_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -62,6 +62,10 @@ int ruby__frame(struct ruby *rb, const struct ruby_proc *rp, uint64_t iseq, uint
 		const char **function, const char **file, uint32_t *line);
 
 void ruby__stats(const struct ruby *rb, struct ruby_stats *out);
+
+/* The collector's calls (agent/interp/interp.h), on a struct ruby. */
+struct interp_ops;
+extern const struct interp_ops ruby_interp_ops;
 
 /*
  * Pure helper, exposed for unit tests: the instruction positions that a

@@ -4,7 +4,7 @@
 #include <sys/uio.h>
 #include <time.h>
 
-#include "agent/interp_procs.h"
+#include "agent/interp/interp_procs.h"
 #include "common/clock.h"
 
 struct pid_entry {

@@ -8,7 +8,10 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "agent/java_perfmap.h"
+#include "agent/interp/interp.h"
+#include "agent/interp/java_perfmap.h"
+#include "agent/proc_table.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define MAX_JVMS 256
@@ -23,13 +26,14 @@ struct jvm {
 
 struct java_perfmap {
 	uint64_t interval_ns;
+	struct proc_table *procs;	/* borrowed */
 	struct jvm jvms[MAX_JVMS];
 	uint32_t n;
 	uint64_t runs;
 	bool no_jcmd;		/* jcmd is not installed: stop trying */
 };
 
-struct java_perfmap *java_perfmap__new(uint64_t interval_ns)
+struct java_perfmap *java_perfmap__new(uint64_t interval_ns, struct proc_table *procs)
 {
 	struct java_perfmap *j;
 
@@ -38,8 +42,10 @@ struct java_perfmap *java_perfmap__new(uint64_t interval_ns)
 		return NULL;
 	}
 	j = calloc(1, sizeof(*j));
-	if (j)
+	if (j) {
 		j->interval_ns = interval_ns;
+		j->procs = procs;
+	}
 	return j;
 }
 
@@ -138,3 +144,39 @@ uint64_t java_perfmap__runs(const struct java_perfmap *j)
 {
 	return j ? j->runs : 0;
 }
+
+static void _ops_note_pid(void *obj, pid_t pid)
+{
+	struct java_perfmap *j = obj;
+	const struct proc_info *info = proc_table__info(j->procs, pid);
+
+	java_perfmap__note(j, pid, info ? info->exe : NULL);
+}
+
+static void _ops_forget(void *j, pid_t pid)
+{
+	java_perfmap__forget(j, pid);
+}
+
+static void _ops_tick(void *j)
+{
+	java_perfmap__tick(j, clock__mono_ns());
+}
+
+static void _ops_free(void *j)
+{
+	java_perfmap__free(j);
+}
+
+/*
+ * JVMs are remembered from their samples alone (a followed process is not
+ * noted ahead of them), and forgotten at exit, not at exec: an entry is
+ * only a pid and its jcmd schedule.
+ */
+const struct interp_ops java_perfmap_interp_ops = {
+	.name = "java_perfmap",
+	.note_pid = _ops_note_pid,
+	.forget = _ops_forget,
+	.tick = _ops_tick,
+	.free = _ops_free,
+};

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#ifndef FW_AGENT_LIB_WATCH_H
-#define FW_AGENT_LIB_WATCH_H
+#ifndef FW_AGENT_CUDA_LIB_WATCH_H
+#define FW_AGENT_CUDA_LIB_WATCH_H
 
 #include <stdbool.h>
 #include <stdint.h>
