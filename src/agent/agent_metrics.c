@@ -13,13 +13,13 @@
 #include "agent/cuda/cuda_tracker.h"
 #include "agent/shipper.h"
 #include "common/batch.h"
+#include "common/hostport.h"
 #include "common/log.h"
 #include "common/profile.h"
 #include "common/strbuf.h"
 #include "format/prom_points.h"
 #include "gpu/nvml.h"
 #include "gpu/poller.h"
-#include "server/server.h"
 
 struct agent_metrics {
 	struct evhttp *http;
@@ -244,7 +244,7 @@ struct agent_metrics *agent_metrics__start(struct event_base *base, const char *
 	if (m->max_age_ns < 5000000000LL)
 		m->max_age_ns = 5000000000LL;
 	m->max_age_ns += (int64_t)gpu_process_interval_ns;
-	if (server__parse_listen(listen, host, sizeof(host), &port)) {
+	if (hostport__parse(listen, host, sizeof(host), &port)) {
 		fprintf(stderr, "flamewatch: error: --metrics-listen: '%s' is not HOST:PORT\n", listen);
 		goto err;
 	}

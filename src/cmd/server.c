@@ -13,6 +13,7 @@
 #include <event2/event.h>
 
 #include "cmd/cmd.h"
+#include "common/hostport.h"
 #include "common/log.h"
 #include "common/timeparse.h"
 #include "server/server.h"
@@ -108,7 +109,7 @@ static void _raise_nofile(void)
  */
 static int _check_tokens(const struct cmd_server_opts *o, const char *host)
 {
-	if (server__is_loopback(host) || o->insecure)
+	if (hostport__is_loopback(host) || o->insecure)
 		return 0;
 	if (!o->write_token && !o->read_token) {
 		fprintf(stderr, "flamewatch: error: --listen %s is reachable from other machines: "
@@ -150,7 +151,7 @@ int cmd__serve(const struct cmd_server_opts *o, struct event_base *base, struct 
 	struct server *srv;
 	uint16_t port;
 
-	if (server__parse_listen(o->listen, host, sizeof(host), &port)) {
+	if (hostport__parse(o->listen, host, sizeof(host), &port)) {
 		fprintf(stderr, "flamewatch: error: --listen: '%s' is not HOST:PORT\n", o->listen);
 		return -1;
 	}
@@ -170,7 +171,7 @@ int cmd__serve(const struct cmd_server_opts *o, struct event_base *base, struct 
 		return -1;
 	}
 	/* Allowed, as before TLS existed; but say what it means. */
-	if (!server__is_loopback(host) && !o->tls_cert)
+	if (!hostport__is_loopback(host) && !o->tls_cert)
 		fprintf(stderr, "flamewatch: warning: --listen %s without --tls-cert: tokens and "
 			"profiles cross the network in clear text\n", o->listen);
 	if (o->store_uri) {
@@ -209,7 +210,7 @@ const char *cmd__listen_host(const struct cmd_server_opts *o)
 	static char host[256];
 	uint16_t port;
 
-	if (server__parse_listen(o->listen, host, sizeof(host), &port))
+	if (hostport__parse(o->listen, host, sizeof(host), &port))
 		return o->listen;
 	return host;
 }

@@ -15,6 +15,7 @@
 #include <event2/listener.h>
 
 #include "common/clock.h"
+#include "common/hostport.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "common/timeparse.h"
@@ -281,53 +282,6 @@ out:
 	evhttp_clear_headers(&r.params);
 }
 
-int server__parse_listen(const char *listen, char *host, size_t host_len, uint16_t *port)
-{
-	const char *colon;
-	size_t hl;
-	char *end;
-	unsigned long p;
-
-	if (listen[0] == '[') {
-		const char *close = strchr(listen, ']');
-
-		if (!close || close[1] != ':')
-			return -EINVAL;
-		hl = close - listen - 1;
-		listen++;
-		colon = close + 1;
-	} else {
-		colon = strrchr(listen, ':');
-		if (!colon)
-			return -EINVAL;
-		hl = colon - listen;
-	}
-	if (hl == 0 || hl >= host_len)
-		return -EINVAL;
-	memcpy(host, listen, hl);
-	host[hl] = '\0';
-	errno = 0;
-	p = strtoul(colon + 1, &end, 10);
-	if (errno || *end || !colon[1] || p > 65535)
-		return -EINVAL;
-	*port = p;
-	return 0;
-}
-
-int server__is_loopback(const char *host)
-{
-	struct in_addr a4;
-	struct in6_addr a6;
-
-	if (!strcmp(host, "localhost"))
-		return 1;
-	if (inet_pton(AF_INET, host, &a4) == 1)
-		return (ntohl(a4.s_addr) >> 24) == 127;
-	if (inet_pton(AF_INET6, host, &a6) == 1)
-		return IN6_IS_ADDR_LOOPBACK(&a6);
-	return 0;
-}
-
 /* evhttp asks for each accepted connection's bufferevent: a TLS one. */
 static struct bufferevent *_tls_bev(struct event_base *base, void *arg)
 {
@@ -366,7 +320,7 @@ struct server *server__new(struct event_base *base, struct store *store,
 
 	if (!s)
 		return NULL;
-	if (server__parse_listen(opts->listen, host, sizeof(host), &port)) {
+	if (hostport__parse(opts->listen, host, sizeof(host), &port)) {
 		snprintf(err, err_len, "--listen: '%s' is not HOST:PORT", opts->listen);
 		errno = EINVAL;
 		goto fail;

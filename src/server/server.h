@@ -38,9 +38,4 @@ void server__free(struct server *s);
 /* The port actually bound. */
 uint16_t server__port(const struct server *s);
 
-/* Splits "HOST:PORT" ("[v6]:PORT" too). Returns 0 or -EINVAL. */
-int server__parse_listen(const char *listen, char *host, size_t host_len, uint16_t *port);
-/* True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost). */
-int server__is_loopback(const char *host);
-
 #endif
