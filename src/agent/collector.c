@@ -193,6 +193,15 @@ static void _on_sample(void *ctx, const struct fw_sample *s)
 	unwinder__note_sample(c->unwinder, s->pid, s->flags);
 }
 
+static void _on_offcpu(void *ctx, const struct fw_offcpu *o)
+{
+	struct collector *c = ctx;
+
+	if (cpu_profile__add_offcpu(c->cp, o, sampler__boot_to_unix_ns(o->s.boot_ns)))
+		c->add_errors++;
+	unwinder__note_sample(c->unwinder, o->s.pid, o->s.flags);
+}
+
 /* What every per-process table but the proc_table holds about pid: gone. */
 static void _forget(struct collector *c, pid_t pid)
 {
@@ -269,6 +278,8 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.on_cuda_conflict = o->timed ? _on_cuda_conflict : NULL,
 		.on_cuda_name = o->timed ? _on_cuda_name : NULL,
 		.on_cuda_exec = o->timed ? _on_cuda_exec : NULL,
+		.on_offcpu = o->offcpu_min_ns ? _on_offcpu : NULL,
+		.offcpu_min_ns = o->offcpu_min_ns,
 	};
 	int files_fd, procs_fd, wanted_fd, hs_fd, hs_stats_fd, err;
 	struct java_perfmap *java;
@@ -284,6 +295,10 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 					    o->timed) : NULL;
 	if (!c->procs || !c->cp) {
 		err = ENOMEM;
+		goto fail;
+	}
+	if (!o->timed && cpu_profile__set_aggregate(c->cp, o->aggregate_type)) {
+		err = EINVAL;
 		goto fail;
 	}
 	c->sampler = sampler__open(&so);

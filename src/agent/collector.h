@@ -28,6 +28,13 @@ struct collector_opts {
 	uint64_t unwind_on_demand_bytes;
 	/* > 0: run `jcmd PID Compiler.perfmap` for each sampled JVM this often. */
 	uint64_t java_perfmap_interval_ns;
+	/*
+	 * > 0: off-CPU time, blocks of followed threads at least this long
+	 * (SAMPLE_OFFCPU samples; in aggregated mode see cpu_profile__set_aggregate()).
+	 */
+	uint64_t offcpu_min_ns;
+	/* Aggregated mode: the enum sample_type the profile counts (SAMPLE_CPU: 0). */
+	uint32_t aggregate_type;
 	/* Called when a followed process exits; may be NULL. */
 	void (*on_followed_exit)(void *ctx, pid_t pid);
 	void *ctx;

@@ -76,6 +76,8 @@ struct continuous_opts {
 	/* Called after each GPU round with the batch and its first new metric; may be NULL. */
 	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 	int no_cpu_strips;		/* --no-cpu-strips */
+	int no_offcpu;			/* --no-off-cpu */
+	uint64_t offcpu_min_ns;		/* --off-cpu-min; 0: the default */
 };
 
 /*
@@ -88,6 +90,8 @@ int continuous__parse_gpu_costly_interval(const char *flag, const char *arg, uin
 /* --gpu-process-query: "shared" (0) or "always" (1); -1 (said) otherwise. */
 int continuous__parse_gpu_process_query(const char *flag, const char *arg, int *always);
 #define CONTINUOUS_GPU_INTERVAL_NS 1000000000ULL
+/* Blocks shorter than this are not off-CPU time worth a stack (--off-cpu-min). */
+#define CONTINUOUS_OFFCPU_MIN_NS 1000000ULL
 #define CONTINUOUS_GPU_PCIE_INTERVAL_NS NVML_PCIE_INTERVAL_NS
 #define CONTINUOUS_GPU_PROCESS_INTERVAL_NS NVML_PROCESS_INTERVAL_NS
 

@@ -45,7 +45,7 @@ static int _start(struct cpu_profile *cp, uint64_t period_ns, uint64_t start_ns)
 		if (!cp->pids)
 			return -ENOMEM;
 	} else {
-		cp->p = profile__new(period_ns, start_ns);
+		cp->p = profile__new(cp->aggregate_type == SAMPLE_OFFCPU ? 1 : period_ns, start_ns);
 		if (!cp->p)
 			return -ENOMEM;
 	}
@@ -296,7 +296,7 @@ static int64_t _series_of(struct cpu_profile *cp, const struct fw_sample *s, con
 }
 
 static int _add_timed(struct cpu_profile *cp, const struct fw_sample *s, const char *comm,
-		      uint32_t stack, uint64_t unix_ns)
+		      uint32_t stack, uint64_t unix_ns, uint32_t type, int64_t value)
 {
 	int64_t series = _series_of(cp, s, comm);
 	struct batch_sample bs;
@@ -305,7 +305,7 @@ static int _add_timed(struct cpu_profile *cp, const struct fw_sample *s, const c
 		return series;
 	bs = (struct batch_sample){
 		.ts_ns = unix_ns, .stack = stack, .series = series, .tid = s->tid,
-		.cpu = s->cpu, .type = SAMPLE_CPU, .value = 1,
+		.cpu = s->cpu, .type = type, .value = value,
 	};
 	return batch__add_sample(cp->batch, &bs);
 }
@@ -500,7 +500,9 @@ static int _ruby_user_stack(struct cpu_profile *cp, const struct fw_sample *s,
 	return n;
 }
 
-int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t unix_ns)
+/* One sample of type (enum sample_type) worth value, at unix_ns. */
+static int _add(struct cpu_profile *cp, const struct fw_sample *s, uint32_t kskip,
+		uint64_t unix_ns, uint32_t type, int64_t value)
 {
 	const __u64 *kstack = s->addrs, *ustack = s->addrs + s->kstack_len;
 	const struct python_proc *pp = s->pystack_len ? python__proc(cp->py, s->pid) : NULL;
@@ -527,7 +529,7 @@ int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t
 			return id;
 		cp->frames[n++] = id;
 	}
-	for (int i = s->kstack_len - 1; i >= 0; i--) {
+	for (int i = s->kstack_len - 1; i >= (int)kskip; i--) {
 		id = profile__intern_frame(cp->p, FRAME_KERNEL, cp->kernel_mapping,
 					   i > 0 ? kstack[i] - 1 : kstack[i]);
 		if (id < 0)
@@ -542,11 +544,39 @@ int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t
 		return -ENOMEM;
 	cp->samples++;
 	if (cp->batch)
-		return _add_timed(cp, s, comm, id, unix_ns);
+		return _add_timed(cp, s, comm, id, unix_ns, type, value);
 	comm_id = profile__intern_string(cp->p, comm);
 	if (comm_id < 0)
 		return -ENOMEM;
-	return profile__add_sample(cp->p, id, s->pid, s->tid, s->cpu, comm_id, 1);
+	return profile__add_sample(cp->p, id, s->pid, s->tid, s->cpu, comm_id, value);
+}
+
+int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t unix_ns)
+{
+	if (!cp->batch && cp->aggregate_type != SAMPLE_CPU)
+		return 0;
+	return _add(cp, s, 0, unix_ns, SAMPLE_CPU, 1);
+}
+
+int cpu_profile__add_offcpu(struct cpu_profile *cp, const struct fw_offcpu *o, uint64_t unix_ns)
+{
+	if (!cp->batch && cp->aggregate_type != SAMPLE_OFFCPU)
+		return 0;
+	if (o->blocked_ns > INT64_MAX)
+		return -EINVAL;
+	if (o->kskip > o->s.kstack_len)
+		return -EINVAL;
+	return _add(cp, &o->s, o->kskip, unix_ns, SAMPLE_OFFCPU, (int64_t)o->blocked_ns);
+}
+
+int cpu_profile__set_aggregate(struct cpu_profile *cp, uint32_t type)
+{
+	if (cp->batch || (type != SAMPLE_CPU && type != SAMPLE_OFFCPU))
+		return -EINVAL;
+	cp->aggregate_type = type;
+	/* An off-CPU sample's count is nanoseconds already. */
+	cp->p->period_ns = type == SAMPLE_CPU ? cp->period_ns : 1;
+	return 0;
 }
 
 /* The frames of one mapping that still need a name, and their addresses. */

@@ -63,6 +63,17 @@ void cpu_profile__set_interps(struct cpu_profile *cp, const struct cpu_profile_i
 
 /* Adds one sample. Returns 0 or -ENOMEM. */
 int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t unix_ns);
+/*
+ * Adds one block of off-CPU time: o->blocked_ns under o's stack, at unix_ns
+ * (when it began). Returns 0, -EINVAL or -ENOMEM.
+ */
+int cpu_profile__add_offcpu(struct cpu_profile *cp, const struct fw_offcpu *o, uint64_t unix_ns);
+/*
+ * Aggregated mode: which samples the profile counts, SAMPLE_CPU (the
+ * default; count: samples of the period) or SAMPLE_OFFCPU (count:
+ * nanoseconds blocked); the others are dropped. Returns 0 or -EINVAL.
+ */
+int cpu_profile__set_aggregate(struct cpu_profile *cp, uint32_t type);
 /* Names every frame that has no name yet. Returns 0 or -ENOMEM. */
 int cpu_profile__symbolize(struct cpu_profile *cp);
 

@@ -28,6 +28,7 @@ struct cpu_profile {
 	struct profile *p;		/* the dictionary; batch->dict in timed mode */
 	bool timed;
 	uint64_t period_ns;
+	uint32_t aggregate_type;	/* aggregated mode: the enum sample_type kept */
 	struct batch *batch;		/* timed mode: every sample with its timestamp */
 	struct intern *pids;		/* timed mode: pid -> index in pid_series */
 	uint32_t *pid_series;

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
 #include <linux/perf_event.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,6 +38,7 @@ struct sampler {
 	sampler_cuda_conflict_fn on_cuda_conflict;
 	sampler_cuda_name_fn on_cuda_name;
 	sampler_cuda_exec_fn on_cuda_exec;
+	sampler_offcpu_fn on_offcpu;
 };
 
 static const char *const _stat_names[FW_STAT_MAX] = {
@@ -69,6 +72,11 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_UNWIND_GO_SWITCH] = "unwind_go_switches",
 	[FW_STAT_DESCRIBE_WAKEUPS] = "describe_wakeups",
 	[FW_STAT_UNWIND_WANTED] = "unwind_tables_wanted",
+	[FW_STAT_OFFCPU_BLOCKS] = "offcpu_blocks",
+	[FW_STAT_OFFCPU_SAMPLES] = "offcpu_samples",
+	[FW_STAT_OFFCPU_SHORT] = "offcpu_short",
+	[FW_STAT_OFFCPU_MAP_FULL] = "offcpu_map_full",
+	[FW_STAT_OFFCPU_RINGBUF_FULL] = "offcpu_ringbuf_full",
 };
 
 bool sampler__use_bpf_loop(void)
@@ -157,6 +165,22 @@ static int _on_record(void *ctx, void *data, size_t size)
 		if (s->on_proc)
 			s->on_proc(s->ctx, data);
 		break;
+	case FW_EVENT_OFFCPU: {
+		const struct fw_offcpu *o = data;
+
+		if (size < offsetof(struct fw_offcpu, s.addrs) ||
+		    o->s.kstack_len > FW_MAX_KSTACK || o->s.ustack_len > FW_MAX_USTACK ||
+		    o->s.pystack_len > FW_MAX_PYFRAMES || o->kskip > o->s.kstack_len ||
+		    size < offsetof(struct fw_offcpu, s.addrs) +
+			   (o->s.kstack_len + o->s.ustack_len + 2 * o->s.pystack_len) *
+			   sizeof(__u64)) {
+			s->decode_errors++;
+			return 0;
+		}
+		if (s->on_offcpu)
+			s->on_offcpu(s->ctx, o);
+		break;
+	}
 	case FW_EVENT_CUDA_LAUNCH: {
 		const struct fw_cuda_launch *l = data;
 
@@ -223,15 +247,56 @@ static int _on_record(void *ctx, void *data, size_t size)
  * 8,000 samples in 44 s of test_process_churn_memory_flat at 99 Hz. 128 KiB
  * at 19 Hz on 2 CPUs.
  */
-static uint32_t _ringbuf_size(unsigned int freq_hz, int ncpus)
+static uint32_t _ringbuf_size(unsigned int freq_hz, int ncpus, bool offcpu)
 {
 	uint64_t want = (uint64_t)freq_hz * ncpus * sizeof(struct fw_sample);
-	uint32_t size = 64 * 1024;
+	/* Off-CPU records have no fixed rate: room for a burst before the wakeup lands. */
+	uint32_t size = offcpu ? 256 * 1024 : 64 * 1024;
 
 	/* 2 MiB at most (of RSS too, see ringbuf.h); 999 Hz loses samples in a stall. */
 	while (size < want && size < (2u << 20))
 		size <<= 1;
 	return size;
+}
+
+/*
+ * Before 6.1, hash maps allocated with kmalloc(), which off-CPU's map must
+ * not do under the runqueue lock held around sched_switch.
+ */
+static bool _kernel_at_least(int major, int minor)
+{
+	struct utsname u;
+	int ma, mi;
+
+	if (uname(&u) || sscanf(u.release, "%d.%d", &ma, &mi) != 2)
+		return false;
+	return ma > major || (ma == major && mi >= minor);
+}
+
+/*
+ * Where the kernel's .sched.text lies, for off-CPU stacks to start at
+ * __schedule(); both 0 when kallsyms hides its addresses.
+ */
+static void _sched_text(__u64 *start, __u64 *end)
+{
+	FILE *f = fopen("/proc/kallsyms", "re");
+	unsigned long long addr;
+	char line[256], name[128];
+
+	*start = *end = 0;
+	if (!f)
+		return;
+	while ((!*start || !*end) && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%llx %*c %127s", &addr, name) != 2)
+			continue;
+		if (!strcmp(name, "__sched_text_start"))
+			*start = addr;
+		else if (!strcmp(name, "__sched_text_end"))
+			*end = addr;
+	}
+	fclose(f);
+	if (*start >= *end)
+		*start = *end = 0;
 }
 
 /*
@@ -306,6 +371,7 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	bool *online = NULL;
 	int nonline = 0, err = 0;
 	struct core_btf btf = { .fd = -1 };
+	uint32_t ringbuf_size;
 	struct sampler *s;
 
 	libbpf_set_print(_libbpf_print);
@@ -325,6 +391,7 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	s->on_cuda_conflict = opts->on_cuda_conflict;
 	s->on_cuda_name = opts->on_cuda_name;
 	s->on_cuda_exec = opts->on_cuda_exec;
+	s->on_offcpu = opts->on_offcpu;
 
 	{
 		size_t size;
@@ -368,7 +435,21 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	s->skel->rodata->have_bpf_loop = sampler__use_bpf_loop();
 	if (!s->skel->rodata->have_bpf_loop)
 		pr_info("no bpf_loop(): stack walks use bounded loops (kernels before 5.17)\n");
-	bpf_map__set_max_entries(s->skel->maps.events, _ringbuf_size(opts->freq_hz, ncpus));
+	ringbuf_size = _ringbuf_size(opts->freq_hz, ncpus, opts->on_offcpu != NULL);
+	bpf_map__set_max_entries(s->skel->maps.events, ringbuf_size);
+	if (opts->on_offcpu && !_kernel_at_least(6, 1)) {
+		pr_info("off-CPU profiles are off: Linux 6.1 or later is needed\n");
+		s->on_offcpu = NULL;
+	}
+	if (s->on_offcpu) {
+		_sched_text(&s->skel->rodata->sched_text_start, &s->skel->rodata->sched_text_end);
+		s->skel->rodata->offcpu_min_ns = opts->offcpu_min_ns;
+		/* Blocks come in bursts of any size: wake the agent at a quarter full. */
+		s->skel->rodata->offcpu_wakeup_bytes = ringbuf_size / 4;
+	} else {
+		bpf_program__set_autoload(s->skel->progs.on_sched_switch, false);
+		bpf_map__set_max_entries(s->skel->maps.offcpu_pending, 1);
+	}
 	if (opts->on_cuda_launch) {
 		/*
 		 * CUDA launch bursts: records wake the agent once a quarter

@@ -24,6 +24,7 @@ typedef void (*sampler_cuda_activity_fn)(void *ctx, const struct fw_cuda_activit
 typedef void (*sampler_cuda_conflict_fn)(void *ctx, const struct fw_cuda_conflict *c);
 typedef void (*sampler_cuda_name_fn)(void *ctx, const struct fw_cuda_name *n);
 typedef void (*sampler_cuda_exec_fn)(void *ctx, const struct fw_cuda_exec *x);
+typedef void (*sampler_offcpu_fn)(void *ctx, const struct fw_offcpu *o);
 
 struct sampler_opts {
 	unsigned int freq_hz;		/* samples per second per CPU */
@@ -43,6 +44,12 @@ struct sampler_opts {
 	 * records came before, the new one's come after.
 	 */
 	sampler_cuda_exec_fn on_cuda_exec;
+	/*
+	 * Off-CPU time (NULL: off, and sched_switch is not attached): one
+	 * call per block of a followed thread of at least offcpu_min_ns.
+	 */
+	sampler_offcpu_fn on_offcpu;
+	uint64_t offcpu_min_ns;
 };
 
 struct sampler_stats {

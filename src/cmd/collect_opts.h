@@ -42,5 +42,12 @@ void collect_opts__usage(FILE *out);
  * (message printed).
  */
 int collect_opts__parse_java_interval(const char *arg, uint64_t *ns);
+/*
+ * --off-cpu-min, which `record` takes too: a duration ("1ms", "20ms")
+ * between the two bounds. Returns 0 or -EINVAL (message printed).
+ */
+#define COLLECT_OFFCPU_MIN_NS_LO 1000000LL
+#define COLLECT_OFFCPU_MIN_NS_HI 1000000000LL
+int collect_opts__parse_offcpu_min(const char *arg, uint64_t *ns);
 
 #endif

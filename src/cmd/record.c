@@ -20,6 +20,8 @@
 #include "agent/cpu_profile.h"
 #include "cmd/cmd.h"
 #include "cmd/collect_opts.h"
+#include "agent/continuous.h"
+#include "common/batch.h"
 #include "common/log.h"
 #include "common/profile.h"
 #include "common/timeparse.h"
@@ -41,6 +43,8 @@ struct record_opts {
 	bool quiet;
 	unsigned long unwind_mb;	/* cap on the unwind tables loaded into BPF */
 	uint64_t java_perfmap_ns;	/* 0: do not ask JVMs for perf maps */
+	bool offcpu;			/* write off-CPU time instead of CPU samples */
+	uint64_t offcpu_min_ns;
 	char **cmd;			/* NULL-terminated, or NULL */
 };
 
@@ -65,7 +69,7 @@ static void _usage(FILE *out)
 {
 	fprintf(out,
 "usage: flamewatch record [-F HZ] [-d SECONDS] [-p PID[,PID...]] [-a] [-o FILE]\n"
-"                         [--format pprof|folded] [--quiet] [-- CMD ARGS...]\n"
+"                         [--format pprof|folded] [--off-cpu] [--quiet] [-- CMD ARGS...]\n"
 "\n"
 "Samples CPU stacks (kernel and user) with eBPF and writes a profile.\n"
 "\n"
@@ -76,6 +80,9 @@ static void _usage(FILE *out)
 "  -o, --output FILE    where to write the profile (default profile.pb.gz; - for stdout)\n"
 "      --format FMT     pprof (gzipped profile.proto) or folded (FlameGraph's collapsed\n"
 "                       stacks); by default from FILE's extension (.folded, .txt), else pprof\n"
+"      --off-cpu        write where threads blocked instead: nanoseconds off the CPU\n"
+"                       under the stack they blocked in (pprof type off_cpu)\n"
+"      --off-cpu-min DUR  shortest block counted with --off-cpu (default 1ms)\n"
 "  -q, --quiet          no progress line\n"
 "      --java-perfmap-interval SEC  run `jcmd PID Compiler.perfmap` for every sampled\n"
 "                       JVM this often, so JIT-compiled Java frames get names (default off)\n"
@@ -159,6 +166,8 @@ static int _parse_args(struct record_opts *o, int argc, char **argv)
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "unwind-table-mb", required_argument, NULL, 'U' },
 		{ "java-perfmap-interval", required_argument, NULL, 'J' },
+		{ "off-cpu", no_argument, NULL, 'O' },
+		{ "off-cpu-min", required_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
@@ -168,6 +177,7 @@ static int _parse_args(struct record_opts *o, int argc, char **argv)
 
 	o->freq_hz = 19;
 	o->unwind_mb = 64;
+	o->offcpu_min_ns = CONTINUOUS_OFFCPU_MIN_NS;
 	o->output = "profile.pb.gz";
 	optind = 1;
 	/* '+': stop at the first non-option, so the command's own flags stay its own. */
@@ -218,6 +228,13 @@ static int _parse_args(struct record_opts *o, int argc, char **argv)
 			break;
 		case 'J':
 			if (collect_opts__parse_java_interval(optarg, &o->java_perfmap_ns))
+				return -1;
+			break;
+		case 'O':
+			o->offcpu = true;
+			break;
+		case 'M':
+			if (collect_opts__parse_offcpu_min(optarg, &o->offcpu_min_ns))
 				return -1;
 			break;
 		case 'U':
@@ -470,6 +487,8 @@ int cmd_record(int argc, char **argv)
 	co.follow_children = r.opts.cmd != NULL;
 	co.unwind_mb = r.opts.unwind_mb;
 	co.java_perfmap_interval_ns = r.opts.java_perfmap_ns;
+	co.offcpu_min_ns = r.opts.offcpu ? r.opts.offcpu_min_ns : 0;
+	co.aggregate_type = r.opts.offcpu ? SAMPLE_OFFCPU : SAMPLE_CPU;
 	co.on_followed_exit = _on_followed_exit;
 	co.ctx = &r;
 	r.collector = collector__new(&co, _now_ns(CLOCK_REALTIME));
@@ -535,7 +554,7 @@ int cmd_record(int argc, char **argv)
 	}
 	err = r.opts.format == OUT_FOLDED ?
 	      folded__write(cpu_profile__profile(r.cp), out.f) :
-	      pprof__write(cpu_profile__profile(r.cp), out.f);
+	      pprof__write_type(cpu_profile__profile(r.cp), r.opts.offcpu, out.f);
 	if (err) {
 		fprintf(stderr, "flamewatch: error: cannot write %s: %s\n", out.path,
 			strerror(-err));

@@ -21,6 +21,7 @@
 enum sample_type {
 	SAMPLE_CPU = 0,		/* value: samples; each stands for period_ns of CPU */
 	SAMPLE_GPU_TIME = 1,	/* value: nanoseconds of GPU time */
+	SAMPLE_OFFCPU = 2,	/* value: nanoseconds a thread was blocked, from ts_ns on */
 	SAMPLE_TYPE_MAX,
 };
 

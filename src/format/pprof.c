@@ -29,7 +29,7 @@ struct gz_sink {
 /* Extra strings the pprof needs that the profile may not hold. */
 enum {
 	S_SAMPLES, S_COUNT, S_CPU, S_NANOSECONDS, S_PID, S_TID, S_COMM,
-	S_UNKNOWN, S_KERNEL, S_MAX,
+	S_UNKNOWN, S_KERNEL, S_OFF_CPU, S_MAX,
 };
 
 static const char *const extra_strings[S_MAX] = {
@@ -42,6 +42,7 @@ static const char *const extra_strings[S_MAX] = {
 	[S_COMM] = "comm",
 	[S_UNKNOWN] = "[unknown]",
 	[S_KERNEL] = "[kernel.kallsyms]",
+	[S_OFF_CPU] = "off_cpu",
 };
 
 static int _sink_deflate(struct gz_sink *s, int flush)
@@ -94,6 +95,7 @@ struct pprof_tables {
 	struct intern *function_keys;
 	uint64_t *location_ids;	/* scratch for one sample, leaf first */
 	uint32_t max_depth;
+	bool offcpu;		/* one value, off_cpu/nanoseconds, instead of two */
 };
 
 static void _tables_free(struct pprof_tables *t)
@@ -292,9 +294,15 @@ static int _build(const struct profile *p, struct pprof_tables *t)
 	t->sample_types[1].unit = t->extra_ids[S_NANOSECONDS];
 	t->head.sample_type = t->sample_type_ptrs;
 	t->head.n_sample_type = 2;
+	if (t->offcpu) {
+		/* A count of blocks would be no count of anything the profile kept. */
+		t->sample_types[0].type = t->extra_ids[S_OFF_CPU];
+		t->sample_types[0].unit = t->extra_ids[S_NANOSECONDS];
+		t->head.n_sample_type = 1;
+	}
 
 	perftools__profiles__value_type__init(&t->period_type);
-	t->period_type.type = t->extra_ids[S_CPU];
+	t->period_type.type = t->extra_ids[t->offcpu ? S_OFF_CPU : S_CPU];
 	t->period_type.unit = t->extra_ids[S_NANOSECONDS];
 	t->tail.period_type = &t->period_type;
 	t->tail.period = p->period_ns;
@@ -304,7 +312,7 @@ static int _build(const struct profile *p, struct pprof_tables *t)
 	 * pprof would pick the last sample type anyway; naming it makes the
 	 * choice explicit and survives reordering of sample_type.
 	 */
-	t->tail.default_sample_type = t->extra_ids[S_CPU];
+	t->tail.default_sample_type = t->extra_ids[t->offcpu ? S_OFF_CPU : S_CPU];
 	return 0;
 }
 
@@ -341,7 +349,7 @@ static int _pack(const struct profile *p, struct pprof_tables *t, struct gz_sink
 		labels[i].num_unit = t->extra_ids[S_COUNT];
 	sample.location_id = t->location_ids;
 	sample.value = values;
-	sample.n_value = 2;
+	sample.n_value = t->head.n_sample_type;
 	sample.label = label_ptrs;
 	sample.n_label = 4;
 	one.sample = &sample_ptr;
@@ -358,7 +366,7 @@ static int _pack(const struct profile *p, struct pprof_tables *t, struct gz_sink
 		for (uint32_t j = 0; j < n; j++)
 			t->location_ids[j] = (uint64_t)frames[n - 1 - j] + 1;
 		sample.n_location_id = n;
-		values[0] = ps->count;
+		values[0] = t->offcpu ? ps->count * p->period_ns : ps->count;
 		values[1] = ps->count * p->period_ns;
 		labels[0].num = ps->pid;
 		labels[1].num = ps->tid;
@@ -374,7 +382,17 @@ static int _pack(const struct profile *p, struct pprof_tables *t, struct gz_sink
 
 int pprof__write(const struct profile *p, FILE *out)
 {
-	struct pprof_tables t = { 0 };
+	return pprof__write_type(p, false, out);
+}
+
+int pprof__write_offcpu(const struct profile *p, FILE *out)
+{
+	return pprof__write_type(p, true, out);
+}
+
+int pprof__write_type(const struct profile *p, bool offcpu, FILE *out)
+{
+	struct pprof_tables t = { .offcpu = offcpu };
 	struct gz_sink *s;
 	bool zinit = false;
 	int err;

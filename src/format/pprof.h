@@ -2,6 +2,7 @@
 #ifndef FW_FORMAT_PPROF_H
 #define FW_FORMAT_PPROF_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 struct profile;
@@ -18,5 +19,12 @@ struct profile;
  * or compressing fails.
  */
 int pprof__write(const struct profile *p, FILE *out);
+/*
+ * pprof__write() for a profile of off-CPU time (counts are nanoseconds
+ * blocked, period_ns 1): one sample type, off_cpu/nanoseconds.
+ */
+int pprof__write_offcpu(const struct profile *p, FILE *out);
+/* pprof__write() or pprof__write_offcpu(), as offcpu says. */
+int pprof__write_type(const struct profile *p, bool offcpu, FILE *out);
 
 #endif

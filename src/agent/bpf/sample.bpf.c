@@ -587,6 +587,175 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
+/*
+ * Off-CPU time. When a followed thread blocks (leaves the CPU sleeping,
+ * not preempted), its stack is walked as a CPU sample's and kept under its
+ * tid; when it runs again, the time it was away is charged to that stack
+ * if it reaches offcpu_min_ns. The stack has to be taken at switch-out:
+ * at switch-in the thread is not current, and its user memory cannot be
+ * read from another address space without sleeping.
+ *
+ * sched_switch runs with interrupts off, so a CPU sample's timer cannot
+ * interrupt it (nor it a sample): both can walk through scratch slot 0.
+ * The table holds one entry per thread blocked right now, allocated as
+ * they block (BPF_F_NO_PREALLOC; the sampler turns this off on kernels
+ * before 6.1, whose hash maps would allocate under the runqueue lock).
+ */
+const volatile __u64 offcpu_min_ns = 1000000;
+/* Ring buffer bytes pending above which an off-CPU record wakes the agent. */
+const volatile __u64 offcpu_wakeup_bytes = 0;
+/*
+ * The kernel's .sched.text (from kallsyms; 0: unknown), where __schedule()
+ * lives. The kernel stack of a block starts in this program, the
+ * tracepoint's iterator and bpf_trace_run4(): frames of ours, as many as
+ * the tracepoint's static call makes them, which the record says to skip.
+ */
+const volatile __u64 sched_text_start = 0;
+const volatile __u64 sched_text_end = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct fw_offcpu);
+} offcpu_pending SEC(".maps");
+
+/* The record being built: a hash value is copied in whole, so it is built here first. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fw_offcpu);
+} offcpu_scratch SEC(".maps");
+
+#define FW_TASK_INTERRUPTIBLE	0x1
+#define FW_TASK_UNINTERRUPTIBLE	0x2
+#define FW_PF_KTHREAD		0x00200000
+
+static __always_inline void offcpu_start(void *ctx, struct task_struct *prev, __u64 now)
+{
+	__u32 tgid = BPF_CORE_READ(prev, tgid), tid = BPF_CORE_READ(prev, pid), zero = 0;
+	struct task_struct *task;
+	struct pt_regs *regs;
+	struct fw_offcpu *o;
+	struct fw_sample *s;
+	__u64 size;
+	long n;
+
+	if (!tid || (BPF_CORE_READ(prev, flags) & FW_PF_KTHREAD) || !is_followed(tgid))
+		return;
+	s = bpf_map_lookup_elem(&scratch, &zero);
+	o = bpf_map_lookup_elem(&offcpu_scratch, &zero);
+	if (!s || !o) {
+		stat_inc(FW_STAT_NO_SCRATCH);
+		return;
+	}
+	s->type = FW_EVENT_OFFCPU;
+	s->pid = tgid;
+	s->tid = tid;
+	s->cpu = bpf_get_smp_processor_id();
+	s->boot_ns = now;
+	s->flags = 0;
+	s->ustack_len = 0;
+	s->pystack_len = 0;
+	s->pad16 = 0;
+	s->pad32 = 0;
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+
+	/* prev is current here: its kernel stack ends in __schedule(). */
+	n = bpf_get_stack(ctx, s->addrs, FW_MAX_KSTACK * sizeof(__u64), 0);
+	if (n < 0) {
+		stat_inc(FW_STAT_KSTACK_ERROR);
+		n = 0;
+	}
+	s->kstack_len = n / sizeof(__u64);
+	o->kskip = 0;
+	for (__u32 i = 0; i < 8 && i < s->kstack_len; i++) {
+		if (s->addrs[i] >= sched_text_start && s->addrs[i] < sched_text_end) {
+			o->kskip = i;
+			break;
+		}
+	}
+
+	/* A thread blocks in the kernel: its user registers are those saved on entry. */
+	task = bpf_get_current_task_btf();
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	walk_user_stack(s, tgid, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp),
+			BPF_CORE_READ(regs, bp), 0);
+	o->wakeup = python_walk(s, 0, tgid, tid, task) == BPF_RB_FORCE_WAKEUP;
+	if (!s->pystack_len)
+		ruby_walk(s, tgid, task);
+
+	size = offsetof(struct fw_sample, addrs) +
+	       ((__u64)s->kstack_len + s->ustack_len + 2 * (__u64)s->pystack_len) * sizeof(__u64);
+	barrier_var(size);
+	if (size > sizeof(*s))
+		size = sizeof(*s);
+	o->type = FW_EVENT_OFFCPU;
+	o->blocked_ns = 0;
+	if (bpf_probe_read_kernel(&o->s, size, s))
+		return;
+	if (bpf_map_update_elem(&offcpu_pending, &tid, o, BPF_ANY)) {
+		stat_inc(FW_STAT_OFFCPU_MAP_FULL);
+		return;
+	}
+	stat_inc(FW_STAT_OFFCPU_BLOCKS);
+}
+
+/* next runs again: charge its time away to the stack it blocked in. */
+static __always_inline void offcpu_end(struct task_struct *next, __u64 now)
+{
+	__u32 tid = BPF_CORE_READ(next, pid);
+	struct fw_offcpu *o;
+	__u64 size, wake;
+
+	if (!tid)
+		return;
+	o = bpf_map_lookup_elem(&offcpu_pending, &tid);
+	if (!o)
+		return;
+	o->blocked_ns = now - o->s.boot_ns;
+	if (o->blocked_ns < offcpu_min_ns) {
+		stat_inc(FW_STAT_OFFCPU_SHORT);
+		goto out;
+	}
+	size = offsetof(struct fw_offcpu, s.addrs) +
+	       ((__u64)o->s.kstack_len + o->s.ustack_len + 2 * (__u64)o->s.pystack_len) *
+	       sizeof(__u64);
+	barrier_var(size);
+	if (size > sizeof(*o))
+		size = sizeof(*o);
+	/* Python code objects to read, or a buffer filling up: the agent drains now. */
+	wake = o->wakeup || (offcpu_wakeup_bytes &&
+			  bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > offcpu_wakeup_bytes) ?
+	       BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	o->wakeup = 0;
+	if (bpf_ringbuf_output(&events, o, size, wake))
+		stat_inc(FW_STAT_OFFCPU_RINGBUF_FULL);
+	else
+		stat_inc(FW_STAT_OFFCPU_SAMPLES);
+out:
+	bpf_map_delete_elem(&offcpu_pending, &tid);
+}
+
+/*
+ * A program of its own beside the CPU strips' (strips.bpf.c): the stack
+ * walk needs this object's unwinder maps. Most switches cost one hash
+ * lookup (next was not blocked by us) and a read of prev's state.
+ */
+SEC("raw_tp/sched_switch")
+int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	__u64 now = bpf_ktime_get_boot_ns();
+
+	offcpu_end(next, now);
+	if (!preempt &&
+	    (BPF_CORE_READ(prev, __state) & (FW_TASK_INTERRUPTIBLE | FW_TASK_UNINTERRUPTIBLE)))
+		offcpu_start(ctx, prev, now);
+	return 0;
+}
+
 static __always_inline void emit_proc_event(__u32 type, struct task_struct *p, __u32 ppid,
 					    __u64 submit_flags)
 {

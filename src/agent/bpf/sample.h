@@ -59,6 +59,25 @@ struct fw_sample {
 _Static_assert(sizeof(struct fw_sample) == 56 + 8 * (FW_MAX_FRAMES + 2 * FW_MAX_PYFRAMES),
 	       "fw_sample layout is shared with user space");
 
+/*
+ * Off-CPU time: a followed thread blocked (it left the CPU sleeping, not
+ * preempted) for blocked_ns, from s.boot_ns on, in the stack s (kernel and
+ * user, walked as a CPU sample's at the moment it blocked). Variable
+ * length: ends with s.addrs.
+ */
+#define FW_EVENT_OFFCPU 5
+
+struct fw_offcpu {
+	__u32 type;		/* FW_EVENT_OFFCPU */
+	__u16 wakeup;		/* BPF's own while the thread sleeps; 0 in the ring buffer */
+	__u16 kskip;		/* leaf kernel frames of the tracing itself, above __schedule() */
+	__u64 blocked_ns;
+	struct fw_sample s;	/* s.type is FW_EVENT_OFFCPU too */
+};
+
+_Static_assert(sizeof(struct fw_offcpu) == 16 + sizeof(struct fw_sample),
+	       "fw_offcpu layout is shared with user space");
+
 /* Process lifecycle: exec replaces the address space, exit ends it. */
 struct fw_proc_event {
 	__u32 type;		/* FW_EVENT_EXEC, FW_EVENT_EXIT or FW_EVENT_FORK */
@@ -104,6 +123,11 @@ enum fw_stat {
 	FW_STAT_UNWIND_GO_SWITCH,	/* steps from Go's g0 stack back to a goroutine's (cgo) */
 	FW_STAT_DESCRIBE_WAKEUPS,	/* samples that woke the agent: a process or mapping to describe */
 	FW_STAT_UNWIND_WANTED,		/* frames in a file whose table is not built yet (on demand) */
+	FW_STAT_OFFCPU_BLOCKS,		/* followed threads that blocked: stack kept */
+	FW_STAT_OFFCPU_SAMPLES,		/* off-CPU records written (blocked >= the minimum) */
+	FW_STAT_OFFCPU_SHORT,		/* blocks shorter than the minimum, dropped */
+	FW_STAT_OFFCPU_MAP_FULL,	/* blocks lost: offcpu_pending full */
+	FW_STAT_OFFCPU_RINGBUF_FULL,	/* off-CPU records lost: ring buffer full */
 	FW_STAT_MAX,
 };
 
