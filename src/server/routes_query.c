@@ -35,8 +35,10 @@ static int _type(struct request *r, uint32_t *type)
 		*type = SAMPLE_CPU;
 	} else if (!strcmp(t, "gpu_time")) {
 		*type = SAMPLE_GPU_TIME;
+	} else if (!strcmp(t, "offcpu")) {
+		*type = SAMPLE_OFFCPU;
 	} else {
-		request__error(r, 400, "type: '%s' is not one of cpu, gpu_time", t);
+		request__error(r, 400, "type: '%s' is not one of cpu, gpu_time, offcpu", t);
 		return -1;
 	}
 	return 0;
@@ -115,7 +117,8 @@ void routes__profile(struct request *r)
 	if (!strcmp(format, "folded")) {
 		_reply_file_writer(r, "text/plain", folded__write, p);
 	} else if (!strcmp(format, "pprof")) {
-		_reply_file_writer(r, "application/octet-stream", pprof__write, p);
+		_reply_file_writer(r, "application/octet-stream",
+				   type == SAMPLE_OFFCPU ? pprof__write_offcpu : pprof__write, p);
 	} else if (!strcmp(format, "speedscope")) {
 		_reply_file_writer(r, "application/json", type == SAMPLE_CPU && !cpu_ns ?
 				   _speedscope_samples : _speedscope_ns, p);
