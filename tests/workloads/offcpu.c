@@ -11,8 +11,9 @@
  *   disk   block_in_disk_read: pread() with O_DIRECT of a file it wrote in
  *          the current directory
  *
- * Prints the wall time spent inside the blocking calls, the truth an
- * off-CPU profile is checked against: "blocked_ns N", then "total_ns N".
+ * Prints its pid, the wall time spent inside the blocking calls (the
+ * truth an off-CPU profile is checked against), the number of calls and
+ * its run time: "pid N", "blocked_ns N", "blocks N", "total_ns N".
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -75,8 +76,8 @@ __attribute__((noinline)) void block_in_disk_read(int fd, void *buf, size_t len,
 		exit(1);
 }
 
-#define DISK_CHUNK (1 << 20)
-#define DISK_FILE_CHUNKS 64
+#define DISK_CHUNK (8 << 20)
+#define DISK_FILE_CHUNKS 8
 
 static int _disk_file(void **buf)
 {
@@ -102,7 +103,7 @@ int main(int argc, char **argv)
 	double secs = argc > 2 ? atof(argv[2]) : 5;
 	uint64_t spin = (argc > 3 ? atof(argv[3]) : 0) * 1e6;
 	uint64_t block = (argc > 4 ? atof(argv[4]) : 10) * 1e6;
-	uint64_t t0 = _now(), end = t0 + secs * 1e9, blocked = 0, t;
+	uint64_t t0 = _now(), end = t0 + secs * 1e9, blocked = 0, blocks = 0, t;
 	int fds[2] = { -1, -1 }, disk = -1, i = 0;
 	pid_t child = 0;
 	void *buf = NULL;
@@ -143,12 +144,14 @@ int main(int argc, char **argv)
 			block_in_disk_read(disk, buf, DISK_CHUNK,
 					   (off_t)(i++ % DISK_FILE_CHUNKS) * DISK_CHUNK);
 		blocked += _now() - t;
+		blocks++;
 	}
 	if (child > 0) {
 		kill(child, SIGKILL);
 		waitpid(child, NULL, 0);
 	}
-	printf("blocked_ns %llu\ntotal_ns %llu\n", (unsigned long long)blocked,
+	printf("pid %d\nblocked_ns %llu\nblocks %llu\ntotal_ns %llu\n", (int)getpid(),
+	       (unsigned long long)blocked, (unsigned long long)blocks,
 	       (unsigned long long)(_now() - t0));
 	return 0;
 }
