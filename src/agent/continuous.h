@@ -76,7 +76,7 @@ struct continuous_opts {
 	/* Called after each GPU round with the batch and its first new metric; may be NULL. */
 	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 	int no_cpu_strips;		/* --no-cpu-strips */
-	int no_offcpu;			/* --no-off-cpu */
+	int offcpu;			/* --off-cpu (off by default: what it costs, bench/README.md) */
 	uint64_t offcpu_min_ns;		/* --off-cpu-min; 0: the default */
 };
 

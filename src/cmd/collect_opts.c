@@ -12,7 +12,7 @@
 
 enum {
 	OPT_JAVA_PERFMAP = COLLECT_OPTS_FIRST, OPT_GPU_INTERVAL, OPT_GPU_PCIE, OPT_GPU_PROCESS,
-	OPT_GPU_PROCESS_QUERY, OPT_NO_CPU_STRIPS, OPT_NO_OFFCPU, OPT_OFFCPU_MIN,
+	OPT_GPU_PROCESS_QUERY, OPT_NO_CPU_STRIPS, OPT_OFFCPU, OPT_NO_OFFCPU, OPT_OFFCPU_MIN,
 };
 
 /* In the order of the help block. */
@@ -39,8 +39,11 @@ static const struct {
 "                       the GPU's utilisation. always: the query for one too\n" },
 	{ { "no-cpu-strips", no_argument, NULL, OPT_NO_CPU_STRIPS },
 "  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n" },
+	{ { "off-cpu", no_argument, NULL, OPT_OFFCPU },
+"  --off-cpu            record where threads block (off-CPU time); off by default:\n"
+"                       it walks the stack of every blocking switch (bench/README.md)\n" },
 	{ { "no-off-cpu", no_argument, NULL, OPT_NO_OFFCPU },
-"  --no-off-cpu         do not record where threads block (off-CPU time)\n" },
+"  --no-off-cpu         do not record off-CPU time (the default)\n" },
 	{ { "off-cpu-min", required_argument, NULL, OPT_OFFCPU_MIN },
 "  --off-cpu-min DUR    shortest block recorded as off-CPU time (default 1ms,\n"
 "                       at most 1s)\n" },
@@ -131,8 +134,11 @@ int collect_opts__parse(struct continuous_opts *co, int c, const char *arg)
 	case OPT_NO_CPU_STRIPS:
 		co->no_cpu_strips = 1;
 		return 0;
+	case OPT_OFFCPU:
+		co->offcpu = 1;
+		return 0;
 	case OPT_NO_OFFCPU:
-		co->no_offcpu = 1;
+		co->offcpu = 0;
 		return 0;
 	case OPT_OFFCPU_MIN:
 		return collect_opts__parse_offcpu_min(arg, &co->offcpu_min_ns);

@@ -105,7 +105,7 @@ def test_run_stores_offcpu_in_every_format(flamewatch, workloads, tmp_path):
     port = free_port()
     client = Client(port)
     try:
-        _run(ps, flamewatch, client, port, tmp_path / "data")
+        _run(ps, flamewatch, client, port, tmp_path / "data", "--off-cpu")
         t0 = time.time()
         work = ps.start([workloads / "offcpu", "futex", "3"], "offcpu")
         assert work.wait(30) == 0, work.describe()
@@ -141,12 +141,15 @@ def test_run_stores_offcpu_in_every_format(flamewatch, workloads, tmp_path):
         client.close()
 
 
-def test_no_off_cpu_stores_none(flamewatch, workloads, tmp_path):
+@pytest.mark.parametrize("flag", [None, "--no-off-cpu"])
+def test_no_off_cpu_stores_none(flamewatch, workloads, tmp_path, flag):
+    """Off by default in run (and agent), and with --no-off-cpu after --off-cpu."""
     ps = Procs(tmp_path / "logs")
     port = free_port()
     client = Client(port)
     try:
-        _run(ps, flamewatch, client, port, tmp_path / "data", "--no-off-cpu")
+        _run(ps, flamewatch, client, port, tmp_path / "data",
+             *(["--off-cpu", flag] if flag else []))
         t0 = time.time()
         work = ps.start([workloads / "offcpu", "sleep", "2"], "offcpu")
         assert work.wait(30) == 0, work.describe()
