@@ -228,6 +228,15 @@ int store_metric_fold__add(struct store_metric_fold *f, int64_t ts, double val);
 int store_metric_fold__flush(struct store_metric_fold *f);
 
 /*
+ * For backends: both roll samples up by the minute and by the hour, and take
+ * timestamps in [0, STORE_TS_LIMIT), Unix nanoseconds with room for bucket
+ * arithmetic never to overflow.
+ */
+#define STORE_NS_MIN	(60LL * 1000000000LL)
+#define STORE_NS_HOUR	(60 * STORE_NS_MIN)
+#define STORE_TS_LIMIT	(INT64_MAX / 2)
+
+/*
  * For backends only: what store.c dispatches to. Each backend exports one
  * of these; open returns the backend's own state, which the others receive.
  */

@@ -316,7 +316,7 @@ static int _check_samples(const char *node, const struct batch *b)
 		const struct batch_sample *bs = &b->samples[i];
 
 		if (bs->stack >= nstacks || bs->series >= nseries || bs->ts_ns < 0 ||
-		    bs->ts_ns >= CH_TS_LIMIT || bs->type >= 256) {
+		    bs->ts_ns >= STORE_TS_LIMIT || bs->type >= 256) {
 			pr_warn("store: clickhouse: batch from %s: sample %u has stack %u/%u, "
 				"series %u/%u, ts %lld\n", node, i, bs->stack, nstacks, bs->series,
 				nseries, (long long)bs->ts_ns);
@@ -327,7 +327,7 @@ static int _check_samples(const char *node, const struct batch *b)
 		const struct batch_gpu_interval *g = &b->gpu_intervals[i];
 
 		if ((g->stack != BATCH_NO_STACK && g->stack >= nstacks) || g->series >= nseries ||
-		    g->name >= nstrings || g->start_ns < 0 || g->start_ns >= CH_TS_LIMIT ||
+		    g->name >= nstrings || g->start_ns < 0 || g->start_ns >= STORE_TS_LIMIT ||
 		    g->end_ns < g->start_ns || g->kind >= 256) {
 			pr_warn("store: clickhouse: batch from %s: GPU interval %u has stack %u/%u, "
 				"series %u/%u, name %u, start %lld, end %lld\n", node, i, g->stack,
@@ -347,7 +347,7 @@ static int _check_cpu_intervals(const char *node, const struct batch *b)
 		const struct batch_cpu_interval *iv = &b->cpu_intervals[i];
 
 		if (iv->series >= nseries || iv->comm >= nstrings || iv->start_ns < 0 ||
-		    iv->end_ns < iv->start_ns || iv->end_ns >= CH_TS_LIMIT) {
+		    iv->end_ns < iv->start_ns || iv->end_ns >= STORE_TS_LIMIT) {
 			pr_warn("store: clickhouse: batch from %s: CPU interval %u has series %u/%u, "
 				"comm %u/%u, [%lld, %lld)\n", node, i, iv->series, nseries,
 				iv->comm, nstrings, (long long)iv->start_ns, (long long)iv->end_ns);
@@ -499,7 +499,7 @@ int ch__write_metrics(void *impl, const char *node, const struct batch *b)
 		const struct batch_metric *m = &b->metrics[i];
 
 		if (m->series >= nseries || m->name >= nstrings || m->ts_ns < 0 ||
-		    m->ts_ns >= CH_TS_LIMIT || m->value != m->value ||
+		    m->ts_ns >= STORE_TS_LIMIT || m->value != m->value ||
 		    !profile__string(b->dict, m->name)[0]) {
 			pr_warn("store: clickhouse: batch from %s: metric point %u has series %u/%u, "
 				"name %u/%u, ts %lld\n", node, i, m->series, nseries, m->name,

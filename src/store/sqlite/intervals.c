@@ -117,7 +117,7 @@ int sqlite__civ_check(const char *node, const struct batch *b)
 		const struct batch_cpu_interval *iv = &b->cpu_intervals[i];
 
 		if (iv->series >= nseries || iv->comm >= nstrings || iv->start_ns < 0 ||
-		    iv->end_ns < iv->start_ns || iv->end_ns >= TS_LIMIT) {
+		    iv->end_ns < iv->start_ns || iv->end_ns >= STORE_TS_LIMIT) {
 			pr_warn("store: sqlite: batch from %s: CPU interval %u has series %u/%u, "
 				"comm %u/%u, [%lld, %lld)\n", node, i, iv->series, nseries,
 				iv->comm, nstrings, (long long)iv->start_ns, (long long)iv->end_ns);

@@ -98,7 +98,7 @@ int sqlite__write_metrics(void *impl, const char *node, const struct batch *b)
 		const struct batch_metric *m = &b->metrics[i];
 
 		if (m->series >= nseries || m->name >= nstrings || m->ts_ns < 0 ||
-		    m->ts_ns >= TS_LIMIT || m->value != m->value ||
+		    m->ts_ns >= STORE_TS_LIMIT || m->value != m->value ||
 		    !profile__string(d, m->name)[0]) {
 			pr_warn("store: sqlite: batch from %s: metric point %u has series %u/%u, "
 				"name %u/%u, ts %lld\n", node, i, m->series, nseries, m->name,

@@ -26,7 +26,7 @@
  * at the edges from rollup_1m and decodes blocks only for the partial
  * minutes at both ends.
  *
- * Timestamps must lie in [0, TS_LIMIT): Unix nanoseconds, with room for
+ * Timestamps must lie in [0, STORE_TS_LIMIT): Unix nanoseconds, with room for
  * bucket arithmetic never to overflow.
  */
 #include <errno.h>

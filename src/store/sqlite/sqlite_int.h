@@ -22,10 +22,7 @@
 
 struct intern;
 
-#define NS_MIN		(60LL * 1000000000LL)
-#define NS_HOUR		(60 * NS_MIN)
 #define SPAN		STORE_SQLITE_BLOCK_SPAN_NS
-#define TS_LIMIT	(INT64_MAX / 2)
 
 enum { RU_MIN, RU_HOUR, RU_NTABLES };
 

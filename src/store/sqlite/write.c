@@ -18,7 +18,7 @@
 #define MAX_BLOCK	(1u << 20)
 #define OPEN_WINDOWS_MAX (1u << 20)
 
-static const int64_t _ru_unit[RU_NTABLES] = { NS_MIN, NS_HOUR };
+static const int64_t _ru_unit[RU_NTABLES] = { STORE_NS_MIN, STORE_NS_HOUR };
 
 /* ---- writing: samples and rollups ----------------------------------------- */
 
@@ -280,8 +280,8 @@ static int _write_rollups(struct sqlite_store *st, const struct wsample *ws, uin
 	if (!rs || !e)
 		goto out;
 	for (uint32_t i = 0; i < n; i++)
-		rs[i] = (struct rsample){ sqlite__floor_to(ws[i].ts, NS_MIN), ws[i].series, ws[i].type,
-					  ws[i].stack, ws[i].value };
+		rs[i] = (struct rsample){ sqlite__floor_to(ws[i].ts, STORE_NS_MIN), ws[i].series,
+					  ws[i].type, ws[i].stack, ws[i].value };
 	for (int table = RU_MIN; table < RU_NTABLES; table++) {
 		uint32_t k = 0;
 
@@ -567,7 +567,7 @@ int sqlite__write(void *impl, const char *node, const struct batch *b)
 		const struct batch_sample *bs = &b->samples[i];
 
 		if (bs->stack >= nstacks || bs->series >= nseries || bs->ts_ns < 0 ||
-		    bs->ts_ns >= TS_LIMIT) {
+		    bs->ts_ns >= STORE_TS_LIMIT) {
 			pr_warn("store: sqlite: batch from %s: sample %u has stack %u/%u, series %u/%u, ts %lld\n",
 				node, i, bs->stack, nstacks, bs->series, nseries, (long long)bs->ts_ns);
 			return -EINVAL;
@@ -581,7 +581,7 @@ int sqlite__write(void *impl, const char *node, const struct batch *b)
 
 		if ((g->stack != BATCH_NO_STACK && g->stack >= nstacks) || g->series >= nseries ||
 		    g->name >= intern__count(d->strings) || g->start_ns < 0 ||
-		    g->start_ns >= TS_LIMIT || g->end_ns < g->start_ns) {
+		    g->start_ns >= STORE_TS_LIMIT || g->end_ns < g->start_ns) {
 			pr_warn("store: sqlite: batch from %s: GPU interval %u has stack %u/%u, "
 				"series %u/%u, name %u, start %lld, end %lld\n", node, i, g->stack,
 				nstacks, g->series, nseries, g->name, (long long)g->start_ns,
