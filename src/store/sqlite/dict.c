@@ -5,13 +5,13 @@
  */
 #include <errno.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/batch.h"
 #include "common/intern.h"
 #include "common/profile.h"
+#include "common/strbuf.h"
 #include "sqlite_int.h"
 
 /* ---- writing: dictionaries ------------------------------------------------ */
@@ -301,48 +301,19 @@ static int _by_label_name(const void *a, const void *b)
 	return strcmp(((const struct label_pair *)a)->name, ((const struct label_pair *)b)->name);
 }
 
-struct sbuf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-static void _sb_put(struct sbuf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		char *p;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
-
 /* Appends s quoted like a Prometheus label value. */
-static void _sb_quoted(struct sbuf *b, const char *s)
+static void _sb_quoted(struct strbuf *b, const char *s)
 {
-	_sb_put(b, "\"", 1);
+	strbuf__putc(b, '"');
 	for (; *s; s++) {
 		if (*s == '\\' || *s == '"')
-			_sb_put(b, "\\", 1);
+			strbuf__putc(b, '\\');
 		if (*s == '\n')
-			_sb_put(b, "\\n", 2);
+			strbuf__append(b, "\\n", 2);
 		else
-			_sb_put(b, s, 1);
+			strbuf__putc(b, *s);
 	}
-	_sb_put(b, "\"", 1);
+	strbuf__putc(b, '"');
 }
 
 /*
@@ -353,7 +324,7 @@ int64_t sqlite__x_series(struct sqlite_store *st, struct xlate *x, const char *n
 {
 	const struct batch_label *bl;
 	struct label_pair *labels;
-	struct sbuf key = { 0 };
+	struct strbuf key = STRBUF_INIT;
 	size_t n, nl = 0, len;
 	int64_t id;
 	int rc;
@@ -376,32 +347,28 @@ int64_t sqlite__x_series(struct sqlite_store *st, struct xlate *x, const char *n
 	}
 	labels[nl++] = (struct label_pair){ "node", node };
 	qsort(labels, nl, sizeof(*labels), _by_label_name);
-	_sb_put(&key, "{", 1);
+	strbuf__putc(&key, '{');
 	for (size_t i = 0; i < nl; i++) {
 		if (i)
-			_sb_put(&key, ",", 1);
-		_sb_put(&key, labels[i].name, strlen(labels[i].name));
-		_sb_put(&key, "=", 1);
+			strbuf__putc(&key, ',');
+		strbuf__puts(&key, labels[i].name);
+		strbuf__putc(&key, '=');
 		_sb_quoted(&key, labels[i].value);
 	}
-	_sb_put(&key, "}", 1);
-	if (x->b->period_ns) {
-		char pbuf[32];
-
-		snprintf(pbuf, sizeof(pbuf), "@%llu", (unsigned long long)x->b->period_ns);
-		_sb_put(&key, pbuf, strlen(pbuf));
-	}
+	strbuf__putc(&key, '}');
+	if (x->b->period_ns)
+		strbuf__printf(&key, "@%llu", (unsigned long long)x->b->period_ns);
 	id = -ENOMEM;
 	if (key.oom)
 		goto out;
 	len = key.len;
-	id = sqlite__cache_find(&st->series, key.p, len);
+	id = sqlite__cache_find(&st->series, key.buf, len);
 	if (id >= 0)
 		goto done;
 	{
 		sqlite3_stmt *s = st->st[ST_SERIES_GET];
 
-		sqlite3_bind_text(s, 1, key.p, (int)len, SQLITE_STATIC);
+		sqlite3_bind_text(s, 1, key.buf, (int)len, SQLITE_STATIC);
 		rc = sqlite3_step(s);
 		id = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
 		sqlite3_reset(s);
@@ -413,7 +380,7 @@ int64_t sqlite__x_series(struct sqlite_store *st, struct xlate *x, const char *n
 	if (!id) {
 		sqlite3_stmt *s = st->st[ST_SERIES_INS];
 
-		sqlite3_bind_text(s, 1, key.p, (int)len, SQLITE_STATIC);
+		sqlite3_bind_text(s, 1, key.buf, (int)len, SQLITE_STATIC);
 		sqlite3_bind_int64(s, 2, x->b->period_ns > INT64_MAX ? 0 : (int64_t)x->b->period_ns);
 		rc = sqlite3_step(s);
 		sqlite3_reset(s);
@@ -439,11 +406,11 @@ int64_t sqlite__x_series(struct sqlite_store *st, struct xlate *x, const char *n
 		id = -EOVERFLOW;
 		goto out;
 	}
-	sqlite__cache_put(&st->series, key.p, len, (uint32_t)id);
+	sqlite__cache_put(&st->series, key.buf, len, (uint32_t)id);
 done:
 	x->series[local] = (uint32_t)id;
 out:
 	free(labels);
-	free(key.p);
+	strbuf__release(&key);
 	return id;
 }
