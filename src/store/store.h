@@ -237,6 +237,21 @@ int store_metric_fold__flush(struct store_metric_fold *f);
 #define STORE_TS_LIMIT	(INT64_MAX / 2)
 
 /*
+ * For backends: a series as store__write() keeps it is b's labels of
+ * series with node replacing any node label, sorted by name, and b's
+ * period_ns (samples of one process at two -F rates are two series, so
+ * that profiles can weigh them); each backend encodes that its own way.
+ * Fills *labels (owned: free() it) with the *n labels, their text
+ * borrowed from b and node. Returns 0, -EINVAL for a label string id out
+ * of range, or -ENOMEM.
+ */
+struct store_label {
+	const char *name, *value;
+};
+int store__series_labels(const struct batch *b, uint32_t series, const char *node,
+			 struct store_label **labels, size_t *n);
+
+/*
  * For backends only: what store.c dispatches to. Each backend exports one
  * of these; open returns the backend's own state, which the others receive.
  */

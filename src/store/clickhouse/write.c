@@ -217,28 +217,14 @@ out:
 	return err;
 }
 
-struct lpair {
-	const char *name, *value;
-};
-
-static int _by_lname(const void *a, const void *b)
-{
-	return strcmp(((const struct lpair *)a)->name, ((const struct lpair *)b)->name);
-}
-
-/*
- * A series is its labels (node replaced by the writer's) and, as in SQLite,
- * the batch's CPU period: samples of one process at two -F rates are two
- * series, so that profiles can weigh them.
- */
+/* A series' identity (store__series_labels()) hashed: names and values, then the period. */
 static int _x_series(struct ch_store *st, struct xlate *x, uint32_t s, uint64_t *out)
 {
-	const struct batch_label *bl;
 	struct strbuf key = STRBUF_INIT;
-	struct lpair *l;
-	size_t n, nl = 0;
+	struct store_label *l;
+	size_t nl;
 	uint64_t h, period = x->b->period_ns;
-	int err = -EINVAL;
+	int err;
 
 	if (s >= x->nseries)
 		return -EINVAL;
@@ -246,20 +232,9 @@ static int _x_series(struct ch_store *st, struct xlate *x, uint32_t s, uint64_t 
 		*out = x->series_h[s];
 		return 0;
 	}
-	bl = batch__series(x->b, s, &n);
-	l = calloc(n + 1, sizeof(*l));
-	if (!l)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		if (bl[i].name >= x->nstrings || bl[i].value >= x->nstrings)
-			goto out;
-		l[nl] = (struct lpair){ profile__string(x->d, bl[i].name),
-					profile__string(x->d, bl[i].value) };
-		if (strcmp(l[nl].name, "node"))
-			nl++;
-	}
-	l[nl++] = (struct lpair){ "node", x->node };
-	qsort(l, nl, sizeof(*l), _by_lname);
+	err = store__series_labels(x->b, s, x->node, &l, &nl);
+	if (err)
+		return err;
 	for (size_t i = 0; i < nl; i++) {
 		_key_str(&key, l[i].name);
 		_key_str(&key, l[i].value);

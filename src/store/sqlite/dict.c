@@ -292,15 +292,6 @@ out:
 	return id;
 }
 
-struct label_pair {
-	const char *name, *value;
-};
-
-static int _by_label_name(const void *a, const void *b)
-{
-	return strcmp(((const struct label_pair *)a)->name, ((const struct label_pair *)b)->name);
-}
-
 /* Appends s quoted like a Prometheus label value. */
 static void _sb_quoted(struct strbuf *b, const char *s)
 {
@@ -317,36 +308,22 @@ static void _sb_quoted(struct strbuf *b, const char *s)
 }
 
 /*
- * The canonical text of a label set, {a="x",b="y"} sorted by name, is the
- * series' identity; node replaces any node label of the batch.
+ * A series' identity (store__series_labels()) as text: {a="x",b="y"} and,
+ * for a batch that has one, @period.
  */
 int64_t sqlite__x_series(struct sqlite_store *st, struct xlate *x, const char *node, uint32_t local)
 {
-	const struct batch_label *bl;
-	struct label_pair *labels;
+	struct store_label *labels;
 	struct strbuf key = STRBUF_INIT;
-	size_t n, nl = 0, len;
+	size_t nl, len;
 	int64_t id;
 	int rc;
 
 	if (x->series[local])
 		return x->series[local];
-	bl = batch__series(x->b, local, &n);
-	labels = calloc(n + 1, sizeof(*labels));
-	if (!labels)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		if (bl[i].name >= x->nstrings || bl[i].value >= x->nstrings) {
-			id = -EINVAL;
-			goto out;
-		}
-		labels[nl].name = profile__string(x->d, bl[i].name);
-		labels[nl].value = profile__string(x->d, bl[i].value);
-		if (strcmp(labels[nl].name, "node"))
-			nl++;
-	}
-	labels[nl++] = (struct label_pair){ "node", node };
-	qsort(labels, nl, sizeof(*labels), _by_label_name);
+	rc = store__series_labels(x->b, local, node, &labels, &nl);
+	if (rc)
+		return rc;
 	strbuf__putc(&key, '{');
 	for (size_t i = 0; i < nl; i++) {
 		if (i)
