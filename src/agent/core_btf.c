@@ -14,6 +14,7 @@
 #include <linux/btf.h>
 
 #include "agent/core_btf.h"
+#include "common/elf_sections.h"
 #include "common/log.h"
 
 #define KERNEL_BTF "/sys/kernel/btf/vmlinux"
@@ -238,7 +239,9 @@ static int _grow(void *pp, size_t *cap, size_t need)
 static int _object_btf(const void *elf, size_t size, const uint8_t **btf, size_t *btf_size)
 {
 	Elf *e;
-	Elf_Scn *scn = NULL;
+	Elf_Scn *scn;
+	GElf_Shdr sh;
+	Elf_Data *d;
 	size_t shstrndx;
 	int err = -ENOENT;
 
@@ -250,23 +253,12 @@ static int _object_btf(const void *elf, size_t size, const uint8_t **btf, size_t
 		elf_end(e);
 		return -EINVAL;
 	}
-	while ((scn = elf_nextscn(e, scn))) {
-		GElf_Shdr sh;
-		const char *name;
-		Elf_Data *d;
-
-		if (!gelf_getshdr(scn, &sh))
-			continue;
-		name = elf_strptr(e, shstrndx, sh.sh_name);
-		if (!name || strcmp(name, ".BTF"))
-			continue;
-		d = elf_rawdata(scn, NULL);
-		if (d && d->d_buf && d->d_size) {
-			*btf = d->d_buf;	/* points into elf: the bytes are ours */
-			*btf_size = d->d_size;
-			err = 0;
-		}
-		break;
+	scn = elf_sections__find(e, ".BTF", &sh);
+	d = scn ? elf_rawdata(scn, NULL) : NULL;
+	if (d && d->d_buf && d->d_size) {
+		*btf = d->d_buf;	/* points into elf: the bytes are ours */
+		*btf_size = d->d_size;
+		err = 0;
 	}
 	elf_end(e);
 	return err;

@@ -5,16 +5,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "ascii.h"
 #include "timeparse.h"
 
-#define NS_PER_S	1000000000LL
 #define YEAR_MIN	1970
 #define YEAR_MAX	2262
-
-static bool _is_digit(char c)
-{
-	return c >= '0' && c <= '9';
-}
 
 /* Reads exactly n digits; false when any is missing. */
 static bool _fixed(const char **p, int n, int *out)
@@ -22,7 +17,7 @@ static bool _fixed(const char **p, int n, int *out)
 	int v = 0;
 
 	for (int i = 0; i < n; i++) {
-		if (!_is_digit((*p)[i]))
+		if (!ascii__is_digit((*p)[i]))
 			return false;
 		v = v * 10 + ((*p)[i] - '0');
 	}
@@ -37,9 +32,9 @@ static bool _count(const char **p, int64_t *out)
 	const char *s = *p;
 	int64_t v = 0;
 
-	if (!_is_digit(*s))
+	if (!ascii__is_digit(*s))
 		return false;
-	for (; _is_digit(*s); s++)
+	for (; ascii__is_digit(*s); s++)
 		if (__builtin_mul_overflow(v, 10, &v) ||
 		    __builtin_add_overflow(v, *s - '0', &v))
 			return false;
@@ -58,7 +53,7 @@ static bool _fraction(const char **p, int64_t *ns)
 	*ns = 0;
 	if (*s != '.')
 		return true;
-	for (s++; _is_digit(*s); s++, n++) {
+	for (s++; ascii__is_digit(*s); s++, n++) {
 		if (n == 9)
 			return false;
 		scale /= 10;
@@ -188,8 +183,8 @@ int time__parse_at(const char *s, int64_t now_ns, int64_t *unix_ns)
 	if (!strncmp(s, "now", 3))
 		return _relative(s + 3, now_ns, unix_ns);
 	/* Four digits and '-' cannot start Unix seconds, which take no sign. */
-	if (_is_digit(s[0]) && _is_digit(s[1]) && _is_digit(s[2]) &&
-	    _is_digit(s[3]) && s[4] == '-')
+	if (ascii__is_digit(s[0]) && ascii__is_digit(s[1]) && ascii__is_digit(s[2]) &&
+	    ascii__is_digit(s[3]) && s[4] == '-')
 		return _rfc3339(s, unix_ns);
 	return _unix_seconds(s, unix_ns);
 }

@@ -12,6 +12,9 @@
  * wrapped or clamped. No leading or trailing blanks are accepted.
  */
 
+/* Nanoseconds in a second, for callers that convert to and from seconds. */
+#define NS_PER_S 1000000000LL
+
 /*
  * Parses s (borrowed) into *unix_ns. Accepts:
  *   - Unix seconds with up to 9 fractional digits: 1700000000, 1700000000.25

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/lower_bound.h"
 #include "gpu/cuda_join.h"
 
 /*
@@ -64,20 +65,22 @@ static uint64_t _key(const struct ring *r, uint32_t i)
 	return k;
 }
 
-/* The first index whose key is >= key. */
+/*
+ * The first index whose key is >= key. The entries are at most two sorted
+ * runs of the array, [head, cap) and then [0, ...): the second is only
+ * searched when every key of the first is below key.
+ */
 static uint32_t _lower_bound(const struct ring *r, uint64_t key)
 {
-	uint32_t lo = 0, hi = r->n;
+	uint32_t first = r->cap - r->head < r->n ? r->cap - r->head : r->n;
+	size_t i;
 
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-
-		if (_key(r, mid) < key)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	if (!r->n)
+		return 0;
+	i = lower_bound__u64(r->items + (size_t)r->head * r->size, first, r->size, 0, key);
+	if (i < first)
+		return (uint32_t)i;
+	return first + (uint32_t)lower_bound__u64(r->items, r->n - first, r->size, 0, key);
 }
 
 static int _grow(struct ring *r)

@@ -13,23 +13,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ascii.h"
 #include "common/timeparse.h"
 #include "server/request.h"
-
-#define NS_PER_S 1000000000LL
-
-static bool _is_digit(char c)
-{
-	return c >= '0' && c <= '9';
-}
 
 int param__parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
 	uint64_t v = 0;
 
-	if (!s || !_is_digit(*s))
+	if (!s || !ascii__is_digit(*s))
 		return -EINVAL;
-	for (; _is_digit(*s); s++)
+	for (; ascii__is_digit(*s); s++)
 		if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *s - '0', &v))
 			return -ERANGE;
 	if (*s)
@@ -78,10 +72,10 @@ int param__parse_double(const char *s, double min, double max, double *out)
 		return -EINVAL;
 	if (*p == '-')
 		p++;
-	for (; _is_digit(*p); p++)
+	for (; ascii__is_digit(*p); p++)
 		digits++;
 	if (*p == '.')
-		for (p++; _is_digit(*p); p++)
+		for (p++; ascii__is_digit(*p); p++)
 			digits++;
 	if (!digits)
 		return -EINVAL;
@@ -89,9 +83,9 @@ int param__parse_double(const char *s, double min, double max, double *out)
 		p++;
 		if (*p == '+' || *p == '-')
 			p++;
-		if (!_is_digit(*p))
+		if (!ascii__is_digit(*p))
 			return -EINVAL;
-		while (_is_digit(*p))
+		while (ascii__is_digit(*p))
 			p++;
 	}
 	if (*p)

@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "common/batch.h"
+#include "common/intern.h"
 #include "common/log.h"
+#include "common/profile.h"
 #include "clickhouse.h"
 #include "sqlite.h"
 #include "store.h"
@@ -288,4 +290,38 @@ int store_metric_fold__add(struct store_metric_fold *f, int64_t ts, double val)
 		f->max = val;
 	f->count++;
 	return err;
+}
+
+static int _by_label_name(const void *a, const void *b)
+{
+	return strcmp(((const struct store_label *)a)->name, ((const struct store_label *)b)->name);
+}
+
+int store__series_labels(const struct batch *b, uint32_t series, const char *node,
+			 struct store_label **labels, size_t *n)
+{
+	uint32_t nstrings = intern__count(b->dict->strings);
+	const struct batch_label *bl;
+	struct store_label *l;
+	size_t nb, nl = 0;
+
+	bl = batch__series(b, series, &nb);
+	l = calloc(nb + 1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	for (size_t i = 0; i < nb; i++) {
+		if (bl[i].name >= nstrings || bl[i].value >= nstrings) {
+			free(l);
+			return -EINVAL;
+		}
+		l[nl] = (struct store_label){ profile__string(b->dict, bl[i].name),
+					      profile__string(b->dict, bl[i].value) };
+		if (strcmp(l[nl].name, "node"))
+			nl++;
+	}
+	l[nl++] = (struct store_label){ "node", node };
+	qsort(l, nl, sizeof(*l), _by_label_name);
+	*labels = l;
+	*n = nl;
+	return 0;
 }

@@ -228,6 +228,30 @@ int store_metric_fold__add(struct store_metric_fold *f, int64_t ts, double val);
 int store_metric_fold__flush(struct store_metric_fold *f);
 
 /*
+ * For backends: both roll samples up by the minute and by the hour, and take
+ * timestamps in [0, STORE_TS_LIMIT), Unix nanoseconds with room for bucket
+ * arithmetic never to overflow.
+ */
+#define STORE_NS_MIN	(60LL * 1000000000LL)
+#define STORE_NS_HOUR	(60 * STORE_NS_MIN)
+#define STORE_TS_LIMIT	(INT64_MAX / 2)
+
+/*
+ * For backends: a series as store__write() keeps it is b's labels of
+ * series with node replacing any node label, sorted by name, and b's
+ * period_ns (samples of one process at two -F rates are two series, so
+ * that profiles can weigh them); each backend encodes that its own way.
+ * Fills *labels (owned: free() it) with the *n labels, their text
+ * borrowed from b and node. Returns 0, -EINVAL for a label string id out
+ * of range, or -ENOMEM.
+ */
+struct store_label {
+	const char *name, *value;
+};
+int store__series_labels(const struct batch *b, uint32_t series, const char *node,
+			 struct store_label **labels, size_t *n);
+
+/*
  * For backends only: what store.c dispatches to. Each backend exports one
  * of these; open returns the backend's own state, which the others receive.
  */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/lower_bound.h"
 #include "common/safe_open.h"
 #include "demangle.h"
 #include "elf_file.h"
@@ -444,21 +445,6 @@ static int _req_cmp(const void *a, const void *b)
 	return x->index < y->index ? -1 : x->index > y->index;
 }
 
-static size_t _lower_bound(const struct req *r, size_t n, uint64_t addr)
-{
-	size_t lo = 0, hi = n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (r[mid].addr < addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
 static void _gaps_reset(struct search *s)
 {
 	for (size_t i = 0; i < s->n; i++) {
@@ -729,7 +715,8 @@ static void _consider(struct search *s, const struct symsrc *src, const GElf_Sym
 	typed = type == STT_FUNC || type == STT_GNU_IFUNC;
 	if (!typed && type != STT_NOTYPE)
 		return;
-	slot = _lower_bound(s->reqs, s->n, sym->st_value);
+	slot = lower_bound__u64(s->reqs, s->n, sizeof(*s->reqs), offsetof(struct req, addr),
+				sym->st_value);
 	if (s->next_start)
 		_note_extent(s, slot, src, sym);
 	if (slot == s->n)

@@ -21,6 +21,7 @@
 
 #include <gelf.h>
 
+#include "common/elf_sections.h"
 #include "common/log.h"
 #include "gopclntab.h"
 
@@ -52,25 +53,6 @@ static bool _read(const struct gopclntab *t, uint64_t off, void *buf, size_t len
 	return pread(t->fd, buf, len, (off_t)(t->off + off)) == (ssize_t)len;
 }
 
-static Elf_Scn *_section(Elf *e, const char *name, GElf_Shdr *sh)
-{
-	Elf_Scn *scn = NULL;
-	size_t shstrndx;
-
-	if (elf_getshdrstrndx(e, &shstrndx) != 0)
-		return NULL;
-	while ((scn = elf_nextscn(e, scn))) {
-		const char *n;
-
-		if (!gelf_getshdr(scn, sh))
-			continue;
-		n = elf_strptr(e, shstrndx, sh->sh_name);
-		if (n && !strcmp(n, name))
-			return scn;
-	}
-	return NULL;
-}
-
 int gopclntab__open(int fd, Elf *e, struct gopclntab **out)
 {
 	uint8_t h[_HEADER_SIZE];
@@ -80,7 +62,7 @@ int gopclntab__open(int fd, Elf *e, struct gopclntab **out)
 	int err = 0;
 
 	*out = NULL;
-	if (!_section(e, ".gopclntab", &sh) || sh.sh_type != SHT_PROGBITS ||
+	if (!elf_sections__find(e, ".gopclntab", &sh) || sh.sh_type != SHT_PROGBITS ||
 	    (sh.sh_flags & SHF_COMPRESSED) || sh.sh_size < _HEADER_SIZE)
 		return -ENOENT;
 	t = calloc(1, sizeof(*t));
@@ -103,7 +85,7 @@ int gopclntab__open(int fd, Elf *e, struct gopclntab **out)
 	t->text = _le64(h + 24);
 	t->names = _le64(h + 32);
 	t->pcln = _le64(h + 64);
-	if (!t->text && _section(e, ".text", &text))
+	if (!t->text && elf_sections__find(e, ".text", &text))
 		t->text = text.sh_addr;
 	if (t->pcln > t->size || t->names > t->size || !t->nfunc ||
 	    t->nfunc >= (t->size - t->pcln) / 8) {

@@ -11,6 +11,7 @@
 #include "common/heapsort.h"
 #include "common/hex.h"
 #include "common/log.h"
+#include "common/lower_bound.h"
 #include "demangle.h"
 #include "kallsyms.h"
 
@@ -119,34 +120,11 @@ static int _kreq_cmp(const void *a, const void *b)
 	return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-static size_t _lower_bound(const struct kreq *r, size_t n, uint64_t addr)
-{
-	size_t lo = 0, hi = n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (r[mid].addr < addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
 static struct kname *_find_name(struct kname *names, size_t n, uint64_t start)
 {
-	size_t lo = 0, hi = n;
+	size_t i = lower_bound__u64(names, n, sizeof(*names), offsetof(struct kname, start), start);
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (names[mid].start < start)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < n && names[lo].start == start ? &names[lo] : NULL;
+	return i < n && names[i].start == start ? &names[i] : NULL;
 }
 
 /*
@@ -182,7 +160,7 @@ static size_t _pass1(FILE *fp, struct kreq *reqs, size_t n, struct kslot *slots,
 		}
 		if (!k.addr)
 			continue;
-		i = _lower_bound(reqs, n, k.addr);
+		i = lower_bound__u64(reqs, n, sizeof(*reqs), offsetof(struct kreq, addr), k.addr);
 		if (i == n)
 			continue;
 		if (k.addr > slots[i].start ||

@@ -12,6 +12,7 @@
 
 #include "common/hex.h"
 #include "common/log.h"
+#include "common/lower_bound.h"
 #include "common/safe_open.h"
 #include "demangle.h"
 #include "perfmap.h"
@@ -66,21 +67,6 @@ static int _by_line(const void *a, const void *b)
 	return x->line < y->line ? -1 : x->line > y->line;
 }
 
-static size_t _lower_bound(const struct preq *r, size_t n, uint64_t addr)
-{
-	size_t lo = 0, hi = n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (r[mid].addr < addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
 /*
  * Pass 1: every entry claims the requests inside it, overwriting what earlier
  * lines claimed; that is the "last one wins" rule, and it needs no more than
@@ -97,7 +83,9 @@ static int _pass1(struct safe_lines *lr, struct preq *reqs, size_t n)
 
 		if (!_parse_line(line, &start, &end, &name))
 			continue;
-		for (size_t j = _lower_bound(reqs, n, start); j < n && reqs[j].addr < end; j++)
+		for (size_t j = lower_bound__u64(reqs, n, sizeof(*reqs), offsetof(struct preq, addr),
+						 start);
+		     j < n && reqs[j].addr < end; j++)
 			reqs[j].line = (off_t)here;
 	}
 	return lr->err;

@@ -69,6 +69,7 @@
 
 #include <gelf.h>
 
+#include "common/elf_sections.h"
 #include "common/log.h"
 #include "unwind/go_switch.h"
 
@@ -154,25 +155,6 @@ static const uint8_t *_code(Elf *elf, uint64_t lo, uint64_t hi)
 	return NULL;
 }
 
-static Elf_Scn *_section(Elf *elf, const char *name, GElf_Shdr *shdr)
-{
-	Elf_Scn *scn = NULL;
-	size_t shstrndx;
-
-	if (elf_getshdrstrndx(elf, &shstrndx) != 0)
-		return NULL;
-	while ((scn = elf_nextscn(elf, scn))) {
-		const char *n;
-
-		if (!gelf_getshdr(scn, shdr))
-			continue;
-		n = elf_strptr(elf, shstrndx, shdr->sh_name);
-		if (n && !strcmp(n, name))
-			return scn;
-	}
-	return NULL;
-}
-
 /* [lo, hi) of the function called name, from .symtab. */
 static bool _symtab_func(Elf *elf, const char *name, uint64_t *lo, uint64_t *hi)
 {
@@ -237,7 +219,7 @@ static bool _pclntab_func(Elf *elf, const char *name, unsigned int nth, uint64_t
 	Elf_Scn *scn;
 	uint32_t magic;
 
-	scn = _section(elf, ".gopclntab", &shdr);
+	scn = elf_sections__find(elf, ".gopclntab", &shdr);
 	if (!scn || shdr.sh_type != SHT_PROGBITS)
 		return false;
 	d = elf_getdata(scn, NULL);
@@ -253,7 +235,7 @@ static bool _pclntab_func(Elf *elf, const char *name, unsigned int nth, uint64_t
 	names = _le64(p + 32);
 	pcln = _le64(p + 64);
 	/* A position-independent binary leaves textStart to a relocation: .text is where it points. */
-	if (!text && _section(elf, ".text", &tshdr))
+	if (!text && elf_sections__find(elf, ".text", &tshdr))
 		text = tshdr.sh_addr;
 	if (pcln > size || names > size || nfunc >= (size - pcln) / 8)
 		return false;
@@ -397,8 +379,9 @@ static bool _is_go(Elf *elf)
 {
 	GElf_Shdr shdr;
 
-	return _section(elf, ".go.buildinfo", &shdr) || _section(elf, ".gopclntab", &shdr) ||
-	       _section(elf, ".note.go.buildid", &shdr);
+	return elf_sections__find(elf, ".go.buildinfo", &shdr) ||
+	       elf_sections__find(elf, ".gopclntab", &shdr) ||
+	       elf_sections__find(elf, ".note.go.buildid", &shdr);
 }
 
 size_t go_switch__find(Elf *elf, struct go_switch *out)

@@ -14,6 +14,7 @@
 #include <gelf.h>
 #include <libelf.h>
 
+#include "common/elf_sections.h"
 #include "common/log.h"
 #include "unwind/unwind_table_impl.h"
 
@@ -241,25 +242,6 @@ out:
 	return err;
 }
 
-static Elf_Scn *_find_section(Elf *elf, const char *name, GElf_Shdr *shdr)
-{
-	Elf_Scn *scn = NULL;
-	size_t shstrndx;
-
-	if (elf_getshdrstrndx(elf, &shstrndx) != 0)
-		return NULL;
-	while ((scn = elf_nextscn(elf, scn))) {
-		const char *n;
-
-		if (!gelf_getshdr(scn, shdr))
-			continue;
-		n = elf_strptr(elf, shstrndx, shdr->sh_name);
-		if (n && !strcmp(n, name))
-			return scn;
-	}
-	return NULL;
-}
-
 /*
  * Whether data lies in libelf's read-only map of the file (ELF_C_READ_MMAP),
  * not in a copy on the heap: only the map's pages may be dropped.
@@ -285,7 +267,7 @@ void ut__add_source(Elf *elf, bool eh_frame, const char *what, struct ut_source 
 	Elf_Scn *scn;
 
 	/* lld types .eh_frame SHT_X86_64_UNWIND, as the psABI says. */
-	scn = _find_section(elf, eh_frame ? ".eh_frame" : ".debug_frame", &shdr);
+	scn = elf_sections__find(elf, eh_frame ? ".eh_frame" : ".debug_frame", &shdr);
 	if (!scn || shdr.sh_size == 0 ||
 	    !(shdr.sh_type == SHT_PROGBITS || (eh_frame && shdr.sh_type == SHT_X86_64_UNWIND)))
 		return;
@@ -338,7 +320,7 @@ bool ut__hdr_open(Elf *elf, const struct ut_source *eh, struct ut_hdr_table *h)
 	Elf_Scn *scn;
 
 	memset(h, 0, sizeof(*h));
-	scn = _find_section(elf, ".eh_frame_hdr", &shdr);
+	scn = elf_sections__find(elf, ".eh_frame_hdr", &shdr);
 	/* lld types it SHT_X86_64_UNWIND too. */
 	if (!scn || !(shdr.sh_type == SHT_PROGBITS || shdr.sh_type == SHT_X86_64_UNWIND) ||
 	    (shdr.sh_flags & SHF_COMPRESSED) ||
@@ -457,7 +439,7 @@ int ut__add_plt_spans(Elf *elf, uint64_t max_vaddr, struct ut_spans *sp,
 		uint64_t lo, hi;
 		bool covered = false;
 
-		if (!_find_section(elf, names[i], &shdr) || shdr.sh_type != SHT_PROGBITS ||
+		if (!elf_sections__find(elf, names[i], &shdr) || shdr.sh_type != SHT_PROGBITS ||
 		    !(shdr.sh_flags & SHF_EXECINSTR) || shdr.sh_size == 0)
 			continue;
 		lo = shdr.sh_addr;

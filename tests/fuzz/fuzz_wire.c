@@ -12,9 +12,10 @@
  *     -std=gnu11 -D_GNU_SOURCE \
  *     -Isrc -Ibuild/gen tests/fuzz/fuzz_wire.c src/format/wire/encode.c \
  *     src/format/wire/compress.c src/format/wire/session.c \
- *     src/format/wire/decode.c src/format/wire/outmap.c \
- *     build/gen/wire.pb-c.c src/common/batch.c src/common/intern.c \
- *     src/common/profile.c -lprotobuf-c -lz -lzstd -o build/fuzz_wire
+ *     src/format/wire/decode.c src/format/wire/outmap.c src/format/pb_alloc.c \
+ *     build/gen/wire.pb-c.c src/common/batch.c src/common/decompress.c \
+ *     src/common/dict_xlate.c src/common/intern.c src/common/profile.c \
+ *     -lprotobuf-c -lz -lzstd -o build/fuzz_wire
  *   mkdir -p build/fuzz-corpus
  *   build/fuzz_wire -max_total_time=180 build/fuzz-corpus tests/fuzz/corpus/wire
  */

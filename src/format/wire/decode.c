@@ -312,7 +312,7 @@ static int _d_gpu_build(struct dec *d)
 
 	for (size_t i = 0; i < m->n_gpu_start_delta; i++) {
 		struct batch_gpu_interval g = { 0 };
-		int64_t series = wire_out__series(d, m->gpu_series[i]);
+		int64_t series = dict_xlate__id(&d->x, K_SERIES, m->gpu_series[i]);
 		int64_t name, stack = BATCH_NO_STACK;
 		int rc;
 
@@ -322,7 +322,7 @@ static int _d_gpu_build(struct dec *d)
 		if (name < 0)
 			return name;
 		if (m->gpu_stack[i]) {
-			stack = wire_out__stack(d, m->gpu_stack[i] - 1);
+			stack = dict_xlate__id(&d->x, K_STACK, m->gpu_stack[i] - 1);
 			if (stack < 0)
 				return stack;
 		}
@@ -356,11 +356,8 @@ static int _d_build(struct dec *d)
 
 	if (!d->s->sd && !(d->s->sd = wire_sdict__new()))
 		goto out;
-	d->om = d->s->om;
-	for (int k = 0; k < K_MAX; k++) {
-		if (wire_outmap__grow(&d->om[k], d->s->tab[k].n))
-			goto out;
-	}
+	if (wire_out__begin(d))
+		goto out;
 	d->out = batch__new_shared(m->period_ns, d->s->sd->b->dict, d->s->sd->b->series,
 				   d->s->sd->id, wire_sdict__unref, d->s->sd);
 	if (!d->out)
@@ -378,12 +375,12 @@ static int _d_build(struct dec *d)
 		struct batch_sample s = { 0 };
 		int64_t stack, series;
 
-		stack = wire_out__stack(d, m->sample_stack[i]);
+		stack = dict_xlate__id(&d->x, K_STACK, m->sample_stack[i]);
 		if (stack < 0) {
 			rc = stack;
 			goto out;
 		}
-		series = wire_out__series(d, m->sample_series[i]);
+		series = dict_xlate__id(&d->x, K_SERIES, m->sample_series[i]);
 		if (series < 0) {
 			rc = series;
 			goto out;
@@ -458,7 +455,7 @@ static int _d_build_metrics(struct dec *d)
 	int rc = 0;
 
 	for (size_t i = 0; i < m->n_metric_ts_delta && !rc; i++) {
-		int64_t series = wire_out__series(d, m->metric_series[i]);
+		int64_t series = dict_xlate__id(&d->x, K_SERIES, m->metric_series[i]);
 		int64_t name = series < 0 ? series :
 			       profile__intern_string(d->out->dict, _d_string(d, m->metric_name[i]));
 		struct batch_metric bm;
@@ -525,7 +522,7 @@ static int _d_build_cpu_intervals(struct dec *d)
 
 	for (size_t i = 0; i < m->n_cpu_iv_cpu; i++) {
 		struct batch_cpu_interval iv = { 0 };
-		int64_t series = wire_out__series(d, m->cpu_iv_series[i]);
+		int64_t series = dict_xlate__id(&d->x, K_SERIES, m->cpu_iv_series[i]);
 		int64_t comm = series < 0 ? series :
 			       profile__intern_string(d->out->dict, _d_string(d, m->cpu_iv_comm[i]));
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/batch.h"
+#include "common/dict_xlate.h"
 #include "common/intern.h"
 #include "common/profile.h"
 #include "format/wire.h"
@@ -171,12 +172,16 @@ static int _remember(struct wire_encoder *e, uint64_t seq)
 	return 0;
 }
 
-/* Translation of one batch's local ids into global ones, memoised. */
+/*
+ * Translation of one batch's local ids into global ones, each once
+ * (common/dict_xlate.h): the functions below add an entry to the session's
+ * table of its kind, keyed by the global ids of what it refers to.
+ */
 struct xlate {
 	struct wire_encoder *e;
 	const struct batch *b;
-	uint32_t n[K_MAX];		/* local counts */
-	uint32_t *map[K_MAX];		/* local id -> global id, UINT32_MAX: not yet */
+	struct dict_xlate dx;
+	struct dict_ids map[K_MAX];	/* local id -> global id */
 	uint32_t *scratch;
 	size_t cap_scratch;
 };
@@ -205,132 +210,98 @@ static int _scratch(struct xlate *x, size_t n)
 	return 0;
 }
 
-static int64_t _x_string(struct xlate *x, uint32_t l)
+static int64_t _x_string(struct dict_xlate *dx, uint32_t l)
 {
-	const char *s;
-	int64_t id;
+	struct xlate *x = dx->ctx;
+	const char *s = profile__string(x->b->dict, l);
 
-	if (l >= x->n[K_STRING])
-		return -EINVAL;
-	if (x->map[K_STRING][l] != UINT32_MAX)
-		return x->map[K_STRING][l];
-	s = profile__string(x->b->dict, l);
-	id = _global_add(x, K_STRING, s, strlen(s) + 1);
-	if (id >= 0)
-		x->map[K_STRING][l] = id;
-	return id;
+	return _global_add(x, K_STRING, s, strlen(s) + 1);
 }
 
-static int64_t _x_mapping(struct xlate *x, uint32_t l)
+static int64_t _x_mapping(struct dict_xlate *dx, uint32_t l)
 {
-	const struct profile_mapping *m;
-	int64_t path, bid, id;
+	struct xlate *x = dx->ctx;
+	const struct profile_mapping *m = &x->b->dict->mappings[l];
+	int64_t path, bid;
 	uint32_t key[2];
 
-	if (l >= x->n[K_MAPPING])
-		return -EINVAL;
-	if (x->map[K_MAPPING][l] != UINT32_MAX)
-		return x->map[K_MAPPING][l];
-	m = &x->b->dict->mappings[l];
-	path = _x_string(x, m->path);
+	path = dict_xlate__id(dx, K_STRING, m->path);
 	if (path < 0)
 		return path;
-	bid = _x_string(x, m->build_id);
+	bid = dict_xlate__id(dx, K_STRING, m->build_id);
 	if (bid < 0)
 		return bid;
 	key[0] = path;
 	key[1] = bid;
-	id = _global_add(x, K_MAPPING, key, sizeof(key));
-	if (id >= 0)
-		x->map[K_MAPPING][l] = id;
-	return id;
+	return _global_add(x, K_MAPPING, key, sizeof(key));
 }
 
-static int64_t _x_frame(struct xlate *x, uint32_t l)
+static int64_t _x_frame(struct dict_xlate *dx, uint32_t l)
 {
-	const struct profile_frame *f;
+	struct xlate *x = dx->ctx;
+	const struct profile_frame *f = &x->b->dict->frames[l];
 	struct wire_frame key = { 0 };
 	int64_t id;
 
-	if (l >= x->n[K_FRAME])
-		return -EINVAL;
-	if (x->map[K_FRAME][l] != UINT32_MAX)
-		return x->map[K_FRAME][l];
-	f = &x->b->dict->frames[l];
 	key.kind = f->kind;
 	key.addr = f->addr;
 	key.line = f->line;
 	if (f->mapping != PROFILE_NO_MAPPING) {
-		id = _x_mapping(x, f->mapping);
+		id = dict_xlate__id(dx, K_MAPPING, f->mapping);
 		if (id < 0)
 			return id;
 		key.mapping = id + 1;
 	}
-	id = _x_string(x, f->function);
+	id = dict_xlate__id(dx, K_STRING, f->function);
 	if (id < 0)
 		return id;
 	key.function = id;
-	id = _x_string(x, f->file);
+	id = dict_xlate__id(dx, K_STRING, f->file);
 	if (id < 0)
 		return id;
 	key.file = id;
-	id = _global_add(x, K_FRAME, &key, sizeof(key));
-	if (id >= 0)
-		x->map[K_FRAME][l] = id;
-	return id;
+	return _global_add(x, K_FRAME, &key, sizeof(key));
 }
 
-static int64_t _x_stack(struct xlate *x, uint32_t l)
+static int64_t _x_stack(struct dict_xlate *dx, uint32_t l)
 {
+	struct xlate *x = dx->ctx;
 	const uint32_t *frames;
 	uint32_t n;
-	int64_t id;
+	int err;
 
-	if (l >= x->n[K_STACK])
-		return -EINVAL;
-	if (x->map[K_STACK][l] != UINT32_MAX)
-		return x->map[K_STACK][l];
 	frames = profile__stack(x->b->dict, l, &n);
 	/* At least one element: an empty stack's key must not be NULL either. */
 	if (_scratch(x, n ? n : 1))
 		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i++) {
-		id = _x_frame(x, _u32_at(frames, i));
-		if (id < 0)
-			return id;
-		x->scratch[i] = id;
-	}
-	id = _global_add(x, K_STACK, x->scratch, (size_t)n * sizeof(uint32_t));
-	if (id >= 0)
-		x->map[K_STACK][l] = id;
-	return id;
+	/* Translating a frame does not touch scratch, so it can be filled in place. */
+	err = dict_xlate__ids(dx, K_FRAME, frames, n, x->scratch);
+	if (err)
+		return err;
+	return _global_add(x, K_STACK, x->scratch, (size_t)n * sizeof(uint32_t));
 }
 
-static int64_t _x_series(struct xlate *x, uint32_t l)
+static int64_t _x_series(struct dict_xlate *dx, uint32_t l)
 {
+	struct xlate *x = dx->ctx;
 	const struct batch_label *labels;
 	size_t n;
-	int64_t id;
+	int err;
 
-	if (l >= x->n[K_SERIES])
-		return -EINVAL;
-	if (x->map[K_SERIES][l] != UINT32_MAX)
-		return x->map[K_SERIES][l];
 	labels = batch__series(x->b, l, &n);
 	if (_scratch(x, n ? 2 * n : 1))
 		return -ENOMEM;
 	/* Label pairs are uint32_t name, value: read them as a flat array. */
-	for (size_t i = 0; i < 2 * n; i++) {
-		id = _x_string(x, _u32_at(labels, i));
-		if (id < 0)
-			return id;
-		x->scratch[i] = id;
-	}
-	id = _global_add(x, K_SERIES, x->scratch, 2 * n * sizeof(uint32_t));
-	if (id >= 0)
-		x->map[K_SERIES][l] = id;
-	return id;
+	err = dict_xlate__ids(dx, K_STRING, labels, 2 * n, x->scratch);
+	if (err)
+		return err;
+	return _global_add(x, K_SERIES, x->scratch, 2 * n * sizeof(uint32_t));
 }
+
+static const dict_xlate_fn _x_fns[K_MAX] = {
+	[K_STRING] = _x_string, [K_MAPPING] = _x_mapping, [K_FRAME] = _x_frame,
+	[K_STACK] = _x_stack, [K_SERIES] = _x_series,
+};
 
 struct ts_index {
 	int64_t ts;
@@ -525,8 +496,8 @@ static int _enc_samples(struct xlate *x, struct enc_msg *em)
 
 	for (size_t i = 0; i < n; i++) {
 		const struct batch_sample *s = &b->samples[em->order[i].i];
-		int64_t stack = _x_stack(x, s->stack);
-		int64_t series = _x_series(x, s->series);
+		int64_t stack = dict_xlate__id(&x->dx, K_STACK, s->stack);
+		int64_t series = dict_xlate__id(&x->dx, K_SERIES, s->series);
 
 		if (stack < 0)
 			return stack;
@@ -604,8 +575,8 @@ static int _enc_cpu_intervals(struct xlate *x, struct enc_msg *em)
 	qsort(order, n, sizeof(*order), _by_cpu_start);
 	for (size_t i = 0; i < n; i++) {
 		const struct batch_cpu_interval *iv = order[i];
-		int64_t series = _x_series(x, iv->series);
-		int64_t comm = series < 0 ? series : _x_string(x, iv->comm);
+		int64_t series = dict_xlate__id(&x->dx, K_SERIES, iv->series);
+		int64_t comm = series < 0 ? series : dict_xlate__id(&x->dx, K_STRING, iv->comm);
 
 		if (comm < 0) {
 			err = (int)comm;
@@ -662,9 +633,10 @@ static int _enc_gpu_intervals(struct xlate *x, struct enc_msg *em)
 
 	for (size_t i = 0; i < n; i++) {
 		const struct batch_gpu_interval *g = &b->gpu_intervals[em->gpu_order[i].i];
-		int64_t series = _x_series(x, g->series);
-		int64_t name = _x_string(x, g->name);
-		int64_t stack = g->stack == BATCH_NO_STACK ? -1 : _x_stack(x, g->stack);
+		int64_t series = dict_xlate__id(&x->dx, K_SERIES, g->series);
+		int64_t name = dict_xlate__id(&x->dx, K_STRING, g->name);
+		int64_t stack = g->stack == BATCH_NO_STACK ? -1 :
+				dict_xlate__id(&x->dx, K_STACK, g->stack);
 
 		if (series < 0)
 			return series;
@@ -731,8 +703,8 @@ static int _enc_metrics(struct xlate *x, struct enc_msg *em)
 	qsort(order, n, sizeof(*order), _by_ts);
 	for (size_t i = 0; i < n; i++) {
 		const struct batch_metric *bm = &b->metrics[order[i].i];
-		int64_t series = _x_series(x, bm->series);
-		int64_t name = series < 0 ? series : _x_string(x, bm->name);
+		int64_t series = dict_xlate__id(&x->dx, K_SERIES, bm->series);
+		int64_t name = series < 0 ? series : dict_xlate__id(&x->dx, K_STRING, bm->name);
 
 		if (series < 0 || name < 0) {
 			err = (int)(series < 0 ? series : name);
@@ -754,7 +726,7 @@ int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct 
 			 enum wire_compression c, void **out, size_t *out_len)
 {
 	struct enc_msg em = { .m = FLAMEWATCH__WIRE__BATCH__INIT };
-	struct xlate x = { .e = e, .b = b };
+	struct xlate x = { .e = e, .b = b, .dx = { .fn = _x_fns } };
 	uint8_t *packed = NULL;
 	size_t len;
 	int err;
@@ -771,18 +743,13 @@ int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct 
 			goto out;
 	}
 
-	x.n[K_STRING] = intern__count(b->dict->strings);
-	x.n[K_MAPPING] = b->dict->nmappings;
-	x.n[K_FRAME] = b->dict->nframes;
-	x.n[K_STACK] = profile__nstacks(b->dict);
-	x.n[K_SERIES] = batch__nseries(b);
+	x.dx.ids = x.map;
+	x.dx.ctx = &x;
+	dict_xlate__batch_counts(&x.dx, b);
 	for (int k = 0; k < K_MAX; k++) {
-		x.map[k] = _alloc_n(x.n[k], sizeof(uint32_t));
-		if (!x.map[k]) {
-			err = -ENOMEM;
+		err = dict_ids__alloc(&x.map[k], x.dx.n[k]);
+		if (err)
 			goto out;
-		}
-		memset(x.map[k], 0xff, (size_t)x.n[k] * sizeof(uint32_t));
 	}
 
 	/*
@@ -834,7 +801,7 @@ out:
 	_enc_msg_free(&em);
 	_enc_metrics_free(&em);
 	for (int k = 0; k < K_MAX; k++)
-		free(x.map[k]);
+		dict_ids__release(&x.map[k]);
 	free(x.scratch);
 	return err;
 }

@@ -2,13 +2,15 @@
 /*
  * A session's global ids as the batches wire__decode() hands out know
  * them: each entry is translated into the session's shared dictionary
- * once per session, when a batch first refers to it (struct outmap).
+ * once per session, when a batch first refers to it (the session's om
+ * tables, common/dict_xlate.h).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/batch.h"
+#include "common/dict_xlate.h"
 #include "common/profile.h"
 #include "format/wire.h"
 #include "format/wire/wire_int.h"
@@ -42,94 +44,44 @@ static int _d_reserve(struct dec *d, size_t frames, size_t labels)
 	return 0;
 }
 
-int wire_outmap__grow(struct outmap *m, uint32_t n)
+static int64_t _out_mapping(struct dict_xlate *x, uint32_t gid)
 {
-	if (n > m->cap) {
-		uint32_t cap = m->cap ? m->cap : 64;
-		uint32_t *l;
-
-		while (cap < n)
-			cap = cap > UINT32_MAX / 2 ? UINT32_MAX : cap * 2;
-		l = realloc(m->local, (size_t)cap * sizeof(*l));
-		if (!l)
-			return -ENOMEM;
-		m->local = l;
-		m->cap = cap;
-	}
-	for (; m->n < n; m->n++)
-		m->local[m->n] = OM_UNSET;
-	return 0;
-}
-
-/* 1: gid is not translated yet (m->local[*ord] is to be set), 0: it is. */
-static int _om_find(struct outmap *m, uint32_t gid, int64_t *ord)
-{
-	*ord = gid;
-	if (gid >= m->n) {
-		int rc = wire_outmap__grow(m, gid + 1);
-
-		if (rc)
-			return rc;
-	}
-	*ord = gid;
-	return m->local[gid] == OM_UNSET;
-}
-
-static int64_t _out_mapping(struct dec *d, uint32_t gid)
-{
-	struct outmap *m = &d->om[K_MAPPING];
+	struct dec *d = x->ctx;
 	const void *key;
-	int64_t ord, id;
 	size_t len;
-	int rc = _om_find(m, gid, &ord);
 
-	if (rc <= 0)
-		return rc < 0 ? (int64_t)rc : (int64_t)m->local[ord];
 	key = _dtab_get(&d->s->tab[K_MAPPING], gid, &len);
-	id = profile__intern_mapping(d->out->dict, _d_string(d, _u32_at(key, 0)),
-				     _d_string(d, _u32_at(key, 1)));
-	if (id < 0)
-		return id;
-	m->local[ord] = id;
-	return id;
+	return profile__intern_mapping(d->out->dict, _d_string(d, _u32_at(key, 0)),
+				       _d_string(d, _u32_at(key, 1)));
 }
 
-static int64_t _out_frame(struct dec *d, uint32_t gid)
+static int64_t _out_frame(struct dict_xlate *x, uint32_t gid)
 {
-	struct outmap *m = &d->om[K_FRAME];
+	struct dec *d = x->ctx;
 	struct wire_frame f;
 	uint32_t mapping = PROFILE_NO_MAPPING;
-	int64_t ord, id;
+	int64_t id;
 	size_t len;
-	int rc = _om_find(m, gid, &ord);
 
-	if (rc <= 0)
-		return rc < 0 ? (int64_t)rc : (int64_t)m->local[ord];
 	memcpy(&f, _dtab_get(&d->s->tab[K_FRAME], gid, &len), sizeof(f));
 	if (f.mapping) {
-		id = _out_mapping(d, f.mapping - 1);
+		id = dict_xlate__id(x, K_MAPPING, f.mapping - 1);
 		if (id < 0)
 			return id;
 		mapping = id;
 	}
-	id = profile__intern_named_frame(d->out->dict, f.kind, mapping, f.addr,
-					 _d_string(d, f.function), _d_string(d, f.file), f.line);
-	if (id < 0)
-		return id;
-	m->local[ord] = id;
-	return id;
+	return profile__intern_named_frame(d->out->dict, f.kind, mapping, f.addr,
+					   _d_string(d, f.function), _d_string(d, f.file), f.line);
 }
 
-int64_t wire_out__stack(struct dec *d, uint32_t gid)
+static int64_t _out_stack(struct dict_xlate *x, uint32_t gid)
 {
-	struct outmap *m = &d->om[K_STACK];
+	struct dec *d = x->ctx;
 	const void *key;
-	int64_t ord, id;
+	int64_t id;
 	size_t len;
-	int rc = _om_find(m, gid, &ord);
+	int err;
 
-	if (rc <= 0)
-		return rc < 0 ? (int64_t)rc : (int64_t)m->local[ord];
 	key = _dtab_get(&d->s->tab[K_STACK], gid, &len);
 	len /= sizeof(uint32_t);
 	/* At least one element: an empty stack's key must not be NULL either. */
@@ -138,17 +90,15 @@ int64_t wire_out__stack(struct dec *d, uint32_t gid)
 	/*
 	 * Deeper than the limit (runaway recursion, a bad unwind): the frames
 	 * nearest the root are kept and a "[truncated]" frame marks where the
-	 * rest was cut, so the flame graph shows it.
+	 * rest was cut, so the flame graph shows it. Translating a frame does
+	 * not touch scratch, so it can be filled in place.
 	 */
 	if (len > d->lim->max_stack_depth) {
 		size_t keep = d->lim->max_stack_depth ? d->lim->max_stack_depth - 1 : 0;
 
-		for (size_t i = 0; i < keep; i++) {
-			id = _out_frame(d, _u32_at(key, i));
-			if (id < 0)
-				return id;
-			d->scratch[i] = id;
-		}
+		err = dict_xlate__ids(x, K_FRAME, key, keep, d->scratch);
+		if (err)
+			return err;
 		id = profile__intern_named_frame(d->out->dict, FRAME_NATIVE, PROFILE_NO_MAPPING, 0,
 						 "[truncated]", "", 0);
 		if (id < 0)
@@ -156,31 +106,19 @@ int64_t wire_out__stack(struct dec *d, uint32_t gid)
 		d->scratch[keep] = id;
 		len = keep + 1;
 	} else {
-		/* _out_frame() does not touch scratch, so it can be filled in place. */
-		for (size_t i = 0; i < len; i++) {
-			id = _out_frame(d, _u32_at(key, i));
-			if (id < 0)
-				return id;
-			d->scratch[i] = id;
-		}
+		err = dict_xlate__ids(x, K_FRAME, key, len, d->scratch);
+		if (err)
+			return err;
 	}
-	id = profile__intern_stack(d->out->dict, d->scratch, len);
-	if (id < 0)
-		return id;
-	m->local[ord] = id;
-	return id;
+	return profile__intern_stack(d->out->dict, d->scratch, len);
 }
 
-int64_t wire_out__series(struct dec *d, uint32_t gid)
+static int64_t _out_series(struct dict_xlate *x, uint32_t gid)
 {
-	struct outmap *m = &d->om[K_SERIES];
+	struct dec *d = x->ctx;
 	const void *key;
-	int64_t ord, id;
 	size_t len;
-	int rc = _om_find(m, gid, &ord);
 
-	if (rc <= 0)
-		return rc < 0 ? (int64_t)rc : (int64_t)m->local[ord];
 	key = _dtab_get(&d->s->tab[K_SERIES], gid, &len);
 	len /= 2 * sizeof(uint32_t);
 	if (_d_reserve(d, 0, len))
@@ -189,9 +127,27 @@ int64_t wire_out__series(struct dec *d, uint32_t gid)
 		d->names[i] = _d_string(d, _u32_at(key, 2 * i));
 		d->values[i] = _d_string(d, _u32_at(key, 2 * i + 1));
 	}
-	id = batch__intern_series(d->out, d->names, d->values, len);
-	if (id < 0)
-		return id;
-	m->local[ord] = id;
-	return id;
+	return batch__intern_series(d->out, d->names, d->values, len);
+}
+
+static const dict_xlate_fn _out_fns[K_MAX] = {
+	[K_MAPPING] = _out_mapping, [K_FRAME] = _out_frame,
+	[K_STACK] = _out_stack, [K_SERIES] = _out_series,
+};
+
+/*
+ * The string table grows with the others, though nothing is translated
+ * through it: the session's memory, which eviction and /metrics count,
+ * includes it.
+ */
+int wire_out__begin(struct dec *d)
+{
+	d->x = (struct dict_xlate){ .ids = d->s->om, .fn = _out_fns, .ctx = d };
+	for (int k = 0; k < K_MAX; k++) {
+		if (dict_ids__grow(&d->s->om[k], d->s->tab[k].n))
+			return -ENOMEM;
+		if (k != K_STRING)
+			d->x.n[k] = d->s->tab[k].n;
+	}
+	return 0;
 }

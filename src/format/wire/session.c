@@ -110,7 +110,7 @@ void wire_session__free(struct wire_session *s)
 		return;
 	for (int k = 0; k < K_MAX; k++) {
 		_dtab_free(&s->tab[k]);
-		free(s->om[k].local);
+		dict_ids__release(&s->om[k]);
 	}
 	wire_sdict__unref(s->sd);
 	free(s->node);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/dict_xlate.h"
 #include "format/wire.h"
 #include "wire.pb-c.h"
 
@@ -21,9 +22,15 @@ struct batch;
 
 /*
  * The five dictionary kinds, in the order a batch lists them: each may only
- * refer to kinds before it.
+ * refer to kinds before it. They are common/dict_xlate.h's, with which the
+ * encoder and outmap.c translate ids.
  */
-enum { K_STRING, K_MAPPING, K_FRAME, K_STACK, K_SERIES, K_MAX };
+#define K_STRING	DICT_STRING
+#define K_MAPPING	DICT_MAPPING
+#define K_FRAME		DICT_FRAME
+#define K_STACK		DICT_STACK
+#define K_SERIES	DICT_SERIES
+#define K_MAX		DICT_NKINDS
 
 /*
  * A frame as both ends key and keep it. The name is part of the key: a JIT
@@ -83,16 +90,6 @@ static inline const void *_dtab_get(const struct dtab *t, uint32_t i, size_t *le
 void wire_dtab__truncate(struct dtab *t, uint32_t n);
 
 /*
- * Session global id -> id in the session's shared dictionary, for one
- * kind; OM_UNSET until the first batch that refers to the entry.
- */
-#define OM_UNSET UINT32_MAX
-struct outmap {
-	uint32_t *local;
-	uint32_t n, cap;
-};
-
-/*
  * The session's dictionary as a struct profile and series table, which the
  * batches handed out share (struct batch's dict_id): translating an entry
  * costs once per session instead of once per batch, and a store can keep
@@ -115,7 +112,11 @@ struct wire_session {
 	char *node;
 	struct dtab tab[K_MAX];
 	struct wire_sdict *sd;
-	struct outmap om[K_MAX];
+	/*
+	 * Session global id -> id in the shared dictionary, per kind;
+	 * DICT_UNSET until the first batch that refers to the entry.
+	 */
+	struct dict_ids om[K_MAX];
 	size_t bytes;			/* as counted in the table's total */
 	struct wire_session *newer, *older;
 	struct wire_session *hnext;
@@ -141,7 +142,7 @@ struct dec {
 	const Flamewatch__Wire__Batch *m;
 	struct wire_session *s;
 	struct batch *out;
-	struct outmap *om;	/* the session's */
+	struct dict_xlate x;	/* the session's ids into out's (outmap.c) */
 	uint32_t *scratch;
 	const char **names, **values;
 	size_t cap_scratch, cap_labels;
@@ -154,13 +155,13 @@ static inline const char *_d_string(struct dec *d, uint32_t gid)
 	return _dtab_get(&d->s->tab[K_STRING], gid, &len);
 }
 
-/* Makes gids below n addressable, new ones untranslated. */
-int wire_outmap__grow(struct outmap *m, uint32_t n);
 /*
- * The id in the batch's dictionary (d->out) of the session's stack or
- * series gid, translating it on first use: >= 0, or -errno.
+ * Sets d->x up to translate the session's ids into the batch's dictionary
+ * (d->out->dict, the session's shared one), each entry on first use: a
+ * stack or series gid is then dict_xlate__id(&d->x, K_STACK, gid). Strings
+ * are not translated: mappings, frames and series take their text.
+ * Returns 0 or -ENOMEM.
  */
-int64_t wire_out__stack(struct dec *d, uint32_t gid);
-int64_t wire_out__series(struct dec *d, uint32_t gid);
+int wire_out__begin(struct dec *d);
 
 #endif

@@ -531,9 +531,9 @@ static int _ch_retain(void *impl, int64_t cutoff)
 					      "gpu_intervals" };
 
 	/* Minutes are the unit: rollups and raw samples are cut at the same place. */
-	if (cutoff > CH_TS_LIMIT)
-		cutoff = CH_TS_LIMIT;
-	cutoff = cutoff / CH_NS_MIN * CH_NS_MIN;
+	if (cutoff > STORE_TS_LIMIT)
+		cutoff = STORE_TS_LIMIT;
+	cutoff = cutoff / STORE_NS_MIN * STORE_NS_MIN;
 	if (cutoff <= 0)
 		return 0;
 	return _raise(impl, "samples", cutoff, tables, 4);
@@ -543,8 +543,8 @@ static int _ch_retain_metrics(void *impl, int64_t cutoff)
 {
 	static const char *const tables[] = { "metric_points" };
 
-	if (cutoff > CH_TS_LIMIT)
-		cutoff = CH_TS_LIMIT;
+	if (cutoff > STORE_TS_LIMIT)
+		cutoff = STORE_TS_LIMIT;
 	if (cutoff <= 0)
 		return 0;
 	return _raise(impl, "metrics", cutoff, tables, 1);

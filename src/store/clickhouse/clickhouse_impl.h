@@ -16,10 +16,7 @@
 #include "store/rowbinary.h"
 #include "store/store.h"
 
-#define CH_NS_MIN	(60LL * 1000000000LL)
-#define CH_NS_HOUR	(60 * CH_NS_MIN)
-#define CH_NS_DAY	(24 * CH_NS_HOUR)
-#define CH_TS_LIMIT	(INT64_MAX / 2)
+#define CH_NS_DAY	(24 * STORE_NS_HOUR)
 
 struct intern;
 

@@ -341,7 +341,7 @@ int ch__samples(void *impl, int64_t from, int64_t to, const struct selector *sel
 	/* Per minute counts: the stride, and requests of bounded size. */
 	strbuf__printf(&sql, "SELECT intDiv(ts, %lld) AS m, count() FROM %s.samples WHERE"
 		       " type = %u AND ts >= %" PRId64 " AND ts < %" PRId64 "%s GROUP BY m"
-		       " ORDER BY m FORMAT RowBinary", CH_NS_MIN, st->db, type, from, to,
+		       " ORDER BY m FORMAT RowBinary", STORE_NS_MIN, st->db, type, from, to,
 		       filter.buf ? filter.buf : "");
 	err = sql.oom ? -ENOMEM : ch__select(st, sql.buf, &resp);
 	if (err)
@@ -384,13 +384,13 @@ int ch__samples(void *impl, int64_t from, int64_t to, const struct selector *sel
 		k = UINT32_MAX;
 	*stride = (uint32_t)k;
 	for (uint32_t i = 0; !err && i < nmin;) {
-		int64_t a = minutes[i] * CH_NS_MIN, b;
+		int64_t a = minutes[i] * STORE_NS_MIN, b;
 		uint64_t n = 0;
 		uint32_t nrows = 0;
 
 		while (i < nmin && (!n || n + counts[i] <= CHUNK_ROWS))
 			n += counts[i++];
-		b = i < nmin ? minutes[i] * CH_NS_MIN : to;
+		b = i < nmin ? minutes[i] * STORE_NS_MIN : to;
 		if (a < from)
 			a = from;
 		if (b > to)

@@ -33,13 +33,13 @@ bool ch__clamp(int64_t *from, int64_t *to)
 {
 	if (*from < 0)
 		*from = 0;
-	if (*to > CH_TS_LIMIT)
-		*to = CH_TS_LIMIT;
+	if (*to > STORE_TS_LIMIT)
+		*to = STORE_TS_LIMIT;
 	return *from < *to;
 }
 
-static inline int64_t _floor_m(int64_t t) { return t / CH_NS_MIN * CH_NS_MIN; }
-static inline int64_t _ceil_m(int64_t t) { return _floor_m(t + CH_NS_MIN - 1); }
+static inline int64_t _floor_m(int64_t t) { return t / STORE_NS_MIN * STORE_NS_MIN; }
+static inline int64_t _ceil_m(int64_t t) { return _floor_m(t + STORE_NS_MIN - 1); }
 
 /* ---- series selection ---------------------------------------------------------- */
 
@@ -106,7 +106,7 @@ bool ch__plan(struct strbuf *roll, struct strbuf *raw, int64_t from, int64_t rfr
 	if (step > 0)
 		snprintf(bucket, sizeof(bucket),
 			 " AND intDiv(M - %" PRId64 ", %" PRId64 ") = intDiv(M + %" PRId64 " - %" PRId64
-			 ", %" PRId64 ")", from, step, (int64_t)(CH_NS_MIN - 1), from, step);
+			 ", %" PRId64 ")", from, step, (int64_t)(STORE_NS_MIN - 1), from, step);
 	/* samples_1m: whole minutes inside the window and inside one bucket. */
 	strbuf__printf(roll, "minute >= %" PRId64 " AND minute < %" PRId64, a, b);
 	for (const char *p = bucket; *p; p++) {
@@ -120,16 +120,16 @@ bool ch__plan(struct strbuf *roll, struct strbuf *raw, int64_t from, int64_t rfr
 		       " AND ts < %" PRId64, rfrom, to, a, b);
 	for (const char *p = bucket; *p; p++) {
 		if (*p == 'M')
-			strbuf__printf(raw, "intDiv(ts, %lld) * %lld", CH_NS_MIN, CH_NS_MIN);
+			strbuf__printf(raw, "intDiv(ts, %lld) * %lld", STORE_NS_MIN, STORE_NS_MIN);
 		else
 			strbuf__putc(raw, *p);
 	}
 	strbuf__putc(raw, ')');
 	/* And where that rest can lie, so that ClickHouse skips the other granules. */
-	if (step <= 0 || (step % CH_NS_MIN == 0 && (from % CH_NS_MIN) == 0) ||
+	if (step <= 0 || (step % STORE_NS_MIN == 0 && (from % STORE_NS_MIN) == 0) ||
 	    (b - a) / step < MAX_PLAN_RANGES) {
 		strbuf__printf(raw, " AND ((ts < %" PRId64 ") OR (ts >= %" PRId64 ")", a, b);
-		if (step > 0 && !(step % CH_NS_MIN == 0 && from % CH_NS_MIN == 0)) {
+		if (step > 0 && !(step % STORE_NS_MIN == 0 && from % STORE_NS_MIN == 0)) {
 			int64_t x = from + (a - from + step - 1) / step * step;
 
 			for (; x < b; x += step) {
@@ -137,7 +137,7 @@ bool ch__plan(struct strbuf *roll, struct strbuf *raw, int64_t from, int64_t rfr
 
 				if (m != x)
 					strbuf__printf(raw, " OR (ts >= %" PRId64 " AND ts < %" PRId64
-						       ")", m, (int64_t)(m + CH_NS_MIN));
+						       ")", m, (int64_t)(m + STORE_NS_MIN));
 			}
 		}
 		strbuf__putc(raw, ')');

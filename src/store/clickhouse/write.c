@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/batch.h"
+#include "common/dict_xlate.h"
 #include "common/intern.h"
 #include "common/log.h"
 #include "common/profile.h"
@@ -17,14 +18,24 @@
 
 /* ---- writing ------------------------------------------------------------------ */
 
-/* Per batch: what its dictionary ids hash to, computed once each. */
+/*
+ * Per batch: what its dictionary ids hash to, each computed once
+ * (common/dict_xlate.h). ClickHouse keys frames, stacks and series by
+ * 64-bit hashes of their content rather than by ids it hands out, so an
+ * entry's translated id is where its hash is kept, in h of its kind.
+ * Frames hash their strings and mapping as text: only frames, stacks and
+ * series are translated.
+ */
 struct xlate {
+	struct ch_store *st;
 	const struct batch *b;
 	const struct profile *d;
 	const char *node;
-	uint32_t nstrings, nstacks, nseries;
-	uint64_t *frame_h, *stack_h, *series_h;
-	uint8_t *frame_ok, *stack_ok, *series_ok;
+	uint32_t nstrings;
+	struct dict_xlate dx;
+	struct dict_ids ids[DICT_NKINDS];
+	uint64_t *h[DICT_NKINDS];
+	uint32_t nh[DICT_NKINDS], cap_h[DICT_NKINDS];
 	/* Rows for the dictionary tables, and the ids they hold. */
 	struct strbuf frames, stacks, series;
 	uint64_t *new_ids[3];
@@ -32,39 +43,6 @@ struct xlate {
 };
 
 enum { NEW_FRAME, NEW_STACK, NEW_SERIES };
-
-static void _x_free(struct xlate *x)
-{
-	free(x->frame_h);
-	free(x->stack_h);
-	free(x->series_h);
-	free(x->frame_ok);
-	free(x->stack_ok);
-	free(x->series_ok);
-	strbuf__release(&x->frames);
-	strbuf__release(&x->stacks);
-	strbuf__release(&x->series);
-	for (int i = 0; i < 3; i++)
-		free(x->new_ids[i]);
-}
-
-static int _x_init(struct xlate *x, const struct batch *b, const char *node)
-{
-	*x = (struct xlate){ .b = b, .d = b->dict, .node = node };
-	x->nstrings = intern__count(b->dict->strings);
-	x->nstacks = profile__nstacks(b->dict);
-	x->nseries = batch__nseries(b);
-	x->frame_h = calloc(b->dict->nframes + 1, sizeof(uint64_t));
-	x->stack_h = calloc(x->nstacks + 1, sizeof(uint64_t));
-	x->series_h = calloc(x->nseries + 1, sizeof(uint64_t));
-	x->frame_ok = calloc(b->dict->nframes + 1, 1);
-	x->stack_ok = calloc(x->nstacks + 1, 1);
-	x->series_ok = calloc(x->nseries + 1, 1);
-	if (!x->frame_h || !x->stack_h || !x->series_h || !x->frame_ok || !x->stack_ok ||
-	    !x->series_ok)
-		return -ENOMEM;
-	return 0;
-}
 
 /* Is id new to this process? Then remember it as to be inserted by this batch. */
 static int _x_new(struct ch_store *st, struct xlate *x, int k, uint64_t id)
@@ -111,23 +89,44 @@ static void _key_str(struct strbuf *k, const char *s)
 	strbuf__append(k, s, strlen(s) + 1);
 }
 
-static int _x_frame(struct ch_store *st, struct xlate *x, uint32_t f, uint64_t *out)
+/* The translated id of an entry that hashes to h. */
+static int64_t _x_keep(struct xlate *x, enum dict_kind k, uint64_t h)
 {
-	const struct profile_frame *fr;
+	if (x->nh[k] == x->cap_h[k]) {
+		uint32_t cap = x->cap_h[k] ? x->cap_h[k] * 2 : 64;
+		uint64_t *a = realloc(x->h[k], (size_t)cap * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		x->h[k] = a;
+		x->cap_h[k] = cap;
+	}
+	x->h[k][x->nh[k]] = h;
+	return x->nh[k]++;
+}
+
+/* What entry id of kind k hashes to, computed on first use. */
+static int _x_hash(struct xlate *x, enum dict_kind k, uint32_t id, uint64_t *out)
+{
+	int64_t i = dict_xlate__id(&x->dx, k, id);
+
+	if (i < 0)
+		return (int)i;
+	*out = x->h[k][i];
+	return 0;
+}
+
+static int64_t _x_frame(struct dict_xlate *dx, uint32_t f)
+{
+	struct xlate *x = dx->ctx;
 	const struct profile *d = x->d;
+	const struct profile_frame *fr = &d->frames[f];
 	const char *path = "", *bid = "", *fn, *file;
 	struct strbuf key = STRBUF_INIT;
 	uint8_t has_map;
 	uint64_t h;
 	int err;
 
-	if (f >= d->nframes)
-		return -EINVAL;
-	if (x->frame_ok[f]) {
-		*out = x->frame_h[f];
-		return 0;
-	}
-	fr = &d->frames[f];
 	has_map = fr->mapping != PROFILE_NO_MAPPING;
 	if (has_map) {
 		if (fr->mapping >= d->nmappings)
@@ -157,7 +156,7 @@ static int _x_frame(struct ch_store *st, struct xlate *x, uint32_t f, uint64_t *
 	}
 	h = hash__bytes(key.buf, key.len);
 	strbuf__release(&key);
-	err = _x_new(st, x, NEW_FRAME, h);
+	err = _x_new(x->st, x, NEW_FRAME, h);
 	if (err < 0)
 		return err;
 	if (err) {
@@ -171,35 +170,27 @@ static int _x_frame(struct ch_store *st, struct xlate *x, uint32_t f, uint64_t *
 		rb__str(&x->frames, file);
 		rb__u32(&x->frames, fr->line);
 	}
-	x->frame_h[f] = h;
-	x->frame_ok[f] = 1;
-	*out = h;
-	return 0;
+	return _x_keep(x, DICT_FRAME, h);
 }
 
-static int _x_stack(struct ch_store *st, struct xlate *x, uint32_t s, uint64_t *out)
+static int64_t _x_stack(struct dict_xlate *dx, uint32_t s)
 {
+	struct xlate *x = dx->ctx;
 	const uint32_t *frames;
 	uint64_t *hs, h;
 	uint32_t n;
-	int err = 0;
+	int64_t err = 0;
 
-	if (s >= x->nstacks)
-		return -EINVAL;
-	if (x->stack_ok[s]) {
-		*out = x->stack_h[s];
-		return 0;
-	}
 	frames = profile__stack(x->d, s, &n);
 	hs = malloc((n + 1) * sizeof(*hs));
 	if (!hs)
 		return -ENOMEM;
 	for (uint32_t i = 0; !err && i < n; i++)
-		err = _x_frame(st, x, frames[i], &hs[i]);
+		err = _x_hash(x, DICT_FRAME, frames[i], &hs[i]);
 	if (err)
 		goto out;
 	h = hash__bytes(hs, n * sizeof(*hs));
-	err = _x_new(st, x, NEW_STACK, h);
+	err = _x_new(x->st, x, NEW_STACK, h);
 	if (err < 0)
 		goto out;
 	if (err) {
@@ -208,58 +199,25 @@ static int _x_stack(struct ch_store *st, struct xlate *x, uint32_t s, uint64_t *
 		for (uint32_t i = 0; i < n; i++)
 			rb__u64(&x->stacks, hs[i]);
 	}
-	err = 0;
-	x->stack_h[s] = h;
-	x->stack_ok[s] = 1;
-	*out = h;
+	err = _x_keep(x, DICT_STACK, h);
 out:
 	free(hs);
 	return err;
 }
 
-struct lpair {
-	const char *name, *value;
-};
-
-static int _by_lname(const void *a, const void *b)
+/* A series' identity (store__series_labels()) hashed: names and values, then the period. */
+static int64_t _x_series(struct dict_xlate *dx, uint32_t s)
 {
-	return strcmp(((const struct lpair *)a)->name, ((const struct lpair *)b)->name);
-}
-
-/*
- * A series is its labels (node replaced by the writer's) and, as in SQLite,
- * the batch's CPU period: samples of one process at two -F rates are two
- * series, so that profiles can weigh them.
- */
-static int _x_series(struct ch_store *st, struct xlate *x, uint32_t s, uint64_t *out)
-{
-	const struct batch_label *bl;
+	struct xlate *x = dx->ctx;
 	struct strbuf key = STRBUF_INIT;
-	struct lpair *l;
-	size_t n, nl = 0;
+	struct store_label *l;
+	size_t nl;
 	uint64_t h, period = x->b->period_ns;
-	int err = -EINVAL;
+	int64_t err;
 
-	if (s >= x->nseries)
-		return -EINVAL;
-	if (x->series_ok[s]) {
-		*out = x->series_h[s];
-		return 0;
-	}
-	bl = batch__series(x->b, s, &n);
-	l = calloc(n + 1, sizeof(*l));
-	if (!l)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		if (bl[i].name >= x->nstrings || bl[i].value >= x->nstrings)
-			goto out;
-		l[nl] = (struct lpair){ profile__string(x->d, bl[i].name),
-					profile__string(x->d, bl[i].value) };
-		if (strcmp(l[nl].name, "node"))
-			nl++;
-	}
-	l[nl++] = (struct lpair){ "node", x->node };
-	qsort(l, nl, sizeof(*l), _by_lname);
+	err = store__series_labels(x->b, s, x->node, &l, &nl);
+	if (err)
+		return err;
 	for (size_t i = 0; i < nl; i++) {
 		_key_str(&key, l[i].name);
 		_key_str(&key, l[i].value);
@@ -269,7 +227,7 @@ static int _x_series(struct ch_store *st, struct xlate *x, uint32_t s, uint64_t 
 	if (key.oom)
 		goto out;
 	h = hash__bytes(key.buf, key.len);
-	err = _x_new(st, x, NEW_SERIES, h);
+	err = _x_new(x->st, x, NEW_SERIES, h);
 	if (err < 0)
 		goto out;
 	if (err) {
@@ -282,14 +240,41 @@ static int _x_series(struct ch_store *st, struct xlate *x, uint32_t s, uint64_t 
 		for (size_t i = 0; i < nl; i++)
 			rb__str(&x->series, l[i].value);
 	}
-	err = 0;
-	x->series_h[s] = h;
-	x->series_ok[s] = 1;
-	*out = h;
+	err = _x_keep(x, DICT_SERIES, h);
 out:
 	strbuf__release(&key);
 	free(l);
 	return err;
+}
+
+static const dict_xlate_fn _x_fns[DICT_NKINDS] = {
+	[DICT_FRAME] = _x_frame, [DICT_STACK] = _x_stack, [DICT_SERIES] = _x_series,
+};
+
+static void _x_free(struct xlate *x)
+{
+	for (int k = 0; k < DICT_NKINDS; k++) {
+		dict_ids__release(&x->ids[k]);
+		free(x->h[k]);
+	}
+	strbuf__release(&x->frames);
+	strbuf__release(&x->stacks);
+	strbuf__release(&x->series);
+	for (int i = 0; i < 3; i++)
+		free(x->new_ids[i]);
+}
+
+static int _x_init(struct xlate *x, struct ch_store *st, const struct batch *b, const char *node)
+{
+	*x = (struct xlate){ .st = st, .b = b, .d = b->dict, .node = node };
+	x->dx = (struct dict_xlate){ .ids = x->ids, .fn = _x_fns, .ctx = x };
+	dict_xlate__batch_counts(&x->dx, b);
+	x->nstrings = x->dx.n[DICT_STRING];
+	x->dx.n[DICT_STRING] = x->dx.n[DICT_MAPPING] = 0;
+	for (int k = DICT_FRAME; k <= DICT_SERIES; k++)
+		if (dict_ids__alloc(&x->ids[k], x->dx.n[k]))
+			return -ENOMEM;
+	return 0;
 }
 
 static int _x_flush(struct ch_store *st, struct xlate *x)
@@ -316,7 +301,7 @@ static int _check_samples(const char *node, const struct batch *b)
 		const struct batch_sample *bs = &b->samples[i];
 
 		if (bs->stack >= nstacks || bs->series >= nseries || bs->ts_ns < 0 ||
-		    bs->ts_ns >= CH_TS_LIMIT || bs->type >= 256) {
+		    bs->ts_ns >= STORE_TS_LIMIT || bs->type >= 256) {
 			pr_warn("store: clickhouse: batch from %s: sample %u has stack %u/%u, "
 				"series %u/%u, ts %lld\n", node, i, bs->stack, nstacks, bs->series,
 				nseries, (long long)bs->ts_ns);
@@ -327,7 +312,7 @@ static int _check_samples(const char *node, const struct batch *b)
 		const struct batch_gpu_interval *g = &b->gpu_intervals[i];
 
 		if ((g->stack != BATCH_NO_STACK && g->stack >= nstacks) || g->series >= nseries ||
-		    g->name >= nstrings || g->start_ns < 0 || g->start_ns >= CH_TS_LIMIT ||
+		    g->name >= nstrings || g->start_ns < 0 || g->start_ns >= STORE_TS_LIMIT ||
 		    g->end_ns < g->start_ns || g->kind >= 256) {
 			pr_warn("store: clickhouse: batch from %s: GPU interval %u has stack %u/%u, "
 				"series %u/%u, name %u, start %lld, end %lld\n", node, i, g->stack,
@@ -347,7 +332,7 @@ static int _check_cpu_intervals(const char *node, const struct batch *b)
 		const struct batch_cpu_interval *iv = &b->cpu_intervals[i];
 
 		if (iv->series >= nseries || iv->comm >= nstrings || iv->start_ns < 0 ||
-		    iv->end_ns < iv->start_ns || iv->end_ns >= CH_TS_LIMIT) {
+		    iv->end_ns < iv->start_ns || iv->end_ns >= STORE_TS_LIMIT) {
 			pr_warn("store: clickhouse: batch from %s: CPU interval %u has series %u/%u, "
 				"comm %u/%u, [%lld, %lld)\n", node, i, iv->series, nseries,
 				iv->comm, nstrings, (long long)iv->start_ns, (long long)iv->end_ns);
@@ -362,14 +347,14 @@ static int _check_cpu_intervals(const char *node, const struct batch *b)
  * SQLite, so that a window's query can bound where pieces start; queries
  * join the pieces up again.
  */
-static int _rows_cpu_intervals(struct ch_store *st, struct xlate *x, struct strbuf *rows)
+static int _rows_cpu_intervals(struct xlate *x, struct strbuf *rows)
 {
 	const struct batch *b = x->b;
 
 	for (uint32_t i = 0; i < b->ncpu_intervals; i++) {
 		const struct batch_cpu_interval *iv = &b->cpu_intervals[i];
 		uint64_t series;
-		int err = _x_series(st, x, iv->series, &series);
+		int err = _x_hash(x, DICT_SERIES, iv->series, &series);
 
 		if (err)
 			return err;
@@ -390,17 +375,17 @@ static int _rows_cpu_intervals(struct ch_store *st, struct xlate *x, struct strb
 	return rows->oom ? -ENOMEM : 0;
 }
 
-static int _rows_gpu_intervals(struct ch_store *st, struct xlate *x, struct strbuf *rows)
+static int _rows_gpu_intervals(struct xlate *x, struct strbuf *rows)
 {
 	const struct batch *b = x->b;
 
 	for (uint32_t i = 0; i < b->ngpu_intervals; i++) {
 		const struct batch_gpu_interval *g = &b->gpu_intervals[i];
 		uint64_t series, stack = 0;
-		int err = _x_series(st, x, g->series, &series);
+		int err = _x_hash(x, DICT_SERIES, g->series, &series);
 
 		if (!err && g->stack != BATCH_NO_STACK)
-			err = _x_stack(st, x, g->stack, &stack);
+			err = _x_hash(x, DICT_STACK, g->stack, &stack);
 		if (err)
 			return err;
 		rb__i64(rows, g->start_ns);
@@ -432,13 +417,13 @@ int ch__write(void *impl, const char *node, const struct batch *b)
 		return err;
 	if (!b->nsamples && !b->ncpu_intervals && !b->ngpu_intervals)
 		return 0;
-	err = _x_init(&x, b, node);
+	err = _x_init(&x, st, b, node);
 	for (uint32_t i = 0; !err && i < b->nsamples; i++) {
 		const struct batch_sample *bs = &b->samples[i];
 		uint64_t series, stack;
 
-		err = _x_series(st, &x, bs->series, &series);
-		err = err ?: _x_stack(st, &x, bs->stack, &stack);
+		err = _x_hash(&x, DICT_SERIES, bs->series, &series);
+		err = err ?: _x_hash(&x, DICT_STACK, bs->stack, &stack);
 		if (err)
 			break;
 		rb__i64(&samples, bs->ts_ns);
@@ -449,8 +434,8 @@ int ch__write(void *impl, const char *node, const struct batch *b)
 		rb__u32(&samples, bs->cpu);
 		rb__i64(&samples, bs->value);
 	}
-	err = err ?: _rows_cpu_intervals(st, &x, &civ);
-	err = err ?: _rows_gpu_intervals(st, &x, &gpu);
+	err = err ?: _rows_cpu_intervals(&x, &civ);
+	err = err ?: _rows_gpu_intervals(&x, &gpu);
 	if (!err && samples.oom)
 		err = -ENOMEM;
 	if (err)
@@ -478,8 +463,8 @@ int ch__write_cpu_intervals(void *impl, const char *node, const struct batch *b)
 
 	if (err || !b->ncpu_intervals)
 		return err;
-	err = _x_init(&x, b, node);
-	err = err ?: _rows_cpu_intervals(st, &x, &civ);
+	err = _x_init(&x, st, b, node);
+	err = err ?: _rows_cpu_intervals(&x, &civ);
 	err = err ?: _x_flush(st, &x);
 	err = err ?: ch__insert(st, "cpu_intervals", &civ);
 	_x_free(&x);
@@ -499,7 +484,7 @@ int ch__write_metrics(void *impl, const char *node, const struct batch *b)
 		const struct batch_metric *m = &b->metrics[i];
 
 		if (m->series >= nseries || m->name >= nstrings || m->ts_ns < 0 ||
-		    m->ts_ns >= CH_TS_LIMIT || m->value != m->value ||
+		    m->ts_ns >= STORE_TS_LIMIT || m->value != m->value ||
 		    !profile__string(b->dict, m->name)[0]) {
 			pr_warn("store: clickhouse: batch from %s: metric point %u has series %u/%u, "
 				"name %u/%u, ts %lld\n", node, i, m->series, nseries, m->name,
@@ -509,12 +494,12 @@ int ch__write_metrics(void *impl, const char *node, const struct batch *b)
 	}
 	if (!b->nmetrics)
 		return 0;
-	err = _x_init(&x, b, node);
+	err = _x_init(&x, st, b, node);
 	for (uint32_t i = 0; !err && i < b->nmetrics; i++) {
 		const struct batch_metric *m = &b->metrics[i];
 		uint64_t series;
 
-		err = _x_series(st, &x, m->series, &series);
+		err = _x_hash(&x, DICT_SERIES, m->series, &series);
 		if (err)
 			break;
 		rb__u64(&rows, series);

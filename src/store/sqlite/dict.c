@@ -5,13 +5,14 @@
  */
 #include <errno.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/batch.h"
+#include "common/dict_xlate.h"
 #include "common/intern.h"
 #include "common/profile.h"
+#include "common/strbuf.h"
 #include "sqlite_int.h"
 
 /* ---- writing: dictionaries ------------------------------------------------ */
@@ -52,18 +53,11 @@ int64_t sqlite__store_string(struct sqlite_store *st, const char *text)
 	return id;
 }
 
-int64_t sqlite__x_string(struct sqlite_store *st, struct xlate *x, uint32_t local)
+static int64_t _x_string(struct dict_xlate *dx, uint32_t local)
 {
-	int64_t id;
+	struct xlate *x = dx->ctx;
 
-	if (local >= x->nstrings)
-		return -EINVAL;
-	if (x->strings[local])
-		return x->strings[local];
-	id = sqlite__store_string(st, profile__string(x->d, local));
-	if (id > 0)
-		x->strings[local] = (uint32_t)id;
-	return id;
+	return sqlite__store_string(x->st, profile__string(x->d, local));
 }
 
 /* Looks up or inserts a dictionary row keyed by n integer columns. */
@@ -101,26 +95,17 @@ static int64_t _store_row(struct sqlite_store *st, struct cache *c, enum stmt_id
 	return id;
 }
 
-static int64_t _x_mapping(struct sqlite_store *st, struct xlate *x, uint32_t local)
+static int64_t _x_mapping(struct dict_xlate *dx, uint32_t local)
 {
-	const struct profile_mapping *m;
-	int64_t cols[2], id;
+	struct xlate *x = dx->ctx;
+	const struct profile_mapping *m = &x->d->mappings[local];
+	int64_t cols[2];
 
-	if (local == PROFILE_NO_MAPPING)
-		return 0;
-	if (local >= x->d->nmappings)
-		return -EINVAL;
-	if (x->mappings[local])
-		return x->mappings[local];
-	m = &x->d->mappings[local];
-	if ((cols[0] = sqlite__x_string(st, x, m->path)) < 0)
+	if ((cols[0] = dict_xlate__id(dx, DICT_STRING, m->path)) < 0)
 		return cols[0];
-	if ((cols[1] = sqlite__x_string(st, x, m->build_id)) < 0)
+	if ((cols[1] = dict_xlate__id(dx, DICT_STRING, m->build_id)) < 0)
 		return cols[1];
-	id = _store_row(st, &st->mappings, ST_MAP_GET, ST_MAP_INS, cols, 2);
-	if (id > 0)
-		x->mappings[local] = (uint32_t)id;
-	return id;
+	return _store_row(x->st, &x->st->mappings, ST_MAP_GET, ST_MAP_INS, cols, 2);
 }
 
 /*
@@ -134,22 +119,20 @@ struct frame_key {
 	char text[];		/* function, NUL, file, NUL */
 };
 
-static int64_t _x_frame(struct sqlite_store *st, struct xlate *x, uint32_t local)
+static int64_t _x_frame(struct dict_xlate *dx, uint32_t local)
 {
-	const struct profile_frame *f;
+	struct xlate *x = dx->ctx;
+	struct sqlite_store *st = x->st;
+	const struct profile_frame *f = &x->d->frames[local];
 	struct frame_key *k;
 	const char *fn, *file;
 	size_t fn_len, file_len, klen;
-	int64_t cols[6], id, mapping;
+	int64_t cols[6], id, mapping = 0;
 
-	if (local >= x->d->nframes)
+	if (f->function >= dx->n[DICT_STRING] || f->file >= dx->n[DICT_STRING])
 		return -EINVAL;
-	if (x->frames[local])
-		return x->frames[local];
-	f = &x->d->frames[local];
-	if (f->function >= x->nstrings || f->file >= x->nstrings)
-		return -EINVAL;
-	if ((mapping = _x_mapping(st, x, f->mapping)) < 0)
+	if (f->mapping != PROFILE_NO_MAPPING &&
+	    (mapping = dict_xlate__id(dx, DICT_MAPPING, f->mapping)) < 0)
 		return mapping;
 	fn = profile__string(x->d, f->function);
 	file = profile__string(x->d, f->file);
@@ -178,18 +161,17 @@ static int64_t _x_frame(struct sqlite_store *st, struct xlate *x, uint32_t local
 		cols[0] = f->kind;
 		cols[1] = mapping;
 		cols[2] = (int64_t)f->addr;
-		if ((cols[3] = sqlite__x_string(st, x, f->function)) < 0)
+		if ((cols[3] = dict_xlate__id(dx, DICT_STRING, f->function)) < 0)
 			return cols[3];
-		if ((cols[4] = sqlite__x_string(st, x, f->file)) < 0)
+		if ((cols[4] = dict_xlate__id(dx, DICT_STRING, f->file)) < 0)
 			return cols[4];
 		cols[5] = f->line;
 		id = _store_row(st, NULL, ST_FRAME_GET, ST_FRAME_INS, cols, 6);
 		if (id < 0)
 			return id;
-		/* Neither sqlite__x_string() nor _store_row() touches kbuf. */
+		/* Neither translating a string nor _store_row() touches kbuf. */
 		sqlite__cache_put(&st->frames, k, klen, (uint32_t)id);
 	}
-	x->frames[local] = (uint32_t)id;
 	return id;
 }
 
@@ -212,8 +194,10 @@ int sqlite__fbuf_reserve(struct sqlite_store *st, size_t n)
  * collision of two different stacks the next hash value is tried, so a
  * collision costs a probe, never a wrong stack.
  */
-int64_t sqlite__x_stack(struct sqlite_store *st, struct xlate *x, uint32_t local)
+static int64_t _x_stack(struct dict_xlate *dx, uint32_t local)
 {
+	struct xlate *x = dx->ctx;
+	struct sqlite_store *st = x->st;
 	const uint32_t *lf;
 	uint32_t n, *frames;
 	uint8_t *blob = NULL;
@@ -222,19 +206,14 @@ int64_t sqlite__x_stack(struct sqlite_store *st, struct xlate *x, uint32_t local
 	uint64_t hash;
 	int rc;
 
-	if (x->stacks[local])
-		return x->stacks[local];
 	lf = profile__stack(x->d, local, &n);
 	if (sqlite__fbuf_reserve(st, n + 1))
 		return -ENOMEM;
 	frames = st->fbuf;
-	for (uint32_t i = 0; i < n; i++) {
-		int64_t f = _x_frame(st, x, lf[i]);
-
-		if (f < 0)
-			return f;
-		frames[i] = (uint32_t)f;
-	}
+	/* Translating a frame does not touch fbuf. */
+	rc = dict_xlate__ids(dx, DICT_FRAME, lf, n, frames);
+	if (rc)
+		return rc;
 	id = sqlite__cache_find(&st->stacks, frames, n * sizeof(*frames));
 	if (id >= 0)
 		goto out;
@@ -287,121 +266,63 @@ cache:
 	sqlite__cache_put(&st->stacks, frames, n * sizeof(*frames), (uint32_t)id);
 out:
 	free(blob);
-	if (id > 0)
-		x->stacks[local] = (uint32_t)id;
 	return id;
 }
 
-struct label_pair {
-	const char *name, *value;
-};
-
-static int _by_label_name(const void *a, const void *b)
-{
-	return strcmp(((const struct label_pair *)a)->name, ((const struct label_pair *)b)->name);
-}
-
-struct sbuf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-static void _sb_put(struct sbuf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		char *p;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
-
 /* Appends s quoted like a Prometheus label value. */
-static void _sb_quoted(struct sbuf *b, const char *s)
+static void _sb_quoted(struct strbuf *b, const char *s)
 {
-	_sb_put(b, "\"", 1);
+	strbuf__putc(b, '"');
 	for (; *s; s++) {
 		if (*s == '\\' || *s == '"')
-			_sb_put(b, "\\", 1);
+			strbuf__putc(b, '\\');
 		if (*s == '\n')
-			_sb_put(b, "\\n", 2);
+			strbuf__append(b, "\\n", 2);
 		else
-			_sb_put(b, s, 1);
+			strbuf__putc(b, *s);
 	}
-	_sb_put(b, "\"", 1);
+	strbuf__putc(b, '"');
 }
 
 /*
- * The canonical text of a label set, {a="x",b="y"} sorted by name, is the
- * series' identity; node replaces any node label of the batch.
+ * A series' identity (store__series_labels()) as text: {a="x",b="y"} and,
+ * for a batch that has one, @period.
  */
-int64_t sqlite__x_series(struct sqlite_store *st, struct xlate *x, const char *node, uint32_t local)
+static int64_t _x_series(struct dict_xlate *dx, uint32_t local)
 {
-	const struct batch_label *bl;
-	struct label_pair *labels;
-	struct sbuf key = { 0 };
-	size_t n, nl = 0, len;
+	struct xlate *x = dx->ctx;
+	struct sqlite_store *st = x->st;
+	struct store_label *labels;
+	struct strbuf key = STRBUF_INIT;
+	size_t nl, len;
 	int64_t id;
 	int rc;
 
-	if (x->series[local])
-		return x->series[local];
-	bl = batch__series(x->b, local, &n);
-	labels = calloc(n + 1, sizeof(*labels));
-	if (!labels)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		if (bl[i].name >= x->nstrings || bl[i].value >= x->nstrings) {
-			id = -EINVAL;
-			goto out;
-		}
-		labels[nl].name = profile__string(x->d, bl[i].name);
-		labels[nl].value = profile__string(x->d, bl[i].value);
-		if (strcmp(labels[nl].name, "node"))
-			nl++;
-	}
-	labels[nl++] = (struct label_pair){ "node", node };
-	qsort(labels, nl, sizeof(*labels), _by_label_name);
-	_sb_put(&key, "{", 1);
+	rc = store__series_labels(x->b, local, x->node, &labels, &nl);
+	if (rc)
+		return rc;
+	strbuf__putc(&key, '{');
 	for (size_t i = 0; i < nl; i++) {
 		if (i)
-			_sb_put(&key, ",", 1);
-		_sb_put(&key, labels[i].name, strlen(labels[i].name));
-		_sb_put(&key, "=", 1);
+			strbuf__putc(&key, ',');
+		strbuf__puts(&key, labels[i].name);
+		strbuf__putc(&key, '=');
 		_sb_quoted(&key, labels[i].value);
 	}
-	_sb_put(&key, "}", 1);
-	if (x->b->period_ns) {
-		char pbuf[32];
-
-		snprintf(pbuf, sizeof(pbuf), "@%llu", (unsigned long long)x->b->period_ns);
-		_sb_put(&key, pbuf, strlen(pbuf));
-	}
+	strbuf__putc(&key, '}');
+	if (x->b->period_ns)
+		strbuf__printf(&key, "@%llu", (unsigned long long)x->b->period_ns);
 	id = -ENOMEM;
 	if (key.oom)
 		goto out;
 	len = key.len;
-	id = sqlite__cache_find(&st->series, key.p, len);
+	id = sqlite__cache_find(&st->series, key.buf, len);
 	if (id >= 0)
-		goto done;
+		goto out;
 	{
 		sqlite3_stmt *s = st->st[ST_SERIES_GET];
 
-		sqlite3_bind_text(s, 1, key.p, (int)len, SQLITE_STATIC);
+		sqlite3_bind_text(s, 1, key.buf, (int)len, SQLITE_STATIC);
 		rc = sqlite3_step(s);
 		id = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
 		sqlite3_reset(s);
@@ -413,7 +334,7 @@ int64_t sqlite__x_series(struct sqlite_store *st, struct xlate *x, const char *n
 	if (!id) {
 		sqlite3_stmt *s = st->st[ST_SERIES_INS];
 
-		sqlite3_bind_text(s, 1, key.p, (int)len, SQLITE_STATIC);
+		sqlite3_bind_text(s, 1, key.buf, (int)len, SQLITE_STATIC);
 		sqlite3_bind_int64(s, 2, x->b->period_ns > INT64_MAX ? 0 : (int64_t)x->b->period_ns);
 		rc = sqlite3_step(s);
 		sqlite3_reset(s);
@@ -439,11 +360,39 @@ int64_t sqlite__x_series(struct sqlite_store *st, struct xlate *x, const char *n
 		id = -EOVERFLOW;
 		goto out;
 	}
-	sqlite__cache_put(&st->series, key.p, len, (uint32_t)id);
-done:
-	x->series[local] = (uint32_t)id;
+	sqlite__cache_put(&st->series, key.buf, len, (uint32_t)id);
 out:
 	free(labels);
-	free(key.p);
+	strbuf__release(&key);
 	return id;
+}
+
+static const dict_xlate_fn _x_fns[DICT_NKINDS] = {
+	[DICT_STRING] = _x_string, [DICT_MAPPING] = _x_mapping, [DICT_FRAME] = _x_frame,
+	[DICT_STACK] = _x_stack, [DICT_SERIES] = _x_series,
+};
+
+void sqlite__x_init(struct sqlite_store *st, struct xlate *x, const struct batch *b,
+		    const char *node)
+{
+	*x = (struct xlate){ .st = st, .b = b, .d = b->dict, .node = node };
+	x->dx = (struct dict_xlate){ .ids = x->own, .fn = _x_fns, .ctx = x };
+	dict_xlate__batch_counts(&x->dx, b);
+}
+
+int sqlite__x_own(struct xlate *x, unsigned kinds)
+{
+	for (int k = 0; k < DICT_NKINDS; k++) {
+		if (!(kinds & 1u << k))
+			x->dx.n[k] = 0;
+		else if (dict_ids__alloc(&x->own[k], x->dx.n[k]))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+void sqlite__x_release(struct xlate *x)
+{
+	for (int k = 0; k < DICT_NKINDS; k++)
+		dict_ids__release(&x->own[k]);
 }

@@ -117,7 +117,7 @@ int sqlite__civ_check(const char *node, const struct batch *b)
 		const struct batch_cpu_interval *iv = &b->cpu_intervals[i];
 
 		if (iv->series >= nseries || iv->comm >= nstrings || iv->start_ns < 0 ||
-		    iv->end_ns < iv->start_ns || iv->end_ns >= TS_LIMIT) {
+		    iv->end_ns < iv->start_ns || iv->end_ns >= STORE_TS_LIMIT) {
 			pr_warn("store: sqlite: batch from %s: CPU interval %u has series %u/%u, "
 				"comm %u/%u, [%lld, %lld)\n", node, i, iv->series, nseries,
 				iv->comm, nstrings, (long long)iv->start_ns, (long long)iv->end_ns);
@@ -128,8 +128,7 @@ int sqlite__civ_check(const char *node, const struct batch *b)
 }
 
 /* Inside the caller's transaction. */
-int sqlite__civ_write(struct sqlite_store *st, struct xlate *x, const char *node,
-		      const struct batch *b)
+int sqlite__civ_write(struct sqlite_store *st, struct xlate *x, const struct batch *b)
 {
 	sqlite3_stmt *s;
 	int64_t node_id;
@@ -141,13 +140,13 @@ int sqlite__civ_write(struct sqlite_store *st, struct xlate *x, const char *node
 	err = _civ_stmt(st, CIV_INS, &s);
 	if (err)
 		return err;
-	node_id = sqlite__store_string(st, node);
+	node_id = sqlite__store_string(st, x->node);
 	if (node_id < 0)
 		return (int)node_id;
 	for (uint32_t i = 0; i < b->ncpu_intervals; i++) {
 		const struct batch_cpu_interval *iv = &b->cpu_intervals[i];
-		int64_t series = sqlite__x_series(st, x, node, iv->series);
-		int64_t comm = series < 0 ? series : sqlite__x_string(st, x, iv->comm);
+		int64_t series = dict_xlate__id(&x->dx, DICT_SERIES, iv->series);
+		int64_t comm = series < 0 ? series : dict_xlate__id(&x->dx, DICT_STRING, iv->comm);
 
 		if (comm < 0)
 			return (int)comm;
@@ -176,21 +175,19 @@ int sqlite__civ_write(struct sqlite_store *st, struct xlate *x, const char *node
 int sqlite__write_cpu_intervals(void *impl, const char *node, const struct batch *b)
 {
 	struct sqlite_store *st = impl;
-	struct xlate x = { .b = b, .d = b->dict };
+	struct xlate x;
 	int err = sqlite__civ_check(node, b);
 
 	if (err || !b->ncpu_intervals)
 		return err;
-	x.nstrings = intern__count(b->dict->strings);
-	x.strings = calloc(x.nstrings + 1, sizeof(uint32_t));
-	x.series = calloc(batch__nseries(b) + 1, sizeof(uint32_t));
-	err = -ENOMEM;
-	if (!x.strings || !x.series)
+	sqlite__x_init(st, &x, b, node);
+	err = sqlite__x_own(&x, 1u << DICT_STRING | 1u << DICT_SERIES);
+	if (err)
 		goto out;
 	err = sqlite__exec(st, ST_BEGIN);
 	if (err)
 		goto out;
-	err = sqlite__civ_write(st, &x, node, b);
+	err = sqlite__civ_write(st, &x, b);
 	if (!err)
 		err = sqlite__exec(st, ST_COMMIT);
 	if (err) {
@@ -198,8 +195,7 @@ int sqlite__write_cpu_intervals(void *impl, const char *node, const struct batch
 		sqlite__drop_caches(st);
 	}
 out:
-	free(x.strings);
-	free(x.series);
+	sqlite__x_release(&x);
 	return err;
 }
 

@@ -90,7 +90,7 @@ int sqlite__write_metrics(void *impl, const char *node, const struct batch *b)
 	struct sqlite_store *st = impl;
 	const struct profile *d = b->dict;
 	uint32_t nseries = batch__nseries(b), nstrings = intern__count(d->strings);
-	struct xlate x = { .b = b, .d = d, .nstrings = nstrings };
+	struct xlate x;
 	bool in_txn = false;
 	int err;
 
@@ -98,7 +98,7 @@ int sqlite__write_metrics(void *impl, const char *node, const struct batch *b)
 		const struct batch_metric *m = &b->metrics[i];
 
 		if (m->series >= nseries || m->name >= nstrings || m->ts_ns < 0 ||
-		    m->ts_ns >= TS_LIMIT || m->value != m->value ||
+		    m->ts_ns >= STORE_TS_LIMIT || m->value != m->value ||
 		    !profile__string(d, m->name)[0]) {
 			pr_warn("store: sqlite: batch from %s: metric point %u has series %u/%u, "
 				"name %u/%u, ts %lld\n", node, i, m->series, nseries, m->name,
@@ -111,10 +111,9 @@ int sqlite__write_metrics(void *impl, const char *node, const struct batch *b)
 	err = _mx_prepare(st);
 	if (err)
 		return err;
-	err = -ENOMEM;
-	x.strings = calloc(nstrings + 1, sizeof(uint32_t));
-	x.series = calloc(nseries + 1, sizeof(uint32_t));
-	if (!x.strings || !x.series)
+	sqlite__x_init(st, &x, b, node);
+	err = sqlite__x_own(&x, 1u << DICT_STRING | 1u << DICT_SERIES);
+	if (err)
 		goto out;
 	err = sqlite__exec(st, ST_BEGIN);
 	if (err)
@@ -122,8 +121,8 @@ int sqlite__write_metrics(void *impl, const char *node, const struct batch *b)
 	in_txn = true;
 	for (uint32_t i = 0; i < b->nmetrics && !err; i++) {
 		const struct batch_metric *m = &b->metrics[i];
-		int64_t series = sqlite__x_series(st, &x, node, m->series);
-		int64_t name = series < 0 ? series : sqlite__x_string(st, &x, m->name);
+		int64_t series = dict_xlate__id(&x.dx, DICT_SERIES, m->series);
+		int64_t name = series < 0 ? series : dict_xlate__id(&x.dx, DICT_STRING, m->name);
 
 		if (series < 0 || name < 0) {
 			err = (int)(series < 0 ? series : name);
@@ -146,8 +145,7 @@ out:
 		sqlite__exec(st, ST_ROLLBACK);
 		sqlite__drop_caches(st);
 	}
-	free(x.strings);
-	free(x.series);
+	sqlite__x_release(&x);
 	return err;
 }
 

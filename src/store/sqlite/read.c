@@ -346,8 +346,8 @@ void sqlite__plan_free(struct plan *p)
 
 int sqlite__plan_bucket(struct plan *p, int64_t a, int64_t b)
 {
-	int64_t m0 = sqlite__ceil_to(a, NS_MIN), m1 = sqlite__floor_to(b, NS_MIN);
-	int64_t h0 = sqlite__ceil_to(a, NS_HOUR), h1 = sqlite__floor_to(b, NS_HOUR);
+	int64_t m0 = sqlite__ceil_to(a, STORE_NS_MIN), m1 = sqlite__floor_to(b, STORE_NS_MIN);
+	int64_t h0 = sqlite__ceil_to(a, STORE_NS_HOUR), h1 = sqlite__floor_to(b, STORE_NS_HOUR);
 	int err;
 
 	if (m0 >= m1)
@@ -471,8 +471,8 @@ bool sqlite__clamp(int64_t *from, int64_t *to)
 {
 	if (*from < 0)
 		*from = 0;
-	if (*to > TS_LIMIT)
-		*to = TS_LIMIT;
+	if (*to > STORE_TS_LIMIT)
+		*to = STORE_TS_LIMIT;
 	return *from < *to;
 }
 

@@ -55,7 +55,7 @@ static int _sweep(struct sqlite_store *st)
  */
 static int _rebuild_hour(struct sqlite_store *st, int64_t cutoff)
 {
-	int64_t hour = sqlite__floor_to(cutoff, NS_HOUR);
+	int64_t hour = sqlite__floor_to(cutoff, STORE_NS_HOUR);
 	sqlite3_stmt *s = st->st[ST_RU_RANGE_M];
 	struct rsample *rs = NULL;
 	struct rollup_entry *e = NULL;
@@ -65,7 +65,7 @@ static int _rebuild_hour(struct sqlite_store *st, int64_t cutoff)
 	if (hour == cutoff)
 		return 0;
 	sqlite3_bind_int64(s, 1, cutoff);
-	sqlite3_bind_int64(s, 2, hour + NS_HOUR);
+	sqlite3_bind_int64(s, 2, hour + STORE_NS_HOUR);
 	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
 		const struct rollup_entry *re;
 		uint32_t nre;
@@ -139,8 +139,8 @@ int sqlite__retain(void *impl, int64_t cutoff)
 	 * span makes "older than the cutoff" exact for blocks and rollups
 	 * alike.
 	 */
-	if (cutoff > TS_LIMIT)
-		cutoff = TS_LIMIT;
+	if (cutoff > STORE_TS_LIMIT)
+		cutoff = STORE_TS_LIMIT;
 	cutoff = sqlite__floor_to(cutoff, SPAN);
 	if (cutoff <= 0)
 		return 0;
@@ -149,7 +149,7 @@ int sqlite__retain(void *impl, int64_t cutoff)
 		return err;
 	sqlite3_bind_int64(st->st[ST_RETAIN_BLOCKS], 1, cutoff);
 	sqlite3_bind_int64(st->st[ST_RETAIN_M], 1, cutoff);
-	sqlite3_bind_int64(st->st[ST_RETAIN_H], 1, cutoff - NS_HOUR);
+	sqlite3_bind_int64(st->st[ST_RETAIN_H], 1, cutoff - STORE_NS_HOUR);
 	err = sqlite__exec(st, ST_RETAIN_BLOCKS);
 	err = err ?: sqlite__exec(st, ST_RETAIN_M);
 	err = err ?: sqlite__exec(st, ST_RETAIN_H);

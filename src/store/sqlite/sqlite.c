@@ -26,7 +26,7 @@
  * at the edges from rollup_1m and decodes blocks only for the partial
  * minutes at both ends.
  *
- * Timestamps must lie in [0, TS_LIMIT): Unix nanoseconds, with room for
+ * Timestamps must lie in [0, STORE_TS_LIMIT): Unix nanoseconds, with room for
  * bucket arithmetic never to overflow.
  */
 #include <errno.h>
@@ -240,8 +240,8 @@ static void _dx_free(struct dxlate *d)
 {
 	if (!d)
 		return;
-	for (int k = 0; k < 5; k++)
-		free(d->ids[k]);
+	for (int k = 0; k < DICT_NKINDS; k++)
+		dict_ids__release(&d->ids[k]);
 	free(d->node);
 	free(d);
 }
@@ -250,8 +250,8 @@ static uint64_t _dx_bytes(const struct dxlate *d)
 {
 	uint64_t n = sizeof(*d);
 
-	for (int k = 0; k < 5; k++)
-		n += (uint64_t)d->cap[k] * sizeof(uint32_t);
+	for (int k = 0; k < DICT_NKINDS; k++)
+		n += (uint64_t)d->ids[k].cap * sizeof(uint32_t);
 	return n;
 }
 

@@ -17,15 +17,13 @@
 
 #include <sqlite3.h>
 
+#include "common/dict_xlate.h"
 #include "store/blockcodec.h"
 #include "store/sqlite.h"
 
 struct intern;
 
-#define NS_MIN		(60LL * 1000000000LL)
-#define NS_HOUR		(60 * NS_MIN)
 #define SPAN		STORE_SQLITE_BLOCK_SPAN_NS
-#define TS_LIMIT	(INT64_MAX / 2)
 
 enum { RU_MIN, RU_HOUR, RU_NTABLES };
 
@@ -110,16 +108,14 @@ int64_t sqlite__stack_decode(const uint8_t *p, size_t len, uint32_t *frames, siz
 /*
  * How the ids of one shared dictionary (struct batch's dict_id: an agent's
  * wire session) translate to store ids, kept across writes: a batch then
- * costs lookups only for the entries it is the first to use. 0: not yet
- * translated (store ids start at 1).
+ * costs lookups only for the entries it is the first to use.
  */
 struct dxlate {
 	uint64_t dict_id;
 	char *node;			/* series ids translate with the node label */
 	uint64_t period_ns;		/* and the batch's period */
 	uint64_t used;			/* write counter at last use, for eviction */
-	uint32_t *ids[5];		/* strings, mappings, frames, stacks, series */
-	uint32_t n[5], cap[5];
+	struct dict_ids ids[DICT_NKINDS];
 };
 #define DXLATE_MAX 4096
 #define DXLATE_BYTES (256u << 20)
@@ -182,22 +178,32 @@ void sqlite__drop_series_info(struct sqlite_store *st);
 /* ---- writing: dictionaries (dict.c) -------------------------------------- */
 
 /*
- * Batch-local ids to store ids for one write, filled lazily; 0 means not
- * yet translated (store ids start at 1).
+ * Batch-local ids to store ids for one write, each translated on first
+ * use by dict_xlate__id(&x->dx, DICT_..., id), inserting what the store
+ * lacks: in tables of the write's own, or in the kept ones of the batch's
+ * shared dictionary (struct dxlate).
  */
 struct xlate {
+	struct sqlite_store *st;
 	const struct batch *b;
 	const struct profile *d;
-	uint32_t *strings, *mappings, *frames, *stacks, *series;
-	uint32_t nstrings;
+	const char *node;		/* series translate with the node label */
+	struct dict_xlate dx;
+	struct dict_ids own[DICT_NKINDS];
 };
 
+/* Sets x up for b written under node; it has no tables yet (dx.ids: own, empty). */
+void sqlite__x_init(struct sqlite_store *st, struct xlate *x, const struct batch *b,
+		    const char *node);
+/*
+ * Gives x tables of its own for the kinds in mask (1 << DICT_...); the
+ * others are not translated. 0 or -ENOMEM.
+ */
+int sqlite__x_own(struct xlate *x, unsigned kinds);
+/* Frees x's own tables. */
+void sqlite__x_release(struct xlate *x);
 int64_t sqlite__store_string(struct sqlite_store *st, const char *text);
-int64_t sqlite__x_string(struct sqlite_store *st, struct xlate *x, uint32_t local);
 int sqlite__fbuf_reserve(struct sqlite_store *st, size_t n);
-int64_t sqlite__x_stack(struct sqlite_store *st, struct xlate *x, uint32_t local);
-int64_t sqlite__x_series(struct sqlite_store *st, struct xlate *x, const char *node,
-			 uint32_t local);
 
 /* ---- writing: samples and rollups (write.c) ------------------------------ */
 
@@ -300,8 +306,7 @@ void sqlite__query_begin(struct sqlite_store *st);
 /* ---- CPU busy intervals, inside a write (intervals.c) -------------------- */
 
 int sqlite__civ_check(const char *node, const struct batch *b);
-int sqlite__civ_write(struct sqlite_store *st, struct xlate *x, const char *node,
-		      const struct batch *b);
+int sqlite__civ_write(struct sqlite_store *st, struct xlate *x, const struct batch *b);
 
 /* ---- the interface, as struct store_backend takes it --------------------- */
 

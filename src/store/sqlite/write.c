@@ -18,7 +18,7 @@
 #define MAX_BLOCK	(1u << 20)
 #define OPEN_WINDOWS_MAX (1u << 20)
 
-static const int64_t _ru_unit[RU_NTABLES] = { NS_MIN, NS_HOUR };
+static const int64_t _ru_unit[RU_NTABLES] = { STORE_NS_MIN, STORE_NS_HOUR };
 
 /* ---- writing: samples and rollups ----------------------------------------- */
 
@@ -280,8 +280,8 @@ static int _write_rollups(struct sqlite_store *st, const struct wsample *ws, uin
 	if (!rs || !e)
 		goto out;
 	for (uint32_t i = 0; i < n; i++)
-		rs[i] = (struct rsample){ sqlite__floor_to(ws[i].ts, NS_MIN), ws[i].series, ws[i].type,
-					  ws[i].stack, ws[i].value };
+		rs[i] = (struct rsample){ sqlite__floor_to(ws[i].ts, STORE_NS_MIN), ws[i].series,
+					  ws[i].type, ws[i].stack, ws[i].value };
 	for (int table = RU_MIN; table < RU_NTABLES; table++) {
 		uint32_t k = 0;
 
@@ -434,24 +434,14 @@ void sqlite__compact(struct sqlite_store *st, struct due *due, uint32_t n)
 	}
 }
 
-/* Grows one translation array to n entries, the new ones untranslated. */
+/* Grows one translation table to n entries, the new ones untranslated. */
 static int _dx_grow(struct sqlite_store *st, struct dxlate *d, int k, uint32_t n)
 {
-	uint32_t *ids, cap;
+	uint32_t cap = d->ids[k].cap;
 
-	if (n > d->cap[k]) {
-		for (cap = d->cap[k] ? d->cap[k] : 64; cap < n; cap *= 2)
-			;
-		ids = realloc(d->ids[k], (size_t)cap * sizeof(*ids));
-		if (!ids)
-			return -ENOMEM;
-		memset(ids + d->cap[k], 0, (size_t)(cap - d->cap[k]) * sizeof(*ids));
-		st->dx_bytes += (uint64_t)(cap - d->cap[k]) * sizeof(*ids);
-		d->ids[k] = ids;
-		d->cap[k] = cap;
-	}
-	if (n > d->n[k])
-		d->n[k] = n;
+	if (dict_ids__grow(&d->ids[k], n))
+		return -ENOMEM;
+	st->dx_bytes += (uint64_t)(d->ids[k].cap - cap) * sizeof(uint32_t);
 	return 0;
 }
 
@@ -464,9 +454,6 @@ static int _dx_grow(struct sqlite_store *st, struct dxlate *d, int k, uint32_t n
 static struct dxlate *_dx_get(struct sqlite_store *st, uint64_t dict_id, const char *node,
 			      struct xlate *x)
 {
-	const struct profile *p = x->d;
-	uint32_t n[5] = { x->nstrings + 1, p->nmappings + 1, p->nframes + 1,
-			  profile__nstacks(p) + 1, batch__nseries(x->b) + 1 };
 	struct dxlate *d = NULL;
 
 	for (uint32_t i = 0; i < st->ndx; i++) {
@@ -501,28 +488,24 @@ static struct dxlate *_dx_get(struct sqlite_store *st, uint64_t dict_id, const c
 		st->dx_bytes += sizeof(*d);
 	}
 	d->used = ++st->dx_clock;
-	for (int k = 0; k < 5; k++)
-		if (_dx_grow(st, d, k, n[k]))
+	for (int k = 0; k < DICT_NKINDS; k++)
+		if (_dx_grow(st, d, k, x->dx.n[k] + 1))
 			return NULL;
-	x->strings = d->ids[0];
-	x->mappings = d->ids[1];
-	x->frames = d->ids[2];
-	x->stacks = d->ids[3];
-	x->series = d->ids[4];
+	x->dx.ids = d->ids;
 	return d;
 }
 
 /* Inside the write's transaction; ids go through the same translation as samples'. */
-static int _write_gpu_intervals(struct sqlite_store *st, struct xlate *x, const char *node,
-				const struct batch *b)
+static int _write_gpu_intervals(struct sqlite_store *st, struct xlate *x, const struct batch *b)
 {
 	sqlite3_stmt *s = st->st[ST_GPU_INS];
 
 	for (uint32_t i = 0; i < b->ngpu_intervals; i++) {
 		const struct batch_gpu_interval *g = &b->gpu_intervals[i];
-		int64_t series = sqlite__x_series(st, x, node, g->series);
-		int64_t name = series < 0 ? series : sqlite__x_string(st, x, g->name);
-		int64_t stack = g->stack == BATCH_NO_STACK || name < 0 ? name : sqlite__x_stack(st, x, g->stack);
+		int64_t series = dict_xlate__id(&x->dx, DICT_SERIES, g->series);
+		int64_t name = series < 0 ? series : dict_xlate__id(&x->dx, DICT_STRING, g->name);
+		int64_t stack = g->stack == BATCH_NO_STACK || name < 0 ? name :
+				dict_xlate__id(&x->dx, DICT_STACK, g->stack);
 		int rc;
 
 		if (series < 0 || name < 0 || stack < 0)
@@ -554,7 +537,7 @@ int sqlite__write(void *impl, const char *node, const struct batch *b)
 	struct sqlite_store *st = impl;
 	const struct profile *d = b->dict;
 	uint32_t nstacks = profile__nstacks(d), nseries = batch__nseries(b);
-	struct xlate x = { .b = b, .d = d };
+	struct xlate x;
 	struct dxlate *dx = NULL;
 	struct wsample *ws = NULL;
 	struct due *due = NULL;
@@ -567,7 +550,7 @@ int sqlite__write(void *impl, const char *node, const struct batch *b)
 		const struct batch_sample *bs = &b->samples[i];
 
 		if (bs->stack >= nstacks || bs->series >= nseries || bs->ts_ns < 0 ||
-		    bs->ts_ns >= TS_LIMIT) {
+		    bs->ts_ns >= STORE_TS_LIMIT) {
 			pr_warn("store: sqlite: batch from %s: sample %u has stack %u/%u, series %u/%u, ts %lld\n",
 				node, i, bs->stack, nstacks, bs->series, nseries, (long long)bs->ts_ns);
 			return -EINVAL;
@@ -581,7 +564,7 @@ int sqlite__write(void *impl, const char *node, const struct batch *b)
 
 		if ((g->stack != BATCH_NO_STACK && g->stack >= nstacks) || g->series >= nseries ||
 		    g->name >= intern__count(d->strings) || g->start_ns < 0 ||
-		    g->start_ns >= TS_LIMIT || g->end_ns < g->start_ns) {
+		    g->start_ns >= STORE_TS_LIMIT || g->end_ns < g->start_ns) {
 			pr_warn("store: sqlite: batch from %s: GPU interval %u has stack %u/%u, "
 				"series %u/%u, name %u, start %lld, end %lld\n", node, i, g->stack,
 				nstacks, g->series, nseries, g->name, (long long)g->start_ns,
@@ -592,20 +575,16 @@ int sqlite__write(void *impl, const char *node, const struct batch *b)
 	if (!b->nsamples && !b->ncpu_intervals && !b->ngpu_intervals)
 		return 0;
 	err = -ENOMEM;
-	x.nstrings = intern__count(d->strings);
+	sqlite__x_init(st, &x, b, node);
 	if (b->dict_id) {
 		dx = _dx_get(st, b->dict_id, node, &x);
 		if (!dx)
 			goto out;
-	} else {
-		x.strings = calloc(x.nstrings + 1, sizeof(uint32_t));
-		x.mappings = calloc(d->nmappings + 1, sizeof(uint32_t));
-		x.frames = calloc(d->nframes + 1, sizeof(uint32_t));
-		x.stacks = calloc(nstacks + 1, sizeof(uint32_t));
-		x.series = calloc(nseries + 1, sizeof(uint32_t));
+	} else if (sqlite__x_own(&x, ~0u)) {
+		goto out;
 	}
 	ws = malloc((b->nsamples + 1) * sizeof(*ws));
-	if (!x.strings || !x.mappings || !x.frames || !x.stacks || !x.series || !ws)
+	if (!ws)
 		goto out;
 
 	err = sqlite__exec(st, ST_BEGIN);
@@ -614,8 +593,8 @@ int sqlite__write(void *impl, const char *node, const struct batch *b)
 	in_txn = true;
 	for (uint32_t i = 0; i < b->nsamples; i++) {
 		const struct batch_sample *bs = &b->samples[i];
-		int64_t series = sqlite__x_series(st, &x, node, bs->series);
-		int64_t stack = series < 0 ? series : sqlite__x_stack(st, &x, bs->stack);
+		int64_t series = dict_xlate__id(&x.dx, DICT_SERIES, bs->series);
+		int64_t stack = series < 0 ? series : dict_xlate__id(&x.dx, DICT_STACK, bs->stack);
 
 		if (series < 0 || stack < 0) {
 			err = (int)(series < 0 ? series : stack);
@@ -626,13 +605,13 @@ int sqlite__write(void *impl, const char *node, const struct batch *b)
 			.type = bs->type, .stack = (uint32_t)stack, .tid = bs->tid, .cpu = bs->cpu,
 		};
 	}
-	err = sqlite__civ_write(st, &x, node, b);
+	err = sqlite__civ_write(st, &x, b);
 	if (!err)
 		err = _write_blocks(st, ws, b->nsamples, &due, &ndue, &cap_due);
 	if (!err)
 		err = _write_rollups(st, ws, b->nsamples);
 	if (!err)
-		err = _write_gpu_intervals(st, &x, node, b);
+		err = _write_gpu_intervals(st, &x, b);
 	if (!err)
 		err = sqlite__meta_add(st, "samples", b->nsamples);
 	if (!err)
@@ -653,13 +632,7 @@ out:
 		 */
 		sqlite__drop_caches(st);
 	}
-	if (!dx) {
-		free(x.strings);
-		free(x.mappings);
-		free(x.frames);
-		free(x.stacks);
-		free(x.series);
-	}
+	sqlite__x_release(&x);
 	free(ws);
 	free(due);
 	return err;
