@@ -52,7 +52,7 @@ int collector__follow(struct collector *c, pid_t pid);
 /*
  * Follows our own child that waits to exec the command to profile: its
  * image is described when it execs. Describing this one, a copy of
- * flamewatch, took 60-85 ms and held the command back meanwhile.
+ * flamewatch, would be wasted work that holds the command back.
  */
 int collector__follow_before_exec(struct collector *c, pid_t pid);
 /* Sleeps up to timeout_ms, waking early to describe newly exec'd followed processes. */

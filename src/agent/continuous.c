@@ -213,8 +213,7 @@ void continuous__stop(struct continuous *c)
 	collector__report(c->collector);
 	/*
 	 * Deliver what is in hand before detaching the BPF programs: each
-	 * uprobe detach waits for RCU (0.1 s on an idle host, seconds on a
-	 * loaded one), and a supervisor that loses patience and sends SIGKILL
+	 * uprobe detach waits for RCU (long on a loaded host), and a supervisor that loses patience and sends SIGKILL
 	 * in that time then takes nothing already drained with it.
 	 */
 	if (c->gpu) {

@@ -16,9 +16,9 @@
 
 /*
  * Files with this much CFI or more get their unwind table once a sample
- * needs it (unwinder__set_on_demand()): ~200,000 rows, 1.6 MB of BPF map
- * and ~8 ms to build. libc, libstdc++ and libpython are under it and built
- * at once; libtorch_cpu (2.7 million rows), the CUDA libraries, libLLVM
+ * needs it (unwinder__set_on_demand()): ~200,000 rows, past which a table
+ * costs real map memory and build time. libc, libstdc++ and libpython are
+ * under it and built at once; libtorch_cpu, the CUDA libraries, libLLVM
  * and node are over. `record` builds every table at once: its runs are
  * short and its first samples count.
  */
@@ -26,14 +26,12 @@
 
 /*
  * A batch's CPU intervals grow with the CPUs and with how often their
- * tasks switch: 18,000-21,000 in 10 s on a 16-CPU GPU node training a
- * model, and up to 2,000 a second a CPU (320,000 there). The agent holds
+ * tasks switch, up to 2,000 a second a CPU (strips.bpf.c). The agent holds
  * them, then their encoding and its compressed copy, at once (32 + ~60
  * bytes each). Past this many the batch goes early (no more than once a
  * CONTINUOUS_EARLY_MIN_NS), which bounds both by the count instead: ~3 MB.
- * Not lower: every batch names its frames afresh, and on that node 8,192
- * made batches twice as frequent and the agent's CPU 0.58 -> 1.01 % of a
- * core (symbol tables read again: 72 % of it).
+ * Not lower: every batch names its frames afresh, so batches sent more
+ * often cost CPU reading symbol tables again (bench/README.md).
  */
 #define CONTINUOUS_EARLY_INTERVALS 32768
 #define CONTINUOUS_EARLY_MIN_NS 1000000000ULL

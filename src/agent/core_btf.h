@@ -9,10 +9,9 @@
  * The running kernel's BTF cut down to the types one BPF object uses, for
  * libbpf's CO-RE relocations (bpf_object_open_opts.btf_custom_path).
  *
- * Why: libbpf 1.1 reads the whole /sys/kernel/btf/vmlinux (5.5 MB on 6.18)
+ * Why: libbpf 1.1 reads the whole /sys/kernel/btf/vmlinux (megabytes)
  * into a buffer, copies it into another and indexes it, once per BPF object
- * it loads: ~12 MB of heap for a moment, more than the agent's whole memory
- * budget. Here the kernel's BTF is mmap'ed (MAP_PRIVATE, read-only: a
+ * it loads: for a moment more heap than the agent's whole memory budget. Here the kernel's BTF is mmap'ed (MAP_PRIVATE, read-only: a
  * mapping of kernel pages that costs no RSS, Linux 6.16+; older kernels
  * get one read() into a buffer instead), and only the types the object's
  * own BTF names are copied out: every named struct, union, enum and

@@ -602,8 +602,8 @@ struct name_batch {
  * Functions are cached whole as well, [start, end) from their symbol's
  * size: a new call site in a function named before then costs no read of
  * the symbol tables. Every batch brought a few such in large libraries,
- * and each one meant scanning the library's whole table again: 72 % of
- * the agent's CPU on a GPU node training a model.
+ * and each one meant scanning the library's whole table again: most of
+ * the agent's CPU on a node training a model.
  */
 #define SYMCACHE_MAX_RANGES 65536
 
@@ -835,7 +835,7 @@ static void _resolve_mapping(struct cpu_profile *cp, uint32_t m, struct name_bat
 		/*
 		 * record names its frames once, at the end: two reads of the
 		 * file for just these addresses. The table an agent keeps
-		 * cost `record -a` 3.9 MB of peak RSS (5.9 -> 9.8 MB) here.
+		 * would raise `record -a`'s peak memory by well over a third.
 		 */
 		ret = kallsyms__resolve("/proc/kallsyms", b->addrs, b->n, _name_frame, b);
 	} else if (m == cp->kernel_mapping) {

@@ -119,10 +119,9 @@ static int _add(struct cpu_strips *s, struct batch *b, uint32_t cpu, uint32_t pi
 /*
  * Half a second of the worst case (strips.bpf.c) for every CPU, a power of
  * two, 64 KiB at least: 1 MiB on 16 CPUs, 128 KiB on 2 (of RSS too: its
- * data is mapped once, see ringbuf.h). Threads switching 310,000 times a
- * second on each of 2 CPUs (the pingpong workload) write 1,000
- * records/s/CPU, half the worst case: the ring then lasts a second without
- * a drain, ten of the agent's ticks.
+ * data is mapped once, see ringbuf.h). Threads that switch as fast as they
+ * can (the pingpong workload) write about half the worst case: the ring
+ * then lasts a second without a drain, ten of the agent's ticks.
  */
 static uint32_t _ringbuf_size(uint64_t min_ns, uint64_t window_ns, int ncpus)
 {

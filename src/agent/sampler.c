@@ -244,8 +244,7 @@ static int _on_record(void *ctx, void *data, size_t size)
  * full-depth stacks (several seconds of typical ones), so that the agent
  * can stall for a while (1,000 new processes a second to read the maps
  * of) without losing samples or process events: a quarter of that lost
- * 8,000 samples in 44 s of test_process_churn_memory_flat at 99 Hz. 128 KiB
- * at 19 Hz on 2 CPUs.
+ * samples under test_process_churn_memory_flat at 99 Hz.
  */
 static uint32_t _ringbuf_size(unsigned int freq_hz, int ncpus, bool offcpu)
 {

@@ -403,7 +403,7 @@ static void _kick(struct shipper *s)
 	}
 	/*
 	 * The encoded batch and zstd's workspace were a flush's largest
-	 * short-lived buffers (~1 MB for a 15 KB batch): give back the pages
+	 * short-lived buffers, many times the batch's size: give back the pages
 	 * of what the heap kept of them, or the agent's RSS keeps them until
 	 * the next flush.
 	 */

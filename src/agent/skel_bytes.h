@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 /*
- * A BPF skeleton's ELF bytes (213 KB for the three objects) sit in the
+ * A BPF skeleton's ELF bytes (hundreds of KB for our objects) sit in the
  * executable's .rodata. libbpf parses them once, in bpf_object open, and
  * keeps what it needs on its heap; their pages then stayed resident for
  * the agent's whole life. Called with the skeleton's <name>__elf_bytes

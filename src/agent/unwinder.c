@@ -297,10 +297,10 @@ static int _write_rows(void *ctx, const struct unwind_row *rows, size_t n)
  * Creates the file's row array of the n rows the first build counted,
  * builds the table a second time (unwind_table__stream) straight into it
  * through mappings of it, and stages it for _publish_staged() under id.
- * Neither build holds the table: collected first, a million rows
- * (libLLVM-14) were 7 MB more peak RSS. Mappings, not a batch update: one
- * of 69,241 rows (libpython3.12) took 14 ms while the first samples of the
- * process that needs them wait; memcpy()s take well under one.
+ * Neither build holds the table: collected first, a large library's rows
+ * would add megabytes to the peak RSS. Mappings, not a batch update: a
+ * batch update of a table the size of libpython's is slow while the first
+ * samples of the process that needs them wait; memcpy()s are not.
  */
 static int _stage(struct unwinder *u, uint32_t id, int fd, int debug_fd, size_t n)
 {
@@ -353,9 +353,9 @@ static void _unload(struct unwinder *u, uint32_t id, int err)
 /*
  * Puts the staged tables into unwind_files in one batch. Every update of a
  * map of maps waits for an RCU grace period (the kernel makes sure no BPF
- * program still uses what it replaced): 8-25 ms each here, whatever the
- * table's size. One per file made describing a Python process ~85 ms, and
- * its first samples lost their stacks meanwhile; a batch waits once.
+ * program still uses what it replaced), whatever the table's size. One per
+ * file made describing a process with many libraries slow, and its first
+ * samples lost their stacks meanwhile; a batch waits once.
  * Kernels without batch updates of maps of maps get one update per file.
  */
 static void _publish_staged(struct unwinder *u)
@@ -530,9 +530,9 @@ static int _describe_mapping(void *ctx, const struct proc_mapping *m, struct bin
 		return 0;
 	/*
 	 * Our own executable (the agent or record sampling itself) is walked
-	 * by its frame pointers: its table, ~150,000 rows with the libraries
-	 * linked in, cost 3.5-4.4 MB of peak RSS to build, more than the
-	 * profiler's memory budget spares for its own profile.
+	 * by its frame pointers: its table, with the libraries linked in,
+	 * costs more peak memory to build than the profiler's memory budget
+	 * spares for its own profile.
 	 */
 	if (b->inode == u->self_inode && b->dev == u->self_dev)
 		return 0;

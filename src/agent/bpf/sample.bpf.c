@@ -47,7 +47,7 @@ __u32 cuda_seen = 0;
  * The first time, user space has not mapped cuda_events yet and no wakeup
  * of it reaches anyone: a record in the samples' buffer wakes the agent,
  * which maps it before a launch burst fills it (at one drain per 100 ms,
- * the burst of a short process did: 1-2 % of its GPU time lost).
+ * the burst of a short process did, and part of its GPU time was lost).
  */
 static __always_inline void cuda_note_seen(void)
 {
@@ -160,8 +160,8 @@ struct {
  * A sample the unwinder could not walk for want of a description (a new
  * process; a library ld.so or dlopen() just mapped) wakes user space, so
  * that the next samples walk fully: waiting for its 100 ms drain (longer on
- * a loaded host) left 28 % of the samples in a library just dlopen()ed
- * without their callers (test_late_dlopen_unwinds_at_once: 2 % now). Per
+ * a loaded host) left many of the samples in a library just dlopen()ed
+ * without their callers (test_late_dlopen_unwinds_at_once). Per
  * process the wakeups back off as user space's re-descriptions do (10 ms,
  * then 100 ms doubling up to 5 s: a JIT maps code all the time), and the
  * host has at most one every DESCRIBE_WAKE_GAP_NS.
@@ -259,7 +259,7 @@ static __always_inline struct fw_mapping *find_mapping(struct fw_proc_mappings *
  * file's table; 0 if there is one, -1 if not. A global function, so the
  * verifier checks its loop once, on its own: inlined into the stack walk's
  * step, the 25 rounds were explored again for every state the step was
- * entered with (most of the 0.7 s the sampler took to load). A global
+ * entered with (most of the sampler's load time). A global
  * function cannot return a map value's address, so the row (8 bytes) is
  * copied out rather than looked up again from the file's id.
  */
@@ -554,7 +554,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	 * mm is read once, and not through the BTF pointer: the verifier looks
 	 * up whether a pointer loaded from a trusted one is trusted by the
 	 * name of its type, a linear search of the kernel's BTF, on every path
-	 * it explores (11 % of record's CPU in a 30 s run).
+	 * it explores (a large share of record's CPU).
 	 */
 	task = bpf_get_current_task_btf();
 	user = BPF_CORE_READ(task, mm) != NULL;

@@ -45,8 +45,8 @@
  * every tick for the first seconds, then every half second. `import torch`
  * and cuInit() can take longer than 10 s on a cold machine, and a copy of
  * the library the agent did not attach at start is only found this way
- * (or by the periodic scan, seconds later). This is what a busy host paid
- * for: every process it starts read ~80 times in its first 30 s.
+ * (or by the periodic scan, seconds later). A busy host pays for it: every
+ * process it starts has its maps read many times in its first seconds.
  */
 #define CANDIDATE_WINDOW_NS (30ULL * SEC_NS)
 #define CANDIDATE_FAST_NS (3ULL * SEC_NS)

@@ -9,7 +9,7 @@
  * Asks running JVMs to write their perf map (/tmp/perf-PID.map) with
  * `jcmd PID Compiler.perfmap`, every interval, so JIT-compiled Java frames
  * get names without restarting the JVM with -XX:+DumpPerfMapAtExit or an
- * agent. jcmd is itself a JVM (a few hundred ms of CPU), so this is off
+ * agent. jcmd is itself a JVM (costly to start), so this is off
  * unless asked for, and one jcmd per JVM runs at a time.
  */
 struct java_perfmap;

@@ -47,9 +47,9 @@ struct python_proc {
 #define CODE_CACHE_MAX 65536
 /*
  * What the cache's names and line tables may hold before it starts afresh
- * (hot code objects are read again, a few microseconds each). A training
- * process's 420 code objects took 360 KB; without a cap a large
- * application's thousands would grow the agent by megabytes.
+ * (hot code objects are read again, which is cheap). Without a cap a
+ * large application's thousands of code objects would grow the agent by
+ * megabytes.
  * FLAMEWATCH_PY_CODE_CACHE_KB overrides it (the tests use a small one).
  */
 #define CODE_CACHE_MAX_BYTES (2u << 20)
