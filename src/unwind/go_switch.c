@@ -372,8 +372,8 @@ struct _target {
  * Every Go binary since 1.13 has .go.buildinfo, stripped and PIE ones
  * too; .gopclntab and the build id note are checked as well. Looking for
  * the runtime's functions by name in anything else read its whole .symtab
- * and .strtab for nothing: 0.9 MB of pages for flamewatch's own binary,
- * while it built that binary's table.
+ * and .strtab for nothing (flamewatch's own binary among them), while it
+ * built that binary's table.
  */
 static bool _is_go(Elf *elf)
 {

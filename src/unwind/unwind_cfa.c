@@ -23,9 +23,9 @@
 /*
  * A read fault on a file mapping maps the 64 KiB around it (the kernel's
  * fault_around_bytes). The walk visits FDEs by address, which hops across
- * .eh_frame: libLLVM-14's first 128 FDEs so faulted in 1 MB. The 64 KiB an
- * FDE lay in are therefore dropped as soon as the walk reads an FDE in
- * other ones (_leave_chunk): its build's peak 3.2 -> 2.1 MB, same CPU.
+ * .eh_frame, so a large library's first FDEs faulted in far more than was
+ * read. The 64 KiB an FDE lay in are therefore dropped as soon as the walk
+ * reads an FDE in other ones (_leave_chunk): a lower peak at no CPU cost.
  */
 #define _CFI_CHUNK ((uintptr_t)64 << 10)
 

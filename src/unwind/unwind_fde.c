@@ -295,7 +295,8 @@ void ut__add_source(Elf *elf, bool eh_frame, const char *what, struct ut_source 
 /*
  * Column col of entry i (0: the location, 1: the FDE's address); ut__hdr_open()
  * checked the bounds. Decoded here, not by ut__read_value(): every entry is
- * read at least twice, and its switch cost libLLVM-14's build 3 of 33 ms.
+ * read at least twice, and its switch was a sizeable share of a large
+ * library's build.
  */
 static uint64_t _hdr_value(const struct ut_hdr_table *h, size_t i, unsigned int col)
 {
@@ -351,7 +352,7 @@ bool ut__hdr_open(Elf *elf, const struct ut_source *eh, struct ut_hdr_table *h)
 			pr_debug("unwind: .eh_frame_hdr: table not sorted at entry %zu: not used\n", i);
 			return false;
 		}
-		/* What is behind, 64 KiB at a time: libLLVM's table is 760 KB. */
+		/* What is behind, 64 KiB at a time: a large library's table is hundreds of KB. */
 		if (h->mapped && i % 8192 == 0)
 			ut__drop_range(h->buf, (size_t)(h->v + 8 * i - (const uint8_t *)h->buf));
 	}

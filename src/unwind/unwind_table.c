@@ -13,8 +13,8 @@
  * libdw's own interpreter (dwarf_cfi_addrframe) answers one address at a
  * time: asked for every row, it re-ran each FDE's program from the start
  * for each of its rows and cached every FDE it had seen, which made table
- * building the agent's main CPU cost and, for a library with 100k FDEs,
- * ~10 MiB of its peak memory. The rules (unwind_cfa.c) are the ones the libdw
+ * building the agent's main CPU cost and, for a large library, most of its
+ * peak memory. The rules (unwind_cfa.c) are the ones the libdw
  * version accepted; tests/unit/test_unwind_table.c checks the tables
  * against readelf's interpretation.
  *

@@ -35,7 +35,7 @@ struct ut_source {
 /*
  * The CFI sections are read in place, in libelf's read-only mapping of the
  * file, and every page read stayed resident until the build ended: a large
- * library's .eh_frame (libLLVM-14's 4.8 MB) at once in the agent's RSS.
+ * library's .eh_frame (megabytes) at once in the agent's RSS.
  * The pages are dropped from the mapping after the FDE scan and then every
  * UT_DROP_SPANS spans (a file mapping's pages come back from the page cache
  * when read again: CIEs, mostly), so a build holds a window of them.
@@ -98,8 +98,8 @@ struct ut_fde_enc {
  * for every FDE of .eh_frame, sorted by location, which the linker writes
  * for the runtime's unwinder. Where a file has a sound one, the build walks
  * it in place instead of listing .eh_frame's FDEs itself: the list took 16
- * bytes an FDE (1.5 MB for libLLVM-14's 95k) at the peak of the build, and
- * its scan read all of .eh_frame once more.
+ * bytes an FDE at the peak of the build, and its scan read all of .eh_frame
+ * once more.
  */
 struct ut_hdr_table {
 	const struct ut_source *eh;	/* the file's .eh_frame, which the table indexes */
