@@ -350,8 +350,7 @@ int elf_file__load_bias(const struct elf_file *f, uint64_t map_start, uint64_t m
 /*
  * Symbol tables are read with pread() in small chunks, and names one at a
  * time when they are needed, instead of through libelf's section data: a
- * large library has tens of MB of .symtab and .strtab (librustc_driver: 4 MB
- * and 20 MB), and even a private file mapping of them would count against
+ * large library has tens of MB of .symtab and .strtab, and even a private file mapping of them would count against
  * RSS while it is touched. libelf is used only for headers.
  */
 #define SYM_CHUNK 512			/* symbols per pread() */

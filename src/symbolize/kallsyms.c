@@ -49,8 +49,8 @@ struct kline {
 };
 
 /*
- * /proc/kallsyms reports a 1 KiB block size, so stdio would read its 5 MB
- * in 5,000 read()s a pass; 64 KiB reads cut the syscalls 64-fold (record -a
+ * /proc/kallsyms reports a 1 KiB block size, so stdio would read its
+ * megabytes in thousands of read()s a pass; 64 KiB reads cut the syscalls 64-fold (record -a
  * spent most of its steady-state CPU in those reads). glibc ignores the
  * size of a buffer it is not given: *buf is ours, freed by _close_kallsyms().
  */
@@ -643,8 +643,8 @@ static int _load_names(FILE *fp, struct kallsyms_table *t, const struct kpos *po
 	/*
 	 * Room for 16 bytes a name, where ~6 are used (zstd), allocated at
 	 * once: pages never written cost no memory, and the buffer does not
-	 * double on the way (where realloc works on the heap it copies: 512
-	 * KiB into 1 MiB, 1.5 MiB for a moment at the agent's first flush).
+	 * double on the way (where realloc works on the heap it copies, and
+	 * both copies are held for a moment).
 	 * Trimmed below.
 	 */
 	p->zcap = t->n * 16 + (64u << 10);
@@ -657,7 +657,7 @@ static int _load_names(FILE *fp, struct kallsyms_table *t, const struct kpos *po
 		/*
 		 * pos is read front to back: its pages behind j go back to the
 		 * kernel as the compressed names grow, so the two never add
-		 * up (0.98 MB each for 122k symbols).
+		 * up.
 		 */
 		if ((j - released) * sizeof(*pos) >= KPOS_RELEASE_BYTES) {
 			madvise((char *)pos + released * sizeof(*pos), KPOS_RELEASE_BYTES, MADV_DONTNEED);

@@ -54,7 +54,7 @@ int kallsyms__resolve(const char *path, const uint64_t *addrs, size_t n,
  *  - the names, zstd-compressed; a lookup decompresses one block (a few
  *    KiB) and keeps the name it wanted, so only names of frames actually
  *    seen stay expanded.
- * About 0.86 MB for 120k symbols (0.69 of it names) instead of ~6 MiB.
+ * A small fraction of what the table takes uncompressed.
  *
  * Among aliases at one address the name with the fewest leading
  * underscores wins, then a global one, as in kallsyms__resolve().
