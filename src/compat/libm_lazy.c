@@ -6,7 +6,7 @@
  * No flamewatch code calls them; SQLite (linked statically, for the store)
  * refers to these 19 for its SQL maths functions. With
  * libm.so.6 as a needed library, every process (the node agent too) paid
- * 0.3 MB of RSS for it: ld.so runs libm's IFUNC resolvers as it loads it,
+ * RSS for it: ld.so runs libm's IFUNC resolvers as it loads it,
  * and the kernel maps 64 KiB of text around each page they touch. These
  * definitions take the executable's references, so that libm is loaded
  * only by a process whose SQL calls one of them.

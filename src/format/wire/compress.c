@@ -35,13 +35,12 @@ int wire__compress(enum wire_compression c, uint8_t *in, size_t len, void **out,
 			goto out;
 		}
 		/*
-		 * Level 3: higher levels gain under 2 % on batches and cost CPU
+		 * Level 3: higher levels gain little on batches and cost CPU
 		 * on every node. Its match tables, though, capped at 2^14
-		 * entries each: level 3 sizes them for the input (2^16 each
-		 * for a 19-KB batch), and zstd clears them before use, so they
-		 * were the agent's largest allocation at every flush (475 KB
-		 * for that batch, 128 KB now); batches of 3-165 KB captured
-		 * from an agent come out at most 0.8 % larger.
+		 * entries each: level 3 sizes them for the input, and zstd
+		 * clears them before use, so they were the agent's largest
+		 * allocation at every flush; capped, batches come out barely
+		 * larger.
 		 */
 		ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, 3);
 		ZSTD_CCtx_setParameter(cc, ZSTD_c_hashLog, 14);
