@@ -242,7 +242,7 @@ static int _check_bpf_features(void)
 
 /*
  * The tracepoints the sampler attaches to, as the kernel's BTF names them
- * (read without libbpf, which would hold all 5 MB of it in memory).
+ * (read without libbpf, which would hold all of it, megabytes, in memory).
  */
 static int _check_tracepoints(void)
 {

@@ -35,7 +35,7 @@
  * default 1): every kernel's record arrives, and the GPU time of those no
  * window saw launched is carried (x 1) to kept records of their name, so the
  * totals are exact, not estimated. A record costs the launching thread
- * about half a microsecond, which a launch-bound loop pays on every step,
+ * time, which a launch-bound loop pays on every step,
  * so above FLAMEWATCH_CUDA_EXACT_MAX_RATE launches a second (30,000) the
  * activity is duty-cycled with the callbacks (_choose_activity) and every
  * launch seen stands for D launches: weights carry D, so weighted totals

@@ -307,17 +307,17 @@ static int _parse_value(struct parser *p)
  * extra group shifts. RE2, which Prometheus uses, rejects both anyway.
  *
  * It also bounds glibc's work, which the fuzzer showed to be the real risk:
- * a 140-byte "p*****..." took 10 s and 300 MB to compile. glibc copies the
- * operand of {m,n} max(m,n) times and of '+' twice, so nested repetitions
- * multiply; and every optional part (*, ?, the optional copies of {m,n},
+ * a short "p*****..." took seconds and far too much memory to compile.
+ * glibc copies the operand of {m,n} max(m,n) times and of '+' twice, so
+ * nested repetitions multiply; and every optional part (*, ?, the optional copies of {m,n},
  * an empty group or alternative) adds epsilon edges whose closures cost
  * time and memory quadratic in their number, at compile time and again per
  * byte matched. So the pass counts, after expansion, nodes and optional
  * parts, summed over all regexes of a selector; rejects a quantifier that
  * follows another (RE2 refuses "a**" too; glibc nests them); and limits
- * nesting. At the limits one selector takes at most some 50 ms and 10 MB to
- * compile and 0.1 s to match a 4 KiB value (glibc 2.36; realistic patterns
- * take microseconds).
+ * nesting. At the limits a selector stays cheap enough to compile and to
+ * match against a value of SELECTOR_MAX_VALUE (realistic patterns are
+ * far cheaper).
  *
  * Bracket expressions are skipped the way glibc reads them ('[' then '^',
  * then a literal ']', then [:class:], [.coll.] and [=equiv=] up to their

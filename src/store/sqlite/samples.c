@@ -193,7 +193,7 @@ static void _sift_down(const struct srec *recs, const struct runs *runs, struct 
 /*
  * Blocks come sorted by time (writes and compactions sort them), so a
  * window is a k-way merge of its blocks rather than a sort of everything:
- * several times faster for a whole fleet. Runs out of order are sorted
+ * much cheaper for a whole fleet. Runs out of order are sorted
  * first, so the result never depends on that.
  */
 static int _merge_runs(struct srec *recs, struct runs *runs, struct head **heap, uint32_t *cap)
