@@ -499,6 +499,35 @@ static __always_inline void walk_user_stack(struct fw_sample *s, __u32 tgid,
 	s->flags |= st.flags;
 }
 
+/*
+ * What a CPU sample and an off-CPU block share: the header and the kernel
+ * stack of the current task (ctx: the program's own). The user and
+ * interpreter stacks follow.
+ */
+static __always_inline void sample_begin(void *ctx, struct fw_sample *s, __u32 type, __u32 tgid,
+					 __u32 tid, __u64 boot_ns)
+{
+	long n;
+
+	s->type = type;
+	s->pid = tgid;
+	s->tid = tid;
+	s->cpu = bpf_get_smp_processor_id();
+	s->boot_ns = boot_ns;
+	s->flags = 0;
+	s->ustack_len = 0;
+	s->pystack_len = 0;
+	s->pad16 = 0;
+	s->pad32 = 0;
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+	n = bpf_get_stack(ctx, s->addrs, FW_MAX_KSTACK * sizeof(__u64), 0);
+	if (n < 0) {
+		stat_inc(FW_STAT_KSTACK_ERROR);
+		n = 0;
+	}
+	s->kstack_len = n / sizeof(__u64);
+}
+
 SEC("perf_event")
 int on_cpu_sample(struct bpf_perf_event_data *ctx)
 {
@@ -509,7 +538,6 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	struct fw_sample *s;
 	__u64 wake = BPF_RB_NO_WAKEUP;
 	bool user;
-	long n;
 	__u64 size;
 
 	if (tid == 0) {
@@ -526,24 +554,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 
-	s->type = FW_EVENT_SAMPLE;
-	s->pid = tgid;
-	s->tid = tid;
-	s->cpu = bpf_get_smp_processor_id();
-	s->boot_ns = bpf_ktime_get_boot_ns();
-	s->flags = 0;
-	s->ustack_len = 0;
-	s->pystack_len = 0;
-	s->pad16 = 0;
-	s->pad32 = 0;
-	bpf_get_current_comm(s->comm, sizeof(s->comm));
-
-	n = bpf_get_stack(ctx, s->addrs, FW_MAX_KSTACK * sizeof(__u64), 0);
-	if (n < 0) {
-		stat_inc(FW_STAT_KSTACK_ERROR);
-		n = 0;
-	}
-	s->kstack_len = n / sizeof(__u64);
+	sample_begin(ctx, s, FW_EVENT_SAMPLE, tgid, tid, bpf_ktime_get_boot_ns());
 
 	/*
 	 * When the sample interrupted the kernel, ctx->regs are kernel
@@ -641,7 +652,6 @@ static __always_inline void offcpu_start(void *ctx, struct task_struct *prev, __
 	struct fw_offcpu *o;
 	struct fw_sample *s;
 	__u64 size;
-	long n;
 
 	if (!tid || (BPF_CORE_READ(prev, flags) & FW_PF_KTHREAD) || !is_followed(tgid))
 		return;
@@ -651,25 +661,8 @@ static __always_inline void offcpu_start(void *ctx, struct task_struct *prev, __
 		stat_inc(FW_STAT_NO_SCRATCH);
 		return;
 	}
-	s->type = FW_EVENT_OFFCPU;
-	s->pid = tgid;
-	s->tid = tid;
-	s->cpu = bpf_get_smp_processor_id();
-	s->boot_ns = now;
-	s->flags = 0;
-	s->ustack_len = 0;
-	s->pystack_len = 0;
-	s->pad16 = 0;
-	s->pad32 = 0;
-	bpf_get_current_comm(s->comm, sizeof(s->comm));
-
 	/* prev is current here: its kernel stack ends in __schedule(). */
-	n = bpf_get_stack(ctx, s->addrs, FW_MAX_KSTACK * sizeof(__u64), 0);
-	if (n < 0) {
-		stat_inc(FW_STAT_KSTACK_ERROR);
-		n = 0;
-	}
-	s->kstack_len = n / sizeof(__u64);
+	sample_begin(ctx, s, FW_EVENT_OFFCPU, tgid, tid, now);
 	o->kskip = 0;
 	for (__u32 i = 0; i < 8 && i < s->kstack_len; i++) {
 		if (s->addrs[i] >= sched_text_start && s->addrs[i] < sched_text_end) {
