@@ -605,29 +605,42 @@ void fake_cupti_graph_launch(const char *name, int n, uint64_t dur_ns)
 	pthread_mutex_unlock(&_mu);
 }
 
-void fake_cupti_memcpy_htod(uint64_t bytes, uint64_t dur_ns)
+/* One copy: the runtime call (params as CUPTI passes them) around its driver call. */
+struct copy_call {
+	uint32_t rt_cbid, drv_cbid;
+	const char *rt_name, *drv_name;
+	void *params;
+	uint8_t kind;		/* CUPTI_ACTIVITY_MEMCPY_KIND_* */
+	int sync;		/* returns once the fake GPU ran it */
+};
+
+static void _copy(const struct copy_call *c, uint64_t bytes, uint64_t dur_ns)
 {
 	uint32_t rt = _corr(), drv = _corr();
-	cudaMemcpyAsync_v3020_params params = { .count = bytes, .kind = cudaMemcpyHostToDevice };
 	union rec r;
 
-	_call_sym(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020,
-		  CUPTI_API_ENTER, rt, "cudaMemcpyAsync", NULL, &params);
-	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, CUPTI_API_ENTER, drv,
-	      "cuMemcpyHtoDAsync_v2");
+	_call_sym(CUPTI_CB_DOMAIN_RUNTIME_API, c->rt_cbid, CUPTI_API_ENTER, rt, c->rt_name, NULL,
+		  c->params);
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, c->drv_cbid, CUPTI_API_ENTER, drv, c->drv_name);
 	memset(&r, 0, sizeof(r));
 	r.m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
-	r.m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+	r.m.copyKind = c->kind;
 	r.m.bytes = bytes;
 	_gpu_span(dur_ns, &r.m.start, &r.m.end);
 	r.m.streamId = 7;
 	r.m.correlationId = drv;
 	r.m.runtimeCorrelationId = rt;
 	_queue(&r);
-	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, CUPTI_API_EXIT, drv,
-	      "cuMemcpyHtoDAsync_v2");
-	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, CUPTI_API_EXIT,
-	      rt, "cudaMemcpyAsync");
+	if (c->sync) {
+		const char *s = getenv("FAKE_CUPTI_SKEW_NS");
+		long long end = (long long)r.m.end - (s ? atoll(s) : -1000000000LL);
+		struct timespec until = { end / 1000000000LL, end % 1000000000LL };
+
+		clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &until, NULL);
+	}
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, c->drv_cbid, CUPTI_API_EXIT, drv, c->drv_name);
+	_call_sym(CUPTI_CB_DOMAIN_RUNTIME_API, c->rt_cbid, CUPTI_API_EXIT, rt, c->rt_name, NULL,
+		  c->params);
 	pthread_mutex_lock(&_mu);
 	_truth.memcpy_calls++;
 	_truth.memcpy_ns += dur_ns;
@@ -635,46 +648,26 @@ void fake_cupti_memcpy_htod(uint64_t bytes, uint64_t dur_ns)
 	pthread_mutex_unlock(&_mu);
 }
 
+void fake_cupti_memcpy_htod(uint64_t bytes, uint64_t dur_ns)
+{
+	cudaMemcpyAsync_v3020_params params = { .count = bytes, .kind = cudaMemcpyHostToDevice };
+	struct copy_call c = {
+		CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,
+		"cudaMemcpyAsync", "cuMemcpyHtoDAsync_v2", &params, CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, 0,
+	};
+
+	_copy(&c, bytes, dur_ns);
+}
+
 void fake_cupti_memcpy_dtoh(uint64_t bytes, uint64_t dur_ns)
 {
-	uint32_t rt = _corr(), drv = _corr();
 	cudaMemcpy_v3020_params params = { .count = bytes, .kind = cudaMemcpyDeviceToHost };
-	struct timespec until;
-	union rec r;
+	struct copy_call c = {
+		CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2,
+		"cudaMemcpy", "cuMemcpyDtoH_v2", &params, CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, 1,
+	};
 
-	_call_sym(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020,
-		  CUPTI_API_ENTER, rt, "cudaMemcpy", NULL, &params);
-	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, CUPTI_API_ENTER, drv,
-	      "cuMemcpyDtoH_v2");
-	memset(&r, 0, sizeof(r));
-	r.m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
-	r.m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
-	r.m.bytes = bytes;
-	_gpu_span(dur_ns, &r.m.start, &r.m.end);
-	r.m.streamId = 7;
-	r.m.correlationId = drv;
-	r.m.runtimeCorrelationId = rt;
-	_queue(&r);
-	/* Synchronous: the call returns once the copy is done. */
-	until = (struct timespec){ 0, 0 };
-	{
-		const char *s = getenv("FAKE_CUPTI_SKEW_NS");
-		long long skew = s ? atoll(s) : -1000000000LL;
-		long long end = (long long)r.m.end - skew;
-
-		until.tv_sec = end / 1000000000LL;
-		until.tv_nsec = end % 1000000000LL;
-	}
-	clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &until, NULL);
-	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, CUPTI_API_EXIT, drv,
-	      "cuMemcpyDtoH_v2");
-	_call_sym(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020,
-		  CUPTI_API_EXIT, rt, "cudaMemcpy", NULL, &params);
-	pthread_mutex_lock(&_mu);
-	_truth.memcpy_calls++;
-	_truth.memcpy_ns += dur_ns;
-	_truth.memcpy_bytes += bytes;
-	pthread_mutex_unlock(&_mu);
+	_copy(&c, bytes, dur_ns);
 }
 
 void fake_cupti_hold(int on)
