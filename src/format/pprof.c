@@ -29,7 +29,7 @@ struct gz_sink {
 /* Extra strings the pprof needs that the profile may not hold. */
 enum {
 	S_SAMPLES, S_COUNT, S_CPU, S_NANOSECONDS, S_PID, S_TID, S_COMM,
-	S_UNKNOWN, S_KERNEL, S_OFF_CPU, S_MAX,
+	S_UNKNOWN, S_KERNEL, S_OFF_CPU, S_GPU_TIME, S_MAX,
 };
 
 static const char *const extra_strings[S_MAX] = {
@@ -43,6 +43,7 @@ static const char *const extra_strings[S_MAX] = {
 	[S_UNKNOWN] = "[unknown]",
 	[S_KERNEL] = "[kernel.kallsyms]",
 	[S_OFF_CPU] = "off_cpu",
+	[S_GPU_TIME] = "gpu_time",
 };
 
 static int _sink_deflate(struct gz_sink *s, int flush)
@@ -95,7 +96,8 @@ struct pprof_tables {
 	struct intern *function_keys;
 	uint64_t *location_ids;	/* scratch for one sample, leaf first */
 	uint32_t max_depth;
-	bool offcpu;		/* one value, off_cpu/nanoseconds, instead of two */
+	/* S_OFF_CPU or S_GPU_TIME: one value, that/nanoseconds; 0: samples and cpu */
+	int single;
 };
 
 static void _tables_free(struct pprof_tables *t)
@@ -294,15 +296,15 @@ static int _build(const struct profile *p, struct pprof_tables *t)
 	t->sample_types[1].unit = t->extra_ids[S_NANOSECONDS];
 	t->head.sample_type = t->sample_type_ptrs;
 	t->head.n_sample_type = 2;
-	if (t->offcpu) {
-		/* A count of blocks would be no count of anything the profile kept. */
-		t->sample_types[0].type = t->extra_ids[S_OFF_CPU];
+	if (t->single) {
+		/* A count of blocks or records would be no count of anything kept. */
+		t->sample_types[0].type = t->extra_ids[t->single];
 		t->sample_types[0].unit = t->extra_ids[S_NANOSECONDS];
 		t->head.n_sample_type = 1;
 	}
 
 	perftools__profiles__value_type__init(&t->period_type);
-	t->period_type.type = t->extra_ids[t->offcpu ? S_OFF_CPU : S_CPU];
+	t->period_type.type = t->extra_ids[t->single ? t->single : S_CPU];
 	t->period_type.unit = t->extra_ids[S_NANOSECONDS];
 	t->tail.period_type = &t->period_type;
 	t->tail.period = p->period_ns;
@@ -312,7 +314,7 @@ static int _build(const struct profile *p, struct pprof_tables *t)
 	 * pprof would pick the last sample type anyway; naming it makes the
 	 * choice explicit and survives reordering of sample_type.
 	 */
-	t->tail.default_sample_type = t->extra_ids[t->offcpu ? S_OFF_CPU : S_CPU];
+	t->tail.default_sample_type = t->extra_ids[t->single ? t->single : S_CPU];
 	return 0;
 }
 
@@ -366,7 +368,7 @@ static int _pack(const struct profile *p, struct pprof_tables *t, struct gz_sink
 		for (uint32_t j = 0; j < n; j++)
 			t->location_ids[j] = (uint64_t)frames[n - 1 - j] + 1;
 		sample.n_location_id = n;
-		values[0] = t->offcpu ? ps->count * p->period_ns : ps->count;
+		values[0] = t->single ? ps->count * p->period_ns : ps->count;
 		values[1] = ps->count * p->period_ns;
 		labels[0].num = ps->pid;
 		labels[1].num = ps->tid;
@@ -380,19 +382,9 @@ static int _pack(const struct profile *p, struct pprof_tables *t, struct gz_sink
 	return s->err;
 }
 
-int pprof__write(const struct profile *p, FILE *out)
+static int _write(const struct profile *p, int single, FILE *out)
 {
-	return pprof__write_type(p, false, out);
-}
-
-int pprof__write_offcpu(const struct profile *p, FILE *out)
-{
-	return pprof__write_type(p, true, out);
-}
-
-int pprof__write_type(const struct profile *p, bool offcpu, FILE *out)
-{
-	struct pprof_tables t = { .offcpu = offcpu };
+	struct pprof_tables t = { .single = single };
 	struct gz_sink *s;
 	bool zinit = false;
 	int err;
@@ -432,4 +424,24 @@ out:
 	free(s);
 	_tables_free(&t);
 	return err;
+}
+
+int pprof__write(const struct profile *p, FILE *out)
+{
+	return pprof__write_type(p, false, out);
+}
+
+int pprof__write_offcpu(const struct profile *p, FILE *out)
+{
+	return _write(p, S_OFF_CPU, out);
+}
+
+int pprof__write_gpu_time(const struct profile *p, FILE *out)
+{
+	return _write(p, S_GPU_TIME, out);
+}
+
+int pprof__write_type(const struct profile *p, bool offcpu, FILE *out)
+{
+	return _write(p, offcpu ? S_OFF_CPU : 0, out);
 }

@@ -24,6 +24,8 @@ int pprof__write(const struct profile *p, FILE *out);
  * blocked, period_ns 1): one sample type, off_cpu/nanoseconds.
  */
 int pprof__write_offcpu(const struct profile *p, FILE *out);
+/* Likewise for GPU time (counts are GPU nanoseconds): gpu_time/nanoseconds. */
+int pprof__write_gpu_time(const struct profile *p, FILE *out);
 /* pprof__write() or pprof__write_offcpu(), as offcpu says. */
 int pprof__write_type(const struct profile *p, bool offcpu, FILE *out);
 

@@ -118,7 +118,8 @@ void routes__profile(struct request *r)
 		_reply_file_writer(r, "text/plain", folded__write, p);
 	} else if (!strcmp(format, "pprof")) {
 		_reply_file_writer(r, "application/octet-stream",
-				   type == SAMPLE_OFFCPU ? pprof__write_offcpu : pprof__write, p);
+				   type == SAMPLE_OFFCPU ? pprof__write_offcpu :
+				   type == SAMPLE_GPU_TIME ? pprof__write_gpu_time : pprof__write, p);
 	} else if (!strcmp(format, "speedscope")) {
 		_reply_file_writer(r, "application/json", type == SAMPLE_CPU && !cpu_ns ?
 				   _speedscope_samples : _speedscope_ns, p);

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import require
+from conftest import Pprof, require
 from serverlib import Client, Procs, diagnostics, free_port, register_plugin, window
 
 START_S = 60
@@ -172,6 +172,17 @@ def test_gpu_time_samples_exact(gpu_run):
     fg = _get(h.client, "/api/v1/profile", {"type": "gpu_time", "query": h.q,
                                             **window(h.frm, h.to)}).json()
     assert fg["unit"] == "nanoseconds" and fg["total"] == TOTAL, (fg["unit"], fg["total"])
+
+
+def test_gpu_time_pprof(gpu_run):
+    """pprof of GPU time: one sample type, gpu_time/nanoseconds, adding up
+    to the GPU time (it was samples/count and cpu/nanoseconds, as if CPU)."""
+    h = gpu_run
+    r = _get(h.client, "/api/v1/profile", {"type": "gpu_time", "format": "pprof", "query": h.q,
+                                           **window(h.frm, h.to)})
+    pp = Pprof(r.body)
+    assert pp.sample_types == [("gpu_time", "nanoseconds")], pp.sample_types
+    assert sum(v[0] for v, _, _ in pp.samples) == TOTAL
 
 
 def test_gpu_intervals(gpu_run):
