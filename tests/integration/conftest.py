@@ -470,6 +470,18 @@ class Pprof:
 # misc
 
 
+def cuda_fakes(flamewatch):
+    """The real libflamewatch-cuda.so beside flamewatch, and the fake CUPTI
+    host and library it runs against (built first if need be): (lib, host,
+    cupti)."""
+    build = Path(flamewatch).resolve().parent
+    res = subprocess.run(["make", "-s", "fakes"], cwd=build.parent, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return (build / "libflamewatch-cuda.so", build / "fakes" / "cuda_host",
+            build / "fakes" / "libcupti.so")
+
+
 def go_env(tmp):
     env = dict(os.environ)
     env.update(HOME=str(tmp), GOCACHE=str(Path(tmp) / "gocache"), PPROF_TMPDIR=str(tmp), GOFLAGS="")

@@ -15,14 +15,13 @@ first, and store exactly these gpu_time samples and intervals.
 import json
 import os
 import re
-import subprocess
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from conftest import Pprof, require
+from conftest import Pprof, cuda_fakes, require
 from serverlib import Client, Procs, diagnostics, free_port, register_plugin, window
 
 START_S = 60
@@ -364,12 +363,7 @@ def _drive_exactly(flamewatch, tmp_path, launches, images=1):
     sampling: the GPU time stored for its pid must equal the fake GPU's to
     the nanosecond, every kernel named. images=2: it execs itself and does
     it all again in the same pid."""
-    build = Path(flamewatch).resolve().parent
-    lib, host, cupti = build / "libflamewatch-cuda.so", build / "fakes" / "cuda_host", \
-        build / "fakes" / "libcupti.so"
-    res = subprocess.run(["make", "-s", "fakes"], cwd=build.parent, capture_output=True, text=True,
-                         timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
+    lib, host, cupti = cuda_fakes(flamewatch)
     ps = Procs(tmp_path / "logs")
     port = free_port()
     client = Client(port)

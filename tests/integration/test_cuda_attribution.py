@@ -14,12 +14,9 @@ records found their stacks.
 import json
 import os
 import re
-import subprocess
 import time
-from pathlib import Path
 
-import pytest
-
+from conftest import cuda_fakes
 from serverlib import Client, Procs, free_port, window
 
 # leaf frame -> the host function whose stack it must sit under
@@ -57,12 +54,7 @@ def _total(client, q, frm, to):
 
 
 def test_every_kind_of_work_under_its_stack(flamewatch, tmp_path):
-    build = Path(flamewatch).resolve().parent
-    lib, host, cupti = build / "libflamewatch-cuda.so", build / "fakes" / "cuda_host", \
-        build / "fakes" / "libcupti.so"
-    res = subprocess.run(["make", "-s", "fakes"], cwd=build.parent, capture_output=True, text=True,
-                         timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
+    lib, host, cupti = cuda_fakes(flamewatch)
     ps = Procs(tmp_path / "logs")
     port = free_port()
     client = Client(port)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import cuda_fakes
 from serverlib import Client, Procs, free_port, window
 
 START_S = 60
@@ -51,15 +52,11 @@ def test_late_dlopen_attaches_within_a_second(flamewatch, tmp_path, where):
     never seen (a copy, as a container brings its own), 3 s after its
     start: its first exec in the namespace makes the agent look for its
     loader once and hook it."""
-    build = Path(flamewatch).resolve().parent
-    host, cupti = build / "fakes" / "cuda_host", build / "fakes" / "libcupti.so"
-    res = subprocess.run(["make", "-s", "fakes"], cwd=build.parent, capture_output=True, text=True,
-                         timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
+    built, host, cupti = cuda_fakes(flamewatch)
     # A copy: a file the agent did not attach at its start.
     lib = tmp_path / "inject" / "libflamewatch-cuda.so"
     lib.parent.mkdir()
-    shutil.copy(build / "libflamewatch-cuda.so", lib)
+    shutil.copy(built, lib)
     argv, after_ms = [host, "drive", lib, "200", "20000", "0"], 10000
     if where == "new_loader":
         if not shutil.which("unshare"):
