@@ -9,8 +9,9 @@ Prints one JSON line: the GPU time stored for the pid over its whole life
 (work before the clock included), the share under a stack reaching one of
 the workload's own functions, the share under a stack not its own launch's
 (a "[launch not seen" frame), the share with no stack at all, the GPU time
-per leaf kind and the share of each under a workload function, and the
-last join line of the run's log (RUN_LOG).
+per leaf kind and the share of each under a workload function, the last
+two join lines of the run's log (RUN_LOG) and the biggest stacks that
+reach none of the workload's functions.
 """
 import json
 import re
@@ -33,7 +34,7 @@ def main():
     q = {"type": "gpu_time", "format": "folded", "query": '{pid="%d"}' % log["pid"],
          "from": f"{log['from'] / 1e9 - 120:.3f}", "to": f"{log['to'] / 1e9 + 60:.3f}"}
     total = reach = marked = bare = 0
-    kinds = {}
+    kinds, strays = {}, {}
     for line in get(port, "/api/v1/profile", **q).splitlines():
         if not line.strip():
             continue
@@ -44,6 +45,11 @@ def main():
         ok = any(f.split(" ")[0] in owners for f in frames)
         total += v
         reach += v if ok else 0
+        if not ok:
+            # The stack's root end and leaf end: enough to see whose it is.
+            key = ";".join(frames[:8]) + (" ... " + ";".join(frames[-4:]) if len(frames) > 12 else
+                                          ";".join([""] + frames[8:]))
+            strays[key] = strays.get(key, 0) + v
         marked += v if any(f.startswith("[launch not seen") for f in frames) else 0
         bare += v if len(frames) <= 2 else 0
         k = kinds.setdefault(kind, [0, 0])
@@ -58,7 +64,9 @@ def main():
         "no_stack": round(bare / total, 4) if total else None,
         "kinds": {k: {"ns": v[0], "under_its_function": round(v[1] / v[0], 4) if v[0] else None}
                   for k, v in sorted(kinds.items())},
-        "join": join[-1] if join else None,
+        "join": join[-2:],
+        "not_under_its_function": [[k, round(v / total, 4)] for k, v in
+                                   sorted(strays.items(), key=lambda kv: -kv[1])[:4]],
     }))
 
 

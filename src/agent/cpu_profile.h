@@ -114,13 +114,16 @@ struct binary;
  */
 /* cpu_placed_frame.kind of a Python frame, past every enum addr_kind. */
 #define CPU_PLACED_PYTHON 0x100
+/* ... and of a marker frame (a name only: "[from thread pt_autograd_0]"). */
+#define CPU_PLACED_MARKER 0x101
 
 struct cpu_placed_frame {
 	struct binary *bin;	/* ADDR_FILE: borrowed from the proc table */
 	uint64_t addr;		/* ELF vaddr for files, the line of Python frames, else the address */
 	uint32_t kind;		/* enum addr_kind, or CPU_PLACED_PYTHON */
 	char special[12];	/* ADDR_SPECIAL: the mapping's name, cut to fit */
-	const char *py;		/* CPU_PLACED_PYTHON: "function\0file\0" in the stack's allocation */
+	const char *py;		/* CPU_PLACED_PYTHON: "function\0file\0" in the stack's allocation;
+				 * CPU_PLACED_MARKER: its name, there too */
 };
 
 struct cpu_placed_stack {

@@ -18,15 +18,23 @@
 #include "common/batch.h"
 #include "common/profile.h"
 
-/* One entry of a mixed stack: native frame j of the walk, or Python frame pos. */
+/*
+ * One entry of a mixed stack: native frame j of the walk, Python frame pos,
+ * or (j == MIXED_MARKER) the frame between a launch's own native stack and
+ * the Python stack it borrowed from another thread.
+ */
 struct mixed_item {
 	int32_t j;		/* -1 for a Python frame */
 	uint32_t pos;
 };
 
+#define MIXED_MARKER INT32_MIN
+
 /*
  * The order _mixed_user_stack() gives, leaf first, without interning
  * anything: Python frames in place of the interpreter loop's frames.
+ * Borrowed Python frames (FW_SAMPLE_PY_BORROWED) belong to no frame of this
+ * walk: they go above all of it, below a marker.
  */
 static uint32_t _mixed_order(const struct fw_sample *s, const struct python_proc *pp,
 			     struct mixed_item *items)
@@ -34,6 +42,14 @@ static uint32_t _mixed_order(const struct fw_sample *s, const struct python_proc
 	const __u64 *ustack = s->addrs + s->kstack_len, *pyw = ustack + s->ustack_len;
 	uint32_t np = pp ? s->pystack_len : 0, pos = 0, n = 0;
 
+	if (np && (s->flags & FW_SAMPLE_PY_BORROWED)) {
+		for (uint32_t j = 0; j < s->ustack_len; j++)
+			items[n++] = (struct mixed_item){ (int32_t)j, 0 };
+		items[n++] = (struct mixed_item){ MIXED_MARKER, 0 };
+		for (; pos < np; pos++)
+			items[n++] = (struct mixed_item){ -1, pos };
+		return n;
+	}
 	for (uint32_t j = 0; j < s->ustack_len; j++) {
 		uint64_t pc = j ? ustack[j] - 1 : ustack[j];
 
@@ -56,7 +72,7 @@ struct cpu_placed_stack *cpu_profile__place(struct cpu_profile *cp, const struct
 {
 	const __u64 *ustack = s->addrs + s->kstack_len, *pyw = ustack + s->ustack_len;
 	const struct python_proc *pp = s->pystack_len && cp->py ? python__proc(cp->py, s->pid) : NULL;
-	struct mixed_item items[FW_MAX_USTACK + FW_MAX_PYFRAMES];
+	struct mixed_item items[FW_MAX_USTACK + FW_MAX_PYFRAMES + 1];
 	uint32_t nitems = _mixed_order(s, pp, items), n = 0;
 	size_t text_len = 0, text_off;
 	struct cpu_placed_stack *ps;
@@ -76,7 +92,12 @@ struct cpu_placed_stack *cpu_profile__place(struct cpu_profile *cp, const struct
 
 		if (items[i].j >= 0)
 			continue;
-		if (python__frame(cp->py, pp, pyw[2 * items[i].pos],
+		if (items[i].j == MIXED_MARKER) {
+			/* Whose Python stack it is: named by the launching thread. */
+			snprintf(placeholder, sizeof(placeholder), "[from thread %.16s]",
+				 s->comm);
+			function = placeholder;
+		} else if (python__frame(cp->py, pp, pyw[2 * items[i].pos],
 				  pyw[2 * items[i].pos + 1], &function, &file,
 				  &line) || !function) {
 			snprintf(placeholder, sizeof(placeholder), "[python code 0x%llx]",
@@ -97,7 +118,8 @@ struct cpu_placed_stack *cpu_profile__place(struct cpu_profile *cp, const struct
 		memcpy(text + text_len + fl, file ? file : "", il);
 		/* Until the stack exists, pos holds the offset and j the line. */
 		items[i].pos = (uint32_t)text_len;
-		items[i].j = -1 - (int32_t)line;
+		if (items[i].j != MIXED_MARKER)
+			items[i].j = -1 - (int32_t)line;
 		text_len += fl + il;
 	}
 	text_off = sizeof(*ps) + (size_t)nitems * sizeof(ps->f[0]);
@@ -118,6 +140,11 @@ struct cpu_placed_stack *cpu_profile__place(struct cpu_profile *cp, const struct
 		int32_t j = items[i].j;
 
 		memset(f, 0, sizeof(*f));
+		if (j == MIXED_MARKER) {
+			f->kind = CPU_PLACED_MARKER;
+			f->py = dst + items[i].pos;
+			continue;
+		}
 		if (j < 0) {
 			f->kind = CPU_PLACED_PYTHON;
 			f->addr = (uint64_t)(-1 - j);
@@ -152,6 +179,9 @@ static int64_t _placed_frame(struct cpu_profile *cp, pid_t pid, const struct cpu
 {
 	int64_t mapping;
 
+	if (f->kind == CPU_PLACED_MARKER)
+		return profile__intern_named_frame(cp->p, FRAME_NATIVE, PROFILE_NO_MAPPING, 0,
+						   f->py, NULL, 0);
 	if (f->kind == CPU_PLACED_PYTHON) {
 		mapping = profile__intern_mapping(cp->p, "[python]", NULL);
 		if (mapping < 0)

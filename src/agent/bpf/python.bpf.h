@@ -232,13 +232,13 @@ static __always_inline __u64 py_find_tstate(struct fw_py_proc *pp, __u32 tid, __
 }
 
 /*
- * Appends the Python frames of the sampled thread, if its process is
+ * Appends the Python frames of thread tid (its TCB tcb), if its process is
  * CPython, to s, which is scratch slot `slot` (the walk's callbacks find it
  * there, as the native unwinder's do). Returns the ring buffer flag for the sample: a wakeup when one
  * of its code objects is new to user space.
  */
-static __always_inline __u64 python_walk(struct fw_sample *s, __u32 slot, __u32 tgid, __u32 tid,
-					 struct task_struct *task)
+static __always_inline __u64 python_walk_tcb(struct fw_sample *s, __u32 slot, __u32 tgid,
+					     __u32 tid, __u64 tcb)
 {
 	struct fw_py_walk w = { .base = (__u32)s->kstack_len + s->ustack_len, .slot = slot };
 	struct fw_py_proc *pp;
@@ -247,7 +247,7 @@ static __always_inline __u64 python_walk(struct fw_sample *s, __u32 slot, __u32 
 	pp = bpf_map_lookup_elem(&py_procs, &tgid);
 	if (!pp)
 		return BPF_RB_NO_WAKEUP;
-	ts = py_find_tstate(pp, tid, BPF_CORE_READ(task, thread.fsbase));
+	ts = py_find_tstate(pp, tid, tcb);
 	if (!ts) {
 		/* Threads that never ran Python have no thread state: not a failure of ours. */
 		stat_inc(FW_STAT_PY_NO_THREAD);
@@ -302,4 +302,11 @@ static __always_inline __u64 python_walk(struct fw_sample *s, __u32 slot, __u32 
 fault:
 	stat_inc(FW_STAT_PY_FAULT);
 	return BPF_RB_NO_WAKEUP;
+}
+
+/* The same for the sampled thread, task. */
+static __always_inline __u64 python_walk(struct fw_sample *s, __u32 slot, __u32 tgid, __u32 tid,
+					 struct task_struct *task)
+{
+	return python_walk_tcb(s, slot, tgid, tid, BPF_CORE_READ(task, thread.fsbase));
 }

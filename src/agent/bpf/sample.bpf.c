@@ -905,6 +905,48 @@ static __always_inline void cuda_stat_add(enum fw_cuda_stat stat, __u64 n)
 		*v += n;
 }
 
+/*
+ * The Python thread of each process that last launched GPU work with
+ * Python frames on its stack: PyTorch runs backward passes on native
+ * threads of its own (and NCCL hooks on those), while the Python thread
+ * that called backward() waits. Their launches borrow that thread's
+ * Python stack as it is at the launch, so the work reaches the Python
+ * function that caused it.
+ */
+struct fw_py_launcher {
+	__u32 tid;
+	__u32 pad;
+	__u64 tcb;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);		/* tgid */
+	__type(value, struct fw_py_launcher);
+} py_launchers SEC(".maps");
+
+static __always_inline __u64 cuda_launch_python(struct fw_sample *s, __u32 tgid, __u32 tid,
+						__u64 tcb, __u64 wake)
+{
+	struct fw_py_launcher *last, now = { .tid = tid, .tcb = tcb };
+
+	last = bpf_map_lookup_elem(&py_launchers, &tgid);
+	if (s->pystack_len) {
+		if (!last || last->tid != tid || last->tcb != tcb)
+			bpf_map_update_elem(&py_launchers, &tgid, &now, BPF_ANY);
+		return wake;
+	}
+	/* Without bpf_loop the second walk would not fit the verifier's budget. */
+	if (!have_bpf_loop || !last || last->tid == tid)
+		return wake;
+	now = *last;
+	wake = python_walk_tcb(s, 1, tgid, now.tid, now.tcb);
+	if (s->pystack_len)
+		s->flags |= FW_SAMPLE_PY_BORROWED;
+	return wake;
+}
+
 SEC("usdt")
 int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 {
@@ -912,7 +954,7 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 	__u32 tgid = id >> 32, zero = 0, one = 1;
 	struct fw_cuda_launch *l;
 	struct fw_sample *s;
-	__u64 size, wake;
+	__u64 size, wake, tcb;
 
 	if (!is_followed(tgid)) {
 		cuda_stat_add(FW_CUDA_STAT_FILTERED, 1);
@@ -943,7 +985,9 @@ int BPF_USDT(on_cuda_launch, __u64 correlation, __u32 weight)
 	/* A uprobe runs on the user registers at the probe: its ip is the probe site. */
 	walk_user_stack(s, tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), 1);
 	/* The Python code that launched the work (train_step, forward, ...). */
-	wake = python_walk(s, 1, tgid, (__u32)id, bpf_get_current_task_btf());
+	tcb = BPF_CORE_READ(bpf_get_current_task_btf(), thread.fsbase);
+	wake = python_walk_tcb(s, 1, tgid, (__u32)id, tcb);
+	wake = cuda_launch_python(s, tgid, (__u32)id, tcb, wake);
 
 	size = offsetof(struct fw_sample, addrs) +
 	       ((__u64)s->ustack_len + 2 * (__u64)s->pystack_len) * sizeof(__u64);

@@ -32,6 +32,7 @@ enum fw_event_type {
 #define FW_SAMPLE_NO_TABLES        (1u << 3)	/* process unknown to the unwinder: frame pointers only */
 #define FW_SAMPLE_UNKNOWN_MAPPING  (1u << 4)	/* a pc outside every known mapping: maps changed */
 #define FW_SAMPLE_WANTS_TABLE      (1u << 5)	/* a pc in a file whose table is built on demand */
+#define FW_SAMPLE_PY_BORROWED      (1u << 6)	/* Python frames of another thread (CUDA launches) */
 
 /*
  * One CPU sample. addrs holds kstack_len kernel addresses and then
