@@ -9,6 +9,7 @@
 #include <event2/http.h>
 
 #include "agent/agent_metrics.h"
+#include "agent/gpu_busy.h"
 #include "agent/collector.h"
 #include "agent/cuda/cuda_tracker.h"
 #include "agent/shipper.h"
@@ -28,6 +29,7 @@ struct agent_metrics {
 	struct gpu_poller *gpu;
 	struct collector *collector;
 	struct shipper *shipper;
+	struct gpu_busy *busy;
 	int64_t max_age_ns;
 };
 
@@ -178,6 +180,36 @@ static void _reply(struct evhttp_request *req, int code, const char *type, const
 		evbuffer_free(out);
 }
 
+/*
+ * The GPUs' own busy timeline (agent/gpu_busy.h): which devices it runs
+ * on, and how many of its spans found their process.
+ */
+static void _gpu_busy(const struct agent_metrics *m, struct strbuf *sb)
+{
+	struct gpu_busy_stats st;
+
+	if (!m->busy)
+		return;
+	gpu_busy__stats(m->busy, &st);
+	strbuf__printf(sb, "# HELP flamewatch_agent_gpu_busy_devices GPUs whose busy timeline "
+		       "comes from their own performance monitors now (PM sampling).\n"
+		       "# TYPE flamewatch_agent_gpu_busy_devices gauge\n"
+		       "flamewatch_agent_gpu_busy_devices %llu\n"
+		       "# HELP flamewatch_agent_gpu_busy_spans_total Spans of the monitors' timeline, "
+		       "by what became of them: busy and coverage went to the process alone on "
+		       "the GPU, unowned had none.\n"
+		       "# TYPE flamewatch_agent_gpu_busy_spans_total counter\n"
+		       "flamewatch_agent_gpu_busy_spans_total{to=\"busy\"} %llu\n"
+		       "flamewatch_agent_gpu_busy_spans_total{to=\"coverage\"} %llu\n"
+		       "flamewatch_agent_gpu_busy_spans_total{to=\"unowned\"} %llu\n"
+		       "# HELP flamewatch_agent_gpu_busy_starts_total Starts of the gpu-busy child.\n"
+		       "# TYPE flamewatch_agent_gpu_busy_starts_total counter\n"
+		       "flamewatch_agent_gpu_busy_starts_total %llu\n",
+		       (unsigned long long)st.devices, (unsigned long long)st.busy_spans,
+		       (unsigned long long)st.cover_spans, (unsigned long long)st.unowned_spans,
+		       (unsigned long long)st.starts);
+}
+
 static void _on_request(struct evhttp_request *req, void *arg)
 {
 	struct agent_metrics *m = arg;
@@ -191,6 +223,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 	}
 	_cuda_tracker(m, &sb);
 	_shipper(m, &sb);
+	_gpu_busy(m, &sb);
 	gpu_poller__stats(m->gpu, &st);
 	strbuf__printf(&sb, "# HELP flamewatch_agent_gpu_rounds_total NVML collection rounds.\n"
 		       "# TYPE flamewatch_agent_gpu_rounds_total counter\n"
@@ -276,6 +309,12 @@ void agent_metrics__set_shipper(struct agent_metrics *m, struct shipper *s)
 {
 	if (m)
 		m->shipper = s;
+}
+
+void agent_metrics__set_gpu_busy(struct agent_metrics *m, struct gpu_busy *g)
+{
+	if (m)
+		m->busy = g;
 }
 
 void agent_metrics__free(struct agent_metrics *m)

@@ -14,6 +14,7 @@ struct agent_metrics;
 struct batch;
 struct collector;
 struct event_base;
+struct gpu_busy;
 struct gpu_poller;
 struct shipper;
 
@@ -34,5 +35,7 @@ void agent_metrics__set_collector(struct agent_metrics *m, struct collector *c);
  * which must outlive m. Accepts a NULL m.
  */
 void agent_metrics__set_shipper(struct agent_metrics *m, struct shipper *s);
+/* Exports too the GPUs' busy timeline (gpu_busy.h); g may be NULL. Borrowed. */
+void agent_metrics__set_gpu_busy(struct agent_metrics *m, struct gpu_busy *g);
 
 #endif

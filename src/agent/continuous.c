@@ -11,6 +11,7 @@
 #include "agent/continuous.h"
 #include "agent/cpu_profile.h"
 #include "agent/cpu_strips.h"
+#include "agent/gpu_busy.h"
 #include "common/batch.h"
 #include "common/env.h"
 #include "common/log.h"
@@ -113,6 +114,9 @@ static void _on_tick(evutil_socket_t fd, short what, void *arg)
 	b = cpu_profile__batch(collector__profile(c->collector));
 	if (c->gpu && b)
 		_gpu_drain(c, b);
+	if (c->busy)
+		gpu_busy__drain(c->busy, collector__profile(c->collector), c->gpu, _unix_ns(),
+				false);
 	since = _mono_ns() - c->last_flush_ns;
 	if (since >= c->interval_ns || (b && b->nsamples >= c->max_samples) ||
 	    (b && b->ncpu_intervals >= CONTINUOUS_EARLY_INTERVALS &&
@@ -186,6 +190,15 @@ int continuous__start(struct continuous *c, struct event_base *base,
 		c->gpu = gpu_poller__start(NULL, o->gpu_interval_ns, o->gpu_pcie_interval_ns,
 					   o->gpu_process_interval_ns, o->gpu_process_query_always);
 	}
+	/*
+	 * The monitors' spans belong to a process only by NVML's process
+	 * lists: no NVML, no GPU or no lists, no child.
+	 */
+	if (c->gpu && gpu_poller__ngpus(c->gpu) && !o->no_gpu_busy) {
+		c->busy = gpu_busy__start(base, NULL, NULL);
+		if (!c->busy)
+			pr_warn("GPU busy timeline: cannot start gpu-busy: %s\n", strerror(errno));
+	}
 	return 0;
 }
 
@@ -216,6 +229,19 @@ void continuous__stop(struct continuous *c)
 	 * uprobe detach waits for RCU (long on a loaded host), and a supervisor that loses patience and sends SIGKILL
 	 * in that time then takes nothing already drained with it.
 	 */
+	if (c->busy) {
+		struct gpu_busy_stats st;
+
+		gpu_busy__stop(c->busy);	/* its last lines first */
+		gpu_busy__drain(c->busy, collector__profile(c->collector), c->gpu, _unix_ns(), true);
+		gpu_busy__stats(c->busy, &st);
+		pr_info("GPU busy timeline: %llu busy and %llu coverage spans from the GPUs' monitors, "
+			"%llu with no sole process on their GPU, %llu bad lines\n",
+			(unsigned long long)st.busy_spans, (unsigned long long)st.cover_spans,
+			(unsigned long long)st.unowned_spans, (unsigned long long)st.bad_lines);
+		gpu_busy__free(c->busy);
+		c->busy = NULL;
+	}
 	if (c->gpu) {
 		struct nvml_stats st;
 

@@ -56,6 +56,7 @@ struct continuous {
 	uint64_t gpu_interval_ns;
 	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 	struct cpu_strips *strips;	/* NULL: CPU strips off or unavailable */
+	struct gpu_busy *busy;		/* the GPUs' monitors (agent/gpu_busy.h), or NULL */
 };
 
 struct continuous_opts {
@@ -74,6 +75,7 @@ struct continuous_opts {
 	/* Called after each GPU round with the batch and its first new metric; may be NULL. */
 	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 	int no_cpu_strips;		/* --no-cpu-strips */
+	int no_gpu_busy;		/* --gpu-busy off: no PM sampling child */
 	int offcpu;			/* --off-cpu (off by default: what it costs, bench/README.md) */
 	uint64_t offcpu_min_ns;		/* --off-cpu-min; 0: the default */
 };

@@ -254,7 +254,8 @@ int cpu_profile__add_gpu_span(struct cpu_profile *cp, const struct cpu_gpu_activ
 	if (!cp->batch || (a->kind != GPU_BUSY && a->kind != GPU_COVERAGE) ||
 	    a->end_ns <= a->start_ns)
 		return -EINVAL;
-	name = profile__intern_string(cp->p, a->kind == GPU_BUSY ? "[busy]" : "[coverage]");
+	name = profile__intern_string(cp->p, a->name ? a->name :
+					 a->kind == GPU_BUSY ? GPU_BUSY_NAME : GPU_COVERAGE_NAME);
 	series = _gpu_series(cp, a);
 	if (name < 0)
 		return -ENOMEM;

@@ -382,6 +382,7 @@ int cmd_agent(int argc, char **argv)
 	}
 	agent_metrics__set_collector(a.metrics, a.cont.collector);
 	agent_metrics__set_shipper(a.metrics, a.shipper);
+	agent_metrics__set_gpu_busy(a.metrics, a.cont.busy);
 	sigint = evsignal_new(a.base, SIGINT, _on_signal, &a);
 	sigterm = evsignal_new(a.base, SIGTERM, _on_signal, &a);
 	if (!sigint || !sigterm || event_add(sigint, NULL) || event_add(sigterm, NULL))

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "agent/continuous.h"
 #include "cmd/collect_opts.h"
@@ -13,6 +14,7 @@
 enum {
 	OPT_JAVA_PERFMAP = COLLECT_OPTS_FIRST, OPT_GPU_INTERVAL, OPT_GPU_PCIE, OPT_GPU_PROCESS,
 	OPT_GPU_PROCESS_QUERY, OPT_NO_CPU_STRIPS, OPT_OFFCPU, OPT_NO_OFFCPU, OPT_OFFCPU_MIN,
+	OPT_GPU_BUSY,
 };
 
 /* In the order of the help block. */
@@ -37,6 +39,12 @@ static const struct {
 "  --gpu-process-query shared|always  shared (default): the driver's per-process\n"
 "                       query only while 2+ processes share a GPU; one alone gets\n"
 "                       the GPU's utilisation. always: the query for one too\n" },
+	{ { "gpu-busy", required_argument, NULL, OPT_GPU_BUSY },
+"  --gpu-busy auto|off  auto (default): each GPU's busy timeline from its own\n"
+"                       performance monitors (CUPTI PM sampling, in a child\n"
+"                       process), complete where CUDA records are duty-cycled;\n"
+"                       off: leave the monitors to other tools (Nsight Compute,\n"
+"                       DCGM profiling), which cannot share them\n" },
 	{ { "no-cpu-strips", no_argument, NULL, OPT_NO_CPU_STRIPS },
 "  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n" },
 	{ { "off-cpu", no_argument, NULL, OPT_OFFCPU },
@@ -131,6 +139,14 @@ int collect_opts__parse(struct continuous_opts *co, int c, const char *arg)
 	case OPT_GPU_PROCESS_QUERY:
 		return continuous__parse_gpu_process_query("gpu-process-query", arg,
 							    &co->gpu_process_query_always) ? -EINVAL : 0;
+	case OPT_GPU_BUSY:
+		if (strcmp(arg, "auto") && strcmp(arg, "off")) {
+			fprintf(stderr, "flamewatch: error: --gpu-busy: '%s' is not auto or off\n",
+				arg);
+			return -EINVAL;
+		}
+		co->no_gpu_busy = arg[0] == 'o';
+		return 0;
 	case OPT_NO_CPU_STRIPS:
 		co->no_cpu_strips = 1;
 		return 0;

@@ -79,6 +79,16 @@ enum gpu_activity_kind {
 	GPU_ACTIVITY_KIND_MAX,
 };
 
+/*
+ * The names of busy-timeline intervals: from the process's own activity
+ * records, or from the GPU's hardware monitors (agent/gpu_busy.h), whose
+ * bytes hold the sampling interval instead of the merge gap.
+ */
+#define GPU_BUSY_NAME "[busy]"
+#define GPU_COVERAGE_NAME "[coverage]"
+#define GPU_BUSY_NAME_MONITORS "[busy: gpu monitors]"
+#define GPU_COVERAGE_NAME_MONITORS "[coverage: gpu monitors]"
+
 #define BATCH_NO_STACK UINT32_MAX
 
 /*

@@ -237,6 +237,21 @@ unsigned int nvml__ngpus(const struct nvml *n)
 	return n ? n->ngpus : 0;
 }
 
+size_t nvml__occupants(const struct nvml *n, struct nvml_occupant *out, size_t max)
+{
+	size_t k = 0;
+
+	for (unsigned int i = 0; n && i < n->ngpus && k < max; i++, k++) {
+		const struct gpu *g = &n->gpus[i];
+
+		snprintf(out[k].uuid, sizeof(out[k].uuid), "%s", g->uuid);
+		out[k].index = i;
+		out[k].sole_pid = g->sole_pid;
+		out[k].lists_ns = g->lists_ns;
+	}
+	return k;
+}
+
 int nvml__available(const struct nvml *n, unsigned int gpu, enum nvml_metric m)
 {
 	return n && gpu < n->ngpus && (unsigned)m < NVML_M_MAX && _want(&n->gpus[gpu], m);

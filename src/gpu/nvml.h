@@ -60,6 +60,20 @@ void nvml__set_costly_intervals(struct nvml *n, uint64_t pcie_ns, uint64_t proce
  * figure without the query's cost (nvml.c explains).
  */
 void nvml__set_process_query_always(struct nvml *n, int always);
+/*
+ * Who runs on each GPU, from the running-process lists of the last round
+ * that read them: for the busy timeline of the GPU's hardware monitors,
+ * which is the GPU's, and a process's only while it is alone on it.
+ */
+struct nvml_occupant {
+	char uuid[96];			/* "GPU-..." as NVML names it; "" unknown */
+	unsigned int index;		/* NVML's index */
+	unsigned int sole_pid;		/* the one process on it; 0: none, several or unknown */
+	int64_t lists_ns;		/* Unix time the lists were read; 0: never */
+};
+
+/* Fills out[] for up to max GPUs; returns how many. */
+size_t nvml__occupants(const struct nvml *n, struct nvml_occupant *out, size_t max);
 /* Shuts NVML down and unloads it. Accepts NULL. */
 void nvml__close(struct nvml *n);
 unsigned int nvml__ngpus(const struct nvml *n);

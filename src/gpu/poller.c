@@ -14,6 +14,7 @@
 
 /* Staged points beyond this are dropped (the event loop stopped draining). */
 #define MAX_STAGED 200000
+#define MAX_OCCUPANTS 64
 
 struct gpu_poller {
 	struct nvml *nvml;
@@ -25,6 +26,8 @@ struct gpu_poller {
 	struct batch *work;		/* the thread's own, filled without the lock */
 	struct batch *staged;		/* under lock */
 	struct nvml_stats stats;	/* under lock: a copy after each round */
+	struct nvml_occupant occ[MAX_OCCUPANTS];	/* under lock: the same */
+	size_t nocc;
 	uint64_t dropped;
 };
 
@@ -116,6 +119,7 @@ static void *_run(void *arg)
 		if (err)
 			pr_warn("nvml: cannot stage GPU metrics: %s\n", strerror(-err));
 		nvml__stats(p->nvml, &p->stats);
+		p->nocc = nvml__occupants(p->nvml, p->occ, MAX_OCCUPANTS);
 		_advance(&next, p->interval_ns);
 		while (!p->stop &&
 		       pthread_cond_timedwait(&p->wake, &p->lock, &next) != ETIMEDOUT)
@@ -224,4 +228,17 @@ void gpu_poller__stats(struct gpu_poller *p, struct nvml_stats *out)
 unsigned int gpu_poller__ngpus(const struct gpu_poller *p)
 {
 	return p ? nvml__ngpus(p->nvml) : 0;
+}
+
+size_t gpu_poller__occupants(struct gpu_poller *p, struct nvml_occupant *out, size_t max)
+{
+	size_t n;
+
+	if (!p)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	n = p->nocc < max ? p->nocc : max;
+	memcpy(out, p->occ, n * sizeof(*out));
+	pthread_mutex_unlock(&p->lock);
+	return n;
 }

@@ -16,6 +16,7 @@
 struct gpu_poller;
 struct batch;
 struct nvml_stats;
+struct nvml_occupant;
 
 /*
  * Opens NVML (lib as for nvml__open), tells it the interval
@@ -35,5 +36,7 @@ void gpu_poller__free(struct gpu_poller *p);
 int gpu_poller__drain(struct gpu_poller *p, struct batch *b);
 void gpu_poller__stats(struct gpu_poller *p, struct nvml_stats *out);
 unsigned int gpu_poller__ngpus(const struct gpu_poller *p);
+/* nvml__occupants() as of the thread's last round (under its lock). */
+size_t gpu_poller__occupants(struct gpu_poller *p, struct nvml_occupant *out, size_t max);
 
 #endif

@@ -20,7 +20,10 @@
  *
  * Before either comes the busy timeline, when the process's library sent
  * one (cuda/probes.h): busy spans coalesced from every kernel record, and
- * the coverage, the time in which every record was read. Inside the
+ * the coverage, the time in which every record was read; or when the agent
+ * sent one from the GPU's own monitors while the process was alone on it
+ * (agent/gpu_busy.h), complete where the records are duty-cycled
+ * ("sources" in the JSON). Inside the
  * coverage the spans are the whole truth; outside it the answer falls back
  * to the sources above ("fallback" in the JSON; "coverage" is the share of
  * the process's span the timeline covers). With no fallback either, time
@@ -34,6 +37,7 @@
  * source places busy time (0: exact intervals).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +78,8 @@ struct kernels {
 	/* The busy timeline: its spans, its coverage, the widest merge gap. */
 	struct busy_set *tl_busy, *tl_cover;
 	uint64_t tl_spans, tl_gap;
+	/* Intervals of it by source: the process's records, or the GPU's monitors. */
+	uint64_t tl_records, tl_monitors;
 };
 
 static int _kernel(void *ctx, const struct store_gpu_interval *iv)
@@ -84,6 +90,15 @@ static int _kernel(void *ctx, const struct store_gpu_interval *iv)
 
 	if (b <= a)
 		return 0;
+	if (iv->kind == GPU_BUSY || iv->kind == GPU_COVERAGE) {
+		bool mon = iv->name && (!strcmp(iv->name, GPU_BUSY_NAME_MONITORS) ||
+					!strcmp(iv->name, GPU_COVERAGE_NAME_MONITORS));
+
+		if (mon)
+			k->tl_monitors++;
+		else
+			k->tl_records++;
+	}
 	if (iv->kind == GPU_BUSY) {
 		k->tl_spans++;
 		if (iv->bytes > k->tl_gap)
@@ -591,11 +606,14 @@ void routes__gpu_idle(struct request *r)
 		if ((int64_t)k.tl_gap > resolution)
 			resolution = (int64_t)k.tl_gap;
 		strbuf__printf(&sb, ",\"coverage\":%.6f,\"fallback\":\"%s\","
-			       "\"timeline\":{\"spans\":%llu,\"merge_gap_ns\":%llu}",
+			       "\"timeline\":{\"spans\":%llu,\"merge_gap_ns\":%llu,"
+			       "\"sources\":\"%s\"}",
 			       span_to > span_from ?
 			       (double)known.known_ns / (double)(span_to - span_from) : 1.0,
 			       fallback, (unsigned long long)k.tl_spans,
-			       (unsigned long long)k.tl_gap);
+			       (unsigned long long)k.tl_gap,
+			       k.tl_records && k.tl_monitors ? "records+gpu_monitors" :
+			       k.tl_monitors ? "gpu_monitors" : "records");
 	} else {
 		strbuf__puts(&sb, ",\"coverage\":null,\"fallback\":null,\"timeline\":null");
 	}

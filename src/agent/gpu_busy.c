@@ -1,0 +1,531 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The agent's side of `flamewatch gpu-busy` (gpu_busy.h): start the child,
+ * read its lines (src/cmd/gpu_busy.c defines them), merge each device's
+ * spans, and hand them to the process alone on that GPU.
+ *
+ * The child cuts spans at every decode (100 ms), so a GPU busy for an hour
+ * would send 36,000 touching spans: they are merged here, and a merged
+ * span goes out once it ends or is SPLIT_NS long, which bounds both the
+ * rows stored and how late the timeline is.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "agent/cpu_profile.h"
+#include "agent/gpu_busy.h"
+#include "common/batch.h"
+#include "common/log.h"
+#include "gpu/nvml.h"
+#include "gpu/poller.h"
+
+extern char **environ;
+
+#define MAX_DEVICES 64
+#define LINE_MAX_LEN 512
+#define SPLIT_NS (2LL * 1000000000LL)
+/* Spans wait this long for NVML to name the GPU's process, then are dropped. */
+#define OWNER_WAIT_NS (5LL * 1000000000LL)
+/* NVML's lists older than this no longer name the GPU's process. */
+#define LISTS_FRESH_NS (3LL * 1000000000LL)
+#define RESPAWN_S 30
+#define MAX_PENDING 4096
+/* A span from the child further than this from now is not believed. */
+#define SKEW_MAX_NS (24LL * 3600 * 1000000000LL)
+
+struct span {
+	int64_t start, end;
+	uint32_t kind;		/* GPU_BUSY or GPU_COVERAGE */
+};
+
+struct busy_dev {
+	bool known, running;
+	char uuid[96];
+	char chip[32];
+	uint64_t interval_ns;
+	char error[160];
+	struct span open[2];	/* [0] busy, [1] coverage; end == 0: none */
+	struct span *pending;	/* ended, waiting for their process */
+	size_t npending, cap;
+};
+
+struct gpu_busy {
+	struct event_base *base;
+	char *exe;
+	char **argv;
+	pid_t child;
+	int in_fd, out_fd;		/* the child's stdin (ours to write), its stdout */
+	struct event *read_ev, *respawn_ev;
+	char line[LINE_MAX_LEN];
+	size_t len;
+	bool overlong;			/* the current line is past LINE_MAX_LEN: skipped */
+	bool gave_up;
+	struct busy_dev dev[MAX_DEVICES];
+	struct gpu_busy_stats st;
+};
+
+static int64_t _unix_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void _push(struct busy_dev *d, const struct span *s, struct gpu_busy_stats *st)
+{
+	if (d->npending == d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 64;
+		struct span *p;
+
+		if (cap > MAX_PENDING || !(p = realloc(d->pending, cap * sizeof(*p)))) {
+			st->unowned_spans++;
+			return;
+		}
+		d->pending = p;
+		d->cap = cap;
+	}
+	d->pending[d->npending++] = *s;
+}
+
+/*
+ * Adds [start, end) to the open span of its kind: extended when it touches
+ * (within one sampling interval), else the open one ends and this opens.
+ */
+static void _merge(struct busy_dev *d, uint32_t kind, int64_t start, int64_t end,
+		   struct gpu_busy_stats *st)
+{
+	struct span *o = &d->open[kind == GPU_BUSY ? 0 : 1];
+	int64_t slack = (int64_t)(d->interval_ns ? d->interval_ns : 100000);
+
+	if (o->end && start <= o->end + slack && end >= o->start) {
+		if (end > o->end)
+			o->end = end;
+	} else {
+		if (o->end)
+			_push(d, o, st);
+		*o = (struct span){ start, end, kind };
+	}
+	if (o->end - o->start >= SPLIT_NS) {
+		_push(d, o, st);
+		o->end = 0;
+	}
+}
+
+/*
+ * Coverage up to end: a busy run that did not reach it has ended, since
+ * every sample up to end has been seen.
+ */
+static void _covered(struct busy_dev *d, int64_t start, int64_t end, struct gpu_busy_stats *st)
+{
+	struct span *b = &d->open[0];
+	int64_t slack = (int64_t)(d->interval_ns ? d->interval_ns : 100000);
+
+	_merge(d, GPU_COVERAGE, start, end, st);
+	if (b->end && b->end + slack < end) {
+		_push(d, b, st);
+		b->end = 0;
+	}
+}
+
+static bool _parse_u64(const char *s, uint64_t *v)
+{
+	char *end;
+
+	if (!s || *s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	*v = strtoull(s, &end, 10);
+	return !errno && *end == '\0';
+}
+
+static struct busy_dev *_device(struct gpu_busy *g, const char *idx)
+{
+	uint64_t i;
+
+	if (!_parse_u64(idx, &i) || i >= MAX_DEVICES)
+		return NULL;
+	return &g->dev[i];
+}
+
+/* One line of the child's, which is checked as any input: numbers in range. */
+static void _line(struct gpu_busy *g, char *line)
+{
+	char *tok[8] = { 0 }, *save = NULL, *rest = NULL;
+	int64_t now = _unix_ns();
+	struct busy_dev *d;
+	uint64_t a, b;
+	size_t n = 0;
+
+	g->st.lines++;
+	for (char *t = strtok_r(line, " ", &save); t && n < 8; t = strtok_r(NULL, " ", &save)) {
+		tok[n++] = t;
+		if (!strcmp(tok[0], "error") && n == 4) {
+			rest = save;	/* the message: the rest of the line */
+			break;
+		}
+	}
+	if (n < 2)
+		goto bad;
+	if (!strcmp(tok[0], "error")) {
+		if (n < 4)
+			goto bad;
+		d = strcmp(tok[1], "-") ? _device(g, tok[1]) : NULL;
+		if (strcmp(tok[1], "-") && !d)
+			goto bad;
+		if (d) {
+			d->running = false;
+			snprintf(d->error, sizeof(d->error), "%s failed: %s", tok[2],
+				 rest && *rest ? rest : tok[3]);
+		}
+		pr_info("GPU busy timeline: %s%s: %s failed (%s): %s\n", d ? "device " : "all GPUs",
+			d ? tok[1] : "", tok[2], tok[3], rest && *rest ? rest : "");
+		return;
+	}
+	d = _device(g, tok[1]);
+	if (!d)
+		goto bad;
+	if (!strcmp(tok[0], "device")) {
+		if (n != 5 || !_parse_u64(tok[4], &a) || !a || a > 1000000000ULL)
+			goto bad;
+		d->known = d->running = true;
+		d->interval_ns = a;
+		d->error[0] = '\0';
+		snprintf(d->uuid, sizeof(d->uuid), "%s", tok[2]);
+		snprintf(d->chip, sizeof(d->chip), "%s", tok[3]);
+		pr_info("GPU busy timeline: device %s (%s, %s): the GPU's own monitors every %" PRIu64
+			" us\n", tok[1], d->uuid, d->chip, a / 1000);
+		return;
+	}
+	if (!strcmp(tok[0], "stats"))
+		return;
+	if (n != 4 || !_parse_u64(tok[2], &a) || !_parse_u64(tok[3], &b) || b <= a ||
+	    a > INT64_MAX || b > INT64_MAX || (int64_t)a < now - SKEW_MAX_NS ||
+	    (int64_t)b > now + SKEW_MAX_NS || !d->running)
+		goto bad;
+	if (!strcmp(tok[0], "busy"))
+		_merge(d, GPU_BUSY, (int64_t)a, (int64_t)b, &g->st);
+	else if (!strcmp(tok[0], "covered"))
+		_covered(d, (int64_t)a, (int64_t)b, &g->st);
+	else
+		goto bad;
+	return;
+bad:
+	g->st.bad_lines++;
+}
+
+static void _child_gone(struct gpu_busy *g);
+
+static void _on_read(evutil_socket_t fd, short what, void *arg)
+{
+	struct gpu_busy *g = arg;
+	char buf[4096];
+	ssize_t r;
+
+	(void)what;
+	for (;;) {
+		r = read(fd, buf, sizeof(buf));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN)
+			return;
+		if (r <= 0) {
+			_child_gone(g);
+			return;
+		}
+		for (ssize_t i = 0; i < r; i++) {
+			if (buf[i] != '\n') {
+				if (g->len < sizeof(g->line) - 1)
+					g->line[g->len++] = buf[i];
+				else
+					g->overlong = true;
+				continue;
+			}
+			g->line[g->len] = '\0';
+			if (g->overlong)
+				g->st.bad_lines++;
+			else if (g->len)
+				_line(g, g->line);
+			g->len = 0;
+			g->overlong = false;
+		}
+	}
+}
+
+static int _spawn(struct gpu_busy *g)
+{
+	posix_spawn_file_actions_t fa;
+	int in[2], out[2], err;
+
+	if (pipe2(in, O_CLOEXEC))
+		return -errno;
+	if (pipe2(out, O_CLOEXEC)) {
+		err = -errno;
+		close(in[0]);
+		close(in[1]);
+		return err;
+	}
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+	posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+	err = -posix_spawn(&g->child, g->exe, &fa, NULL, g->argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	close(in[0]);
+	close(out[1]);
+	if (err) {
+		close(in[1]);
+		close(out[0]);
+		return err;
+	}
+	fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
+	g->in_fd = in[1];
+	g->out_fd = out[0];
+	g->read_ev = event_new(g->base, g->out_fd, EV_READ | EV_PERSIST, _on_read, g);
+	if (!g->read_ev || event_add(g->read_ev, NULL))
+		return -ENOMEM;
+	g->st.starts++;
+	return 0;
+}
+
+static void _on_respawn(evutil_socket_t fd, short what, void *arg)
+{
+	struct gpu_busy *g = arg;
+	int err;
+
+	(void)fd;
+	(void)what;
+	err = _spawn(g);
+	if (err)
+		pr_warn("GPU busy timeline: cannot start %s gpu-busy again: %s\n", g->exe,
+			strerror(-err));
+}
+
+/*
+ * EOF from the child. Exit status 1 means nothing can be sampled on this
+ * node (no CUPTI, no driver, no GPU that supports it): it is not started
+ * again. Anything else (a crash) is retried every RESPAWN_S.
+ */
+static void _child_gone(struct gpu_busy *g)
+{
+	struct timeval later = { RESPAWN_S, 0 };
+	int status = 0;
+
+	if (g->read_ev) {
+		event_free(g->read_ev);
+		g->read_ev = NULL;
+	}
+	if (g->out_fd >= 0)
+		close(g->out_fd);
+	if (g->in_fd >= 0)
+		close(g->in_fd);
+	g->out_fd = g->in_fd = -1;
+	if (g->child > 0 && waitpid(g->child, &status, 0) < 0)
+		status = 0;
+	g->child = 0;
+	g->st.exits++;
+	for (size_t i = 0; i < MAX_DEVICES; i++)
+		g->dev[i].running = false;
+	if (g->gave_up)
+		return;		/* gpu_busy__stop() */
+	if (WIFEXITED(status) && (WEXITSTATUS(status) == 1 || WEXITSTATUS(status) == 2)) {
+		pr_info("GPU busy timeline: no GPU's monitors can be sampled here; busy time comes "
+			"from CUDA activity records and NVML only\n");
+		g->gave_up = true;
+		return;
+	}
+	pr_warn("GPU busy timeline: gpu-busy ended (%s %d); starting it again in %d s\n",
+		WIFSIGNALED(status) ? "signal" : "status",
+		WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), RESPAWN_S);
+	if (g->respawn_ev)
+		event_add(g->respawn_ev, &later);
+}
+
+struct gpu_busy *gpu_busy__start(struct event_base *base, const char *exe,
+				 const char *const *args)
+{
+	struct gpu_busy *g = calloc(1, sizeof(*g));
+	size_t nargs = 0;
+	int err = ENOMEM;
+
+	if (!g)
+		goto fail;
+	g->base = base;
+	g->in_fd = g->out_fd = -1;
+	while (args && args[nargs])
+		nargs++;
+	g->exe = strdup(exe ? exe : "/proc/self/exe");
+	g->argv = calloc(nargs + 3, sizeof(*g->argv));
+	if (!g->exe || !g->argv)
+		goto fail;
+	g->argv[0] = "flamewatch";
+	g->argv[1] = "gpu-busy";
+	for (size_t i = 0; i < nargs; i++)
+		g->argv[2 + i] = (char *)args[i];
+	g->respawn_ev = evtimer_new(base, _on_respawn, g);
+	if (!g->respawn_ev)
+		goto fail;
+	err = -_spawn(g);
+	if (err)
+		goto fail;
+	return g;
+fail:
+	gpu_busy__free(g);
+	errno = err;
+	return NULL;
+}
+
+/* The process alone on the GPU named uuid, per NVML's fresh lists; 0: none. */
+static unsigned int _owner(const struct nvml_occupant *occ, size_t nocc, const char *uuid,
+			   int64_t now)
+{
+	for (size_t i = 0; i < nocc; i++)
+		if (!strcmp(occ[i].uuid, uuid))
+			return occ[i].lists_ns && now - occ[i].lists_ns <= LISTS_FRESH_NS ?
+			       occ[i].sole_pid : 0;
+	return 0;
+}
+
+void gpu_busy__drain(struct gpu_busy *g, struct cpu_profile *cp, struct gpu_poller *poller,
+		     int64_t now_ns, bool final)
+{
+	struct nvml_occupant occ[MAX_DEVICES];
+	size_t nocc;
+
+	if (!g)
+		return;
+	nocc = gpu_poller__occupants(poller, occ, MAX_DEVICES);
+	for (size_t i = 0; i < MAX_DEVICES; i++) {
+		struct busy_dev *d = &g->dev[i];
+		unsigned int pid;
+		size_t keep = 0;
+
+		for (int k = 0; final && k < 2; k++) {
+			if (d->open[k].end)
+				_push(d, &d->open[k], &g->st);
+			d->open[k].end = 0;
+		}
+		pid = d->npending ? _owner(occ, nocc, d->uuid, now_ns) : 0;
+
+		for (size_t k = 0; k < d->npending; k++) {
+			const struct span *s = &d->pending[k];
+			struct cpu_gpu_activity a = {
+				.pid = pid, .kind = s->kind, .device = (uint32_t)i,
+				.bytes = d->interval_ns, .start_ns = s->start, .end_ns = s->end,
+				.name = s->kind == GPU_BUSY ? GPU_BUSY_NAME_MONITORS :
+							      GPU_COVERAGE_NAME_MONITORS,
+			};
+
+			if (!pid) {
+				/* NVML may not have read the lists yet: wait a while. */
+				if (!final && now_ns - s->end < OWNER_WAIT_NS)
+					d->pending[keep++] = *s;
+				else
+					g->st.unowned_spans++;
+				continue;
+			}
+			if (cpu_profile__add_gpu_span(cp, &a))
+				g->st.unowned_spans++;
+			else if (s->kind == GPU_BUSY)
+				g->st.busy_spans++;
+			else
+				g->st.cover_spans++;
+		}
+		d->npending = keep;
+	}
+}
+
+void gpu_busy__stop(struct gpu_busy *g)
+{
+	struct pollfd pfd;
+	int status;
+
+	if (!g)
+		return;
+	g->gave_up = true;	/* no respawn from here on */
+	if (g->respawn_ev)
+		event_del(g->respawn_ev);
+	if (g->in_fd >= 0) {
+		close(g->in_fd);	/* EOF on its stdin: the child stops */
+		g->in_fd = -1;
+	}
+	/* Its last lines, up to 2 s for CUPTI to stop and disable sampling. */
+	for (int i = 0; g->out_fd >= 0 && i < 20; i++) {
+		pfd = (struct pollfd){ .fd = g->out_fd, .events = POLLIN };
+		if (i == 10 && g->child > 0)
+			kill(g->child, SIGTERM);
+		if (poll(&pfd, 1, 100) > 0)
+			_on_read(g->out_fd, EV_READ, g);	/* at EOF: _child_gone() */
+	}
+	if (g->child > 0) {
+		kill(g->child, SIGKILL);
+		waitpid(g->child, &status, 0);
+		g->child = 0;
+	}
+}
+
+void gpu_busy__free(struct gpu_busy *g)
+{
+	if (!g)
+		return;
+	gpu_busy__stop(g);
+	if (g->respawn_ev)
+		event_free(g->respawn_ev);
+	if (g->read_ev)
+		event_free(g->read_ev);
+	if (g->out_fd >= 0)
+		close(g->out_fd);
+	for (size_t i = 0; i < MAX_DEVICES; i++)
+		free(g->dev[i].pending);
+	free(g->argv);
+	free(g->exe);
+	free(g);
+}
+
+void gpu_busy__stats(const struct gpu_busy *g, struct gpu_busy_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!g)
+		return;
+	*out = g->st;
+	for (size_t i = 0; i < MAX_DEVICES; i++)
+		out->devices += g->dev[i].running;
+}
+
+size_t gpu_busy__describe(const struct gpu_busy *g, char *buf, size_t len)
+{
+	size_t n = 0, off = 0;
+
+	if (len)
+		buf[0] = '\0';
+	for (size_t i = 0; g && i < MAX_DEVICES; i++) {
+		const struct busy_dev *d = &g->dev[i];
+		int w;
+
+		if (!d->known && !d->error[0])
+			continue;
+		if (d->running)
+			w = snprintf(buf + off, len - off, "%sdevice %zu %s: GPU monitors every %" PRIu64
+				     " us", n ? "; " : "", i, d->uuid, d->interval_ns / 1000);
+		else
+			w = snprintf(buf + off, len - off, "%sdevice %zu: %s", n ? "; " : "", i,
+				     d->error[0] ? d->error : "stopped");
+		if (w < 0 || (size_t)w >= len - off)
+			break;
+		off += (size_t)w;
+		n++;
+	}
+	return n;
+}

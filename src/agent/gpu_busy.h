@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef FW_AGENT_GPU_BUSY_H
+#define FW_AGENT_GPU_BUSY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * The busy timeline of each GPU from its own performance monitors: the
+ * agent runs `flamewatch gpu-busy` (CUPTI's PM sampling, src/gpu/pm_busy.c)
+ * as a child and reads its lines. PM sampling costs the applications
+ * nothing per launch, so the timeline stays complete where the CUDA
+ * library duty-cycles its activity records (a launch-bound loop). CUPTI
+ * and the driver live in the child: their memory is not the agent's, and
+ * a crash there is not one of the agent.
+ *
+ * The monitors see the whole GPU. Its spans become a process's busy
+ * timeline (GPU_BUSY and GPU_COVERAGE intervals named
+ * GPU_BUSY_NAME_MONITORS and GPU_COVERAGE_NAME_MONITORS) only while NVML's
+ * running-process lists name that process alone on the GPU; otherwise they
+ * are counted and dropped: the GPU's busy time is not any one process's.
+ */
+struct gpu_busy;
+struct cpu_profile;
+struct event_base;
+struct gpu_poller;
+
+struct gpu_busy_stats {
+	uint64_t lines, bad_lines;
+	uint64_t busy_spans, cover_spans;	/* handed to a process's timeline */
+	uint64_t unowned_spans;			/* dropped: no sole process on the GPU */
+	uint64_t devices;			/* sampling now */
+	uint64_t starts, exits;			/* of the child */
+};
+
+/*
+ * Starts `exe gpu-busy ARGS...` (exe NULL: /proc/self/exe; args
+ * NULL-terminated, may be NULL) with its stdout read on base. Returns NULL
+ * with errno set when it cannot be started.
+ */
+struct gpu_busy *gpu_busy__start(struct event_base *base, const char *exe,
+				 const char *const *args);
+/*
+ * Hands the spans whose process is known to cp's batch: every tick, and
+ * once more with final set after gpu_busy__stop(), which also hands the
+ * spans still open.
+ */
+void gpu_busy__drain(struct gpu_busy *g, struct cpu_profile *cp, struct gpu_poller *poller,
+		     int64_t now_ns, bool final);
+/*
+ * Stops the child: EOF on its stdin, then its last lines are read (up to
+ * 2 s; then SIGTERM, then SIGKILL). Accepts NULL.
+ */
+void gpu_busy__stop(struct gpu_busy *g);
+/* Frees g (stopping the child if need be). Accepts NULL. */
+void gpu_busy__free(struct gpu_busy *g);
+void gpu_busy__stats(const struct gpu_busy *g, struct gpu_busy_stats *out);
+/*
+ * One line per device on what the timeline's source is now ("device 0
+ * GPU-...: hardware monitors every 100 us", or its error), for the log and
+ * /metrics. Returns the number of devices described.
+ */
+size_t gpu_busy__describe(const struct gpu_busy *g, char *buf, size_t len);
+
+#endif
