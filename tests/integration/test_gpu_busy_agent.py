@@ -1,0 +1,153 @@
+"""The GPUs' own busy timeline in the product (issue 25): `flamewatch run`
+starts `flamewatch gpu-busy` (CUPTI PM sampling) as a child when NVML sees
+a GPU, and gives its spans to the process NVML names alone on that GPU.
+Without a GPU: the fake NVML (tests/fakes/fake_nvml.c) names the process,
+the fake CUPTI's PM sampling API and the fake libcuda.so.1 stand in for
+the driver, with a schedule of 200 ms busy, 200 ms idle.
+
+The process here never loads the CUDA library: its busy timeline, the
+idle answer and the kernel track come from the monitors alone.
+"""
+
+import os
+import re
+import sys
+import time
+
+import pytest
+
+from conftest import BUILD
+from serverlib import Client, Procs, diagnostics, free_port, register_plugin, window
+
+BUSY_MS = IDLE_MS = 200
+START_S = 60
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _diagnostics(request):
+    register_plugin(request.config)
+
+
+def _spin(seconds):
+    return [sys.executable, "-c",
+            "import time\nend = time.monotonic() + %f\nwhile time.monotonic() < end: pass\n"
+            % seconds]
+
+
+def _run(ps, flamewatch, tmp, port, procs_line, extra=()):
+    values = tmp / "nvml-values"
+    values.write_text("gpu0.util 50\ngpu0.mem_util 10\n" + procs_line)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FLAMEWATCH_CUDA", "FAKE_CUPTI", "FAKE_PM"))}
+    env.update(LD_LIBRARY_PATH=str(BUILD / "fakes"), FAKE_NVML_VALUES=str(values),
+               FLAMEWATCH_CUPTI=str(BUILD / "fakes" / "libcupti.so"),
+               FLAMEWATCH_LIBCUDA=str(BUILD / "fakes" / "libcuda.so.1"),
+               FAKE_PM_SCHEDULE=f"{BUSY_MS}:{IDLE_MS}")
+    srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp / "data",
+                    "-F", "99", "--interval", "1s", "--gpu-interval", "200ms", *extra],
+                   "run", env=env)
+    assert srv.wait_output(r"profiling this host at", START_S), srv.describe()
+    return srv
+
+
+@pytest.fixture(scope="module")
+def fakes(flamewatch):
+    from conftest import cuda_fakes
+    cuda_fakes(flamewatch)      # builds build/fakes (libcupti.so, libcuda.so.1)
+    if not (BUILD / "fakes" / "libcuda.so.1").exists():
+        pytest.fail("make fakes built no fake libcuda.so.1", pytrace=False)
+
+
+def test_monitors_are_the_sole_process_timeline(flamewatch, fakes, tmp_path):
+    """A process alone on GPU 0, never touching CUDA: its busy timeline
+    comes from the monitors (sources gpu_monitors, coverage about 1, the
+    resolution their 100 us interval), and alternates 200 ms busy and
+    200 ms idle as the fake's schedule does, so its idle fraction is one
+    half. Before, such a process had NVML's one-second averages only."""
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    try:
+        work = ps.start(_spin(8), "spin")
+        t0 = time.time()
+        srv = _run(ps, flamewatch, tmp_path, port, f"proc 0 {work.pid} 50 10 1000000\n")
+        client.wait_healthy(proc=srv)
+        assert srv.wait_output(r"GPU busy timeline: device 0 \(GPU-fa4e0000-0000-4000-8000-"
+                               r"000000000000, GH100\): the GPU's own monitors every 100 us", 30), \
+            srv.describe()
+        q = '{pid="%d"}' % work.pid
+        # Three seconds of spans after NVML named the process (its lists
+        # are read once a second), stored (batches of 1 s).
+        frm = max(t0, time.time()) + 1.5
+        to = frm + 2.0
+        while time.time() < to + 3:
+            time.sleep(0.2)
+        doc = client.get_json("/api/v1/gpu/idle", {"pid": str(work.pid), **window(frm, to)})
+        print(f"\nmonitors: {doc['source']} idle {doc['idle_fraction']} coverage "
+              f"{doc['coverage']} {doc['timeline']} resolution {doc['resolution_ns']}")
+        assert doc["source"] == "timeline", doc
+        assert doc["timeline"]["sources"] == "gpu_monitors", doc["timeline"]
+        assert doc["coverage"] > 0.95, doc
+        assert doc["resolution_ns"] == 100000, doc
+        assert abs(doc["idle_fraction"] - IDLE_MS / (BUSY_MS + IDLE_MS)) < 0.03, doc
+        only = client.get_json("/api/v1/gpu/kernels", {"query": q, "timeline": "only",
+                                                       "resolution": "1us", **window(frm, to)})
+        busy = sorted((iv["start"], iv["end"]) for iv in only["intervals"] if iv["kind"] == "busy")
+        inner = [(a, b) for a, b in busy if a > frm * 1e9 and b < to * 1e9]
+        assert len(inner) >= 3, busy
+        for a, b in inner:
+            # The fake's phases, to one sampling interval at each edge.
+            assert abs((b - a) - BUSY_MS * 1e6) <= 2 * 100000, inner
+        for (_, b), (a, _) in zip(inner, inner[1:]):
+            assert abs((a - b) - IDLE_MS * 1e6) <= 2 * 100000, inner
+        assert work.wait(30) == 0, work.describe()
+        srv.stop()
+        m = re.search(r"GPU busy timeline: (\d+) busy and (\d+) coverage spans from the GPUs' "
+                      r"monitors, (\d+) with no sole process on their GPU, (\d+) bad lines",
+                      srv.text())
+        assert m and int(m[1]) >= 10 and int(m[2]) >= 1 and int(m[4]) == 0, srv.describe()
+    except (Exception, pytest.fail.Exception):
+        print(diagnostics())
+        raise
+    finally:
+        ps.close_all()
+        client.close()
+
+
+def test_a_shared_gpu_gives_no_process_its_time(flamewatch, fakes, tmp_path):
+    """Two processes on GPU 0: the monitors see the GPU, not either
+    process, so neither gets their spans (counted as unowned), and the
+    idle answer does not pretend to a timeline. --gpu-busy off starts no
+    child at all."""
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    try:
+        a, b = ps.start(_spin(6), "spin-a"), ps.start(_spin(6), "spin-b")
+        t0 = time.time()
+        srv = _run(ps, flamewatch, tmp_path, port,
+                   f"proc 0 {a.pid} 30 10 1000000\nproc 0 {b.pid} 20 10 1000000\n")
+        client.wait_healthy(proc=srv)
+        assert srv.wait_output(r"GPU busy timeline: device 0 ", 30), srv.describe()
+        assert a.wait(30) == 0 and b.wait(30) == 0
+        time.sleep(2)
+        for w in (a, b):
+            doc = client.get_json("/api/v1/gpu/idle", {"pid": str(w.pid),
+                                                       **window(t0, time.time())})
+            assert doc["source"] != "timeline" and doc["timeline"] is None, doc
+        srv.stop()
+        m = re.search(r"GPU busy timeline: (\d+) busy and (\d+) coverage spans from the GPUs' "
+                      r"monitors, (\d+) with no sole process", srv.text())
+        assert m and m[1] == "0" and m[2] == "0" and int(m[3]) > 0, srv.describe()
+
+        port = free_port()
+        off = _run(ps, flamewatch, tmp_path, port, "", extra=("--gpu-busy", "off"))
+        time.sleep(2)
+        off.stop()
+        assert "GPU busy timeline" not in off.text(), off.describe()
+        bad = ps.start([flamewatch, "run", "--gpu-busy", "maybe"], "bad")
+        assert bad.wait(10) == 2 and "--gpu-busy: 'maybe' is not auto or off" in bad.text(), \
+            bad.describe()
+    finally:
+        ps.close_all()
+        client.close()
