@@ -13,6 +13,7 @@ export interface IdleJSON {
   samples: { total: number; idle: number; waiting_on_gpu: number };
   resolution_ns: number | null;
   coverage: number | null; fallback: string | null;
+  timeline: { spans: number; merge_gap_ns: number; sources?: string } | null;
   kernels: { intervals: number; max_weight: number }; nvml_points: number;
   gaps: [number, number][]; gaps_truncated: boolean;
   profile: ProfileJSON;
@@ -24,6 +25,13 @@ const SOURCES: Record<string, string> = {
   nvml_process: 'from NVML: its utilisation under',
   nvml_node: 'from NVML: its node\'s GPU utilisation under',
   none: 'unknown: no kernel intervals and no NVML data for it',
+};
+
+/* Where the busy timeline came from: the process's records, the GPU's own monitors, or both. */
+const TIMELINE_SOURCES: Record<string, string> = {
+  records: SOURCES.timeline,
+  gpu_monitors: 'from the GPU\'s own performance monitors (the process alone on it)',
+  'records+gpu_monitors': 'from its busy timeline (kernel records, and the GPU\'s own monitors where records were sampled)',
 };
 
 export class IdlePanel {
@@ -61,7 +69,9 @@ export class IdlePanel {
     const j = await getJSON<IdleJSON>(url('/api/v1/gpu/idle', { pid, from: from.toFixed(3), to: to.toFixed(3) }), signal);
     this.last = j;
     const span = (j.span[1] - j.span[0]) / 1e9;
-    const src = SOURCES[j.source] ?? j.source;
+    const src = j.source === 'timeline' && j.timeline?.sources
+      ? TIMELINE_SOURCES[j.timeline.sources] ?? SOURCES.timeline
+      : SOURCES[j.source] ?? j.source;
     this.head.className = 'idle-summary';
     this.head.textContent = j.idle_fraction === null
       ? `pid ${pid}: ${src}.`
