@@ -158,6 +158,13 @@ $(BUILD)/obj-cuda/%.o: src/cuda/%.c | $(DEPS_STAMP)
 # Without them `make` and `make dist` build everything else and say so (set
 # CUDA_INC to their directory); the tests of the library need them.
 HAVE_CUPTI := $(wildcard $(CUDA_INC)/cupti.h)
+# src/gpu/pm_busy.c (the PM sampling busy timeline, in the flamewatch binary)
+# needs CUPTI's headers for types only, and src/gpu/cshim for the <string>
+# that cupti_profiler_host.h includes; without the headers it builds as a
+# stub whose command says so. Every build of it (make, san, fuzz) gets them.
+PM_BUSY_CFLAGS := $(if $(HAVE_CUPTI),-DFW_HAVE_CUPTI=1 -isystem $(CUDA_INC) -Isrc/gpu/cshim)
+$(BUILD)/obj/gpu/pm_busy.o $(BUILD)/san/obj/gpu/pm_busy.o: private CFLAGS += $(PM_BUSY_CFLAGS)
+$(BUILD)/fuzz/obj/gpu/pm_busy.o: private FUZZ_CFLAGS += $(PM_BUSY_CFLAGS)
 ifneq ($(HAVE_CUPTI),)
 # Linked for glibc >= 2.31 (GLIBC_COMPAT_SO_LDFLAGS, below): the library runs
 # inside the users' CUDA processes, whatever their distribution.

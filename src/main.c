@@ -13,6 +13,7 @@ static const struct {
 	const char *name;
 	int (*fn)(int argc, char **argv);
 	const char *help;
+	int hidden;	/* run by other commands, not by people: left out of the list */
 } _commands[] = {
 	{ "run", cmd_run, "profile this host continuously and serve the UI on localhost" },
 	{ "agent", cmd_agent, "profile this host continuously and ship to a server" },
@@ -21,13 +22,15 @@ static const struct {
 	{ "gpu", cmd_gpu, "read GPU metrics from NVML once (or N times) and print them" },
 	{ "cuda", cmd_cuda, "run a CUDA command with GPU time profiling enabled" },
 	{ "check", cmd_check, "say whether this kernel and these privileges can run the sampler" },
+	{ "gpu-busy", cmd_gpu_busy, "GPU busy timeline from CUPTI PM sampling, for the agent", 1 },
 };
 
 static void _usage(FILE *out)
 {
 	fprintf(out, "usage: flamewatch <command> [options]\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(_commands) / sizeof(_commands[0]); i++)
-		fprintf(out, "  %-8s %s\n", _commands[i].name, _commands[i].help);
+		if (!_commands[i].hidden)
+			fprintf(out, "  %-8s %s\n", _commands[i].name, _commands[i].help);
 	fprintf(out, "\n`flamewatch <command> --help` describes a command's options.\n");
 }
 

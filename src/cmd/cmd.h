@@ -15,6 +15,8 @@ int cmd_run(int argc, char **argv);
 int cmd_gpu(int argc, char **argv);
 int cmd_cuda(int argc, char **argv);
 int cmd_check(int argc, char **argv);
+/* Hidden: the agent's child process for the PM sampling busy timeline. */
+int cmd_gpu_busy(int argc, char **argv);
 
 /* The server options shared by `server` and `run`. */
 struct cmd_server_opts {

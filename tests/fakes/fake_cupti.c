@@ -83,6 +83,11 @@ static void _record_cost(void)
 
 static uint64_t _now(void)
 {
+	return fake_cupti_now();
+}
+
+uint64_t fake_cupti_now(void)
+{
 	struct timespec ts;
 	const char *s = getenv("FAKE_CUPTI_SKEW_NS");
 	long long skew = s ? atoll(s) : -1000000000LL;
@@ -124,11 +129,40 @@ __attribute__((destructor)) static void _destructor(void)
 
 #define FAIL_CHECK() do { _dead_check(); _init(); if (_mode_fail) return CUPTI_ERROR_UNKNOWN; } while (0)
 
+int fake_cupti_failing(void)
+{
+	_dead_check();
+	_init();
+	return _mode_fail;
+}
+
 API CUptiResult cuptiGetResultString(CUptiResult r, const char **s)
 {
 	FAIL_CHECK();
-	*s = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED ? "fake: multiple subscribers"
-								  : "fake: error";
+	/* The real names of what the PM sampling fake (fake_cupti_pm.c) returns. */
+	switch (r) {
+	case CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
+		*s = "fake: multiple subscribers";
+		break;
+	case CUPTI_ERROR_OUT_OF_MEMORY:
+		*s = "CUPTI_ERROR_OUT_OF_MEMORY";
+		break;
+	case CUPTI_ERROR_HARDWARE_BUSY:
+		*s = "CUPTI_ERROR_HARDWARE_BUSY";
+		break;
+	case CUPTI_ERROR_NOT_SUPPORTED:
+		*s = "CUPTI_ERROR_NOT_SUPPORTED";
+		break;
+	case CUPTI_ERROR_INSUFFICIENT_PRIVILEGES:
+		*s = "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES";
+		break;
+	case CUPTI_ERROR_INVALID_PARAMETER:
+		*s = "CUPTI_ERROR_INVALID_PARAMETER";
+		break;
+	default:
+		*s = "fake: error";
+		break;
+	}
 	return CUPTI_SUCCESS;
 }
 

@@ -60,6 +60,11 @@ void fake_cupti_set_mode(const char *mode);	/* as FAKE_CUPTI_MODE */
  * next subscription is refused. */
 void fake_cupti_other_client(int hold);
 void fake_cupti_get_truth(struct fake_cupti_truth *t);
+/* The fake's clock, which cuptiGetTimestamp and every record use:
+ * CLOCK_REALTIME + FAKE_CUPTI_SKEW_NS. */
+uint64_t fake_cupti_now(void);
+/* FAKE_CUPTI_MODE=fail is on: every CUPTI function fails. */
+int fake_cupti_failing(void);
 /* CLOCK_REALTIME ns at which the fake GPU has run everything queued so far. */
 uint64_t fake_cupti_gpu_idle_at(void);
 

@@ -8,15 +8,15 @@
 #
 # Needs gcc, and CUDA's nvcc and headers (CUDA_HOME, default /usr/local/cuda);
 # no GPU. CUPTI is not linked: pm_probe and libpm_inject.so dlopen it.
-# cupti_profiler_host.h includes <string> though it declares only C; cshim/
-# gives the C compiler an empty one.
+# cupti_profiler_host.h includes <string> though it declares only C;
+# src/gpu/cshim/ (shared with the product) gives the C compiler an empty one.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 out=${1:-$root/build-pm}
 cuda=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p "$out/obj" "$out/bench/gpu/pm_sampling"
-cflags="-O2 -g -std=gnu11 -Wall -Wextra -Werror -fPIC -I$here/cshim -isystem $cuda/include"
+cflags="-O2 -g -std=gnu11 -Wall -Wextra -Werror -fPIC -I$root/src/gpu/cshim -isystem $cuda/include"
 for f in pms pm_probe pm_inject; do
 	gcc $cflags -c "$here/$f.c" -o "$out/obj/$f.o"
 done

@@ -7,8 +7,8 @@
  * then decode periodically, evaluate each completed sample and reset the
  * image; stop, a last decode, disable.
  *
- * cupti_profiler_host.h includes <string>; cshim/ holds an empty one so that
- * the header, which is otherwise C, compiles as C.
+ * cupti_profiler_host.h includes <string>; src/gpu/cshim/ holds an empty one
+ * so that the header, which is otherwise C, compiles as C.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
