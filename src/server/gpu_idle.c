@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/profile.h"
 #include "server/gpu_idle.h"
 
 struct span {
@@ -209,4 +210,42 @@ bool gpu_idle__is_sync_call(const char *function)
 			return true;
 	}
 	return false;
+}
+
+int sync_stacks__in_sync(struct sync_stacks *c, const struct profile *p, uint32_t stack)
+{
+	const uint32_t *f;
+	uint32_t n;
+
+	if (stack >= c->cap) {
+		size_t cap = c->cap ? c->cap : 1024;
+		uint8_t *v;
+
+		while (cap <= stack)
+			cap *= 2;
+		v = realloc(c->v, cap);
+		if (!v)
+			return -ENOMEM;
+		memset(v + c->cap, 0, cap - c->cap);
+		c->v = v;
+		c->cap = cap;
+	}
+	if (!c->v[stack]) {
+		c->v[stack] = 1;
+		f = profile__stack(p, stack, &n);
+		for (uint32_t i = 0; f && i < n; i++) {
+			if (gpu_idle__is_sync_call(profile__string(p, p->frames[f[i]].function))) {
+				c->v[stack] = 2;
+				break;
+			}
+		}
+	}
+	return c->v[stack] == 2;
+}
+
+void sync_stacks__release(struct sync_stacks *c)
+{
+	free(c->v);
+	c->v = NULL;
+	c->cap = 0;
 }

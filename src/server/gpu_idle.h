@@ -63,4 +63,18 @@ int busy_set__add_outside(struct busy_set *dst, const struct busy_set *src,
  */
 bool gpu_idle__is_sync_call(const char *function);
 
+/*
+ * Which stacks of one profile hold a CUDA synchronisation call, looked at
+ * once per stack id. Zero-initialise; release with sync_stacks__release().
+ */
+struct profile;
+struct sync_stacks {
+	uint8_t *v;	/* per stack id: 0 not looked at yet, 1 no sync call, 2 one */
+	size_t cap;
+};
+
+/* 1 if a frame of the stack is a sync call, 0 if none, -ENOMEM. */
+int sync_stacks__in_sync(struct sync_stacks *c, const struct profile *p, uint32_t stack);
+void sync_stacks__release(struct sync_stacks *c);
+
 #endif

@@ -15,8 +15,14 @@
  * there is neither: then no sample is called idle).
  *
  * The wall time is the process's span in the window: from its first
- * evidence (a CPU sample or a kernel) to its last, so that a short job in a
- * long window is not reported idle for the time it did not exist.
+ * evidence (a CPU sample, a kernel, or an off-CPU block) to its last, so
+ * that a short job in a long window is not reported idle for the time it
+ * did not exist.
+ *
+ * Beside the CPU samples, the process's off-CPU blocks (gpu_idle_offcpu.h):
+ * the idle time its threads spent blocked, as a second flame graph
+ * ("offcpu"), so that a loader blocked in read() shows as exactly that.
+ * ?graph=offcpu makes format=folded give that graph instead of the CPU one.
  *
  * Before either comes the busy timeline, when the process's library sent
  * one (cuda/probes.h): busy spans coalesced from every kernel record, and
@@ -49,6 +55,7 @@
 #include "format/flamegraph.h"
 #include "format/folded.h"
 #include "server/gpu_idle.h"
+#include "server/gpu_idle_offcpu.h"
 #include "server/request.h"
 #include "server/routes.h"
 #include "store/selector.h"
@@ -240,43 +247,8 @@ struct idle {
 	uint64_t total, idle, waiting;
 	int64_t first, last;
 	bool unknown;
-	/* Per stack id of p: 0 not looked at yet, 1 not in a sync call, 2 in one. */
-	uint8_t *in_sync;
-	size_t in_sync_cap;
+	struct sync_stacks sync;
 };
-
-/* Whether any frame of the stack is a CUDA synchronisation call (cached). */
-static int _in_sync_call(struct idle *s, uint32_t stack)
-{
-	const struct profile_frame *frames = s->p->frames;
-	const uint32_t *f;
-	uint32_t n;
-
-	if (stack >= s->in_sync_cap) {
-		size_t cap = s->in_sync_cap ? s->in_sync_cap : 1024;
-		uint8_t *v;
-
-		while (cap <= stack)
-			cap *= 2;
-		v = realloc(s->in_sync, cap);
-		if (!v)
-			return -ENOMEM;
-		memset(v + s->in_sync_cap, 0, cap - s->in_sync_cap);
-		s->in_sync = v;
-		s->in_sync_cap = cap;
-	}
-	if (!s->in_sync[stack]) {
-		s->in_sync[stack] = 1;
-		f = profile__stack(s->p, stack, &n);
-		for (uint32_t i = 0; f && i < n; i++) {
-			if (gpu_idle__is_sync_call(profile__string(s->p, frames[f[i]].function))) {
-				s->in_sync[stack] = 2;
-				break;
-			}
-		}
-	}
-	return s->in_sync[stack] == 2;
-}
 
 static int _sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t cpu,
 		   int64_t value, const char *comm, uint32_t pid)
@@ -291,7 +263,7 @@ static int _sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t
 		s->first = ts;
 	s->last = ts;
 	s->total += value;
-	sync = _in_sync_call(s, stack);
+	sync = sync_stacks__in_sync(&s->sync, s->p, stack);
 	if (sync < 0)
 		return sync;
 	if (sync)
@@ -358,9 +330,11 @@ static int _known_gaps(void *ctx, int64_t start, int64_t end)
 }
 
 static int _params(struct request *r, uint64_t *pid, enum idle_source *src, double *threshold,
-		   uint64_t *max_nodes, bool *folded, int64_t *min_gap, const char **node)
+		   uint64_t *max_nodes, bool *folded, bool *offcpu_graph, int64_t *min_gap,
+		   const char **node)
 {
 	const char *s = request__param(r, "source"), *f = request__param(r, "format");
+	const char *gr = request__param(r, "graph");
 
 	if (!request__param(r, "pid")) {
 		request__error(r, 400, "pid: missing; the process id to look at");
@@ -395,7 +369,45 @@ static int _params(struct request *r, uint64_t *pid, enum idle_source *src, doub
 		request__error(r, 400, "format: '%s' is not one of json, folded", f);
 		return -1;
 	}
+	*offcpu_graph = false;
+	if (gr && !strcmp(gr, "offcpu")) {
+		*offcpu_graph = true;
+	} else if (gr && strcmp(gr, "cpu")) {
+		request__error(r, 400, "graph: '%.64s' is not one of cpu, offcpu", gr);
+		return -1;
+	}
 	return 0;
+}
+
+/*
+ * The CPU time one sample stands for. The samples come as counts, so the
+ * period is the store's: that of every sample in the window, or their mean
+ * where agents with different -F mixed (the store then sums nanoseconds).
+ * The request's period would be a guess; the store knows what was sampled.
+ */
+static int _cpu_period(struct request *r, const struct selector *sel, int64_t from, int64_t to,
+		       uint64_t samples, uint64_t *period)
+{
+	struct profile *p = profile__new(1000000000ULL / r->srv->default_hz, (uint64_t)from);
+	int err;
+
+	if (!p)
+		return -ENOMEM;
+	err = store__profile(r->srv->store, from, to, sel, SAMPLE_CPU, p);
+	*period = p->period_ns;
+	if (!err && p->period_ns == 1 && samples)
+		*period = profile__total(p) / samples;
+	profile__free(p);
+	return err;
+}
+
+/* "null", or num / den with 6 decimals. */
+static void _ratio(struct strbuf *sb, int64_t num, int64_t den)
+{
+	if (den > 0)
+		strbuf__printf(sb, "%.6f", (double)num / (double)den);
+	else
+		strbuf__puts(sb, "null");
 }
 
 static void _reply_folded(struct request *r, const struct profile *p)
@@ -419,29 +431,57 @@ static void _reply_folded(struct request *r, const struct profile *p)
 	free(buf);
 }
 
+/*
+ * "offcpu": null when the process has no off-CPU block in the window (the
+ * agent ran without --off-cpu, or no thread blocked as long as its
+ * minimum): zeros would read as a measurement.
+ */
+static void _offcpu_json(struct strbuf *sb, const struct offcpu_idle *o, int64_t idle_ns,
+			 const struct strbuf *graph)
+{
+	if (!o->blocks) {
+		strbuf__puts(sb, ",\"offcpu\":null");
+		return;
+	}
+	strbuf__printf(sb, ",\"offcpu\":{\"blocks\":%llu,\"blocked_ns\":%lld,\"idle_ns\":%lld,"
+		       "\"waiting_on_gpu_ns\":%lld,\"wall_ns\":%lld,\"lookback_ns\":%lld,"
+		       "\"share\":",
+		       (unsigned long long)o->blocks, (long long)o->blocked_ns,
+		       (long long)o->idle_ns, (long long)o->waiting_ns, (long long)o->wall_ns,
+		       (long long)OFFCPU_LOOKBACK_NS);
+	_ratio(sb, o->idle_ns, idle_ns);
+	strbuf__puts(sb, ",\"wall_share\":");
+	_ratio(sb, o->wall_ns, idle_ns);
+	strbuf__puts(sb, ",\"profile\":");
+	strbuf__append(sb, graph->buf, graph->len);
+	strbuf__putc(sb, '}');
+}
+
 void routes__gpu_idle(struct request *r)
 {
 	const char *node;
 	struct kernels k = { 0 };
 	struct nvml m = { 0 };
 	struct idle s = { 0 };
+	struct offcpu_idle o = { 0 };
 	struct selector *sel = NULL;
-	struct strbuf sb = STRBUF_INIT, fg = STRBUF_INIT;
+	struct strbuf sb = STRBUF_INIT, fg = STRBUF_INIT, ofg = STRBUF_INIT;
 	struct gaps_out g = { .sb = &sb };
 	const char *source = "kernels";
 	char inner[PARAM_MAX_NODE_LEN + 64], text[PARAM_MAX_NODE_LEN + 72], err_text[256];
-	uint64_t pid, max_nodes;
+	uint64_t pid, max_nodes, period = 0;
 	enum idle_source src;
 	int64_t from, to, span_from, span_to, busy_ns, idle_ns, span_ns, min_gap = -1;
 	int64_t resolution;
 	struct known known = { 0 };
 	const char *fallback;
 	double threshold;
-	bool folded, from_nvml = false, have_tl;
+	bool folded, offcpu_graph, from_nvml = false, have_tl;
 	int err;
 
 	if (request__window(r, &from, &to) ||
-	    _params(r, &pid, &src, &threshold, &max_nodes, &folded, &min_gap, &node))
+	    _params(r, &pid, &src, &threshold, &max_nodes, &folded, &offcpu_graph, &min_gap,
+		    &node))
 		goto out;
 	/*
 	 * Kernels launched back to back leave gaps of microseconds between
@@ -552,17 +592,35 @@ void routes__gpu_idle(struct request *r)
 		request__error(r, err == -ENOMEM ? 503 : 500, "store: %s", strerror(-err));
 		goto out;
 	}
+	if (!folded || offcpu_graph) {
+		o.busy = k.busy;
+		o.known = s.known;
+		o.unknown = s.unknown;
+		o.from = from;
+		o.to = to;
+		err = offcpu_idle__read(r->srv->store, sel, &o);
+		if (!err && !folded)
+			err = _cpu_period(r, sel, from, to, s.total, &period);
+		if (err) {
+			request__error(r, err == -ENOMEM ? 503 : 500, "store: %s", strerror(-err));
+			goto out;
+		}
+	}
 	if (folded) {
-		_reply_folded(r, s.p);
+		_reply_folded(r, offcpu_graph ? o.p : s.p);
 		goto out;
 	}
-	/* The process's span: from its first sample or kernel to its last. */
+	/* The process's span: from its first sample, kernel or block to its last. */
 	span_from = s.first;
 	span_to = s.last;
 	if (k.first && (!span_from || k.first < span_from))
 		span_from = k.first;
 	if (k.last > span_to)
 		span_to = k.last;
+	if (o.span_from && (!span_from || o.span_from < span_from))
+		span_from = o.span_from;
+	if (o.span_to > span_to)
+		span_to = o.span_to;
 	if (!span_from) {
 		span_from = from;
 		span_to = from;
@@ -581,6 +639,8 @@ void routes__gpu_idle(struct request *r)
 		span_ns = known.known_ns;
 	}
 	err = flamegraph__write_json(s.p, "samples", max_nodes, &fg);
+	if (!err && o.blocks)
+		err = flamegraph__write_json(o.p, "nanoseconds", max_nodes, &ofg);
 	if (err) {
 		request__error(r, 500, "cannot build the flame graph: %s", strerror(-err));
 		goto out;
@@ -621,6 +681,15 @@ void routes__gpu_idle(struct request *r)
 		strbuf__puts(&sb, ",\"resolution_ns\":null");
 	else
 		strbuf__printf(&sb, ",\"resolution_ns\":%lld", (long long)resolution);
+	/*
+	 * The share of the idle time each graph explains, as thread time over
+	 * idle wall time: two threads on CPU (or blocked) through one idle
+	 * second explain two seconds of it, so a share can pass 1. The
+	 * off-CPU wall_share counts such overlaps once and stays within 1.
+	 */
+	strbuf__printf(&sb, ",\"sample_period_ns\":%llu,\"cpu_idle_ns\":%llu,\"cpu_share\":",
+		       (unsigned long long)period, (unsigned long long)(s.idle * period));
+	_ratio(&sb, s.unknown ? 0 : (int64_t)(s.idle * period), s.unknown ? 0 : idle_ns);
 	strbuf__printf(&sb, ",\"samples\":{\"total\":%llu,\"idle\":%llu,\"waiting_on_gpu\":%llu},"
 		       "\"kernels\":{\"intervals\":%llu,\"max_weight\":%u},\"nvml_points\":%llu,"
 		       "\"gaps\":[",
@@ -634,6 +703,7 @@ void routes__gpu_idle(struct request *r)
 	strbuf__printf(&sb, "],\"gaps_min_ns\":%lld,\"gaps_truncated\":%s,\"profile\":",
 		       (long long)g.min, g.truncated ? "true" : "false");
 	strbuf__append(&sb, fg.buf, fg.len);
+	_offcpu_json(&sb, &o, s.unknown ? 0 : idle_ns, &ofg);
 	strbuf__putc(&sb, '}');
 	if (sb.oom) {
 		request__error(r, 503, "out of memory");
@@ -643,7 +713,9 @@ void routes__gpu_idle(struct request *r)
 out:
 	strbuf__release(&sb);
 	strbuf__release(&fg);
-	free(s.in_sync);
+	strbuf__release(&ofg);
+	offcpu_idle__release(&o);
+	sync_stacks__release(&s.sync);
 	profile__free(s.p);
 	busy_set__free(k.busy);
 	busy_set__free(k.tl_busy);

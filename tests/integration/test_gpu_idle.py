@@ -6,6 +6,10 @@ CPU waits in wait_for_gpu and idle while the CPU runs load_batch_stall
 load_batch_stall, and the idle fraction of the loop must be about one half,
 both from the kernel intervals and, with source=nvml, from NVML's
 per-process utilisation under or over a threshold.
+
+`cuda_chain blockgap` is the same loop with a loader that blocks in read()
+instead of spinning, under `run --off-cpu`: the idle time must be off-CPU
+time under load_batch_blocked, the known blocked time, and not CPU time.
 """
 
 import os
@@ -130,6 +134,12 @@ def test_kernel_gaps_name_the_stall(gap_run):
     prof = doc["profile"]
     assert prof["total"] == s["idle"]
     assert "load_batch_stall" in prof["names"]
+    # The CPU spun through every gap: its idle samples explain the idle time.
+    assert doc["sample_period_ns"] == 1_000_000_000 // 99, doc["sample_period_ns"]
+    assert doc["cpu_idle_ns"] == s["idle"] * doc["sample_period_ns"]
+    assert 0.7 < doc["cpu_share"] < 1.3, doc["cpu_share"]
+    # The agent ran without --off-cpu: no off-CPU answer, not zeros.
+    assert doc["offcpu"] is None, doc["offcpu"]
 
 
 def test_nvml_threshold(gap_run):
@@ -160,6 +170,8 @@ def test_bad_input_is_a_clear_400(gap_run):
                         ({"pid": str(pid), "source": "gpu"}, "source"),
                         ({"pid": str(pid), "threshold": "101"}, "threshold"),
                         ({"pid": str(pid), "format": "pprof"}, "format"),
+                        ({"pid": str(pid), "graph": "offcpus"}, "graph"),
+                        ({"pid": str(pid), "graph": ""}, "graph"),
                         ({"pid": str(pid), "min_gap": "soon"}, "min_gap"),
                         ({"pid": str(pid), "node": 'a"b'}, "node"),
                         ({"pid": str(pid), "from": "yesterday"}, "from")]:
@@ -264,3 +276,95 @@ def test_busy_timeline_when_launches_are_sampled(flamewatch, tmp_path):
     finally:
         ps.close_all()
         client.close()
+
+
+@pytest.fixture(scope="module")
+def blockgap_run(flamewatch, workloads, tmp_path_factory):
+    """`cuda_chain blockgap` under `run --off-cpu`: kernels while the CPU
+    spins in wait_for_gpu, then the GPU idle while the loader sleeps in
+    read(). Yields the client, the pid, the loop and the blocked ns the
+    workload measured."""
+    tmp = tmp_path_factory.mktemp("gpu_idle_offcpu")
+    ps = Procs(tmp / "logs")
+    port = free_port()
+    client = Client(port)
+    go = tmp / "go"
+    try:
+        work = ps.start([workloads / "cuda" / "cuda_chain", "blockgap", str(ROUNDS), str(MS)],
+                        "cuda_chain", env={**os.environ, "CUDA_CHAIN_GO": str(go)})
+        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
+                        tmp / "data", "-F", "99", "--interval", "1s", "--gpu-interval", "off",
+                        "--off-cpu", "--node", "fwtest-idle-offcpu"], "run")
+        if not srv.wait_output(r"profiling this host at", START_S):
+            pytest.fail(f"`flamewatch run` did not start\n{srv.describe()}", pytrace=False)
+        client.wait_healthy(proc=srv)
+        lib = re.escape(str(workloads / "cuda" / "libflamewatch-cuda.so"))
+        if not srv.wait_output("GPU time profiling: attached to " + lib, 60):
+            pytest.fail(f"the agent did not attach\n{srv.describe()}", pytrace=False)
+        time.sleep(1)		# the agent describes the workload to its unwinder
+        go.touch()
+        assert work.wait(60) == 0, work.describe()
+        m = re.search(r"blockgap (\d+) (\d+) (\d+)", work.text())
+        assert m, work.describe()
+        frm, to, blocked = int(m[1]) / 1e9, int(m[2]) / 1e9, int(m[3])
+        q = '{pid="%d"}' % work.pid
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            doc = client.get_json("/api/v1/gpu/idle", {"pid": str(work.pid), **window(frm, to)})
+            if len(doc["gaps"]) >= ROUNDS - 1 and doc["offcpu"] and \
+                    doc["offcpu"]["idle_ns"] >= 0.9 * blocked:
+                break
+            time.sleep(0.5)
+        time.sleep(2)		# the last samples' flush
+    except (Exception, pytest.fail.Exception) as e:
+        text = diagnostics()
+        ps.close_all()
+        client.close()
+        pytest.fail(f"setting up the blockgap run failed: {e}\n\n{text}", pytrace=False)
+    try:
+        yield client, work.pid, frm, to, blocked
+    finally:
+        ps.close_all()
+        client.close()
+
+
+def test_offcpu_explains_a_blocked_loader(blockgap_run):
+    """Issue 30: the GPU idles while the loader blocks in read(); the
+    off-CPU graph of the idle time is that function, the blocked time is
+    the truth's, and the CPU graph does not claim it."""
+    client, pid, frm, to, blocked = blockgap_run
+    doc = _idle(client, pid, frm, to).json()
+    off = doc["offcpu"]
+    print(f"\nblockgap: truth {blocked / 1e6:.1f} ms blocked; idle {doc['idle_ns'] / 1e6:.1f} ms "
+          f"(fraction {doc['idle_fraction']:.3f}); off-CPU charged {off['idle_ns'] / 1e6:.1f} ms "
+          f"of {off['blocked_ns'] / 1e6:.1f} ms blocked, share {off['share']:.3f}, "
+          f"wall_share {off['wall_share']:.3f}; CPU idle {doc['cpu_idle_ns'] / 1e6:.1f} ms "
+          f"(share {doc['cpu_share']}), samples {doc['samples']}")
+    assert doc["source"] == "kernels", doc["source"]
+    assert 0.4 < doc["idle_fraction"] < 0.6, doc["idle_fraction"]
+    # The charged time is the time the loader was blocked, within 15 %.
+    assert abs(off["idle_ns"] - blocked) <= 0.15 * blocked, (off, blocked)
+    assert off["idle_ns"] <= off["blocked_ns"] and off["wall_ns"] <= doc["idle_ns"], off
+    assert 0.85 < off["share"] <= 1.0 and 0.85 < off["wall_share"] <= 1.0, off
+    assert off["waiting_on_gpu_ns"] == 0, off
+    # >= 90 % of the off-CPU idle graph is under load_batch_blocked, in
+    # the JSON graph and in graph=offcpu's folded stacks alike.
+    prof = off["profile"]
+    assert prof["unit"] == "nanoseconds" and prof["total"] == off["idle_ns"], prof["total"]
+    folded = _folded(_idle(client, pid, frm, to, format="folded", graph="offcpu").text)
+    assert sum(folded.values()) == off["idle_ns"], (sum(folded.values()), off["idle_ns"])
+    assert _share(folded, "load_batch_blocked") >= 0.9, folded
+    names, nodes = prof["names"], prof["nodes"]
+    under = sum(v for n, v, d in zip(nodes["n"], nodes["v"], nodes["d"])
+                if names[n] == "load_batch_blocked")
+    assert under >= 0.9 * prof["total"], (under, prof["total"])
+    # The CPU graph does not claim the blocked time: the loader was asleep.
+    assert doc["cpu_idle_ns"] < 0.1 * blocked, doc["cpu_idle_ns"]
+    assert doc["cpu_share"] < 0.1, doc["cpu_share"]
+    cpu = _folded(_idle(client, pid, frm, to, format="folded").text)
+    assert sum(cpu.values()) == doc["samples"]["idle"], cpu
+    assert sum(cpu.values()) * doc["sample_period_ns"] < 0.1 * blocked, cpu
+    assert _idle(client, pid, frm, to, format="folded", graph="cpu").text == \
+        _idle(client, pid, frm, to, format="folded").text
+    r = client.get("/api/v1/gpu/idle", {"pid": str(pid), "graph": "flame", **window(frm, to)})
+    assert r.status == 400 and "graph" in r.json()["error"], r.describe()

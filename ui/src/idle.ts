@@ -1,10 +1,12 @@
 // "Why is the GPU idle?": for one process, the flame graph of its CPU
 // samples taken while its GPU ran none of its kernels (or, without kernel
 // data, while NVML put its utilisation under a threshold), and the share of
-// its wall time the GPU was idle (GET /api/v1/gpu/idle).
+// its wall time the GPU was idle (GET /api/v1/gpu/idle). When the agent
+// records off-CPU time, a second flame graph below: the time its threads
+// spent blocked while the GPU was idle, under the stacks they blocked in.
 import { getJSON, url, type ProfileJSON } from './api';
 import { FlameGraph } from './flamegraph';
-import { fromJSON, pct } from './profile';
+import { fmtValue, fromJSON, pct } from './profile';
 import { fmtDuration } from './state';
 
 export interface IdleJSON {
@@ -17,7 +19,17 @@ export interface IdleJSON {
   kernels: { intervals: number; max_weight: number }; nvml_points: number;
   gaps: [number, number][]; gaps_truncated: boolean;
   profile: ProfileJSON;
+  sample_period_ns: number; cpu_idle_ns: number; cpu_share: number | null;
+  // null: no off-CPU block of the process in the window (no --off-cpu).
+  offcpu: {
+    blocks: number; blocked_ns: number; idle_ns: number; waiting_on_gpu_ns: number;
+    wall_ns: number; lookback_ns: number; share: number | null; wall_share: number | null;
+    profile: ProfileJSON;
+  } | null;
 }
+
+/* A share of the idle time as a percentage; shares of thread time can pass 100 %. */
+const share = (v: number | null) => (v === null ? '–' : `${(v * 100).toFixed(1)} %`);
 
 const SOURCES: Record<string, string> = {
   timeline: 'from its busy timeline (every kernel record)',
@@ -38,6 +50,9 @@ export class IdlePanel {
   readonly el = document.createElement('section');
   private head = document.createElement('div');
   private flame = new FlameGraph();
+  private off = document.createElement('div');
+  private offHead = document.createElement('div');
+  private offFlame = new FlameGraph();
   last: IdleJSON | null = null;
 
   constructor(onClose: () => void) {
@@ -51,12 +66,19 @@ export class IdlePanel {
     close.title = 'close';
     close.addEventListener('click', onClose);
     bar.append(title, this.head, close);
-    this.el.append(bar, this.flame.el);
+    this.off.className = 'idle-offcpu';
+    this.offHead.className = 'idle-offcpu-summary';
+    this.off.append(this.offHead, this.offFlame.el);
+    this.off.hidden = true;
+    this.el.append(bar, this.flame.el, this.off);
   }
 
-  /* Share of the idle samples under a function of this name (outermost calls only). */
-  share(name: string): number {
-    const t = this.flame.current;
+  /*
+   * Share of the idle samples (or, with graph 'offcpu', of the off-CPU
+   * idle time) under a function of this name (outermost calls only).
+   */
+  share(name: string, graph: 'cpu' | 'offcpu' = 'cpu'): number {
+    const t = (graph === 'offcpu' ? this.offFlame : this.flame).current;
     if (!t || !t.total[0]) return 0;
     let sum = 0;
     for (let i = 1; i < t.n;) {
@@ -82,10 +104,27 @@ export class IdlePanel {
         `${j.resolution_ns && j.resolution_ns >= 1e6 ? `; busy known only to ${fmtDuration(j.resolution_ns / 1e9)}: shorter phases cannot be placed` : ''}). ` +
         `${j.samples.waiting_on_gpu ? `${j.samples.waiting_on_gpu.toLocaleString()} CPU samples (${pct(j.samples.waiting_on_gpu, j.samples.total || 1)}) waited on the GPU in synchronize calls and are not idle time. ` : ''}` +
         `${j.samples.idle.toLocaleString()} of its ${j.samples.total.toLocaleString()} CPU samples ` +
-        `(${pct(j.samples.idle, j.samples.total || 1)}) were taken while the GPU was idle:`;
+        `(${pct(j.samples.idle, j.samples.total || 1)}) were taken while the GPU was idle` +
+        `${j.cpu_share !== null ? `, ${fmtValue(j.cpu_idle_ns, 'nanoseconds')} of CPU time: ${share(j.cpu_share)} of the idle time` : ''}` +
+        `${j.offcpu && j.offcpu.share !== null ? `; off-CPU time explains ${share(j.offcpu.share)} (below)` : ''}:`;
     const t = fromJSON(j.profile);
     this.flame.setTree(t, 'binary');
     this.flame.setZoom(0);
+    this.showOffcpu(j);
     return j;
+  }
+
+  private showOffcpu(j: IdleJSON): void {
+    const o = j.offcpu;
+    this.off.hidden = !o;
+    if (!o) return;
+    this.offHead.textContent = j.idle_fraction === null
+      ? `Off-CPU: its threads were blocked ${fmtValue(o.blocked_ns, 'nanoseconds')} in this window; with no GPU busy data none of it is called idle.`
+      : `Off-CPU: its threads were blocked ${fmtValue(o.idle_ns, 'nanoseconds')} while the GPU was idle ` +
+        `(${share(o.share)} of the idle time, summed over threads; at least one thread was blocked during ${share(o.wall_share)} of it), ` +
+        `of ${fmtValue(o.blocked_ns, 'nanoseconds')} blocked in the window` +
+        `${o.waiting_on_gpu_ns ? `; ${fmtValue(o.waiting_on_gpu_ns, 'nanoseconds')} blocked in synchronize calls waited on the GPU` : ''}:`;
+    this.offFlame.setTree(fromJSON(o.profile), 'binary');
+    this.offFlame.setZoom(0);
   }
 }

@@ -46,7 +46,7 @@ app.innerHTML = `
   <button class="token-btn" title="bearer token">token</button>
 </header>
 <div class="query-row">
-  <label>profile <select class="ptype" aria-label="profile type"><option value="cpu">CPU samples</option><option value="gpu_time">GPU time</option></select></label>
+  <label>profile <select class="ptype" aria-label="profile type"><option value="cpu">CPU samples</option><option value="gpu_time">GPU time</option><option value="offcpu">Off-CPU time</option></select></label>
   <span class="label-slot"></span>
   <button class="apply">apply</button>
   <label>stack by <select class="by"></select></label>
@@ -588,7 +588,7 @@ export async function load(): Promise<void> {
     const fns = [...new Set(Array.from({ length: Math.min(profile.n, 4000) }, (_, i) => profile!.names[profile!.name[i]]))].slice(0, 400);
     q('#focus-functions').replaceChildren(...fns.map((n) => { const o = document.createElement('option'); o.value = n; return o; }));
     if (j.total === 0 && !(bj && bj.total > 0)) {
-      showBanner('empty', `<b>No ${state.type === 'gpu_time' ? 'GPU time' : 'samples'}</b> ${state.q ? `match <code></code> ` : ''}between ${fmtTime(ctx.selection?.[0] ?? a)} and ${fmtTime(ctx.selection?.[1] ?? b)}. ` +
+      showBanner('empty', `<b>No ${{ cpu: 'samples', gpu_time: 'GPU time', offcpu: 'off-CPU time' }[state.type]}</b> ${state.q ? `match <code></code> ` : ''}between ${fmtTime(ctx.selection?.[0] ?? a)} and ${fmtTime(ctx.selection?.[1] ?? b)}. ` +
         'If flamewatch has just started, samples show up after its first flush (10 s by default) and this page looks again every 5 s; otherwise pick a longer range or another selector.');
       const code = banner.querySelector('code'); if (code) code.textContent = state.q;
       // A range that ends now fills up by itself: look again shortly.

@@ -18,7 +18,8 @@ export interface State {
   zoom: string;                       // flame graph zoom path, names joined by ';'
   mn: number;                         // max_nodes
   gpu?: number;                       // pid whose GPU idle time the timeline explains
-  type: 'cpu' | 'gpu_time';           // profile type: CPU samples or GPU ns under the launching stack
+  // profile type: CPU samples, GPU ns under the launching stack, or ns blocked under the blocking stack
+  type: 'cpu' | 'gpu_time' | 'offcpu';
   through: string;                    // keep only stacks through this function (a kernel's launches)
   // A baseline to compare with: its window (as typed, like from/to) and,
   // when it differs from q, its own selector ('' is "no selector").
@@ -38,7 +39,8 @@ export function read(): State {
   const s: State = { ...DEFAULTS };
   const str = (k: keyof State) => { const v = p.get(k); if (v !== null) (s as any)[k] = v; };
   (['from', 'to', 'q', 'by', 'search', 'hide', 'hidebin', 'focus', 'fn', 'zoom', 'through'] as const).forEach(str);
-  if (p.get('type') === 'gpu_time') s.type = 'gpu_time';
+  const type = p.get('type');
+  if (type === 'gpu_time' || type === 'offcpu') s.type = type;
   // A baseline needs both ends; compare_q alone means nothing.
   const cf = p.get('compare_from'), ct = p.get('compare_to');
   if (cf && ct) {

@@ -10,7 +10,7 @@ import { axisOptions, showSelection } from './axis';
 export interface TimeContext {
   from: number; to: number;            // Unix seconds
   query: string; by: string;
-  type: 'cpu' | 'gpu_time';            // the samples chart's profile type
+  type: 'cpu' | 'gpu_time' | 'offcpu'; // the samples chart's profile type
   selection: [number, number] | null;  // Unix seconds
   signal: AbortSignal;
 }
@@ -32,7 +32,7 @@ const PALETTE = ['#e8843c', '#4a90d9', '#5cb85c', '#d9534f', '#b57edc', '#f0c419
 
 /*
  * Samples over time from /api/v1/series, stacked by one label; for the
- * GPU-time profile, milliseconds of GPU time per step (the series' sums
+ * GPU-time and off-CPU profiles, milliseconds per step (the series' sums
  * are nanoseconds).
  */
 export class SamplesChart implements Track {
@@ -54,7 +54,9 @@ export class SamplesChart implements Track {
       from: ctx.from.toFixed(3), to: ctx.to.toFixed(3), query: ctx.query, by: ctx.by,
       type: ctx.type === 'cpu' ? undefined : ctx.type,
     }), ctx.signal);
-    const gpu = ctx.type === 'gpu_time', scale = gpu ? 1e-6 : 1;
+    // GPU and off-CPU time come in nanoseconds: drawn as milliseconds.
+    const ns = ctx.type !== 'cpu', scale = ns ? 1e-6 : 1;
+    const unit = ctx.type === 'gpu_time' ? 'GPU ms' : ctx.type === 'offcpu' ? 'off-CPU ms' : 'samples';
     this.type = ctx.type;
     const step = j.step / 1e9, n = Math.max(1, Math.ceil((j.to - j.from) / j.step));
     const xs = Float64Array.from({ length: n }, (_, i) => j.from / 1e9 + i * step);
@@ -82,7 +84,7 @@ export class SamplesChart implements Track {
     const data = [xs, ...stacked.slice().reverse()] as unknown as uPlot.AlignedData;
     const names = series.map((s) => s.group).reverse();
     const rawRev = raw.slice().reverse();
-    const base = axisOptions(ctx, this.height, this.el.clientWidth || 800, gpu ? 'GPU ms' : 'samples', true,
+    const base = axisOptions(ctx, this.height, this.el.clientWidth || 800, unit, true,
       (sel) => { this.sel = sel; this.onSelect(sel); }, () => this.setting);
     const opts: uPlot.Options = {
       ...base,
@@ -94,7 +96,7 @@ export class SamplesChart implements Track {
           return {
             label: g, stroke: c, fill: c + 'cc', width: 1, points: { show: false },
             value: (_u: uPlot, _v: number, _si: number, idx: number | null) => (idx == null ? '–'
-              : gpu ? `${+(rawRev[k][idx] ?? 0).toFixed(3)} ms` : String(rawRev[k][idx] ?? 0)),
+              : ns ? `${+(rawRev[k][idx] ?? 0).toFixed(3)} ms` : String(rawRev[k][idx] ?? 0)),
           } as uPlot.Series;
         }),
       ],

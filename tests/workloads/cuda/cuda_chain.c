@@ -43,11 +43,19 @@
  * "gap FROM_NS TO_NS" (CLOCK_REALTIME) around the loop. With
  * CUDA_CHAIN_BUSY=1 it also sends the busy timeline the library would:
  * a FW_CUDA_BUSY span per kernel, and FW_CUDA_COVERAGE over the loop.
+ *
+ * `cuda_chain blockgap ROUNDS MS`: the same loop, but the data loader
+ * blocks instead of spinning: load_batch_blocked sleeps in read() on a
+ * timerfd that fires after MS milliseconds, so the GPU's idle time is
+ * off-CPU time under load_batch_blocked, with no CPU samples. Prints
+ * "blockgap FROM_NS TO_NS BLOCKED_NS": the loop, and the wall time spent
+ * inside those read() calls (the truth off-CPU profiling must find).
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -285,11 +293,51 @@ __attribute__((noinline)) void phase_gap(long rounds, uint64_t ms)
 	__asm__ volatile("" ::: "memory");
 }
 
+/* Blocks in read() until the timer fires ms from now; the ns spent in read(). */
+__attribute__((noinline)) uint64_t load_batch_blocked(int tfd, uint64_t ms)
+{
+	struct itimerspec its = { .it_value = { .tv_sec = ms / 1000,
+						.tv_nsec = (ms % 1000) * 1000000 } };
+	uint64_t expirations, t0;
+
+	if (timerfd_settime(tfd, 0, &its, NULL)) {
+		perror("cuda_chain: timerfd_settime");
+		exit(1);
+	}
+	t0 = now_ns();
+	if (read(tfd, &expirations, sizeof(expirations)) != sizeof(expirations)) {
+		perror("cuda_chain: read");
+		exit(1);
+	}
+	__asm__ volatile("" ::: "memory");
+	return now_ns() - t0;
+}
+
+__attribute__((noinline)) void phase_blockgap(long rounds, uint64_t ms)
+{
+	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+	uint64_t t0 = now_ns(), blocked = 0;
+
+	if (tfd < 0) {
+		perror("cuda_chain: timerfd_create");
+		exit(1);
+	}
+	for (long i = 0; i < rounds; i++) {
+		train_step(6000 + i, ms);
+		blocked += load_batch_blocked(tfd, ms);
+	}
+	printf("blockgap %llu %llu %llu\n", (unsigned long long)t0, (unsigned long long)now_ns(),
+	       (unsigned long long)blocked);
+	close(tfd);
+	__asm__ volatile("" ::: "memory");
+}
+
 int main(int argc, char **argv)
 {
 	int burst = argc >= 3 && !strcmp(argv[1], "burst");
 	int gap = argc >= 4 && !strcmp(argv[1], "gap");
-	int wait = !(argc >= 4 && !strcmp(argv[3], "noattach") && !gap);
+	int blockgap = argc >= 4 && !strcmp(argv[1], "blockgap");
+	int wait = !(argc >= 4 && !strcmp(argv[3], "noattach") && !gap && !blockgap);
 	int exitnow = argc >= 2 && !strcmp(argv[1], "exitnow");
 	const char *busy = getenv("CUDA_CHAIN_BUSY");
 
@@ -328,6 +376,12 @@ int main(int argc, char **argv)
 		usleep(300000);
 	if (gap) {
 		phase_gap(atol(argv[2]), (uint64_t)atol(argv[3]));
+		usleep(300000);
+		printf("done\n");
+		return 0;
+	}
+	if (blockgap) {
+		phase_blockgap(atol(argv[2]), (uint64_t)atol(argv[3]));
 		usleep(300000);
 		printf("done\n");
 		return 0;
