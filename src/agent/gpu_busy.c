@@ -58,6 +58,7 @@ struct busy_dev {
 	uint64_t interval_ns;
 	char error[160];
 	struct span open[2];	/* [0] busy, [1] coverage; end == 0: none */
+	int64_t last_end[2];	/* of the last span of each kind that went out */
 	struct span *pending;	/* ended, waiting for their process */
 	size_t npending, cap;
 };
@@ -111,16 +112,28 @@ static void _merge(struct busy_dev *d, uint32_t kind, int64_t start, int64_t end
 	struct span *o = &d->open[kind == GPU_BUSY ? 0 : 1];
 	int64_t slack = (int64_t)(d->interval_ns ? d->interval_ns : 100000);
 
+	int64_t *last = &d->last_end[kind == GPU_BUSY ? 0 : 1];
+
 	if (o->end && start <= o->end + slack && end >= o->start) {
 		if (end > o->end)
 			o->end = end;
 	} else {
-		if (o->end)
+		if (o->end) {
 			_push(d, o, st);
+			*last = o->end;
+		}
+		/*
+		 * The child measures its clock offset at every decode, so spans
+		 * of one run meet with a gap of a few hundred ns: closed here,
+		 * or the store would hold slivers of unknown time between them.
+		 */
+		if (*last && start > *last && start <= *last + slack)
+			start = *last;
 		*o = (struct span){ start, end, kind };
 	}
 	if (o->end - o->start >= SPLIT_NS) {
 		_push(d, o, st);
+		*last = o->end;
 		o->end = 0;
 	}
 }
@@ -137,6 +150,7 @@ static void _covered(struct busy_dev *d, int64_t start, int64_t end, struct gpu_
 	_merge(d, GPU_COVERAGE, start, end, st);
 	if (b->end && b->end + slack < end) {
 		_push(d, b, st);
+		d->last_end[0] = b->end;
 		b->end = 0;
 	}
 }

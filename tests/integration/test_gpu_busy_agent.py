@@ -91,7 +91,7 @@ def test_monitors_are_the_sole_process_timeline(flamewatch, fakes, tmp_path):
         assert doc["resolution_ns"] == 100000, doc
         assert abs(doc["idle_fraction"] - IDLE_MS / (BUSY_MS + IDLE_MS)) < 0.03, doc
         only = client.get_json("/api/v1/gpu/kernels", {"query": q, "timeline": "only",
-                                                       "resolution": "1us", **window(frm, to)})
+                                                       "resolution": "1000", **window(frm, to)})
         busy = sorted((iv["start"], iv["end"]) for iv in only["intervals"] if iv["kind"] == "busy")
         inner = [(a, b) for a, b in busy if a > frm * 1e9 and b < to * 1e9]
         assert len(inner) >= 3, busy
