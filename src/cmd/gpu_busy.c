@@ -2,7 +2,7 @@
 /*
  * flamewatch gpu-busy: the node's GPU busy timeline from PM sampling
  * (gpu/pm_busy.h), as lines on stdout for the agent that runs it as a child
- * process. A child, because CUPTI's profiler costs ~130 MB of RSS and may
+ * process. A child, because CUPTI's profiler takes a lot of memory (bench/README.md) and may
  * misbehave inside the driver: the agent's own memory and life stay apart.
  *
  * The lines (a contract with the agent's reader; all times Unix ns):

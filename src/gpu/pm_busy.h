@@ -25,7 +25,7 @@
  * Built without CUPTI's headers, pm_busy__open fails with step "build".
  */
 
-#define PM_BUSY_DEFAULT_INTERVAL_NS 100000ULL		/* edges within 0.1 ms, ~2 % of a core */
+#define PM_BUSY_DEFAULT_INTERVAL_NS 100000ULL		/* edges within 0.1 ms */
 #define PM_BUSY_DEFAULT_DECODE_NS 100000000ULL
 #define PM_BUSY_DEFAULT_HW_BUF_BYTES (4u << 20)
 
