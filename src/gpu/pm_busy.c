@@ -810,7 +810,7 @@ static size_t _read_image(struct pm_busy_dev *d, struct pm_spans *sp)
 		}
 		if (isfinite(v[0]) && isfinite(v[1]) && v[1] > 0)
 			frac = v[0] / v[1];
-		busy = frac >= 0.5;
+		busy = frac >= PM_BUSY_MIN_FRACTION;
 		d->st.samples++;
 		d->st.busy_samples += (uint64_t)busy;
 		pm_spans__add(sp, si.startTimestamp, si.endTimestamp, busy);

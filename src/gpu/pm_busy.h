@@ -13,8 +13,11 @@
  * the measurements behind every choice here). Each sample's busy fraction
  * is gr__compute_cycles_active.sum over gr__cycles_elapsed.max: exactly 0
  * when idle, and it covers every context on the device, so one sampler per
- * node sees everyone's kernels. A sample is busy at a fraction of 0.5 or
- * more.
+ * node sees everyone's kernels. A sample is busy when any compute was in
+ * flight in it (PM_BUSY_MIN_FRACTION): a launch-bound loop of tiny kernels
+ * keeps the GPU computing for a small part of every sample, and the
+ * timeline from activity records calls that busy too (it merges gaps
+ * shorter than its merge gap), so the two sources agree where they meet.
  *
  * CUPTI and libcuda are dlopen'd: the binary runs where neither exists.
  * Only one PM sampling session may hold a device at a time (another
@@ -26,6 +29,8 @@
  */
 
 #define PM_BUSY_DEFAULT_INTERVAL_NS 100000ULL		/* edges within 0.1 ms */
+/* Busy: compute in flight for this share of a sample's cycles or more (idle reads 0). */
+#define PM_BUSY_MIN_FRACTION 0.001
 #define PM_BUSY_DEFAULT_DECODE_NS 100000000ULL
 #define PM_BUSY_DEFAULT_HW_BUF_BYTES (4u << 20)
 

@@ -12,9 +12,11 @@
  * Samples are made up when decoded, for the time since Start: sample k
  * covers [t0 + k*I, t0 + (k+1)*I) on fake_cupti_now()'s clock. Control:
  *   FAKE_CUDA_DEVICES=N        devices (default 1), as the fake libcuda
- *   FAKE_PM_SCHEDULE=B:I       from Start, B ms busy then I ms idle, again
+ *   FAKE_PM_SCHEDULE=B:I[:L]   from Start, B ms busy then I ms idle, again
  *                              (default: idle); a sample's busy fraction is
- *                              its overlap with busy phases
+ *                              its overlap with busy phases, times L (default
+ *                              1: a launch-bound loop of tiny kernels computes
+ *                              in a small part of each sample, e.g. 0.05)
  *   FAKE_PM_FAIL=STEP:CODE[:N] the CUPTI function STEP returns CODE (its
  *                              first N calls only); cuptiProfilerDeviceSupported
  *                              with CODE 0 answers "unsupported (vGPU)"
@@ -383,8 +385,9 @@ static double _busy_fraction(uint64_t t0, uint64_t a, uint64_t b)
 	const char *s = getenv("FAKE_PM_SCHEDULE");
 	unsigned long busy_ms = 0, idle_ms = 0;
 	uint64_t period, busy, in = 0;
+	double level = 1.0;
 
-	if (!s || sscanf(s, "%lu:%lu", &busy_ms, &idle_ms) != 2 || !busy_ms)
+	if (!s || sscanf(s, "%lu:%lu:%lf", &busy_ms, &idle_ms, &level) < 2 || !busy_ms)
 		return 0;
 	busy = busy_ms * 1000000ULL;
 	period = busy + idle_ms * 1000000ULL;
@@ -403,7 +406,7 @@ static double _busy_fraction(uint64_t t0, uint64_t a, uint64_t b)
 		}
 		t += step;
 	}
-	return (double)in / (double)(b - a);
+	return level * (double)in / (double)(b - a);
 }
 
 API CUptiResult cuptiPmSamplingDecodeData(CUpti_PmSampling_DecodeData_Params *p)

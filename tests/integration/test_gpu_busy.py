@@ -157,6 +157,20 @@ def test_busy_spans_follow_the_schedule(flamewatch, fakes):
         assert first - JITTER_NS <= s < e <= last + JITTER_NS
 
 
+def test_a_little_compute_in_every_sample_is_busy(flamewatch, fakes):
+    """A launch-bound loop of tiny kernels keeps compute in flight for a
+    small part of every sample (5 % here): busy, as the activity records'
+    timeline says of it. A threshold of half the cycles called such a loop
+    idle throughout on an H200."""
+    r = gpu_busy(flamewatch, fakes, env={"FAKE_PM_SCHEDULE": "300:100:0.05"}, seconds=1.8)
+    assert r.rc == 0, r.describe()
+    spans = merge([(s, e) for _, s, e in r.parsed("busy", 0)])
+    assert len(spans) >= 3, r.describe()
+    inner = spans[1:-1] or spans
+    for s, e in inner:
+        assert abs((e - s) - 300_000_000) <= 2 * INTERVAL_NS + JITTER_NS, spans
+
+
 def test_sigterm_stops_cleanly_after_a_last_decode(flamewatch, fakes):
     r = gpu_busy(flamewatch, fakes, args=["--decode", "200ms"], env={"FAKE_PM_SCHEDULE": "1000:0"},
                  seconds=0.9, stop="term")
