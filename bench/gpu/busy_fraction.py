@@ -3,11 +3,12 @@
 (bench/gpu/busy_complete.sh), from a running flamewatch on 127.0.0.1:PORT
 and the LOG bench/gpu/attribution_work.py wrote:
 
-    python3 bench/gpu/busy_fraction.py PORT LOG LABEL
+    python3 bench/gpu/busy_fraction.py PORT LOG LABEL [TIMELINE_FROM]
 
 Prints one JSON line: 1 - the idle fraction GET /api/v1/gpu/idle gives
-for exactly the workload's span, with the source, the timeline's sources
-and coverage, and the resolution.
+for exactly the workload's span (its busy timeline from both sources, or
+TIMELINE_FROM: records or gpu_monitors alone), with the source, the
+timeline's sources and coverage, and the resolution.
 """
 import json
 import sys
@@ -17,8 +18,10 @@ import urllib.request
 
 def main():
     port, log_path, label = sys.argv[1:4]
+    tl_from = sys.argv[4] if len(sys.argv) > 4 else "both"
     log = json.load(open(log_path))
-    q = {"pid": log["pid"], "from": f"{log['from'] / 1e9:.6f}", "to": f"{log['to'] / 1e9:.6f}"}
+    q = {"pid": log["pid"], "from": f"{log['from'] / 1e9:.6f}", "to": f"{log['to'] / 1e9:.6f}",
+         "timeline_from": tl_from}
     u = f"http://127.0.0.1:{port}/api/v1/gpu/idle?{urllib.parse.urlencode(q)}"
     with urllib.request.urlopen(u, timeout=60) as r:
         doc = json.loads(r.read())

@@ -87,7 +87,11 @@ struct kernels {
 	uint64_t tl_spans, tl_gap;
 	/* Intervals of it by source: the process's records, or the GPU's monitors. */
 	uint64_t tl_records, tl_monitors;
+	/* ?timeline_from=: TL_FROM_BOTH, or only one source's intervals. */
+	int tl_from;
 };
+
+enum { TL_FROM_BOTH, TL_FROM_RECORDS, TL_FROM_MONITORS };
 
 static int _kernel(void *ctx, const struct store_gpu_interval *iv)
 {
@@ -101,6 +105,9 @@ static int _kernel(void *ctx, const struct store_gpu_interval *iv)
 		bool mon = iv->name && (!strcmp(iv->name, GPU_BUSY_NAME_MONITORS) ||
 					!strcmp(iv->name, GPU_COVERAGE_NAME_MONITORS));
 
+		if ((k->tl_from == TL_FROM_RECORDS && mon) ||
+		    (k->tl_from == TL_FROM_MONITORS && !mon))
+			return 0;
 		if (mon)
 			k->tl_monitors++;
 		else
@@ -331,10 +338,10 @@ static int _known_gaps(void *ctx, int64_t start, int64_t end)
 
 static int _params(struct request *r, uint64_t *pid, enum idle_source *src, double *threshold,
 		   uint64_t *max_nodes, bool *folded, bool *offcpu_graph, int64_t *min_gap,
-		   const char **node)
+		   const char **node, int *tl_from)
 {
 	const char *s = request__param(r, "source"), *f = request__param(r, "format");
-	const char *gr = request__param(r, "graph");
+	const char *gr = request__param(r, "graph"), *tf = request__param(r, "timeline_from");
 
 	if (!request__param(r, "pid")) {
 		request__error(r, 400, "pid: missing; the process id to look at");
@@ -367,6 +374,17 @@ static int _params(struct request *r, uint64_t *pid, enum idle_source *src, doub
 		*folded = true;
 	} else if (f && strcmp(f, "json")) {
 		request__error(r, 400, "format: '%s' is not one of json, folded", f);
+		return -1;
+	}
+	/* One source of the busy timeline alone: to compare the two over one run. */
+	*tl_from = TL_FROM_BOTH;
+	if (tf && !strcmp(tf, "records")) {
+		*tl_from = TL_FROM_RECORDS;
+	} else if (tf && !strcmp(tf, "gpu_monitors")) {
+		*tl_from = TL_FROM_MONITORS;
+	} else if (tf && strcmp(tf, "both")) {
+		request__error(r, 400, "timeline_from: '%.64s' is not one of both, records, "
+			       "gpu_monitors", tf);
 		return -1;
 	}
 	*offcpu_graph = false;
@@ -481,7 +499,7 @@ void routes__gpu_idle(struct request *r)
 
 	if (request__window(r, &from, &to) ||
 	    _params(r, &pid, &src, &threshold, &max_nodes, &folded, &offcpu_graph, &min_gap,
-		    &node))
+		    &node, &k.tl_from))
 		goto out;
 	/*
 	 * Kernels launched back to back leave gaps of microseconds between

@@ -90,6 +90,14 @@ def test_monitors_are_the_sole_process_timeline(flamewatch, fakes, tmp_path):
         assert doc["coverage"] > 0.95, doc
         assert doc["resolution_ns"] == 100000, doc
         assert abs(doc["idle_fraction"] - IDLE_MS / (BUSY_MS + IDLE_MS)) < 0.03, doc
+        # One source at a time: the process has no records, the monitors are all.
+        w = {"pid": str(work.pid), **window(frm, to)}
+        mon = client.get_json("/api/v1/gpu/idle", {**w, "timeline_from": "gpu_monitors"})
+        assert mon["idle_fraction"] == doc["idle_fraction"], (mon, doc)
+        rec = client.get_json("/api/v1/gpu/idle", {**w, "timeline_from": "records"})
+        assert rec["source"] != "timeline" and rec["timeline"] is None, rec
+        bad = client.get("/api/v1/gpu/idle", {**w, "timeline_from": "nvml"})
+        assert bad.status == 400 and "timeline_from" in bad.text, bad.describe()
         only = client.get_json("/api/v1/gpu/kernels", {"query": q, "timeline": "only",
                                                        "resolution": "1000", **window(frm, to)})
         busy = sorted((iv["start"], iv["end"]) for iv in only["intervals"] if iv["kind"] == "busy")
