@@ -24,15 +24,13 @@ struct node {
 struct tree {
 	struct node *nodes;
 	uint32_t n, cap;
-	struct intern *index;	/* (parent, name, binary, kind) -> node */
 };
 
-static int64_t _child(struct tree *t, uint32_t parent, uint32_t name, uint32_t binary,
-		      int32_t kind)
+/* Appends a node under parent (UINT32_MAX: the root). Returns its id or -ENOMEM. */
+static int64_t _add(struct tree *t, uint32_t parent, uint32_t name, uint32_t binary,
+		    int32_t kind, uint32_t depth, uint64_t total)
 {
-	struct { uint32_t parent, name, binary; int32_t kind; } key = { parent, name, binary, kind };
-	bool added;
-	int64_t id;
+	uint32_t id = t->n;
 
 	if (t->n == t->cap) {
 		uint32_t cap = t->cap ? t->cap * 2 : 1024;
@@ -43,13 +41,9 @@ static int64_t _child(struct tree *t, uint32_t parent, uint32_t name, uint32_t b
 		t->nodes = nn;
 		t->cap = cap;
 	}
-	id = intern__add(t->index, &key, sizeof(key), &added);
-	if (id < 0 || !added)
-		return id;
 	t->nodes[id] = (struct node){
-		.parent = parent, .name = name, .binary = binary, .kind = kind,
-		.depth = parent == UINT32_MAX ? 0 : t->nodes[parent].depth + 1,
-		.first_child = UINT32_MAX, .next_sibling = UINT32_MAX,
+		.parent = parent, .name = name, .binary = binary, .kind = kind, .depth = depth,
+		.total = total, .first_child = UINT32_MAX, .next_sibling = UINT32_MAX,
 	};
 	if (parent != UINT32_MAX) {
 		t->nodes[id].next_sibling = t->nodes[parent].first_child;
@@ -59,67 +53,268 @@ static int64_t _child(struct tree *t, uint32_t parent, uint32_t name, uint32_t b
 	return id;
 }
 
-static int _build(struct tree *t, const struct profile *p)
-{
-	int64_t root = _child(t, UINT32_MAX, 0, 0, KIND_ROOT);
+/*
+ * The tree is not built whole. A 50k-stack profile of deep stacks merges
+ * into about a million nodes, most of them cut again by max_nodes; hashing
+ * each into a table to find it was most of a query's time. Instead the
+ * samples are sorted by process and then by their frames' merge keys, so
+ * that every node of the merged tree is one run of consecutive samples
+ * sharing a prefix: a first sweep sums each node's total (a number per
+ * node, in the order nodes open), the cut follows from those totals, and a
+ * second sweep, opening nodes in the same order, makes only those kept.
+ *
+ * Level 0 of a sample is its process, level l its frame l - 1.
+ */
+struct item {
+	uint32_t comm;
+	uint32_t n;			/* frames */
+	const uint32_t *frames;		/* profile frame ids, root first */
+	uint64_t count;
+};
 
-	if (root < 0)
-		return -ENOMEM;
+struct sweep {
+	const struct profile *p;
+	uint32_t *fkey;			/* per frame id: its (function, binary, kind) */
+	struct item *items;
+	uint32_t nitems, levels;	/* most levels of a sample */
+	uint64_t *totals;		/* per node but the root, in opening order */
+	uint64_t ntotals, root;
+	uint64_t *open_total;		/* per level: the open node's sum so far */
+	uint64_t *open_idx;		/* per level: its opening index */
+	uint32_t *open_keep;		/* per level: its kept node, or UINT32_MAX */
+};
+
+static uint32_t _frame_binary(const struct profile *p, uint32_t frame)
+{
+	const struct profile_frame *fr = &p->frames[frame];
+
+	return fr->mapping == PROFILE_NO_MAPPING ? 0 : p->mappings[fr->mapping].path;
+}
+
+static inline uint32_t _level_key(const struct sweep *w, const struct item *it, uint32_t l)
+{
+	return l ? w->fkey[it->frames[l - 1]] : it->comm;
+}
+
+static int _by_path(const void *a, const void *b, void *arg)
+{
+	const struct item *x = a, *y = b;
+	const struct sweep *w = arg;
+	uint32_t n = x->n < y->n ? x->n : y->n;
+
+	if (x->comm != y->comm)
+		return x->comm < y->comm ? -1 : 1;
+	for (uint32_t l = 1; l <= n; l++) {
+		uint32_t kx = _level_key(w, x, l), ky = _level_key(w, y, l);
+
+		if (kx != ky)
+			return kx < ky ? -1 : 1;
+	}
+	return x->n < y->n ? -1 : x->n > y->n;
+}
+
+/* Levels the sample shares with the one before it. */
+static uint32_t _common(const struct sweep *w, const struct item *prev, const struct item *it)
+{
+	uint32_t n, l;
+
+	if (!prev || prev->comm != it->comm)
+		return 0;
+	n = prev->n < it->n ? prev->n : it->n;
+	for (l = 1; l <= n && _level_key(w, prev, l) == _level_key(w, it, l); l++)
+		;
+	return l;
+}
+
+static int _sweep_prepare(struct sweep *w, const struct profile *p)
+{
+	struct intern *keys = intern__new();
+	int err = -ENOMEM;
+
+	w->p = p;
+	w->fkey = malloc(((size_t)p->nframes + 1) * sizeof(*w->fkey));
+	w->items = malloc(((size_t)p->nsamples + 1) * sizeof(*w->items));
+	if (!keys || !w->fkey || !w->items)
+		goto out;
+	for (uint32_t f = 0; f < p->nframes; f++) {
+		struct { uint32_t name, binary; int32_t kind; } key = {
+			p->frames[f].function, _frame_binary(p, f), (int32_t)p->frames[f].kind,
+		};
+		bool added;
+		int64_t id = intern__add(keys, &key, sizeof(key), &added);
+
+		if (id < 0)
+			goto out;
+		w->fkey[f] = (uint32_t)id;
+	}
 	for (uint32_t i = 0; i < p->nsamples; i++) {
 		const struct profile_sample *s = &p->samples[i];
-		const uint32_t *frames;
-		uint32_t nframes;
-		int64_t cur;
+		struct item *it = &w->items[w->nitems++];
 
-		frames = profile__stack(p, s->stack, &nframes);
-		t->nodes[root].total += s->count;
-		cur = _child(t, root, s->comm, 0, KIND_PROCESS);
-		if (cur < 0)
-			return -ENOMEM;
-		t->nodes[cur].total += s->count;
-		for (uint32_t f = 0; f < nframes; f++) {
-			const struct profile_frame *fr = &p->frames[frames[f]];
-			uint32_t bin = fr->mapping == PROFILE_NO_MAPPING ? 0 :
-				       p->mappings[fr->mapping].path;
+		it->frames = profile__stack(p, s->stack, &it->n);
+		it->comm = s->comm;
+		it->count = s->count;
+		if (it->n + 1 > w->levels)
+			w->levels = it->n + 1;
+	}
+	qsort_r(w->items, w->nitems, sizeof(*w->items), _by_path, w);
+	w->open_total = calloc((size_t)w->levels + 1, sizeof(*w->open_total));
+	w->open_idx = calloc((size_t)w->levels + 1, sizeof(*w->open_idx));
+	w->open_keep = calloc((size_t)w->levels + 1, sizeof(*w->open_keep));
+	err = w->open_total && w->open_idx && w->open_keep ? 0 : -ENOMEM;
+out:
+	intern__free(keys);
+	return err;
+}
 
-			cur = _child(t, cur, fr->function, bin, fr->kind);
-			if (cur < 0)
-				return -ENOMEM;
-			t->nodes[cur].total += s->count;
+static void _sweep_release(struct sweep *w)
+{
+	free(w->fkey);
+	free(w->items);
+	free(w->totals);
+	free(w->open_total);
+	free(w->open_idx);
+	free(w->open_keep);
+}
+
+/* First sweep: every node's total, in the order nodes open. */
+static int _sweep_totals(struct sweep *w)
+{
+	uint64_t cap = 0;
+	uint32_t open = 0;
+
+	for (uint32_t i = 0; i < w->nitems; i++) {
+		const struct item *it = &w->items[i];
+		uint32_t len = it->n + 1, l = _common(w, i ? &w->items[i - 1] : NULL, it);
+
+		while (open > l) {
+			open--;
+			w->totals[w->open_idx[open]] = w->open_total[open];
 		}
-		t->nodes[cur].self += s->count;
+		for (; open < len; open++) {
+			if (w->ntotals == cap) {
+				uint64_t *t;
+
+				cap = cap ? cap * 2 : 4096;
+				t = realloc(w->totals, cap * sizeof(*t));
+				if (!t)
+					return -ENOMEM;
+				w->totals = t;
+			}
+			w->open_idx[open] = w->ntotals++;
+			w->open_total[open] = 0;
+		}
+		for (l = 0; l < len; l++)
+			w->open_total[l] += it->count;
+		w->root += it->count;
+	}
+	while (open > 0) {
+		open--;
+		w->totals[w->open_idx[open]] = w->open_total[open];
 	}
 	return 0;
 }
 
-static int _by_total_desc(const void *a, const void *b)
+/* The k-th largest of a[0..n) (k from 0), reordering a: quickselect. */
+static uint64_t _kth_largest(uint64_t *a, int64_t n, int64_t k)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	int64_t lo = 0, hi = n - 1;
 
-	return x < y ? 1 : x > y ? -1 : 0;
+	while (lo < hi) {
+		uint64_t pivot = a[lo + (hi - lo) / 2], t;
+		int64_t i = lo, j = hi;
+
+		while (i <= j) {
+			while (a[i] > pivot)
+				i++;
+			while (a[j] < pivot)
+				j--;
+			if (i <= j) {
+				t = a[i];
+				a[i++] = a[j];
+				a[j--] = t;
+			}
+		}
+		/* a[lo..j] >= pivot >= a[i..hi], and what lies between is the pivot. */
+		if (k <= j)
+			hi = j;
+		else if (k >= i)
+			lo = i;
+		else
+			return a[k];
+	}
+	return a[k];
 }
 
-/* The smallest total a node needs to be kept so that at most max nodes are. */
-static uint64_t _threshold(const struct tree *t, size_t max)
+/*
+ * The smallest total a node needs to be kept so that at most max nodes are
+ * (the root counts as one). Ties at the cut would overflow max: the cut
+ * moves above them.
+ */
+static int _threshold(const struct sweep *w, size_t max, uint64_t *th)
 {
-	uint64_t *totals, th;
-	size_t keep;
+	uint64_t n = w->ntotals + 1, *a, v, above = 0;
 
-	if (t->n <= max)
+	*th = 0;
+	if (n <= max)
 		return 0;
-	totals = malloc((size_t)t->n * sizeof(*totals));
-	if (!totals)
-		return UINT64_MAX;
-	for (uint32_t i = 0; i < t->n; i++)
-		totals[i] = t->nodes[i].total;
-	qsort(totals, t->n, sizeof(*totals), _by_total_desc);
-	/* Ties at the cut would overflow max: the cut moves above them. */
-	keep = max;
-	th = totals[keep - 1];
-	if (totals[keep] == th)
-		th++;
-	free(totals);
-	return th;
+	a = malloc(n * sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	memcpy(a, w->totals, w->ntotals * sizeof(*a));
+	a[w->ntotals] = w->root;
+	v = _kth_largest(a, (int64_t)n, (int64_t)max - 1);
+	for (uint64_t i = 0; i < n; i++)
+		above += a[i] >= v;
+	*th = above > max ? v + 1 : v;
+	free(a);
+	return 0;
+}
+
+/* Second sweep: the nodes at or above th, and what the cut left out. */
+static int _sweep_build(struct sweep *w, struct tree *t, uint64_t th, uint64_t *trimmed_value)
+{
+	uint64_t next = 0;
+	uint32_t open = 0;
+
+	if (_add(t, UINT32_MAX, 0, 0, KIND_ROOT, 0, w->root) < 0)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < w->nitems; i++) {
+		const struct item *it = &w->items[i];
+		uint32_t len = it->n + 1, l = _common(w, i ? &w->items[i - 1] : NULL, it);
+		uint32_t deepest;
+
+		if (open > l)
+			open = l;
+		for (; open < len; open++) {
+			uint32_t parent = open ? w->open_keep[open - 1] : 0;
+			uint64_t total = w->totals[next++];
+			int64_t id;
+
+			w->open_keep[open] = UINT32_MAX;
+			if (parent == UINT32_MAX)
+				continue;
+			if (total < th) {
+				*trimmed_value += total;
+				continue;
+			}
+			if (open) {
+				uint32_t f = it->frames[open - 1];
+
+				id = _add(t, parent, w->p->frames[f].function, _frame_binary(w->p, f),
+					  (int32_t)w->p->frames[f].kind, open + 1, total);
+			} else {
+				id = _add(t, parent, it->comm, 0, KIND_PROCESS, 1, total);
+			}
+			if (id < 0)
+				return -ENOMEM;
+			w->open_keep[open] = (uint32_t)id;
+		}
+		deepest = w->open_keep[len - 1];
+		if (deepest != UINT32_MAX)
+			t->nodes[deepest].self += it->count;
+	}
+	return 0;
 }
 
 struct writer {
@@ -127,7 +322,6 @@ struct writer {
 	struct strbuf names, binaries;
 	struct intern *name_ids, *binary_ids;
 	struct strbuf n, b, k, v, s, d;
-	uint64_t threshold;
 	uint64_t written, trimmed_nodes, trimmed_value;
 	const struct profile *p;
 };
@@ -180,13 +374,8 @@ static int _walk(struct writer *w)
 
 		_emit(w, id);
 		/* Children heaviest first, pushed in reverse so they pop in order. */
-		for (uint32_t c = nd->first_child; c != UINT32_MAX; c = w->t->nodes[c].next_sibling) {
-			if (w->t->nodes[c].total < w->threshold) {
-				w->trimmed_value += w->t->nodes[c].total;
-				continue;
-			}
+		for (uint32_t c = nd->first_child; c != UINT32_MAX; c = w->t->nodes[c].next_sibling)
 			todo[ntodo + nkids++] = c;
-		}
 		/* Sort the pushed children by total ascending (so the heaviest pops first). */
 		for (uint32_t i = 1; i < nkids; i++) {
 			uint32_t x = todo[ntodo + i], j = i;
@@ -208,27 +397,28 @@ int flamegraph__write_json(const struct profile *p, const char *unit, size_t max
 {
 	struct tree t = { 0 };
 	struct writer w = { .t = &t, .p = p };
+	struct sweep sw = { 0 };
+	uint64_t th;
 	int err = -ENOMEM;
 
 	if (max_nodes < 1)
 		max_nodes = 1;
-	t.index = intern__new();
 	w.name_ids = intern__new();
 	w.binary_ids = intern__new();
-	if (!t.index || !w.name_ids || !w.binary_ids)
+	if (!w.name_ids || !w.binary_ids)
 		goto out;
-	err = _build(&t, p);
+	err = _sweep_prepare(&sw, p);
+	if (!err)
+		err = _sweep_totals(&sw);
+	if (!err)
+		err = _threshold(&sw, max_nodes, &th);
+	if (!err)
+		err = _sweep_build(&sw, &t, th, &w.trimmed_value);
+	if (!err)
+		err = _walk(&w);
 	if (err)
 		goto out;
-	w.threshold = _threshold(&t, max_nodes);
-	if (w.threshold == UINT64_MAX && t.n > max_nodes) {
-		err = -ENOMEM;
-		goto out;
-	}
-	err = _walk(&w);
-	if (err)
-		goto out;
-	w.trimmed_nodes = t.n - w.written;
+	w.trimmed_nodes = sw.ntotals + 1 - w.written;
 
 	strbuf__printf(out, "{\"version\":1,\"unit\":");
 	strbuf__json_string(out, unit);
@@ -241,8 +431,8 @@ int flamegraph__write_json(const struct profile *p, const char *unit, size_t max
 		       (unsigned long long)w.trimmed_nodes, (unsigned long long)w.trimmed_value);
 	err = out->oom || w.names.oom || w.binaries.oom || w.n.oom || w.v.oom ? -ENOMEM : 0;
 out:
+	_sweep_release(&sw);
 	free(t.nodes);
-	intern__free(t.index);
 	intern__free(w.name_ids);
 	intern__free(w.binary_ids);
 	strbuf__release(&w.names);
