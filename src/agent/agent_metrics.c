@@ -204,10 +204,14 @@ static void _gpu_busy(const struct agent_metrics *m, struct strbuf *sb)
 		       "flamewatch_agent_gpu_busy_spans_total{to=\"unowned\"} %llu\n"
 		       "# HELP flamewatch_agent_gpu_busy_starts_total Starts of the gpu-busy child.\n"
 		       "# TYPE flamewatch_agent_gpu_busy_starts_total counter\n"
-		       "flamewatch_agent_gpu_busy_starts_total %llu\n",
+		       "flamewatch_agent_gpu_busy_starts_total %llu\n"
+		       "# HELP flamewatch_agent_gpu_busy_yielding 1 while the monitors are left to "
+		       "DCGM's host engine (--gpu-busy auto).\n"
+		       "# TYPE flamewatch_agent_gpu_busy_yielding gauge\n"
+		       "flamewatch_agent_gpu_busy_yielding %llu\n",
 		       (unsigned long long)st.devices, (unsigned long long)st.busy_spans,
 		       (unsigned long long)st.cover_spans, (unsigned long long)st.unowned_spans,
-		       (unsigned long long)st.starts);
+		       (unsigned long long)st.starts, (unsigned long long)st.yielding);
 }
 
 static void _on_request(struct evhttp_request *req, void *arg)

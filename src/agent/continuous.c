@@ -194,8 +194,8 @@ int continuous__start(struct continuous *c, struct event_base *base,
 	 * The monitors' spans belong to a process only by NVML's process
 	 * lists: no NVML, no GPU or no lists, no child.
 	 */
-	if (c->gpu && gpu_poller__ngpus(c->gpu) && !o->no_gpu_busy) {
-		c->busy = gpu_busy__start(base, NULL, NULL);
+	if (c->gpu && gpu_poller__ngpus(c->gpu) && o->gpu_busy != CONTINUOUS_GPU_BUSY_OFF) {
+		c->busy = gpu_busy__start(base, NULL, NULL, o->gpu_busy == CONTINUOUS_GPU_BUSY_AUTO);
 		if (!c->busy)
 			pr_warn("GPU busy timeline: cannot start gpu-busy: %s\n", strerror(errno));
 	}

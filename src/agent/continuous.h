@@ -75,7 +75,7 @@ struct continuous_opts {
 	/* Called after each GPU round with the batch and its first new metric; may be NULL. */
 	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 	int no_cpu_strips;		/* --no-cpu-strips */
-	int no_gpu_busy;		/* --gpu-busy off: no PM sampling child */
+	int gpu_busy;			/* --gpu-busy: CONTINUOUS_GPU_BUSY_* */
 	int offcpu;			/* --off-cpu (off by default: what it costs, bench/README.md) */
 	uint64_t offcpu_min_ns;		/* --off-cpu-min; 0: the default */
 };
@@ -90,6 +90,10 @@ int continuous__parse_gpu_costly_interval(const char *flag, const char *arg, uin
 /* --gpu-process-query: "shared" (0) or "always" (1); -1 (said) otherwise. */
 int continuous__parse_gpu_process_query(const char *flag, const char *arg, int *always);
 #define CONTINUOUS_GPU_INTERVAL_NS 1000000000ULL
+/* --gpu-busy: auto (0, the default: not while DCGM runs), on, off. */
+#define CONTINUOUS_GPU_BUSY_AUTO 0
+#define CONTINUOUS_GPU_BUSY_ON 1
+#define CONTINUOUS_GPU_BUSY_OFF 2
 /* Blocks shorter than this are not off-CPU time worth a stack (--off-cpu-min). */
 #define CONTINUOUS_OFFCPU_MIN_NS 1000000ULL
 #define CONTINUOUS_GPU_PCIE_INTERVAL_NS NVML_PCIE_INTERVAL_NS

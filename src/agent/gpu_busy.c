@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -42,6 +43,7 @@ extern char **environ;
 /* NVML's lists older than this no longer name the GPU's process. */
 #define LISTS_FRESH_NS (3LL * 1000000000LL)
 #define RESPAWN_S 30
+#define DCGM_CHECK_S 30
 #define MAX_PENDING 4096
 /* A span from the child further than this from now is not believed. */
 #define SKEW_MAX_NS (24LL * 3600 * 1000000000LL)
@@ -74,6 +76,9 @@ struct gpu_busy {
 	size_t len;
 	bool overlong;			/* the current line is past LINE_MAX_LEN: skipped */
 	bool gave_up;
+	bool give_way;			/* to DCGM's host engine (--gpu-busy auto) */
+	bool yielding;			/* stopped, or not started, for it */
+	struct event *dcgm_ev;
 	struct busy_dev dev[MAX_DEVICES];
 	struct gpu_busy_stats st;
 };
@@ -354,6 +359,11 @@ static void _child_gone(struct gpu_busy *g)
 		g->dev[i].running = false;
 	if (g->gave_up)
 		return;		/* gpu_busy__stop() */
+	if (g->yielding) {
+		pr_info("GPU busy timeline: gpu-busy stopped: the GPUs' monitors are DCGM's while "
+			"its host engine runs (--gpu-busy on keeps them)\n");
+		return;
+	}
 	if (WIFEXITED(status) && (WEXITSTATUS(status) == 1 || WEXITSTATUS(status) == 2)) {
 		pr_info("GPU busy timeline: no GPU's monitors can be sampled here; busy time comes "
 			"from CUDA activity records and NVML only\n");
@@ -367,8 +377,66 @@ static void _child_gone(struct gpu_busy *g)
 		event_add(g->respawn_ev, &later);
 }
 
+/*
+ * Whether DCGM's host engine runs on this node (the agent sees the host's
+ * processes). Its profiling metrics (DCGM_FI_PROF_*) need the same
+ * monitors, which serve one client at a time: first come, first served,
+ * and the loser fails. A fleet that runs DCGM chose it, so the timeline
+ * gives way to it rather than break its metrics.
+ */
+static bool _dcgm_running(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	bool found = false;
+
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d))) {
+		char path[64], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%.20s/comm", e->d_name);
+		f = fopen(path, "re");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f))
+			found = !strcmp(comm, "nv-hostengine\n");
+		fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
+static void _on_dcgm_check(evutil_socket_t fd, short what, void *arg)
+{
+	struct gpu_busy *g = arg;
+	bool dcgm = _dcgm_running();
+	int err;
+
+	(void)fd;
+	(void)what;
+	if (dcgm && !g->yielding) {
+		g->yielding = true;
+		if (g->in_fd >= 0) {
+			close(g->in_fd);	/* EOF: the child stops; _child_gone() reaps it */
+			g->in_fd = -1;
+		}
+		if (g->respawn_ev)
+			event_del(g->respawn_ev);
+	} else if (!dcgm && g->yielding && !g->gave_up && g->child <= 0) {
+		g->yielding = false;
+		pr_info("GPU busy timeline: DCGM's host engine is gone: taking the GPUs' monitors\n");
+		err = _spawn(g);
+		if (err)
+			pr_warn("GPU busy timeline: cannot start gpu-busy: %s\n", strerror(-err));
+	}
+}
+
 struct gpu_busy *gpu_busy__start(struct event_base *base, const char *exe,
-				 const char *const *args)
+				 const char *const *args, bool give_way)
 {
 	struct gpu_busy *g = calloc(1, sizeof(*g));
 	size_t nargs = 0;
@@ -391,6 +459,25 @@ struct gpu_busy *gpu_busy__start(struct event_base *base, const char *exe,
 	g->respawn_ev = evtimer_new(base, _on_respawn, g);
 	if (!g->respawn_ev)
 		goto fail;
+	g->give_way = give_way;
+	if (give_way) {
+		struct timeval every = { DCGM_CHECK_S, 0 };
+		const char *ms = getenv("FLAMEWATCH_GPU_BUSY_DCGM_CHECK_MS");
+
+		/* A testing knob: the tests cannot wait 30 s for each check. */
+		if (ms && atoi(ms) >= 100)
+			every = (struct timeval){ atoi(ms) / 1000, (atoi(ms) % 1000) * 1000 };
+
+		g->dcgm_ev = event_new(base, -1, EV_PERSIST, _on_dcgm_check, g);
+		if (!g->dcgm_ev || event_add(g->dcgm_ev, &every))
+			goto fail;
+		g->yielding = _dcgm_running();
+	}
+	if (g->yielding) {
+		pr_info("GPU busy timeline: not started: DCGM's host engine runs, and its profiling "
+			"metrics need the GPUs' monitors (--gpu-busy on takes them anyway)\n");
+		return g;
+	}
 	err = -_spawn(g);
 	if (err)
 		goto fail;
@@ -471,6 +558,8 @@ void gpu_busy__stop(struct gpu_busy *g)
 	g->gave_up = true;	/* no respawn from here on */
 	if (g->respawn_ev)
 		event_del(g->respawn_ev);
+	if (g->dcgm_ev)
+		event_del(g->dcgm_ev);
 	if (g->in_fd >= 0) {
 		close(g->in_fd);	/* EOF on its stdin: the child stops */
 		g->in_fd = -1;
@@ -497,6 +586,8 @@ void gpu_busy__free(struct gpu_busy *g)
 	gpu_busy__stop(g);
 	if (g->respawn_ev)
 		event_free(g->respawn_ev);
+	if (g->dcgm_ev)
+		event_free(g->dcgm_ev);
 	if (g->read_ev)
 		event_free(g->read_ev);
 	if (g->out_fd >= 0)
@@ -514,6 +605,7 @@ void gpu_busy__stats(const struct gpu_busy *g, struct gpu_busy_stats *out)
 	if (!g)
 		return;
 	*out = g->st;
+	out->yielding = g->yielding;
 	for (size_t i = 0; i < MAX_DEVICES; i++)
 		out->devices += g->dev[i].running;
 }

@@ -32,15 +32,19 @@ struct gpu_busy_stats {
 	uint64_t unowned_spans;			/* dropped: no sole process on the GPU */
 	uint64_t devices;			/* sampling now */
 	uint64_t starts, exits;			/* of the child */
+	uint64_t yielding;			/* 1: stopped while DCGM runs */
 };
 
 /*
  * Starts `exe gpu-busy ARGS...` (exe NULL: /proc/self/exe; args
- * NULL-terminated, may be NULL) with its stdout read on base. Returns NULL
- * with errno set when it cannot be started.
+ * NULL-terminated, may be NULL) with its stdout read on base. With
+ * give_way, it is not started, or is stopped, while DCGM's host engine
+ * (nv-hostengine) runs on the node, checked every 30 s: DCGM's profiling
+ * metrics need the same monitors. Returns NULL with errno set when it
+ * cannot be started.
  */
 struct gpu_busy *gpu_busy__start(struct event_base *base, const char *exe,
-				 const char *const *args);
+				 const char *const *args, bool give_way);
 /*
  * Hands the spans whose process is known to cp's batch: every tick, and
  * once more with final set after gpu_busy__stop(), which also hands the

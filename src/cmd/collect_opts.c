@@ -40,11 +40,12 @@ static const struct {
 "                       query only while 2+ processes share a GPU; one alone gets\n"
 "                       the GPU's utilisation. always: the query for one too\n" },
 	{ { "gpu-busy", required_argument, NULL, OPT_GPU_BUSY },
-"  --gpu-busy auto|off  auto (default): each GPU's busy timeline from its own\n"
-"                       performance monitors (CUPTI PM sampling, in a child\n"
-"                       process), complete where CUDA records are duty-cycled;\n"
-"                       off: leave the monitors to other tools (Nsight Compute,\n"
-"                       DCGM profiling), which cannot share them\n" },
+"  --gpu-busy auto|on|off  each GPU's busy timeline from its own performance\n"
+"                       monitors (CUPTI PM sampling, in a child process),\n"
+"                       complete where CUDA records are duty-cycled. The\n"
+"                       monitors serve one tool at a time: auto (default)\n"
+"                       gives them up while DCGM's host engine runs; on keeps\n"
+"                       them; off leaves them to others (Nsight Compute)\n" },
 	{ { "no-cpu-strips", no_argument, NULL, OPT_NO_CPU_STRIPS },
 "  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n" },
 	{ { "off-cpu", no_argument, NULL, OPT_OFFCPU },
@@ -140,12 +141,17 @@ int collect_opts__parse(struct continuous_opts *co, int c, const char *arg)
 		return continuous__parse_gpu_process_query("gpu-process-query", arg,
 							    &co->gpu_process_query_always) ? -EINVAL : 0;
 	case OPT_GPU_BUSY:
-		if (strcmp(arg, "auto") && strcmp(arg, "off")) {
-			fprintf(stderr, "flamewatch: error: --gpu-busy: '%s' is not auto or off\n",
+		if (!strcmp(arg, "auto")) {
+			co->gpu_busy = CONTINUOUS_GPU_BUSY_AUTO;
+		} else if (!strcmp(arg, "on")) {
+			co->gpu_busy = CONTINUOUS_GPU_BUSY_ON;
+		} else if (!strcmp(arg, "off")) {
+			co->gpu_busy = CONTINUOUS_GPU_BUSY_OFF;
+		} else {
+			fprintf(stderr, "flamewatch: error: --gpu-busy: '%s' is not auto, on or off\n",
 				arg);
 			return -EINVAL;
 		}
-		co->no_gpu_busy = arg[0] == 'o';
 		return 0;
 	case OPT_NO_CPU_STRIPS:
 		co->no_cpu_strips = 1;

@@ -34,7 +34,7 @@ def _spin(seconds):
             % seconds]
 
 
-def _run(ps, flamewatch, tmp, port, procs_line, extra=()):
+def _run(ps, flamewatch, tmp, port, procs_line, extra=(), env_extra=None):
     values = tmp / "nvml-values"
     values.write_text("gpu0.util 50\ngpu0.mem_util 10\n" + procs_line)
     env = {k: v for k, v in os.environ.items()
@@ -42,7 +42,7 @@ def _run(ps, flamewatch, tmp, port, procs_line, extra=()):
     env.update(LD_LIBRARY_PATH=str(BUILD / "fakes"), FAKE_NVML_VALUES=str(values),
                FLAMEWATCH_CUPTI=str(BUILD / "fakes" / "libcupti.so"),
                FLAMEWATCH_LIBCUDA=str(BUILD / "fakes" / "libcuda.so.1"),
-               FAKE_PM_SCHEDULE=f"{BUSY_MS}:{IDLE_MS}")
+               FAKE_PM_SCHEDULE=f"{BUSY_MS}:{IDLE_MS}", **(env_extra or {}))
     srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp / "data",
                     "-F", "99", "--interval", "1s", "--gpu-interval", "200ms", *extra],
                    "run", env=env)
@@ -154,8 +154,44 @@ def test_a_shared_gpu_gives_no_process_its_time(flamewatch, fakes, tmp_path):
         off.stop()
         assert "GPU busy timeline" not in off.text(), off.describe()
         bad = ps.start([flamewatch, "run", "--gpu-busy", "maybe"], "bad")
-        assert bad.wait(10) == 2 and "--gpu-busy: 'maybe' is not auto or off" in bad.text(), \
+        assert bad.wait(10) == 2 and "--gpu-busy: 'maybe' is not auto, on or off" in bad.text(), \
             bad.describe()
     finally:
         ps.close_all()
         client.close()
+
+
+def test_the_monitors_give_way_to_dcgm(flamewatch, fakes, tmp_path):
+    """DCGM's profiling metrics need the same monitors, which serve one
+    client at a time. By default the agent does not take them while DCGM's
+    host engine runs (a process named nv-hostengine here), takes them once
+    it is gone, and gives them up again when it comes back; --gpu-busy on
+    takes them anyway."""
+    import shutil
+    engine = tmp_path / "nv-hostengine"
+    shutil.copy("/bin/sleep", engine)
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    fast = {"FLAMEWATCH_GPU_BUSY_DCGM_CHECK_MS": "300"}
+    try:
+        dcgm = ps.start([engine, "600"], "dcgm")
+        srv = _run(ps, flamewatch, tmp_path, port, "", env_extra=fast)
+        assert srv.wait_output(r"GPU busy timeline: not started: DCGM's host engine runs", 20), \
+            srv.describe()
+        time.sleep(1)
+        assert "the GPU's own monitors every" not in srv.text(), srv.describe()
+        dcgm.stop()
+        assert srv.wait_output(r"DCGM's host engine is gone: taking the GPUs' monitors", 20), \
+            srv.describe()
+        assert srv.wait_output(r"GPU busy timeline: device 0 \(GPU-", 20), srv.describe()
+        ps.start([engine, "600"], "dcgm-again")
+        assert srv.wait_output(r"gpu-busy stopped: the GPUs' monitors are DCGM's", 20), \
+            srv.describe()
+        srv.stop()
+
+        on = _run(ps, flamewatch, tmp_path, free_port(), "", extra=("--gpu-busy", "on"),
+                  env_extra=fast)
+        assert on.wait_output(r"GPU busy timeline: device 0 \(GPU-", 20), on.describe()
+        assert "not started" not in on.text(), on.describe()
+    finally:
+        ps.close_all()
