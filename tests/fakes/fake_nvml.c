@@ -26,9 +26,10 @@
  *    Unix-µs time on that grid: only samples newer than lastSeenTimeStamp,
  *    NOT_FOUND when there are none; with no buffer, INSUFFICIENT_SIZE and
  *    the count;
- *  - nvmlDeviceGetSamples keeps one sample every 100 ms for the last
- *    second, returns those newer than lastSeenTimeStamp, NOT_FOUND when
- *    none.
+ *  - nvmlDeviceGetSamples keeps one sample every 100 ms for the last two
+ *    seconds (the agent asks once a second; a loaded machine may make it
+ *    a little late, and the driver keeps more than that), returns those
+ *    newer than lastSeenTimeStamp, NOT_FOUND when none.
  * Built with -DFAKE_OLD_DRIVER it lacks nvmlDeviceGetSamples,
  * nvmlDeviceGetMemoryInfo_v2 and nvmlDeviceGetFieldValues, so the
  * collector falls back to the older calls.
@@ -269,7 +270,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t d, nvmlSamplingType_t type
 					 unsigned long long last, nvmlValueType_t *vt,
 					 unsigned int *count, nvmlSample_t *samples)
 {
-	unsigned long long now = _now_us(), t = now - now % 100000 - 900000;
+	unsigned long long now = _now_us(), t = now - now % 100000 - 1900000;
 	unsigned int n = 0, cap;
 	GPU(d);
 
@@ -277,7 +278,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t d, nvmlSamplingType_t type
 		return NVML_ERROR_NOT_SUPPORTED;
 	*vt = NVML_VALUE_TYPE_UNSIGNED_INT;
 	if (!samples) {
-		*count = 10;
+		*count = 20;
 		return NVML_SUCCESS;
 	}
 	cap = *count;
