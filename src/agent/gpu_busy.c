@@ -312,6 +312,9 @@ static int _spawn(struct gpu_busy *g)
 	fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
 	g->in_fd = in[1];
 	g->out_fd = out[0];
+	/* A child that died mid-line left part of it: the new one starts afresh. */
+	g->len = 0;
+	g->overlong = false;
 	g->read_ev = event_new(g->base, g->out_fd, EV_READ | EV_PERSIST, _on_read, g);
 	if (!g->read_ev || event_add(g->read_ev, NULL))
 		return -ENOMEM;
