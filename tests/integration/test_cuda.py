@@ -132,6 +132,12 @@ def gpu_run(request, flamewatch, workloads, tmp_path_factory):
         lib = str(workloads / "cuda" / "libflamewatch-cuda.so")
         if not logproc.wait_output("GPU time profiling: attached to " + re.escape(lib), 60):
             pytest.fail(f"the agent did not attach to {lib}\n{logproc.describe()}", pytrace=False)
+        # The agent describes the new process to its unwinder on its own
+        # time; a launch before that is walked by frame pointers alone, and
+        # the probe's caller (launch_kernel, copy_h2d) drops out of its
+        # stack. With FLAMEWATCH_CUDA_LIB (agent_server) the attach line
+        # comes at the agent's start, so it says nothing of the workload.
+        time.sleep(1)
         go.touch()
         rc = work.wait(70)
         assert rc == 0, f"cuda_chain exited with {rc}\n{work.describe()}"
