@@ -2,7 +2,7 @@
 /*
  * GPU busy timeline from CUPTI PM sampling (see pm_busy.h). The calls follow
  * NVIDIA's documented order, as the research probe bench/gpu/pm_sampling
- * made them on an H100: profiler initialise; per device, support check,
+ * made them: profiler initialise; per device, support check,
  * chip name, counter availability, host object, config image (one pass),
  * enable, set config, counter data image, start; decode periodically,
  * evaluate each completed sample and reset the image; stop, a last decode,
