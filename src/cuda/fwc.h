@@ -208,6 +208,49 @@ struct fwc_busy {
 	uint32_t pad;
 };
 
+/* ---- what collecting records costs the process ---------------------------- */
+
+/*
+ * The cost of CUPTI's activity records, measured in the process, so that
+ * the library collects every record only where that is cheap (inject.c,
+ * _choose_activity). Most of it is paid inside the launching call: the
+ * durations of kernel launch calls are kept in two histograms, one for
+ * calls made while the activity kinds were on, one for calls made while
+ * they were off (probe windows), and the difference of their medians is
+ * what a record costs a launch. Medians, not means: a call that waits for
+ * room in a full launch queue takes as long as the GPU makes it, whatever
+ * CUPTI does. The library's own handling of each record (on CUPTI's
+ * thread) is timed directly and added.
+ */
+#define FWC_COST_BUCKET_NS	32u
+#define FWC_COST_BUCKETS	640u	/* up to 20 us; the last bucket holds longer calls */
+#define FWC_COST_MIN_CALLS	64u	/* per histogram, before a median is trusted */
+#define FWC_COST_DECAY_CALLS	8192u	/* a histogram past this is halved: recent calls weigh most */
+
+struct fwc_cost {
+	_Atomic uint32_t calls[2][FWC_COST_BUCKETS];	/* [activity on] */
+	_Atomic uint32_t total[2];
+	uint64_t own_ns, own_records;			/* the library's record handling */
+};
+
+/* A launch call of `ns` made with the activity kinds on (1) or off (0). */
+void fwc_cost_call(struct fwc_cost *c, int activity_on, uint64_t ns);
+/* `ns` of thread CPU time spent converting `records` records. */
+void fwc_cost_own(struct fwc_cost *c, uint64_t ns, uint64_t records);
+/* Halves the histograms past FWC_COST_DECAY_CALLS (the control thread). */
+void fwc_cost_decay(struct fwc_cost *c);
+/* The median launch call with the activity kinds on (1) or off (0), in ns
+ * (the middle of its bucket); -1 until it holds FWC_COST_MIN_CALLS calls. */
+int64_t fwc_cost_median(const struct fwc_cost *c, int activity_on);
+/* The library's own handling of a record, in ns of CPU time (0: none yet). */
+static inline int64_t fwc_cost_own_per_record(const struct fwc_cost *c)
+{
+	return c->own_records ? (int64_t)(c->own_ns / c->own_records) : 0;
+}
+/* What one record costs the process in ns, the launch call's share and the
+ * library's; -1 until both histograms hold FWC_COST_MIN_CALLS calls. */
+int64_t fwc_cost_per_record(const struct fwc_cost *c, int64_t *in_call_ns, int64_t *own_ns);
+
 /* ---- records -------------------------------------------------------------- */
 
 #define FWC_SCALE_ONE	(1ull << 16)
@@ -267,6 +310,9 @@ void fwc_batch_flush(struct fwc_batch *b);
 void fwc_busy_flush(struct fwc_batch *b, int64_t offset_ns, struct fwc_stats *st);
 /* Appends a FW_CUDA_COVERAGE record for [start_ns, end_ns) (Unix ns). */
 void fwc_coverage_add(struct fwc_batch *b, int64_t start_ns, int64_t end_ns);
+/* Appends a FW_CUDA_COLLECTION record (probes.h); cost_* < 0: not known. */
+void fwc_collection_add(struct fwc_batch *b, int64_t now_ns, int all, int64_t cost_ppm,
+			int64_t cost_ns, uint32_t max_ppm);
 /*
  * At exit (and, with carry_unseen, every few seconds, for names no window
  * sees): emits, for each name and kind with GPU time still carried, its

@@ -114,10 +114,14 @@ static struct {
 	uint32_t window_ms;
 	int count_all;			/* callbacks always on, counting every launch */
 	int activity_all_cfg;		/* FLAMEWATCH_CUDA_ACTIVITY_ALL */
-	uint64_t exact_max_rate;	/* launches a second above which activity is duty-cycled too */
+	uint64_t exact_max_rate;	/* FLAMEWATCH_CUDA_EXACT_MAX_RATE: launches a second, or 0 */
+	uint64_t max_cost_ppm;		/* what every record may cost the process, per million */
 	int activity_all;		/* now: activity always on, only the callbacks duty-cycled */
 	uint64_t activity_switches;	/* between the two, by the launch rate */
 	uint64_t rate_avg;		/* launches a second in windows, decaying mean */
+	int64_t cost_ppm;		/* every record's cost as measured, per million; -1: unknown */
+	int64_t cost_bound_ppm;		/* its upper bound: whole launch calls; -1: unknown */
+	uint64_t probes;		/* probe windows opened */
 	uint64_t seed;
 	const char *summary_path;
 	const char *listen_file;	/* FLAMEWATCH_CUDA_LISTEN_FILE (benchmarks) */
@@ -136,6 +140,10 @@ static struct {
 	int64_t retry_at, idle_since;
 	uint64_t slot;
 	uint32_t on_slot;
+	uint32_t probe_slot;		/* UINT32_MAX: no probe window in this group */
+	int probe_on;			/* the probe window's callbacks are on */
+	int mode_told;			/* the collection record went out since a tracer came */
+	uint64_t mode_told_slot;	/* ...at this slot */
 	uint64_t ctl_rng;
 	uint64_t last_window_seen;
 	int64_t on_since;		/* when the window's callbacks came on */
@@ -149,6 +157,8 @@ static struct {
 
 	/* hot path */
 	_Atomic int collecting;		/* a window is open: launches are taken */
+	_Atomic int probing;		/* a probe window: launch calls timed, activity off */
+	_Atomic uint32_t window_id;	/* bumped at every window's open and close */
 	_Atomic uint32_t gen;		/* bumped whenever callbacks are (re)enabled */
 	_Atomic uint64_t p_fixed;	/* keep probability, 1/2^32 */
 	_Atomic uint64_t window_seen;
@@ -170,6 +180,7 @@ static struct {
 
 	struct fwc_weights weights;
 	struct fwc_fresh fresh;
+	struct fwc_cost cost;
 	_Atomic int64_t window_ns;	/* CLOCK_MONOTONIC when the open window began */
 	int warned[8];
 } G = {
@@ -189,6 +200,10 @@ struct tls {
 	uint32_t rt_corr, rt_weight;
 	uint32_t drv_corr, drv_weight;
 	int drv_active;
+	int timed;			/* the outer kernel launch in progress is timed */
+	int timed_on;			/* ...with the activity kinds on */
+	uint32_t timed_window;
+	int64_t timed_from;
 };
 
 static __thread struct tls _t;
@@ -356,6 +371,38 @@ static void _launch_probe(uint32_t corr, uint32_t weight)
 		STAP_PROBE2(flamewatch, launch, (uint64_t)corr, weight);
 }
 
+/*
+ * Kernel launch calls inside a window are timed from the end of their entry
+ * callback to their exit callback, for what records cost (fwc_cost): with
+ * the activity kinds on in a collecting window, off in a probe window. Our
+ * own work at entry (sampling, the launch probe) is left out: a probe
+ * window does none of it, and it is no cost of the records. A call that
+ * outlives its window is not counted: the window it ended in may have had
+ * the other setting.
+ */
+static void _time_call(struct tls *t, enum fwc_class cls)
+{
+	int probing = atomic_load_explicit(&G.probing, memory_order_relaxed);
+
+	t->timed = 0;
+	if (cls != FWC_KERNEL ||
+	    !(probing || atomic_load_explicit(&G.collecting, memory_order_relaxed)))
+		return;
+	t->timed = 1;
+	t->timed_on = !probing;
+	t->timed_window = atomic_load_explicit(&G.window_id, memory_order_relaxed);
+}
+
+static void _time_call_end(struct tls *t)
+{
+	if (!t->timed)
+		return;
+	t->timed = 0;
+	if (t->timed_window != atomic_load_explicit(&G.window_id, memory_order_relaxed))
+		return;
+	fwc_cost_call(&G.cost, t->timed_on, (uint64_t)(_now(CLOCK_MONOTONIC) - t->timed_from));
+}
+
 static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti_CallbackData *cb)
 {
 	struct tls *t = &_t;
@@ -371,7 +418,7 @@ static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti
 		return;
 	if (t->gen != gen) {	/* callbacks were off: forget calls whose exit we missed */
 		t->gen = gen;
-		t->rt_active = t->drv_active = 0;
+		t->rt_active = t->drv_active = t->timed = 0;
 	}
 	if (cb->callbackSite == CUPTI_API_ENTER) {
 		if (t->rt_active || t->drv_active) {
@@ -387,6 +434,7 @@ static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti
 		}
 		if (G.count_all)
 			atomic_fetch_add_explicit(&G.all[cls], 1, memory_order_relaxed);
+		_time_call(t, cls);
 		if (atomic_load_explicit(&G.collecting, memory_order_relaxed)) {
 			/* Not kept (w == FWC_UNKEPT) too: its records' GPU time is carried. */
 			w = _take(t, cls, _fresh_key(dom, cbid, cb, cls));
@@ -412,14 +460,19 @@ static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti
 		 */
 		if (w)
 			_launch_probe(cb->correlationId, w);
+		if (t->timed)
+			t->timed_from = _now(CLOCK_MONOTONIC);
 		return;
 	}
 	/* The exit only ends the call, so that a nested call is told apart. */
 	if (dom == CUPTI_CB_DOMAIN_RUNTIME_API) {
-		if (t->rt_active && cb->correlationId == t->rt_corr)
+		if (t->rt_active && cb->correlationId == t->rt_corr) {
 			t->rt_active = 0;
+			_time_call_end(t);
+		}
 	} else if (!t->rt_active && t->drv_active && cb->correlationId == t->drv_corr) {
 		t->drv_active = 0;
+		_time_call_end(t);
 	}
 }
 
@@ -475,10 +528,15 @@ static void CUPTIAPI _buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *
 		return;
 	pthread_mutex_lock(&G.rec);
 	if (!atomic_load(&G.inert)) {
+		int64_t cpu = _now(CLOCK_THREAD_CPUTIME_ID);
+		uint64_t n = G.stats.records;
+
 		while (G.api.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS && rec)
 			fwc_record_add(rec, &G.weights, &G.names, offset, &G.batch, &G.stats);
 		fwc_busy_flush(&G.batch, offset, &G.stats);
 		fwc_batch_flush(&G.batch);
+		fwc_cost_own(&G.cost, (uint64_t)(_now(CLOCK_THREAD_CPUTIME_ID) - cpu),
+			     G.stats.records - n);
 		if (G.api.ActivityGetNumDroppedRecords &&
 		    G.api.ActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS)
 			G.stats.cupti_dropped += dropped;
@@ -560,6 +618,7 @@ static void _turn_on(void)
 
 	if (!G.activity_on && !_activity(1))
 		return;
+	atomic_fetch_add(&G.window_id, 1);
 	atomic_store(&G.collecting, 1);
 	if (!G.count_all) {
 		atomic_fetch_add(&G.gen, 1);
@@ -622,6 +681,7 @@ static void _turn_off(void)
 		return;
 	G.on = 0;
 	atomic_store(&G.collecting, 0);
+	atomic_fetch_add(&G.window_id, 1);
 	if (!G.count_all)
 		_callbacks(0);
 	if (G.activity_all)
@@ -644,27 +704,80 @@ static void _set_exact(int exact)
 }
 
 /*
- * Activity always on gives exact totals, but CUPTI's record of every kernel
- * costs the launching thread, which a launch-bound loop pays on every
- * step. Above exact_max_rate launches a second the activity is duty-cycled
- * with the callbacks, and the totals estimated (x D); back below 2/3 of it,
- * always on again. The rate is a decaying mean over windows (1/8 each),
- * starting from 0: one window falls in a burst or in a pause (a training
- * loop queues many steps of launches in a few ms, then waits), the mean
- * over a few seconds of windows does not. Called under ctl as a window
- * closes. Records in flight at a switch are read under the new rule: a
- * window's worth at most, rarely (hysteresis).
+ * The collection record (probes.h) with the mode in force and the cost as
+ * measured; under ctl. Sent when the mode changes and every
+ * CARRY_FLUSH_SLOTS windows, so that an agent that attaches late learns it.
+ */
+static void _tell_mode(void)
+{
+	int64_t per = -1;
+
+	pthread_mutex_lock(&G.rec);
+	if (G.cost_ppm >= 0)
+		per = fwc_cost_per_record(&G.cost, NULL, NULL);
+	fwc_collection_add(&G.batch, _now(CLOCK_REALTIME), G.activity_all, G.cost_ppm, per,
+			   (uint32_t)G.max_cost_ppm);
+	fwc_batch_flush(&G.batch);
+	pthread_mutex_unlock(&G.rec);
+	G.mode_told = 1;
+	G.mode_told_slot = G.slot;
+}
+
+/*
+ * What every record would cost the process, from the launch rate and the
+ * cost of one record (fwc_cost): G.cost_ppm once both histograms hold
+ * enough calls, and G.cost_bound_ppm, its upper bound from whole launch
+ * calls with records on, as soon as that one does. Under ctl.
+ */
+static void _estimate_cost(void)
+{
+	int64_t per, on;
+
+	pthread_mutex_lock(&G.rec);
+	fwc_cost_decay(&G.cost);
+	per = fwc_cost_per_record(&G.cost, NULL, NULL);
+	on = fwc_cost_median(&G.cost, 1);
+	if (on >= 0)
+		on += fwc_cost_own_per_record(&G.cost);
+	pthread_mutex_unlock(&G.rec);
+	G.cost_ppm = per < 0 ? -1 : per * (int64_t)G.rate_avg / 1000;
+	G.cost_bound_ppm = on < 0 ? -1 : on * (int64_t)G.rate_avg / 1000;
+}
+
+/*
+ * Activity always on gives exact totals and a complete busy timeline, but
+ * CUPTI's record of every kernel costs the launching thread, which a
+ * launch-bound loop pays on every step. So every record is collected while
+ * that costs the process at most max_cost_ppm of its time, as measured
+ * (_estimate_cost); above it the activity is duty-cycled with the
+ * callbacks, the totals estimated (x D) and the busy timeline left to the
+ * GPU's own monitors; back under 2/3 of it, always on again. A cost not
+ * yet measured keeps the mode, unless its bound already allows every
+ * record. FLAMEWATCH_CUDA_EXACT_MAX_RATE, when set, decides by launches a
+ * second instead (tests and benchmarks). The rate is a decaying mean over
+ * windows (1/8 each), starting from 0: one window falls in a burst or in a
+ * pause (a training loop queues many steps of launches in a few ms, then
+ * waits), the mean over a few seconds of windows does not. Called under
+ * ctl as a window closes. Records in flight at a switch are read under the
+ * new rule: a window's worth at most, rarely (hysteresis).
  */
 static void _choose_activity(void)
 {
 	uint64_t rate = G.last_window_seen * 1000 / G.window_ms;
+	int64_t lim = (int64_t)G.max_cost_ppm;
 	int want;
 
 	if (!G.activity_all_cfg)
 		return;
 	G.rate_avg = (G.rate_avg * 7 + rate) / 8;
-	want = G.activity_all ? G.rate_avg <= G.exact_max_rate :
-				G.rate_avg < G.exact_max_rate / 3 * 2;
+	_estimate_cost();
+	if (G.exact_max_rate)
+		want = G.activity_all ? G.rate_avg <= G.exact_max_rate :
+					G.rate_avg < G.exact_max_rate / 3 * 2;
+	else if (G.cost_ppm >= 0)
+		want = G.activity_all ? G.cost_ppm <= lim : G.cost_ppm < lim / 3 * 2;
+	else
+		want = G.activity_all || (G.cost_bound_ppm >= 0 && G.cost_bound_ppm < lim / 3 * 2);
 	if (want == G.activity_all)
 		return;
 	pthread_mutex_lock(&G.rec);
@@ -673,6 +786,64 @@ static void _choose_activity(void)
 	G.activity_switches++;
 	if (!want && G.activity_on)
 		_activity_off_after_callbacks();	/* the tick turns it on again when wanted */
+	_tell_mode();
+}
+
+/*
+ * Probe windows time launch calls with the activity kinds off, the other
+ * half of what a record costs (fwc_cost). Duty-cycled, one group of D
+ * windows in PROBE_GROUPS_DUTY has one: activity is off there anyway, and
+ * a probe costs a callback per launch and no probe fire. With every record
+ * collected, a probe window's records are lost, so there is one only while
+ * the cost could be over the limit (its bound is not under it): every
+ * PROBE_GROUPS_NEW groups until the cost is known, then rarely
+ * (PROBE_GROUPS_EXACT), since a record's cost depends on the GPU and the
+ * driver more than on what the process launches.
+ */
+#define PROBE_GROUPS_DUTY	4
+#define PROBE_GROUPS_NEW	2
+#define PROBE_GROUPS_EXACT	1024
+
+static int _probe_due(uint64_t group)
+{
+	if (G.duty < 2 || !G.activity_all_cfg || G.exact_max_rate)
+		return 0;
+	if (!G.activity_all)
+		return group % PROBE_GROUPS_DUTY == 0;
+	if (G.cost_bound_ppm < 0 || G.cost_bound_ppm <= (int64_t)G.max_cost_ppm)
+		return 0;
+	return group % (G.cost_ppm < 0 ? PROBE_GROUPS_NEW : PROBE_GROUPS_EXACT) == 0;
+}
+
+static void _probe_open(void)
+{
+	CUptiResult r;
+
+	if (G.activity_on)
+		_activity(0);	/* the timeline's coverage breaks here (_coverage) */
+	atomic_fetch_add(&G.window_id, 1);
+	atomic_store(&G.probing, 1);
+	if (!G.count_all) {
+		atomic_fetch_add(&G.gen, 1);
+		r = _callbacks(1);
+		if (r != CUPTI_SUCCESS)
+			_warn_once(W_CALL, "cuptiEnableCallback: %s", _err(r));
+	}
+	G.probe_on = 1;
+	G.probes++;
+}
+
+static void _probe_close(void)
+{
+	if (!G.probe_on)
+		return;
+	G.probe_on = 0;
+	atomic_store(&G.probing, 0);
+	atomic_fetch_add(&G.window_id, 1);
+	if (!G.count_all)
+		_callbacks(0);
+	if (G.activity_all && !G.activity_on && _listening())
+		_activity(1);
 }
 
 static void _subscribe(int64_t now)
@@ -731,6 +902,7 @@ static void _subscribe(int64_t now)
 		G.api.EnableDomain(1, G.sub, CUPTI_CB_DOMAIN_STATE);
 	_update_offset();
 	G.slot = 0;
+	G.mode_told = 0;
 	atomic_store(&G.p_fixed, UINT32_MAX);
 	G.last_window_seen = 0;
 }
@@ -782,6 +954,7 @@ static void _coverage(int covered)
 
 static void _unsubscribe(void)
 {
+	_probe_close();
 	_coverage(0);
 	_turn_off();
 	_count_callbacks(0);
@@ -809,6 +982,7 @@ static void _tick(void)
 	if (!!flamewatch_name_semaphore != G.tracer_seen) {
 		G.tracer_seen = !!flamewatch_name_semaphore;
 		if (G.tracer_seen) {
+			G.mode_told = 0;
 			pthread_mutex_lock(&G.rec);
 			fwc_names_reannounce(&G.names);
 			pthread_mutex_unlock(&G.rec);
@@ -839,7 +1013,7 @@ static void _tick(void)
 			_subscribe(now);
 		if (G.subscribed)
 			_count_callbacks(1);
-		if (G.subscribed && G.activity_all && !G.activity_on)
+		if (G.subscribed && G.activity_all && !G.activity_on && !G.probe_on)
 			_activity(1);
 	}
 	if (!G.subscribed)
@@ -849,7 +1023,14 @@ static void _tick(void)
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 		G.ctl_rng = x;
 		G.on_slot = (uint32_t)(x % G.duty);
+		G.probe_slot = UINT32_MAX;
+		if (_probe_due(G.slot / G.duty)) {	/* and the probe window, another one */
+			G.probe_slot = (uint32_t)((x >> 32) % (G.duty - 1));
+			G.probe_slot += G.probe_slot >= G.on_slot;
+		}
 	}
+	if (G.probe_on && G.slot % G.duty != G.probe_slot)
+		_probe_close();
 	if (G.slot % G.duty == G.on_slot && _listening()) {
 		if (G.on)
 			G.last_window_seen = atomic_exchange(&G.window_seen, 0);
@@ -861,6 +1042,10 @@ static void _tick(void)
 		_turn_off();
 		_choose_activity();
 	}
+	if (G.slot % G.duty == G.probe_slot && !G.probe_on && !G.on && _listening())
+		_probe_open();
+	if ((!G.mode_told || G.slot - G.mode_told_slot >= CARRY_FLUSH_SLOTS) && _listening())
+		_tell_mode();
 	G.slot++;
 	if (was_on || G.on || G.activity_on)
 		G.api.ActivityFlushAll(0);
@@ -944,6 +1129,18 @@ static void _write_summary(void)
 		G.activity_all, (unsigned long long)G.activity_switches,
 		(unsigned long long)G.rate_avg,
 		(unsigned long long)G.stats.outside);
+	{
+		int64_t call = -1, own = -1, per = fwc_cost_per_record(&G.cost, &call, &own);
+
+		fprintf(f, ",\"max_cost_ppm\":%llu,\"cost_ppm\":%lld,\"cost_bound_ppm\":%lld"
+			   ",\"record_cost_ns\":%lld,\"record_cost_in_call_ns\":%lld"
+			   ",\"record_cost_own_ns\":%lld,\"launch_call_on_ns\":%lld"
+			   ",\"launch_call_off_ns\":%lld,\"probe_windows\":%llu",
+			(unsigned long long)G.max_cost_ppm, (long long)G.cost_ppm,
+			(long long)G.cost_bound_ppm, (long long)per, (long long)call, (long long)own,
+			(long long)fwc_cost_median(&G.cost, 1), (long long)fwc_cost_median(&G.cost, 0),
+			(unsigned long long)G.probes);
+	}
 	fprintf(f, ",\"busy_spans\":%llu,\"busy_untracked\":%llu",
 		(unsigned long long)G.stats.busy_spans, (unsigned long long)G.stats.busy_untracked);
 	fprintf(f, ",\"records\":%llu,\"kept\":%llu,\"carried\":%llu,\"unsampled\":%llu"
@@ -984,6 +1181,7 @@ static void _at_exit(void)
 		return;
 	}
 	if (G.subscribed) {
+		_probe_close();
 		_turn_off();
 		_update_scale();	/* the launches after the last window too */
 		G.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -1034,7 +1232,9 @@ EXPORT int InitializeInjection(void)
 	G.window_ms = (uint32_t)_env_u64("FLAMEWATCH_CUDA_WINDOW_MS", 10, 1, 10000);
 	G.count_all = (int)_env_u64("FLAMEWATCH_CUDA_COUNT_ALL", 0, 0, 1);
 	G.activity_all_cfg = (int)_env_u64("FLAMEWATCH_CUDA_ACTIVITY_ALL", 1, 0, 1);
-	G.exact_max_rate = _env_u64("FLAMEWATCH_CUDA_EXACT_MAX_RATE", 30000, 0, UINT32_MAX);
+	G.exact_max_rate = _env_u64("FLAMEWATCH_CUDA_EXACT_MAX_RATE", 0, 0, UINT32_MAX);
+	G.max_cost_ppm = _env_u64("FLAMEWATCH_CUDA_MAX_COST_PPM", 10000, 0, 1000000);
+	G.cost_ppm = G.cost_bound_ppm = -1;
 	if (G.count_all)
 		G.activity_all_cfg = 0;	/* counting is the other way to correct D */
 

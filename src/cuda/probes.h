@@ -72,6 +72,16 @@
  */
 #define FW_CUDA_BUSY         6
 #define FW_CUDA_COVERAGE     7
+/*
+ *   COLLECTION: how the library collects records from start_ns on, sent
+ *     when that changes and every few seconds. weight: 1 every record
+ *     (exact totals, complete busy timeline), 0 duty-cycled with the
+ *     windows. bytes: what every record would cost the process, in
+ *     millionths of its time, as measured (UINT64_MAX: not yet known).
+ *     correlation: that cost per record in ns (0: not known). stream:
+ *     the limit in millionths above which records are duty-cycled.
+ */
+#define FW_CUDA_COLLECTION   8
 
 struct fw_cuda_record {
 	__u64 correlation;	/* CUPTI correlation id of the launching API call */

@@ -165,6 +165,22 @@ void fwc_coverage_add(struct fwc_batch *b, int64_t start_ns, int64_t end_ns)
 		_append_timeline(b, FW_CUDA_COVERAGE, 0, start_ns, end_ns, 0);
 }
 
+void fwc_collection_add(struct fwc_batch *b, int64_t now_ns, int all, int64_t cost_ppm,
+			int64_t cost_ns, uint32_t max_ppm)
+{
+	struct fw_cuda_record *r = &b->recs[b->n++];
+
+	memset(r, 0, sizeof(*r));
+	r->kind = FW_CUDA_COLLECTION;
+	r->start_ns = r->end_ns = (uint64_t)now_ns;
+	r->bytes = cost_ppm < 0 ? UINT64_MAX : (uint64_t)cost_ppm;
+	r->correlation = cost_ns < 0 ? 0 : (uint64_t)cost_ns;
+	r->weight = !!all;
+	r->stream = max_ppm;
+	if (b->n == FW_CUDA_MAX_BATCH)
+		fwc_batch_flush(b);
+}
+
 /* Looks corr up; 1 if the launch was seen in a window (kept or not). */
 static int _find(struct fwc_weights *w, uint32_t corr, uint32_t *canonical, uint32_t *weight)
 {

@@ -51,6 +51,7 @@ static int _hold;
 static struct fake_cupti_truth _truth;
 static int _inited;
 static long _record_cost_ns;	/* FAKE_CUPTI_RECORD_COST_NS */
+static long _launch_cost_ns;	/* FAKE_CUPTI_LAUNCH_COST_NS */
 
 static void _init(void)
 {
@@ -64,6 +65,20 @@ static void _init(void)
 		fake_cupti_set_mode(m);
 	m = getenv("FAKE_CUPTI_RECORD_COST_NS");
 	_record_cost_ns = m ? atol(m) : 0;
+	m = getenv("FAKE_CUPTI_LAUNCH_COST_NS");
+	_launch_cost_ns = m ? atol(m) : 0;
+}
+
+static void _spin_ns(long ns)
+{
+	struct timespec t0, t;
+
+	if (ns <= 0)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	while ((t.tv_sec - t0.tv_sec) * 1000000000L + t.tv_nsec - t0.tv_nsec < ns);
 }
 
 /* What recording an activity costs the launching thread (the H200: windows
@@ -71,14 +86,7 @@ static void _init(void)
  * thread launches less while activity is on. */
 static void _record_cost(void)
 {
-	struct timespec t0, t;
-
-	if (_record_cost_ns <= 0)
-		return;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do
-		clock_gettime(CLOCK_MONOTONIC, &t);
-	while ((t.tv_sec - t0.tv_sec) * 1000000000L + t.tv_nsec - t0.tv_nsec < _record_cost_ns);
+	_spin_ns(_record_cost_ns);
 }
 
 static uint64_t _now(void)
@@ -596,6 +604,8 @@ void fake_cupti_launch(const char *name, uint64_t dur_ns, int record_driver_corr
 		  CUPTI_API_ENTER, rt, "cudaLaunchKernel", name, NULL);
 	_call_sym(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_ENTER,
 		  drv, "cuLaunchKernel", name, NULL);
+	/* The launch's own work, records or not (a launch queue that is full). */
+	_spin_ns(_launch_cost_ns);
 	_kernel_record(record_driver_corr ? drv : rt, name, dur_ns, 7);
 	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_EXIT, drv,
 	      "cuLaunchKernel");

@@ -101,7 +101,8 @@ class Traced:
         return host.returncode, out, err, lines
 
 
-TIMELINE_KINDS = (6, 7)     # FW_CUDA_BUSY, FW_CUDA_COVERAGE: no work of their own
+# FW_CUDA_BUSY, FW_CUDA_COVERAGE, FW_CUDA_COLLECTION: no work of their own
+TIMELINE_KINDS = (6, 7, 8)
 
 
 def parse(lines, timeline=False):
@@ -307,12 +308,14 @@ def test_activity_all_totals_exact(fakes, tmp_path):
     windows too, only the callbacks are duty-cycled; a record whose launch
     no window saw is carried (x 1) to a kept record of its name. The totals
     are then the GPU time of every record, not D x what the windows saw:
-    exact where the slowed windows put D x 39 % short."""
+    exact where the slowed windows put D x 39 % short. (Records at any cost:
+    the limit is lifted.)"""
     summary = tmp_path / "s.json"
     res = run_plain([HOST, "drive", LIB, 12000, 20000, 50],
                     host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=4,
                              FLAMEWATCH_CUDA_WINDOW_MS=10, FLAMEWATCH_CUDA_ACTIVITY_ALL=1,
-                             FLAMEWATCH_CUDA_SEED=3, FAKE_CUPTI_RECORD_COST_NS=20000), timeout=120)
+                             FLAMEWATCH_CUDA_SEED=3, FAKE_CUPTI_RECORD_COST_NS=20000,
+                             FLAMEWATCH_CUDA_MAX_COST_PPM=10**6), timeout=120)
     assert res.returncode == 0, res.stderr
     truth = json.loads(res.stdout)
     s = json.loads(summary.read_text())
@@ -326,11 +329,10 @@ def test_activity_all_totals_exact(fakes, tmp_path):
 
 
 def test_activity_duty_cycled_above_exact_rate(fakes, tmp_path):
-    """Above FLAMEWATCH_CUDA_EXACT_MAX_RATE launches a second in a window,
-    CUPTI's record of every kernel costs a launch-bound loop too much (the
-    H200's tiny-kernel loop: +5.5 to +10.5 %): activity is then duty-cycled
-    with the callbacks, and the totals estimated. The same run under a
-    rate above its own stays exact."""
+    """FLAMEWATCH_CUDA_EXACT_MAX_RATE set: above that many launches a
+    second in a window activity is duty-cycled with the callbacks, whatever
+    a record costs, and the totals estimated. The same run under a rate
+    above its own stays exact."""
     out = {}
     for max_rate in (1000, 10**6):
         summary = tmp_path / f"s{max_rate}.json"
@@ -348,6 +350,54 @@ def test_activity_duty_cycled_above_exact_rate(fakes, tmp_path):
     s, truth = out[10**6]
     assert s["activity_all"] == 1 and s["activity_switches"] == 0, s
     assert abs(s["kernel_ns"] / truth["kernel_ns"] - 1) < 0.002, (s, truth)
+
+
+def _cost_run(tmp_path, name, sleep_us, record_cost_ns, launches, launch_cost_ns=0):
+    summary = tmp_path / f"{name}.json"
+    res = run_plain([HOST, "drive", LIB, launches, 20000, sleep_us],
+                    host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=4,
+                             FLAMEWATCH_CUDA_WINDOW_MS=10, FLAMEWATCH_CUDA_SEED=3,
+                             FAKE_CUPTI_RECORD_COST_NS=record_cost_ns,
+                             FAKE_CUPTI_LAUNCH_COST_NS=launch_cost_ns), timeout=120)
+    assert res.returncode == 0, res.stderr
+    return json.loads(summary.read_text()), json.loads(res.stdout)
+
+
+def test_activity_duty_cycled_by_measured_cost(fakes, tmp_path):
+    """By default every record is collected while that costs the process
+    at most 1 % of its time, as the library measures it: the launch call's
+    median with records on against off (probe windows), plus its own
+    handling. The fake makes a record cost the launching thread 4 us.
+    A loop launching some 13,000 times a second pays over 1 %: duty-cycled,
+    with the cost measured within 25 % of the truth. The same cost at a
+    few hundred launches a second stays under the bound of whole launch
+    calls: every record, no probe window, exact totals."""
+    s, truth = _cost_run(tmp_path, "fast", 1, 4000, 40000)
+    assert s["activity_all"] == 0 and s["activity_switches"] >= 1, s
+    assert s["probe_windows"] >= 1, s
+    assert 3000 <= s["record_cost_in_call_ns"] <= 5000, s
+    assert s["cost_ppm"] > 10000, s
+    assert truth["recorded"] < 0.6 * (truth["launches"] + truth["memcpy_calls"]), ("not duty-cycled", truth)
+
+    s, truth = _cost_run(tmp_path, "slow", 2000, 4000, 1500)
+    assert s["activity_all"] == 1 and s["activity_switches"] == 0, s
+    assert s["probe_windows"] == 0 and s["cost_ppm"] == -1, s
+    assert 0 <= s["cost_bound_ppm"] < 10000, s
+    assert abs(s["kernel_ns"] / truth["kernel_ns"] - 1) < 0.002, (s, truth)
+
+
+def test_cheap_records_all_collected_at_a_high_rate(fakes, tmp_path):
+    """Long launch calls alone do not duty-cycle: where each call takes
+    20 us whatever CUPTI does (the fake; a full launch queue on a GPU) and
+    a record costs next to nothing, the bound of whole launch calls is far
+    over 1 % but the measured cost is under it, and every record is
+    collected, all but a probe window's (one while the cost is unknown)."""
+    s, truth = _cost_run(tmp_path, "cheap", 0, 0, 60000, launch_cost_ns=20000)
+    assert s["activity_all"] == 1 and s["activity_switches"] == 0, s
+    assert s["cost_bound_ppm"] > 10000, s
+    assert 0 <= s["cost_ppm"] < 10000, s
+    assert s["probe_windows"] >= 1, s
+    assert abs(s["kernel_ns"] / truth["kernel_ns"] - 1) < 0.02, (s, truth)
 
 
 def test_bad_tuning_is_said(fakes, tmp_path):
@@ -517,7 +567,10 @@ def test_busy_timeline_complete_when_launches_are_sampled(fakes, tmp_path):
     assert work and max(r["weight"] for r in work if r["kind"] == 0) > 1, work  # sampled
     busy = [(r["start"], r["start"] + r["dur"]) for r in recs if r["kind"] == 6]
     cover = _merged([(r["start"], r["start"] + r["dur"]) for r in recs if r["kind"] == 7])
-    assert all(r["weight"] == 0 and r["corr"] == 0 for r in recs if r["kind"] >= 6), recs
+    assert all(r["weight"] == 0 and r["corr"] == 0 for r in recs if r["kind"] in (6, 7)), recs
+    # How the records were collected (kind 8): every one, under the 1 % limit.
+    modes = [r for r in recs if r["kind"] == 8]
+    assert modes and all(r["weight"] == 1 and r["stream"] == 10000 for r in modes), modes
     # Pieces cut at buffer boundaries touch (within the merge gap): six phases.
     phases = _merged(busy, gap=5000)
     assert len(phases) == 6, phases

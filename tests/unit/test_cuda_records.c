@@ -491,6 +491,50 @@ static void test_weights_and_names(void **state)
 	assert_string_equal(fwc_names_intern(&N, NULL), fwc_name_unknown);
 }
 
+/*
+ * The cost of a record: the shift of the median launch call between
+ * activity on and off, plus the library's own handling; calls stuck behind
+ * a full launch queue (the long tail) do not move it.
+ */
+static void test_record_cost(void **state)
+{
+	static struct fwc_cost c;
+	int64_t call = -1, own = -1, per;
+
+	(void)state;
+	for (int i = 0; i < 1000; i++) {
+		fwc_cost_call(&c, 0, 3000 + (uint64_t)(i % 7) * 10);
+		if (i < (int)FWC_COST_MIN_CALLS - 2)
+			fwc_cost_call(&c, 1, 4700);
+	}
+	assert_int_equal(fwc_cost_per_record(&c, NULL, NULL), -1);	/* too few calls on */
+	for (int i = 0; i < 1000; i++)
+		fwc_cost_call(&c, 1, i % 5 == 0 ? 5000000 : 4700 + (uint64_t)(i % 7) * 10);
+	fwc_cost_own(&c, 30000, 100);
+	per = fwc_cost_per_record(&c, &call, &own);
+	assert_int_equal(per, call + own);
+	assert_int_equal(own, 300);
+	assert_in_range(call, 1700 - FWC_COST_BUCKET_NS, 1700 + FWC_COST_BUCKET_NS);
+	assert_in_range(fwc_cost_median(&c, 0), 3000, 3100);
+
+	/* Cheaper with records on than off (noise): no negative cost. */
+	memset(&c, 0, sizeof(c));
+	for (int i = 0; i < 200; i++) {
+		fwc_cost_call(&c, 0, 3000);
+		fwc_cost_call(&c, 1, 2900);
+	}
+	assert_int_equal(fwc_cost_per_record(&c, &call, &own), 0);
+
+	/* The decay halves a full histogram and keeps its median. */
+	memset(&c, 0, sizeof(c));
+	for (uint32_t i = 0; i < 2 * FWC_COST_DECAY_CALLS; i++)
+		fwc_cost_call(&c, 1, i % 2 ? 2000 : 9000);
+	fwc_cost_call(&c, 1, 2000);
+	fwc_cost_decay(&c);
+	assert_true(atomic_load(&c.total[1]) <= FWC_COST_DECAY_CALLS + 1);
+	assert_in_range(fwc_cost_median(&c, 1), 2000, 2000 + FWC_COST_BUCKET_NS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -506,6 +550,7 @@ int main(void)
 		cmocka_unit_test(test_weights_and_names),
 		cmocka_unit_test(test_busy_timeline_from_every_record),
 		cmocka_unit_test(test_busy_gap_adapts),
+		cmocka_unit_test(test_record_cost),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
