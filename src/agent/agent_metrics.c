@@ -106,6 +106,18 @@ static void _cuda_tracker(struct agent_metrics *m, struct strbuf *sb)
 		       (unsigned long long)st.maps_reads, (unsigned long long)st.full_scans,
 		       st.watching, st.loaders, (unsigned long long)st.lib_events,
 		       (unsigned long long)st.lib_events_lost);
+	strbuf__printf(sb, "# HELP flamewatch_agent_cuda_processes Processes whose "
+		       "libflamewatch-cuda.so collects every activity record (all) or, where "
+		       "that would cost them more than its limit, duty-cycles them.\n"
+		       "# TYPE flamewatch_agent_cuda_processes gauge\n"
+		       "flamewatch_agent_cuda_processes{records=\"all\"} %u\n"
+		       "flamewatch_agent_cuda_processes{records=\"duty_cycled\"} %u\n"
+		       "# HELP flamewatch_agent_cuda_collection_switches_total Changes between "
+		       "the two.\n"
+		       "# TYPE flamewatch_agent_cuda_collection_switches_total counter\n"
+		       "flamewatch_agent_cuda_collection_switches_total %llu\n",
+		       st.records_all, st.records_duty_cycled,
+		       (unsigned long long)st.collection_switches);
 	_cuda_join(&st.join, sb);
 }
 

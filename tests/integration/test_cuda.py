@@ -157,7 +157,7 @@ def gpu_run(request, flamewatch, workloads, tmp_path_factory):
         pytest.fail(f"setting up the GPU run ({request.param}) failed: {e}\n\n{text}", pytrace=False)
     try:
         yield SimpleNamespace(client=client, q=q, frm=t_start - 1, to=t_end, pid=work.pid,
-                              srv=srv, mode=request.param, mport=mport)
+                              srv=srv, log=logproc, mode=request.param, mport=mport)
     finally:
         ps.close_all()
         client.close()
@@ -261,6 +261,17 @@ def test_join_counters(gpu_run):
     why = {m.group(1): float(m.group(2)) for m in re.finditer(
         r'^flamewatch_agent_cuda_records_unjoined_total\{why="(\w+)"\} (\S+)$', r.text, re.M)}
     assert why["age"] + why["gone"] >= 1, r.text
+    # How the process collected its records: every one, then duty-cycled
+    # (phase_collection), logged with the cost it measured.
+    sw = re.search(r"^flamewatch_agent_cuda_collection_switches_total (\d+)$", r.text, re.M)
+    assert sw and int(sw[1]) >= 1, r.text
+    assert re.search(r'^flamewatch_agent_cuda_processes\{records="duty_cycled"\} \d+$', r.text, re.M), r.text
+    log = h.log.text()
+    assert f"pid {h.pid}: GPU records: every one collected: their cost not measured yet, " \
+           "limit 1.00 %" in log, log[-3000:]
+    assert f"pid {h.pid}: GPU records: duty-cycled, GPU time estimated and the busy " \
+           "timeline from the GPU's monitors: every record would cost 2.50 % of its time " \
+           "(1700 ns each), over the limit of 1.00 %" in log, log[-3000:]
 
 
 def test_kernel_table(gpu_run):

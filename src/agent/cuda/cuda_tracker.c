@@ -18,6 +18,7 @@
 #include <bpf/libbpf.h>
 
 #include "agent/cpu_profile.h"
+#include "agent/cuda/cuda_modes.h"
 #include "agent/cuda/cuda_tracker.h"
 #include "agent/cuda/lib_watch.h"
 #include "agent/proc_table.h"
@@ -149,6 +150,7 @@ struct cuda_tracker {
 	void *on_process_ctx;
 	pid_t *seen;			/* processes handed to on_process, until they exit */
 	uint32_t nseen;
+	struct cuda_modes modes;	/* how each process collects its records */
 	struct cuda_tracker_stats stats;
 };
 
@@ -700,6 +702,7 @@ void cuda_tracker__free(struct cuda_tracker *t)
 	free(t->att);
 	free(t->failed);
 	free(t->seen);
+	cuda_modes__free(&t->modes);
 	cuda_join__free(t->join);
 	intern__free(t->names);
 	free(t->ntab);
@@ -827,6 +830,7 @@ void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid)
 {
 	/* Its records are named already (at arrival): its names can go. */
 	cuda_tracker__image_gone(t, pid);
+	cuda_modes__forget(&t->modes, (uint32_t)pid);
 	for (uint32_t i = 0; i < t->ncand; i++)
 		if (t->cand[i].pid == pid) {
 			if (t->cand[i].mnt_ns)
@@ -1031,6 +1035,10 @@ void cuda_tracker__activity(struct cuda_tracker *t, const struct fw_cuda_activit
 			_timeline_span(t, a->pid, &r);
 			continue;
 		}
+		if (r.kind == FW_CUDA_COLLECTION) {
+			cuda_modes__update(&t->modes, a->pid, &r);
+			continue;
+		}
 		if (r.kind == FW_CUDA_KERNEL) {
 			int64_t id = _kernel_name_id(t, a->pid, r.name_addr);
 
@@ -1081,6 +1089,8 @@ void cuda_tracker__stats(const struct cuda_tracker *t, struct cuda_tracker_stats
 {
 	*out = t->stats;
 	cuda_join__stats(t->join, &out->join);
+	cuda_modes__count(&t->modes, &out->records_all, &out->records_duty_cycled);
+	out->collection_switches = t->modes.switches;
 }
 
 void cuda_tracker__report(struct cuda_tracker *t)

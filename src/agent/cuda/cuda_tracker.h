@@ -107,6 +107,9 @@ struct cuda_tracker_stats {
 	uint64_t lib_events_lost;	/* ... and could not (read once a second) */
 	uint32_t watching;	/* 1: on loader events (cuda_tracker__watch()); 0: polling */
 	uint32_t loaders;	/* loader files hooked */
+	/* processes whose library collects every record, or duty-cycles them */
+	uint32_t records_all, records_duty_cycled;
+	uint64_t collection_switches;	/* changes between the two */
 	struct cuda_join_stats join;	/* how records found their launches */
 };
 void cuda_tracker__stats(const struct cuda_tracker *t, struct cuda_tracker_stats *out);

@@ -16,6 +16,9 @@
  *   orphan [300]:           a record of orphan() that no launch ever names:
  *                           5000 ns, under the stack of the process's last
  *                           launch (the copy's), marked as not its own
+ *   collection:             as the library says how it collects records:
+ *                           every one (first), then duty-cycled, every
+ *                           record costing 1700 ns and 2.5 % of the time
  *
  * Prints "attached" once the agent set the semaphores (waits up to 60 s;
  * exits 3 if it never does) and "done" at the end.
@@ -332,6 +335,21 @@ __attribute__((noinline)) void phase_blockgap(long rounds, uint64_t ms)
 	__asm__ volatile("" ::: "memory");
 }
 
+/* Every record collected, then duty-cycled: one switch, logged by the agent. */
+__attribute__((noinline)) void phase_collection(void)
+{
+	struct fw_cuda_record c = { .start_ns = now_ns(), .kind = FW_CUDA_COLLECTION,
+				    .bytes = UINT64_MAX, .weight = 1, .stream = 10000 };
+
+	c.end_ns = c.start_ns;
+	fwtest_activity(&c, 1);
+	c.start_ns = c.end_ns = now_ns();
+	c.weight = 0;
+	c.bytes = 25000;
+	c.correlation = 1700;
+	fwtest_activity(&c, 1);
+}
+
 int main(int argc, char **argv)
 {
 	int burst = argc >= 3 && !strcmp(argv[1], "burst");
@@ -398,6 +416,7 @@ int main(int argc, char **argv)
 	phase_records_first();
 	phase_copy();
 	phase_orphan();
+	phase_collection();
 	if (exitnow) {
 		printf("done\n");
 		fflush(stdout);
