@@ -84,6 +84,8 @@ struct kernels {
 	int64_t first, last;
 	/* The busy timeline: its spans, its coverage, the widest merge gap. */
 	struct busy_set *tl_busy, *tl_cover;
+	/* The records' own coverage: where the library collected every record. */
+	struct busy_set *rec_cover;
 	uint64_t tl_spans, tl_gap;
 	/* Intervals of it by source: the process's records, or the GPU's monitors. */
 	uint64_t tl_records, tl_monitors;
@@ -98,13 +100,13 @@ static int _kernel(void *ctx, const struct store_gpu_interval *iv)
 	struct kernels *k = ctx;
 	int64_t a = iv->start_ns > k->from ? iv->start_ns : k->from;
 	int64_t b = iv->end_ns < k->to ? iv->end_ns : k->to;
+	bool mon = false;
 
 	if (b <= a)
 		return 0;
 	if (iv->kind == GPU_BUSY || iv->kind == GPU_COVERAGE) {
-		bool mon = iv->name && (!strcmp(iv->name, GPU_BUSY_NAME_MONITORS) ||
-					!strcmp(iv->name, GPU_COVERAGE_NAME_MONITORS));
-
+		mon = iv->name && (!strcmp(iv->name, GPU_BUSY_NAME_MONITORS) ||
+				   !strcmp(iv->name, GPU_COVERAGE_NAME_MONITORS));
 		if ((k->tl_from == TL_FROM_RECORDS && mon) ||
 		    (k->tl_from == TL_FROM_MONITORS && !mon))
 			return 0;
@@ -123,6 +125,8 @@ static int _kernel(void *ctx, const struct store_gpu_interval *iv)
 			k->last = b;
 		return busy_set__add(k->tl_busy, a, b);
 	}
+	if (iv->kind == GPU_COVERAGE && !mon && busy_set__add(k->rec_cover, a, b))
+		return -ENOMEM;
 	if (iv->kind == GPU_COVERAGE)
 		return busy_set__add(k->tl_cover, a, b);
 	if (iv->kind != GPU_KERNEL)
@@ -320,6 +324,23 @@ struct known {
 	struct gaps_out *g;
 };
 
+/*
+ * "records": how the process's library collected its activity records over
+ * its span: "all" (every record, as it does while they cost the process
+ * little), "duty_cycled" (in windows: the GPU time estimated, the busy
+ * timeline left to the GPU's monitors) or "mixed", with the share of the
+ * span in which every record was read.
+ */
+static void _records_json(struct strbuf *sb, const struct busy_set *rec_cover, int64_t from,
+			  int64_t to)
+{
+	double share = to > from ? (double)busy_set__covered(rec_cover, from, to) / (double)(to - from)
+				 : 0;
+
+	strbuf__printf(sb, "\"records\":{\"mode\":\"%s\",\"complete\":%.6f}",
+		       share >= 0.99 ? "all" : share <= 0.01 ? "duty_cycled" : "mixed", share);
+}
+
 static int _known_part(void *ctx, int64_t start, int64_t end)
 {
 	struct known *k = ctx;
@@ -515,8 +536,9 @@ void routes__gpu_idle(struct request *r)
 	k.busy = busy_set__new();
 	k.tl_busy = busy_set__new();
 	k.tl_cover = busy_set__new();
+	k.rec_cover = busy_set__new();
 	s.p = profile__new(1, from);
-	if (!sel || !k.busy || !k.tl_busy || !k.tl_cover || !s.p) {
+	if (!sel || !k.busy || !k.tl_busy || !k.tl_cover || !k.rec_cover || !s.p) {
 		request__error(r, 503, "out of memory");
 		goto out;
 	}
@@ -537,6 +559,7 @@ void routes__gpu_idle(struct request *r)
 	}
 	busy_set__finish(k.tl_busy);
 	busy_set__finish(k.tl_cover);
+	busy_set__finish(k.rec_cover);
 	have_tl = (src == SRC_AUTO || src == SRC_TIMELINE) && busy_set__count(k.tl_cover);
 	if (src == SRC_TIMELINE && !have_tl) {
 		request__error(r, 404, "no busy timeline of process %lu in this window (its "
@@ -685,13 +708,15 @@ void routes__gpu_idle(struct request *r)
 			resolution = (int64_t)k.tl_gap;
 		strbuf__printf(&sb, ",\"coverage\":%.6f,\"fallback\":\"%s\","
 			       "\"timeline\":{\"spans\":%llu,\"merge_gap_ns\":%llu,"
-			       "\"sources\":\"%s\"}",
+			       "\"sources\":\"%s\",",
 			       span_to > span_from ?
 			       (double)known.known_ns / (double)(span_to - span_from) : 1.0,
 			       fallback, (unsigned long long)k.tl_spans,
 			       (unsigned long long)k.tl_gap,
 			       k.tl_records && k.tl_monitors ? "records+gpu_monitors" :
 			       k.tl_monitors ? "gpu_monitors" : "records");
+		_records_json(&sb, k.rec_cover, span_from, span_to);
+		strbuf__putc(&sb, '}');
 	} else {
 		strbuf__puts(&sb, ",\"coverage\":null,\"fallback\":null,\"timeline\":null");
 	}
@@ -738,6 +763,7 @@ out:
 	busy_set__free(k.busy);
 	busy_set__free(k.tl_busy);
 	busy_set__free(k.tl_cover);
+	busy_set__free(k.rec_cover);
 	busy_set__free(m.busy);
 	free(m.ts);
 	free(m.val);

@@ -235,6 +235,11 @@ def test_busy_timeline_when_launches_are_sampled(flamewatch, tmp_path):
               f"kernels {doc['kernels']}")
         assert doc["kernels"]["max_weight"] > 1, doc["kernels"]     # attribution is sampled
         assert doc["coverage"] > 0.95 and doc["fallback"] == "kernels", doc
+        # Cheap records (the fake's cost nothing): every one collected, and said.
+        rec = doc["timeline"]["records"]
+        assert rec["mode"] == "all" and rec["complete"] > 0.95, rec
+        assert re.search(r"pid %d: GPU records: every one collected" % work.pid, srv.text()), \
+            srv.describe()
         assert abs(doc["idle_fraction"] - want_idle) < 0.03, (doc["idle_fraction"], want_idle)
         assert len(doc["gaps"]) >= 7, doc["gaps"]
         s = doc["samples"]
@@ -273,6 +278,54 @@ def test_busy_timeline_when_launches_are_sampled(flamewatch, tmp_path):
         assert len([iv for iv in wide["intervals"] if iv["kind"] == "busy"]) == 1, wide
         assert client.get("/api/v1/gpu/kernels", {"query": q, "timeline": "only",
                                                   "resolution": "-1s"}).status == 400
+    finally:
+        ps.close_all()
+        client.close()
+
+
+def test_costly_records_duty_cycled_and_said(flamewatch, tmp_path):
+    """Records that cost the launching thread 4 us each (the fake CUPTI) in
+    a loop launching as fast as it can: the library measures that every
+    record would cost far over 1 % of the process's time and duty-cycles
+    them. The agent logs the switch with the measured cost, and
+    /api/v1/gpu/idle says the records were duty-cycled (no coverage of
+    their own once the switch is made)."""
+    build = Path(flamewatch).resolve().parent
+    host, cupti, lib = (build / "fakes" / "cuda_host", build / "fakes" / "libcupti.so",
+                        build / "libflamewatch-cuda.so")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FLAMEWATCH_CUDA", "FAKE_CUPTI"))}
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    try:
+        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
+                        tmp_path / "data", "-F", "19", "--interval", "1s", "--gpu-interval", "off",
+                        "--node", "fwtest-cost"], "run", env=env)
+        assert srv.wait_output(r"profiling this host at", START_S), srv.describe()
+        client.wait_healthy(proc=srv)
+        t0 = time.time()
+        work = ps.start([host, "drive", lib, "60000", "20000", "1"], "cuda_host",
+                        env={**env, "FLAMEWATCH_CUPTI_PATH": str(cupti),
+                             "FAKE_CUPTI_RECORD_COST_NS": "4000"})
+        assert work.wait(120) == 0, work.describe()
+        t1 = time.time()
+        m = re.search(r"pid %d: GPU records: duty-cycled, GPU time estimated and the busy "
+                      r"timeline from the GPU's monitors: every record would cost ([0-9.]+) %% "
+                      r"of its time \((\d+) ns each\), over the limit of 1.00 %%" % work.pid,
+                      srv.text())
+        assert m, srv.describe()
+        assert float(m[1]) > 1 and 3000 <= int(m[2]) <= 6000, m[0]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            r = client.get("/api/v1/gpu/idle", {"pid": str(work.pid), **window(t0, t1)})
+            if r.status == 200 and (r.json()["timeline"] or {}).get("records"):
+                break
+            time.sleep(0.5)
+        doc = r.json()
+        rec = doc["timeline"]["records"]
+        # Every record until the cost was measured, then none complete.
+        assert rec["mode"] in ("mixed", "duty_cycled") and rec["complete"] < 0.5, (rec, doc)
     finally:
         ps.close_all()
         client.close()
