@@ -31,13 +31,20 @@ and count every launch, and a window's records stand for the launches
 counted over those its windows saw instead of D. `all/step` is that count.
 
 By default CUPTI's activity kinds stay on between windows (every kernel's
-record arrives, totals are exact) while the process launches under
-FLAMEWATCH_CUDA_EXACT_MAX_RATE (30,000) a second; only the launch
-callbacks are duty-cycled. A mode with -exact in it (fw-agent-exact-ab)
-lifts that rate (activity always on), one with -est in it sets
+record arrives, totals are exact) while the records cost the process at
+most FLAMEWATCH_CUDA_MAX_COST_PPM (1 %) of its time as the library
+measures it; only the launch callbacks are duty-cycled. A mode with -exact
+in it (fw-agent-exact-ab) sets FLAMEWATCH_CUDA_EXACT_MAX_RATE to its
+maximum (the rule by launch rate, lifted: activity always on), one with -est in it sets
 FLAMEWATCH_CUDA_ACTIVITY_ALL=0 (activity duty-cycled with the callbacks,
 totals estimated x D: the default before 2026-12-04), and -act sets
 FLAMEWATCH_CUDA_ACTIVITY_ALL=1 (the default).
+
+A mode with -lim in it sets FLAMEWATCH_CUDA_MAX_COST_PPM=1000000: every
+record whatever it costs, decided by the measured cost (probe windows
+still measure it where its bound is over 100 %). Every run's library
+summary gives the cost it measured and the mode it chose (a table after
+the others).
 
 A mode with -dN or -wN appended (fw-d40, fw-agent-d40-w10) runs with
 FLAMEWATCH_CUDA_DUTY_CYCLE=N or FLAMEWATCH_CUDA_WINDOW_MS=N instead of the
@@ -302,6 +309,11 @@ def gpu_local_cpus():
     return ",".join(str(c) for c in (first[2:4] if len(first) >= 4 else first[:2]))
 
 
+COST_KEYS = ("activity_all", "activity_switches", "launch_rate", "cost_ppm", "cost_bound_ppm",
+             "record_cost_in_call_ns", "record_cost_own_ns", "launch_call_on_ns",
+             "launch_call_off_ns", "probe_windows")
+
+
 def run_one(mode, workload, a, fw, logdir, agent_port):
     cmd = [sys.executable, str(HERE), "--worker", workload, "--seconds", str(a.seconds),
            "--warmup-s", str(a.warmup_s)]
@@ -324,6 +336,8 @@ def run_one(mode, workload, a, fw, logdir, agent_port):
             env["FLAMEWATCH_CUDA_ACTIVITY_ALL"] = "1"
         if "-exact" in mode:
             env["FLAMEWATCH_CUDA_EXACT_MAX_RATE"] = "4294967295"
+        if "-lim" in mode:
+            env["FLAMEWATCH_CUDA_MAX_COST_PPM"] = "1000000"
         if "-est" in mode:
             env["FLAMEWATCH_CUDA_ACTIVITY_ALL"] = "0"
         if "-ab" in mode:
@@ -354,10 +368,13 @@ def run_one(mode, workload, a, fw, logdir, agent_port):
     if res is None:
         return None
     res["mode"] = mode
-    if summary and summary.exists() and summary.read_text().strip() and "-ab" not in mode:
+    if summary and summary.exists() and summary.read_text().strip():
         s = json.loads(summary.read_text().splitlines()[-1])
-        res["fw_kernel_ns"] = s["kernel_ns"]
-        res["fw_summary"] = s
+        # What the library measured a record to cost, and the mode it chose.
+        res["fw_cost"] = {k: s.get(k) for k in COST_KEYS}
+        if "-ab" not in mode:
+            res["fw_kernel_ns"] = s["kernel_ns"]
+            res["fw_summary"] = s
     if mode.startswith("fw-agent") and agent_port:
         try:
             res.update(agent_view(agent_port, res["pid"], t0, t1, logdir,
@@ -487,6 +504,21 @@ def main():
                   f"{pct(lib, pk) if mode != 'torchprof' else '-':>8} {pct(lib, ev):>8} "
                   f"{ag or 0:13.0f} {pct(ag, pk):>8} {pct(ag, lib):>8} "
                   f"{f'{ab * 100:+.2f}%' if ab is not None else '-':>8}")
+    print("\nper run: what the library measured a record to cost (cost ppm: every record's "
+          "share of the process's time; bound: whole launch calls) and the mode it chose "
+          "(all: every record), beside the A/B overhead of the run")
+    print(f"{'workload':9} {'mode':22} {'all':>3} {'sw':>3} {'launch/s':>9} {'cost ppm':>9} "
+          f"{'bound ppm':>9} {'in call':>7} {'own':>5} {'on ns':>6} {'off ns':>6} {'probes':>6} {'A/B':>8}")
+    for r in results:
+        c = r.get("fw_cost")
+        if not c:
+            continue
+        ab = r.get("ab", {}).get("overhead")
+        print(f"{r['workload']:9} {r['mode']:22} {c['activity_all']!s:>3} {c['activity_switches']!s:>3} "
+              f"{c['launch_rate']!s:>9} {c['cost_ppm']!s:>9} {c['cost_bound_ppm']!s:>9} "
+              f"{c['record_cost_in_call_ns']!s:>7} {c['record_cost_own_ns']!s:>5} "
+              f"{c['launch_call_on_ns']!s:>6} {c['launch_call_off_ns']!s:>6} {c['probe_windows']!s:>6} "
+              f"{f'{ab * 100:+.2f}%' if ab is not None else '-':>8}")
     print("\nper run: library summary (kernels) and what the agent stored")
     # Launches per step: the library's weighted estimate against the
     # kernels torch.profiler counted (torchprof rows): an estimate right on

@@ -11,7 +11,9 @@ share of the loop), the overlap of the reported idle gaps with the stalls
 (intersection over union), the share of the idle CPU samples under
 load_batch (the data preparation) and under a CUDA synchronisation call
 (the CPU waiting on a busy GPU: never idle), and the samples counted as
-waiting on the GPU.
+waiting on the GPU; with off-CPU time recorded, the share of the idle time
+the process's threads spent blocked, and of that the share under
+read_shard (stall_train.py --stall-kind read).
 """
 import json, sys, urllib.parse, urllib.request
 
@@ -51,6 +53,17 @@ def main():
         total += v
         load += v if any(f.startswith("load_batch") for f in frames) else 0
         sync += v if any(f.split(" ")[0].startswith(SYNC) for f in frames) else 0
+    # Off-CPU: the share of the idle time the process's threads spent
+    # blocked, and of that the share under the loader's read (read_shard).
+    off = doc.get("offcpu") or {}
+    off_total = off_read = 0
+    if off:
+        for line in get(port, "/api/v1/gpu/idle", format="folded", graph="offcpu", **win).splitlines():
+            if not line.strip():
+                continue
+            stack, v = line.rsplit(" ", 1)
+            off_total += int(v)
+            off_read += int(v) if any(f.startswith("read_shard") for f in stack.split(";")) else 0
     s = doc["samples"]
     print(json.dumps({
         "label": label, "source": doc["source"], "coverage": doc.get("coverage"),
@@ -61,6 +74,8 @@ def main():
         "sync_share": round(sync / total, 4) if total else None,
         "waiting_on_gpu": s.get("waiting_on_gpu"), "samples": s["total"], "idle_samples": s["idle"],
         "max_weight": doc["kernels"]["max_weight"], "timeline": doc.get("timeline"),
+        "offcpu_share": off.get("share"), "offcpu_idle_ns": off.get("idle_ns"),
+        "offcpu_read_shard_share": round(off_read / off_total, 4) if off_total else None,
     }))
 
 
