@@ -575,7 +575,7 @@ export async function load(): Promise<void> {
   try {
     // All at once, and awaited together: an aborted load leaves no promise unhandled.
     const [ln, j, bj, kj, bkj] = await Promise.all([
-      getJSON<{ names: string[] }>(url('/api/v1/labels', { from: a.toFixed(0), to: b.toFixed(0) }), ac.signal),
+      getJSON<{ names: string[] }>(url('/api/v1/labels', { from: Math.floor(a), to: Math.ceil(b) }), ac.signal),
       getJSON<ProfileJSON>(url('/api/v1/profile', apiParams({ max_nodes: state.mn })), ac.signal),
       cmp ? getJSON<ProfileJSON>(url('/api/v1/profile', baseParams({ max_nodes: state.mn })), ac.signal) : null,
       kt ? top(apiParams()) : null,
