@@ -27,6 +27,15 @@ static void _emit(struct strbuf *out, const struct profile *d, const struct trac
 	*first = false;
 }
 
+static void _emit_blocked(struct strbuf *out, const struct trace_lane *l,
+			  const struct trace_event *ev, int64_t origin, bool *first)
+{
+	strbuf__printf(out, "%s{\"name\":\"off-CPU\",\"cat\":\"offcpu\",\"ph\":\"X\",\"ts\":%.3f,"
+		       "\"dur\":%.3f,\"pid\":%u,\"tid\":%u}", *first ? "" : ",",
+		       (ev->start - origin) / 1e3, (ev->end - ev->start) / 1e3, l->pid, l->tid);
+	*first = false;
+}
+
 int trace__write_json(const struct profile *d, const struct trace_lane *lanes, size_t n,
 		      struct strbuf *out)
 {
@@ -81,6 +90,8 @@ int trace__write_json(const struct profile *d, const struct trace_lane *lanes, s
 			}
 			for (; depth < sdepth; depth++)
 				open[depth] = (struct open_frame){ st[depth], ev->start };
+			if (ev->flags & TRACE_BLOCKED)
+				_emit_blocked(out, l, ev, origin, &first);
 			last_end = ev->end;
 		}
 		while (depth > 0) {

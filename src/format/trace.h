@@ -12,7 +12,11 @@ struct strbuf;
 struct trace_event {
 	int64_t start, end;	/* Unix ns */
 	uint32_t stack;		/* stack id in the dictionary */
+	uint32_t flags;		/* TRACE_* */
 };
+
+/* The thread was off CPU, blocked in the stack, for the whole event. */
+#define TRACE_BLOCKED 1u
 
 /* A thread's events, in time order, not overlapping. */
 struct trace_lane {
@@ -26,7 +30,9 @@ struct trace_lane {
  * Writes a flame chart as Chrome trace event JSON (what Perfetto and
  * chrome://tracing open): a complete ("X") event per frame per stretch
  * during which the frame stayed on the thread's stack, nested by time,
- * and a thread_name metadata event per lane. Timestamps are microseconds
+ * and a thread_name metadata event per lane. A TRACE_BLOCKED event gets one
+ * more, innermost slice, "off-CPU" (category "offcpu"), so that blocked time
+ * reads as such under the stack it blocked in. Timestamps are microseconds
  * from the first event, so that the numbers stay exact in doubles.
  * Returns 0 or -ENOMEM.
  */

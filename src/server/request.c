@@ -11,6 +11,7 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 
+#include "common/batch.h"
 #include "common/strbuf.h"
 #include "server/request.h"
 #include "store/selector.h"
@@ -73,6 +74,23 @@ int request__selector(struct request *r, struct selector **sel)
 	*sel = selector__parse(q, err, sizeof(err));
 	if (!*sel) {
 		request__error(r, 400, "query: %s", err);
+		return -1;
+	}
+	return 0;
+}
+
+int request__type(struct request *r, uint32_t *type)
+{
+	const char *t = request__param(r, "type");
+
+	if (!t || !strcmp(t, "cpu")) {
+		*type = SAMPLE_CPU;
+	} else if (!strcmp(t, "gpu_time")) {
+		*type = SAMPLE_GPU_TIME;
+	} else if (!strcmp(t, "offcpu")) {
+		*type = SAMPLE_OFFCPU;
+	} else {
+		request__error(r, 400, "type: '%.64s' is not one of cpu, gpu_time, offcpu", t);
 		return -1;
 	}
 	return 0;

@@ -66,6 +66,11 @@ int request__window(struct request *r, int64_t *from, int64_t *to);
  */
 struct selector;
 int request__selector(struct request *r, struct selector **sel);
+/*
+ * The profile type in ?type= (cpu, gpu_time or offcpu; absent: cpu) as a
+ * SAMPLE_* value. Replies 400 and returns -1 on any other.
+ */
+int request__type(struct request *r, uint32_t *type);
 
 /*
  * Query parameters (params.c). Times a request names end at 2200-01-01

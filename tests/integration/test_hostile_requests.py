@@ -46,6 +46,10 @@ CASES += [
     ("/api/v1/cpu/strips", {"max_intervals": "99999999999"}, "max_intervals"),
     ("/api/v1/series", {"align": "maybe", "step": "1m"}, "align"),
     ("/api/v1/series", {"align": "", "step": "1m"}, "align"),
+    ("/api/v1/flamechart", {"type": "offcpus"}, "type"),
+    ("/api/v1/flamechart", {"type": ""}, "type"),
+    ("/api/v1/flamechart", {"with": "gpu_time"}, "with"),
+    ("/api/v1/flamechart", {"with": "offcpu,cpu"}, "with"),
 ]
 for v in ["", "0", "-7", "4294967296", UINT64_OVER, "7x", "7.0", " 7"]:
     CASES.append(("/api/v1/gpu/idle", {"pid": v}, "pid"))
@@ -175,6 +179,10 @@ def test_good_parameters_still_answer(server):
         ("/api/v1/profile", {"max_nodes": "1000000", "hz": "100000", **w}),
         ("/api/v1/profile", {"max_nodes": "1", "hz": "1", **w}),
         ("/api/v1/flamechart", {"max_samples": "5000000", **w}),
+        ("/api/v1/flamechart", {"type": "offcpu", "format": "trace", **w}),
+        ("/api/v1/flamechart", {"type": "offcpu", "with": "offcpu", **w}),
+        ("/api/v1/flamechart", {"type": "gpu_time", "with": "offcpu", "format": "trace", **w}),
+        ("/api/v1/flamechart", {"with": "", "from": "0", "to": "now"}),
         ("/api/v1/gpu/kernels", {"limit": "1000000", **w}),
         ("/api/v1/gpu/kernels/top", {"limit": "1", **w}),
         ("/api/v1/gpu/idle", {"pid": "4294967295", "threshold": "0", "min_gap": "0s", **w}),

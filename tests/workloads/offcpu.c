@@ -14,6 +14,10 @@
  * Prints its pid, the wall time spent inside the blocking calls (the
  * truth an off-CPU profile is checked against), the number of calls and
  * its run time: "pid N", "blocked_ns N", "blocks N", "total_ns N".
+ *
+ * With OFFCPU_SPANS=FILE it also writes each blocking call's start and end
+ * (Unix ns, CLOCK_REALTIME as the agent's timestamps) to FILE, a line each:
+ * the truth a flame chart's blocked spans are checked against.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -33,6 +37,14 @@ static uint64_t _now(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static uint64_t _unix_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
@@ -103,7 +115,9 @@ int main(int argc, char **argv)
 	double secs = argc > 2 ? atof(argv[2]) : 5;
 	uint64_t spin = (argc > 3 ? atof(argv[3]) : 0) * 1e6;
 	uint64_t block = (argc > 4 ? atof(argv[4]) : 10) * 1e6;
-	uint64_t t0 = _now(), end = t0 + secs * 1e9, blocked = 0, blocks = 0, t;
+	uint64_t t0 = _now(), end = t0 + secs * 1e9, blocked = 0, blocks = 0, t, u = 0;
+	const char *spans_path = getenv("OFFCPU_SPANS");
+	FILE *spans = spans_path ? fopen(spans_path, "w") : NULL;
 	int fds[2] = { -1, -1 }, disk = -1, i = 0;
 	pid_t child = 0;
 	void *buf = NULL;
@@ -129,10 +143,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "unknown mode %s\n", mode);
 		return 2;
 	}
+	if (spans_path && !spans) {
+		perror(spans_path);
+		return 1;
+	}
 
 	while (_now() < end) {
 		if (spin)
 			spin_on_cpu(spin);
+		if (spans)
+			u = _unix_now();
 		t = _now();
 		if (!strcmp(mode, "sleep"))
 			block_in_sleep(block);
@@ -145,7 +165,12 @@ int main(int argc, char **argv)
 					   (off_t)(i++ % DISK_FILE_CHUNKS) * DISK_CHUNK);
 		blocked += _now() - t;
 		blocks++;
+		if (spans)
+			fprintf(spans, "%llu %llu\n", (unsigned long long)u,
+				(unsigned long long)_unix_now());
 	}
+	if (spans)
+		fclose(spans);
 	if (child > 0) {
 		kill(child, SIGKILL);
 		waitpid(child, NULL, 0);

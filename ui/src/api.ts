@@ -66,8 +66,15 @@ export interface SeriesJSON {
   from: number; to: number; step: number;
   series: { group: string; points: [number, number][] }[];
 }
+/*
+ * GET /api/v1/flamechart. events: [start, end, stack] (ns), on-CPU runs, or
+ * the blocks themselves when type is "offcpu"; blocked: the off-CPU blocks
+ * beside them (with=offcpu), by start.
+ */
 export interface ChartJSON {
-  from: number; to: number; stride: number; samples: number;
+  from: number; to: number; type?: string; stride: number; samples: number;
+  blocks?: number; blocked_stride?: number;
   frames: [string, string, number][]; stacks: number[][]; comms: string[];
-  lanes: { pid: number; tid: number; comm: number; events: [number, number, number][]; label?: string }[];
+  lanes: { pid: number; tid: number; comm: number; events: [number, number, number][];
+    blocked?: [number, number, number][]; label?: string }[];
 }

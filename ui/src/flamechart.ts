@@ -5,6 +5,12 @@
 // of the charts above it, in the same columns: axis.ts), so that a moment
 // sits at the same x in every track; its samples are those of the selected
 // window, which is shaded. A drag selects a window, as on any track.
+//
+// A thread's off-CPU blocks (the server's "blocked" spans, or the events
+// themselves of an off-CPU chart) are drawn in its lane where they were,
+// each its own column of the stack it blocked in, faded and hatched so
+// that waiting never reads as running; they are never merged with what
+// follows, since the thread ran in between.
 import type { ChartJSON } from './api';
 import { Brush, plotColumns } from './axis';
 import { Palette, type ColorMode, basename } from './colors';
@@ -14,9 +20,45 @@ import { fmtDuration, fmtTime } from './state';
 const ROW = 16, HEAD = 18, AXIS = 22;
 
 interface Lane {
-  label: string; samples: number; depth: number;
-  // blocks by depth, each sorted by start: [start, end, frame] triples (ns)
-  rows: Float64Array[];
+  label: string; samples: number; blockedNs: number; depth: number;
+  // blocks by depth, each sorted by start: [start, end, frame] triples (ns);
+  // rows on CPU, brows blocked (index: the block's stack in the data)
+  rows: Float64Array[]; brows: Float64Array[];
+  blocked: [number, number, number][];
+}
+
+/* Triples of one depth come out in any order; sorted by start for the hit test. */
+function sortTriples(r: number[]): Float64Array {
+  const idx = Array.from({ length: r.length / 3 }, (_, i) => i).sort((a, b) => r[a * 3] - r[b * 3]);
+  const out = new Float64Array(r.length);
+  idx.forEach((j, i) => { out[i * 3] = r[j * 3]; out[i * 3 + 1] = r[j * 3 + 1]; out[i * 3 + 2] = r[j * 3 + 2]; });
+  return out;
+}
+
+/* Milliseconds with a decimal below a second: blocks are often a few ms. */
+function fmtSpan(ns: number): string {
+  return ns < 1e9 ? `${+(ns / 1e6).toFixed(ns < 1e8 ? 1 : 0)} ms` : fmtDuration(ns / 1e9);
+}
+
+const KERNEL = 1;
+
+/*
+ * Where a block waited, leaf first: its user-space frames from the call
+ * that blocked up to the caller's code (the first frame of another binary)
+ * and one more, e.g. "read ← load_batch ← main"; a kernel thread's own frames.
+ */
+export function blockedWhere(d: ChartJSON, stack: number): string {
+  const frames = (d.stacks[stack] ?? []).map((f) => d.frames[f]);
+  let user = frames.filter((f) => f[2] !== KERNEL).reverse();
+  if (!user.length) user = frames.slice().reverse();
+  const out: string[] = [];
+  let other = -1;
+  for (let i = 0; i < user.length && out.length < 5; i++) {
+    out.push(user[i][0] || '[unknown]');
+    if (other < 0 && user[i][1] !== user[0][1]) other = i;
+    if (other >= 0 && i >= other + 1) break;
+  }
+  return out.join(' ← ') + (out.length < user.length ? ' ← …' : '');
 }
 
 export class FlameChart {
@@ -27,6 +69,7 @@ export class FlameChart {
   private lanes: Lane[] = [];
   private palette = new Palette();
   private frameColor: Int32Array = new Int32Array(0);
+  private hatch: CanvasPattern | null = null;
   private match: Uint8Array | null = null;
   private vs = 0; private ve = 1;   // visible window, ns
   lastRenderMs = 0;
@@ -55,7 +98,8 @@ export class FlameChart {
     this.palette = new Palette();
     this.frameColor = new Int32Array(d.frames.length);
     d.frames.forEach((f, i) => { this.frameColor[i] = this.palette.index(mode, f[2], f[1], f[0]); });
-    this.lanes = d.lanes.map((l) => this.buildLane(d, l)).sort((a, b) => b.samples - a.samples);
+    // Busiest first; threads that only waited after them, longest waits first.
+    this.lanes = d.lanes.map((l) => this.buildLane(d, l)).sort((a, b) => b.samples - a.samples || b.blockedNs - a.blockedNs);
     this.match = null;
     this.resetView();
   }
@@ -74,14 +118,17 @@ export class FlameChart {
   private buildLane(d: ChartJSON, l: ChartJSON['lanes'][number]): Lane {
     const rows: number[][] = [];
     const open: { frame: number; start: number }[] = [];
-    let prevEnd = -Infinity, samples = 0;
+    let prevEnd = -Infinity, samples = 0, blockedNs = 0;
     const close = (from: number, end: number) => {
       for (let k = open.length - 1; k >= from; k--) {
         (rows[k] ??= []).push(open[k].start, end, open[k].frame);
       }
       open.length = from;
     };
-    for (const [start, end, stack] of l.events) {
+    // An off-CPU chart's events are blocks: nothing of it ran.
+    const offcpu = d.type === 'offcpu';
+    const blocked = offcpu ? l.events : (l.blocked ?? []);
+    for (const [start, end, stack] of offcpu ? [] : l.events) {
       const frames = d.stacks[stack] ?? [];
       samples += end - start;
       let common = 0;
@@ -91,16 +138,33 @@ export class FlameChart {
       prevEnd = end;
     }
     close(0, prevEnd);
+    const brows: number[][] = [];
+    for (const [start, end, stack] of blocked) {
+      const frames = d.stacks[stack] ?? [];
+      blockedNs += end - start;
+      for (let k = 0; k < frames.length; k++) (brows[k] ??= []).push(start, end, frames[k]);
+    }
+    const depth = Math.max(rows.length, brows.length);
+    const label = l.label ?? `${d.comms[l.comm] ?? '?'} ${l.pid}/${l.tid}`;
     return {
-      label: l.label ?? `${d.comms[l.comm] ?? '?'} ${l.pid}/${l.tid}`, samples, depth: rows.length,
-      rows: rows.map((r) => {
-        // Blocks of one depth come out in end order; sort by start for the hit test.
-        const idx = Array.from({ length: r.length / 3 }, (_, i) => i).sort((a, b) => r[a * 3] - r[b * 3]);
-        const out = new Float64Array(r.length);
-        idx.forEach((j, i) => { out[i * 3] = r[j * 3]; out[i * 3 + 1] = r[j * 3 + 1]; out[i * 3 + 2] = r[j * 3 + 2]; });
-        return out;
-      }),
+      label: blockedNs ? `${label} — blocked ${fmtSpan(blockedNs)} (hatched)` : label, samples, blockedNs, depth,
+      rows: Array.from({ length: depth }, (_, k) => sortTriples(rows[k] ?? [])),
+      brows: Array.from({ length: depth }, (_, k) => sortTriples(brows[k] ?? [])),
+      blocked,
     };
+  }
+
+  /* Diagonal lines over the blocked spans, made once per chart. */
+  private hatchPattern(ctx: CanvasRenderingContext2D): CanvasPattern | null {
+    if (this.hatch) return this.hatch;
+    const t = document.createElement('canvas');
+    t.width = t.height = 6;
+    const g = t.getContext('2d')!;
+    g.strokeStyle = 'rgba(40, 40, 48, .55)';
+    g.lineWidth = 1;
+    g.beginPath(); g.moveTo(0, 6); g.lineTo(6, 0); g.moveTo(-1, 1); g.lineTo(1, -1); g.moveTo(5, 7); g.lineTo(7, 5); g.stroke();
+    this.hatch = ctx.createPattern(t, 'repeat');
+    return this.hatch;
   }
 
   setSearch(re: RegExp | null): void {
@@ -142,32 +206,51 @@ export class FlameChart {
       ctx.fillText(step >= 1 ? fmtTime(tt).slice(11) : `+${fmtDuration(tt - Math.floor(this.vs / 1e9))}`, x + 3, AXIS / 2);
     }
     const ncol = this.palette.colors.length;
-    const rects: number[][] = Array.from({ length: ncol * 2 }, () => []);
+    // By colour, then the same for blocked spans: one fill per colour each.
+    const rects: number[][] = Array.from({ length: ncol * 4 }, () => []);
     const labels: number[] = [];
+    // Hatched where a blocked span is wide enough for the lines to show.
+    const hatched: number[] = [];
+    const collect = (r: Float64Array, y: number, off: number) => {
+      for (let j = 0; j < r.length; j += 3) {
+        if (r[j + 1] < this.vs || r[j] > this.ve) continue;
+        const x = x0 + (r[j] - this.vs) * scale, bw = (r[j + 1] - r[j]) * scale;
+        if (bw < 0.3) continue;
+        const f = r[j + 2];
+        rects[off + this.frameColor[f] + (this.match && !this.match[f] ? ncol : 0)].push(x, y, bw);
+        if (off && bw >= 3) hatched.push(x, y, bw);
+        if (bw > 3 * charW) labels.push(x, y, bw, f);
+      }
+    };
     lanes.forEach((l, li) => {
       const top = this.laneTop(li);
       ctx.fillStyle = '#333';
       ctx.fillText(`${l.label}`, 4, top + HEAD / 2);
-      l.rows.forEach((r, d) => {
+      for (let d = 0; d < l.depth; d++) {
         const y = top + HEAD + d * ROW;
-        for (let j = 0; j < r.length; j += 3) {
-          if (r[j + 1] < this.vs || r[j] > this.ve) continue;
-          const x = x0 + (r[j] - this.vs) * scale, bw = (r[j + 1] - r[j]) * scale;
-          if (bw < 0.3) continue;
-          const f = r[j + 2];
-          rects[this.frameColor[f] + (this.match && !this.match[f] ? ncol : 0)].push(x, y, bw);
-          if (bw > 3 * charW) labels.push(x, y, bw, f);
-        }
-      });
+        collect(l.rows[d], y, 0);
+        if (l.brows[d].length) collect(l.brows[d], y, 2 * ncol);
+      }
     });
     ctx.save();
     ctx.beginPath(); ctx.rect(x0, 0, cols.width, h); ctx.clip();
     for (let k = 0; k < rects.length; k++) {
       const r = rects[k];
       if (!r.length) continue;
-      ctx.fillStyle = k < ncol ? this.palette.colors[k] : this.palette.dim[k - ncol];
+      const ci = k % (2 * ncol);
+      ctx.fillStyle = ci < ncol ? this.palette.colors[ci] : this.palette.dim[ci - ncol];
+      // Blocked: the frame's colour faded, hatched below.
+      ctx.globalAlpha = k < 2 * ncol ? 1 : 0.4;
       ctx.beginPath();
       for (let j = 0; j < r.length; j += 3) ctx.rect(r[j], r[j + 1], Math.max(r[j + 2] - 0.5, 0.5), ROW - 1);
+      ctx.fill();
+    }
+    ctx.globalAlpha = 1;
+    const hatch = hatched.length ? this.hatchPattern(ctx) : null;
+    if (hatch) {
+      ctx.fillStyle = hatch;
+      ctx.beginPath();
+      for (let j = 0; j < hatched.length; j += 3) ctx.rect(hatched[j], hatched[j + 1], hatched[j + 2] - 0.5, ROW - 1);
       ctx.fill();
     }
     ctx.fillStyle = '#1d1d1f';
@@ -199,30 +282,50 @@ export class FlameChart {
     this.lastRenderMs = performance.now() - t0;
   }
 
+  /* The block of row (triples by start) at t, or -1. */
+  private static at(row: Float64Array, t: number): number {
+    let lo = 0, hi = row.length / 3 - 1, found = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if (row[mid * 3] <= t) { found = mid; lo = mid + 1; } else hi = mid - 1;
+    }
+    return found >= 0 && row[found * 3 + 1] >= t ? found : -1;
+  }
+
   private onMove(e: MouseEvent): void {
     const r = this.canvas.getBoundingClientRect();
     const px = e.clientX - r.left, py = e.clientY - r.top;
     if (this.brush.dragPx) { this.tip.style.display = 'none'; return; }
     const tns = this.timeAt(px);
-    let hit: { f: number; s: number; e: number; lane: Lane } | null = null;
+    let hit: { f: number; s: number; e: number; lane: Lane; blocked: boolean } | null = null;
     const lanes = this.lanes.slice(0, this.maxLanes);
     for (let li = 0; li < lanes.length && !hit; li++) {
       const top = this.laneTop(li) + HEAD, l = lanes[li];
       const d = Math.floor((py - top) / ROW);
       if (d < 0 || d >= l.depth) continue;
-      const row = l.rows[d];
-      let lo = 0, hi = row.length / 3 - 1, found = -1;
-      while (lo <= hi) {
-        const mid = (lo + hi) >> 1;
-        if (row[mid * 3] <= tns) { found = mid; lo = mid + 1; } else hi = mid - 1;
+      for (const [row, blocked] of [[l.rows[d], false], [l.brows[d], true]] as [Float64Array, boolean][]) {
+        const i = FlameChart.at(row, tns);
+        if (i >= 0) { hit = { f: row[i * 3 + 2], s: row[i * 3], e: row[i * 3 + 1], lane: l, blocked }; break; }
       }
-      if (found >= 0 && row[found * 3 + 1] >= tns) hit = { f: row[found * 3 + 2], s: row[found * 3], e: row[found * 3 + 1], lane: l };
     }
     if (!hit || !this.data) { this.tip.style.display = 'none'; return; }
     const fr = this.data.frames[hit.f];
+    const when = `from ${fmtTime(hit.s / 1e9).slice(11)}.${String(Math.floor((hit.s / 1e6) % 1000)).padStart(3, '0')}`;
+    const lines: [string, string][] = [];
+    if (hit.blocked) {
+      // The block itself (a frame of it spans the block exactly): what it waited in.
+      const bl = hit.lane.blocked;
+      let lo = 0, hi = bl.length - 1;
+      while (lo < hi) { const mid = (lo + hi) >> 1; if (bl[mid][0] < hit.s) lo = mid + 1; else hi = mid; }
+      const b = bl[lo]?.[0] === hit.s ? bl[lo] : undefined;
+      lines.push(['tip-name', `blocked ${fmtSpan(hit.e - hit.s)} in ${b ? blockedWhere(this.data, b[2]) : fr[0]}`]);
+      lines.push(['tip-bin', `${fr[0]} · ${basename(fr[1])} ${KIND_NAMES[fr[2]] ?? ''}`], ['', `${hit.lane.label}`], ['', `off CPU ${when}`]);
+    } else {
+      lines.push(['tip-name', fr[0]], ['tip-bin', `${basename(fr[1])} ${KIND_NAMES[fr[2]] ?? ''}`],
+        ['', `${hit.lane.label}`], ['', `${fmtDuration((hit.e - hit.s) / 1e9)} ${when}`]);
+    }
     this.tip.innerHTML = '';
-    for (const [cls, text] of [['tip-name', fr[0]], ['tip-bin', `${basename(fr[1])} ${KIND_NAMES[fr[2]] ?? ''}`],
-      ['', `${hit.lane.label}`], ['', `${fmtDuration((hit.e - hit.s) / 1e9)} from ${fmtTime(hit.s / 1e9).slice(11)}.${String(Math.floor((hit.s / 1e6) % 1000)).padStart(3, '0')}`]]) {
+    for (const [cls, text] of lines) {
       const d = document.createElement('div'); d.className = cls; d.textContent = text; this.tip.append(d);
     }
     this.tip.style.display = 'block';

@@ -29,18 +29,19 @@ export class LabelInput {
     this.range = range; this.names = null; this.values.clear();
   }
 
+  /* Whole seconds around the range: rounding both ends could make from == to. */
+  private window(): { from: number; to: number } {
+    return { from: Math.floor(this.range.from), to: Math.ceil(this.range.to) };
+  }
+
   private fetchNames(): Promise<string[]> {
-    return (this.names ??= getJSON<{ names: string[] }>(url('/api/v1/labels', {
-      from: this.range.from.toFixed(0), to: this.range.to.toFixed(0),
-    })).then((j) => j.names).catch(() => []));
+    return (this.names ??= getJSON<{ names: string[] }>(url('/api/v1/labels', this.window())).then((j) => j.names).catch(() => []));
   }
 
   private fetchValues(name: string): Promise<string[]> {
     let p = this.values.get(name);
     if (!p) {
-      p = getJSON<{ values: string[] }>(url(`/api/v1/labels/${encodeURIComponent(name)}/values`, {
-        from: this.range.from.toFixed(0), to: this.range.to.toFixed(0),
-      })).then((j) => j.values).catch(() => []);
+      p = getJSON<{ values: string[] }>(url(`/api/v1/labels/${encodeURIComponent(name)}/values`, this.window())).then((j) => j.values).catch(() => []);
       this.values.set(name, p);
     }
     return p;

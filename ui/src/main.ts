@@ -322,6 +322,14 @@ function apiParams(extra: Record<string, string | number> = {}) {
   const w = window_();
   return { from: w.from.toFixed(3), to: w.to.toFixed(3), query: state.q, type: state.type === 'cpu' ? '' : state.type, ...extra };
 }
+/*
+ * The flame chart's query: a CPU chart asks for the threads' off-CPU
+ * blocks too (none come when none were recorded), to draw them beside
+ * the samples; an off-CPU chart's events are the blocks.
+ */
+function chartParams(extra: Record<string, string | number> = {}) {
+  return apiParams({ ...(state.type === 'cpu' ? { with: 'offcpu' } : {}), ...extra });
+}
 /* The baseline's window (Unix seconds) and selector. */
 function baseWindow(): { from: number; to: number; query: string } {
   const now = Date.now() / 1000;
@@ -530,13 +538,17 @@ async function loadChart(signal: AbortSignal): Promise<void> {
       return;
     }
   } else {
-    chartData = await getJSON<ChartJSON>(url('/api/v1/flamechart', apiParams()), signal);
+    chartData = await getJSON<ChartJSON>(url('/api/v1/flamechart', chartParams()), signal);
   }
   chartKey = key;
   chart.setData(chartData, state.color);
-  if (chartData.stride > 1) {
+  const bs = chartData.blocked_stride ?? 1;
+  if (chartData.stride > 1 || bs > 1) {
+    const what = state.type === 'offcpu' ? 'off-CPU block' : 'sample';
     notice.hidden = false;
-    notice.textContent = `${only}The flame chart keeps one sample in ${chartData.stride} of this window (${chartData.samples.toLocaleString()} shown): select a shorter window for every sample.`;
+    notice.textContent = `${only}The flame chart keeps ` + (chartData.stride > 1 ? `one ${what} in ${chartData.stride} of this window (${chartData.samples.toLocaleString()} shown)` : '') +
+      (chartData.stride > 1 && bs > 1 ? ' and ' : '') + (bs > 1 ? `one off-CPU block in ${bs} (${(chartData.blocks ?? 0).toLocaleString()} shown)` : '') +
+      `: select a shorter window for every ${what}.`;
   }
 }
 
@@ -563,13 +575,13 @@ export async function load(): Promise<void> {
   try {
     // All at once, and awaited together: an aborted load leaves no promise unhandled.
     const [ln, j, bj, kj, bkj] = await Promise.all([
-      getJSON<{ names: string[] }>(url('/api/v1/labels', { from: a.toFixed(0), to: b.toFixed(0) }), ac.signal),
+      getJSON<{ names: string[] }>(url('/api/v1/labels', { from: Math.floor(a), to: Math.ceil(b) }), ac.signal),
       getJSON<ProfileJSON>(url('/api/v1/profile', apiParams({ max_nodes: state.mn })), ac.signal),
       cmp ? getJSON<ProfileJSON>(url('/api/v1/profile', baseParams({ max_nodes: state.mn })), ac.signal) : null,
       kt ? top(apiParams()) : null,
       kt && cmp ? top(baseParams()) : null,
       ...tracksOf().map((t) => (same ? (t.select(ctx.selection), Promise.resolve(true)) : t.update(ctx))),
-      tl ? getJSON<ChartJSON>(url('/api/v1/flamechart', apiParams({ max_samples: 50000 })), ac.signal).then((d) => { tchart.axis = [a, b]; tchart.setData(d, state.color); }) : null,
+      tl ? getJSON<ChartJSON>(url('/api/v1/flamechart', chartParams({ max_samples: 50000 })), ac.signal).then((d) => { tchart.axis = [a, b]; tchart.setData(d, state.color); }) : null,
       tl && state.gpu !== undefined ? idle.load(state.gpu, w.from, w.to, ac.signal).then((r) => { kernelTrack.idleGaps = r.gaps.map(([s, e]) => [s / 1e9, e / 1e9]); })
         : (kernelTrack.idleGaps = [], null),
     ]) as [{ names: string[] }, ProfileJSON, ProfileJSON | null, KernelsTopJSON | null, KernelsTopJSON | null, ...unknown[]];
@@ -622,7 +634,7 @@ app.querySelectorAll<HTMLAnchorElement>('.downloads a').forEach((a) => a.addEven
   const w = window_();
   const stamp = fmtTime(w.from).replace(/[: ]/g, '-');
   const [path, params, name] = fmt === 'trace'
-    ? ['/api/v1/flamechart', apiParams({ format: 'trace' }), `flamewatch-${stamp}.trace.json`]
+    ? ['/api/v1/flamechart', chartParams({ format: 'trace' }), `flamewatch-${stamp}.trace.json`]
     : ['/api/v1/profile', apiParams({ format: fmt }),
       `flamewatch-${stamp}.${fmt === 'pprof' ? 'pb.gz' : fmt === 'folded' ? 'folded' : 'speedscope.json'}`];
   download(url(path, params), name).catch(handleError);
