@@ -115,7 +115,9 @@ struct wire_limits wire_limits__default(void);
  * max_sessions sessions using at most about max_bytes, evicting the least
  * recently used session when either is exceeded (its agent then gets
  * -ESTALE and starts over); or NULL with errno set (EINVAL: max_sessions 0
- * or over 2^24).
+ * or over 2^24). Work is never refused for the budget: a batch that fits
+ * the limits is accepted, and a session alone over max_bytes is forgotten
+ * right after its batch.
  */
 struct wire_session_table *wire_sessions__new(size_t max_sessions, size_t max_bytes);
 /* Accepts NULL. */
@@ -123,6 +125,30 @@ void wire_sessions__free(struct wire_session_table *t);
 size_t wire_sessions__count(const struct wire_session_table *t);
 /* Bytes held by all session dictionaries. */
 size_t wire_sessions__memory(const struct wire_session_table *t);
+
+/*
+ * Forgets the sessions that no batch used for more than max_idle_ns (an
+ * agent that stopped, or one that started a new session without saying
+ * so). Returns how many went. Their agents, should they come back, get
+ * -ESTALE and resend what they need.
+ */
+size_t wire_sessions__expire(struct wire_session_table *t, uint64_t max_idle_ns);
+
+/* Why a session was forgotten. */
+enum wire_forgot {
+	WIRE_FORGOT_BUDGET,	/* least recently used, over max_bytes or max_sessions */
+	WIRE_FORGOT_ENDED,	/* its agent started another and said so (ends_session) */
+	WIRE_FORGOT_IDLE,	/* wire_sessions__expire() */
+	WIRE_FORGOT_MAX,
+};
+
+struct wire_session_stats {
+	size_t sessions, max_sessions;
+	size_t bytes, max_bytes;
+	uint64_t forgotten[WIRE_FORGOT_MAX];	/* since the table was made, by reason */
+};
+
+void wire_sessions__stats(const struct wire_session_table *t, struct wire_session_stats *out);
 
 /*
  * Decodes one ingest body compressed with c, checking it against lim (NULL:

@@ -118,6 +118,7 @@ struct wire_session {
 	 */
 	struct dict_ids om[K_MAX];
 	size_t bytes;			/* as counted in the table's total */
+	uint64_t used_ns;		/* CLOCK_MONOTONIC of the last batch accepted */
 	struct wire_session *newer, *older;
 	struct wire_session *hnext;
 };
