@@ -76,6 +76,9 @@ void wire_encoder__ack(struct wire_encoder *e, uint64_t seq);
  * dictionary and start a new session id (a hash of the old one), so the
  * next batch carries everything it needs. Batches encoded before the reset
  * cannot be decoded any more; encode them again. Sequence numbers go on.
+ * The new session's batches name the old one (ends_session) until one is
+ * acknowledged, so that the server can free it at once; the cap's resets
+ * in wire_encoder__encode() do the same.
  */
 void wire_encoder__reset(struct wire_encoder *e);
 

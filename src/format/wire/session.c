@@ -251,6 +251,16 @@ void wire_sessions__commit(struct wire_session_table *t, struct wire_session *s,
 		_session_remove(t, s, WIRE_FORGOT_BUDGET);
 }
 
+bool wire_sessions__end(struct wire_session_table *t, uint64_t id, const char *node)
+{
+	struct wire_session *s = wire_sessions__find(t, id);
+
+	if (!s || strcmp(s->node, node))
+		return false;
+	_session_remove(t, s, WIRE_FORGOT_ENDED);
+	return true;
+}
+
 size_t wire_sessions__expire(struct wire_session_table *t, uint64_t max_idle_ns)
 {
 	uint64_t now = _now_ns();
