@@ -2,6 +2,7 @@
 #ifndef FW_FORMAT_WIRE_H
 #define FW_FORMAT_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,8 +19,10 @@
  *   -EINVAL           well-formed but invalid content: ids out of range, a
  *                     limit exceeded, a bad timestamp, ... (400)
  *   -ESTALE           the server lacks dictionary entries the batch builds
- *                     on (409): the agent calls wire_encoder__reset() and
- *                     encodes its buffered batches again
+ *                     on (409): it forgot the session (budget, age, a
+ *                     restart). The agent calls wire_encoder__reset() and
+ *                     encodes the batch again; a batch without a base
+ *                     (!wire_encoder__has_base()) cannot get this
  *   -ENOMEM           (503)
  */
 
@@ -81,6 +84,13 @@ void wire_encoder__ack(struct wire_encoder *e, uint64_t seq);
  * in wire_encoder__encode() do the same.
  */
 void wire_encoder__reset(struct wire_encoder *e);
+/*
+ * True when the next batch would build on entries the server acknowledged
+ * (a dictionary base), so that a server which forgot the session answers
+ * it -ESTALE/409. A batch encoded without one is self-contained: a 409 for
+ * it is not a lost session, and another reset would not help.
+ */
+bool wire_encoder__has_base(const struct wire_encoder *e);
 
 /* Caps the dictionary's memory (default WIRE_ENCODER_MAX_BYTES). */
 void wire_encoder__set_max_bytes(struct wire_encoder *e, size_t max_bytes);

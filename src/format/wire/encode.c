@@ -99,6 +99,11 @@ static bool _acked_any(const struct wire_encoder *e)
 	return false;
 }
 
+bool wire_encoder__has_base(const struct wire_encoder *e)
+{
+	return _acked_any(e);
+}
+
 /*
  * Tables are freed now, so memory drops at once, and created again by the
  * next encode, which can report failing to.
