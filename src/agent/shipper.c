@@ -40,17 +40,6 @@
  */
 #define DRAIN_RETRY_MS 200
 #define DRAIN_MAX_MISSES 2
-/*
- * The session dictionary grows with every process that is sampled (its
- * series: pid, comm, exe) and every new stack; past this cap the next
- * batch starts a new session and re-sends only what it refers to. The
- * agent's whole memory budget is 8 MiB, so the wire format's default cap
- * (the same 8 MiB) would let process churn alone use all of it; 2 MiB is
- * about 7,000 new processes (~300 bytes each), and a reset costs one
- * batch carrying the strings, frames and stacks still in use.
- */
-#define SHIPPER_DICT_MAX_BYTES (2u << 20)
-
 struct queued {
 	struct batch *b;
 	size_t bytes;
