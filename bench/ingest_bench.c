@@ -35,12 +35,13 @@
 #include "common/batch.h"
 #include "common/intern.h"
 #include "common/profile.h"
+#include "agent/shipper.h"
 #include "common/tls.h"
 #include "format/wire.h"
 
 #define SEC		1000000000LL
 #define MAX_PROCS	64
-#define MAX_STACKS	512
+#define MAX_STACKS	16384
 #define MAX_DEPTH	64
 #define NSERVICES	16	/* service kinds in the fleet; a node runs PROCS of them */
 #define SVC_FUNCS	700	/* functions of a service's own code */
@@ -52,14 +53,17 @@
 static struct {
 	const char *url, *server, *data, *tmp, *cpu_list, *store;
 	const char *tls_cert, *tls_key, *tls_ca;	/* HTTPS: the server's files, the client's CA */
-	double hours, busy;
+	const char *session_memory;			/* the server's --max-session-memory */
+	double hours, busy, dict_mib;
 	int nodes, cpus, hz, procs, stacks, batch_s, conns, rate_div, reps;
+	int depth_min, depth_max, jitter_us;
 	pid_t pid;
 	bool keep, pregen, fresh_dict;
 } opt = {
 	.server = "build/flamewatch", .tmp = "/var/tmp", .hours = 1, .busy = 1.0,
 	.nodes = 20, .cpus = 8, .hz = 19, .procs = 10, .stacks = 100, .batch_s = 10,
-	.conns = 2, .rate_div = 1, .reps = 3,
+	.conns = 2, .rate_div = 1, .reps = 3, .depth_min = 15, .depth_max = 40, .jitter_us = 20,
+	.dict_mib = SHIPPER_DICT_MAX_BYTES / 1048576.0,
 };
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -160,9 +164,9 @@ static struct {
 	uint32_t nframes;
 	struct gmapping maps[NSERVICES + NLIBS];
 	uint32_t nmaps;
-	/* stacks[service][stack]: global frame ids, root first */
-	uint32_t (*stack_frames)[MAX_STACKS][MAX_DEPTH];
-	uint8_t (*stack_depth)[MAX_STACKS];
+	/* [service * opt.stacks + stack]: global frame ids, root first */
+	uint32_t (*stack_frames)[MAX_DEPTH];
+	uint8_t *stack_depth;
 	struct zipf zproc, zstack;
 	uint64_t bytes_of_names;
 } fleet;
@@ -256,8 +260,8 @@ static int _fleet_init(void)
 	uint32_t nf = (NSERVICES * SVC_FUNCS + LIB_FUNCS + KERN_FUNCS) * ADDR_VARIANTS;
 
 	fleet.frames = calloc(nf, sizeof(*fleet.frames));
-	fleet.stack_frames = calloc(NSERVICES, sizeof(*fleet.stack_frames));
-	fleet.stack_depth = calloc(NSERVICES, sizeof(*fleet.stack_depth));
+	fleet.stack_frames = calloc((size_t)NSERVICES * opt.stacks, sizeof(*fleet.stack_frames));
+	fleet.stack_depth = calloc((size_t)NSERVICES * opt.stacks, sizeof(*fleet.stack_depth));
 	if (!fleet.frames || !fleet.stack_frames || !fleet.stack_depth)
 		return -ENOMEM;
 	fleet.nframes = nf;
@@ -319,7 +323,7 @@ static int _fleet_init(void)
 		}
 	}
 	/*
-	 * Stack s of service v: 15-40 frames. Frame j depends on (v, group of
+	 * Stack s of service v: --depth frames (15-40). Frame j depends on (v, group of
 	 * s at depth j, j), the groups getting finer with depth, so stacks
 	 * share prefixes as real call trees do. The last 1-4 frames are
 	 * library code; one stack in four ends in 3-6 kernel frames.
@@ -327,7 +331,8 @@ static int _fleet_init(void)
 	for (uint32_t v = 0; v < NSERVICES; v++) {
 		for (uint32_t s = 0; s < (uint32_t)opt.stacks; s++) {
 			uint64_t hs = _h3(v, s, 99);
-			uint32_t d = 15 + (uint32_t)(hs % 26);
+			uint32_t d = (uint32_t)opt.depth_min +
+				     (uint32_t)(hs % (uint32_t)(opt.depth_max - opt.depth_min + 1));
 			uint32_t nk = (s % 4 == 0) ? 3 + (uint32_t)((hs >> 8) % 4) : 0;
 			uint32_t nl = 1 + (uint32_t)((hs >> 12) % 4);
 			uint32_t prev = 0;
@@ -350,9 +355,9 @@ static int _fleet_init(void)
 				}
 				/* The return address depends on the caller. */
 				prev = base + fn * ADDR_VARIANTS + (uint32_t)(_mix(prev) % ADDR_VARIANTS);
-				fleet.stack_frames[v][s][j] = prev;
+				fleet.stack_frames[v * opt.stacks + s][j] = prev;
 			}
-			fleet.stack_depth[v][s] = (uint8_t)d;
+			fleet.stack_depth[v * opt.stacks + s] = (uint8_t)d;
 		}
 	}
 	if (_zipf_init(&fleet.zproc, (uint32_t)opt.procs, 1.0) ||
@@ -380,19 +385,21 @@ struct agent {
 	struct profile *dict;
 	int32_t *lframe;	/* by global frame */
 	int32_t lmap[NSERVICES + NLIBS];
-	int32_t lstack[MAX_PROCS][MAX_STACKS];
+	int32_t *lstack;	/* [proc * opt.stacks + stack] */
 	int32_t lseries[MAX_PROCS];
 };
 
 static int64_t _intern_stack(struct agent *a, struct batch *b, uint32_t p)
 {
 	uint32_t s = _zipf(&fleet.zstack, &a->rng), v = a->svc[p];
-	uint32_t ids[MAX_DEPTH], d = fleet.stack_depth[v][s];
+	const uint32_t *frames = fleet.stack_frames[v * opt.stacks + s];
+	uint32_t ids[MAX_DEPTH], d = fleet.stack_depth[v * opt.stacks + s];
+	int32_t *lstack = &a->lstack[p * opt.stacks + s];
 
-	if (a->lstack[p][s] >= 0)
-		return a->lstack[p][s];
+	if (*lstack >= 0)
+		return *lstack;
 	for (uint32_t j = 0; j < d; j++) {
-		uint32_t gf = fleet.stack_frames[v][s][j];
+		uint32_t gf = frames[j];
 		const struct gframe *g = &fleet.frames[gf];
 		int64_t id, m = PROFILE_NO_MAPPING;
 
@@ -414,7 +421,7 @@ static int64_t _intern_stack(struct agent *a, struct batch *b, uint32_t p)
 		}
 		ids[j] = (uint32_t)a->lframe[gf];
 	}
-	return a->lstack[p][s] = (int32_t)profile__intern_stack(b->dict, ids, d);
+	return *lstack = (int32_t)profile__intern_stack(b->dict, ids, d);
 }
 
 static int64_t _intern_series(struct agent *a, struct batch *b, uint32_t p)
@@ -449,6 +456,7 @@ static void _batch_free(struct batch *b)
 static struct batch *_make_batch(struct agent *a, int64_t t)
 {
 	int64_t period = SEC / opt.hz, len = (int64_t)opt.batch_s * SEC;
+	int64_t jitter = (int64_t)opt.jitter_us * 1000 + 1;
 	int64_t nticks = (int64_t)opt.batch_s * opt.hz, first = t / len * nticks;
 	struct batch *b = batch__new((uint64_t)period);
 
@@ -457,7 +465,7 @@ static struct batch *_make_batch(struct agent *a, int64_t t)
 	if (opt.fresh_dict || !a->dict) {
 		memset(a->lframe, 0xff, fleet.nframes * sizeof(*a->lframe));
 		memset(a->lmap, 0xff, sizeof(a->lmap));
-		memset(a->lstack, 0xff, sizeof(a->lstack));
+		memset(a->lstack, 0xff, (size_t)opt.procs * opt.stacks * sizeof(*a->lstack));
 	}
 	if (!opt.fresh_dict) {
 		if (!a->dict)
@@ -472,8 +480,8 @@ static struct batch *_make_batch(struct agent *a, int64_t t)
 			continue;
 		for (int cpu = 0; cpu < opt.cpus; cpu++) {
 			int64_t ts = t + tick * len / nticks +
-				     (int64_t)(a->node * 7919 + cpu * 104729) % (period - 20000) +
-				     (int64_t)(_rand(&a->rng) % 20000);
+				     (int64_t)(a->node * 7919 + cpu * 104729) % (period - jitter) +
+				     (int64_t)(_rand(&a->rng) % (uint64_t)jitter);
 			struct batch_sample bs;
 			uint32_t p;
 			int64_t stack;
@@ -861,7 +869,7 @@ static int _spawn_server(void)
 		const char *where = opt.store ? "--store" : "--data";
 		const char *what = opt.store ? opt.store : srv.datadir;
 
-		const char *argv[16];
+		const char *argv[20];
 		int n = 0;
 
 		/* taskset-like pinning without a dependency: exec through taskset. */
@@ -881,6 +889,10 @@ static int _spawn_server(void)
 			argv[n++] = opt.tls_cert;
 			argv[n++] = "--tls-key";
 			argv[n++] = opt.tls_key;
+		}
+		if (opt.session_memory) {
+			argv[n++] = "--max-session-memory";
+			argv[n++] = opt.session_memory;
 		}
 		argv[n] = NULL;
 		execvp(argv[0], (char *const *)argv);
@@ -1069,6 +1081,7 @@ struct worker {
 	uint64_t nlat;
 	/* results */
 	uint64_t samples, batches, body_bytes, wire_bytes, errors, resets;
+	uint64_t cap_sessions;	/* sessions the encoders started for their dictionary cap */
 	uint64_t dict_stacks, dict_frames, dict_strings, built;
 	double client_cpu, gen_s, enc_s, http_s;
 	int failed;
@@ -1158,9 +1171,13 @@ static struct batch *_build(struct worker *w, struct agent *a, int64_t t)
 static int _encode(struct worker *w, struct agent *a, struct batch *b, void **body, size_t *len)
 {
 	double t0 = _now(CLOCK_MONOTONIC);
+	uint64_t session = wire_encoder__session(a->enc);
 	int err = wire_encoder__encode(a->enc, a->name, b, WIRE_ZSTD, body, len);
 
 	w->enc_s += _now(CLOCK_MONOTONIC) - t0;
+	/* After a 409 the caller resets first: a change here is the agent's cap. */
+	if (wire_encoder__session(a->enc) != session)
+		w->cap_sessions++;
 	if (err) {
 		fprintf(stderr, "ingest_bench: encode: %s\n", strerror(-err));
 		w->failed = 1;
@@ -1316,6 +1333,20 @@ out:
 }
 
 /* A counter or gauge from /metrics, or -1. */
+static double _metric(const char *name);
+
+/* The most the server's session dictionaries held, sampled while sending. */
+static double peak_session_bytes = -1;
+
+static void _sample_sessions(void)
+{
+	double v = _metric("flamewatch_ingest_session_bytes");
+
+	if (v > peak_session_bytes)
+		peak_session_bytes = v;
+}
+
+/* A counter or gauge from /metrics, or -1. */
 static double _metric(const char *name)
 {
 	struct conn c = { .fd = -1, .port = srv.port };
@@ -1438,7 +1469,13 @@ static void _usage(FILE *f, const char *argv0)
 "  --hours H         simulated time to ingest, ending now (default 1)\n"
 "  --nodes N         agents (default 20)          --cpus C   CPUs per node (default 8)\n"
 "  --hz HZ           sampling rate (default 19)   --batch S  seconds per batch (default 10)\n"
-"  --procs P         processes per node (10)      --stacks S stacks per process (100)\n"
+"  --procs P         processes per node (10)      --stacks S stacks per service (100;\n"
+"                    16 services: 16 x S distinct stacks in the fleet)\n"
+"  --depth MIN-MAX   frames per stack (default 15-40)\n"
+"  --jitter-us J     sampling jitter (default 20)\n"
+"  --session-memory BYTES  the started server's --max-session-memory\n"
+"  --dict-mib M      each agent's cap on its session dictionary, after which it starts a\n"
+"                    new session (default: the agent's, SHIPPER_DICT_MAX_BYTES)\n"
 "  --busy F          fraction of ticks that find a CPU busy (default 1.0)\n"
 "  --rate-div K      keep one sampling tick in K (a reduced-rate run; default 1)\n"
 "  --conns C         client threads/connections, nodes split among them (default 2)\n"
@@ -1478,11 +1515,17 @@ int main(int argc, char **argv)
 		{ "store", required_argument, NULL, 'U' },
 		{ "tls-cert", required_argument, NULL, 'T' }, { "tls-key", required_argument, NULL, 'K' },
 		{ "tls-ca", required_argument, NULL, 'Q' },
+		{ "depth", required_argument, NULL, 'D' }, { "jitter-us", required_argument, NULL, 'J' },
+		{ "dict-mib", required_argument, NULL, 'M' },
+		{ "session-memory", required_argument, NULL, 'm' },
 		{ "help", no_argument, NULL, 'h' }, {}
 	};
 	struct worker *workers;
 	double wall0, wall, cpu0 = -1, cpu1 = -1, qcpu0, qcpu1, qcpu = -1, last = 0;
 	uint64_t samples = 0, batches = 0, body = 0, wire = 0, errors = 0, resets = 0;
+	uint64_t cap_sessions = 0;
+	double m_sessions, m_session_bytes, m_session_max, m_unknown, m_forgot[3];
+	double last_sessions = 0;
 	double client_cpu = 0, gen_s = 0, enc_s = 0, http_s = 0;
 	uint64_t disk_live = 0, disk = 0, disk_alloc = 0;
 	uint64_t d_stacks = 0, d_frames = 0, d_strings = 0, built = 0, nlat = 0;
@@ -1520,15 +1563,26 @@ int main(int argc, char **argv)
 		case 'T': opt.tls_cert = optarg; break;
 		case 'K': opt.tls_key = optarg; break;
 		case 'Q': opt.tls_ca = optarg; break;
+		case 'D':
+			if (sscanf(optarg, "%d-%d", &opt.depth_min, &opt.depth_max) != 2)
+				opt.depth_min = 0;
+			break;
+		case 'J': opt.jitter_us = atoi(optarg); break;
+		case 'M': opt.dict_mib = atof(optarg); break;
+		case 'm': opt.session_memory = optarg; break;
 		case 'h': _usage(stdout, argv[0]); return 0;
 		default: _usage(stderr, argv[0]); return 2;
 		}
 	}
 	if (opt.procs < 1 || opt.procs > MAX_PROCS || opt.stacks < 1 || opt.stacks > MAX_STACKS ||
 	    opt.nodes < 1 || opt.cpus < 1 || opt.hz < 1 || opt.batch_s < 1 || opt.conns < 1 ||
-	    opt.hours <= 0 || opt.hours > 160 || opt.rate_div < 1 || opt.reps < 1 || opt.reps > 16) {
+	    opt.hours <= 0 || opt.hours > 160 || opt.rate_div < 1 || opt.reps < 1 || opt.reps > 16 ||
+	    opt.depth_min < 8 || opt.depth_max < opt.depth_min || opt.depth_max > MAX_DEPTH ||
+	    opt.jitter_us < 0 || (int64_t)opt.jitter_us * 1000 >= SEC / opt.hz / 2 ||
+	    opt.dict_mib <= 0) {
 		fprintf(stderr, "ingest_bench: an option is out of range (procs <= %d, stacks <= %d, "
-			"hours <= 160: the store keeps 7 days)\n", MAX_PROCS, MAX_STACKS);
+			"depth 8-%d, hours <= 160: the store keeps 7 days)\n", MAX_PROCS, MAX_STACKS,
+			MAX_DEPTH);
 		return 2;
 	}
 	if (opt.conns > opt.nodes)
@@ -1595,8 +1649,10 @@ int main(int argc, char **argv)
 		a->enc = wire_encoder__new(_mix((uint64_t)n * 0x1234567 + (uint64_t)run.end_ns));
 		a->rng = _mix((uint64_t)n + 42) | 1;
 		a->lframe = malloc(fleet.nframes * sizeof(*a->lframe));
-		if (!a->enc || !a->lframe)
+		a->lstack = malloc((size_t)opt.procs * opt.stacks * sizeof(*a->lstack));
+		if (!a->enc || !a->lframe || !a->lstack)
 			return 1;
+		wire_encoder__set_max_bytes(a->enc, (size_t)(opt.dict_mib * 1048576));
 		for (int p = 0; p < opt.procs; p++) {
 			a->svc[p] = (uint32_t)(n + p) % NSERVICES;
 			a->pid[p] = 1000 + (uint32_t)(_mix((uint64_t)n * 64 + (uint64_t)p) % 3000000);
@@ -1646,6 +1702,10 @@ int main(int argc, char **argv)
 		if (joined == opt.conns)
 			break;
 		usleep(100000);
+		if (_now(CLOCK_MONOTONIC) - last_sessions >= 2) {
+			last_sessions = _now(CLOCK_MONOTONIC);
+			_sample_sessions();
+		}
 		if (_now(CLOCK_MONOTONIC) - last >= 10) {
 			double el = _now(CLOCK_MONOTONIC) - wall0;
 			double sc = srv.pid > 0 ? _proc_cpu(srv.pid) - cpu0 : 0;
@@ -1666,6 +1726,14 @@ int main(int argc, char **argv)
 		hwm_kb = _proc_status_kb(srv.pid, "VmHWM");
 	}
 	m_ingest1 = _metric("flamewatch_http_request_seconds_total{route=\"ingest\"}");
+	_sample_sessions();
+	m_sessions = _metric("flamewatch_ingest_sessions");
+	m_session_bytes = _metric("flamewatch_ingest_session_bytes");
+	m_session_max = _metric("flamewatch_ingest_session_max_bytes");
+	m_unknown = _metric("flamewatch_ingest_session_unknown_total");
+	m_forgot[0] = _metric("flamewatch_ingest_sessions_forgotten_total{reason=\"budget\"}");
+	m_forgot[1] = _metric("flamewatch_ingest_sessions_forgotten_total{reason=\"ended\"}");
+	m_forgot[2] = _metric("flamewatch_ingest_sessions_forgotten_total{reason=\"idle\"}");
 	m_stacks = _metric("flamewatch_store_stacks");
 	if (opt.store)
 		m_store_bytes = _metric("flamewatch_store_bytes");
@@ -1680,6 +1748,7 @@ int main(int argc, char **argv)
 		wire += wk->wire_bytes;
 		errors += wk->errors;
 		resets += wk->resets;
+		cap_sessions += wk->cap_sessions;
 		client_cpu += wk->client_cpu;
 		gen_s += wk->gen_s;
 		enc_s += wk->enc_s;
@@ -1782,16 +1851,42 @@ stop:
 	}
 
 	/* Report. */
-	printf("\n%d nodes x %d CPUs x %d Hz%s, %d processes x %d stacks per node, %d s batches, "
-	       "%g h simulated, %d connection%s\n\n",
+	printf("\n%d nodes x %d CPUs x %d Hz%s, %d processes per node, %d stacks (%d x %d) of "
+	       "%d-%d frames, %d us jitter, %d s batches, %g h simulated, %d connection%s, "
+	       "agent dictionary cap %g MiB%s\n\n",
 	       opt.nodes, opt.cpus, opt.hz, opt.rate_div > 1 ? " (1 tick in rate-div kept)" : "",
-	       opt.procs, opt.stacks, opt.batch_s, opt.hours, opt.conns, opt.conns > 1 ? "s" : "");
+	       opt.procs, NSERVICES * opt.stacks, NSERVICES, opt.stacks, opt.depth_min,
+	       opt.depth_max, opt.jitter_us, opt.batch_s, opt.hours, opt.conns,
+	       opt.conns > 1 ? "s" : "", opt.dict_mib, opt.pregen ? ", --pregen" : "");
 	if (opt.rate_div > 1)
 		printf("reduced rate: one sampling tick in %d kept\n\n", opt.rate_div);
 	printf("| ingest | value |\n|---|---|\n");
-	printf("| samples ingested | %llu (%llu batches, %llu rejected, %llu session resets) |\n",
+	printf("| samples ingested | %llu (%llu batches, %llu rejected, %llu answered 409%s) |\n",
 	       (unsigned long long)samples, (unsigned long long)batches,
-	       (unsigned long long)errors, (unsigned long long)resets);
+	       (unsigned long long)errors, (unsigned long long)resets,
+	       !resets ? "" : opt.pregen ? ": lost, --pregen cannot encode them again" :
+	       ": sent again in a new session, as the agent does");
+	{
+		size_t enc_bytes = 0;
+
+		for (int w = 0; w < opt.conns; w++)
+			for (int i = 0; i < workers[w].nagents; i++)
+				enc_bytes += wire_encoder__memory(workers[w].agents[i].enc);
+		printf("| agent sessions | %llu started for the dictionary cap (%g MiB), %llu after "
+		       "a 409; %.1f batches per session; the agents' dictionaries at the end: %.1f MB "
+		       "(%.2f MB each) |\n", (unsigned long long)cap_sessions, opt.dict_mib,
+		       (unsigned long long)resets,
+		       (double)(batches + resets) / (double)(opt.nodes + cap_sessions + resets),
+		       enc_bytes / 1e6, enc_bytes / 1e6 / opt.nodes);
+	}
+	if (m_sessions >= 0 && m_session_bytes >= 0)
+		printf("| server session dictionaries | %.0f sessions, %.1f MB at the end (%.1f MB "
+		       "each), peak %.1f MB, budget %.0f MB; forgotten: %.0f for the budget, %.0f "
+		       "ended by their agent, %.0f idle; %.0f batches answered 409 |\n",
+		       m_sessions, m_session_bytes / 1e6,
+		       m_sessions > 0 ? m_session_bytes / m_sessions / 1e6 : 0,
+		       peak_session_bytes / 1e6, m_session_max / 1e6, m_forgot[0], m_forgot[1],
+		       m_forgot[2], m_unknown);
 	printf("| samples per batch | %.0f |\n", (double)samples / (double)batches);
 	printf("| wall time | %.1f s (%.0f samples/s, %.1f batches/s) |\n", wall,
 	       (double)samples / wall, (double)batches / wall);

@@ -40,17 +40,6 @@
  */
 #define DRAIN_RETRY_MS 200
 #define DRAIN_MAX_MISSES 2
-/*
- * The session dictionary grows with every process that is sampled (its
- * series: pid, comm, exe) and every new stack; past this cap the next
- * batch starts a new session and re-sends only what it refers to. The
- * agent's whole memory budget is 8 MiB, so the wire format's default cap
- * (the same 8 MiB) would let process churn alone use all of it; 2 MiB is
- * about 7,000 new processes (~300 bytes each), and a reset costs one
- * batch carrying the strings, frames and stacks still in use.
- */
-#define SHIPPER_DICT_MAX_BYTES (2u << 20)
-
 struct queued {
 	struct batch *b;
 	size_t bytes;
@@ -84,7 +73,7 @@ struct shipper {
 	int answer_error;	/* enum evhttp_request_error of the request, or -1 */
 	bool waiting;		/* a retry is scheduled */
 	uint32_t failures_in_row;
-	uint64_t last_warn_s, last_drop_warn_s;
+	uint64_t last_warn_s, last_drop_warn_s, last_reset_warn_s;
 	bool draining;
 	uint32_t drain_misses;	/* requests in a row with no answer while draining */
 	char gave_up[768];	/* why the drain stopped trying; "" while it goes on */
@@ -288,6 +277,18 @@ static void _on_retry(evutil_socket_t fd, short what, void *arg)
 	_kick(s);
 }
 
+/* The start of the server's answer, as text for the log ("" when none). */
+static void _answer_text(struct evhttp_request *req, char *buf, size_t len)
+{
+	struct evbuffer *in = req ? evhttp_request_get_input_buffer(req) : NULL;
+	ev_ssize_t n = in ? evbuffer_copyout(in, buf, len - 1) : 0;
+
+	buf[n > 0 ? n : 0] = '\0';
+	for (char *p = buf; *p; p++)
+		if (*p == '\n' || *p == '\r' || (unsigned char)*p < ' ')
+			*p = ' ';
+}
+
 static void _on_response(struct evhttp_request *req, void *arg)
 {
 	struct shipper *s = arg;
@@ -306,10 +307,22 @@ static void _on_response(struct evhttp_request *req, void *arg)
 		_drain_check(s);
 		return;
 	}
-	if (code == 409) {
-		/* The server lost our dictionary (it restarted): start a new session. */
+	if (code == 409 && wire_encoder__has_base(s->enc)) {
+		/*
+		 * The batch built on entries the server no longer holds: it
+		 * forgot our session (its budget, an idle hour, a restart). The
+		 * same batch goes again at once in a new session, with every
+		 * entry it uses: nothing is dropped. A 409 for a batch that built
+		 * on nothing is something else, and is retried like a 5xx.
+		 */
 		s->stats.sessions_reset++;
 		s->drain_misses = 0;
+		if (_may_warn(&s->last_reset_warn_s)) {
+			_answer_text(req, why, 200);
+			pr_info("the server no longer holds this agent's session (%s); the batch goes "
+				"again with its dictionary (%llu times so far)\n",
+				why[0] ? why : "HTTP 409", (unsigned long long)s->stats.sessions_reset);
+		}
 		wire_encoder__reset(s->enc);
 		_kick(s);
 		return;

@@ -22,6 +22,18 @@ struct batch;
 struct event_base;
 struct shipper;
 
+/*
+ * The session dictionary grows with every process that is sampled (its
+ * series: pid, comm, exe) and every new stack; past this cap the next
+ * batch starts a new session and re-sends only what it refers to. The
+ * agent's whole memory budget is 8 MiB, so the wire format's default cap
+ * (the same 8 MiB) would let process churn alone use all of it; 2 MiB is
+ * about 7,000 new processes (~300 bytes each), and a reset costs one
+ * batch carrying the strings, frames and stacks still in use. Public so
+ * that bench/ingest_bench.c plays agents with the same cap.
+ */
+#define SHIPPER_DICT_MAX_BYTES (2u << 20)
+
 struct shipper_opts {
 	const char *url;	/* http[s]://HOST:PORT (a path prefix is allowed) */
 	const char *ca_file;	/* https: trusted CAs (PEM); NULL: the system's store */

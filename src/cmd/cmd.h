@@ -28,6 +28,7 @@ struct cmd_server_opts {
 	size_t max_body;
 	size_t max_connections;		/* 0: the server's default */
 	size_t max_body_memory;		/* 0: 4 x max_body */
+	size_t max_session_memory;	/* 0: the server's default */
 	unsigned int hz;	/* the agents' sampling rate, for CPU time in exports */
 	bool insecure;
 	const char *tls_cert, *tls_key;	/* serve HTTPS */

@@ -27,6 +27,7 @@ static void _usage(FILE *out)
 "usage: flamewatch server [--listen HOST:PORT] [--data DIR | --store URI] [--token T]\n"
 "                         [--read-token T] [--write-token T] [--retention 7d]\n"
 "                         [--max-body BYTES] [--max-body-memory BYTES]\n"
+"                         [--max-session-memory BYTES]\n"
 "                         [--max-connections N] [--insecure]\n"
 "                         [--tls-cert FILE --tls-key FILE]\n"
 "\n"
@@ -44,6 +45,10 @@ static void _usage(FILE *out)
 "  --max-body-memory BYTES  request bodies held in memory at once, over all\n"
 "                       connections; beyond it a request gets 503 and Retry-After\n"
 "                       (default 4 x --max-body)\n"
+"  --max-session-memory BYTES  agents' session dictionaries held at once; past\n"
+"                       it the least recently used are forgotten, and their\n"
+"                       agents send the next batch with its dictionary again\n"
+"                       (default 512 MiB)\n"
 "  --max-connections N  connections served at once (default 1024, and at most\n"
 "                       what the descriptor limit leaves); at the cap the one\n"
 "                       idle longest is closed, with none idle a newcomer gets 503\n"
@@ -142,6 +147,7 @@ int cmd__serve(const struct cmd_server_opts *o, struct event_base *base, struct 
 		.max_body = o->max_body,
 		.max_connections = o->max_connections,
 		.max_body_memory = o->max_body_memory,
+		.max_session_memory = o->max_session_memory,
 		.default_hz = o->hz,
 		.tls_cert = o->tls_cert,
 		.tls_key = o->tls_key,
@@ -269,6 +275,20 @@ int cmd__parse_server_opt(struct cmd_server_opts *o, int c, const char *arg)
 		o->max_body_memory = v;
 		return 0;
 	}
+	case 'E': {
+		char *end;
+		unsigned long long v;
+
+		errno = 0;
+		v = strtoull(arg, &end, 10);
+		if (errno || *end || !arg[0] || arg[0] == '-' || v < 1024 || v > (1ULL << 40)) {
+			fprintf(stderr, "flamewatch: error: --max-session-memory: '%s' is not a size "
+				"between 1 KiB and 1 TiB in bytes\n", arg);
+			return -1;
+		}
+		o->max_session_memory = v;
+		return 0;
+	}
 	case 'C': {
 		char *end;
 		unsigned long v;
@@ -366,6 +386,7 @@ const struct option cmd__server_longopts[] = {
 	{ "retention", required_argument, NULL, 'r' },
 	{ "max-body", required_argument, NULL, 'B' },
 	{ "max-body-memory", required_argument, NULL, 'M' },
+	{ "max-session-memory", required_argument, NULL, 'E' },
 	{ "max-connections", required_argument, NULL, 'C' },
 	{ "insecure", no_argument, NULL, 'I' },
 	{ "agent-hz", required_argument, NULL, 'H' },

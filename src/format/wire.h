@@ -2,6 +2,7 @@
 #ifndef FW_FORMAT_WIRE_H
 #define FW_FORMAT_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,8 +19,10 @@
  *   -EINVAL           well-formed but invalid content: ids out of range, a
  *                     limit exceeded, a bad timestamp, ... (400)
  *   -ESTALE           the server lacks dictionary entries the batch builds
- *                     on (409): the agent calls wire_encoder__reset() and
- *                     encodes its buffered batches again
+ *                     on (409): it forgot the session (budget, age, a
+ *                     restart). The agent calls wire_encoder__reset() and
+ *                     encodes the batch again; a batch without a base
+ *                     (!wire_encoder__has_base()) cannot get this
  *   -ENOMEM           (503)
  */
 
@@ -76,8 +79,18 @@ void wire_encoder__ack(struct wire_encoder *e, uint64_t seq);
  * dictionary and start a new session id (a hash of the old one), so the
  * next batch carries everything it needs. Batches encoded before the reset
  * cannot be decoded any more; encode them again. Sequence numbers go on.
+ * The new session's batches name the old one (ends_session) until one is
+ * acknowledged, so that the server can free it at once; the cap's resets
+ * in wire_encoder__encode() do the same.
  */
 void wire_encoder__reset(struct wire_encoder *e);
+/*
+ * True when the next batch would build on entries the server acknowledged
+ * (a dictionary base), so that a server which forgot the session answers
+ * it -ESTALE/409. A batch encoded without one is self-contained: a 409 for
+ * it is not a lost session, and another reset would not help.
+ */
+bool wire_encoder__has_base(const struct wire_encoder *e);
 
 /* Caps the dictionary's memory (default WIRE_ENCODER_MAX_BYTES). */
 void wire_encoder__set_max_bytes(struct wire_encoder *e, size_t max_bytes);
@@ -115,7 +128,9 @@ struct wire_limits wire_limits__default(void);
  * max_sessions sessions using at most about max_bytes, evicting the least
  * recently used session when either is exceeded (its agent then gets
  * -ESTALE and starts over); or NULL with errno set (EINVAL: max_sessions 0
- * or over 2^24).
+ * or over 2^24). Work is never refused for the budget: a batch that fits
+ * the limits is accepted, and a session alone over max_bytes is forgotten
+ * right after its batch.
  */
 struct wire_session_table *wire_sessions__new(size_t max_sessions, size_t max_bytes);
 /* Accepts NULL. */
@@ -123,6 +138,30 @@ void wire_sessions__free(struct wire_session_table *t);
 size_t wire_sessions__count(const struct wire_session_table *t);
 /* Bytes held by all session dictionaries. */
 size_t wire_sessions__memory(const struct wire_session_table *t);
+
+/*
+ * Forgets the sessions that no batch used for more than max_idle_ns (an
+ * agent that stopped, or one that started a new session without saying
+ * so). Returns how many went. Their agents, should they come back, get
+ * -ESTALE and resend what they need.
+ */
+size_t wire_sessions__expire(struct wire_session_table *t, uint64_t max_idle_ns);
+
+/* Why a session was forgotten. */
+enum wire_forgot {
+	WIRE_FORGOT_BUDGET,	/* least recently used, over max_bytes or max_sessions */
+	WIRE_FORGOT_ENDED,	/* its agent started another and said so (ends_session) */
+	WIRE_FORGOT_IDLE,	/* wire_sessions__expire() */
+	WIRE_FORGOT_MAX,
+};
+
+struct wire_session_stats {
+	size_t sessions, max_sessions;
+	size_t bytes, max_bytes;
+	uint64_t forgotten[WIRE_FORGOT_MAX];	/* since the table was made, by reason */
+};
+
+void wire_sessions__stats(const struct wire_session_table *t, struct wire_session_stats *out);
 
 /*
  * Decodes one ingest body compressed with c, checking it against lim (NULL:

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/strbuf.h"
+#include "format/wire.h"
 #include "server/metrics.h"
 #include "store/store.h"
 
@@ -42,7 +43,32 @@ static void _gauge(struct strbuf *o, const char *name, const char *help, uint64_
 		       (unsigned long long)v);
 }
 
-void server_metrics__write(const struct server_metrics *m, struct store *store, struct strbuf *o)
+static void _sessions(struct strbuf *o, const struct wire_session_table *t)
+{
+	static const char *const why[WIRE_FORGOT_MAX] = {
+		[WIRE_FORGOT_BUDGET] = "budget", [WIRE_FORGOT_ENDED] = "ended",
+		[WIRE_FORGOT_IDLE] = "idle",
+	};
+	struct wire_session_stats st;
+
+	wire_sessions__stats(t, &st);
+	_gauge(o, "flamewatch_ingest_sessions", "Agent sessions whose dictionaries are held.",
+	       st.sessions);
+	_gauge(o, "flamewatch_ingest_session_bytes", "Bytes the held session dictionaries take.",
+	       st.bytes);
+	_gauge(o, "flamewatch_ingest_session_max_bytes",
+	       "The budget for session dictionaries (--max-session-memory).", st.max_bytes);
+	strbuf__puts(o, "# HELP flamewatch_ingest_sessions_forgotten_total Sessions forgotten: "
+			"budget (least recently used, over --max-session-memory), ended (their agent "
+			"started another), idle (unused for an hour).\n"
+			"# TYPE flamewatch_ingest_sessions_forgotten_total counter\n");
+	for (int k = 0; k < WIRE_FORGOT_MAX; k++)
+		strbuf__printf(o, "flamewatch_ingest_sessions_forgotten_total{reason=\"%s\"} %llu\n",
+			       why[k], (unsigned long long)st.forgotten[k]);
+}
+
+void server_metrics__write(const struct server_metrics *m, struct store *store,
+			   const struct wire_session_table *sessions, struct strbuf *o)
 {
 	struct store_stats st;
 
@@ -68,6 +94,11 @@ void server_metrics__write(const struct server_metrics *m, struct store *store, 
 		 m->ingest_rejected_limits);
 	_counter(o, "flamewatch_ingest_rejected_invalid_total", "Ingest requests with malformed bodies.",
 		 m->ingest_rejected_invalid);
+	_counter(o, "flamewatch_ingest_session_unknown_total",
+		 "Ingest requests answered 409: built on a session the server no longer holds "
+		 "(the agent sends the batch again with its dictionary).", m->ingest_session_unknown);
+	if (sessions)
+		_sessions(o, sessions);
 	_counter(o, "flamewatch_retention_runs_total", "Retention passes run.", m->retention_runs);
 	_counter(o, "flamewatch_http_connections_refused_total",
 		 "Connections answered 503 for --max-connections.", m->conn_refused);

@@ -6,6 +6,7 @@
 
 struct strbuf;
 struct store;
+struct wire_session_table;
 
 /* Server counters exported at /metrics. Single-threaded: plain integers. */
 enum server_route {
@@ -40,6 +41,7 @@ struct server_metrics {
 	uint64_t ingest_rejected_auth;
 	uint64_t ingest_rejected_limits;	/* 413 and 400 for limits */
 	uint64_t ingest_rejected_invalid;	/* malformed bodies */
+	uint64_t ingest_session_unknown;	/* 409: built on a session not held */
 	uint64_t retention_runs;
 	uint64_t conn_refused;			/* 503: over --max-connections */
 	uint64_t conn_closed_idle;		/* closed for a newcomer or a slow head */
@@ -48,7 +50,8 @@ struct server_metrics {
 };
 
 const char *server_route__name(enum server_route r);
-/* Appends the Prometheus text exposition of m and the store's stats. */
-void server_metrics__write(const struct server_metrics *m, struct store *store, struct strbuf *out);
+/* Appends the Prometheus text exposition of m, the store's and the sessions' stats. */
+void server_metrics__write(const struct server_metrics *m, struct store *store,
+			   const struct wire_session_table *sessions, struct strbuf *out);
 
 #endif

@@ -33,6 +33,8 @@ struct server {
 	uint16_t port;
 	struct server_metrics metrics;
 	struct gate *gate;		/* connections, heads, body budget (gate.c) */
+	uint64_t sessions_logged;	/* sessions forgotten for the budget, as last logged */
+	int64_t sessions_log_s;		/* CLOCK_MONOTONIC s of that log line */
 };
 
 struct request {

@@ -31,6 +31,13 @@
 #define MAX_LABELS 32
 #define MAX_FOLDED_BYTES (64u << 20)	/* decompressed */
 #define BODY_TRIM_BYTES (1u << 20)
+/*
+ * A session no batch used for this long is forgotten: its agent stopped,
+ * or lost its connection for longer than a resend of its dictionary costs.
+ */
+#define SESSION_MAX_IDLE_NS (3600ull * 1000000000ull)
+/* At most one line a minute about sessions forgotten for the budget. */
+#define SESSION_LOG_EVERY_S 60
 
 static int _body(struct request *r, const void **data, size_t *len)
 {
@@ -98,6 +105,48 @@ static int _store(struct request *r, const char *node, const struct batch *b, si
 	return 0;
 }
 
+/*
+ * Sessions forgotten for the budget cost their agents a resend of their
+ * dictionaries: say so, with what would stop it, but not once per batch.
+ */
+static void _log_sessions(struct server *srv)
+{
+	struct wire_session_stats st;
+	struct timespec now;
+	uint64_t n;
+
+	wire_sessions__stats(srv->sessions, &st);
+	n = st.forgotten[WIRE_FORGOT_BUDGET] - srv->sessions_logged;
+	if (!n)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (srv->sessions_log_s && now.tv_sec - srv->sessions_log_s < SESSION_LOG_EVERY_S)
+		return;
+	pr_warn("ingest: forgot %llu agent session%s to keep session dictionaries within "
+		"--max-session-memory (%.1f of %.1f MiB held, %zu sessions); their agents send "
+		"their dictionaries again; raise --max-session-memory if this goes on\n",
+		(unsigned long long)n, n == 1 ? "" : "s", st.bytes / 1048576.0,
+		st.max_bytes / 1048576.0, st.sessions);
+	srv->sessions_logged = st.forgotten[WIRE_FORGOT_BUDGET];
+	srv->sessions_log_s = now.tv_sec ? now.tv_sec : 1;
+}
+
+/*
+ * The agent recognises a lost session by the 409 itself (for a batch that
+ * built on a dictionary base); "session": "unknown" says it to anyone else
+ * reading the answer.
+ */
+static void _reply_stale(struct request *r, const char *err)
+{
+	struct strbuf sb = STRBUF_INIT;
+
+	strbuf__puts(&sb, "{\"error\":");
+	strbuf__json_string(&sb, err);
+	strbuf__puts(&sb, ",\"session\":\"unknown\"}\n");
+	request__reply_json(r, 409, &sb);
+	strbuf__release(&sb);
+}
+
 void routes__ingest(struct request *r)
 {
 	struct wire_limits lim = wire_limits__default();
@@ -113,6 +162,7 @@ void routes__ingest(struct request *r)
 	if (_compression(r, &comp) || _body(r, &body, &len))
 		return;
 	lim.max_body = r->srv->max_body;
+	wire_sessions__expire(r->srv->sessions, SESSION_MAX_IDLE_NS);
 	ret = wire__decode(r->srv->sessions, body, len, comp, &lim, &b, node, sizeof(node), &seq,
 			   err, sizeof(err));
 	if (ret) {
@@ -120,7 +170,8 @@ void routes__ingest(struct request *r)
 			r->srv->metrics.ingest_rejected_limits++;
 			request__error(r, 413, "%s", err);
 		} else if (ret == -ESTALE) {
-			request__error(r, 409, "%s", err);
+			r->srv->metrics.ingest_session_unknown++;
+			_reply_stale(r, err);
 		} else if (ret == -ENOMEM) {
 			/* Ours, not the agent's: it should try again later. */
 			request__error(r, 503, "%s", err);
@@ -130,6 +181,7 @@ void routes__ingest(struct request *r)
 		}
 		return;
 	}
+	_log_sessions(r->srv);
 	if (_store(r, node, b, len) == 0) {
 		strbuf__printf(&sb, "{\"seq\":%llu,\"samples\":%u}\n", (unsigned long long)seq,
 			       b->nsamples);

@@ -29,8 +29,16 @@
 #include "server/static.h"
 #include "store/store.h"
 
+/*
+ * Agents' session dictionaries (format/wire.h). The default budget is sized
+ * in bench/README.md ("Session dictionaries") from what a session costs at
+ * the agent's dictionary cap: it holds a fleet of agents at their largest
+ * with room to spare; past it the least recently used sessions are
+ * forgotten and their agents resend (no batch is lost, but each resend
+ * costs a batch's whole dictionary).
+ */
 #define MAX_SESSIONS 4096
-#define MAX_SESSION_BYTES (256u << 20)
+#define MAX_SESSION_BYTES (512ull << 20)
 /* Connections the kernel queues while the server is not accepting. */
 #define LISTEN_BACKLOG 511
 
@@ -71,7 +79,7 @@ static void _serve_metrics(struct request *r)
 {
 	struct strbuf sb = STRBUF_INIT;
 
-	server_metrics__write(&r->srv->metrics, r->srv->store, &sb);
+	server_metrics__write(&r->srv->metrics, r->srv->store, r->srv->sessions, &sb);
 	strbuf__printf(&sb, "# HELP flamewatch_http_connections Connections open.\n"
 		       "# TYPE flamewatch_http_connections gauge\nflamewatch_http_connections %zu\n"
 		       "# HELP flamewatch_http_body_bytes Request body bytes let in and not yet "
@@ -331,7 +339,8 @@ struct server *server__new(struct event_base *base, struct store *store,
 	s->default_hz = opts->default_hz ? opts->default_hz : 19;
 	s->write_token = opts->write_token ? strdup(opts->write_token) : NULL;
 	s->read_token = opts->read_token ? strdup(opts->read_token) : NULL;
-	s->sessions = wire_sessions__new(MAX_SESSIONS, MAX_SESSION_BYTES);
+	s->sessions = wire_sessions__new(MAX_SESSIONS, opts->max_session_memory ?
+					 opts->max_session_memory : MAX_SESSION_BYTES);
 	s->http = evhttp_new(base);
 	if (!s->http || !s->sessions || (opts->write_token && !s->write_token) ||
 	    (opts->read_token && !s->read_token)) {

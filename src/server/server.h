@@ -22,6 +22,7 @@ struct server_opts {
 	size_t max_body;		/* bytes; larger requests get 413 */
 	size_t max_connections;		/* served at once; 0: GATE_DEFAULT_CONNECTIONS */
 	size_t max_body_memory;		/* bytes of bodies held at once; 0: 4 x max_body */
+	size_t max_session_memory;	/* bytes of session dictionaries; 0: the default */
 	unsigned int default_hz;	/* sampling rate of stored CPU samples, for ?hz= */
 	const char *tls_cert;		/* PEM certificate chain: serve HTTPS; NULL: HTTP */
 	const char *tls_key;		/* its private key (PEM) */

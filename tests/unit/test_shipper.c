@@ -11,7 +11,11 @@
  *     tables keep working;
  *   - a full buffer drops the oldest batches and counts them;
  *   - a drain sends everything queued at once, asks a busy server (503)
- *     again, and gives up when the server refuses the connection.
+ *     again, and gives up when the server refuses the connection;
+ *   - a server that forgets every session right after its batch still gets
+ *     every batch, each sent again in a new session after its 409;
+ *   - a 409 for a batch that built on nothing is not a lost session: it is
+ *     retried after a backoff, not reset and resent in a loop.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -115,7 +119,8 @@ struct server {
 	struct wire_session_table *sessions;
 	int port;
 	int busy_left;		/* answer 503 to this many requests first */
-	int n503, n200;
+	int always_409;		/* answer 409 to everything, as a confused proxy might */
+	int n503, n200, n409;
 	int64_t first_ts[256];	/* the first sample time of each batch taken */
 	int nbatches;
 };
@@ -136,9 +141,15 @@ static void _on_ingest(struct evhttp_request *req, void *arg)
 		evhttp_send_reply(req, 503, "Busy", NULL);
 		return;
 	}
+	if (sv->always_409) {
+		sv->n409++;
+		evhttp_send_reply(req, 409, "Conflict", NULL);
+		return;
+	}
 	rc = wire__decode(sv->sessions, evbuffer_pullup(in, len), len, WIRE_ZSTD, NULL, &b, node,
 			  sizeof(node), &seq, err, sizeof(err));
 	if (rc == -ESTALE) {
+		sv->n409++;
 		evhttp_send_reply(req, 409, "Stale", NULL);
 		return;
 	}
@@ -437,6 +448,97 @@ static void test_drain_gives_up_when_refused(void **state)
 	event_base_free(base);
 }
 
+static int _idle(const struct shipper *s)
+{
+	return shipper__idle(s);
+}
+
+/*
+ * The server's budget holds no session: each is forgotten right after its
+ * batch, so every batch but the first builds on a session the server no
+ * longer holds. Each gets 409, goes again at once in a new session with
+ * its dictionary, and arrives whole and in order; nothing is dropped.
+ */
+static void test_forgotten_session_resent(void **state)
+{
+	struct event_base *base = event_base_new();
+	int64_t t0 = _t0();
+	struct wire_session_stats ws;
+	struct shipper_stats st;
+	struct server sv;
+	struct shipper *s;
+
+	(void)state;
+	assert_non_null(base);
+	_server_start(&sv, base);
+	wire_sessions__free(sv.sessions);
+	sv.sessions = wire_sessions__new(16, 1024);
+	assert_non_null(sv.sessions);
+	s = _shipper(base, sv.port, 8 << 20);
+	for (int i = 0; i < 20; i++)
+		shipper__push(s, _make(t0, i));
+	assert_true(_run_until(base, s, _idle));
+	assert_int_equal(sv.nbatches, 20);
+	for (int k = 0; k < 20; k++)
+		assert_int_equal(sv.first_ts[k], t0 + (int64_t)k * 1000000000LL);
+	assert_int_equal(sv.n409, 19);
+	shipper__stats(s, &st);
+	assert_int_equal(st.batches_sent, 20);
+	assert_int_equal(st.samples_sent, 20 * NSAMPLES);
+	assert_int_equal(st.sessions_reset, 19);
+	assert_int_equal(st.batches_rejected, 0);
+	assert_int_equal(st.batches_dropped, 0);
+	assert_int_equal(st.samples_dropped, 0);
+	/* Resent at once, not after a backoff. */
+	assert_int_equal(st.failures, 0);
+	wire_sessions__stats(sv.sessions, &ws);
+	assert_int_equal(ws.forgotten[WIRE_FORGOT_BUDGET], 20);
+
+	shipper__free(s);
+	_server_stop(&sv);
+	event_base_free(base);
+}
+
+/*
+ * A 409 for the first batch of a session (it built on nothing the server
+ * could have forgotten) cannot be mended by another new session: the batch
+ * waits out the backoff like one that got a 5xx, and is delivered once the
+ * server takes it. It used to be reset and resent at once, in a loop.
+ */
+static void test_409_without_base_retried(void **state)
+{
+	struct event_base *base = event_base_new();
+	int64_t t0 = _t0();
+	struct shipper_stats st;
+	struct server sv;
+	struct shipper *s;
+
+	(void)state;
+	assert_non_null(base);
+	_server_start(&sv, base);
+	sv.always_409 = 1;
+	s = _shipper(base, sv.port, 8 << 20);
+	shipper__push(s, _make(t0, 0));
+	assert_true(_run_until(base, s, _waiting));
+	shipper__stats(s, &st);
+	assert_int_equal(sv.n409, 1);
+	assert_int_equal(st.sessions_reset, 0);
+	assert_int_equal(st.queued_batches, 1);
+	assert_int_equal(st.batches_rejected, 0);
+
+	sv.always_409 = 0;
+	assert_true(_run_until(base, s, _idle));
+	assert_int_equal(sv.nbatches, 1);
+	shipper__stats(s, &st);
+	assert_int_equal(st.batches_sent, 1);
+	assert_int_equal(st.sessions_reset, 0);
+	assert_int_equal(st.samples_dropped, 0);
+
+	shipper__free(s);
+	_server_stop(&sv);
+	event_base_free(base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -444,6 +546,8 @@ int main(void)
 		cmocka_unit_test(test_buffer_counts_real_bytes),
 		cmocka_unit_test(test_full_buffer_drops_oldest),
 		cmocka_unit_test(test_drain_gives_up_when_refused),
+		cmocka_unit_test(test_forgotten_session_resent),
+		cmocka_unit_test(test_409_without_base_retried),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

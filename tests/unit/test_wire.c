@@ -562,7 +562,8 @@ static void test_encoder_memory_cap(void **state)
 	_assert_same(b2, out);
 	batch__free(out);
 	free(body.data);
-	assert_int_equal(wire_sessions__count(t), 2);
+	/* The new session's batch ended the old one (ends_session). */
+	assert_int_equal(wire_sessions__count(t), 1);
 
 	batch__free(b1);
 	batch__free(b2);
@@ -630,6 +631,198 @@ static void test_session_eviction(void **state)
 	batch__free(b);
 }
 
+
+/*
+ * The table counts what it forgets, and why: the budget (least recently
+ * used), the agent's word (ends_session), or an idle session.
+ */
+static void test_sessions_forgotten_counted(void **state)
+{
+	struct wire_session_table *t = wire_sessions__new(2, 64 << 20);
+	struct wire_session_stats st;
+	struct wire_encoder *e[3];
+	struct batch *b = _make(3, 10, 300, 0, 1);
+	struct body body;
+
+	wire_sessions__stats(t, &st);
+	assert_int_equal(st.sessions, 0);
+	assert_int_equal(st.max_sessions, 2);
+	assert_int_equal(st.max_bytes, 64 << 20);
+	for (int i = 0; i < 3; i++) {
+		e[i] = wire_encoder__new(200 + i);
+		body = _encode(e[i], b, WIRE_NONE);
+		batch__free(_decode_ok(t, body, WIRE_NONE));
+		free(body.data);
+		wire_encoder__ack(e[i], wire_encoder__seq(e[i]));
+	}
+	wire_sessions__stats(t, &st);
+	assert_int_equal(st.sessions, 2);
+	assert_int_equal(st.bytes, wire_sessions__memory(t));
+	assert_int_equal(st.forgotten[WIRE_FORGOT_BUDGET], 1);
+	assert_int_equal(st.forgotten[WIRE_FORGOT_ENDED], 0);
+
+	/* Nothing has been idle for a minute; everything has for 0 ns. */
+	assert_int_equal(wire_sessions__expire(t, 60ull * 1000000000ull), 0);
+	assert_int_equal(wire_sessions__expire(t, 0), 2);
+	wire_sessions__stats(t, &st);
+	assert_int_equal(st.sessions, 0);
+	assert_int_equal(st.bytes, 0);
+	assert_int_equal(st.forgotten[WIRE_FORGOT_IDLE], 2);
+
+	/* An expired session's agent gets -ESTALE, and gets through after a reset. */
+	assert_true(wire_encoder__has_base(e[2]));
+	body = _encode(e[2], b, WIRE_NONE);
+	_decode_err(t, body, WIRE_NONE, NULL, -ESTALE, "unknown session");
+	free(body.data);
+	wire_encoder__reset(e[2]);
+	assert_false(wire_encoder__has_base(e[2]));
+	body = _encode(e[2], b, WIRE_NONE);
+	batch__free(_decode_ok(t, body, WIRE_NONE));
+	free(body.data);
+	assert_int_equal(wire_sessions__count(t), 1);
+
+	for (int i = 0; i < 3; i++)
+		wire_encoder__free(e[i]);
+	batch__free(b);
+	wire_sessions__free(t);
+}
+
+/*
+ * An encoder that starts a new session (its cap, or a 409) names the old
+ * one in its batches until one is acknowledged, and the server forgets it
+ * at once: an agent that resets every few batches holds one session on
+ * the server, not one per reset until the budget pushes them out.
+ */
+static void test_ends_session(void **state)
+{
+	struct wire_session_table *t = wire_sessions__new(16, 64 << 20);
+	struct wire_encoder *e = wire_encoder__new(7), *other = wire_encoder__new(8);
+	struct batch *b1 = _make(3, 10, 300, 0, 1), *b2 = _make(3, 10, 300, 1, 2), *out;
+	struct wire_session_stats st;
+	Flamewatch__Wire__Batch *m;
+	struct body body, body2;
+	uint64_t first, second;
+	char node[64], err[256];
+	uint64_t seq;
+
+	body = _encode(e, b1, WIRE_NONE);
+	m = _unpack(body);
+	assert_int_equal(m->ends_session, 0);
+	flamewatch__wire__batch__free_unpacked(m, NULL);
+	batch__free(_decode_ok(t, body, WIRE_NONE));
+	free(body.data);
+	wire_encoder__ack(e, wire_encoder__seq(e));
+	first = wire_encoder__session(e);
+	assert_true(wire_encoder__has_base(e));
+
+	/* Over the cap: the next batch is a new session's and ends the first. */
+	wire_encoder__set_max_bytes(e, 1);
+	body = _encode(e, b2, WIRE_NONE);
+	second = wire_encoder__session(e);
+	assert_true(second != first);
+	assert_false(wire_encoder__has_base(e));
+	m = _unpack(body);
+	assert_true(m->ends_session == first);
+	flamewatch__wire__batch__free_unpacked(m, NULL);
+	/* Not acknowledged yet (the answer was lost): sent again, it still says so. */
+	wire_encoder__set_max_bytes(e, 64 << 20);
+	body2 = _encode(e, b2, WIRE_NONE);
+	assert_true(wire_encoder__session(e) == second);
+	m = _unpack(body2);
+	assert_true(m->ends_session == first);
+	flamewatch__wire__batch__free_unpacked(m, NULL);
+	free(body2.data);
+
+	out = _decode_ok(t, body, WIRE_NONE);
+	_assert_same(b2, out);
+	batch__free(out);
+	free(body.data);
+	wire_sessions__stats(t, &st);
+	assert_int_equal(st.sessions, 1);
+	assert_int_equal(st.forgotten[WIRE_FORGOT_ENDED], 1);
+	assert_int_equal(st.forgotten[WIRE_FORGOT_BUDGET], 0);
+
+	/* Acknowledged: the next batch no longer names it. */
+	wire_encoder__ack(e, wire_encoder__seq(e));
+	body = _encode(e, b1, WIRE_NONE);
+	m = _unpack(body);
+	assert_int_equal(m->ends_session, 0);
+	assert_true(m->session == second);
+	flamewatch__wire__batch__free_unpacked(m, NULL);
+	batch__free(_decode_ok(t, body, WIRE_NONE));
+	free(body.data);
+
+	/* Another node cannot end a session that is not its own. */
+	assert_int_equal(wire_encoder__encode(other, "node-b", b1, WIRE_NONE, &body.data,
+					      &body.len), 0);
+	m = _unpack(body);
+	m->ends_session = second;
+	body2 = _pack(m);
+	flamewatch__wire__batch__free_unpacked(m, NULL);
+	free(body.data);
+	assert_int_equal(wire__decode(t, body2.data, body2.len, WIRE_NONE, NULL, &out, node,
+				      sizeof(node), &seq, err, sizeof(err)), 0);
+	batch__free(out);
+	free(body2.data);
+	wire_sessions__stats(t, &st);
+	assert_int_equal(st.sessions, 2);
+	assert_int_equal(st.forgotten[WIRE_FORGOT_ENDED], 1);
+
+	batch__free(b1);
+	batch__free(b2);
+	wire_encoder__free(e);
+	wire_encoder__free(other);
+	wire_sessions__free(t);
+}
+
+/*
+ * A server whose budget holds no session at all forgets every session right
+ * after its batch. An agent that follows the protocol (on -ESTALE for a
+ * batch with a base: reset, encode the same batch again) still delivers
+ * every batch whole, each new stack included, and never gets -ESTALE for
+ * a batch without a base.
+ */
+static void test_evicted_sessions_lose_nothing(void **state)
+{
+	struct wire_session_table *t = wire_sessions__new(16, 1);
+	struct wire_encoder *e = wire_encoder__new(11);
+	struct wire_session_stats st;
+	size_t sent = 0, got = 0, stale = 0;
+
+	for (int i = 0; i < 12; i++) {
+		struct batch *b = _make(2 + i % 3, 5 + i, 40 + i, i, 100 + i), *out = NULL;
+		struct body body = _encode(e, b, i % 2 ? WIRE_ZSTD : WIRE_GZIP);
+		char err[256];
+		int rc = _decode_lim(t, body, i % 2 ? WIRE_ZSTD : WIRE_GZIP, NULL, &out, err,
+				     sizeof(err));
+
+		free(body.data);
+		if (rc == -ESTALE) {
+			assert_true(wire_encoder__has_base(e));
+			stale++;
+			wire_encoder__reset(e);
+			assert_false(wire_encoder__has_base(e));
+			body = _encode(e, b, WIRE_ZSTD);
+			rc = _decode_lim(t, body, WIRE_ZSTD, NULL, &out, err, sizeof(err));
+			free(body.data);
+		}
+		if (rc)
+			fail_msg("batch %d: %d %s", i, rc, err);
+		wire_encoder__ack(e, wire_encoder__seq(e));
+		_assert_same(b, out);
+		sent += b->nsamples;
+		got += out->nsamples;
+		batch__free(out);
+		batch__free(b);
+	}
+	assert_int_equal(got, sent);
+	assert_int_equal(stale, 11);
+	wire_sessions__stats(t, &st);
+	assert_int_equal(st.sessions, 0);
+	assert_int_equal(st.forgotten[WIRE_FORGOT_BUDGET], 12);
+	wire_encoder__free(e);
+	wire_sessions__free(t);
+}
 
 /*
  * The batches of one session share its dictionary (one dict_id, so a store
@@ -1272,6 +1465,9 @@ int main(void)
 		cmocka_unit_test(test_stale_session_reset),
 		cmocka_unit_test(test_encoder_memory_cap),
 		cmocka_unit_test(test_session_eviction),
+		cmocka_unit_test(test_sessions_forgotten_counted),
+		cmocka_unit_test(test_ends_session),
+		cmocka_unit_test(test_evicted_sessions_lose_nothing),
 		cmocka_unit_test(test_invalid_content),
 		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_bombs),

@@ -753,6 +753,9 @@ int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 		*seq = m->seq;
 	*out = d.out;
 	d.out = NULL;
+	/* First, so that what the agent gave up goes before anyone's session in use. */
+	if (m->ends_session && m->ends_session != m->session)
+		wire_sessions__end(t, m->ends_session, m->node);
 	wire_sessions__commit(t, d.s, is_new);
 	d.s = NULL;
 	is_new = false;

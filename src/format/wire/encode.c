@@ -27,6 +27,7 @@ struct pending {
 
 struct wire_encoder {
 	uint64_t session;
+	uint64_t ended;			/* the session this one replaced, until an ack; or 0 */
 	uint64_t seq;			/* last encoded */
 	struct intern *tab[K_MAX];	/* NULL after a reset until the next encode */
 	uint32_t acked[K_MAX];		/* entries the server holds */
@@ -90,6 +91,19 @@ void wire_encoder__free(struct wire_encoder *e)
 	free(e);
 }
 
+static bool _acked_any(const struct wire_encoder *e)
+{
+	for (int k = 0; k < K_MAX; k++)
+		if (e->acked[k])
+			return true;
+	return false;
+}
+
+bool wire_encoder__has_base(const struct wire_encoder *e)
+{
+	return _acked_any(e);
+}
+
 /*
  * Tables are freed now, so memory drops at once, and created again by the
  * next encode, which can report failing to.
@@ -97,6 +111,13 @@ void wire_encoder__free(struct wire_encoder *e)
 void wire_encoder__reset(struct wire_encoder *e)
 {
 	_tables_free(e);
+	/*
+	 * The session left is named in the new one's batches until the
+	 * server acknowledges one. A session that never encoded a batch
+	 * cannot be on the server: reset again, keep naming the one before.
+	 */
+	if (!e->ended || e->npending || _acked_any(e))
+		e->ended = e->session;
 	e->session = _next_session(e->session);
 	memset(e->acked, 0, sizeof(e->acked));
 	e->npending = 0;
@@ -140,6 +161,8 @@ void wire_encoder__ack(struct wire_encoder *e, uint64_t seq)
 		n++;
 	if (!n)
 		return;
+	/* The server read ends_session along with the batch. */
+	e->ended = 0;
 	for (int k = 0; k < K_MAX; k++)
 		if (e->pending[n - 1].count[k] > e->acked[k])
 			e->acked[k] = e->pending[n - 1].count[k];
@@ -773,6 +796,7 @@ int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct 
 		goto out;
 	em.m.version = WIRE_VERSION;
 	em.m.session = e->session;
+	em.m.ends_session = e->ended;
 	em.m.seq = e->seq + 1;
 	em.m.node = (char *)(node ? node : "");
 	em.m.period_ns = b->period_ns;

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/batch.h"
 #include "common/intern.h"
@@ -90,7 +91,16 @@ struct wire_session_table {
 	struct wire_session *newest, *oldest;
 	size_t count, max_sessions;
 	size_t bytes, max_bytes;
+	uint64_t forgotten[WIRE_FORGOT_MAX];
 };
+
+static uint64_t _now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
 
 static size_t _session_memory(const struct wire_session *s)
 {
@@ -204,7 +214,8 @@ static void _lru_push(struct wire_session_table *t, struct wire_session *s)
 	t->newest = s;
 }
 
-static void _session_remove(struct wire_session_table *t, struct wire_session *s)
+static void _session_remove(struct wire_session_table *t, struct wire_session *s,
+			    enum wire_forgot why)
 {
 	struct wire_session **p;
 
@@ -214,6 +225,7 @@ static void _session_remove(struct wire_session_table *t, struct wire_session *s
 	_lru_unlink(t, s);
 	t->count--;
 	t->bytes -= s->bytes;
+	t->forgotten[why]++;
 	wire_session__free(s);
 }
 
@@ -230,10 +242,44 @@ void wire_sessions__commit(struct wire_session_table *t, struct wire_session *s,
 		t->bytes -= s->bytes;
 	}
 	_lru_push(t, s);
+	s->used_ns = _now_ns();
 	s->bytes = _session_memory(s);
 	t->bytes += s->bytes;
 	while ((t->count > t->max_sessions || t->bytes > t->max_bytes) && t->oldest != s)
-		_session_remove(t, t->oldest);
+		_session_remove(t, t->oldest, WIRE_FORGOT_BUDGET);
 	if (t->bytes > t->max_bytes)
-		_session_remove(t, s);
+		_session_remove(t, s, WIRE_FORGOT_BUDGET);
+}
+
+bool wire_sessions__end(struct wire_session_table *t, uint64_t id, const char *node)
+{
+	struct wire_session *s = wire_sessions__find(t, id);
+
+	if (!s || strcmp(s->node, node))
+		return false;
+	_session_remove(t, s, WIRE_FORGOT_ENDED);
+	return true;
+}
+
+size_t wire_sessions__expire(struct wire_session_table *t, uint64_t max_idle_ns)
+{
+	uint64_t now = _now_ns();
+	size_t n = 0;
+
+	/* Oldest first: the first one still in use ends the walk. */
+	while (t->oldest && now - t->oldest->used_ns > max_idle_ns) {
+		_session_remove(t, t->oldest, WIRE_FORGOT_IDLE);
+		n++;
+	}
+	return n;
+}
+
+void wire_sessions__stats(const struct wire_session_table *t, struct wire_session_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->sessions = t->count;
+	out->max_sessions = t->max_sessions;
+	out->bytes = t->bytes;
+	out->max_bytes = t->max_bytes;
+	memcpy(out->forgotten, t->forgotten, sizeof(out->forgotten));
 }

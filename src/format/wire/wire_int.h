@@ -118,6 +118,7 @@ struct wire_session {
 	 */
 	struct dict_ids om[K_MAX];
 	size_t bytes;			/* as counted in the table's total */
+	uint64_t used_ns;		/* CLOCK_MONOTONIC of the last batch accepted */
 	struct wire_session *newer, *older;
 	struct wire_session *hnext;
 };
@@ -130,6 +131,12 @@ struct wire_session *wire_sessions__find(struct wire_session_table *t, uint64_t 
  * smaller session after the next -ESTALE.
  */
 void wire_sessions__commit(struct wire_session_table *t, struct wire_session *s, bool is_new);
+/*
+ * The agent of node says it gave session id up (Batch.ends_session): it is
+ * forgotten now rather than when the budget or age would push it out.
+ * Another node's session with that id is left alone. True when one went.
+ */
+bool wire_sessions__end(struct wire_session_table *t, uint64_t id, const char *node);
 /* Frees a session that is not in a table. Accepts NULL. */
 void wire_session__free(struct wire_session *s);
 
