@@ -41,7 +41,8 @@ for W in $WORKLOADS; do
 			sleep 0.3
 		done
 		sleep 2		# the monitors' child starts sampling
-		env ${EXACT:+FLAMEWATCH_CUDA_EXACT_MAX_RATE=$EXACT} FLAMEWATCH_CUDA_SUMMARY="$OUT/summary-$name.json" \
+		env ${EXACT:+FLAMEWATCH_CUDA_EXACT_MAX_RATE=$EXACT FLAMEWATCH_CUDA_MAX_COST_PPM=1000000} \
+			FLAMEWATCH_CUDA_SUMMARY="$OUT/summary-$name.json" \
 			timeout 300 "$B/flamewatch" cuda --lib "$B/libflamewatch-cuda.so" -- \
 			python3 bench/gpu/attribution_work.py "$W" "$SECONDS_EACH" \
 			"$OUT/work-$name.json" > "$OUT/work-$name.log" 2>&1

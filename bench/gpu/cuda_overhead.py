@@ -336,6 +336,7 @@ def run_one(mode, workload, a, fw, logdir, agent_port):
             env["FLAMEWATCH_CUDA_ACTIVITY_ALL"] = "1"
         if "-exact" in mode:
             env["FLAMEWATCH_CUDA_EXACT_MAX_RATE"] = "4294967295"
+            env["FLAMEWATCH_CUDA_MAX_COST_PPM"] = "1000000"
         if "-lim" in mode:
             env["FLAMEWATCH_CUDA_MAX_COST_PPM"] = "1000000"
         if "-est" in mode:

@@ -63,7 +63,8 @@ def main():
                 continue
             stack, v = line.rsplit(" ", 1)
             off_total += int(v)
-            off_read += int(v) if any(f.startswith("read_shard") for f in stack.split(";")) else 0
+            # Python 3.11 and later name a method by its qualified name (Shard.read_shard).
+            off_read += int(v) if any("read_shard" in f for f in stack.split(";")) else 0
     s = doc["samples"]
     print(json.dumps({
         "label": label, "source": doc["source"], "coverage": doc.get("coverage"),

@@ -312,7 +312,7 @@ void fwc_busy_flush(struct fwc_batch *b, int64_t offset_ns, struct fwc_stats *st
 void fwc_coverage_add(struct fwc_batch *b, int64_t start_ns, int64_t end_ns);
 /* Appends a FW_CUDA_COLLECTION record (probes.h); cost_* < 0: not known. */
 void fwc_collection_add(struct fwc_batch *b, int64_t now_ns, int all, int64_t cost_ppm,
-			int64_t cost_ns, uint32_t max_ppm);
+			int64_t cost_ns, uint32_t max_ppm, int by_rate, uint64_t rate);
 /*
  * At exit (and, with carry_unseen, every few seconds, for names no window
  * sees): emits, for each name and kind with GPU time still carried, its

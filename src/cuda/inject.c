@@ -114,13 +114,14 @@ static struct {
 	uint32_t window_ms;
 	int count_all;			/* callbacks always on, counting every launch */
 	int activity_all_cfg;		/* FLAMEWATCH_CUDA_ACTIVITY_ALL */
-	uint64_t exact_max_rate;	/* FLAMEWATCH_CUDA_EXACT_MAX_RATE: launches a second, or 0 */
+	uint64_t exact_max_rate;	/* FLAMEWATCH_CUDA_EXACT_MAX_RATE: the launch rate ceiling */
 	uint64_t max_cost_ppm;		/* what every record may cost the process, per million */
 	int activity_all;		/* now: activity always on, only the callbacks duty-cycled */
 	uint64_t activity_switches;	/* between the two, by the launch rate */
 	uint64_t rate_avg;		/* launches a second in windows, decaying mean */
 	int64_t cost_ppm;		/* every record's cost as measured, per million; -1: unknown */
 	int64_t cost_bound_ppm;		/* its upper bound: whole launch calls; -1: unknown */
+	int duty_by_rate;		/* the rate ceiling, not the cost, decided */
 	uint64_t probes;		/* probe windows opened */
 	uint64_t seed;
 	const char *summary_path;
@@ -716,7 +717,7 @@ static void _tell_mode(void)
 	if (G.cost_ppm >= 0)
 		per = fwc_cost_per_record(&G.cost, NULL, NULL);
 	fwc_collection_add(&G.batch, _now(CLOCK_REALTIME), G.activity_all, G.cost_ppm, per,
-			   (uint32_t)G.max_cost_ppm);
+			   (uint32_t)G.max_cost_ppm, G.duty_by_rate && !G.activity_all, G.rate_avg);
 	fwc_batch_flush(&G.batch);
 	pthread_mutex_unlock(&G.rec);
 	G.mode_told = 1;
@@ -753,8 +754,12 @@ static void _estimate_cost(void)
  * callbacks, the totals estimated (x D) and the busy timeline left to the
  * GPU's own monitors; back under 2/3 of it, always on again. A cost not
  * yet measured keeps the mode, unless its bound already allows every
- * record. FLAMEWATCH_CUDA_EXACT_MAX_RATE, when set, decides by launches a
- * second instead (tests and benchmarks). The rate is a decaying mean over
+ * record. The measure sees what a record costs the launching thread, not
+ * what it costs the GPU: a loop of tiny kernels whose records slow the
+ * GPU's own work pays far more than its launch calls show. So above
+ * FLAMEWATCH_CUDA_EXACT_MAX_RATE launches a second (30,000) records are
+ * duty-cycled whatever they were measured to cost (back under 2/3 of it),
+ * and the collection record says which rule decided. The rate is a decaying mean over
  * windows (1/8 each), starting from 0: one window falls in a burst or in a
  * pause (a training loop queues many steps of launches in a few ms, then
  * waits), the mean over a few seconds of windows does not. Called under
@@ -765,19 +770,20 @@ static void _choose_activity(void)
 {
 	uint64_t rate = G.last_window_seen * 1000 / G.window_ms;
 	int64_t lim = (int64_t)G.max_cost_ppm;
-	int want;
+	int want, rate_ok, cost_ok;
 
 	if (!G.activity_all_cfg)
 		return;
 	G.rate_avg = (G.rate_avg * 7 + rate) / 8;
 	_estimate_cost();
-	if (G.exact_max_rate)
-		want = G.activity_all ? G.rate_avg <= G.exact_max_rate :
-					G.rate_avg < G.exact_max_rate / 3 * 2;
-	else if (G.cost_ppm >= 0)
-		want = G.activity_all ? G.cost_ppm <= lim : G.cost_ppm < lim / 3 * 2;
+	rate_ok = G.activity_all ? G.rate_avg <= G.exact_max_rate :
+				   G.rate_avg < G.exact_max_rate / 3 * 2;
+	if (G.cost_ppm >= 0)
+		cost_ok = G.activity_all ? G.cost_ppm <= lim : G.cost_ppm < lim / 3 * 2;
 	else
-		want = G.activity_all || (G.cost_bound_ppm >= 0 && G.cost_bound_ppm < lim / 3 * 2);
+		cost_ok = G.activity_all || (G.cost_bound_ppm >= 0 && G.cost_bound_ppm < lim / 3 * 2);
+	want = rate_ok && cost_ok;
+	G.duty_by_rate = !rate_ok;
 	if (want == G.activity_all)
 		return;
 	pthread_mutex_lock(&G.rec);
@@ -806,7 +812,7 @@ static void _choose_activity(void)
 
 static int _probe_due(uint64_t group)
 {
-	if (G.duty < 2 || !G.activity_all_cfg || G.exact_max_rate)
+	if (G.duty < 2 || !G.activity_all_cfg)
 		return 0;
 	if (!G.activity_all)
 		return group % PROBE_GROUPS_DUTY == 0;
@@ -1135,11 +1141,13 @@ static void _write_summary(void)
 		fprintf(f, ",\"max_cost_ppm\":%llu,\"cost_ppm\":%lld,\"cost_bound_ppm\":%lld"
 			   ",\"record_cost_ns\":%lld,\"record_cost_in_call_ns\":%lld"
 			   ",\"record_cost_own_ns\":%lld,\"launch_call_on_ns\":%lld"
-			   ",\"launch_call_off_ns\":%lld,\"probe_windows\":%llu",
+			   ",\"launch_call_off_ns\":%lld,\"probe_windows\":%llu"
+			   ",\"duty_by_rate\":%d,\"exact_max_rate\":%llu",
 			(unsigned long long)G.max_cost_ppm, (long long)G.cost_ppm,
 			(long long)G.cost_bound_ppm, (long long)per, (long long)call, (long long)own,
 			(long long)fwc_cost_median(&G.cost, 1), (long long)fwc_cost_median(&G.cost, 0),
-			(unsigned long long)G.probes);
+			(unsigned long long)G.probes, G.duty_by_rate && !G.activity_all,
+			(unsigned long long)G.exact_max_rate);
 	}
 	fprintf(f, ",\"busy_spans\":%llu,\"busy_untracked\":%llu",
 		(unsigned long long)G.stats.busy_spans, (unsigned long long)G.stats.busy_untracked);
@@ -1232,7 +1240,7 @@ EXPORT int InitializeInjection(void)
 	G.window_ms = (uint32_t)_env_u64("FLAMEWATCH_CUDA_WINDOW_MS", 10, 1, 10000);
 	G.count_all = (int)_env_u64("FLAMEWATCH_CUDA_COUNT_ALL", 0, 0, 1);
 	G.activity_all_cfg = (int)_env_u64("FLAMEWATCH_CUDA_ACTIVITY_ALL", 1, 0, 1);
-	G.exact_max_rate = _env_u64("FLAMEWATCH_CUDA_EXACT_MAX_RATE", 0, 0, UINT32_MAX);
+	G.exact_max_rate = _env_u64("FLAMEWATCH_CUDA_EXACT_MAX_RATE", 30000, 0, UINT32_MAX);
 	G.max_cost_ppm = _env_u64("FLAMEWATCH_CUDA_MAX_COST_PPM", 10000, 0, 1000000);
 	G.cost_ppm = G.cost_bound_ppm = -1;
 	if (G.count_all)

@@ -80,8 +80,13 @@
  *     millionths of its time, as measured (UINT64_MAX: not yet known).
  *     correlation: that cost per record in ns (0: not known). stream:
  *     the limit in millionths above which records are duty-cycled.
+ *     device: what duty-cycled them, FW_CUDA_BY_COST or FW_CUDA_BY_RATE
+ *     (launches a second over the library's ceiling, whatever the cost).
+ *     name_addr: launches a second in the library's windows.
  */
 #define FW_CUDA_COLLECTION   8
+#define FW_CUDA_BY_COST      0
+#define FW_CUDA_BY_RATE      1
 
 struct fw_cuda_record {
 	__u64 correlation;	/* CUPTI correlation id of the launching API call */

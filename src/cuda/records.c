@@ -166,7 +166,7 @@ void fwc_coverage_add(struct fwc_batch *b, int64_t start_ns, int64_t end_ns)
 }
 
 void fwc_collection_add(struct fwc_batch *b, int64_t now_ns, int all, int64_t cost_ppm,
-			int64_t cost_ns, uint32_t max_ppm)
+			int64_t cost_ns, uint32_t max_ppm, int by_rate, uint64_t rate)
 {
 	struct fw_cuda_record *r = &b->recs[b->n++];
 
@@ -177,6 +177,8 @@ void fwc_collection_add(struct fwc_batch *b, int64_t now_ns, int all, int64_t co
 	r->correlation = cost_ns < 0 ? 0 : (uint64_t)cost_ns;
 	r->weight = !!all;
 	r->stream = max_ppm;
+	r->device = by_rate ? FW_CUDA_BY_RATE : FW_CUDA_BY_COST;
+	r->name_addr = rate;
 	if (b->n == FW_CUDA_MAX_BATCH)
 		fwc_batch_flush(b);
 }

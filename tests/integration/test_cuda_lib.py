@@ -352,13 +352,13 @@ def test_activity_duty_cycled_above_exact_rate(fakes, tmp_path):
     assert abs(s["kernel_ns"] / truth["kernel_ns"] - 1) < 0.002, (s, truth)
 
 
-def _cost_run(tmp_path, name, sleep_us, record_cost_ns, launches, launch_cost_ns=0):
+def _cost_run(tmp_path, name, sleep_us, record_cost_ns, launches, launch_cost_ns=0, **env):
     summary = tmp_path / f"{name}.json"
     res = run_plain([HOST, "drive", LIB, launches, 20000, sleep_us],
                     host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=4,
                              FLAMEWATCH_CUDA_WINDOW_MS=10, FLAMEWATCH_CUDA_SEED=3,
                              FAKE_CUPTI_RECORD_COST_NS=record_cost_ns,
-                             FAKE_CUPTI_LAUNCH_COST_NS=launch_cost_ns), timeout=120)
+                             FAKE_CUPTI_LAUNCH_COST_NS=launch_cost_ns, **env), timeout=120)
     assert res.returncode == 0, res.stderr
     return json.loads(summary.read_text()), json.loads(res.stdout)
 
@@ -374,6 +374,7 @@ def test_activity_duty_cycled_by_measured_cost(fakes, tmp_path):
     calls: every record, no probe window, exact totals."""
     s, truth = _cost_run(tmp_path, "fast", 1, 4000, 40000)
     assert s["activity_all"] == 0 and s["activity_switches"] >= 1, s
+    assert s["duty_by_rate"] == 0, s                    # under the launch rate ceiling
     assert s["probe_windows"] >= 1, s
     assert 3000 <= s["record_cost_in_call_ns"] <= 5000, s
     assert s["cost_ppm"] > 10000, s
@@ -391,8 +392,17 @@ def test_cheap_records_all_collected_at_a_high_rate(fakes, tmp_path):
     20 us whatever CUPTI does (the fake; a full launch queue on a GPU) and
     a record costs next to nothing, the bound of whole launch calls is far
     over 1 % but the measured cost is under it, and every record is
-    collected, all but a probe window's (one while the cost is unknown)."""
-    s, truth = _cost_run(tmp_path, "cheap", 0, 0, 60000, launch_cost_ns=20000)
+    collected, all but a probe window's (one while the cost is unknown),
+    once the launch rate ceiling is lifted. Under the default ceiling
+    (30,000 launches a second: what a record costs the GPU, which the
+    measure does not see, slows a loop of tiny kernels far more than its
+    launch calls show) the same loop is duty-cycled, and the summary says
+    the rate decided."""
+    s, truth = _cost_run(tmp_path, "ceiling", 0, 0, 60000, launch_cost_ns=20000)
+    assert s["activity_all"] == 0 and s["duty_by_rate"] == 1, s
+    assert s["launch_rate"] > 30000 and 0 <= s["cost_ppm"] < 10000, s
+    s, truth = _cost_run(tmp_path, "cheap", 0, 0, 60000, launch_cost_ns=20000,
+                         FLAMEWATCH_CUDA_EXACT_MAX_RATE=10**7)
     assert s["activity_all"] == 1 and s["activity_switches"] == 0, s
     assert s["cost_bound_ppm"] > 10000, s
     assert 0 <= s["cost_ppm"] < 10000, s

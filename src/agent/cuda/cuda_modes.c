@@ -31,6 +31,10 @@ static void _log(const struct cuda_mode *m)
 	if (m->all)
 		pr_info("pid %u: GPU records: every one collected: %s, limit %.2f %%\n", m->pid,
 			cost, (double)m->max_ppm / 1e4);
+	else if (m->by_rate)
+		pr_info("pid %u: GPU records: duty-cycled, GPU time estimated and the busy timeline "
+			"from the GPU's monitors: %" PRIu64 " launches a second, over the library's "
+			"ceiling (%s)\n", m->pid, m->rate, cost);
 	else
 		pr_info("pid %u: GPU records: duty-cycled, GPU time estimated and the busy timeline "
 			"from the GPU's monitors: %s, over the limit of %.2f %%\n", m->pid, cost,
@@ -64,6 +68,8 @@ void cuda_modes__update(struct cuda_modes *ms, uint32_t pid, const struct fw_cud
 	m->cost_ppm = r->bytes;
 	m->cost_ns = r->correlation;
 	m->max_ppm = r->stream;
+	m->by_rate = r->device == FW_CUDA_BY_RATE;
+	m->rate = r->name_addr;
 	if (news)
 		_log(m);
 }

@@ -19,6 +19,8 @@ struct cuda_mode {
 	uint64_t cost_ppm;	/* every record's cost, millionths of the process's time; UINT64_MAX: unknown */
 	uint64_t cost_ns;	/* per record; 0: unknown */
 	uint32_t max_ppm;	/* the library's limit */
+	bool by_rate;		/* duty-cycled for the launch rate, not the cost */
+	uint64_t rate;		/* launches a second */
 };
 
 struct cuda_modes {
