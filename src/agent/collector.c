@@ -280,6 +280,7 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.on_cuda_exec = o->timed ? _on_cuda_exec : NULL,
 		.on_offcpu = o->offcpu_min_ns ? _on_offcpu : NULL,
 		.offcpu_min_ns = o->offcpu_min_ns,
+		.offcpu_walk_all = o->offcpu_walk_all,
 	};
 	int files_fd, procs_fd, wanted_fd, hs_fd, hs_stats_fd, err;
 	struct java_perfmap *java;

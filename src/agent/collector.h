@@ -33,6 +33,11 @@ struct collector_opts {
 	 * (SAMPLE_OFFCPU samples; in aggregated mode see cpu_profile__set_aggregate()).
 	 */
 	uint64_t offcpu_min_ns;
+	/*
+	 * Walk the stack of every block (record: a profile asked for, for a
+	 * while), not only of those likely to reach offcpu_min_ns.
+	 */
+	bool offcpu_walk_all;
 	/* Aggregated mode: the enum sample_type the profile counts (SAMPLE_CPU: 0). */
 	uint32_t aggregate_type;
 	/* Called when a followed process exits; may be NULL. */
