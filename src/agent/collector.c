@@ -480,6 +480,29 @@ int collector__cuda_stats(struct collector *c, struct cuda_tracker_stats *out)
 	return 0;
 }
 
+int collector__offcpu_stats(struct collector *c, struct collector_offcpu_stats *out)
+{
+	struct sampler_stats st;
+	int err;
+
+	if (!c || !c->sampler || !sampler__offcpu_on(c->sampler))
+		return -ENOENT;
+	err = sampler__stats(c->sampler, &st);
+	if (err)
+		return err;
+	*out = (struct collector_offcpu_stats){
+		.taken = st.counters[FW_STAT_OFFCPU_TAKEN],
+		.taken_ns = st.counters[FW_STAT_OFFCPU_TAKEN_NS],
+		.not_taken = st.counters[FW_STAT_OFFCPU_NOT_TAKEN],
+		.not_taken_ns = st.counters[FW_STAT_OFFCPU_NOT_TAKEN_NS],
+		.walks_short = st.counters[FW_STAT_OFFCPU_WALKS_SHORT],
+		.lost_ringbuf = st.counters[FW_STAT_OFFCPU_RINGBUF_FULL],
+		.lost_thread = st.counters[FW_STAT_OFFCPU_NO_THREAD],
+		.lost_unseen = st.counters[FW_STAT_OFFCPU_UNSEEN],
+	};
+	return 0;
+}
+
 void collector__report(struct collector *c)
 {
 	struct sampler_stats st;

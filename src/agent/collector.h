@@ -90,6 +90,17 @@ struct cpu_profile *collector__profile(struct collector *c);
  */
 struct cuda_tracker_stats;
 int collector__cuda_stats(struct collector *c, struct cuda_tracker_stats *out);
+
+/* What off-CPU collection made of the blocks of followed threads, since it started. */
+struct collector_offcpu_stats {
+	uint64_t taken, taken_ns;		/* blocks of at least the minimum, with their stack */
+	uint64_t not_taken, not_taken_ns;	/* ... without it (not walked) */
+	uint64_t walks_short;			/* stack walks whose block ended short: wasted */
+	/* blocks lost: ring buffer full, no per-thread state, times not readable */
+	uint64_t lost_ringbuf, lost_thread, lost_unseen;
+};
+/* Returns 0, or -ENOENT where off-CPU time is off. */
+int collector__offcpu_stats(struct collector *c, struct collector_offcpu_stats *out);
 /* Logs lost samples (always) and the BPF and unwinder counters (info/debug). */
 void collector__report(struct collector *c);
 

@@ -682,6 +682,11 @@ int sampler__poll(struct sampler *s, int timeout_ms)
 	return sampler__drain(s);
 }
 
+bool sampler__offcpu_on(const struct sampler *s)
+{
+	return s->on_offcpu != NULL;
+}
+
 int sampler__stats(struct sampler *s, struct sampler_stats *out)
 {
 	int ncpus = libbpf_num_possible_cpus();

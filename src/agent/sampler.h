@@ -115,6 +115,8 @@ void sampler__hotspot_fds(struct sampler *s, int *procs_fd, int *stats_fd);
  * Borrowed.
  */
 int sampler__fd(struct sampler *s);
+/* Whether off-CPU time is collected (asked for, and the kernel allows it). */
+bool sampler__offcpu_on(const struct sampler *s);
 /* Reads the counters of the BPF stats map. Returns 0 or -errno. */
 int sampler__stats(struct sampler *s, struct sampler_stats *out);
 const char *fw_stat__name(enum fw_stat stat);
