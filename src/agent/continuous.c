@@ -148,7 +148,7 @@ int continuous__start(struct continuous *c, struct event_base *base,
 		.unwind_mb = o->unwind_mb,
 		.unwind_on_demand_bytes = _on_demand_bytes(),
 		.java_perfmap_interval_ns = o->java_perfmap_interval_ns,
-		.offcpu_min_ns = !o->offcpu ? 0 :
+		.offcpu_min_ns = o->no_offcpu ? 0 :
 				 o->offcpu_min_ns ? o->offcpu_min_ns : CONTINUOUS_OFFCPU_MIN_NS,
 	};
 	struct timeval every = { 0, COLLECTOR_TICK_MS * 1000 };
