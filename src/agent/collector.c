@@ -281,6 +281,7 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.on_offcpu = o->offcpu_min_ns ? _on_offcpu : NULL,
 		.offcpu_min_ns = o->offcpu_min_ns,
 		.offcpu_walk_all = o->offcpu_walk_all,
+		.offcpu_no_attach = o->offcpu_no_attach,
 	};
 	int files_fd, procs_fd, wanted_fd, hs_fd, hs_stats_fd, err;
 	struct java_perfmap *java;
@@ -478,6 +479,16 @@ int collector__cuda_stats(struct collector *c, struct cuda_tracker_stats *out)
 		return -ENOENT;
 	cuda_tracker__stats(c->cuda, out);
 	return 0;
+}
+
+int collector__offcpu_prog_fd(struct collector *c)
+{
+	return c->sampler ? sampler__offcpu_prog_fd(c->sampler) : -1;
+}
+
+int collector__offcpu_attach(struct collector *c)
+{
+	return c->sampler ? sampler__offcpu_attach(c->sampler) : 0;
 }
 
 int collector__offcpu_stats(struct collector *c, struct collector_offcpu_stats *out)

@@ -38,6 +38,8 @@ struct collector_opts {
 	 * while), not only of those likely to reach offcpu_min_ns.
 	 */
 	bool offcpu_walk_all;
+	/* Load the off-CPU handler unattached: see collector__offcpu_prog_fd(). */
+	bool offcpu_no_attach;
 	/* Aggregated mode: the enum sample_type the profile counts (SAMPLE_CPU: 0). */
 	uint32_t aggregate_type;
 	/* Called when a followed process exits; may be NULL. */
@@ -90,6 +92,14 @@ struct cpu_profile *collector__profile(struct collector *c);
  */
 struct cuda_tracker_stats;
 int collector__cuda_stats(struct collector *c, struct cuda_tracker_stats *out);
+
+/*
+ * The off-CPU handler, loaded unattached (opts.offcpu_no_attach): its
+ * program fd for another sched_switch program to tail-call (-1: off-CPU
+ * time is off), or attached on its own. Returns 0 or -errno.
+ */
+int collector__offcpu_prog_fd(struct collector *c);
+int collector__offcpu_attach(struct collector *c);
 
 /* What off-CPU collection made of the blocks of followed threads, since it started. */
 struct collector_offcpu_stats {

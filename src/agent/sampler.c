@@ -39,6 +39,7 @@ struct sampler {
 	sampler_cuda_name_fn on_cuda_name;
 	sampler_cuda_exec_fn on_cuda_exec;
 	sampler_offcpu_fn on_offcpu;
+	struct bpf_link *offcpu_link;	/* sampler__offcpu_attach()'s */
 };
 
 static const char *const _stat_names[FW_STAT_MAX] = {
@@ -473,6 +474,8 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 		s->skel->rodata->offcpu_task_storage = offcpu == SAMPLER_OFFCPU_TASK_STORAGE;
 		/* Blocks come in bursts of any size: wake the agent at a quarter full. */
 		s->skel->rodata->offcpu_wakeup_bytes = ringbuf_size / 4;
+		if (opts->offcpu_no_attach)
+			bpf_program__set_autoattach(s->skel->progs.on_sched_switch, false);
 	} else {
 		bpf_program__set_autoload(s->skel->progs.on_sched_switch, false);
 		bpf_map__set_max_entries(s->skel->maps.offcpu_pending, 1);
@@ -573,6 +576,7 @@ void sampler__close(struct sampler *s)
 	for (int i = 0; i < s->nlinks; i++)
 		bpf_link__destroy(s->links[i]);
 	free(s->links);
+	bpf_link__destroy(s->offcpu_link);
 	sample_bpf__destroy(s->skel);
 	free(s);
 }
@@ -685,6 +689,19 @@ int sampler__poll(struct sampler *s, int timeout_ms)
 bool sampler__offcpu_on(const struct sampler *s)
 {
 	return s->on_offcpu != NULL;
+}
+
+int sampler__offcpu_prog_fd(const struct sampler *s)
+{
+	return s->on_offcpu ? bpf_program__fd(s->skel->progs.on_sched_switch) : -1;
+}
+
+int sampler__offcpu_attach(struct sampler *s)
+{
+	if (!s->on_offcpu || s->offcpu_link)
+		return 0;
+	s->offcpu_link = bpf_program__attach(s->skel->progs.on_sched_switch);
+	return s->offcpu_link ? 0 : -errno;
 }
 
 int sampler__stats(struct sampler *s, struct sampler_stats *out)

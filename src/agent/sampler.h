@@ -54,6 +54,12 @@ struct sampler_opts {
 	sampler_offcpu_fn on_offcpu;
 	uint64_t offcpu_min_ns;
 	bool offcpu_walk_all;
+	/*
+	 * Load the off-CPU handler without attaching it: another sched_switch
+	 * program tail-calls it (sampler__offcpu_prog_fd()), or
+	 * sampler__offcpu_attach() attaches it later.
+	 */
+	bool offcpu_no_attach;
 };
 
 struct sampler_stats {
@@ -117,6 +123,10 @@ void sampler__hotspot_fds(struct sampler *s, int *procs_fd, int *stats_fd);
 int sampler__fd(struct sampler *s);
 /* Whether off-CPU time is collected (asked for, and the kernel allows it). */
 bool sampler__offcpu_on(const struct sampler *s);
+/* The off-CPU handler's program fd (borrowed), for a tail call; -1 when off. */
+int sampler__offcpu_prog_fd(const struct sampler *s);
+/* Attaches the off-CPU handler (opts.offcpu_no_attach) to sched_switch. Returns 0 or -errno. */
+int sampler__offcpu_attach(struct sampler *s);
 /* Reads the counters of the BPF stats map. Returns 0 or -errno. */
 int sampler__stats(struct sampler *s, struct sampler_stats *out);
 const char *fw_stat__name(enum fw_stat stat);

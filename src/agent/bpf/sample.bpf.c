@@ -991,10 +991,11 @@ static __always_inline void offcpu_leave(void *ctx, bool preempt, bool exiting)
 }
 
 /*
- * A program of its own beside the CPU strips' (strips.bpf.c): the stack
- * walk needs this object's unwinder maps. Only the task leaving matters;
- * a switch that walks nothing costs loads from it and, for a followed
- * thread, a task storage lookup (and bpf_task_pt_regs() if it blocks).
+ * Not in the CPU strips' object (strips.bpf.c): the stack walk needs this
+ * object's unwinder maps. With strips on, their program tail-calls this
+ * one; attached alone otherwise. Only the task leaving matters: a switch
+ * that walks nothing costs loads from it and, for a followed thread, a
+ * task storage lookup (and bpf_task_pt_regs() if it blocks).
  */
 SEC("raw_tp/sched_switch")
 int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
