@@ -190,6 +190,29 @@ def test_run_stores_offcpu_in_every_format(flamewatch, workloads, tmp_path):
         client.close()
 
 
+def test_run_without_strips_attaches_the_handler_alone(flamewatch, workloads, tmp_path):
+    """With CPU strips on, their sched_switch program tail-calls the
+    off-CPU handler; with --no-cpu-strips it is attached on its own."""
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    try:
+        _run(ps, flamewatch, client, port, tmp_path / "data", "--no-cpu-strips")
+        t0 = time.time()
+        work = ps.start([workloads / "offcpu", "futex", "2"], "offcpu")
+        assert work.wait(30) == 0, work.describe()
+        truth = _truth(work.text())
+        folded = _wait_folded(client, truth["pid"], t0 - 1, time.time() + 1,
+                              0.9 * truth["blocked_ns"])
+        total = sum(folded.values())
+        msg = f"truth {truth['blocked_ns']} ns, profile {total} ns; {folded.most_common(2)}"
+        assert abs(total - truth["blocked_ns"]) <= 0.10 * truth["blocked_ns"], msg
+        assert _under(folded, "block_in_futex") >= 0.9 * total, msg
+    finally:
+        ps.close_all()
+        client.close()
+
+
 @pytest.mark.parametrize("flags", [["--no-off-cpu"], ["--off-cpu", "--no-off-cpu"]])
 def test_no_off_cpu_stores_none(flamewatch, workloads, tmp_path, flags):
     """On by default in run (and agent); off with --no-off-cpu, also after
