@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * A steady rate of blocking context switches for bench/offcpu_cost.sh
+ * A steady rate of blocking context switches for bench/offcpu_cost.py
  * (issue 30): THREADS threads each sleep PERIOD in a loop, so that the
  * whole process blocks RATE times a second, each block about PERIOD long
- * (at 100k/s and 50 threads, 500 us: under --off-cpu-min's 1 ms default,
- * as most of a busy server's blocks are). Prints the blocks it made and
- * the CPU time it used.
+ * (PERIOD = THREADS / RATE: at 100k/s and 50 threads, 500 us, under
+ * --off-cpu-min's 1 ms default, as most of a busy server's blocks are;
+ * offcpu_cost.py picks THREADS for the block length it wants). Prints the
+ * blocks it made and the CPU time it used.
  *
  *   gcc -O2 -pthread bench/offcpu_switches.c -o build/offcpu_switches
  *   build/offcpu_switches RATE SECONDS [THREADS]

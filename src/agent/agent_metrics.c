@@ -11,6 +11,7 @@
 #include "agent/agent_metrics.h"
 #include "agent/gpu_busy.h"
 #include "agent/collector.h"
+#include "agent/cpu_profile.h"
 #include "agent/cuda/cuda_tracker.h"
 #include "agent/shipper.h"
 #include "common/batch.h"
@@ -179,6 +180,46 @@ static void _shipper(struct agent_metrics *m, struct strbuf *sb)
 		       (unsigned long long)st.queued_bytes, (unsigned long long)st.max_bytes);
 }
 
+/*
+ * Off-CPU time: BPF walks the stacks of the blocks it predicts will reach
+ * --off-cpu-min. How much blocked time came without its stack says how
+ * far the off-CPU flame graph can be trusted; walks of blocks that ended
+ * short are what the prediction wasted.
+ */
+static void _offcpu(const struct agent_metrics *m, struct strbuf *sb)
+{
+	struct collector_offcpu_stats st;
+
+	if (collector__offcpu_stats(m->collector, &st))
+		return;
+	strbuf__printf(sb, "# HELP flamewatch_agent_offcpu_blocks_total Blocks of at least "
+		       "--off-cpu-min, by whether their stack was walked or not (not_taken: "
+		       "charged under \"" CPU_PROFILE_OFFCPU_NO_STACK "\").\n"
+		       "# TYPE flamewatch_agent_offcpu_blocks_total counter\n"
+		       "flamewatch_agent_offcpu_blocks_total{stack=\"walked\"} %llu\n"
+		       "flamewatch_agent_offcpu_blocks_total{stack=\"not_taken\"} %llu\n"
+		       "# HELP flamewatch_agent_offcpu_blocked_seconds_total Their blocked time.\n"
+		       "# TYPE flamewatch_agent_offcpu_blocked_seconds_total counter\n"
+		       "flamewatch_agent_offcpu_blocked_seconds_total{stack=\"walked\"} %.9f\n"
+		       "flamewatch_agent_offcpu_blocked_seconds_total{stack=\"not_taken\"} %.9f\n"
+		       "# HELP flamewatch_agent_offcpu_wasted_walks_total Stack walks of blocks "
+		       "that ended under --off-cpu-min: what predicting long blocks cost for "
+		       "nothing.\n"
+		       "# TYPE flamewatch_agent_offcpu_wasted_walks_total counter\n"
+		       "flamewatch_agent_offcpu_wasted_walks_total %llu\n"
+		       "# HELP flamewatch_agent_offcpu_lost_total Blocks not charged: the ring "
+		       "buffer was full, no per-thread state could be had, or their times could "
+		       "not be read (unseen).\n"
+		       "# TYPE flamewatch_agent_offcpu_lost_total counter\n"
+		       "flamewatch_agent_offcpu_lost_total{why=\"ring_buffer\"} %llu\n"
+		       "flamewatch_agent_offcpu_lost_total{why=\"thread_state\"} %llu\n"
+		       "flamewatch_agent_offcpu_lost_total{why=\"unseen\"} %llu\n",
+		       (unsigned long long)st.taken, (unsigned long long)st.not_taken,
+		       st.taken_ns / 1e9, st.not_taken_ns / 1e9,
+		       (unsigned long long)st.walks_short, (unsigned long long)st.lost_ringbuf,
+		       (unsigned long long)st.lost_thread, (unsigned long long)st.lost_unseen);
+}
+
 static void _reply(struct evhttp_request *req, int code, const char *type, const char *body,
 		   size_t len)
 {
@@ -240,6 +281,7 @@ static void _on_request(struct evhttp_request *req, void *arg)
 	_cuda_tracker(m, &sb);
 	_shipper(m, &sb);
 	_gpu_busy(m, &sb);
+	_offcpu(m, &sb);
 	gpu_poller__stats(m->gpu, &st);
 	strbuf__printf(&sb, "# HELP flamewatch_agent_gpu_rounds_total NVML collection rounds.\n"
 		       "# TYPE flamewatch_agent_gpu_rounds_total counter\n"

@@ -280,6 +280,8 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.on_cuda_exec = o->timed ? _on_cuda_exec : NULL,
 		.on_offcpu = o->offcpu_min_ns ? _on_offcpu : NULL,
 		.offcpu_min_ns = o->offcpu_min_ns,
+		.offcpu_walk_all = o->offcpu_walk_all,
+		.offcpu_no_attach = o->offcpu_no_attach,
 	};
 	int files_fd, procs_fd, wanted_fd, hs_fd, hs_stats_fd, err;
 	struct java_perfmap *java;
@@ -476,6 +478,39 @@ int collector__cuda_stats(struct collector *c, struct cuda_tracker_stats *out)
 	if (!c || !c->cuda)
 		return -ENOENT;
 	cuda_tracker__stats(c->cuda, out);
+	return 0;
+}
+
+int collector__offcpu_prog_fd(struct collector *c)
+{
+	return c->sampler ? sampler__offcpu_prog_fd(c->sampler) : -1;
+}
+
+int collector__offcpu_attach(struct collector *c)
+{
+	return c->sampler ? sampler__offcpu_attach(c->sampler) : 0;
+}
+
+int collector__offcpu_stats(struct collector *c, struct collector_offcpu_stats *out)
+{
+	struct sampler_stats st;
+	int err;
+
+	if (!c || !c->sampler || !sampler__offcpu_on(c->sampler))
+		return -ENOENT;
+	err = sampler__stats(c->sampler, &st);
+	if (err)
+		return err;
+	*out = (struct collector_offcpu_stats){
+		.taken = st.counters[FW_STAT_OFFCPU_TAKEN],
+		.taken_ns = st.counters[FW_STAT_OFFCPU_TAKEN_NS],
+		.not_taken = st.counters[FW_STAT_OFFCPU_NOT_TAKEN],
+		.not_taken_ns = st.counters[FW_STAT_OFFCPU_NOT_TAKEN_NS],
+		.walks_short = st.counters[FW_STAT_OFFCPU_WALKS_SHORT],
+		.lost_ringbuf = st.counters[FW_STAT_OFFCPU_RINGBUF_FULL],
+		.lost_thread = st.counters[FW_STAT_OFFCPU_NO_THREAD],
+		.lost_unseen = st.counters[FW_STAT_OFFCPU_UNSEEN],
+	};
 	return 0;
 }
 

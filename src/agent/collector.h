@@ -33,6 +33,13 @@ struct collector_opts {
 	 * (SAMPLE_OFFCPU samples; in aggregated mode see cpu_profile__set_aggregate()).
 	 */
 	uint64_t offcpu_min_ns;
+	/*
+	 * Walk the stack of every block (record: a profile asked for, for a
+	 * while), not only of those likely to reach offcpu_min_ns.
+	 */
+	bool offcpu_walk_all;
+	/* Load the off-CPU handler unattached: see collector__offcpu_prog_fd(). */
+	bool offcpu_no_attach;
 	/* Aggregated mode: the enum sample_type the profile counts (SAMPLE_CPU: 0). */
 	uint32_t aggregate_type;
 	/* Called when a followed process exits; may be NULL. */
@@ -85,6 +92,25 @@ struct cpu_profile *collector__profile(struct collector *c);
  */
 struct cuda_tracker_stats;
 int collector__cuda_stats(struct collector *c, struct cuda_tracker_stats *out);
+
+/*
+ * The off-CPU handler, loaded unattached (opts.offcpu_no_attach): its
+ * program fd for another sched_switch program to tail-call (-1: off-CPU
+ * time is off), or attached on its own. Returns 0 or -errno.
+ */
+int collector__offcpu_prog_fd(struct collector *c);
+int collector__offcpu_attach(struct collector *c);
+
+/* What off-CPU collection made of the blocks of followed threads, since it started. */
+struct collector_offcpu_stats {
+	uint64_t taken, taken_ns;		/* blocks of at least the minimum, with their stack */
+	uint64_t not_taken, not_taken_ns;	/* ... without it (not walked) */
+	uint64_t walks_short;			/* stack walks whose block ended short: wasted */
+	/* blocks lost: ring buffer full, no per-thread state, times not readable */
+	uint64_t lost_ringbuf, lost_thread, lost_unseen;
+};
+/* Returns 0, or -ENOENT where off-CPU time is off. */
+int collector__offcpu_stats(struct collector *c, struct collector_offcpu_stats *out);
 /* Logs lost samples (always) and the BPF and unwinder counters (info/debug). */
 void collector__report(struct collector *c);
 

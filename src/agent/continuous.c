@@ -148,8 +148,10 @@ int continuous__start(struct continuous *c, struct event_base *base,
 		.unwind_mb = o->unwind_mb,
 		.unwind_on_demand_bytes = _on_demand_bytes(),
 		.java_perfmap_interval_ns = o->java_perfmap_interval_ns,
-		.offcpu_min_ns = !o->offcpu ? 0 :
+		.offcpu_min_ns = o->no_offcpu ? 0 :
 				 o->offcpu_min_ns ? o->offcpu_min_ns : CONTINUOUS_OFFCPU_MIN_NS,
+		/* The strips' program tail-calls it; attached alone only without them. */
+		.offcpu_no_attach = !o->no_cpu_strips,
 	};
 	struct timeval every = { 0, COLLECTOR_TICK_MS * 1000 };
 
@@ -165,10 +167,20 @@ int continuous__start(struct continuous *c, struct event_base *base,
 		return -1;
 	}
 	if (!o->no_cpu_strips) {
+		struct cpu_strips_opts so = { .chain_fd = collector__offcpu_prog_fd(c->collector) };
+
 		/* Strips are an addition: without them the profiler still runs. */
-		c->strips = cpu_strips__open(NULL);
+		so.chain = so.chain_fd >= 0;
+		c->strips = cpu_strips__open(&so);
 		if (!c->strips)
 			pr_warn("CPU strips are off: %s\n", strerror(errno));
+	}
+	if (!cpu_strips__chained(c->strips)) {
+		int err = collector__offcpu_attach(c->collector);
+
+		if (err)
+			pr_warn("off-CPU time is off: cannot attach its sched_switch program: %s\n",
+				strerror(-err));
 	}
 	c->tick = event_new(base, -1, EV_PERSIST, _on_tick, c);
 	if (!c->tick || event_add(c->tick, &every)) {

@@ -76,7 +76,7 @@ struct continuous_opts {
 	void (*on_gpu_round)(void *ctx, const struct batch *b, uint32_t first);
 	int no_cpu_strips;		/* --no-cpu-strips */
 	int gpu_busy;			/* --gpu-busy: CONTINUOUS_GPU_BUSY_* */
-	int offcpu;			/* --off-cpu (off by default: what it costs, bench/README.md) */
+	int no_offcpu;			/* --no-off-cpu */
 	uint64_t offcpu_min_ns;		/* --off-cpu-min; 0: the default */
 };
 

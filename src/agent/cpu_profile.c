@@ -536,6 +536,17 @@ static int _add(struct cpu_profile *cp, const struct fw_sample *s, uint32_t kski
 			return id;
 		cp->frames[n++] = id;
 	}
+	/*
+	 * A block BPF did not walk (it predicted a short one): its time stays
+	 * the thread's, under one frame that says why there is no stack.
+	 */
+	if (s->flags & FW_SAMPLE_OFFCPU_NO_STACK) {
+		id = profile__intern_named_frame(cp->p, FRAME_KERNEL, cp->kernel_mapping, 0,
+						 CPU_PROFILE_OFFCPU_NO_STACK, NULL, 0);
+		if (id < 0)
+			return id;
+		cp->frames[n++] = id;
+	}
 
 	memcpy(comm, s->comm, FW_COMM_LEN);
 	comm[FW_COMM_LEN] = '\0';

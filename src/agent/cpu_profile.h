@@ -65,8 +65,11 @@ void cpu_profile__set_interps(struct cpu_profile *cp, const struct cpu_profile_i
 int cpu_profile__add(struct cpu_profile *cp, const struct fw_sample *s, uint64_t unix_ns);
 /*
  * Adds one block of off-CPU time: o->blocked_ns under o's stack, at unix_ns
- * (when it began). Returns 0, -EINVAL or -ENOMEM.
+ * (when it began); a block whose stack BPF did not take
+ * (FW_SAMPLE_OFFCPU_NO_STACK) under the one frame
+ * CPU_PROFILE_OFFCPU_NO_STACK. Returns 0, -EINVAL or -ENOMEM.
  */
+#define CPU_PROFILE_OFFCPU_NO_STACK "[off-CPU: stack not taken]"
 int cpu_profile__add_offcpu(struct cpu_profile *cp, const struct fw_offcpu *o, uint64_t unix_ns);
 /*
  * Aggregated mode: which samples the profile counts, SAMPLE_CPU (the

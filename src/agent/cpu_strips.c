@@ -37,6 +37,7 @@ struct cpu_strips {
 	int64_t boot_to_unix;
 	uint64_t intervals, dropped;
 	int err;
+	bool chained;		/* the program tail-calls off-CPU time's */
 };
 
 static const char *const _stat_names[FW_STRIP_STAT_MAX] = {
@@ -168,6 +169,14 @@ struct cpu_strips *cpu_strips__open(const struct cpu_strips_opts *o)
 				 _ringbuf_size(min_ns, window_ns, libbpf_num_possible_cpus()));
 	err = strips_bpf__load(s->skel);
 	core_btf__close(&btf);
+	if (!err && o && o->chain) {
+		__u32 key = 0, fd = o->chain_fd;
+
+		s->chained = !bpf_map__update_elem(s->skel->maps.chain, &key, sizeof(key), &fd,
+						   sizeof(fd), BPF_ANY);
+		if (!s->chained)
+			pr_warn("cpu strips: cannot chain the off-CPU handler: %s\n", strerror(errno));
+	}
 	if (!err)
 		err = strips_bpf__attach(s->skel);
 	if (err) {
@@ -196,6 +205,11 @@ fail:
 	cpu_strips__close(s);
 	errno = err;
 	return NULL;
+}
+
+bool cpu_strips__chained(const struct cpu_strips *s)
+{
+	return s && s->chained;
 }
 
 void cpu_strips__close(struct cpu_strips *s)

@@ -2,6 +2,7 @@
 #ifndef FW_AGENT_CPU_STRIPS_H
 #define FW_AGENT_CPU_STRIPS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "agent/bpf/strips.h"
@@ -18,6 +19,12 @@ struct cpu_profile;
 struct cpu_strips_opts {
 	uint64_t min_ns;	/* shorter intervals are coalesced; 0: 1 ms */
 	uint64_t window_ns;	/* span of a coalescing window; 0: 1 ms */
+	/*
+	 * A raw_tp program (borrowed fd) the strips' sched_switch program
+	 * tail-calls at every switch (off-CPU time's); ignored unless chain.
+	 */
+	bool chain;
+	int chain_fd;
 };
 
 struct cpu_strips_stats {
@@ -28,6 +35,8 @@ struct cpu_strips_stats {
 
 /* Loads and attaches; NULL with errno set and the reason logged. */
 struct cpu_strips *cpu_strips__open(const struct cpu_strips_opts *o);
+/* Whether the strips' program tail-calls opts.chain_fd (a failure to is logged). */
+bool cpu_strips__chained(const struct cpu_strips *s);
 /* Accepts NULL. */
 void cpu_strips__close(struct cpu_strips *s);
 /*

@@ -39,6 +39,7 @@ struct sampler {
 	sampler_cuda_name_fn on_cuda_name;
 	sampler_cuda_exec_fn on_cuda_exec;
 	sampler_offcpu_fn on_offcpu;
+	struct bpf_link *offcpu_link;	/* sampler__offcpu_attach()'s */
 };
 
 static const char *const _stat_names[FW_STAT_MAX] = {
@@ -72,11 +73,18 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_UNWIND_GO_SWITCH] = "unwind_go_switches",
 	[FW_STAT_DESCRIBE_WAKEUPS] = "describe_wakeups",
 	[FW_STAT_UNWIND_WANTED] = "unwind_tables_wanted",
-	[FW_STAT_OFFCPU_BLOCKS] = "offcpu_blocks",
+	[FW_STAT_OFFCPU_WALKS] = "offcpu_walks",
 	[FW_STAT_OFFCPU_SAMPLES] = "offcpu_samples",
 	[FW_STAT_OFFCPU_SHORT] = "offcpu_short",
 	[FW_STAT_OFFCPU_MAP_FULL] = "offcpu_map_full",
 	[FW_STAT_OFFCPU_RINGBUF_FULL] = "offcpu_ringbuf_full",
+	[FW_STAT_OFFCPU_TAKEN] = "offcpu_taken",
+	[FW_STAT_OFFCPU_TAKEN_NS] = "offcpu_taken_ns",
+	[FW_STAT_OFFCPU_NOT_TAKEN] = "offcpu_not_taken",
+	[FW_STAT_OFFCPU_NOT_TAKEN_NS] = "offcpu_not_taken_ns",
+	[FW_STAT_OFFCPU_WALKS_SHORT] = "offcpu_walks_short",
+	[FW_STAT_OFFCPU_NO_THREAD] = "offcpu_no_thread",
+	[FW_STAT_OFFCPU_UNSEEN] = "offcpu_unseen",
 };
 
 bool sampler__use_bpf_loop(void)
@@ -259,8 +267,10 @@ static uint32_t _ringbuf_size(unsigned int freq_hz, int ncpus, bool offcpu)
 }
 
 /*
- * Before 6.1, hash maps allocated with kmalloc(), which off-CPU's map must
- * not do under the runqueue lock held around sched_switch.
+ * Off-CPU's maps allocate under the runqueue lock held around
+ * sched_switch, where kmalloc() must not run: it can wake kswapd, which
+ * takes a runqueue lock. Hash maps allocate from the BPF allocator since
+ * Linux 6.1, task storage since 6.4.
  */
 static bool _kernel_at_least(int major, int minor)
 {
@@ -270,6 +280,17 @@ static bool _kernel_at_least(int major, int minor)
 	if (uname(&u) || sscanf(u.release, "%d.%d", &ma, &mi) != 2)
 		return false;
 	return ma > major || (ma == major && mi >= minor);
+}
+
+enum sampler_offcpu sampler__offcpu_support(void)
+{
+	const char *force = getenv("FLAMEWATCH_OFFCPU_THREAD_TABLE");
+
+	if (!_kernel_at_least(6, 1))
+		return SAMPLER_OFFCPU_NONE;
+	if ((force && force[0] && strcmp(force, "0")) || !_kernel_at_least(6, 4))
+		return SAMPLER_OFFCPU_TABLE;
+	return SAMPLER_OFFCPU_TASK_STORAGE;
 }
 
 /*
@@ -370,6 +391,7 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	bool *online = NULL;
 	int nonline = 0, err = 0;
 	struct core_btf btf = { .fd = -1 };
+	enum sampler_offcpu offcpu;
 	uint32_t ringbuf_size;
 	struct sampler *s;
 
@@ -436,19 +458,30 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 		pr_info("no bpf_loop(): stack walks use bounded loops (kernels before 5.17)\n");
 	ringbuf_size = _ringbuf_size(opts->freq_hz, ncpus, opts->on_offcpu != NULL);
 	bpf_map__set_max_entries(s->skel->maps.events, ringbuf_size);
-	if (opts->on_offcpu && !_kernel_at_least(6, 1)) {
+	offcpu = opts->on_offcpu ? sampler__offcpu_support() : SAMPLER_OFFCPU_NONE;
+	if (opts->on_offcpu && offcpu == SAMPLER_OFFCPU_NONE) {
 		pr_info("off-CPU profiles are off: Linux 6.1 or later is needed\n");
 		s->on_offcpu = NULL;
 	}
+	if (offcpu == SAMPLER_OFFCPU_TABLE)
+		pr_info("off-CPU: per-thread state in a table of %d threads (Linux before 6.4)\n",
+			SAMPLER_OFFCPU_THREADS);
 	if (s->on_offcpu) {
 		_sched_text(&s->skel->rodata->sched_text_start, &s->skel->rodata->sched_text_end);
+		s->skel->rodata->offcpu_on = true;
 		s->skel->rodata->offcpu_min_ns = opts->offcpu_min_ns;
+		s->skel->rodata->offcpu_walk_all = opts->offcpu_walk_all;
+		s->skel->rodata->offcpu_task_storage = offcpu == SAMPLER_OFFCPU_TASK_STORAGE;
 		/* Blocks come in bursts of any size: wake the agent at a quarter full. */
 		s->skel->rodata->offcpu_wakeup_bytes = ringbuf_size / 4;
+		if (opts->offcpu_no_attach)
+			bpf_program__set_autoattach(s->skel->progs.on_sched_switch, false);
 	} else {
 		bpf_program__set_autoload(s->skel->progs.on_sched_switch, false);
 		bpf_map__set_max_entries(s->skel->maps.offcpu_pending, 1);
 	}
+	bpf_map__set_max_entries(s->skel->maps.offcpu_threads,
+				 offcpu == SAMPLER_OFFCPU_TABLE ? SAMPLER_OFFCPU_THREADS : 1);
 	if (opts->on_cuda_launch) {
 		/*
 		 * CUDA launch bursts: records wake the agent once a quarter
@@ -543,6 +576,7 @@ void sampler__close(struct sampler *s)
 	for (int i = 0; i < s->nlinks; i++)
 		bpf_link__destroy(s->links[i]);
 	free(s->links);
+	bpf_link__destroy(s->offcpu_link);
 	sample_bpf__destroy(s->skel);
 	free(s);
 }
@@ -650,6 +684,24 @@ int sampler__poll(struct sampler *s, int timeout_ms)
 	if (n < 0)
 		return errno == EINTR ? 0 : -errno;
 	return sampler__drain(s);
+}
+
+bool sampler__offcpu_on(const struct sampler *s)
+{
+	return s->on_offcpu != NULL;
+}
+
+int sampler__offcpu_prog_fd(const struct sampler *s)
+{
+	return s->on_offcpu ? bpf_program__fd(s->skel->progs.on_sched_switch) : -1;
+}
+
+int sampler__offcpu_attach(struct sampler *s)
+{
+	if (!s->on_offcpu || s->offcpu_link)
+		return 0;
+	s->offcpu_link = bpf_program__attach(s->skel->progs.on_sched_switch);
+	return s->offcpu_link ? 0 : -errno;
 }
 
 int sampler__stats(struct sampler *s, struct sampler_stats *out)

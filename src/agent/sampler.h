@@ -47,9 +47,19 @@ struct sampler_opts {
 	/*
 	 * Off-CPU time (NULL: off, and sched_switch is not attached): one
 	 * call per block of a followed thread of at least offcpu_min_ns.
+	 * BPF walks the stacks of the blocks likely to reach it; the others
+	 * come without frames (FW_SAMPLE_OFFCPU_NO_STACK), unless
+	 * offcpu_walk_all has every block walked.
 	 */
 	sampler_offcpu_fn on_offcpu;
 	uint64_t offcpu_min_ns;
+	bool offcpu_walk_all;
+	/*
+	 * Load the off-CPU handler without attaching it: another sched_switch
+	 * program tail-calls it (sampler__offcpu_prog_fd()), or
+	 * sampler__offcpu_attach() attaches it later.
+	 */
+	bool offcpu_no_attach;
 };
 
 struct sampler_stats {
@@ -68,6 +78,20 @@ struct sampler *sampler__open(const struct sampler_opts *opts);
  * kernel. Probes the kernel (a tiny program load); needs CAP_BPF.
  */
 bool sampler__use_bpf_loop(void);
+/*
+ * Where off-CPU profiles keep their per-thread state on this kernel: task
+ * storage (Linux 6.4+), a table of SAMPLER_OFFCPU_THREADS threads (6.1 to
+ * 6.3), or nowhere (before 6.1: off-CPU is off). The environment variable
+ * FLAMEWATCH_OFFCPU_THREAD_TABLE=1 forces the table, to test it on a newer
+ * kernel.
+ */
+enum sampler_offcpu {
+	SAMPLER_OFFCPU_NONE,
+	SAMPLER_OFFCPU_TABLE,
+	SAMPLER_OFFCPU_TASK_STORAGE,
+};
+#define SAMPLER_OFFCPU_THREADS 8192
+enum sampler_offcpu sampler__offcpu_support(void);
 /* Detaches and frees. Accepts NULL. */
 void sampler__close(struct sampler *s);
 /* Adds a thread group to the followed set. Returns 0 or -errno. */
@@ -97,6 +121,12 @@ void sampler__hotspot_fds(struct sampler *s, int *procs_fd, int *stats_fd);
  * Borrowed.
  */
 int sampler__fd(struct sampler *s);
+/* Whether off-CPU time is collected (asked for, and the kernel allows it). */
+bool sampler__offcpu_on(const struct sampler *s);
+/* The off-CPU handler's program fd (borrowed), for a tail call; -1 when off. */
+int sampler__offcpu_prog_fd(const struct sampler *s);
+/* Attaches the off-CPU handler (opts.offcpu_no_attach) to sched_switch. Returns 0 or -errno. */
+int sampler__offcpu_attach(struct sampler *s);
 /* Reads the counters of the BPF stats map. Returns 0 or -errno. */
 int sampler__stats(struct sampler *s, struct sampler_stats *out);
 const char *fw_stat__name(enum fw_stat stat);

@@ -57,8 +57,9 @@ static void _usage(FILE *out)
 "  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 64)\n");
 	collect_opts__usage(out);
 	fprintf(out,
-"  --metrics-listen H:P serve /metrics (Prometheus text) here: GPU metrics and\n"
-"                       what was delivered, dropped and is buffered\n"
+"  --metrics-listen H:P serve /metrics (Prometheus text) here: GPU metrics,\n"
+"                       off-CPU blocks with and without their stack, and what\n"
+"                       was delivered, dropped and is buffered\n"
 "  --cuda-lib-dir DIR   copy libflamewatch-cuda.so (shipped beside this binary) into\n"
 "                       DIR at start, for CUDA_INJECTION64_PATH=DIR/libflamewatch-cuda.so\n"
 "                       (or FLAMEWATCH_CUDA_LIB_DIR in the environment)\n");

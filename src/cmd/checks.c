@@ -323,5 +323,19 @@ int cmd_check(int argc, char **argv)
 	else
 		printf("flamewatch: stack walks: bounded loops (no bpf_loop(): Linux before 5.17, "
 		       "or FLAMEWATCH_NO_BPF_LOOP is set)\n");
+	switch (sampler__offcpu_support()) {
+	case SAMPLER_OFFCPU_TASK_STORAGE:
+		printf("flamewatch: off-CPU time: on, per-thread state in task storage "
+		       "(Linux 6.4+)\n");
+		break;
+	case SAMPLER_OFFCPU_TABLE:
+		printf("flamewatch: off-CPU time: on, per-thread state in a table of %d threads "
+		       "(Linux 6.1 to 6.3, or FLAMEWATCH_OFFCPU_THREAD_TABLE is set)\n",
+		       SAMPLER_OFFCPU_THREADS);
+		break;
+	case SAMPLER_OFFCPU_NONE:
+		printf("flamewatch: off-CPU time: off (Linux 6.1 or later is needed)\n");
+		break;
+	}
 	return 0;
 }

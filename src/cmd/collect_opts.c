@@ -17,7 +17,7 @@ enum {
 	OPT_GPU_BUSY,
 };
 
-/* In the order of the help block. */
+/* In the order of the help block; an option without help is not listed. */
 static const struct {
 	struct option opt;
 	const char *help;
@@ -48,11 +48,15 @@ static const struct {
 "                       them; off leaves them to others (Nsight Compute)\n" },
 	{ { "no-cpu-strips", no_argument, NULL, OPT_NO_CPU_STRIPS },
 "  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n" },
-	{ { "off-cpu", no_argument, NULL, OPT_OFFCPU },
-"  --off-cpu            record where threads block (off-CPU time); off by default:\n"
-"                       it walks the stack of every blocking switch (bench/README.md)\n" },
 	{ { "no-off-cpu", no_argument, NULL, OPT_NO_OFFCPU },
-"  --no-off-cpu         do not record off-CPU time (the default)\n" },
+"  --no-off-cpu         do not record where threads block (off-CPU time, on by\n"
+"                       default on Linux 6.1+; --off-cpu turns it back on). Stacks\n"
+"                       are walked where a block is likely to reach --off-cpu-min;\n"
+"                       the time of the others is kept under one frame,\n"
+"                       [off-CPU: stack not taken]\n" },
+	/* The default now; kept, unlisted, for command lines written when it was not. */
+	{ { "off-cpu", no_argument, NULL, OPT_OFFCPU },
+	  NULL },
 	{ { "off-cpu-min", required_argument, NULL, OPT_OFFCPU_MIN },
 "  --off-cpu-min DUR    shortest block recorded as off-CPU time (default 1ms,\n"
 "                       at most 1s)\n" },
@@ -157,10 +161,10 @@ int collect_opts__parse(struct continuous_opts *co, int c, const char *arg)
 		co->no_cpu_strips = 1;
 		return 0;
 	case OPT_OFFCPU:
-		co->offcpu = 1;
+		co->no_offcpu = 0;
 		return 0;
 	case OPT_NO_OFFCPU:
-		co->offcpu = 0;
+		co->no_offcpu = 1;
 		return 0;
 	case OPT_OFFCPU_MIN:
 		return collect_opts__parse_offcpu_min(arg, &co->offcpu_min_ns);
@@ -171,5 +175,6 @@ int collect_opts__parse(struct continuous_opts *co, int c, const char *arg)
 void collect_opts__usage(FILE *out)
 {
 	for (size_t i = 0; i < NOPTS; i++)
-		fputs(_opts[i].help, out);
+		if (_opts[i].help)
+			fputs(_opts[i].help, out);
 }

@@ -81,7 +81,8 @@ static void _usage(FILE *out)
 "      --format FMT     pprof (gzipped profile.proto) or folded (FlameGraph's collapsed\n"
 "                       stacks); by default from FILE's extension (.folded, .txt), else pprof\n"
 "      --off-cpu        write where threads blocked instead: nanoseconds off the CPU\n"
-"                       under the stack they blocked in (pprof type off_cpu)\n"
+"                       under the stack they blocked in (pprof type off_cpu); every\n"
+"                       block's stack is walked, not only those likely to be long\n"
 "      --off-cpu-min DUR  shortest block counted with --off-cpu (default 1ms)\n"
 "  -q, --quiet          no progress line\n"
 "      --java-perfmap-interval SEC  run `jcmd PID Compiler.perfmap` for every sampled\n"
@@ -488,6 +489,7 @@ int cmd_record(int argc, char **argv)
 	co.unwind_mb = r.opts.unwind_mb;
 	co.java_perfmap_interval_ns = r.opts.java_perfmap_ns;
 	co.offcpu_min_ns = r.opts.offcpu ? r.opts.offcpu_min_ns : 0;
+	co.offcpu_walk_all = true;
 	co.aggregate_type = r.opts.offcpu ? SAMPLE_OFFCPU : SAMPLE_CPU;
 	co.on_followed_exit = _on_followed_exit;
 	co.ctx = &r;

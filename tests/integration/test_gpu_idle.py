@@ -8,8 +8,9 @@ both from the kernel intervals and, with source=nvml, from NVML's
 per-process utilisation under or over a threshold.
 
 `cuda_chain blockgap` is the same loop with a loader that blocks in read()
-instead of spinning, under `run --off-cpu`: the idle time must be off-CPU
-time under load_batch_blocked, the known blocked time, and not CPU time.
+instead of spinning, under `run`, which records off-CPU time by default: the
+idle time must be off-CPU time under load_batch_blocked, the known blocked
+time, and not CPU time.
 """
 
 import os
@@ -50,7 +51,7 @@ def gap_run(flamewatch, workloads, tmp_path_factory):
                "FAKE_NVML_VALUES": str(values)}
         srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
                         tmp / "data", "-F", "99", "--interval", "1s", "--gpu-interval", "200ms",
-                        "--node", "fwtest-idle"], "run", env=env)
+                        "--no-off-cpu", "--node", "fwtest-idle"], "run", env=env)
         if not srv.wait_output(r"profiling this host at", START_S):
             pytest.fail(f"`flamewatch run` did not start\n{srv.describe()}", pytrace=False)
         client.wait_healthy(proc=srv)
@@ -138,7 +139,7 @@ def test_kernel_gaps_name_the_stall(gap_run):
     assert doc["sample_period_ns"] == 1_000_000_000 // 99, doc["sample_period_ns"]
     assert doc["cpu_idle_ns"] == s["idle"] * doc["sample_period_ns"]
     assert 0.7 < doc["cpu_share"] < 1.3, doc["cpu_share"]
-    # The agent ran without --off-cpu: no off-CPU answer, not zeros.
+    # The agent ran with --no-off-cpu: no off-CPU answer, not zeros.
     assert doc["offcpu"] is None, doc["offcpu"]
 
 
@@ -333,9 +334,9 @@ def test_costly_records_duty_cycled_and_said(flamewatch, tmp_path):
 
 @pytest.fixture(scope="module")
 def blockgap_run(flamewatch, workloads, tmp_path_factory):
-    """`cuda_chain blockgap` under `run --off-cpu`: kernels while the CPU
-    spins in wait_for_gpu, then the GPU idle while the loader sleeps in
-    read(). Yields the client, the pid, the loop and the blocked ns the
+    """`cuda_chain blockgap` under `run` (off-CPU time by default): kernels
+    while the CPU spins in wait_for_gpu, then the GPU idle while the loader
+    sleeps in read(). Yields the client, the pid, the loop and the blocked ns the
     workload measured."""
     tmp = tmp_path_factory.mktemp("gpu_idle_offcpu")
     ps = Procs(tmp / "logs")
@@ -347,7 +348,7 @@ def blockgap_run(flamewatch, workloads, tmp_path_factory):
                         "cuda_chain", env={**os.environ, "CUDA_CHAIN_GO": str(go)})
         srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
                         tmp / "data", "-F", "99", "--interval", "1s", "--gpu-interval", "off",
-                        "--off-cpu", "--node", "fwtest-idle-offcpu"], "run")
+                        "--node", "fwtest-idle-offcpu"], "run")
         if not srv.wait_output(r"profiling this host at", START_S):
             pytest.fail(f"`flamewatch run` did not start\n{srv.describe()}", pytrace=False)
         client.wait_healthy(proc=srv)

@@ -600,19 +600,45 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 
 /*
  * Off-CPU time. When a followed thread blocks (leaves the CPU sleeping,
- * not preempted), its stack is walked as a CPU sample's and kept under its
- * tid; when it runs again, the time it was away is charged to that stack
- * if it reaches offcpu_min_ns. The stack has to be taken at switch-out:
- * at switch-in the thread is not current, and its user memory cannot be
- * read from another address space without sleeping.
+ * not preempted), the time until it runs again is charged to the stack it
+ * blocked in if it reaches offcpu_min_ns. The stack has to be taken at
+ * switch-out: at switch-in the thread is not current, and its user memory
+ * cannot be read from another address space without sleeping.
+ *
+ * A walk costs far more than the rest of a switch, and most blocks of a
+ * busy host are shorter than the minimum, so a block is walked only where
+ * a long one is likely (offcpu_predict). A block that reaches the minimum
+ * without a walk is charged all the same, without frames
+ * (FW_SAMPLE_OFFCPU_NO_STACK): its time is never lost, only its stack.
+ *
+ * The block is settled when the thread next leaves the CPU (or exits),
+ * not when it comes back: at switch-in only a raw pointer to it is at
+ * hand, and its task storage wants a trusted one. Its times are the
+ * scheduler's own, read from the task, never a clock helper: a clock
+ * read at every switch cost more than all the rest of it. It began when
+ * its runqueue's clock said as it left (rq->clock, updated at the top
+ * of __schedule()), it ended when the scheduler noted its arrival
+ * (sched_info.last_arrival, the same clock). Both need the kernel's
+ * CONFIG_SCHED_INFO and CONFIG_FAIR_GROUP_SCHED (for the way from a task
+ * to its runqueue), which distributions enable; without them every
+ * block counts as unseen (FW_STAT_OFFCPU_UNSEEN).
  *
  * sched_switch runs with interrupts off, so a CPU sample's timer cannot
  * interrupt it (nor it a sample): both can walk through scratch slot 0.
- * The table holds one entry per thread blocked right now, allocated as
- * they block (BPF_F_NO_PREALLOC; the sampler turns this off on kernels
- * before 6.1, whose hash maps would allocate under the runqueue lock).
+ * offcpu_pending holds one entry per walked block not yet settled,
+ * allocated as they block (BPF_F_NO_PREALLOC: the BPF allocator, safe
+ * under the runqueue lock since Linux 6.1; off-CPU is off before).
  */
+const volatile bool offcpu_on = false;
 const volatile __u64 offcpu_min_ns = 1000000;
+/* record --off-cpu: every block is walked, predicted or not. */
+const volatile bool offcpu_walk_all = false;
+/*
+ * Per-thread state in task storage (offcpu_tls), or, where creating task
+ * storage under the runqueue lock would call kmalloc() (Linux before 6.4),
+ * in a preallocated table by tid (offcpu_threads), emptied at thread exit.
+ */
+const volatile bool offcpu_task_storage = true;
 /* Ring buffer bytes pending above which an off-CPU record wakes the agent. */
 const volatile __u64 offcpu_wakeup_bytes = 0;
 /*
@@ -640,26 +666,113 @@ struct {
 	__type(value, struct fw_offcpu);
 } offcpu_scratch SEC(".maps");
 
+/*
+ * Where a thread blocks says more about how long it will block than
+ * anything else at hand: a mutex is short, a queue or a read from a
+ * network filesystem long. A site is the system call and the user address
+ * it was made from (the libc wrapper), hashed; a thread keeps its last
+ * OFFCPU_SITES sites, each with the outcome of its last blocks.
+ */
+#define OFFCPU_SITES	4
+#define OFFCPU_HISTORY	0xf	/* the last four blocks */
+
+struct offcpu_thread {
+	__u64 off_rq;			/* when its pending block began, rq clock; 0: none */
+	__u32 site[OFFCPU_SITES];	/* 0: free */
+	__u8 site_hist[OFFCPU_SITES];	/* a bit a block, newest lowest: it reached the minimum */
+	__u8 hist;			/* the same over all its sites */
+	__u8 known;			/* it blocked before */
+	__u8 slot;			/* the pending block's site */
+	__u8 walked;			/* the pending block's stack waits in offcpu_pending */
+	__u8 victim;			/* the site slot a new site takes */
+	__u8 pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct offcpu_thread);
+} offcpu_tls SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);	/* 1 where offcpu_tls is used */
+	__type(key, __u32);
+	__type(value, struct offcpu_thread);
+} offcpu_threads SEC(".maps");
+
 #define FW_TASK_INTERRUPTIBLE	0x1
 #define FW_TASK_UNINTERRUPTIBLE	0x2
 #define FW_PF_KTHREAD		0x00200000
 
-static __always_inline void offcpu_start(void *ctx, struct task_struct *prev, __u64 now)
+static __always_inline void stat_add(enum fw_stat stat, __u64 n)
 {
-	__u32 tgid = BPF_CORE_READ(prev, tgid), tid = BPF_CORE_READ(prev, pid), zero = 0;
-	struct task_struct *task;
-	struct pt_regs *regs;
+	__u32 key = stat;
+	__u64 *v = bpf_map_lookup_elem(&stats, &key);
+
+	if (v)
+		*v += n;
+}
+
+static __always_inline struct offcpu_thread *offcpu_thread(struct task_struct *task, __u32 tid,
+							   bool create)
+{
+	struct offcpu_thread *t, zero = {};
+
+	if (offcpu_task_storage) {
+		t = bpf_task_storage_get(&offcpu_tls, task, 0,
+					 create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	} else {
+		t = bpf_map_lookup_elem(&offcpu_threads, &tid);
+		if (!t && create) {
+			bpf_map_update_elem(&offcpu_threads, &tid, &zero, BPF_NOEXIST);
+			t = bpf_map_lookup_elem(&offcpu_threads, &tid);
+		}
+	}
+	if (!t && create)
+		stat_inc(FW_STAT_OFFCPU_NO_THREAD);
+	return t;
+}
+
+/*
+ * Whether to walk a block at site: where the thread's last blocks at the
+ * same site reached the minimum, so that a long block at a site costs at
+ * most four wasted walks after it. A site new to the thread goes by its
+ * blocks anywhere, and a thread's first block is walked: nothing is known
+ * of it yet. Sets *slot to the site's slot.
+ */
+static __always_inline bool offcpu_predict(struct offcpu_thread *t, __u32 site, __u32 *slot)
+{
+	__u32 i;
+
+	for (i = 0; i < OFFCPU_SITES; i++) {
+		if (t->site[i] == site) {
+			*slot = i;
+			return t->site_hist[i] & OFFCPU_HISTORY;
+		}
+	}
+	i = t->victim++ & (OFFCPU_SITES - 1);
+	t->site[i] = site;
+	t->site_hist[i] = 0;
+	*slot = i;
+	return !t->known || (t->hist & OFFCPU_HISTORY);
+}
+
+/* Walks the stack prev blocked in into offcpu_pending; false where it could not. */
+static __always_inline bool offcpu_walk(void *ctx, struct task_struct *task, struct pt_regs *regs,
+					__u32 tgid, __u32 tid, __u64 now)
+{
 	struct fw_offcpu *o;
 	struct fw_sample *s;
+	__u32 zero = 0;
 	__u64 size;
 
-	if (!tid || (BPF_CORE_READ(prev, flags) & FW_PF_KTHREAD) || !is_followed(tgid))
-		return;
 	s = bpf_map_lookup_elem(&scratch, &zero);
 	o = bpf_map_lookup_elem(&offcpu_scratch, &zero);
 	if (!s || !o) {
 		stat_inc(FW_STAT_NO_SCRATCH);
-		return;
+		return false;
 	}
 	/* prev is current here: its kernel stack ends in __schedule(). */
 	sample_begin(ctx, s, FW_EVENT_OFFCPU, tgid, tid, now);
@@ -672,8 +785,6 @@ static __always_inline void offcpu_start(void *ctx, struct task_struct *prev, __
 	}
 
 	/* A thread blocks in the kernel: its user registers are those saved on entry. */
-	task = bpf_get_current_task_btf();
-	regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	walk_user_stack(s, tgid, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp),
 			BPF_CORE_READ(regs, bp), 0);
 	o->wakeup = python_walk(s, 0, tgid, tid, task) == BPF_RB_FORCE_WAKEUP;
@@ -688,41 +799,52 @@ static __always_inline void offcpu_start(void *ctx, struct task_struct *prev, __
 	o->type = FW_EVENT_OFFCPU;
 	o->blocked_ns = 0;
 	if (bpf_probe_read_kernel(&o->s, size, s))
-		return;
+		return false;
 	if (bpf_map_update_elem(&offcpu_pending, &tid, o, BPF_ANY)) {
 		stat_inc(FW_STAT_OFFCPU_MAP_FULL);
-		return;
+		return false;
 	}
-	stat_inc(FW_STAT_OFFCPU_BLOCKS);
+	stat_inc(FW_STAT_OFFCPU_WALKS);
+	return true;
 }
 
-/* next runs again: charge its time away to the stack it blocked in. */
-static __always_inline void offcpu_end(struct task_struct *next, __u64 now)
+/* Python code objects to read, or a buffer filling up: the agent drains now. */
+static __always_inline __u64 offcpu_wake(bool python)
 {
-	__u32 tid = BPF_CORE_READ(next, pid);
-	struct fw_offcpu *o;
+	return python || (offcpu_wakeup_bytes &&
+			  bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > offcpu_wakeup_bytes) ?
+	       BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+/*
+ * The record of a process the unwinder has no description of yet also
+ * asks for one (describe_wakeup): a process that mostly blocks may have
+ * met no CPU sample, and its next walks would go by frame pointers.
+ */
+static __always_inline void offcpu_emit_walked(__u32 tgid, __u32 tid, __u64 blocked_ns,
+					       bool reached)
+{
+	struct fw_offcpu *o = bpf_map_lookup_elem(&offcpu_pending, &tid);
 	__u64 size, wake;
 
-	if (!tid)
-		return;
-	o = bpf_map_lookup_elem(&offcpu_pending, &tid);
 	if (!o)
 		return;
-	o->blocked_ns = now - o->s.boot_ns;
-	if (o->blocked_ns < offcpu_min_ns) {
-		stat_inc(FW_STAT_OFFCPU_SHORT);
+	if (!reached) {
+		stat_inc(FW_STAT_OFFCPU_WALKS_SHORT);
 		goto out;
 	}
+	stat_inc(FW_STAT_OFFCPU_TAKEN);
+	stat_add(FW_STAT_OFFCPU_TAKEN_NS, blocked_ns);
+	o->blocked_ns = blocked_ns;
 	size = offsetof(struct fw_offcpu, s.addrs) +
 	       ((__u64)o->s.kstack_len + o->s.ustack_len + 2 * (__u64)o->s.pystack_len) *
 	       sizeof(__u64);
 	barrier_var(size);
 	if (size > sizeof(*o))
 		size = sizeof(*o);
-	/* Python code objects to read, or a buffer filling up: the agent drains now. */
-	wake = o->wakeup || (offcpu_wakeup_bytes &&
-			  bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > offcpu_wakeup_bytes) ?
-	       BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	wake = offcpu_wake(o->wakeup);
+	if (wake != BPF_RB_FORCE_WAKEUP)
+		wake = describe_wakeup(tgid, o->s.flags);
 	o->wakeup = 0;
 	if (bpf_ringbuf_output(&events, o, size, wake))
 		stat_inc(FW_STAT_OFFCPU_RINGBUF_FULL);
@@ -732,20 +854,153 @@ out:
 	bpf_map_delete_elem(&offcpu_pending, &tid);
 }
 
+/* The runqueue clock of task's CPU, updated as __schedule() began; 0: unknown. */
+static __always_inline __u64 offcpu_rq_clock(struct task_struct *task)
+{
+	if (!bpf_core_field_exists(task->se.cfs_rq))
+		return 0;
+	return task->se.cfs_rq->rq->clock;
+}
+
+/* When task last came onto a CPU, on the same clock; 0: unknown. */
+static __always_inline __u64 offcpu_arrival(struct task_struct *task)
+{
+	if (!bpf_core_field_exists(task->sched_info))
+		return 0;
+	return task->sched_info.last_arrival;
+}
+
 /*
- * A program of its own beside the CPU strips' (strips.bpf.c): the stack
- * walk needs this object's unwinder maps. Most switches cost one hash
- * lookup (next was not blocked by us) and a read of prev's state.
+ * A long block without its stack: the time, under the thread alone. Where
+ * the unwinder does not know the process, the record says so: its next
+ * walks need the description.
+ */
+static __always_inline void offcpu_emit_bare(__u32 tgid, __u32 tid, __u64 boot_ns,
+					     __u64 blocked_ns)
+{
+	struct fw_offcpu *o;
+	__u32 flags = FW_SAMPLE_OFFCPU_NO_STACK;
+	__u64 wake;
+
+	stat_inc(FW_STAT_OFFCPU_NOT_TAKEN);
+	stat_add(FW_STAT_OFFCPU_NOT_TAKEN_NS, blocked_ns);
+	o = bpf_ringbuf_reserve(&events, offsetof(struct fw_offcpu, s.addrs), 0);
+	if (!o) {
+		stat_inc(FW_STAT_OFFCPU_RINGBUF_FULL);
+		return;
+	}
+	o->type = FW_EVENT_OFFCPU;
+	o->wakeup = 0;
+	o->kskip = 0;
+	o->blocked_ns = blocked_ns;
+	o->s.type = FW_EVENT_OFFCPU;
+	o->s.pid = tgid;
+	o->s.tid = tid;
+	o->s.cpu = bpf_get_smp_processor_id();
+	o->s.boot_ns = boot_ns;
+	bpf_get_current_comm(o->s.comm, sizeof(o->s.comm));
+	o->s.kstack_len = 0;
+	o->s.ustack_len = 0;
+	if (!bpf_map_lookup_elem(&proc_mappings, &tgid))
+		flags |= FW_SAMPLE_NO_TABLES;
+	o->s.flags = flags;
+	o->s.pystack_len = 0;
+	o->s.pad16 = 0;
+	o->s.pad32 = 0;
+	wake = offcpu_wake(false);
+	if (wake != BPF_RB_FORCE_WAKEUP)
+		wake = describe_wakeup(tgid, flags);
+	bpf_ringbuf_submit(o, wake);
+	stat_inc(FW_STAT_OFFCPU_SAMPLES);
+}
+
+/*
+ * task, current again, has run since its pending block ended: charge the
+ * block, and remember whether it reached the minimum.
+ */
+static __always_inline void offcpu_settle(struct offcpu_thread *t, struct task_struct *task,
+					  __u32 tgid, __u32 tid)
+{
+	__u64 off_rq = t->off_rq, in_rq = offcpu_arrival(task), blocked_ns = in_rq - off_rq;
+	__u32 slot = t->slot & (OFFCPU_SITES - 1);
+	bool walked = t->walked, reached;
+
+	t->off_rq = 0;
+	t->walked = 0;
+	if (in_rq < off_rq) {
+		stat_inc(FW_STAT_OFFCPU_UNSEEN);
+		if (walked)
+			bpf_map_delete_elem(&offcpu_pending, &tid);
+		return;
+	}
+	reached = blocked_ns >= offcpu_min_ns;
+	t->hist = t->hist << 1 | reached;
+	t->site_hist[slot] = t->site_hist[slot] << 1 | reached;
+	if (walked)
+		offcpu_emit_walked(tgid, tid, blocked_ns, reached);
+	else if (reached)
+		/* When it began, on the boot clock records carry: now, less the time since. */
+		offcpu_emit_bare(tgid, tid, bpf_ktime_get_boot_ns() - (offcpu_rq_clock(task) - off_rq),
+				 blocked_ns);
+	else
+		stat_inc(FW_STAT_OFFCPU_SHORT);
+}
+
+/*
+ * The current task leaves the CPU (preempt: still runnable), or exits
+ * (exiting): settle its last block, and note a new one if it blocks.
+ */
+static __always_inline void offcpu_leave(void *ctx, bool preempt, bool exiting)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u32 tgid = task->tgid, tid = task->pid, site, slot;
+	struct offcpu_thread *t;
+	struct pt_regs *regs;
+	bool blocking, walk;
+	__u64 ip, nr;
+
+	if (!tid || (task->flags & FW_PF_KTHREAD) || !is_followed(tgid))
+		return;
+	blocking = !preempt && !exiting &&
+		   (task->__state & (FW_TASK_INTERRUPTIBLE | FW_TASK_UNINTERRUPTIBLE));
+	t = offcpu_thread(task, tid, blocking);
+	if (!t)
+		return;
+	if (t->off_rq)
+		offcpu_settle(t, task, tgid, tid);
+	if (exiting && !offcpu_task_storage)
+		bpf_map_delete_elem(&offcpu_threads, &tid);
+	if (!blocking)
+		return;
+	t->off_rq = offcpu_rq_clock(task);
+	if (!t->off_rq) {
+		stat_inc(FW_STAT_OFFCPU_UNSEEN);
+		return;
+	}
+
+	/* Loads, not bpf_probe_read_kernel() calls: this runs at every block. */
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	ip = regs->ip;
+	nr = regs->orig_ax;
+	site = ((__u32)ip ^ (__u32)(ip >> 32)) * 0x9e3779b1u ^ (__u32)nr;
+	site |= !site;
+	walk = offcpu_predict(t, site, &slot) || offcpu_walk_all;
+	t->known = 1;
+	t->slot = slot;
+	t->walked = walk && offcpu_walk(ctx, task, regs, tgid, tid, bpf_ktime_get_boot_ns());
+}
+
+/*
+ * Not in the CPU strips' object (strips.bpf.c): the stack walk needs this
+ * object's unwinder maps. With strips on, their program tail-calls this
+ * one; attached alone otherwise. Only the task leaving matters: a switch
+ * that walks nothing costs loads from it and, for a followed thread, a
+ * task storage lookup (and bpf_task_pt_regs() if it blocks).
  */
 SEC("raw_tp/sched_switch")
 int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	__u64 now = bpf_ktime_get_boot_ns();
-
-	offcpu_end(next, now);
-	if (!preempt &&
-	    (BPF_CORE_READ(prev, __state) & (FW_TASK_INTERRUPTIBLE | FW_TASK_UNINTERRUPTIBLE)))
-		offcpu_start(ctx, prev, now);
+	offcpu_leave(ctx, preempt, false);
 	return 0;
 }
 
@@ -817,6 +1072,12 @@ int BPF_PROG(on_exit, struct task_struct *p)
 {
 	__u32 tgid = BPF_CORE_READ(p, tgid);
 
+	/*
+	 * p is current. Its last block is settled now, while the agent still
+	 * knows the process: at its final switch it would come after the exit.
+	 */
+	if (offcpu_on)
+		offcpu_leave(ctx, false, true);
 	/* Only the thread group leader's exit ends the process's address space. */
 	if (BPF_CORE_READ(p, pid) != tgid)
 		return 0;

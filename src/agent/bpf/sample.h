@@ -33,6 +33,7 @@ enum fw_event_type {
 #define FW_SAMPLE_UNKNOWN_MAPPING  (1u << 4)	/* a pc outside every known mapping: maps changed */
 #define FW_SAMPLE_WANTS_TABLE      (1u << 5)	/* a pc in a file whose table is built on demand */
 #define FW_SAMPLE_PY_BORROWED      (1u << 6)	/* Python frames of another thread (CUDA launches) */
+#define FW_SAMPLE_OFFCPU_NO_STACK  (1u << 7)	/* an off-CPU block charged without its stack */
 
 /*
  * One CPU sample. addrs holds kstack_len kernel addresses and then
@@ -64,7 +65,9 @@ _Static_assert(sizeof(struct fw_sample) == 56 + 8 * (FW_MAX_FRAMES + 2 * FW_MAX_
  * Off-CPU time: a followed thread blocked (it left the CPU sleeping, not
  * preempted) for blocked_ns, from s.boot_ns on, in the stack s (kernel and
  * user, walked as a CPU sample's at the moment it blocked). Variable
- * length: ends with s.addrs.
+ * length: ends with s.addrs. A block whose stack was not taken (BPF
+ * walks only where long blocks are likely) has FW_SAMPLE_OFFCPU_NO_STACK
+ * in s.flags and no frames.
  */
 #define FW_EVENT_OFFCPU 5
 
@@ -124,11 +127,18 @@ enum fw_stat {
 	FW_STAT_UNWIND_GO_SWITCH,	/* steps from Go's g0 stack back to a goroutine's (cgo) */
 	FW_STAT_DESCRIBE_WAKEUPS,	/* samples that woke the agent: a process or mapping to describe */
 	FW_STAT_UNWIND_WANTED,		/* frames in a file whose table is not built yet (on demand) */
-	FW_STAT_OFFCPU_BLOCKS,		/* followed threads that blocked: stack kept */
+	FW_STAT_OFFCPU_WALKS,		/* blocks of followed threads whose stack was walked */
 	FW_STAT_OFFCPU_SAMPLES,		/* off-CPU records written (blocked >= the minimum) */
-	FW_STAT_OFFCPU_SHORT,		/* blocks shorter than the minimum, dropped */
-	FW_STAT_OFFCPU_MAP_FULL,	/* blocks lost: offcpu_pending full */
+	FW_STAT_OFFCPU_SHORT,		/* blocks shorter than the minimum, not walked: dropped */
+	FW_STAT_OFFCPU_MAP_FULL,	/* walks lost: offcpu_pending full */
 	FW_STAT_OFFCPU_RINGBUF_FULL,	/* off-CPU records lost: ring buffer full */
+	FW_STAT_OFFCPU_TAKEN,		/* blocks >= the minimum, with their stack */
+	FW_STAT_OFFCPU_TAKEN_NS,	/* ... and their blocked time */
+	FW_STAT_OFFCPU_NOT_TAKEN,	/* blocks >= the minimum that were not walked */
+	FW_STAT_OFFCPU_NOT_TAKEN_NS,	/* ... and their blocked time */
+	FW_STAT_OFFCPU_WALKS_SHORT,	/* walked blocks that ended under the minimum: wasted */
+	FW_STAT_OFFCPU_NO_THREAD,	/* blocks not followed: no per-thread state to be had */
+	FW_STAT_OFFCPU_UNSEEN,		/* blocks whose times could not be read: dropped */
 	FW_STAT_MAX,
 };
 
