@@ -185,6 +185,24 @@ def test_bad_input_is_a_clear_400(gap_run):
     assert doc["idle_fraction"] is None, doc
 
 
+def _real_library(flamewatch):
+    """The real libflamewatch-cuda.so and the fake CUPTI host beside the
+    binary, and an environment free of their tuning variables."""
+    build = Path(flamewatch).resolve().parent
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FLAMEWATCH_CUDA", "FAKE_CUPTI"))}
+    return (build / "fakes" / "cuda_host", build / "fakes" / "libcupti.so",
+            build / "libflamewatch-cuda.so", env)
+
+
+def _run_for_library(ps, flamewatch, tmp_path, port, hz, node, env):
+    srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
+                    tmp_path / "data", "-F", hz, "--interval", "1s", "--gpu-interval", "off",
+                    "--node", node], "run", env=env)
+    assert srv.wait_output(r"profiling this host at", START_S), srv.describe()
+    return srv
+
+
 def test_busy_timeline_when_launches_are_sampled(flamewatch, tmp_path):
     """The real libflamewatch-cuda.so (fake CUPTI) in its default
     collection, with the launch budget at its floor so that the kept
@@ -194,19 +212,12 @@ def test_busy_timeline_when_launches_are_sampled(flamewatch, tmp_path):
     phases exactly. The idle fraction is the truth's within 0.03, the idle
     graph is the data-loading function, and the CPU's wait in
     cudaDeviceSynchronize is waiting_on_gpu, not idle."""
-    build = Path(flamewatch).resolve().parent
-    host, cupti, lib = (build / "fakes" / "cuda_host", build / "fakes" / "libcupti.so",
-                        build / "libflamewatch-cuda.so")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FLAMEWATCH_CUDA", "FAKE_CUPTI"))}
+    host, cupti, lib, env = _real_library(flamewatch)
     ps = Procs(tmp_path / "logs")
     port = free_port()
     client = Client(port)
     try:
-        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
-                        tmp_path / "data", "-F", "99", "--interval", "1s", "--gpu-interval", "off",
-                        "--node", "fwtest-timeline"], "run", env=env)
-        assert srv.wait_output(r"profiling this host at", START_S), srv.describe()
+        srv = _run_for_library(ps, flamewatch, tmp_path, port, "99", "fwtest-timeline", env)
         client.wait_healthy(proc=srv)
         work = ps.start([host, "stall", lib, "8", "40", "5000", "200"], "cuda_host",
                         env={**env, "FLAMEWATCH_CUPTI_PATH": str(cupti),
@@ -291,19 +302,12 @@ def test_costly_records_duty_cycled_and_said(flamewatch, tmp_path):
     them. The agent logs the switch with the measured cost, and
     /api/v1/gpu/idle says the records were duty-cycled (no coverage of
     their own once the switch is made)."""
-    build = Path(flamewatch).resolve().parent
-    host, cupti, lib = (build / "fakes" / "cuda_host", build / "fakes" / "libcupti.so",
-                        build / "libflamewatch-cuda.so")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FLAMEWATCH_CUDA", "FAKE_CUPTI"))}
+    host, cupti, lib, env = _real_library(flamewatch)
     ps = Procs(tmp_path / "logs")
     port = free_port()
     client = Client(port)
     try:
-        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data",
-                        tmp_path / "data", "-F", "19", "--interval", "1s", "--gpu-interval", "off",
-                        "--node", "fwtest-cost"], "run", env=env)
-        assert srv.wait_output(r"profiling this host at", START_S), srv.describe()
+        srv = _run_for_library(ps, flamewatch, tmp_path, port, "19", "fwtest-cost", env)
         client.wait_healthy(proc=srv)
         t0 = time.time()
         work = ps.start([host, "drive", lib, "60000", "20000", "1"], "cuda_host",

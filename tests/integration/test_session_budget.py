@@ -193,6 +193,9 @@ def test_tiny_budget_loses_nothing(flamewatch, workloads, procs, clients, tmp_pa
     t_start = time.time()
     agent = procs.start([flamewatch, "agent", "--server", f"http://127.0.0.1:{port}", "--node", NODE,
                          "--interval", "250ms", "-F", "99", "--no-cpu-strips",
+                         # CPU samples only: the profile queried below is of
+                         # them, and the agent's summary counts every sample.
+                         "--no-off-cpu",
                          "--metrics-listen", f"127.0.0.1:{mport}"], "agent")
     if not agent.wait_output(r"sampling at \d+ Hz", START_S):
         pytest.fail(f"agent did not start sampling within {START_S} s\n{agent.describe()}", pytrace=False)
