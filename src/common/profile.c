@@ -5,6 +5,7 @@
 
 #include "intern.h"
 #include "profile.h"
+#include "strbuf.h"
 
 struct profile *profile__new(uint64_t period_ns, uint64_t start_ns)
 {
@@ -220,4 +221,19 @@ const char *frame_kind__name(enum frame_kind kind)
 	};
 
 	return kind < FRAME_KIND_MAX ? names[kind] : "unknown";
+}
+
+void profile__write_stacks_json(const struct profile *p, uint32_t nstacks, struct strbuf *sb)
+{
+	strbuf__puts(sb, "\"stacks\":[");
+	for (uint32_t i = 0; i < nstacks; i++) {
+		uint32_t n;
+		const uint32_t *fr = profile__stack(p, i, &n);
+
+		strbuf__puts(sb, i ? ",[" : "[");
+		for (uint32_t k = 0; k < n; k++)
+			strbuf__printf(sb, "%s%u", k ? "," : "", fr[k]);
+		strbuf__putc(sb, ']');
+	}
+	strbuf__putc(sb, ']');
 }

@@ -105,6 +105,9 @@ int profile__set_frame_name(struct profile *p, uint32_t frame, const char *funct
 int64_t profile__intern_stack(struct profile *p, const uint32_t *frames, uint32_t n);
 /* Borrows the frame ids of a stack, root first; *n receives their number. */
 const uint32_t *profile__stack(const struct profile *p, uint32_t stack, uint32_t *n);
+struct strbuf;
+/* Appends "stacks":[[frame ids, root first], ...] for the first nstacks stacks. */
+void profile__write_stacks_json(const struct profile *p, uint32_t nstacks, struct strbuf *sb);
 uint32_t profile__nstacks(const struct profile *p);
 
 /* Adds count to the sample (stack, pid, tid, cpu, comm). Returns 0 or -ENOMEM. */

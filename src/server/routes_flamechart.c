@@ -225,17 +225,8 @@ static void _write_stacks(struct strbuf *sb, const struct profile *d)
 				    profile__string(d, d->mappings[fr->mapping].path));
 		strbuf__printf(sb, ",%u]", fr->kind);
 	}
-	strbuf__puts(sb, "],\"stacks\":[");
-	for (uint32_t s = 0; s < nstacks; s++) {
-		uint32_t n;
-		const uint32_t *frames = profile__stack(d, s, &n);
-
-		strbuf__puts(sb, s ? ",[" : "[");
-		for (uint32_t i = 0; i < n; i++)
-			strbuf__printf(sb, "%s%u", i ? "," : "", frames[i]);
-		strbuf__putc(sb, ']');
-	}
-	strbuf__putc(sb, ']');
+	strbuf__puts(sb, "],");
+	profile__write_stacks_json(d, nstacks, sb);
 }
 
 static void _write_spans(struct strbuf *sb, const char *key, const struct spans *s)

@@ -200,17 +200,8 @@ static void _write_dict(struct strbuf *sb, const struct profile *p)
 		strbuf__json_string(sb, bin);
 		strbuf__putc(sb, '}');
 	}
-	strbuf__puts(sb, "],\"stacks\":[");
-	for (uint32_t i = 0; i < nstacks; i++) {
-		uint32_t n;
-		const uint32_t *fr = profile__stack(p, i, &n);
-
-		strbuf__puts(sb, i ? ",[" : "[");
-		for (uint32_t k = 0; k < n; k++)
-			strbuf__printf(sb, "%s%u", k ? "," : "", fr[k]);
-		strbuf__putc(sb, ']');
-	}
-	strbuf__putc(sb, ']');
+	strbuf__puts(sb, "],");
+	profile__write_stacks_json(p, nstacks, sb);
 }
 
 void routes__gpu_kernels(struct request *r)
