@@ -11,6 +11,14 @@
  * The off-CPU half of GET /api/v1/gpu/idle: the time a process's threads
  * spent blocked while its GPU was idle, under the stacks they blocked in.
  *
+ * Only the threads that put work on the GPU are charged: the GPU idles
+ * until one of them launches again, so their blocks are what its idle
+ * time waits on. The others (parked pool workers, a logger on its queue)
+ * are blocked through busy and idle time alike and explain nothing; their
+ * time is only counted, in other_blocked_ns. The launching threads are
+ * those of the process's GPU-time samples in the window; without any
+ * (NVML alone), the main thread (tid = pid).
+ *
  * An off-CPU sample is one block: [ts, ts + value) under its stack. A block
  * is charged only the parts of it that fall in idle time, with the same
  * idle definition the CPU samples get: inside the window, outside the busy
@@ -39,12 +47,18 @@ struct offcpu_idle {
 
 	/* Out. p's sample values are nanoseconds charged to idle time. */
 	struct profile *p;
-	uint64_t blocks;		/* blocks with a part in the window */
+	uint32_t *tids;			/* the charged threads, sorted */
+	size_t ntids;
+	bool main_thread;		/* no GPU-time sample: tids is the main thread */
+	uint64_t blocks;		/* their blocks with a part in the window */
 	int64_t blocked_ns;		/* their time inside the window, summed over threads */
 	int64_t idle_ns;		/* their time inside idle time, summed over threads */
 	int64_t waiting_ns;		/* their time inside the window in a sync call */
-	/* Idle time in which at least one thread of the process was blocked. */
+	/* Idle time in which at least one of them was blocked. */
 	int64_t wall_ns;
+	/* Blocks of the other threads: their time inside the window, summed. */
+	uint64_t other_blocks;
+	int64_t other_blocked_ns;
 	/*
 	 * The first block's start and the last one's end, inside the window (0
 	 * when none): a block is evidence the process was there, so the route
@@ -55,14 +69,17 @@ struct offcpu_idle {
 
 	/* Private. */
 	struct busy_set *charged;	/* the idle parts of every block, merged */
+	size_t cap_tids;
 	struct sync_stacks sync;
 };
 
 /*
- * Reads the off-CPU samples of sel (one process) and fills the out fields
- * of o (in fields set, out fields zero). 0, or a negative errno.
+ * Reads the GPU-time and off-CPU samples of sel (one process, pid) and
+ * fills the out fields of o (in fields set, out fields zero). 0, or a
+ * negative errno.
  */
-int offcpu_idle__read(struct store *st, const struct selector *sel, struct offcpu_idle *o);
+int offcpu_idle__read(struct store *st, const struct selector *sel, uint32_t pid,
+		      struct offcpu_idle *o);
 /* Frees what offcpu_idle__read() allocated; the in fields are left. */
 void offcpu_idle__release(struct offcpu_idle *o);
 

@@ -71,6 +71,8 @@
 #define DEFAULT_MAX_NODES 20000
 #define MAX_NODES 1000000
 #define DEFAULT_THRESHOLD 5.0
+/* Launching threads listed by tid in "offcpu" (tids_total counts them all). */
+#define MAX_TIDS_LISTED 64
 #define UTIL_PROCESS "flamewatch_gpu_process_utilization_percent"
 #define UTIL_NODE "flamewatch_gpu_utilization_percent"
 
@@ -471,28 +473,37 @@ static void _reply_folded(struct request *r, const struct profile *p)
 }
 
 /*
- * "offcpu": null when the process has no off-CPU block in the window (the
- * agent ran without --off-cpu, or no thread blocked as long as its
- * minimum): zeros would read as a measurement.
+ * "offcpu": null when no thread of the process has a block in the window
+ * (the agent ran without off-CPU time, or no thread blocked as long as its
+ * minimum): zeros would read as a measurement. share: the part of the idle
+ * time in which a launching thread was blocked (wall_ns over it, at most 1);
+ * the graph's total is idle_ns, their blocked idle time summed.
  */
 static void _offcpu_json(struct strbuf *sb, const struct offcpu_idle *o, int64_t idle_ns,
 			 const struct strbuf *graph)
 {
-	if (!o->blocks) {
+	if (!o->blocks && !o->other_blocks) {
 		strbuf__puts(sb, ",\"offcpu\":null");
 		return;
 	}
-	strbuf__printf(sb, ",\"offcpu\":{\"blocks\":%llu,\"blocked_ns\":%lld,\"idle_ns\":%lld,"
-		       "\"waiting_on_gpu_ns\":%lld,\"wall_ns\":%lld,\"lookback_ns\":%lld,"
-		       "\"share\":",
-		       (unsigned long long)o->blocks, (long long)o->blocked_ns,
+	strbuf__printf(sb, ",\"offcpu\":{\"threads\":\"%s\",\"tids\":[",
+		       o->main_thread ? "main" : "launching");
+	for (size_t i = 0; i < o->ntids && i < MAX_TIDS_LISTED; i++)
+		strbuf__printf(sb, "%s%u", i ? "," : "", o->tids[i]);
+	strbuf__printf(sb, "],\"tids_total\":%zu,\"blocks\":%llu,\"blocked_ns\":%lld,"
+		       "\"idle_ns\":%lld,\"waiting_on_gpu_ns\":%lld,\"wall_ns\":%lld,"
+		       "\"lookback_ns\":%lld,\"other_threads\":{\"blocks\":%llu,"
+		       "\"blocked_ns\":%lld},\"share\":",
+		       o->ntids, (unsigned long long)o->blocks, (long long)o->blocked_ns,
 		       (long long)o->idle_ns, (long long)o->waiting_ns, (long long)o->wall_ns,
-		       (long long)OFFCPU_LOOKBACK_NS);
-	_ratio(sb, o->idle_ns, idle_ns);
-	strbuf__puts(sb, ",\"wall_share\":");
+		       (long long)OFFCPU_LOOKBACK_NS, (unsigned long long)o->other_blocks,
+		       (long long)o->other_blocked_ns);
 	_ratio(sb, o->wall_ns, idle_ns);
 	strbuf__puts(sb, ",\"profile\":");
-	strbuf__append(sb, graph->buf, graph->len);
+	if (graph->len)
+		strbuf__append(sb, graph->buf, graph->len);
+	else
+		strbuf__puts(sb, "null");
 	strbuf__putc(sb, '}');
 }
 
@@ -639,7 +650,7 @@ void routes__gpu_idle(struct request *r)
 		o.unknown = s.unknown;
 		o.from = from;
 		o.to = to;
-		err = offcpu_idle__read(r->srv->store, sel, &o);
+		err = offcpu_idle__read(r->srv->store, sel, (uint32_t)pid, &o);
 		if (!err && !folded)
 			err = _cpu_period(r, sel, from, to, s.total, &period);
 		if (err) {
@@ -680,7 +691,7 @@ void routes__gpu_idle(struct request *r)
 		span_ns = known.known_ns;
 	}
 	err = flamegraph__write_json(s.p, "samples", max_nodes, &fg);
-	if (!err && o.blocks)
+	if (!err && (o.blocks || o.other_blocks))
 		err = flamegraph__write_json(o.p, "nanoseconds", max_nodes, &ofg);
 	if (err) {
 		request__error(r, 500, "cannot build the flame graph: %s", strerror(-err));
@@ -726,9 +737,9 @@ void routes__gpu_idle(struct request *r)
 		strbuf__printf(&sb, ",\"resolution_ns\":%lld", (long long)resolution);
 	/*
 	 * The share of the idle time each graph explains, as thread time over
-	 * idle wall time: two threads on CPU (or blocked) through one idle
-	 * second explain two seconds of it, so a share can pass 1. The
-	 * off-CPU wall_share counts such overlaps once and stays within 1.
+	 * idle wall time: two threads on CPU through one idle second explain
+	 * two seconds of it, so cpu_share can pass 1. The off-CPU share counts
+	 * overlapping blocks once and stays within 1.
 	 */
 	strbuf__printf(&sb, ",\"sample_period_ns\":%llu,\"cpu_idle_ns\":%llu,\"cpu_share\":",
 		       (unsigned long long)period, (unsigned long long)(s.idle * period));

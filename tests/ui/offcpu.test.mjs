@@ -134,7 +134,7 @@ test('why is the GPU idle: the off-CPU graph names the blocked loader', async ()
   const m = /off-CPU time explains ([\d.]+) %/.exec(summary);
   assert.ok(m && Number(m[1]) > 85, summary);
   const off = await page.locator('.idle-offcpu-summary').textContent();
-  const w = /blocked ([\d.]+) (ms|s) while the GPU was idle \(([\d.]+) % of the idle time/.exec(off);
+  const w = /launching thread \(\d+\) blocked ([\d.]+) (ms|s) while the GPU was idle \(during ([\d.]+) % of the idle time/.exec(off);
   assert.ok(w, off);
   const ns = Number(w[1]) * (w[2] === 's' ? 1e9 : 1e6);
   assert.ok(Math.abs(ns - blocked) < 0.15 * blocked, `${off} (truth ${blocked} ns)`);

@@ -98,7 +98,7 @@ $(WL)/cuda/libflamewatch-cuda.so: tests/workloads/cuda/fake_cuda.c src/cuda/prob
 
 $(WL)/cuda/cuda_chain: tests/workloads/cuda/cuda_chain.c $(WL)/cuda/libflamewatch-cuda.so
 	$(call msg,CC,$@)
-	$(Q)$(CC) $(WL_CFLAGS) -Isrc -o $@ $< -L$(WL)/cuda -lflamewatch-cuda -Wl,-rpath,'$$ORIGIN'
+	$(Q)$(CC) $(WL_CFLAGS) -Isrc -o $@ $< -L$(WL)/cuda -lflamewatch-cuda -pthread -Wl,-rpath,'$$ORIGIN'
 
 WORKLOADS += $(WL)/cuda/libflamewatch-cuda.so $(WL)/cuda/cuda_chain
 

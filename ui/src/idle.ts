@@ -21,9 +21,12 @@ export interface IdleJSON {
   profile: ProfileJSON;
   sample_period_ns: number; cpu_idle_ns: number; cpu_share: number | null;
   // null: no off-CPU block of the process in the window (no --off-cpu).
+  // Only the threads that launch GPU work are charged ('main': none seen).
   offcpu: {
+    threads: 'launching' | 'main'; tids: number[]; tids_total: number;
     blocks: number; blocked_ns: number; idle_ns: number; waiting_on_gpu_ns: number;
-    wall_ns: number; lookback_ns: number; share: number | null; wall_share: number | null;
+    wall_ns: number; lookback_ns: number; share: number | null;
+    other_threads: { blocks: number; blocked_ns: number };
     profile: ProfileJSON;
   } | null;
 }
@@ -118,12 +121,18 @@ export class IdlePanel {
     const o = j.offcpu;
     this.off.hidden = !o;
     if (!o) return;
-    this.offHead.textContent = j.idle_fraction === null
-      ? `Off-CPU: its threads were blocked ${fmtValue(o.blocked_ns, 'nanoseconds')} in this window; with no GPU busy data none of it is called idle.`
-      : `Off-CPU: its threads were blocked ${fmtValue(o.idle_ns, 'nanoseconds')} while the GPU was idle ` +
-        `(${share(o.share)} of the idle time, summed over threads; at least one thread was blocked during ${share(o.wall_share)} of it), ` +
+    const who = o.threads === 'main'
+      ? 'its main thread (no GPU launch seen)'
+      : o.tids_total === 1 ? `its launching thread (${o.tids[0]})` : `its ${o.tids_total} launching threads`;
+    const others = o.other_threads.blocks
+      ? ` Its other threads, blocked ${fmtValue(o.other_threads.blocked_ns, 'nanoseconds')} in the window, launch no GPU work and are not charged.`
+      : '';
+    this.offHead.textContent = (j.idle_fraction === null
+      ? `Off-CPU: ${who} blocked ${fmtValue(o.blocked_ns, 'nanoseconds')} in this window; with no GPU busy data none of it is called idle.`
+      : `Off-CPU: ${who} blocked ${fmtValue(o.idle_ns, 'nanoseconds')} while the GPU was idle ` +
+        `(during ${share(o.share)} of the idle time), ` +
         `of ${fmtValue(o.blocked_ns, 'nanoseconds')} blocked in the window` +
-        `${o.waiting_on_gpu_ns ? `; ${fmtValue(o.waiting_on_gpu_ns, 'nanoseconds')} blocked in synchronize calls waited on the GPU` : ''}:`;
+        `${o.waiting_on_gpu_ns ? `; ${fmtValue(o.waiting_on_gpu_ns, 'nanoseconds')} blocked in synchronize calls waited on the GPU` : ''}:`) + others;
     this.offFlame.setTree(fromJSON(o.profile), 'binary');
     this.offFlame.setZoom(0);
   }

@@ -53,7 +53,10 @@
  * off-CPU time under load_batch_blocked, with no CPU samples. Prints
  * "blockgap FROM_NS TO_NS BLOCKED_NS": the loop, and the wall time spent
  * inside those read() calls (the truth off-CPU profiling must find).
+ * Meanwhile POOL_WORKERS threads that launch nothing stay parked on a
+ * timer, blocked through busy and idle time alike.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -316,14 +319,48 @@ __attribute__((noinline)) uint64_t load_batch_blocked(int tfd, uint64_t ms)
 	return now_ns() - t0;
 }
 
+/*
+ * A pool worker with nothing to do, as a real process has several: it
+ * wakes every 20 ms to find its queue empty and blocks again, through busy
+ * and idle time alike. It launches no GPU work, so its blocks explain none
+ * of the idle time.
+ */
+static volatile int pool_stop;
+
+__attribute__((noinline)) void *pool_worker_parked(void *arg)
+{
+	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+	struct itimerspec its = { .it_value = { 0, 20000000 }, .it_interval = { 0, 20000000 } };
+	uint64_t expirations;
+
+	(void)arg;
+	if (tfd < 0 || timerfd_settime(tfd, 0, &its, NULL)) {
+		perror("cuda_chain: pool timerfd");
+		exit(1);
+	}
+	while (!pool_stop && read(tfd, &expirations, sizeof(expirations)) > 0)
+		;
+	close(tfd);
+	return NULL;
+}
+
+#define POOL_WORKERS 3
+
 __attribute__((noinline)) void phase_blockgap(long rounds, uint64_t ms)
 {
 	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
 	uint64_t t0 = now_ns(), blocked = 0;
+	pthread_t pool[POOL_WORKERS];
 
 	if (tfd < 0) {
 		perror("cuda_chain: timerfd_create");
 		exit(1);
+	}
+	for (int i = 0; i < POOL_WORKERS; i++) {
+		if (pthread_create(&pool[i], NULL, pool_worker_parked, NULL)) {
+			fprintf(stderr, "cuda_chain: pthread_create failed\n");
+			exit(1);
+		}
 	}
 	for (long i = 0; i < rounds; i++) {
 		train_step(6000 + i, ms);
@@ -331,6 +368,10 @@ __attribute__((noinline)) void phase_blockgap(long rounds, uint64_t ms)
 	}
 	printf("blockgap %llu %llu %llu\n", (unsigned long long)t0, (unsigned long long)now_ns(),
 	       (unsigned long long)blocked);
+	fflush(stdout);
+	pool_stop = 1;
+	for (int i = 0; i < POOL_WORKERS; i++)
+		pthread_join(pool[i], NULL);
 	close(tfd);
 	__asm__ volatile("" ::: "memory");
 }
