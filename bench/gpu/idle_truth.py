@@ -53,7 +53,7 @@ def main():
         total += v
         load += v if any(f.startswith("load_batch") for f in frames) else 0
         sync += v if any(f.split(" ")[0].startswith(SYNC) for f in frames) else 0
-    # Off-CPU: the share of the idle time the process's threads spent
+    # Off-CPU: the share of the idle time the launching threads spent
     # blocked, and of that the share under the loader's read (read_shard).
     off = doc.get("offcpu") or {}
     off_total = off_read = 0
@@ -76,6 +76,8 @@ def main():
         "waiting_on_gpu": s.get("waiting_on_gpu"), "samples": s["total"], "idle_samples": s["idle"],
         "max_weight": doc["kernels"]["max_weight"], "timeline": doc.get("timeline"),
         "offcpu_share": off.get("share"), "offcpu_idle_ns": off.get("idle_ns"),
+        "offcpu_threads": off.get("threads"), "offcpu_tids": off.get("tids_total"),
+        "offcpu_other_blocked_ns": (off.get("other_threads") or {}).get("blocked_ns"),
         "offcpu_read_shard_share": round(off_read / off_total, 4) if off_total else None,
     }))
 
