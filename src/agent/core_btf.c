@@ -671,7 +671,22 @@ int core_btf__open(struct core_btf *cb, const void *elf, size_t size)
 	return core_btf__open_from(cb, KERNEL_BTF, elf, size);
 }
 
-int core_btf__kernel_has(const char *name, int kind)
+/* Whether t, a struct, has a member called member. */
+static bool _has_member(const struct raw_btf *b, const struct btf_type *t, const char *member)
+{
+	const struct btf_member *m = (const void *)(t + 1);
+
+	for (size_t i = 0; i < btf_vlen(t); i++) {
+		const char *s = _raw_btf__str(b, m[i].name_off);
+
+		if (s && !strcmp(s, member))
+			return true;
+	}
+	return false;
+}
+
+/* member NULL: a type of that kind and name; else a struct with that member. */
+static int _kernel_has(const char *name, int kind, const char *member)
 {
 	struct raw_btf kern;
 	void *kdata = NULL;
@@ -687,7 +702,7 @@ int core_btf__kernel_has(const char *name, int kind)
 		const char *s = _raw_btf__str(&kern, t->name_off);
 
 		if (btf_kind(t) == kind && s && !strcmp(s, name))
-			ret = 1;
+			ret = !member || _has_member(&kern, t, member);
 	}
 	free(kern.off);
 	if (mapped)
@@ -695,6 +710,16 @@ int core_btf__kernel_has(const char *name, int kind)
 	else
 		free(kdata);
 	return ret;
+}
+
+int core_btf__kernel_has(const char *name, int kind)
+{
+	return _kernel_has(name, kind, NULL);
+}
+
+int core_btf__kernel_has_member(const char *type, const char *member)
+{
+	return _kernel_has(type, BTF_KIND_STRUCT, member);
 }
 
 void core_btf__close(struct core_btf *cb)

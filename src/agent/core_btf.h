@@ -53,5 +53,7 @@ void core_btf__close(struct core_btf *cb);
  * -errno. One pass over the mapped BTF, nothing kept.
  */
 int core_btf__kernel_has(const char *name, int kind);
+/* Whether the kernel's struct type has a member of that name: 1, 0 or -errno. */
+int core_btf__kernel_has_member(const char *type, const char *member);
 
 #endif

@@ -92,6 +92,13 @@ enum sampler_offcpu {
 };
 #define SAMPLER_OFFCPU_THREADS 8192
 enum sampler_offcpu sampler__offcpu_support(void);
+/*
+ * What this kernel lacks for off-CPU block times, in words ("" when
+ * nothing): they are the scheduler's own and need CONFIG_SCHED_INFO and
+ * CONFIG_FAIR_GROUP_SCHED, seen in the kernel's BTF. Without them every
+ * block is counted as lost. A static string.
+ */
+const char *sampler__offcpu_missing(void);
 /* Detaches and frees. Accepts NULL. */
 void sampler__close(struct sampler *s);
 /* Adds a thread group to the followed set. Returns 0 or -errno. */

@@ -337,5 +337,7 @@ int cmd_check(int argc, char **argv)
 		printf("flamewatch: off-CPU time: off (Linux 6.1 or later is needed)\n");
 		break;
 	}
+	if (sampler__offcpu_support() != SAMPLER_OFFCPU_NONE && *sampler__offcpu_missing())
+		printf("flamewatch: off-CPU time: this kernel lacks %s\n", sampler__offcpu_missing());
 	return 0;
 }

@@ -208,6 +208,11 @@ static void test_kernel_has(void **state)
 	assert_int_equal(core_btf__kernel_has("btf_trace_sched_switch", BTF_KIND_TYPEDEF), 1);
 	assert_int_equal(core_btf__kernel_has("task_struct", BTF_KIND_UNION), 0);
 	assert_int_equal(core_btf__kernel_has("no_such_type_in_any_kernel", BTF_KIND_STRUCT), 0);
+	/* What off-CPU block times need (sampler__offcpu_missing). */
+	assert_int_equal(core_btf__kernel_has_member("task_struct", "sched_info"), 1);
+	assert_int_equal(core_btf__kernel_has_member("sched_entity", "cfs_rq"), 1);
+	assert_int_equal(core_btf__kernel_has_member("task_struct", "no_such_member"), 0);
+	assert_int_equal(core_btf__kernel_has_member("no_such_type_in_any_kernel", "pid"), 0);
 }
 
 int main(void)
