@@ -118,6 +118,15 @@ int64_t busy_set__covered(const struct busy_set *s, int64_t from, int64_t to)
 	return sum;
 }
 
+int64_t busy_set__next_start(const struct busy_set *s, int64_t ts)
+{
+	size_t i = _first_ending_after(s, ts);
+
+	if (i < s->n && s->v[i].start < ts)
+		i++;	/* ts lies inside it: the next one */
+	return i < s->n ? s->v[i].start : INT64_MAX;
+}
+
 int busy_set__contains(const struct busy_set *s, int64_t ts, size_t *cursor)
 {
 	size_t i = *cursor;

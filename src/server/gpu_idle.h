@@ -33,6 +33,8 @@ int64_t busy_set__covered(const struct busy_set *s, int64_t from, int64_t to);
  * a ts earlier than the last one still answers right.
  */
 int busy_set__contains(const struct busy_set *s, int64_t ts, size_t *cursor);
+/* The start of the first interval starting at or after ts; INT64_MAX if none. */
+int64_t busy_set__next_start(const struct busy_set *s, int64_t ts);
 /*
  * cb runs for each idle gap inside [from, to), in time order; a non-zero
  * return stops the walk and is returned.

@@ -9,16 +9,60 @@
 #include "server/gpu_idle_offcpu.h"
 #include "store/store.h"
 
+/*
+ * GPU-time samples read to find the launching threads: a thread that
+ * launched less than one in this many of the window's kernels may be
+ * missed, and matters as little.
+ */
+#define MAX_GPU_SAMPLES 200000
+/*
+ * A gap's next launch: the first kernel that starts this close to the
+ * gap's end (before it by NEXT_EARLY_NS, clocks of two sources; after it
+ * by NEXT_LATE_NS, a busy set from coarser data). Further away, not known.
+ */
+#define NEXT_EARLY_NS 100000LL
+#define NEXT_LATE_NS 50000000LL
+
 /* One block's walk over the idle time it overlaps. */
 struct walk {
 	struct offcpu_idle *o;
+	uint32_t tid;
 	int64_t charged;
 };
+
+/* The launching thread whose kernel ended the gap that ends at end; 0: not known. */
+static uint32_t _next_launcher(const struct offcpu_idle *o, int64_t end)
+{
+	size_t lo = 0, hi = o->nlaunches;
+
+	if (end == INT64_MAX)
+		return 0;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (o->launches[mid].ts < end - NEXT_EARLY_NS)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == o->nlaunches || o->launches[lo].ts > end + NEXT_LATE_NS)
+		return 0;
+	return o->launches[lo].tid;
+}
 
 static int _idle_part(void *ctx, int64_t start, int64_t end)
 {
 	struct walk *w = ctx;
+	uint32_t next = _next_launcher(w->o, busy_set__next_start(w->o->busy, end));
 
+	/* Not known (the last gap, a launch not sampled): the usual one's. */
+	if (!next)
+		next = w->o->usual_ender;
+	/* Another thread's launch ended this gap: it was waited for, not this one. */
+	if (next && next != w->tid) {
+		w->o->not_next_ns += end - start;
+		return 0;
+	}
 	w->charged += end - start;
 	return busy_set__add(w->o->charged, start, end);
 }
@@ -30,13 +74,6 @@ static int _known_part(void *ctx, int64_t start, int64_t end)
 
 	return busy_set__gaps(w->o->busy, start, end, _idle_part, w);
 }
-
-/*
- * GPU-time samples read to find the launching threads: a thread that
- * launched less than one in this many of the window's kernels may be
- * missed, and matters as little.
- */
-#define MAX_GPU_SAMPLES 200000
 
 static size_t _tid_slot(const struct offcpu_idle *o, uint32_t tid)
 {
@@ -81,23 +118,77 @@ static int _add_tid(struct offcpu_idle *o, uint32_t tid)
 	return 0;
 }
 
+/* A busy interval's start: a gap's end, and which thread's launch ended it. */
+static int _count_ender(void *ctx, int64_t start, int64_t end)
+{
+	struct offcpu_idle *o = ctx;
+	uint32_t tid;
+	size_t i;
+
+	(void)end;
+	if (start == o->from)
+		return 0;	/* clipped: not where a gap ended */
+	tid = _next_launcher(o, start);
+	i = _tid_slot(o, tid);
+	if (tid && i < o->ntids && o->tids[i] == tid)
+		o->ender_counts[i]++;
+	return 0;
+}
+
+/*
+ * The thread whose launches ended most of the window's gaps: in a training
+ * loop, the one that starts each step. Gaps whose own end is not known
+ * are charged to it alone.
+ */
+static int _find_usual_ender(struct offcpu_idle *o)
+{
+	uint64_t best = 0;
+	int err;
+
+	o->ender_counts = calloc(o->ntids ? o->ntids : 1, sizeof(*o->ender_counts));
+	if (!o->ender_counts)
+		return -ENOMEM;
+	err = busy_set__each(o->busy, o->from, o->to, _count_ender, o);
+	for (size_t i = 0; !err && i < o->ntids; i++) {
+		if (o->ender_counts[i] > best) {
+			best = o->ender_counts[i];
+			o->usual_ender = o->tids[i];
+		}
+	}
+	return err;
+}
+
 static int _launch(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t cpu,
 		   int64_t value, const char *comm, uint32_t pid)
 {
-	(void)ts;
+	struct offcpu_idle *o = ctx;
+
 	(void)stack;
 	(void)cpu;
 	(void)comm;
 	(void)pid;
 	/* tid 0: the launch was not seen (a record without its launch). */
-	return value > 0 && tid ? _add_tid(ctx, tid) : 0;
+	if (value <= 0 || !tid)
+		return 0;
+	if (o->nlaunches == o->cap_launches) {
+		size_t cap = o->cap_launches ? o->cap_launches * 2 : 256;
+		struct offcpu_launch *v = realloc(o->launches, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		o->launches = v;
+		o->cap_launches = cap;
+	}
+	/* In ts order, as the store passes them. */
+	o->launches[o->nlaunches++] = (struct offcpu_launch){ ts, tid };
+	return _add_tid(o, tid);
 }
 
 static int _block(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t cpu,
 		  int64_t value, const char *comm, uint32_t pid)
 {
 	struct offcpu_idle *o = ctx;
-	struct walk w = { o, 0 };
+	struct walk w = { o, tid, 0 };
 	int64_t a, b, c;
 	int sync, err;
 
@@ -158,13 +249,16 @@ int offcpu_idle__read(struct store *st, const struct selector *sel, uint32_t pid
 		profile__free(scratch);
 		return -ENOMEM;
 	}
-	err = store__samples(st, o->from, o->to, sel, SAMPLE_GPU_TIME, MAX_GPU_SAMPLES, scratch,
-			     _launch, o, NULL);
+	/* A gap that ends at the window's end is ended by a launch after it. */
+	err = store__samples(st, o->from, o->to + NEXT_LATE_NS, sel, SAMPLE_GPU_TIME,
+			     MAX_GPU_SAMPLES, scratch, _launch, o, NULL);
 	profile__free(scratch);
 	if (!err && !o->ntids) {
 		o->main_thread = true;
 		err = _add_tid(o, pid);
 	}
+	if (!err && !o->main_thread && !o->unknown)
+		err = _find_usual_ender(o);
 	if (err)
 		return err;
 	err = store__samples(st, o->from - OFFCPU_LOOKBACK_NS, o->to, sel, SAMPLE_OFFCPU, 0, o->p,
@@ -186,5 +280,11 @@ void offcpu_idle__release(struct offcpu_idle *o)
 	free(o->tids);
 	o->tids = NULL;
 	o->ntids = o->cap_tids = 0;
+	free(o->launches);
+	o->launches = NULL;
+	free(o->ender_counts);
+	o->ender_counts = NULL;
+	o->usual_ender = 0;
+	o->nlaunches = o->cap_launches = 0;
 	sync_stacks__release(&o->sync);
 }

@@ -17,7 +17,12 @@
  * are blocked through busy and idle time alike and explain nothing; their
  * time is only counted, in other_blocked_ns. The launching threads are
  * those of the process's GPU-time samples in the window; without any
- * (NVML alone), the main thread (tid = pid).
+ * (NVML alone), the main thread (tid = pid). Where the kernel that ended
+ * a gap is known, only the thread that launched it is charged that gap:
+ * PyTorch's backward thread, parked while the main thread loads data,
+ * waited on it like the GPU did (not_next_ns). A gap whose end is not
+ * known (the last one, or its launch not sampled) goes to the thread that
+ * ended most of the known ones.
  *
  * An off-CPU sample is one block: [ts, ts + value) under its stack. A block
  * is charged only the parts of it that fall in idle time, with the same
@@ -37,6 +42,11 @@ struct profile;
  * window are read too. A block that began earlier still is not seen.
  */
 #define OFFCPU_LOOKBACK_NS (30LL * 1000000000LL)
+
+struct offcpu_launch {
+	int64_t ts;			/* the kernel's start */
+	uint32_t tid;			/* the thread that launched it */
+};
 
 struct offcpu_idle {
 	/* In: the idle definition (borrowed). */
@@ -59,6 +69,8 @@ struct offcpu_idle {
 	/* Blocks of the other threads: their time inside the window, summed. */
 	uint64_t other_blocks;
 	int64_t other_blocked_ns;
+	/* Charged threads' idle time in gaps another of them ended: not charged. */
+	int64_t not_next_ns;
 	/*
 	 * The first block's start and the last one's end, inside the window (0
 	 * when none): a block is evidence the process was there, so the route
@@ -70,6 +82,10 @@ struct offcpu_idle {
 	/* Private. */
 	struct busy_set *charged;	/* the idle parts of every block, merged */
 	size_t cap_tids;
+	struct offcpu_launch *launches;	/* the GPU-time samples, in ts order */
+	size_t nlaunches, cap_launches;
+	uint64_t *ender_counts;		/* per tids[]: gaps its launch ended */
+	uint32_t usual_ender;		/* the tid that ended most; 0: none known */
 	struct sync_stacks sync;
 };
 

@@ -492,11 +492,12 @@ static void _offcpu_json(struct strbuf *sb, const struct offcpu_idle *o, int64_t
 		strbuf__printf(sb, "%s%u", i ? "," : "", o->tids[i]);
 	strbuf__printf(sb, "],\"tids_total\":%zu,\"blocks\":%llu,\"blocked_ns\":%lld,"
 		       "\"idle_ns\":%lld,\"waiting_on_gpu_ns\":%lld,\"wall_ns\":%lld,"
-		       "\"lookback_ns\":%lld,\"other_threads\":{\"blocks\":%llu,"
-		       "\"blocked_ns\":%lld},\"share\":",
+		       "\"lookback_ns\":%lld,\"not_next_ns\":%lld,"
+		       "\"other_threads\":{\"blocks\":%llu,\"blocked_ns\":%lld},\"share\":",
 		       o->ntids, (unsigned long long)o->blocks, (long long)o->blocked_ns,
 		       (long long)o->idle_ns, (long long)o->waiting_ns, (long long)o->wall_ns,
-		       (long long)OFFCPU_LOOKBACK_NS, (unsigned long long)o->other_blocks,
+		       (long long)OFFCPU_LOOKBACK_NS, (long long)o->not_next_ns,
+		       (unsigned long long)o->other_blocks,
 		       (long long)o->other_blocked_ns);
 	_ratio(sb, o->wall_ns, idle_ns);
 	strbuf__puts(sb, ",\"profile\":");

@@ -134,10 +134,13 @@ test('why is the GPU idle: the off-CPU graph names the blocked loader', async ()
   const m = /off-CPU time explains ([\d.]+) %/.exec(summary);
   assert.ok(m && Number(m[1]) > 85, summary);
   const off = await page.locator('.idle-offcpu-summary').textContent();
-  const w = /launching thread \(\d+\) blocked ([\d.]+) (ms|s) while the GPU was idle \(during ([\d.]+) % of the idle time/.exec(off);
+  // The main thread and the backward thread launch; the pool launches nothing.
+  const w = /its 2 launching threads blocked ([\d.]+) (ms|s) while the GPU was idle \(during ([\d.]+) % of the idle time/.exec(off);
   assert.ok(w, off);
   const ns = Number(w[1]) * (w[2] === 's' ? 1e9 : 1e6);
   assert.ok(Math.abs(ns - blocked) < 0.15 * blocked, `${off} (truth ${blocked} ns)`);
+  assert.match(off, /blocked in gaps another of them ended waited with the GPU and is not charged/);
+  assert.match(off, /Its other threads, blocked [\d.]+ s in the window, launch no GPU work/);
   const share = await page.evaluate(() => window.__flamewatch.idle.share('load_batch_blocked', 'offcpu'));
   assert.ok(share >= 0.9, `load_batch_blocked holds ${share} of the off-CPU idle time`);
   // The CPU graph of the idle time does not claim it: the loader slept.

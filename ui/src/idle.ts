@@ -25,7 +25,7 @@ export interface IdleJSON {
   offcpu: {
     threads: 'launching' | 'main'; tids: number[]; tids_total: number;
     blocks: number; blocked_ns: number; idle_ns: number; waiting_on_gpu_ns: number;
-    wall_ns: number; lookback_ns: number; share: number | null;
+    wall_ns: number; lookback_ns: number; not_next_ns: number; share: number | null;
     other_threads: { blocks: number; blocked_ns: number };
     profile: ProfileJSON;
   } | null;
@@ -132,7 +132,8 @@ export class IdlePanel {
       : `Off-CPU: ${who} blocked ${fmtValue(o.idle_ns, 'nanoseconds')} while the GPU was idle ` +
         `(during ${share(o.share)} of the idle time), ` +
         `of ${fmtValue(o.blocked_ns, 'nanoseconds')} blocked in the window` +
-        `${o.waiting_on_gpu_ns ? `; ${fmtValue(o.waiting_on_gpu_ns, 'nanoseconds')} blocked in synchronize calls waited on the GPU` : ''}:`) + others;
+        `${o.waiting_on_gpu_ns ? `; ${fmtValue(o.waiting_on_gpu_ns, 'nanoseconds')} blocked in synchronize calls waited on the GPU` : ''}` +
+        `${o.not_next_ns ? `; ${fmtValue(o.not_next_ns, 'nanoseconds')} blocked in gaps another of them ended waited with the GPU and is not charged` : ''}:`) + others;
     this.offFlame.setTree(fromJSON(o.profile), 'binary');
     this.offFlame.setZoom(0);
   }

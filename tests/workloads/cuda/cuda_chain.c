@@ -54,7 +54,9 @@
  * "blockgap FROM_NS TO_NS BLOCKED_NS": the loop, and the wall time spent
  * inside those read() calls (the truth off-CPU profiling must find).
  * Meanwhile POOL_WORKERS threads that launch nothing stay parked on a
- * timer, blocked through busy and idle time alike.
+ * timer, blocked through busy and idle time alike, and a backward thread
+ * launches the second half of each step's GPU work and waits through the
+ * idle gap for the next step.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -346,11 +348,58 @@ __attribute__((noinline)) void *pool_worker_parked(void *arg)
 
 #define POOL_WORKERS 3
 
+/*
+ * The second half of each step's GPU work is launched by another thread,
+ * as PyTorch's backward pass is by its autograd thread, while the main
+ * thread waits for it; between steps that thread waits for the next one,
+ * parked through the idle gap like the GPU. The gap ends with the main
+ * thread's launch: it alone is what the GPU waited on.
+ */
+static pthread_mutex_t bw_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t bw_cv = PTHREAD_COND_INITIALIZER;
+static int bw_go, bw_done, bw_stop;
+static uint64_t bw_corr, bw_ms;
+
+__attribute__((noinline)) void *backward_worker(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&bw_mu);
+	for (;;) {
+		while (!bw_go && !bw_stop)
+			pthread_cond_wait(&bw_cv, &bw_mu);
+		if (bw_stop)
+			break;
+		bw_go = 0;
+		pthread_mutex_unlock(&bw_mu);
+		train_step(bw_corr, bw_ms);
+		pthread_mutex_lock(&bw_mu);
+		bw_done = 1;
+		pthread_cond_broadcast(&bw_cv);
+	}
+	pthread_mutex_unlock(&bw_mu);
+	return NULL;
+}
+
+/* Half the step here, half on the backward thread, waited for. */
+__attribute__((noinline)) void train_step_with_backward(uint64_t corr, uint64_t ms)
+{
+	train_step(corr, ms / 2);
+	pthread_mutex_lock(&bw_mu);
+	bw_corr = corr + 100000;
+	bw_ms = ms - ms / 2;
+	bw_done = 0;
+	bw_go = 1;
+	pthread_cond_broadcast(&bw_cv);
+	while (!bw_done)
+		pthread_cond_wait(&bw_cv, &bw_mu);
+	pthread_mutex_unlock(&bw_mu);
+}
+
 __attribute__((noinline)) void phase_blockgap(long rounds, uint64_t ms)
 {
 	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
 	uint64_t t0 = now_ns(), blocked = 0;
-	pthread_t pool[POOL_WORKERS];
+	pthread_t pool[POOL_WORKERS], bw;
 
 	if (tfd < 0) {
 		perror("cuda_chain: timerfd_create");
@@ -362,16 +411,25 @@ __attribute__((noinline)) void phase_blockgap(long rounds, uint64_t ms)
 			exit(1);
 		}
 	}
+	if (pthread_create(&bw, NULL, backward_worker, NULL)) {
+		fprintf(stderr, "cuda_chain: pthread_create failed\n");
+		exit(1);
+	}
 	for (long i = 0; i < rounds; i++) {
-		train_step(6000 + i, ms);
+		train_step_with_backward(6000 + i, ms);
 		blocked += load_batch_blocked(tfd, ms);
 	}
 	printf("blockgap %llu %llu %llu\n", (unsigned long long)t0, (unsigned long long)now_ns(),
 	       (unsigned long long)blocked);
 	fflush(stdout);
 	pool_stop = 1;
+	pthread_mutex_lock(&bw_mu);
+	bw_stop = 1;
+	pthread_cond_broadcast(&bw_cv);
+	pthread_mutex_unlock(&bw_mu);
 	for (int i = 0; i < POOL_WORKERS; i++)
 		pthread_join(pool[i], NULL);
+	pthread_join(bw, NULL);
 	close(tfd);
 	__asm__ volatile("" ::: "memory");
 }
