@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/batch.h"
+#include "common/flametree.h"
 #include "common/intern.h"
 #include "common/profile.h"
 #include "sqlite_int.h"
@@ -77,68 +78,159 @@ static int _profile_sample(struct query *q, struct qseries *s, const struct bloc
 	return _agg_add(q, (uint64_t)bs->stack << 32 | s->tag, bs->value);
 }
 
+/*
+ * Sums the window into q->agg by (stack, tag). CPU values are sample
+ * counts when every sum found has one period (*period), else nanoseconds
+ * (*mixed; see _value()).
+ */
+static int _profile_agg(struct query *q, int64_t from, int64_t to, bool *any, bool *mixed,
+			uint64_t *period)
+{
+	static const struct visitor v = { .rollup = _profile_rollup, .sample = _profile_sample };
+	struct plan p = { 0 };
+	int err;
+
+	*any = *mixed = false;
+	*period = 0;
+	err = sqlite__plan_bucket(&p, from, to);
+	if (!err)
+		err = sqlite__scan_plan(q, &p, &v);
+	sqlite__plan_free(&p);
+	for (uint32_t i = 0; !err && i < q->agg.cap; i++) {
+		const struct u64slot *slot = &q->agg.slots[i];
+		uint64_t per;
+
+		if (!slot->used || !slot->val)
+			continue;
+		per = _ptag(q, (uint32_t)slot->key)->period_ns;
+		if (!*any) {
+			*period = per;
+			*any = true;
+		} else if (per != *period) {
+			*mixed = true;
+			break;
+		}
+	}
+	return err;
+}
+
+static uint64_t _value(const struct query *q, const struct u64slot *slot, bool mixed)
+{
+	uint64_t v = slot->val;
+
+	if (mixed && __builtin_mul_overflow(v, _ptag(q, (uint32_t)slot->key)->period_ns, &v))
+		v = UINT64_MAX;
+	return v;
+}
+
 int sqlite__profile(void *impl, int64_t from, int64_t to, const struct selector *sel,
 		    uint32_t type, struct profile *out)
 {
-	static const struct visitor v = { .rollup = _profile_rollup, .sample = _profile_sample };
 	struct sqlite_store *st = impl;
 	struct query q = { .st = st, .sel = sel, .type = type, .tag = _tag_comm, .out = out,
 			   .fallback_period = out->period_ns };
 	struct exporter ex = { .st = st, .out = out };
-	struct plan p = { 0 };
-	uint64_t first_period = 0;
-	bool any_period = false, mixed = false;
+	uint64_t period;
+	bool any, mixed;
 	int err;
 
 	if (!sqlite__clamp(&from, &to))
 		return 0;
 	sqlite__query_begin(st);
-	err = sqlite__plan_bucket(&p, from, to);
-	if (err)
-		goto out;
 	err = sqlite__begin_read(st);
 	if (err)
 		goto out;
-	err = sqlite__scan_plan(&q, &p, &v);
-	/* The periods of what was found: one, or several (then nanoseconds). */
+	err = _profile_agg(&q, from, to, &any, &mixed, &period);
 	for (uint32_t i = 0; !err && i < q.agg.cap; i++) {
 		const struct u64slot *slot = &q.agg.slots[i];
-		uint64_t period;
-
-		if (!slot->used || !slot->val)
-			continue;
-		period = _ptag(&q, (uint32_t)slot->key)->period_ns;
-		if (!any_period) {
-			first_period = period;
-			any_period = true;
-		} else if (period != first_period) {
-			mixed = true;
-			break;
-		}
-	}
-	for (uint32_t i = 0; !err && i < q.agg.cap; i++) {
-		const struct u64slot *slot = &q.agg.slots[i];
-		const struct ptag *t;
-		uint64_t v;
 		int64_t stack;
 
 		if (!slot->used || !slot->val)
 			continue;
-		t = _ptag(&q, (uint32_t)slot->key);
-		v = slot->val;
-		if (mixed && __builtin_mul_overflow(v, t->period_ns, &v))
-			v = UINT64_MAX;
 		stack = sqlite__ex_stack(&ex, (uint32_t)(slot->key >> 32));
 		if (stack < 0)
 			err = (int)stack;
 		else
-			err = profile__add_sample(out, (uint32_t)stack, 0, 0, 0, t->comm, v);
+			err = profile__add_sample(out, (uint32_t)stack, 0, 0, 0,
+						  _ptag(&q, (uint32_t)slot->key)->comm,
+						  _value(&q, slot, mixed));
 	}
-	if (!err && type == SAMPLE_CPU && any_period)
-		out->period_ns = mixed ? 1 : first_period;
+	if (!err && type == SAMPLE_CPU && any)
+		out->period_ns = mixed ? 1 : period;
 	err = sqlite__end_read(st, err);
 out:
-	sqlite__plan_free(&p);
+	sqlite__query_free(&q);
+	sqlite__exporter_free(&ex);
+	return err;
+}
+
+/*
+ * The flame graph is cut before anything is named: the paths are store
+ * stack ids summed by process, their frames merged by store ids (a
+ * function's name and a binary's path are each one string id), all held
+ * in st->shapes; only the frames of kept nodes are copied into out.
+ * Naming every frame of a window first was most of a query at 50k stacks.
+ */
+int sqlite__flamegraph(void *impl, int64_t from, int64_t to, const struct selector *sel,
+		       uint32_t type, size_t max_nodes, struct profile *out, struct flametree *t)
+{
+	struct sqlite_store *st = impl;
+	struct query q = { .st = st, .sel = sel, .type = type, .tag = _tag_comm, .out = out,
+			   .fallback_period = out->period_ns };
+	struct exporter ex = { .st = st, .out = out };
+	struct flametree_path *paths = NULL;
+	uint64_t *at = NULL, period;
+	uint32_t npaths = 0;
+	bool any = false, mixed = false;
+	int err;
+
+	memset(t, 0, sizeof(*t));
+	if (!sqlite__clamp(&from, &to))
+		return flametree__build(t, NULL, 0, NULL, max_nodes);
+	sqlite__query_begin(st);
+	err = sqlite__begin_read(st);
+	if (err)
+		goto out;
+	err = _profile_agg(&q, from, to, &any, &mixed, &period);
+	if (!err) {
+		paths = malloc(((size_t)q.agg.count + 1) * sizeof(*paths));
+		at = malloc(((size_t)q.agg.count + 1) * sizeof(*at));
+		if (!paths || !at)
+			err = -ENOMEM;
+	}
+	/* Loading a stack can move the arena: frames are found after all are in. */
+	for (uint32_t i = 0; !err && i < q.agg.cap; i++) {
+		const struct u64slot *slot = &q.agg.slots[i];
+
+		if (!slot->used || !slot->val)
+			continue;
+		err = sqlite__shape_stack(st, (uint32_t)(slot->key >> 32), &at[npaths]);
+		paths[npaths].comm = _ptag(&q, (uint32_t)slot->key)->comm;
+		paths[npaths++].count = _value(&q, slot, mixed);
+	}
+	for (uint32_t i = 0; !err && i < npaths; i++)
+		paths[i].frames = sqlite__shape_frames(&st->shapes, at[i], &paths[i].n);
+	if (!err)
+		err = flametree__build(t, paths, npaths, st->shapes.fkey, max_nodes);
+	for (uint32_t i = 1; !err && i < t->n; i++) {
+		int64_t f;
+
+		if (t->nodes[i].depth < 2)
+			continue;
+		f = sqlite__ex_frame(&ex, t->nodes[i].ref);
+		if (f < 0)
+			err = (int)f;
+		else
+			t->nodes[i].ref = (uint32_t)f;
+	}
+	if (!err && type == SAMPLE_CPU && any)
+		out->period_ns = mixed ? 1 : period;
+	err = sqlite__end_read(st, err);
+	if (err)
+		flametree__release(t);
+out:
+	free(paths);
+	free(at);
 	sqlite__query_free(&q);
 	sqlite__exporter_free(&ex);
 	return err;

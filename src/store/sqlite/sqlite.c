@@ -272,6 +272,7 @@ void sqlite__drop_caches(struct sqlite_store *st)
 	sqlite__cache_free(&st->frames);
 	sqlite__cache_free(&st->stacks);
 	sqlite__cache_free(&st->series);
+	sqlite__shapes_free(&st->shapes);
 }
 
 void sqlite__drop_series_info(struct sqlite_store *st)
@@ -586,6 +587,7 @@ const struct store_backend store_sqlite_backend = {
 	.close = _sqlite_close,
 	.write = sqlite__write,
 	.profile = sqlite__profile,
+	.flamegraph = sqlite__flamegraph,
 	.samples = sqlite__samples,
 	.series = sqlite__series,
 	.label_names = sqlite__label_names,

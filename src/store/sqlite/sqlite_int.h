@@ -21,6 +21,8 @@
 #include "store/blockcodec.h"
 #include "store/sqlite.h"
 
+struct flametree;
+
 struct intern;
 
 #define SPAN		STORE_SQLITE_BLOCK_SPAN_NS
@@ -128,6 +130,21 @@ struct series_info {
 	uint64_t period_ns;		/* 0: unknown */
 };
 
+/*
+ * Per store id, what flame graphs merge by (shapes.c): each stack's frame
+ * ids, and each frame's (function, mapping path, kind) as a key id.
+ */
+struct shapes {
+	uint64_t *stack;		/* per stack id: (arena offset + 1) << 24 | frames; 0: not loaded */
+	uint32_t nstack;
+	uint32_t *frames;		/* the arena of stacks' frame ids */
+	size_t nframes, cap_frames;
+	uint32_t *fkey;			/* per frame id: key id + 1; 0: not loaded */
+	uint32_t nfkey;
+	struct intern *keys;		/* struct { int64_t function, path, kind } */
+	struct u64map mpath;		/* mapping id -> path string id */
+};
+
 /* Work due on (series, type, window): merging its small blocks. */
 struct due {
 	int64_t series, window;
@@ -145,6 +162,8 @@ struct sqlite_store {
 	struct dxlate **dx;
 	uint32_t ndx;
 	uint64_t dx_bytes, dx_clock;
+
+	struct shapes shapes;		/* for flame graphs, kept across queries */
 
 	/* series id -> struct series_info *, for queries */
 	struct u64map series_info;
@@ -293,6 +312,21 @@ void sqlite__query_free(struct query *q);
 struct qseries *sqlite__qseries(struct query *q, int64_t series, int *err);
 void sqlite__exporter_free(struct exporter *ex);
 int64_t sqlite__ex_stack(struct exporter *ex, uint32_t id);
+int64_t sqlite__ex_frame(struct exporter *ex, int64_t id);
+
+/* ---- reading: stack shapes for flame graphs (shapes.c) ------------------- */
+
+/*
+ * Loads stack and the merge keys of its frames into st->shapes if they are
+ * not there; *at then locates its frames for sqlite__shape_frames(), until
+ * the cache is dropped. 0, -EIO (missing or corrupt rows) or -ENOMEM.
+ */
+int sqlite__shape_stack(struct sqlite_store *st, uint32_t stack, uint64_t *at);
+/* Borrows the frame ids of a loaded stack; valid until the next load. */
+const uint32_t *sqlite__shape_frames(const struct shapes *sh, uint64_t at, uint32_t *n);
+/* Drops the cache when it has outgrown its budget; between queries only. */
+void sqlite__shapes_trim(struct sqlite_store *st);
+void sqlite__shapes_free(struct shapes *sh);
 void sqlite__plan_free(struct plan *p);
 int sqlite__plan_bucket(struct plan *p, int64_t a, int64_t b);
 int sqlite__decode_row(struct sqlite_store *st, sqlite3_stmt *s, int col, int64_t id,
@@ -315,6 +349,8 @@ int sqlite__write(void *impl, const char *node, const struct batch *b);
 /* query.c */
 int sqlite__profile(void *impl, int64_t from, int64_t to, const struct selector *sel,
 		    uint32_t type, struct profile *out);
+int sqlite__flamegraph(void *impl, int64_t from, int64_t to, const struct selector *sel,
+		       uint32_t type, size_t max_nodes, struct profile *out, struct flametree *t);
 int sqlite__series(void *impl, int64_t from, int64_t to, int64_t step,
 		   const struct selector *sel, uint32_t type, const char *by,
 		   int (*cb)(void *ctx, const char *group, int64_t bucket_start, int64_t sum),
