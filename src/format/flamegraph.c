@@ -104,9 +104,11 @@ int flamegraph__write_tree_json(const struct profile *p, const struct flametree 
 	struct writer w = { .t = t, .p = p };
 	int err = -ENOMEM;
 
+	if (!t->n)
+		return -EINVAL;
 	w.name_ids = intern__new();
 	w.binary_ids = intern__new();
-	if (!w.name_ids || !w.binary_ids || !t->n)
+	if (!w.name_ids || !w.binary_ids)
 		goto out;
 	err = _walk(&w);
 	if (err)
