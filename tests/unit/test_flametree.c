@@ -312,13 +312,13 @@ static void test_write_tree_json_is_write_json(void **state)
 static char _dir[64];
 
 /*
- * Batches of 10 s for two nodes over [T0, T0 + len), stacks from one
+ * Batches of 10 s for two nodes over [t0, t0 + len), stacks from one
  * dictionary per batch as agents send them; node n1's batches are at
  * another sampling period, so windows over both mix periods.
  */
-static void _fill_store(struct store *st, int64_t len, uint32_t nnames)
+static void _fill_store(struct store *st, int64_t t0, int64_t len, uint32_t nnames)
 {
-	for (int64_t t = T0; t < T0 + len; t += 10 * SEC) {
+	for (int64_t t = t0; t < t0 + len; t += 10 * SEC) {
 		for (uint32_t node = 0; node < 2; node++) {
 			struct batch *b = batch__new(node ? PERIOD / 2 : PERIOD);
 			const char *names[] = { "comm", "pid" };
@@ -401,9 +401,13 @@ static void test_store_cut_equals_whole(void **state)
 	tmpdir_remove(_dir);
 	assert_non_null(tmpdir_make(_dir, sizeof(_dir), "test-flametree"));
 	st = store_open_or_fail(_dir);
-	_fill_store(st, 3 * MIN + 17 * SEC, 9);
+	_fill_store(st, T0, 3 * MIN + 17 * SEC, 9);
 	for (int pass = 0; pass < 2; pass++) {
-		/* The second pass finds every shape cached; new stacks come in between. */
+		/*
+		 * The first query reads every frame's key in one scan of the
+		 * table; the second pass finds them cached but for the few of
+		 * a new batch, which it looks up one by one.
+		 */
 		for (size_t m = 0; m < sizeof(maxes) / sizeof(maxes[0]); m++) {
 			_check_store(st, T0 - SEC, end + SEC, NULL, maxes[m]);
 			_check_store(st, T0 + 61 * SEC + 3, end - 29 * SEC, NULL, maxes[m]);
@@ -411,8 +415,18 @@ static void test_store_cut_equals_whole(void **state)
 			_check_store(st, T0, end, "{comm=\"db\"}", maxes[m]);
 			_check_store(st, end + MIN, end + 2 * MIN, NULL, maxes[m]);
 		}
-		_fill_store(st, 40 * SEC, 40);
+		_fill_store(st, end - 10 * SEC, 10 * SEC, 12);
 	}
+	/*
+	 * With nothing cached, a narrow window needs few of a large table's
+	 * frames and looks them up one by one; the wide one after it scans
+	 * for the rest.
+	 */
+	_fill_store(st, end + 3 * MIN, 3 * MIN, 40);
+	store__close(st);
+	st = store_open_or_fail(_dir);
+	_check_store(st, T0 + 20 * SEC, T0 + 30 * SEC, "{node=\"n0\"}", 30);
+	_check_store(st, T0 - SEC, end + 7 * MIN, NULL, 200);
 	store__close(st);
 	tmpdir_remove(_dir);
 }

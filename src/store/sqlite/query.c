@@ -208,6 +208,8 @@ int sqlite__flamegraph(void *impl, int64_t from, int64_t to, const struct select
 		paths[npaths].comm = _ptag(&q, (uint32_t)slot->key)->comm;
 		paths[npaths++].count = _value(&q, slot, mixed);
 	}
+	if (!err)
+		err = sqlite__shape_keys(st, at, npaths);
 	for (uint32_t i = 0; !err && i < npaths; i++)
 		paths[i].frames = sqlite__shape_frames(&st->shapes, at[i], &paths[i].n);
 	if (!err)

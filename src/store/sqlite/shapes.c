@@ -27,6 +27,9 @@
 #define SHAPE_N_BITS 24
 #define SHAPE_N_MAX ((1u << SHAPE_N_BITS) - 1)
 
+/* In fkey while a query decides how to load it: wanted, not yet known. */
+#define KEY_WANTED UINT32_MAX
+
 void sqlite__shapes_free(struct shapes *sh)
 {
 	free(sh->stack);
@@ -51,6 +54,38 @@ void sqlite__shapes_trim(struct sqlite_store *st)
 		sqlite__shapes_free(&st->shapes);
 }
 
+/* The largest id of a table; -EIO when ids here could not hold it. */
+static int _table_max(struct sqlite_store *st, enum stmt_id max_stmt, uint32_t *max)
+{
+	int64_t m = 0;
+	int err = sqlite__exec_int(st, max_stmt, 0, &m);
+
+	if (err)
+		return err;
+	if (m < 0 || m >= UINT32_MAX) {
+		pr_warn("store: sqlite: largest id %lld is out of range\n", (long long)m);
+		return -EIO;
+	}
+	*max = (uint32_t)m;
+	return 0;
+}
+
+/* Grows a per-id array to want slots, the new ones zeroed. */
+static int _resize(void **arr, uint32_t *n, size_t elem, uint32_t want)
+{
+	void *a;
+
+	if (want <= *n)
+		return 0;
+	a = realloc(*arr, (size_t)want * elem);
+	if (!a)
+		return -ENOMEM;
+	memset((char *)a + (size_t)*n * elem, 0, (size_t)(want - *n) * elem);
+	*arr = a;
+	*n = want;
+	return 0;
+}
+
 /*
  * Grows a per-id array to hold id: at least doubling, but never past the
  * largest id the table holds, so that an id read from a corrupt row
@@ -59,19 +94,17 @@ void sqlite__shapes_trim(struct sqlite_store *st)
 static int _grow(struct sqlite_store *st, void **arr, uint32_t *n, size_t elem, uint32_t id,
 		 enum stmt_id max_stmt)
 {
-	int64_t max = 0;
 	uint64_t want;
-	void *a;
+	uint32_t max;
 	int err;
 
 	if (id < *n)
 		return 0;
-	err = sqlite__exec_int(st, max_stmt, 0, &max);
+	err = _table_max(st, max_stmt, &max);
 	if (err)
 		return err;
-	if ((int64_t)id > max || max >= UINT32_MAX) {
-		pr_warn("store: sqlite: id %u is beyond the table's largest, %lld\n", id,
-			(long long)max);
+	if (id > max) {
+		pr_warn("store: sqlite: id %u is beyond the table's largest, %u\n", id, max);
 		return -EIO;
 	}
 	want = (uint64_t)*n * 2 > (uint64_t)id + 1 ? (uint64_t)*n * 2 : (uint64_t)id + 1;
@@ -79,13 +112,7 @@ static int _grow(struct sqlite_store *st, void **arr, uint32_t *n, size_t elem, 
 		want = 1024;
 	if (want > (uint64_t)max + 1)
 		want = (uint64_t)max + 1;
-	a = realloc(*arr, want * elem);
-	if (!a)
-		return -ENOMEM;
-	memset((char *)a + (size_t)*n * elem, 0, (want - *n) * elem);
-	*arr = a;
-	*n = (uint32_t)want;
-	return 0;
+	return _resize(arr, n, elem, (uint32_t)want);
 }
 
 /* The path string id of a mapping (0 for none), which frames merge by. */
@@ -116,31 +143,17 @@ static int64_t _mapping_path(struct sqlite_store *st, int64_t mapping)
 	return path;
 }
 
-/* Loads frame's merge key into fkey (as key + 1: 0 means not loaded). */
-static int _load_frame(struct sqlite_store *st, uint32_t frame)
+/* Sets frame's merge key in fkey (as key + 1: 0 means not loaded). */
+static int _set_key(struct sqlite_store *st, uint32_t frame, int64_t kind, int64_t mapping,
+		    int64_t function)
 {
 	struct shapes *sh = &st->shapes;
-	sqlite3_stmt *s = st->st[ST_FRAME_ROW];
 	struct { int64_t function, path, kind; } key;
-	int64_t mapping, id;
-	int rc, err;
+	int64_t id;
 
-	err = _grow(st, (void **)&sh->fkey, &sh->nfkey, sizeof(*sh->fkey), frame, ST_MAX_FRAME);
-	if (err)
-		return err;
-	if (sh->fkey[frame])
-		return 0;
-	sqlite3_bind_int64(s, 1, frame);
-	rc = sqlite3_step(s);
 	memset(&key, 0, sizeof(key));
-	key.kind = sqlite3_column_int64(s, 0);
-	mapping = sqlite3_column_int64(s, 1);
-	key.function = sqlite3_column_int64(s, 3);
-	sqlite3_reset(s);
-	if (rc != SQLITE_ROW) {
-		pr_warn("store: sqlite: frame %u is missing\n", frame);
-		return rc == SQLITE_DONE ? -EIO : sqlite__fail(st, rc, "frames");
-	}
+	key.function = function;
+	key.kind = kind;
 	key.path = _mapping_path(st, mapping);
 	if (key.path < 0)
 		return (int)key.path;
@@ -149,8 +162,111 @@ static int _load_frame(struct sqlite_store *st, uint32_t frame)
 	id = intern__add(sh->keys, &key, sizeof(key), NULL);
 	if (id < 0)
 		return (int)id;
+	if (id >= (int64_t)KEY_WANTED - 1)
+		return -E2BIG;
 	sh->fkey[frame] = (uint32_t)id + 1;
 	return 0;
+}
+
+static int _load_frame(struct sqlite_store *st, uint32_t frame)
+{
+	sqlite3_stmt *s = st->st[ST_FRAME_ROW];
+	int64_t kind, mapping, function;
+	int rc;
+
+	sqlite3_bind_int64(s, 1, frame);
+	rc = sqlite3_step(s);
+	kind = sqlite3_column_int64(s, 0);
+	mapping = sqlite3_column_int64(s, 1);
+	function = sqlite3_column_int64(s, 3);
+	sqlite3_reset(s);
+	if (rc != SQLITE_ROW) {
+		pr_warn("store: sqlite: frame %u is missing\n", frame);
+		return rc == SQLITE_DONE ? -EIO : sqlite__fail(st, rc, "frames");
+	}
+	return _set_key(st, frame, kind, mapping, function);
+}
+
+/* Every frame of the table, in one pass. */
+static int _scan_frames(struct sqlite_store *st)
+{
+	struct shapes *sh = &st->shapes;
+	sqlite3_stmt *s = st->st[ST_FRAME_SCAN];
+	int rc, err = 0;
+
+	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		int64_t id = sqlite3_column_int64(s, 0);
+
+		/* A read transaction: no row can be newer than the largest id. */
+		if (id < 0 || id >= sh->nfkey || (sh->fkey[id] && sh->fkey[id] != KEY_WANTED))
+			continue;
+		err = _set_key(st, (uint32_t)id, sqlite3_column_int64(s, 1),
+			       sqlite3_column_int64(s, 2), sqlite3_column_int64(s, 3));
+	}
+	sqlite3_reset(s);
+	if (!err && rc != SQLITE_DONE)
+		err = sqlite__fail(st, rc, "frames");
+	return err;
+}
+
+/*
+ * A scan reads a row for a fraction of what a lookup by id costs
+ * (bench/README.md, issue 28): when the frames a query needs and the
+ * cache lacks are more than this share of the table, it reads the table
+ * whole.
+ */
+#define SCAN_SHARE_DIV 8
+
+int sqlite__shape_keys(struct sqlite_store *st, const uint64_t *at, uint32_t n)
+{
+	struct shapes *sh = &st->shapes;
+	uint64_t wanted = 0;
+	uint32_t max_id = 0, max;
+	int err;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t nf;
+		const uint32_t *f = sqlite__shape_frames(sh, at[i], &nf);
+
+		for (uint32_t j = 0; j < nf; j++)
+			if (f[j] > max_id)
+				max_id = f[j];
+	}
+	err = _grow(st, (void **)&sh->fkey, &sh->nfkey, sizeof(*sh->fkey), max_id, ST_MAX_FRAME);
+	if (err)
+		return err;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t nf;
+		const uint32_t *f = sqlite__shape_frames(sh, at[i], &nf);
+
+		for (uint32_t j = 0; j < nf; j++) {
+			if (!sh->fkey[f[j]]) {
+				sh->fkey[f[j]] = KEY_WANTED;
+				wanted++;
+			}
+		}
+	}
+	if (!wanted)
+		return 0;
+	err = _table_max(st, ST_MAX_FRAME, &max);
+	if (!err && wanted > ((uint64_t)max + 1) / SCAN_SHARE_DIV) {
+		/* The whole table: fkey sized to its largest id, not this query's. */
+		err = _resize((void **)&sh->fkey, &sh->nfkey, sizeof(*sh->fkey), max + 1);
+		if (!err)
+			err = _scan_frames(st);
+	}
+	for (uint32_t i = 0; !err && i < n; i++) {
+		uint32_t nf;
+		const uint32_t *f = sqlite__shape_frames(sh, at[i], &nf);
+
+		for (uint32_t j = 0; !err && j < nf; j++)
+			if (sh->fkey[f[j]] == KEY_WANTED)
+				err = _load_frame(st, f[j]);
+	}
+	/* Marks left behind would read as keys: drop the lot. */
+	if (err)
+		sqlite__shapes_free(sh);
+	return err;
 }
 
 int sqlite__shape_stack(struct sqlite_store *st, uint32_t stack, uint64_t *at)
@@ -196,11 +312,6 @@ int sqlite__shape_stack(struct sqlite_store *st, uint32_t stack, uint64_t *at)
 	if (n < 0 || n > SHAPE_N_MAX) {
 		pr_warn("store: sqlite: stack %u is missing or corrupt\n", stack);
 		return n < 0 ? (int)n : -EIO;
-	}
-	for (int64_t i = 0; i < n; i++) {
-		err = _load_frame(st, sh->frames[sh->nframes + i]);
-		if (err)
-			return err;
 	}
 	/* Offset + 1, so that an empty stack at offset 0 still reads as loaded. */
 	sh->stack[stack] = (uint64_t)(sh->nframes + 1) << SHAPE_N_BITS | (uint64_t)n;
