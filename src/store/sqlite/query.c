@@ -180,7 +180,7 @@ int sqlite__flamegraph(void *impl, int64_t from, int64_t to, const struct select
 	struct exporter ex = { .st = st, .out = out };
 	struct flametree_path *paths = NULL;
 	uint64_t *at = NULL, period;
-	uint32_t npaths = 0;
+	uint32_t *ids = NULL, npaths = 0;
 	bool any = false, mixed = false;
 	int err;
 
@@ -195,21 +195,24 @@ int sqlite__flamegraph(void *impl, int64_t from, int64_t to, const struct select
 	if (!err) {
 		paths = malloc(((size_t)q.agg.count + 1) * sizeof(*paths));
 		at = malloc(((size_t)q.agg.count + 1) * sizeof(*at));
-		if (!paths || !at)
+		ids = malloc(((size_t)q.agg.count + 1) * sizeof(*ids));
+		if (!paths || !at || !ids)
 			err = -ENOMEM;
 	}
-	/* Loading a stack can move the arena: frames are found after all are in. */
 	for (uint32_t i = 0; !err && i < q.agg.cap; i++) {
 		const struct u64slot *slot = &q.agg.slots[i];
 
 		if (!slot->used || !slot->val)
 			continue;
-		err = sqlite__shape_stack(st, (uint32_t)(slot->key >> 32), &at[npaths]);
+		ids[npaths] = (uint32_t)(slot->key >> 32);
 		paths[npaths].comm = _ptag(&q, (uint32_t)slot->key)->comm;
 		paths[npaths++].count = _value(&q, slot, mixed);
 	}
 	if (!err)
+		err = sqlite__shape_stacks(st, ids, npaths, at);
+	if (!err)
 		err = sqlite__shape_keys(st, at, npaths);
+	/* Loading stacks can move the arena: frames are found once all are in. */
 	for (uint32_t i = 0; !err && i < npaths; i++)
 		paths[i].frames = sqlite__shape_frames(&st->shapes, at[i], &paths[i].n);
 	if (!err)
@@ -233,6 +236,7 @@ int sqlite__flamegraph(void *impl, int64_t from, int64_t to, const struct select
 out:
 	free(paths);
 	free(at);
+	free(ids);
 	sqlite__query_free(&q);
 	sqlite__exporter_free(&ex);
 	return err;

@@ -27,8 +27,17 @@
 #define SHAPE_N_BITS 24
 #define SHAPE_N_MAX ((1u << SHAPE_N_BITS) - 1)
 
-/* In fkey while a query decides how to load it: wanted, not yet known. */
+/* In fkey or stack while a query decides how to load it: wanted, not yet known. */
 #define KEY_WANTED UINT32_MAX
+#define STACK_WANTED UINT64_MAX
+
+/*
+ * A scan reads a row for a fraction of what a lookup by id costs
+ * (bench/README.md, issue 28): when the stacks or frames a query needs
+ * and the cache lacks are more than this share of their table, it reads
+ * the table whole.
+ */
+#define SCAN_SHARE_DIV 8
 
 void sqlite__shapes_free(struct shapes *sh)
 {
@@ -209,14 +218,6 @@ static int _scan_frames(struct sqlite_store *st)
 	return err;
 }
 
-/*
- * A scan reads a row for a fraction of what a lookup by id costs
- * (bench/README.md, issue 28): when the frames a query needs and the
- * cache lacks are more than this share of the table, it reads the table
- * whole.
- */
-#define SCAN_SHARE_DIV 8
-
 int sqlite__shape_keys(struct sqlite_store *st, const uint64_t *at, uint32_t n)
 {
 	struct shapes *sh = &st->shapes;
@@ -269,55 +270,105 @@ int sqlite__shape_keys(struct sqlite_store *st, const uint64_t *at, uint32_t n)
 	return err;
 }
 
-int sqlite__shape_stack(struct sqlite_store *st, uint32_t stack, uint64_t *at)
+/* Decodes a stack row's blob into the arena: stack's slot says where. */
+static int _put_stack(struct shapes *sh, uint32_t stack, const void *blob, size_t len)
 {
-	struct shapes *sh = &st->shapes;
-	sqlite3_stmt *s = st->st[ST_STACK_ROW];
 	int64_t n;
-	int rc, err;
 
-	err = _grow(st, (void **)&sh->stack, &sh->nstack, sizeof(*sh->stack), stack, ST_MAX_STACK);
-	if (err)
-		return err;
-	if (sh->stack[stack]) {
-		*at = sh->stack[stack];
-		return 0;
+	/* A blob holds at least a byte per frame: len + 1 is room enough. */
+	if (sh->nframes + len + 1 > sh->cap_frames) {
+		size_t cap = sh->cap_frames ? sh->cap_frames * 2 : 65536;
+		uint32_t *f;
+
+		while (cap < sh->nframes + len + 1)
+			cap *= 2;
+		f = realloc(sh->frames, cap * sizeof(*f));
+		if (!f)
+			return -ENOMEM;
+		sh->frames = f;
+		sh->cap_frames = cap;
 	}
-	sqlite3_bind_int64(s, 1, stack);
-	rc = sqlite3_step(s);
-	if (rc == SQLITE_ROW) {
-		size_t len = sqlite3_column_bytes(s, 0);
-
-		n = -ENOMEM;
-		if (sh->nframes + len + 1 > sh->cap_frames) {
-			size_t cap = sh->cap_frames ? sh->cap_frames * 2 : 65536;
-			uint32_t *f;
-
-			while (cap < sh->nframes + len + 1)
-				cap *= 2;
-			f = realloc(sh->frames, cap * sizeof(*f));
-			if (f) {
-				sh->frames = f;
-				sh->cap_frames = cap;
-			}
-		}
-		/* A blob holds at least a byte per frame: len + 1 is room enough. */
-		if (sh->nframes + len + 1 <= sh->cap_frames)
-			n = sqlite__stack_decode(sqlite3_column_blob(s, 0), len,
-						 sh->frames + sh->nframes, len + 1);
-	} else {
-		n = rc == SQLITE_DONE ? -EIO : sqlite__fail(st, rc, "stacks");
-	}
-	sqlite3_reset(s);
+	n = sqlite__stack_decode(blob, len, sh->frames + sh->nframes, len + 1);
 	if (n < 0 || n > SHAPE_N_MAX) {
-		pr_warn("store: sqlite: stack %u is missing or corrupt\n", stack);
-		return n < 0 ? (int)n : -EIO;
+		pr_warn("store: sqlite: stack %u is corrupt\n", stack);
+		return -EIO;
 	}
 	/* Offset + 1, so that an empty stack at offset 0 still reads as loaded. */
 	sh->stack[stack] = (uint64_t)(sh->nframes + 1) << SHAPE_N_BITS | (uint64_t)n;
 	sh->nframes += (size_t)n;
-	*at = sh->stack[stack];
 	return 0;
+}
+
+static int _load_stack(struct sqlite_store *st, uint32_t stack)
+{
+	sqlite3_stmt *s = st->st[ST_STACK_ROW];
+	int rc, err;
+
+	sqlite3_bind_int64(s, 1, stack);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		err = _put_stack(&st->shapes, stack, sqlite3_column_blob(s, 0),
+				 (size_t)sqlite3_column_bytes(s, 0));
+	else
+		err = rc == SQLITE_DONE ? -EIO : sqlite__fail(st, rc, "stacks");
+	sqlite3_reset(s);
+	if (rc == SQLITE_DONE)
+		pr_warn("store: sqlite: stack %u is missing\n", stack);
+	return err;
+}
+
+/* The wanted stacks of the table, in one pass. */
+static int _scan_stacks(struct sqlite_store *st)
+{
+	struct shapes *sh = &st->shapes;
+	sqlite3_stmt *s = st->st[ST_STACK_SCAN];
+	int rc, err = 0;
+
+	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		int64_t id = sqlite3_column_int64(s, 0);
+
+		if (id < 0 || id >= sh->nstack || sh->stack[id] != STACK_WANTED)
+			continue;
+		err = _put_stack(sh, (uint32_t)id, sqlite3_column_blob(s, 1),
+				 (size_t)sqlite3_column_bytes(s, 1));
+	}
+	sqlite3_reset(s);
+	if (!err && rc != SQLITE_DONE)
+		err = sqlite__fail(st, rc, "stacks");
+	return err;
+}
+
+int sqlite__shape_stacks(struct sqlite_store *st, const uint32_t *ids, uint32_t n, uint64_t *at)
+{
+	struct shapes *sh = &st->shapes;
+	uint32_t max_id = 0, max;
+	uint64_t wanted = 0;
+	int err;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (ids[i] > max_id)
+			max_id = ids[i];
+	err = _grow(st, (void **)&sh->stack, &sh->nstack, sizeof(*sh->stack), max_id, ST_MAX_STACK);
+	if (err)
+		return err;
+	for (uint32_t i = 0; i < n; i++) {
+		if (!sh->stack[ids[i]]) {
+			sh->stack[ids[i]] = STACK_WANTED;
+			wanted++;
+		}
+	}
+	err = wanted ? _table_max(st, ST_MAX_STACK, &max) : 0;
+	if (!err && wanted > ((uint64_t)max + 1) / SCAN_SHARE_DIV)
+		err = _scan_stacks(st);
+	for (uint32_t i = 0; !err && i < n; i++) {
+		if (sh->stack[ids[i]] == STACK_WANTED)
+			err = _load_stack(st, ids[i]);
+		at[i] = sh->stack[ids[i]];
+	}
+	/* Marks left behind would read as stacks: drop the lot. */
+	if (err)
+		sqlite__shapes_free(sh);
+	return err;
 }
 
 const uint32_t *sqlite__shape_frames(const struct shapes *sh, uint64_t at, uint32_t *n)

@@ -162,6 +162,7 @@ const char *const sqlite__sql[ST_COUNT] = {
 	[ST_MAX_STACK] = "SELECT max(id) FROM stacks",
 	[ST_MAX_FRAME] = "SELECT max(id) FROM frames",
 	[ST_FRAME_SCAN] = "SELECT id, kind, mapping, function FROM frames",
+	[ST_STACK_SCAN] = "SELECT id, frames FROM stacks",
 	[ST_SERIES_PERIOD] = "SELECT period_ns FROM series WHERE id = ?1",
 	[ST_GPU_INS] = "INSERT INTO gpu_intervals(start, end, series, device, stream, kind, name,"
 		       " stack, correlation, bytes, weight)"

@@ -41,7 +41,7 @@ enum stmt_id {
 	ST_RU_GET_M, ST_RU_GET_H, ST_RU_PUT_M, ST_RU_PUT_H, ST_RU_RANGE_M, ST_RU_RANGE_H,
 	ST_META_ADD, ST_META_GET,
 	ST_RETAIN_BLOCKS, ST_RETAIN_M, ST_RETAIN_H, ST_RU_DEL_H,
-	ST_MAX_SERIES, ST_MAX_STACK, ST_MAX_FRAME, ST_FRAME_SCAN,
+	ST_MAX_SERIES, ST_MAX_STACK, ST_MAX_FRAME, ST_FRAME_SCAN, ST_STACK_SCAN,
 	ST_SERIES_PERIOD,
 	ST_GPU_INS, ST_GPU_RANGE, ST_GPU_RETAIN,
 	ST_COUNT,
@@ -317,11 +317,11 @@ int64_t sqlite__ex_frame(struct exporter *ex, int64_t id);
 /* ---- reading: stack shapes for flame graphs (shapes.c) ------------------- */
 
 /*
- * Loads stack's frame ids into st->shapes if they are not there; *at then
- * locates them for sqlite__shape_frames() until the cache is dropped.
- * 0, -EIO (a missing or corrupt row) or -ENOMEM.
+ * Loads the frame ids of the n stacks ids[] into st->shapes where they are
+ * not there; at[i] then locates ids[i]'s for sqlite__shape_frames() until
+ * the cache is dropped. 0, -EIO (a missing or corrupt row) or -ENOMEM.
  */
-int sqlite__shape_stack(struct sqlite_store *st, uint32_t stack, uint64_t *at);
+int sqlite__shape_stacks(struct sqlite_store *st, const uint32_t *ids, uint32_t n, uint64_t *at);
 /*
  * Loads the merge keys (st->shapes.fkey) of every frame of the n stacks
  * at[] locates. 0, -EIO or -ENOMEM.
