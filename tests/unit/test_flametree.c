@@ -28,6 +28,7 @@
 #include "format/flamegraph.h"
 #include "store/selector.h"
 #include "store/store.h"
+#include "store/sqlite/sqlite_int.h"
 #include "testutil.h"
 
 #define SEC		1000000000LL
@@ -311,6 +312,14 @@ static void test_write_tree_json_is_write_json(void **state)
 
 static char _dir[64];
 
+/* Every sample written, to know each window's totals without the store. */
+struct written {
+	int64_t ts, value;
+	uint32_t node, comm;
+};
+static struct written *_written;
+static size_t _nwritten;
+
 /*
  * Batches of 10 s for two nodes over [t0, t0 + len), stacks from one
  * dictionary per batch as agents send them; node n1's batches are at
@@ -348,6 +357,13 @@ static void _fill_store(struct store *st, int64_t t0, int64_t len, uint32_t nnam
 				};
 
 				assert_int_equal(batch__add_sample(b, &bs), 0);
+				_written = realloc(_written, (_nwritten + 1) * sizeof(*_written));
+				assert_non_null(_written);
+				_written[_nwritten++] = (struct written){
+					.ts = bs.ts_ns, .value = bs.value, .node = node,
+					.comm = bs.series == (uint32_t)series[0] ? 0 :
+						bs.series == (uint32_t)series[1] ? 1 : 2,
+				};
 			}
 			assert_int_equal(store__write(st, node ? "n1" : "n0", b), 0);
 			batch__free(b);
@@ -382,6 +398,44 @@ static void _check_store(struct store *st, int64_t from, int64_t to, const char 
 	_lines_equal(&a, &b);
 	assert_int_equal(tc.nodes_all, tw.nodes_all);
 	assert_int_equal(tc.trimmed_value, tw.trimmed_value);
+	{
+		/* The totals from what was written: counts, or ns where periods mix. */
+		static const char *const comms[] = { "app", "db", "" };
+		uint64_t want[3] = { 0 }, sum = 0, periods = 0;
+
+		for (size_t i = 0; i < _nwritten; i++) {
+			const struct written *w = &_written[i];
+
+			if (w->ts < from || w->ts >= to ||
+			    (sel_text && strstr(sel_text, "node") && w->node) ||
+			    (sel_text && strstr(sel_text, "comm") && w->comm != 1))
+				continue;
+			periods |= w->node ? 2 : 1;
+		}
+		for (size_t i = 0; i < _nwritten; i++) {
+			const struct written *w = &_written[i];
+			uint64_t v = (uint64_t)w->value;
+
+			if (w->ts < from || w->ts >= to ||
+			    (sel_text && strstr(sel_text, "node") && w->node) ||
+			    (sel_text && strstr(sel_text, "comm") && w->comm != 1))
+				continue;
+			if (periods == 3)
+				v *= w->node ? PERIOD / 2 : PERIOD;
+			want[w->comm] += v;
+			sum += v;
+		}
+		assert_int_equal(tc.nodes[0].total, sum);
+		for (uint32_t i = 1; i < tc.n; i++) {
+			const char *comm = profile__string(cut, tc.nodes[i].ref);
+
+			if (tc.nodes[i].depth != 1)
+				continue;
+			for (int k = 0; k < 3; k++)
+				if (!strcmp(comm, comms[k]))
+					assert_int_equal(tc.nodes[i].total, want[k]);
+		}
+	}
 	assert_true(tc.n > 1 || from >= to || tw.n == 1);
 	flametree__release(&tw);
 	flametree__release(&tc);
@@ -402,7 +456,30 @@ static void test_store_cut_equals_whole(void **state)
 	assert_non_null(tmpdir_make(_dir, sizeof(_dir), "test-flametree"));
 	st = store_open_or_fail(_dir);
 	_fill_store(st, T0, 3 * MIN + 17 * SEC, 9);
-	for (int pass = 0; pass < 2; pass++) {
+	/*
+	 * The sums by (stack, process) go to per-process arrays while they
+	 * fit, else to a hash table; pass 1 has room for one array only, so
+	 * it moves to the table half way.
+	 */
+	for (int pass = 0; pass < 3; pass++) {
+		int64_t stacks = 0;
+		sqlite3 *db;
+		char path[128];
+
+		snprintf(path, sizeof(path), "%s/flamewatch.db", _dir);
+		assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+		{
+			sqlite3_stmt *q;
+
+			assert_int_equal(sqlite3_prepare_v2(db, "SELECT max(id) FROM stacks", -1, &q,
+							    NULL), SQLITE_OK);
+			assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+			stacks = sqlite3_column_int64(q, 0);
+			sqlite3_finalize(q);
+		}
+		sqlite3_close(db);
+		sqlite__profile_dense_bytes = pass == 1 ? (size_t)(stacks + 1) * 8 + 7 :
+					      pass == 2 ? 0 : 64u << 20;
 		/*
 		 * The first query reads every frame's key in one scan of the
 		 * table; the second pass finds them cached but for the few of
@@ -415,8 +492,10 @@ static void test_store_cut_equals_whole(void **state)
 			_check_store(st, T0, end, "{comm=\"db\"}", maxes[m]);
 			_check_store(st, end + MIN, end + 2 * MIN, NULL, maxes[m]);
 		}
-		_fill_store(st, end - 10 * SEC, 10 * SEC, 12);
+		if (pass < 2)
+			_fill_store(st, end - 10 * SEC, 10 * SEC, 12);
 	}
+	sqlite__profile_dense_bytes = 64u << 20;
 	/*
 	 * With nothing cached, a narrow window needs few of a large table's
 	 * frames and looks them up one by one; the wide one after it scans
@@ -429,6 +508,9 @@ static void test_store_cut_equals_whole(void **state)
 	_check_store(st, T0 - SEC, end + 7 * MIN, NULL, 200);
 	store__close(st);
 	tmpdir_remove(_dir);
+	free(_written);
+	_written = NULL;
+	_nwritten = 0;
 }
 
 int main(void)

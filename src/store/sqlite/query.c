@@ -11,6 +11,7 @@
 #include "common/batch.h"
 #include "common/flametree.h"
 #include "common/intern.h"
+#include "common/log.h"
 #include "common/profile.h"
 #include "sqlite_int.h"
 
@@ -58,6 +59,91 @@ static int _agg_add(struct query *q, uint64_t key, int64_t v)
 	return 0;
 }
 
+/*
+ * A profile sums by (stack, tag). A day's window adds tens of millions of
+ * rollup entries, and one hash table over every (stack, tag) took a cache
+ * miss for each. While they fit sqlite__profile_dense_bytes, each tag gets an array
+ * indexed by stack id instead: the entries of one rollup row, all of one
+ * series and so of one tag, then land in one tag's array. A window with
+ * more tags than fit falls back to the table (the arrays are moved in).
+ */
+size_t sqlite__profile_dense_bytes = 64u << 20;
+
+/* Moves the arrays into q->agg and stops using them. */
+static int _dense_spill(struct query *q)
+{
+	int err = 0;
+
+	for (uint32_t t = 0; t < q->ndense; t++) {
+		for (uint32_t k = 0; !err && q->dense[t] && k < q->dense_stacks; k++) {
+			uint64_t *slot;
+
+			if (!q->dense[t][k])
+				continue;
+			slot = sqlite__map_upsert(&q->agg, (uint64_t)k << 32 | t, NULL);
+			if (!slot)
+				err = -ENOMEM;
+			else
+				*slot += q->dense[t][k];
+		}
+		free(q->dense[t]);
+	}
+	free(q->dense);
+	q->dense = NULL;
+	q->ndense = 0;
+	q->use_dense = false;
+	return err;
+}
+
+/* Makes tag's array, or spills when it would not fit. */
+static int _dense_tag(struct query *q, uint32_t tag)
+{
+	size_t bytes = (size_t)q->dense_stacks * sizeof(**q->dense);
+
+	if (tag >= q->ndense) {
+		uint32_t n = tag + 1 > q->ndense * 2 ? tag + 1 : q->ndense * 2;
+		uint64_t **d;
+
+		if ((uint64_t)n * bytes > sqlite__profile_dense_bytes)
+			n = tag + 1;
+		if ((uint64_t)n * bytes > sqlite__profile_dense_bytes)
+			return _dense_spill(q);
+		d = realloc(q->dense, n * sizeof(*d));
+		if (!d)
+			return -ENOMEM;
+		memset(d + q->ndense, 0, (n - q->ndense) * sizeof(*d));
+		q->dense = d;
+		q->ndense = n;
+	}
+	if ((uint64_t)(tag + 1) * bytes > sqlite__profile_dense_bytes)
+		return _dense_spill(q);
+	q->dense[tag] = calloc(q->dense_stacks, sizeof(**q->dense));
+	return q->dense[tag] ? 0 : -ENOMEM;
+}
+
+static int _profile_add(struct query *q, uint32_t stack, uint32_t tag, int64_t v)
+{
+	if (q->use_dense) {
+		int err;
+
+		/* The window was read in one transaction: no stack is newer than the largest. */
+		if (stack >= q->dense_stacks) {
+			pr_warn("store: sqlite: stack %u is beyond the table's largest\n", stack);
+			return -EIO;
+		}
+		if (tag >= q->ndense || !q->dense[tag]) {
+			err = _dense_tag(q, tag);
+			if (err)
+				return err;
+		}
+		if (q->use_dense) {
+			q->dense[tag][stack] += (uint64_t)v;
+			return 0;
+		}
+	}
+	return _agg_add(q, (uint64_t)stack << 32 | tag, v);
+}
+
 static int _profile_rollup(struct query *q, struct qseries *s, int64_t bucket,
 			   const struct rollup_entry *e, uint32_t n)
 {
@@ -66,7 +152,7 @@ static int _profile_rollup(struct query *q, struct qseries *s, int64_t bucket,
 
 		if (e[i].type != q->type)
 			continue;
-		err = _agg_add(q, (uint64_t)e[i].stack << 32 | s->tag, e[i].sum);
+		err = _profile_add(q, e[i].stack, s->tag, e[i].sum);
 		if (err)
 			return err;
 	}
@@ -75,7 +161,7 @@ static int _profile_rollup(struct query *q, struct qseries *s, int64_t bucket,
 
 static int _profile_sample(struct query *q, struct qseries *s, const struct block_sample *bs)
 {
-	return _agg_add(q, (uint64_t)bs->stack << 32 | s->tag, bs->value);
+	return _profile_add(q, bs->stack, s->tag, bs->value);
 }
 
 /*
@@ -88,14 +174,26 @@ static int _profile_agg(struct query *q, int64_t from, int64_t to, bool *any, bo
 {
 	static const struct visitor v = { .rollup = _profile_rollup, .sample = _profile_sample };
 	struct plan p = { 0 };
+	int64_t max_stack = 0;
 	int err;
 
 	*any = *mixed = false;
 	*period = 0;
-	err = sqlite__plan_bucket(&p, from, to);
+	err = sqlite__exec_int(q->st, ST_MAX_STACK, 0, &max_stack);
+	if (!err && max_stack >= 0 && max_stack < UINT32_MAX) {
+		q->dense_stacks = (uint32_t)max_stack + 1;
+		q->use_dense = true;
+	}
+	if (!err)
+		err = sqlite__plan_bucket(&p, from, to);
 	if (!err)
 		err = sqlite__scan_plan(q, &p, &v);
 	sqlite__plan_free(&p);
+	if (q->use_dense) {
+		int e = _dense_spill(q);
+
+		err = err ?: e;
+	}
 	for (uint32_t i = 0; !err && i < q->agg.cap; i++) {
 		const struct u64slot *slot = &q->agg.slots[i];
 		uint64_t per;

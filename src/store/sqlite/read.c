@@ -122,6 +122,9 @@ void sqlite__query_free(struct query *q)
 {
 	sqlite__map_free(&q->smap);
 	sqlite__map_free(&q->agg);
+	for (uint32_t t = 0; t < q->ndense; t++)
+		free(q->dense[t]);
+	free(q->dense);
 	intern__free(q->ptags);
 	free(q->qs);
 	intern__free(q->groups);

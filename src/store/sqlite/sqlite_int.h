@@ -262,6 +262,9 @@ struct query {
 	/* profile */
 	struct profile *out;
 	struct u64map agg;		/* stack << 32 | tag -> sum */
+	uint64_t **dense;		/* or, while they fit: per tag, sums by stack id */
+	uint32_t ndense, dense_stacks;
+	bool use_dense;
 	struct intern *ptags;		/* tag: struct ptag */
 	uint64_t fallback_period;	/* for series of unknown period */
 	/* series */
@@ -313,6 +316,12 @@ struct qseries *sqlite__qseries(struct query *q, int64_t series, int *err);
 void sqlite__exporter_free(struct exporter *ex);
 int64_t sqlite__ex_stack(struct exporter *ex, uint32_t id);
 int64_t sqlite__ex_frame(struct exporter *ex, int64_t id);
+
+/*
+ * What a profile query's per-tag arrays may take (query.c); past it they
+ * go into a hash table. A variable so that tests can take both ways.
+ */
+extern size_t sqlite__profile_dense_bytes;
 
 /* ---- reading: stack shapes for flame graphs (shapes.c) ------------------- */
 
