@@ -147,6 +147,25 @@ static int _profile_add(struct query *q, uint32_t stack, uint32_t tag, int64_t v
 static int _profile_rollup(struct query *q, struct qseries *s, int64_t bucket,
 			   const struct rollup_entry *e, uint32_t n)
 {
+	uint32_t lo = 0, hi;
+
+	/*
+	 * Rows come sorted by (type, stack): the decoder refuses any other
+	 * order. So the entries of q->type are one run, whose last stack
+	 * bounds them all, summed in a tight loop.
+	 */
+	while (lo < n && e[lo].type < q->type)
+		lo++;
+	for (hi = lo; hi < n && e[hi].type == q->type; hi++)
+		;
+	if (q->use_dense && lo < hi && e[hi - 1].stack < q->dense_stacks &&
+	    s->tag < q->ndense && q->dense[s->tag]) {
+		uint64_t *sums = q->dense[s->tag];
+
+		for (uint32_t i = lo; i < hi; i++)
+			sums[e[i].stack] += (uint64_t)e[i].sum;
+		return 0;
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		int err;
 
