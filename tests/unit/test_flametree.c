@@ -427,10 +427,11 @@ static void _check_store(struct store *st, int64_t from, int64_t to, const char 
 		}
 		assert_int_equal(tc.nodes[0].total, sum);
 		for (uint32_t i = 1; i < tc.n; i++) {
-			const char *comm = profile__string(cut, tc.nodes[i].ref);
+			const char *comm;
 
 			if (tc.nodes[i].depth != 1)
 				continue;
+			comm = profile__string(cut, tc.nodes[i].ref);
 			for (int k = 0; k < 3; k++)
 				if (!strcmp(comm, comms[k]))
 					assert_int_equal(tc.nodes[i].total, want[k]);
