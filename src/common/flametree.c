@@ -8,9 +8,9 @@
 #include "profile.h"
 
 /*
- * The tree is not built whole. A 50k-stack profile of deep stacks merges
- * into about a million nodes, most of them cut again by max_nodes; hashing
- * each into a table to find it was most of a query's time. Instead the
+ * The tree is not built whole. A profile of many distinct deep stacks
+ * merges into far more nodes than max_nodes keeps; hashing each into a
+ * table to find it was most of a query's time. Instead the
  * paths are sorted by process and then by their frames' merge keys, so
  * that every node of the merged tree is one run of consecutive paths
  * sharing a prefix: a first sweep sums each node's total (a number per

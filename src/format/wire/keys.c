@@ -6,18 +6,18 @@
  *
  * Why: an acknowledged entry is never sent again in its session; the
  * encoder needs it only to find its id when a later batch refers to it
- * again. Holding every key for that (function names of 60 to 100 bytes,
- * stacks of dozens of frame ids, a general-purpose index over them) cost
- * about 130 bytes an entry, so at tens of thousands of distinct stacks a
- * node's working set did not fit the agent's cap and every batch started
- * a session anew, carrying its whole dictionary. A hash and an index slot
- * cost 24 to 32 bytes an entry whatever the key.
+ * again. Holding every key for that (long demangled names, stacks of
+ * dozens of frame ids, a general-purpose index over them) cost several
+ * times what a hash and an index slot cost, whatever the key; where nodes
+ * run many distinct stacks, a node's working set did not fit the agent's
+ * cap and every batch started a session anew, carrying its whole
+ * dictionary (bench/README.md, issue 28, has the figures).
  *
  * Two different keys of one session with the same 128-bit hash would share
  * an id (the second would be sent as the first). With n entries the chance
- * is about n^2 / 2^129: 10^-27 for a million. The hash is SipHash-2-4 with
- * a random key per session, so names chosen by a profiled program cannot
- * be made to collide either.
+ * is about n^2 / 2^129, negligible for any table memory can hold. The hash
+ * is SipHash-2-4 with a random key per session, so names chosen by a
+ * profiled program cannot be made to collide either.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -60,9 +60,9 @@ static int _agg_add(struct query *q, uint64_t key, int64_t v)
 }
 
 /*
- * A profile sums by (stack, tag). A day's window adds tens of millions of
- * rollup entries, and one hash table over every (stack, tag) took a cache
- * miss for each. While they fit sqlite__profile_dense_bytes, each tag gets an array
+ * A profile sums by (stack, tag). A day's window adds a rollup entry per
+ * stack, series and hour, and one hash table over every (stack, tag) took
+ * a cache miss for each. While they fit sqlite__profile_dense_bytes, each tag gets an array
  * indexed by stack id instead: the entries of one rollup row, all of one
  * series and so of one tag, then land in one tag's array. A window with
  * more tags than fit falls back to the table (the arrays are moved in).
@@ -286,7 +286,8 @@ out:
  * stack ids summed by process, their frames merged by store ids (a
  * function's name and a binary's path are each one string id), all held
  * in st->shapes; only the frames of kept nodes are copied into out.
- * Naming every frame of a window first was most of a query at 50k stacks.
+ * Naming every frame of a window first was most of a query where nodes
+ * run many distinct stacks.
  */
 int sqlite__flamegraph(void *impl, int64_t from, int64_t to, const struct selector *sel,
 		       uint32_t type, size_t max_nodes, struct profile *out, struct flametree *t)
