@@ -4,7 +4,7 @@
  * store spent most of a query building the whole tree only to trim it).
  *
  *   gcc -std=gnu11 -D_GNU_SOURCE -O2 -g -Isrc bench/flamegraph_bench.c \
- *       src/format/flamegraph.c src/common/profile.c src/common/intern.c \
+ *       src/format/flamegraph.c src/common/flametree.c src/common/profile.c src/common/intern.c \
  *       src/common/strbuf.c -o build/flamegraph_bench
  *   build/flamegraph_bench [STACKS [MAX_NODES [REPEATS [OUT]]]]   # 50000 20000 7
  *

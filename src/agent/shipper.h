@@ -26,11 +26,13 @@ struct shipper;
  * The session dictionary grows with every process that is sampled (its
  * series: pid, comm, exe) and every new stack; past this cap the next
  * batch starts a new session and re-sends only what it refers to. The
- * agent's whole memory budget is 8 MiB, so the wire format's default cap
- * (the same 8 MiB) would let process churn alone use all of it; 2 MiB is
- * about 7,000 new processes (~300 bytes each), and a reset costs one
- * batch carrying the strings, frames and stacks still in use. Public so
- * that bench/ingest_bench.c plays agents with the same cap.
+ * encoder keeps what the server acknowledged as hashes, not keys
+ * (format/wire/keys.c), so the cap counts entries, not their text; it
+ * bounds the agent's memory whatever the fleet. A larger one makes resets
+ * rarer where nodes run many distinct stacks, but the server holds
+ * several times an agent's bytes per session, so it fills the server's
+ * session budget with fewer agents (bench/README.md, issue 28).
+ * Public so that bench/ingest_bench.c plays agents with the same cap.
  */
 #define SHIPPER_DICT_MAX_BYTES (2u << 20)
 

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct flametree;
 struct profile;
 struct strbuf;
 
@@ -25,5 +26,15 @@ struct strbuf;
  */
 int flamegraph__write_json(const struct profile *p, const char *unit, size_t max_nodes,
 			   struct strbuf *out);
+
+/*
+ * The same reply for a tree already cut (common/flametree.h) whose refs
+ * are p's ids: a process node's is its comm string id, a frame node's a
+ * frame id whose function, binary and kind name the node. For producers
+ * that cut before naming (store__flamegraph()). Returns 0, -EINVAL for a
+ * tree without its root, or -ENOMEM.
+ */
+int flamegraph__write_tree_json(const struct profile *p, const struct flametree *t,
+				const char *unit, struct strbuf *out);
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/batch.h"
+#include "common/flametree.h"
 #include "common/profile.h"
 #include "common/strbuf.h"
 #include "common/timeparse.h"
@@ -60,6 +61,36 @@ static int _speedscope_ns(const struct profile *p, FILE *f)
 	return speedscope__write(p, "nanoseconds", f);
 }
 
+/*
+ * The store cuts the graph to max_nodes before it names frames, so a
+ * window of many distinct stacks costs about what the kept nodes cost.
+ */
+static void _reply_flamegraph(struct request *r, int64_t from, int64_t to,
+			      const struct selector *sel, uint32_t type, uint64_t max_nodes,
+			      struct profile *p)
+{
+	struct strbuf sb = STRBUF_INIT;
+	struct flametree t = { 0 };
+	bool cpu_ns;
+	int err;
+
+	err = store__flamegraph(r->srv->store, from, to, sel, type, max_nodes, p, &t);
+	if (err) {
+		request__error(r, 500, "store: %s", strerror(-err));
+		return;
+	}
+	/* The store's periods win over ?hz=; mixed ones come as nanoseconds. */
+	cpu_ns = type == SAMPLE_CPU && p->period_ns == 1;
+	err = flamegraph__write_tree_json(p, &t, type == SAMPLE_CPU && !cpu_ns ? "samples" :
+					  "nanoseconds", &sb);
+	if (err)
+		request__error(r, 500, "cannot build the flame graph: %s", strerror(-err));
+	else
+		request__reply_json(r, 200, &sb);
+	strbuf__release(&sb);
+	flametree__release(&t);
+}
+
 void routes__profile(struct request *r)
 {
 	const char *format = request__param(r, "format");
@@ -89,6 +120,10 @@ void routes__profile(struct request *r)
 		goto out;
 	}
 	p->duration_ns = to - from;
+	if (!strcmp(format, "json")) {
+		_reply_flamegraph(r, from, to, sel, type, max_nodes, p);
+		goto out;
+	}
 	err = store__profile(r->srv->store, from, to, sel, type, p);
 	if (err) {
 		request__error(r, 500, "store: %s", strerror(-err));
@@ -102,19 +137,9 @@ void routes__profile(struct request *r)
 		_reply_file_writer(r, "application/octet-stream",
 				   type == SAMPLE_OFFCPU ? pprof__write_offcpu :
 				   type == SAMPLE_GPU_TIME ? pprof__write_gpu_time : pprof__write, p);
-	} else if (!strcmp(format, "speedscope")) {
+	} else {
 		_reply_file_writer(r, "application/json", type == SAMPLE_CPU && !cpu_ns ?
 				   _speedscope_samples : _speedscope_ns, p);
-	} else {
-		struct strbuf sb = STRBUF_INIT;
-
-		err = flamegraph__write_json(p, type == SAMPLE_CPU && !cpu_ns ? "samples" : "nanoseconds",
-					     max_nodes, &sb);
-		if (err)
-			request__error(r, 500, "cannot build the flame graph: %s", strerror(-err));
-		else
-			request__reply_json(r, 200, &sb);
-		strbuf__release(&sb);
 	}
 out:
 	profile__free(p);

@@ -104,6 +104,10 @@ static inline uint64_t _get_varint(struct reader *r)
 {
 	uint64_t v = 0;
 
+	/* Most values of a rollup or block take one byte: no loop for them. */
+	if (r->p < r->end && *r->p < 0x80)
+		return *r->p++;
+
 	for (int shift = 0; shift < 64; shift += 7) {
 		uint8_t byte;
 

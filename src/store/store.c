@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/batch.h"
+#include "common/flametree.h"
 #include "common/intern.h"
 #include "common/log.h"
 #include "common/profile.h"
@@ -114,6 +115,22 @@ int store__profile(struct store *s, int64_t from, int64_t to, const struct selec
 	if (from >= to)
 		return 0;
 	return LOCKED(s, s->ops->profile(s->impl, from, to, sel, type, out));
+}
+
+int store__flamegraph(struct store *s, int64_t from, int64_t to, const struct selector *sel,
+		      uint32_t type, size_t max_nodes, struct profile *out, struct flametree *t)
+{
+	int err;
+
+	if (!s || !out || !t)
+		return -EINVAL;
+	memset(t, 0, sizeof(*t));
+	if (from >= to)
+		return flametree__build_profile(t, out, max_nodes);
+	if (s->ops->flamegraph)
+		return LOCKED(s, s->ops->flamegraph(s->impl, from, to, sel, type, max_nodes, out, t));
+	err = LOCKED(s, s->ops->profile(s->impl, from, to, sel, type, out));
+	return err ?: flametree__build_profile(t, out, max_nodes);
 }
 
 int store__samples(struct store *s, int64_t from, int64_t to, const struct selector *sel,

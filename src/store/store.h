@@ -19,6 +19,7 @@
 
 struct store;
 struct batch;
+struct flametree;
 struct profile;
 struct selector;
 
@@ -60,6 +61,17 @@ int store__write(struct store *s, const char *node, const struct batch *b);
  */
 int store__profile(struct store *s, int64_t from, int64_t to, const struct selector *sel,
 		   uint32_t type, struct profile *out);
+
+/*
+ * The flame graph of what store__profile() gives for the same arguments,
+ * cut to max_nodes as common/flametree.h cuts: the same nodes, totals,
+ * selves and trimmed accounting, and out->period_ns set the same way. t
+ * (overwritten; release it after) refers to out's ids: comm string ids
+ * and frame ids. out may hold only the frames that kept nodes name, not
+ * the samples: a backend may cut before it names what the cut drops.
+ */
+int store__flamegraph(struct store *s, int64_t from, int64_t to, const struct selector *sel,
+		      uint32_t type, size_t max_nodes, struct profile *out, struct flametree *t);
 
 /*
  * Time-ordered samples for a flame chart: cb runs for each sample of type
@@ -262,6 +274,10 @@ struct store_backend {
 	int (*write)(void *impl, const char *node, const struct batch *b);
 	int (*profile)(void *impl, int64_t from, int64_t to, const struct selector *sel,
 		       uint32_t type, struct profile *out);
+	/* May be NULL: store__flamegraph() then cuts what profile() gives. */
+	int (*flamegraph)(void *impl, int64_t from, int64_t to, const struct selector *sel,
+			  uint32_t type, size_t max_nodes, struct profile *out,
+			  struct flametree *t);
 	int (*samples)(void *impl, int64_t from, int64_t to, const struct selector *sel,
 		       uint32_t type, uint32_t max_samples, struct profile *dict,
 		       int (*cb)(void *ctx, int64_t ts, uint32_t stack, uint32_t tid,

@@ -23,7 +23,9 @@
 #include "common/batch.h"
 #include "common/intern.h"
 #include "common/profile.h"
+#include "agent/shipper.h"
 #include "format/wire.h"
+#include "format/wire/wire_int.h"
 #include "wire.pb-c.h"
 
 #define PERIOD_NS 52631579ULL	/* 19 Hz */
@@ -1452,6 +1454,142 @@ static void test_corpus_seeds(void **state)
 	}
 }
 
+/* SipHash-2-4, 128-bit output: its authors' vectors (key 00..0f, message 00..len-1). */
+static void test_siphash128_vectors(void **state)
+{
+	static const struct { size_t len; uint8_t want[16]; } v[] = {
+		{ 0, { 0xa3, 0x81, 0x7f, 0x04, 0xba, 0x25, 0xa8, 0xe6,
+		       0x6d, 0xf6, 0x72, 0x14, 0xc7, 0x55, 0x02, 0x93 } },
+		{ 1, { 0xda, 0x87, 0xc1, 0xd8, 0x6b, 0x99, 0xaf, 0x44,
+		       0x34, 0x76, 0x59, 0x11, 0x9b, 0x22, 0xfc, 0x45 } },
+		{ 7, { 0xa1, 0xf1, 0xeb, 0xbe, 0xd8, 0xdb, 0xc1, 0x53,
+		       0xc0, 0xb8, 0x4a, 0xa6, 0x1f, 0xf0, 0x82, 0x39 } },
+		{ 8, { 0x3b, 0x62, 0xa9, 0xba, 0x62, 0x58, 0xf5, 0x61,
+		       0x0f, 0x83, 0xe2, 0x64, 0xf3, 0x14, 0x97, 0xb4 } },
+		{ 15, { 0x54, 0x93, 0xe9, 0x99, 0x33, 0xb0, 0xa8, 0x11,
+			0x7e, 0x08, 0xec, 0x0f, 0x97, 0xcf, 0xc3, 0xd9 } },
+		{ 63, { 0x51, 0x50, 0xd1, 0x77, 0x2f, 0x50, 0x83, 0x4a,
+			0x50, 0x3e, 0x06, 0x9a, 0x97, 0x3f, 0xbd, 0x7c } },
+	};
+	const uint64_t key[2] = { 0x0706050403020100ULL, 0x0f0e0d0c0b0a0908ULL };
+	uint8_t msg[64];
+
+	for (int i = 0; i < 64; i++)
+		msg[i] = (uint8_t)i;
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		uint64_t h[2];
+		uint8_t got[16];
+
+		wire__siphash128(key, msg, v[i].len, h);
+		for (int b = 0; b < 8; b++) {
+			got[b] = (uint8_t)(h[0] >> (8 * b));
+			got[8 + b] = (uint8_t)(h[1] >> (8 * b));
+		}
+		assert_memory_equal(got, v[i].want, 16);
+	}
+}
+
+/*
+ * One node of a fleet with many distinct stacks: nstacks stacks of 10 to
+ * 30 frames down a call tree (prefixes shared), names of about 80 bytes,
+ * four return addresses per function. Batch k refers to want stacks drawn
+ * from them, so the session's working set is every stack, while one batch
+ * sees a part.
+ */
+static struct batch *_fleet_batch(uint32_t nstacks, uint32_t want, uint32_t k)
+{
+	struct gen g = { .b = batch__new(PERIOD_NS), .rng = 977 * k + 1 };
+	struct profile *p = g.b->dict;
+	uint32_t series = _series(g.b, 4242, "trainer");
+	int64_t exe = profile__intern_mapping(p, "/opt/svc/bin/trainer", "5eed");
+
+	assert_true(exe >= 0);
+	for (uint32_t i = 0; i < want; i++) {
+		uint32_t s = _rand(&g) % nstacks, depth = 10 + s % 21, f[32], node = 0;
+		struct batch_sample bs = {
+			.ts_ns = T0 + (int64_t)k * 10000000000LL + i, .series = series,
+			.tid = 4242, .type = SAMPLE_CPU, .value = 1,
+		};
+		int64_t stack;
+
+		for (uint32_t j = 0; j < depth; j++) {
+			char name[128];
+
+			/* The callee at depth j is one of 4 under its caller, picked by s. */
+			node = node * 4 + (s >> (j % 11)) % 4 % (j < 4 ? 1 : 4) + 1;
+			node %= 9973;
+			snprintf(name, sizeof(name),
+				 "ml::io::ThreadPoolExecutor%u<std::shared_ptr<Buffer>>::step(int, void*)",
+				 node);
+			f[j] = _frame(p, FRAME_NATIVE, exe, 0x400000 + node * 64 + s % 4 * 4, name,
+				      "executor.cc", node % 500);
+		}
+		stack = profile__intern_stack(p, f, depth);
+		assert_true(stack >= 0);
+		bs.stack = (uint32_t)stack;
+		assert_int_equal(batch__add_sample(g.b, &bs), 0);
+	}
+	return g.b;
+}
+
+/*
+ * At the agent's own cap, a session holds a node's working set of many
+ * distinct stacks: batch after batch builds on it, none starts a new
+ * session, and what is acknowledged costs a hash and an index slot an
+ * entry, not its key.
+ */
+static void test_session_survives_many_stacks(void **state)
+{
+	struct wire_session_table *t = wire_sessions__new(16, 256 << 20);
+	struct wire_encoder *e = wire_encoder__new(77);
+	size_t first_len = 0, later = 0, entries = 0;
+	uint64_t session = wire_encoder__session(e);
+	const int nbatches = 30;
+
+	wire_encoder__set_max_bytes(e, SHIPPER_DICT_MAX_BYTES);
+	for (int k = 0; k < nbatches; k++) {
+		struct batch *b = _fleet_batch(1500, 800, (uint32_t)k), *out;
+		struct body body = _encode(e, b, WIRE_ZSTD);
+
+		assert_int_equal(wire_encoder__session(e), session);
+		out = _decode_ok(t, body, WIRE_ZSTD);
+		_assert_same(b, out);
+		wire_encoder__ack(e, wire_encoder__seq(e));
+		if (k == 0)
+			first_len = body.len;
+		else if (k >= nbatches / 2)
+			later += body.len;
+		batch__free(out);
+		batch__free(b);
+		free(body.data);
+	}
+	{
+		/* What the server holds of the session is what the encoder acked. */
+		struct batch *b = _fleet_batch(1500, 1, 999), *out;
+		struct body body = _encode(e, b, WIRE_NONE);
+		Flamewatch__Wire__Batch *m = _unpack(body);
+
+		entries = (size_t)m->dict_base_strings + m->dict_base_mappings +
+			  m->dict_base_frames + m->dict_base_stacks + m->dict_base_series;
+		flamewatch__wire__batch__free_unpacked(m, NULL);
+		out = _decode_ok(t, body, WIRE_NONE);
+		_assert_same(b, out);
+		batch__free(out);
+		batch__free(b);
+		free(body.data);
+	}
+	print_message("%zu entries in %zu bytes (%.1f a entry); first batch %zu bytes, "
+		      "later ones %zu on average\n", entries, wire_encoder__memory(e),
+		      (double)wire_encoder__memory(e) / (double)entries, first_len,
+		      later / (nbatches - nbatches / 2));
+	/* A working set the encoder held at 130 bytes an entry would be over the cap. */
+	assert_true(entries * 130 > SHIPPER_DICT_MAX_BYTES);
+	assert_true(wire_encoder__memory(e) < entries * 48);
+	assert_true(later / (nbatches - nbatches / 2) * 4 < first_len);
+	wire_encoder__free(e);
+	wire_sessions__free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1474,6 +1612,8 @@ int main(void)
 		cmocka_unit_test(test_decompressed_cap_exact),
 		cmocka_unit_test(test_typical_size),
 		cmocka_unit_test(test_corpus_seeds),
+		cmocka_unit_test(test_siphash128_vectors),
+		cmocka_unit_test(test_session_survives_many_stacks),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

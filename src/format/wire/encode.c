@@ -11,7 +11,6 @@
 
 #include "common/batch.h"
 #include "common/dict_xlate.h"
-#include "common/intern.h"
 #include "common/profile.h"
 #include "format/wire.h"
 #include "format/wire/wire_int.h"
@@ -29,7 +28,8 @@ struct wire_encoder {
 	uint64_t session;
 	uint64_t ended;			/* the session this one replaced, until an ack; or 0 */
 	uint64_t seq;			/* last encoded */
-	struct intern *tab[K_MAX];	/* NULL after a reset until the next encode */
+	struct wire_keys tab[K_MAX];	/* keys.c */
+	bool live;			/* tab made; false after a reset until the next encode */
 	uint32_t acked[K_MAX];		/* entries the server holds */
 	struct pending *pending;	/* unacked batches, oldest first */
 	size_t npending, cap_pending;
@@ -48,21 +48,20 @@ static uint64_t _next_session(uint64_t id)
 
 static void _tables_free(struct wire_encoder *e)
 {
-	for (int k = 0; k < K_MAX; k++) {
-		intern__free(e->tab[k]);
-		e->tab[k] = NULL;
-	}
+	for (int k = 0; k < K_MAX; k++)
+		wire_keys__release(&e->tab[k]);
+	e->live = false;
 }
 
 static int _tables_new(struct wire_encoder *e)
 {
 	for (int k = 0; k < K_MAX; k++) {
-		e->tab[k] = intern__new();
-		if (!e->tab[k]) {
+		if (wire_keys__init(&e->tab[k], NULL)) {
 			_tables_free(e);
 			return -ENOMEM;
 		}
 	}
+	e->live = true;
 	return 0;
 }
 
@@ -143,8 +142,7 @@ size_t wire_encoder__memory(const struct wire_encoder *e)
 	size_t bytes = sizeof(*e) + e->cap_pending * sizeof(*e->pending);
 
 	for (int k = 0; k < K_MAX; k++)
-		if (e->tab[k])
-			bytes += intern__memory(e->tab[k]);
+		bytes += wire_keys__memory(&e->tab[k]);
 	return bytes;
 }
 
@@ -163,9 +161,12 @@ void wire_encoder__ack(struct wire_encoder *e, uint64_t seq)
 		return;
 	/* The server read ends_session along with the batch. */
 	e->ended = 0;
-	for (int k = 0; k < K_MAX; k++)
+	for (int k = 0; k < K_MAX; k++) {
 		if (e->pending[n - 1].count[k] > e->acked[k])
 			e->acked[k] = e->pending[n - 1].count[k];
+		/* Never sent again: only their hashes are needed from now on. */
+		wire_keys__forget(&e->tab[k], e->acked[k]);
+	}
 	memmove(e->pending, e->pending + n, (e->npending - n) * sizeof(*e->pending));
 	e->npending -= n;
 }
@@ -191,7 +192,7 @@ static int _remember(struct wire_encoder *e, uint64_t seq)
 	p = &e->pending[e->npending++];
 	p->seq = seq;
 	for (int k = 0; k < K_MAX; k++)
-		p->count[k] = intern__count(e->tab[k]);
+		p->count[k] = wire_keys__count(&e->tab[k]);
 	return 0;
 }
 
@@ -211,12 +212,7 @@ struct xlate {
 
 static int64_t _global_add(struct xlate *x, int k, const void *key, size_t len)
 {
-	int64_t id;
-
-	if (intern__count(x->e->tab[k]) == UINT32_MAX)
-		return -E2BIG;
-	id = intern__add(x->e->tab[k], key, len, NULL);
-	return id;
+	return wire_keys__add(&x->e->tab[k], key, len);
 }
 
 static int _scratch(struct xlate *x, size_t n)
@@ -400,7 +396,7 @@ static int _enc_dict(struct wire_encoder *e, struct enc_msg *em)
 
 	for (int k = 0; k < K_MAX; k++) {
 		base[k] = e->acked[k];
-		n[k] = intern__count(e->tab[k]) - base[k];
+		n[k] = wire_keys__count(&e->tab[k]) - base[k];
 	}
 	m->dict_base_strings = base[K_STRING];
 	m->dict_base_mappings = base[K_MAPPING];
@@ -408,11 +404,11 @@ static int _enc_dict(struct wire_encoder *e, struct enc_msg *em)
 	m->dict_base_stacks = base[K_STACK];
 	m->dict_base_series = base[K_SERIES];
 	for (uint32_t i = 0; i < n[K_STACK]; i++) {
-		intern__key(e->tab[K_STACK], base[K_STACK] + i, &len);
+		wire_keys__key(&e->tab[K_STACK], base[K_STACK] + i, &len);
 		nids += len / sizeof(uint32_t);
 	}
 	for (uint32_t i = 0; i < n[K_SERIES]; i++) {
-		intern__key(e->tab[K_SERIES], base[K_SERIES] + i, &len);
+		wire_keys__key(&e->tab[K_SERIES], base[K_SERIES] + i, &len);
 		nids += len / sizeof(uint32_t);
 	}
 
@@ -433,11 +429,11 @@ static int _enc_dict(struct wire_encoder *e, struct enc_msg *em)
 
 	/* Strings are kept NUL-terminated in the table: no copies needed. */
 	for (uint32_t i = 0; i < n[K_STRING]; i++)
-		m->strings[i] = (char *)intern__key(e->tab[K_STRING], base[K_STRING] + i, NULL);
+		m->strings[i] = (char *)wire_keys__key(&e->tab[K_STRING], base[K_STRING] + i, &len);
 	m->n_strings = n[K_STRING];
 
 	for (uint32_t i = 0; i < n[K_MAPPING]; i++) {
-		const void *key = intern__key(e->tab[K_MAPPING], base[K_MAPPING] + i, NULL);
+		const void *key = wire_keys__key(&e->tab[K_MAPPING], base[K_MAPPING] + i, &len);
 
 		flamewatch__wire__mapping__init(&em->mappings[i]);
 		em->mappings[i].path = _u32_at(key, 0);
@@ -451,7 +447,7 @@ static int _enc_dict(struct wire_encoder *e, struct enc_msg *em)
 		Flamewatch__Wire__Frame *f = &em->frames[i];
 		struct wire_frame key;
 
-		memcpy(&key, intern__key(e->tab[K_FRAME], base[K_FRAME] + i, NULL), sizeof(key));
+		memcpy(&key, wire_keys__key(&e->tab[K_FRAME], base[K_FRAME] + i, &len), sizeof(key));
 		flamewatch__wire__frame__init(f);
 		f->kind = key.kind;
 		f->mapping = key.mapping;
@@ -465,7 +461,7 @@ static int _enc_dict(struct wire_encoder *e, struct enc_msg *em)
 	m->n_frames = n[K_FRAME];
 
 	for (uint32_t i = 0; i < n[K_STACK]; i++) {
-		const void *key = intern__key(e->tab[K_STACK], base[K_STACK] + i, &len);
+		const void *key = wire_keys__key(&e->tab[K_STACK], base[K_STACK] + i, &len);
 
 		flamewatch__wire__stack__init(&em->stacks[i]);
 		memcpy(em->ids + at, key, len);
@@ -478,7 +474,7 @@ static int _enc_dict(struct wire_encoder *e, struct enc_msg *em)
 	m->n_stacks = n[K_STACK];
 
 	for (uint32_t i = 0; i < n[K_SERIES]; i++) {
-		const void *key = intern__key(e->tab[K_SERIES], base[K_SERIES] + i, &len);
+		const void *key = wire_keys__key(&e->tab[K_SERIES], base[K_SERIES] + i, &len);
 
 		flamewatch__wire__series__init(&em->series[i]);
 		memcpy(em->ids + at, key, len);
@@ -760,7 +756,7 @@ int wire_encoder__encode(struct wire_encoder *e, const char *node, const struct 
 		return -EINVAL;
 	if (wire_encoder__memory(e) > e->max_bytes)
 		wire_encoder__reset(e);
-	if (!e->tab[0]) {
+	if (!e->live) {
 		err = _tables_new(e);
 		if (err)
 			goto out;

@@ -53,7 +53,49 @@ static inline uint32_t _u32_at(const void *p, size_t i)
 	return v;
 }
 
-/* ---- encoder (compress.c) ------------------------------------------------ */
+/* ---- encoder (keys.c, compress.c) ---------------------------------------- */
+
+/*
+ * One kind of the encoder's session dictionary: keys to dense ids 0, 1,
+ * ... in insertion order, each entry known by a 128-bit keyed hash of its
+ * key, with the key bytes kept only for ids from first on (those the
+ * server has not acknowledged, which batches still send). keys.c says why.
+ */
+struct wire_hash {
+	uint64_t lo, hi;
+};
+
+struct wire_keys {
+	uint64_t sip[2];		/* SipHash key */
+	struct wire_hash *h;		/* per id */
+	uint32_t n, cap;
+	uint32_t *slots;		/* id + 1, 0: empty; open addressing */
+	uint32_t nslots;		/* a power of two */
+	uint32_t first;			/* first id whose key is held */
+	uint8_t *bytes;			/* keys of ids first.. n - 1, back to back */
+	size_t len, cap_bytes;
+	size_t *end;			/* end[id - first]: offset just past its key */
+	size_t cap_end;
+};
+
+/* SipHash-2-4 with 128 bits of output, as its authors define it. */
+void wire__siphash128(const uint64_t key[2], const void *data, size_t len, uint64_t out[2]);
+
+/* sip_key NULL: a random one. 0 or -ENOMEM. */
+int wire_keys__init(struct wire_keys *t, const uint64_t *sip_key);
+void wire_keys__release(struct wire_keys *t);
+/* The id of key, added if it is new. -E2BIG (UINT32_MAX - 1 entries) or -ENOMEM. */
+int64_t wire_keys__add(struct wire_keys *t, const void *key, size_t len);
+/* Borrows the key of id (first <= id < n) until the next add or forget. */
+const void *wire_keys__key(const struct wire_keys *t, uint32_t id, size_t *len);
+/* Drops the keys of ids below upto (the server holds them). */
+void wire_keys__forget(struct wire_keys *t, uint32_t upto);
+size_t wire_keys__memory(const struct wire_keys *t);
+
+static inline uint32_t wire_keys__count(const struct wire_keys *t)
+{
+	return t->n;
+}
 
 /* Consumes in; on success *out is in itself (WIRE_NONE) or a new buffer. */
 int wire__compress(enum wire_compression c, uint8_t *in, size_t len, void **out, size_t *out_len);

@@ -122,6 +122,9 @@ void sqlite__query_free(struct query *q)
 {
 	sqlite__map_free(&q->smap);
 	sqlite__map_free(&q->agg);
+	for (uint32_t t = 0; t < q->ndense; t++)
+		free(q->dense[t]);
+	free(q->dense);
 	intern__free(q->ptags);
 	free(q->qs);
 	intern__free(q->groups);
@@ -248,7 +251,7 @@ static int64_t _ex_mapping(struct exporter *ex, int64_t id)
 	return out;
 }
 
-static int64_t _ex_frame(struct exporter *ex, int64_t id)
+int64_t sqlite__ex_frame(struct exporter *ex, int64_t id)
 {
 	sqlite3_stmt *s = ex->st->st[ST_FRAME_ROW];
 	uint64_t *slot = sqlite__map_get(&ex->frames, (uint64_t)id);
@@ -315,11 +318,11 @@ int64_t sqlite__ex_stack(struct exporter *ex, uint32_t id)
 		return n;
 	}
 	/*
-	 * _ex_frame() does not touch fbuf, so the frame ids can be rewritten
+	 * sqlite__ex_frame() does not touch fbuf, so the frame ids can be rewritten
 	 * in place into output ids.
 	 */
 	for (int64_t i = 0; i < n; i++) {
-		int64_t f = _ex_frame(ex, st->fbuf[i]);
+		int64_t f = sqlite__ex_frame(ex, st->fbuf[i]);
 
 		if (f < 0)
 			return f;
@@ -481,4 +484,5 @@ void sqlite__query_begin(struct sqlite_store *st)
 	/* Bounded between queries, never during one: qseries borrow from it. */
 	if (st->ninfos > SERIES_CACHE_MAX)
 		sqlite__drop_series_info(st);
+	sqlite__shapes_trim(st);
 }

@@ -161,6 +161,8 @@ const char *const sqlite__sql[ST_COUNT] = {
 	[ST_MAX_SERIES] = "SELECT max(id) FROM series",
 	[ST_MAX_STACK] = "SELECT max(id) FROM stacks",
 	[ST_MAX_FRAME] = "SELECT max(id) FROM frames",
+	[ST_FRAME_SCAN] = "SELECT id, kind, mapping, function FROM frames",
+	[ST_STACK_SCAN] = "SELECT id, frames FROM stacks",
 	[ST_SERIES_PERIOD] = "SELECT period_ns FROM series WHERE id = ?1",
 	[ST_GPU_INS] = "INSERT INTO gpu_intervals(start, end, series, device, stream, kind, name,"
 		       " stack, correlation, bytes, weight)"
@@ -272,6 +274,7 @@ void sqlite__drop_caches(struct sqlite_store *st)
 	sqlite__cache_free(&st->frames);
 	sqlite__cache_free(&st->stacks);
 	sqlite__cache_free(&st->series);
+	sqlite__shapes_free(&st->shapes);
 }
 
 void sqlite__drop_series_info(struct sqlite_store *st)
@@ -586,6 +589,7 @@ const struct store_backend store_sqlite_backend = {
 	.close = _sqlite_close,
 	.write = sqlite__write,
 	.profile = sqlite__profile,
+	.flamegraph = sqlite__flamegraph,
 	.samples = sqlite__samples,
 	.series = sqlite__series,
 	.label_names = sqlite__label_names,

@@ -21,6 +21,8 @@
 #include "store/blockcodec.h"
 #include "store/sqlite.h"
 
+struct flametree;
+
 struct intern;
 
 #define SPAN		STORE_SQLITE_BLOCK_SPAN_NS
@@ -39,7 +41,7 @@ enum stmt_id {
 	ST_RU_GET_M, ST_RU_GET_H, ST_RU_PUT_M, ST_RU_PUT_H, ST_RU_RANGE_M, ST_RU_RANGE_H,
 	ST_META_ADD, ST_META_GET,
 	ST_RETAIN_BLOCKS, ST_RETAIN_M, ST_RETAIN_H, ST_RU_DEL_H,
-	ST_MAX_SERIES, ST_MAX_STACK, ST_MAX_FRAME,
+	ST_MAX_SERIES, ST_MAX_STACK, ST_MAX_FRAME, ST_FRAME_SCAN, ST_STACK_SCAN,
 	ST_SERIES_PERIOD,
 	ST_GPU_INS, ST_GPU_RANGE, ST_GPU_RETAIN,
 	ST_COUNT,
@@ -128,6 +130,21 @@ struct series_info {
 	uint64_t period_ns;		/* 0: unknown */
 };
 
+/*
+ * Per store id, what flame graphs merge by (shapes.c): each stack's frame
+ * ids, and each frame's (function, mapping path, kind) as a key id.
+ */
+struct shapes {
+	uint64_t *stack;		/* per stack id: (arena offset + 1) << 24 | frames; 0: not loaded */
+	uint32_t nstack;
+	uint32_t *frames;		/* the arena of stacks' frame ids */
+	size_t nframes, cap_frames;
+	uint32_t *fkey;			/* per frame id: key id + 1; 0: not loaded */
+	uint32_t nfkey;
+	struct intern *keys;		/* struct { int64_t function, path, kind } */
+	struct u64map mpath;		/* mapping id -> path string id */
+};
+
 /* Work due on (series, type, window): merging its small blocks. */
 struct due {
 	int64_t series, window;
@@ -145,6 +162,8 @@ struct sqlite_store {
 	struct dxlate **dx;
 	uint32_t ndx;
 	uint64_t dx_bytes, dx_clock;
+
+	struct shapes shapes;		/* for flame graphs, kept across queries */
 
 	/* series id -> struct series_info *, for queries */
 	struct u64map series_info;
@@ -243,6 +262,9 @@ struct query {
 	/* profile */
 	struct profile *out;
 	struct u64map agg;		/* stack << 32 | tag -> sum */
+	uint64_t **dense;		/* or, while they fit: per tag, sums by stack id */
+	uint32_t ndense, dense_stacks;
+	bool use_dense;
 	struct intern *ptags;		/* tag: struct ptag */
 	uint64_t fallback_period;	/* for series of unknown period */
 	/* series */
@@ -293,6 +315,32 @@ void sqlite__query_free(struct query *q);
 struct qseries *sqlite__qseries(struct query *q, int64_t series, int *err);
 void sqlite__exporter_free(struct exporter *ex);
 int64_t sqlite__ex_stack(struct exporter *ex, uint32_t id);
+int64_t sqlite__ex_frame(struct exporter *ex, int64_t id);
+
+/*
+ * What a profile query's per-tag arrays may take (query.c); past it they
+ * go into a hash table. A variable so that tests can take both ways.
+ */
+extern size_t sqlite__profile_dense_bytes;
+
+/* ---- reading: stack shapes for flame graphs (shapes.c) ------------------- */
+
+/*
+ * Loads the frame ids of the n stacks ids[] into st->shapes where they are
+ * not there; at[i] then locates ids[i]'s for sqlite__shape_frames() until
+ * the cache is dropped. 0, -EIO (a missing or corrupt row) or -ENOMEM.
+ */
+int sqlite__shape_stacks(struct sqlite_store *st, const uint32_t *ids, uint32_t n, uint64_t *at);
+/*
+ * Loads the merge keys (st->shapes.fkey) of every frame of the n stacks
+ * at[] locates. 0, -EIO or -ENOMEM.
+ */
+int sqlite__shape_keys(struct sqlite_store *st, const uint64_t *at, uint32_t n);
+/* Borrows the frame ids of a loaded stack; valid until the next load. */
+const uint32_t *sqlite__shape_frames(const struct shapes *sh, uint64_t at, uint32_t *n);
+/* Drops the cache when it has outgrown its budget; between queries only. */
+void sqlite__shapes_trim(struct sqlite_store *st);
+void sqlite__shapes_free(struct shapes *sh);
 void sqlite__plan_free(struct plan *p);
 int sqlite__plan_bucket(struct plan *p, int64_t a, int64_t b);
 int sqlite__decode_row(struct sqlite_store *st, sqlite3_stmt *s, int col, int64_t id,
@@ -315,6 +363,8 @@ int sqlite__write(void *impl, const char *node, const struct batch *b);
 /* query.c */
 int sqlite__profile(void *impl, int64_t from, int64_t to, const struct selector *sel,
 		    uint32_t type, struct profile *out);
+int sqlite__flamegraph(void *impl, int64_t from, int64_t to, const struct selector *sel,
+		       uint32_t type, size_t max_nodes, struct profile *out, struct flametree *t);
 int sqlite__series(void *impl, int64_t from, int64_t to, int64_t step,
 		   const struct selector *sel, uint32_t type, const char *by,
 		   int (*cb)(void *ctx, const char *group, int64_t bucket_start, int64_t sum),
