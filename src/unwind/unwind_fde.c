@@ -405,6 +405,32 @@ bool ut__hdr_next(struct ut_hdr_table *h, uint64_t limit, struct ut_span *out)
 	return false;
 }
 
+/* The index of the last entry that starts at or below pc, 0 when none does. */
+static size_t _hdr_last_at_or_below(const struct ut_hdr_table *h, uint64_t pc)
+{
+	size_t a = 0, b = h->n;
+
+	while (a < b) {
+		size_t mid = a + (b - a) / 2;
+
+		if (_hdr_value(h, mid, 0) <= pc)
+			a = mid + 1;
+		else
+			b = mid;
+	}
+	return a ? a - 1 : 0;
+}
+
+/*
+ * Makes ut__hdr_next() start at the FDE that covers pc (the last to start
+ * at or below it: FDEs do not nest), skipping those wholly below. A build
+ * of one range then decodes only the FDEs in it.
+ */
+void ut__hdr_seek(struct ut_hdr_table *h, uint64_t pc)
+{
+	h->next = _hdr_last_at_or_below(h, pc);
+}
+
 /* Whether an FDE of the table overlaps [lo, hi). */
 static bool _hdr_covers(struct ut_hdr_table *h, uint64_t lo, uint64_t hi, uint64_t limit)
 {
