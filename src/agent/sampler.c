@@ -72,7 +72,7 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_PY_WAKEUPS] = "python_wakeups",
 	[FW_STAT_UNWIND_GO_SWITCH] = "unwind_go_switches",
 	[FW_STAT_DESCRIBE_WAKEUPS] = "describe_wakeups",
-	[FW_STAT_UNWIND_WANTED] = "unwind_tables_wanted",
+	[FW_STAT_UNWIND_WANTED] = "unwind_chunks_wanted",
 	[FW_STAT_OFFCPU_WALKS] = "offcpu_walks",
 	[FW_STAT_OFFCPU_SAMPLES] = "offcpu_samples",
 	[FW_STAT_OFFCPU_SHORT] = "offcpu_short",
@@ -620,11 +620,13 @@ void sampler__hotspot_fds(struct sampler *s, int *procs_fd, int *stats_fd)
 	*stats_fd = bpf_map__fd(s->skel->maps.hs_stats);
 }
 
-void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd, int *wanted_fd)
+void sampler__unwind_fds(struct sampler *s, int *files_fd, int *chunks_fd, int *procs_fd,
+			 int *wanted_fd)
 {
 	*files_fd = bpf_map__fd(s->skel->maps.unwind_files);
+	*chunks_fd = bpf_map__fd(s->skel->maps.unwind_chunks);
 	*procs_fd = bpf_map__fd(s->skel->maps.proc_mappings);
-	*wanted_fd = bpf_map__fd(s->skel->maps.wanted_tables);
+	*wanted_fd = bpf_map__fd(s->skel->maps.wanted_chunks);
 }
 
 /*

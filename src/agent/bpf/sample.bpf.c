@@ -140,18 +140,28 @@ struct {
 } proc_mappings SEC(".maps");
 
 /*
- * Files whose table the agent builds only once a sample needs it (large
- * ones, in the continuous agent: a PyTorch process maps 8 million rows'
- * worth, most of it never run). A frame in one is walked by frame pointers
- * and its file id put here; the agent takes the ids, builds the tables and
- * describes the process again.
+ * Rows of large files, a chunk of their code at a time (see fw_mapping):
+ * a PyTorch process maps 8 million rows' worth, most of it never run.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, FW_MAX_CHUNKS);
+	__type(key, struct fw_chunk_key);
+	__array(values, struct unwind_rows);
+} unwind_chunks SEC(".maps");
+
+/*
+ * Chunks a frame landed in before they were built. That frame is walked
+ * by frame pointers; the agent takes the keys, builds the chunks and adds
+ * them to unwind_chunks, where the next samples find them: the process
+ * needs no new description.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
-	__type(key, __u32);
+	__type(key, struct fw_chunk_key);
 	__type(value, __u8);
-} wanted_tables SEC(".maps");
+} wanted_chunks SEC(".maps");
 
 #include "python.bpf.h"
 #include "ruby.bpf.h"
@@ -225,13 +235,14 @@ struct fw_unwind_state {
 	__u32 tgid;
 };
 
-static __always_inline void want_table(struct fw_unwind_state *st, __u32 file_id)
+static __always_inline void want_chunk(struct fw_unwind_state *st, __u32 file_id, __u32 pc)
 {
+	struct fw_chunk_key key = { .file_id = file_id, .chunk = pc >> FW_CHUNK_SHIFT };
 	__u8 one = 1;
 
 	st->flags |= FW_SAMPLE_WANTS_TABLE;
 	stat_inc(FW_STAT_UNWIND_WANTED);
-	bpf_map_update_elem(&wanted_tables, &file_id, &one, BPF_NOEXIST);
+	bpf_map_update_elem(&wanted_chunks, &key, &one, BPF_NOEXIST);
 }
 
 static __always_inline struct fw_mapping *find_mapping(struct fw_proc_mappings *pm, __u64 pc)
@@ -297,6 +308,42 @@ __noinline int find_row(__u32 file_id, __u32 count, __u32 pc, struct unwind_row 
 	return 0;
 }
 
+/*
+ * Copies to *out the row for pc in its chunk of file_id's rows: 0 if there
+ * is one, -1 if not, -2 when the chunk is not built. The chunk's row count
+ * is not kept anywhere: a probe past the array's end finds no element,
+ * which the search takes as a row above pc.
+ */
+__noinline int find_chunk_row(__u32 file_id, __u32 pc, struct unwind_row *out)
+{
+	struct fw_chunk_key key = { .file_id = file_id, .chunk = pc >> FW_CHUNK_SHIFT };
+	__u32 lo = 0, hi = FW_CHUNK_BYTES, idx;
+	struct unwind_row *r;
+	void *rows;
+
+	if (!out)
+		return -1;
+	rows = bpf_map_lookup_elem(&unwind_chunks, &key);
+	if (!rows)
+		return -2;
+	for (int i = 0; i <= FW_CHUNK_SHIFT && lo < hi; i++) {
+		idx = (lo + hi) / 2;
+		r = bpf_map_lookup_elem(rows, &idx);
+		if (r && r->pc <= pc)
+			lo = idx + 1;
+		else
+			hi = idx;
+	}
+	if (lo == 0 || lo < hi)
+		return -1;
+	idx = lo - 1;
+	r = bpf_map_lookup_elem(rows, &idx);
+	if (!r)
+		return -1;
+	*out = *r;
+	return 0;
+}
+
 static __always_inline int read_user_u64(__u64 *dst, __u64 addr)
 {
 	return bpf_probe_read_user(dst, sizeof(*dst), (void *)addr);
@@ -346,12 +393,18 @@ static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_p
 		m = find_mapping(pm, pc);
 		if (!m)
 			st->flags |= FW_SAMPLE_UNKNOWN_MAPPING;
-		else if (m->row_count && pc - m->bias <= 0xffffffffULL)
-			row = find_row(m->file_id, m->row_count, pc - m->bias, &found) ? NULL : &found;
-		else if (!m->row_count && m->file_id)
-			want_table(st, m->file_id);
-		if (m && m->row_count && !row)
-			stat_inc(FW_STAT_UNWIND_ROW_MISS);
+		else if (m->file_id && pc - m->bias <= 0xffffffffULL) {
+			int r = m->row_count ?
+				find_row(m->file_id, m->row_count, pc - m->bias, &found) :
+				find_chunk_row(m->file_id, pc - m->bias, &found);
+
+			if (!r)
+				row = &found;
+			else if (r == -2)
+				want_chunk(st, m->file_id, pc - m->bias);
+			else
+				stat_inc(FW_STAT_UNWIND_ROW_MISS);
+		}
 	}
 
 	if (!row || row->cfa_type == UNWIND_NO_CFI) {
