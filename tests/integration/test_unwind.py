@@ -540,6 +540,65 @@ def test_big_file_unwinds_by_chunk(fw, tmp_path):
     require(stats.get("unwind_chunks_wanted", 0) >= 1, f"no frame asked for a chunk: {stats}")
 
 
+def _clang_loop(tmp, warm, rounds):
+    """A shell loop that compiles sample.bpf.c with clang-14, `warm` times as
+    `clang-warm` (a link: another comm, the same libraries) and then
+    `rounds` times as itself: seconds of work deep in libLLVM-14 and
+    libclang-cpp (1.9 million rows' worth of tables together), built
+    without frame pointers."""
+    repo = Path(__file__).resolve().parents[2]
+    clang = shutil.which("clang-14")
+    if not clang or not Path("/usr/lib/x86_64-linux-gnu/libLLVM-14.so.1").exists():
+        pytest.skip("clang-14 and libLLVM-14 are not installed")
+    link = tmp / "clang-warm"
+    link.symlink_to(Path(clang).resolve())
+    args = (f"-O2 -g -target bpf -D__TARGET_ARCH_x86 -I{repo}/build -I{repo}/src/agent/bpf "
+            f"-I{repo}/src -I/usr/include/x86_64-linux-gnu -c {repo}/src/agent/bpf/sample.bpf.c "
+            f"-o {tmp}/sample.bpf.o")
+    return ["sh", "-c", f"for i in $(seq {warm}); do {link} {args} || exit 1; done; "
+                        f"for i in $(seq {rounds}); do {clang} {args} || exit 1; done"]
+
+
+def test_llvm_unwinds_by_chunk(fw, tmp_path, monkeypatch):
+    """clang-14 compiling, with libLLVM-14's and libclang-cpp's rows built a
+    chunk at a time (FLAMEWATCH_UNWIND_ON_DEMAND_KB=1024, as the agent
+    does): once earlier compilers (clang-warm, other processes) have had
+    the chunks they ran in built, clang-14's stacks reach main as often as
+    with whole tables (within 5 points) and as deep, while the tables take
+    at most half the memory. The first sample in a chunk not built yet
+    is walked by frame pointers: the warm-up's stacks are reported, not
+    checked."""
+    argv = _clang_loop(tmp_path, 3, 3)
+    runs = {}
+    for mode, env in (("whole", "0"), ("chunks", "1024")):
+        monkeypatch.setenv("FLAMEWATCH_UNWIND_ON_DEMAND_KB", env)
+        res, prof = fw.record_folded(["-v", "--"] + argv, duration=10)
+        require(info_line(res.stderr) is not None, f"no unwind table report ({mode})\n" + res.describe())
+        for comm in ("clang-warm", "clang-14"):
+            w = prof.for_comm(comm)
+            total, main = w.total, w.count(lambda f: "main" in user_frames(f))
+            depth = sum(len(user_frames(k.split(";"))) * n for k, n in w.stacks.items()) / max(total, 1)
+            runs[mode, comm] = (total, main / max(total, 1), depth)
+            print(f"\n{comm}, {mode}: {total} samples, {main / max(total, 1):.1%} reach main, "
+                  f"mean depth {depth:.1f}")
+            require(total >= 300, f"only {total} {comm} samples ({mode})", prof)
+        runs[mode] = (info_line(res.stderr), _chunk_info(res.stderr),
+                      bpf_stats(res.stderr).get("unwind_chunks_wanted", 0),
+                      re.search(r"built in (\d+) ms", res.stderr)[1])
+        print(f"{mode}: tables (files, rows, KiB, no CFI, over cap) {runs[mode][0]}; chunks (files, used, "
+              f"loaded, built, evicted) {runs[mode][1]}; frames that asked for a chunk {runs[mode][2]}; "
+              f"built in {runs[mode][3]} ms")
+    _, share_w, depth_w = runs["whole", "clang-14"]
+    _, share_c, depth_c = runs["chunks", "clang-14"]
+    info_w, info_c, chunks_c = runs["whole"][0], runs["chunks"][0], runs["chunks"][1]
+    require(chunks_c is not None and chunks_c[1] >= 2 and chunks_c[3] >= 1,
+            f"libLLVM and libclang-cpp were not built by chunk: {chunks_c}")
+    require(share_c >= share_w - 0.05, f"by chunk {share_c:.1%} of clang-14's samples reach main, with whole "
+            f"tables {share_w:.1%}")
+    require(depth_c >= depth_w - 2, f"mean depth by chunk {depth_c:.1f}, with whole tables {depth_w:.1f}")
+    require(info_c[2] <= info_w[2] / 2, f"{info_c[2]} KiB of tables by chunk against {info_w[2]} whole")
+
+
 LATE_CHAIN = ["main", "run_child", "late_outer", "late_inner"]
 
 
