@@ -283,7 +283,8 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.offcpu_walk_all = o->offcpu_walk_all,
 		.offcpu_no_attach = o->offcpu_no_attach,
 	};
-	int files_fd, chunks_fd, procs_fd, wanted_fd, hs_fd, hs_stats_fd, err;
+	struct unwinder_maps um;
+	int hs_fd, hs_stats_fd, err;
 	struct java_perfmap *java;
 	struct hotspot *hs;
 	struct ruby *rb;
@@ -308,8 +309,8 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		err = errno;
 		goto fail;
 	}
-	sampler__unwind_fds(c->sampler, &files_fd, &chunks_fd, &procs_fd, &wanted_fd);
-	c->unwinder = unwinder__new(files_fd, chunks_fd, procs_fd, wanted_fd, c->procs,
+	sampler__unwind_maps(c->sampler, &um);
+	c->unwinder = unwinder__new(&um, c->procs,
 				    (uint64_t)o->unwind_mb << 20);
 	if (c->unwinder)
 		unwinder__set_on_demand(c->unwinder, o->unwind_on_demand_bytes);

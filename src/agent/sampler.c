@@ -17,6 +17,7 @@
 #include "agent/ringbuf.h"
 #include "agent/skel_bytes.h"
 #include "agent/sampler.h"
+#include "agent/unwinder.h"
 #include "bpf/sample.skel.h"
 #include "common/log.h"
 
@@ -620,13 +621,13 @@ void sampler__hotspot_fds(struct sampler *s, int *procs_fd, int *stats_fd)
 	*stats_fd = bpf_map__fd(s->skel->maps.hs_stats);
 }
 
-void sampler__unwind_fds(struct sampler *s, int *files_fd, int *chunks_fd, int *procs_fd,
-			 int *wanted_fd)
+void sampler__unwind_maps(struct sampler *s, struct unwinder_maps *out)
 {
-	*files_fd = bpf_map__fd(s->skel->maps.unwind_files);
-	*chunks_fd = bpf_map__fd(s->skel->maps.unwind_chunks);
-	*procs_fd = bpf_map__fd(s->skel->maps.proc_mappings);
-	*wanted_fd = bpf_map__fd(s->skel->maps.wanted_chunks);
+	out->files_fd = bpf_map__fd(s->skel->maps.unwind_files);
+	out->chunks_fd = bpf_map__fd(s->skel->maps.unwind_chunks);
+	out->rules_fd = bpf_map__fd(s->skel->maps.unwind_rules);
+	out->procs_fd = bpf_map__fd(s->skel->maps.proc_mappings);
+	out->wanted_fd = bpf_map__fd(s->skel->maps.wanted_chunks);
 }
 
 /*

@@ -38,6 +38,8 @@
  * its chunks however many small libraries it maps.
  */
 #define WHOLE_CAP_QUARTERS 3
+/* sizeof(struct bpf_array), the kernel's header of an array map: 312 bytes on 6.18. */
+#define ARRAY_HEADER_BYTES 320
 #define STAGE_WINDOW (64u << 10)	/* bytes of a row array mapped at a time; whole pages */
 #ifndef ENOTSUPP
 #define ENOTSUPP 524		/* the kernel's "not supported", which BPF batch commands return */
@@ -84,7 +86,8 @@ struct unwind_pid {
 
 
 struct unwinder {
-	int files_fd, chunks_fd, procs_fd, wanted_fd;
+	int files_fd, chunks_fd, rules_fd, procs_fd, wanted_fd;
+	struct intern *rule_keys;	/* rule (type, offset, rbp slot) -> its index in unwind_rules */
 	uint64_t on_demand_bytes;	/* 0: every table at once */
 	struct proc_table *procs;
 	struct intern *file_keys;	/* key -> index in files[] */
@@ -115,24 +118,71 @@ struct unwinder {
 	uint64_t self_dev, self_inode;	/* our own executable, as binary keys it */
 };
 
-struct unwinder *unwinder__new(int files_fd, int chunks_fd, int procs_fd, int wanted_fd,
-			       struct proc_table *procs, uint64_t cap_bytes)
+/*
+ * The index of rule r (its pc ignored) in unwind_rules, added there when
+ * new; 0, UNWIND_NO_CFI's (added first), when the map is full.
+ */
+static uint16_t _rule_id(struct unwinder *u, const struct unwind_row *r)
+{
+	uint8_t key[4] = { r->cfa_type, r->rbp_slot, (uint8_t)r->cfa_offset,
+			   (uint8_t)((uint16_t)r->cfa_offset >> 8) };
+	struct unwind_row rule = *r;
+	bool added;
+	int64_t id = intern__add(u->rule_keys, key, sizeof(key), &added);
+	__u32 k = (__u32)id;
+
+	if (id < 0 || id >= FW_MAX_RULES)
+		return 0;
+	if (added) {
+		rule.pc = 0;
+		if (bpf_map_update_elem(u->rules_fd, &k, &rule, BPF_ANY))
+			return 0;	/* the rule stays unwritten: its rows walk by frame pointers */
+		u->stats.rules++;
+	}
+	return (uint16_t)id;
+}
+
+/*
+ * The kernel memory of a chunk of n rows (struct fw_chunk_row, two an
+ * element, after the count's): an array that is not mappable is one
+ * kmalloc() of its header and elements up to 32 KiB, a power of two
+ * (slab classes, then whole pages), and page-rounded vmalloc() beyond.
+ */
+static uint64_t _chunk_bytes(uint64_t n)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t size = ARRAY_HEADER_BYTES + 8 * (1 + (n + 1) / 2), b = 8;
+
+	if (size > 8 * page)
+		return (size + page - 1) / page * page;
+	while (b < size)
+		b *= 2;
+	return b;
+}
+
+struct unwinder *unwinder__new(const struct unwinder_maps *maps, struct proc_table *procs,
+			       uint64_t cap_bytes)
 {
 	struct unwinder *u = calloc(1, sizeof(*u));
 
 	if (!u)
 		return NULL;
-	u->files_fd = files_fd;
-	u->chunks_fd = chunks_fd;
-	u->procs_fd = procs_fd;
-	u->wanted_fd = wanted_fd;
+	u->files_fd = maps->files_fd;
+	u->chunks_fd = maps->chunks_fd;
+	u->rules_fd = maps->rules_fd;
+	u->procs_fd = maps->procs_fd;
+	u->wanted_fd = maps->wanted_fd;
 	u->procs = procs;
 	u->stats.cap_bytes = cap_bytes;
+	/* unwind_rules is allocated whole at load: it counts against the cap from the start. */
+	u->stats.table_bytes = (uint64_t)FW_MAX_RULES * sizeof(struct unwind_row) + ARRAY_HEADER_BYTES;
+	u->rule_keys = intern__new();
 	u->file_keys = intern__new();
 	u->scratch = calloc(1, sizeof(*u->scratch));
 	u->scratch_files = calloc(FW_MAX_PROC_MAPPINGS, sizeof(*u->scratch_files));
 	u->chunks = calloc(FW_MAX_CHUNKS, sizeof(*u->chunks));
-	if (!u->file_keys || !u->scratch || !u->scratch_files || !u->chunks) {
+	if (!u->file_keys || !u->rule_keys || !u->scratch || !u->scratch_files || !u->chunks ||
+	    _rule_id(u, &(struct unwind_row){ .cfa_type = UNWIND_NO_CFI }) != 0) {
 		unwinder__free(u);
 		errno = ENOMEM;
 		return NULL;
@@ -178,6 +228,7 @@ void unwinder__free(struct unwinder *u)
 	for (uint32_t i = 0; u->files && i < intern__count(u->file_keys); i++)
 		_close_file_fds(&u->files[i]);
 	intern__free(u->file_keys);
+	intern__free(u->rule_keys);
 	free(u->pending);
 	free(u->files);
 	free(u->chunks);
@@ -232,7 +283,7 @@ static void _drop_chunk(struct unwinder *u, uint32_t i)
 	struct unwind_chunk *c = &u->chunks[i];
 
 	bpf_map_delete_elem(u->chunks_fd, &c->key);
-	u->stats.table_bytes -= _table_bytes(c->rows);
+	u->stats.table_bytes -= _chunk_bytes(c->rows);
 	u->stats.rows -= c->rows;
 	u->stats.chunks--;
 	u->stats.chunk_evictions++;
@@ -312,7 +363,7 @@ static bool _make_room(struct unwinder *u, uint64_t need, uint64_t since, bool w
 	all = wholes;
 	for (uint32_t i = 0; i < u->nchunks; i++)
 		if (u->chunks[i].last_used < since)
-			all += _table_bytes(u->chunks[i].rows);
+			all += _chunk_bytes(u->chunks[i].rows);
 	if (u->stats.table_bytes - all + need > u->stats.cap_bytes ||
 	    (whole && u->whole_bytes - wholes + need > u->stats.cap_bytes / 4 * WHOLE_CAP_QUARTERS))
 		return false;
@@ -455,7 +506,7 @@ static void _unload(struct unwinder *u, uint32_t k, int err)
 		if (i == UINT32_MAX)
 			return;
 		u->stats.rows -= u->chunks[i].rows;
-		u->stats.table_bytes -= _table_bytes(u->chunks[i].rows);
+		u->stats.table_bytes -= _chunk_bytes(u->chunks[i].rows);
 		u->stats.chunks--;
 		u->chunks[i] = u->chunks[--u->nchunks];
 		return;
@@ -616,27 +667,51 @@ static uint32_t _file_for(struct unwinder *u, struct binary *b, uint32_t *rows)
 	return idx + 1;
 }
 
-/* A row array of the n rows, filled through one mapping of it; its fd or -errno. */
-static int _rows_map(const struct unwind_row *rows, size_t n)
+/*
+ * The chunk array of the n rows starting at the chunk's address lo (struct
+ * fw_chunk_row): its fd, or -errno.
+ */
+static int _chunk_map(struct unwinder *u, const struct unwind_row *rows, size_t n, uint64_t lo)
 {
-	LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_INNER_MAP | BPF_F_MMAPABLE);
-	size_t len = n * sizeof(*rows);
-	void *mem;
-	int fd;
+	LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_INNER_MAP);
+	LIBBPF_OPTS(bpf_map_batch_opts, bopts);
+	uint32_t m = 1 + (uint32_t)(n + 1) / 2, done = m;
+	struct fw_chunk_elem *v = calloc(m, sizeof(*v));
+	__u32 *keys = calloc(m, sizeof(*keys));
+	int fd = -ENOMEM;
 
-	fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "fw_unwind_chunk", sizeof(__u32),
-			    sizeof(struct unwind_row), n, &opts);
-	if (fd < 0)
-		return -errno;
-	mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (mem == MAP_FAILED) {
-		int err = -errno;
+	if (!v || !keys)
+		goto out;
+	memcpy(&v[0], &(uint64_t){ n }, sizeof(v[0]));
+	for (size_t i = 0; i < n; i++) {
+		struct fw_chunk_row *r = &v[1 + i / 2].r[i & 1];
 
-		close(fd);
-		return err;
+		r->pc_off = (__u16)(rows[i].pc - lo);
+		r->rule = _rule_id(u, &rows[i]);
+		u->stats.rules_full += !r->rule && rows[i].cfa_type != UNWIND_NO_CFI;
 	}
-	memcpy(mem, rows, len);
-	munmap(mem, len);
+	for (uint32_t i = 0; i < m; i++)
+		keys[i] = i;
+	fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "fw_unwind_chunk", sizeof(__u32), sizeof(*v), m, &opts);
+	if (fd < 0) {
+		fd = -errno;
+		goto out;
+	}
+	/* One call for the whole array; one a row where batches are not there (before 5.6). */
+	if (bpf_map_update_batch(fd, keys, v, &done, &bopts)) {
+		for (uint32_t i = 0; i < m; i++) {
+			if (bpf_map_update_elem(fd, &keys[i], &v[i], BPF_ANY)) {
+				int err = -errno;
+
+				close(fd);
+				fd = err;
+				break;
+			}
+		}
+	}
+out:
+	free(v);
+	free(keys);
 	return fd;
 }
 
@@ -680,14 +755,14 @@ static void _load_chunk(struct unwinder *u, const struct fw_chunk_key *key, uint
 	if (u->nchunks == FW_MAX_CHUNKS && _victim(u, since, false, &i, &chunk_victim) &&
 	    chunk_victim)
 		_drop_chunk(u, i);
-	if (u->nchunks == FW_MAX_CHUNKS || !_make_room(u, _table_bytes(n), since, false) ||
+	if (u->nchunks == FW_MAX_CHUNKS || !_make_room(u, _chunk_bytes(n), since, false) ||
 	    _stage_slot(u)) {
 		if (!f->no_room)
 			u->stats.files_over_cap++;
 		f->no_room = true;
 		goto out;
 	}
-	fd = _rows_map(v, n);
+	fd = _chunk_map(u, v, n, lo);
 	if (fd < 0) {
 		pr_warn("cannot load an unwind chunk (%zu rows): %s\n", n, strerror(-fd));
 		goto out;
@@ -700,7 +775,7 @@ static void _load_chunk(struct unwinder *u, const struct fw_chunk_key *key, uint
 	u->stats.chunks++;
 	u->stats.chunk_builds++;
 	u->stats.rows += n;
-	u->stats.table_bytes += _table_bytes(n);
+	u->stats.table_bytes += _chunk_bytes(n);
 	if (!f->chunk_used)
 		u->stats.files_chunk_used++;
 	f->chunk_used = true;

@@ -26,6 +26,8 @@ struct unwinder_stats {
 	uint64_t files_without_cfi;	/* files with no usable unwind information */
 	uint64_t files_over_cap;	/* files a chunk of which found no room under the cap */
 	uint64_t chunks;		/* chunks loaded now */
+	uint64_t rules;			/* distinct rules chunk rows index (unwind_rules) */
+	uint64_t rules_full;		/* chunk rows walked by frame pointers: unwind_rules was full */
 	uint64_t chunk_builds;
 	uint64_t chunk_evictions;
 	uint64_t rows;			/* rows loaded now, in whole tables and chunks */
@@ -36,13 +38,21 @@ struct unwinder_stats {
 	uint64_t build_ns;		/* time spent building tables */
 };
 
+/* The sampler's maps the unwinder fills; borrowed fds. */
+struct unwinder_maps {
+	int files_fd;		/* unwind_files */
+	int chunks_fd;		/* unwind_chunks */
+	int rules_fd;		/* unwind_rules */
+	int procs_fd;		/* proc_mappings */
+	int wanted_fd;		/* wanted_chunks */
+};
+
 /*
- * files_fd, chunks_fd, procs_fd and wanted_fd are the sampler's
- * unwind_files, unwind_chunks, proc_mappings and wanted_chunks maps
- * (borrowed); procs is borrowed. Returns NULL with errno set.
+ * maps (copied) are the sampler's; procs is borrowed. Returns NULL with
+ * errno set.
  */
-struct unwinder *unwinder__new(int files_fd, int chunks_fd, int procs_fd, int wanted_fd,
-			       struct proc_table *procs, uint64_t cap_bytes);
+struct unwinder *unwinder__new(const struct unwinder_maps *maps, struct proc_table *procs,
+			       uint64_t cap_bytes);
 /*
  * Files with at least cfi_bytes of .eh_frame and .debug_frame (0: none,
  * the default) get their rows a chunk at a time: the first sample with a

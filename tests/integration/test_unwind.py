@@ -568,11 +568,11 @@ def test_llvm_unwinds_by_chunk(fw, tmp_path, monkeypatch):
     at most half the memory. The first sample in a chunk not built yet
     is walked by frame pointers: the warm-up's stacks are reported, not
     checked."""
-    argv = _clang_loop(tmp_path, 3, 3)
+    argv = _clang_loop(tmp_path, 6, 3)
     runs = {}
     for mode, env in (("whole", "0"), ("chunks", "1024")):
         monkeypatch.setenv("FLAMEWATCH_UNWIND_ON_DEMAND_KB", env)
-        res, prof = fw.record_folded(["-v", "--"] + argv, duration=10)
+        res, prof = fw.record_folded(["-v", "--"] + argv, duration=15)
         require(info_line(res.stderr) is not None, f"no unwind table report ({mode})\n" + res.describe())
         for comm in ("clang-warm", "clang-14"):
             w = prof.for_comm(comm)

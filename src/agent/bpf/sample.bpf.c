@@ -142,13 +142,33 @@ struct {
 /*
  * Rows of large files, a chunk of their code at a time (see fw_mapping):
  * a PyTorch process maps 8 million rows' worth, most of it never run.
+ * Chunk arrays are not mappable: a mappable array starts its values on a
+ * page of their own, a 4-KiB header for a chunk of ~5 KiB (struct
+ * fw_chunk_row).
  */
+struct unwind_chunk_rows {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__type(key, __u32);
+	__type(value, __u64);	/* the row count in element 0, then struct fw_chunk_elem */
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
 	__uint(max_entries, FW_MAX_CHUNKS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);	/* 8,192 elements preallocated: 0.5 MiB for nothing */
 	__type(key, struct fw_chunk_key);
-	__array(values, struct unwind_rows);
+	__array(values, struct unwind_chunk_rows);
 } unwind_chunks SEC(".maps");
+
+/* The rules chunk rows index (struct fw_chunk_row). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FW_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rules SEC(".maps");
 
 /*
  * Chunks a frame landed in before they were built. That frame is walked
@@ -308,17 +328,26 @@ __noinline int find_row(__u32 file_id, __u32 count, __u32 pc, struct unwind_row 
 	return 0;
 }
 
+/* Row idx of a chunk's array (struct fw_chunk_row), or NULL. */
+static __always_inline struct fw_chunk_row *chunk_row(void *rows, __u32 idx)
+{
+	__u32 elem = 1 + idx / 2;
+	struct fw_chunk_elem *e = bpf_map_lookup_elem(rows, &elem);
+
+	return e ? &e->r[idx & 1] : NULL;
+}
+
 /*
- * Copies to *out the row for pc in its chunk of file_id's rows: 0 if there
- * is one, -1 if not, -2 when the chunk is not built. The chunk's row count
- * is not kept anywhere: a probe past the array's end finds no element,
- * which the search takes as a row above pc.
+ * Copies to *out the rule for pc in its chunk of file_id's rows: 0 if
+ * there is one, -1 if not, -2 when the chunk is not built.
  */
 __noinline int find_chunk_row(__u32 file_id, __u32 pc, struct unwind_row *out)
 {
 	struct fw_chunk_key key = { .file_id = file_id, .chunk = pc >> FW_CHUNK_SHIFT };
-	__u32 lo = 0, hi = FW_CHUNK_BYTES, idx;
-	struct unwind_row *r;
+	__u32 lo = 0, hi, idx, zero = 0, rule, off = pc & (FW_CHUNK_BYTES - 1);
+	struct fw_chunk_row *r = NULL;
+	struct unwind_row *rr;
+	__u64 *count;
 	void *rows;
 
 	if (!out)
@@ -326,21 +355,33 @@ __noinline int find_chunk_row(__u32 file_id, __u32 pc, struct unwind_row *out)
 	rows = bpf_map_lookup_elem(&unwind_chunks, &key);
 	if (!rows)
 		return -2;
+	count = bpf_map_lookup_elem(rows, &zero);
+	if (!count)
+		return -1;
+	/* Returned, not clamped: a constant bound would have the verifier walk every path. */
+	if (*count > FW_CHUNK_BYTES)
+		return -1;
+	hi = (__u32)*count;
 	for (int i = 0; i <= FW_CHUNK_SHIFT && lo < hi; i++) {
 		idx = (lo + hi) / 2;
-		r = bpf_map_lookup_elem(rows, &idx);
-		if (r && r->pc <= pc)
+		r = chunk_row(rows, idx);
+		if (!r)
+			return -1;
+		if (r->pc_off <= off)
 			lo = idx + 1;
 		else
 			hi = idx;
 	}
 	if (lo == 0 || lo < hi)
 		return -1;
-	idx = lo - 1;
-	r = bpf_map_lookup_elem(rows, &idx);
+	r = chunk_row(rows, lo - 1);
 	if (!r)
 		return -1;
-	*out = *r;
+	rule = r->rule;
+	rr = bpf_map_lookup_elem(&unwind_rules, &rule);
+	if (!rr)
+		return -1;
+	*out = *rr;
 	return 0;
 }
 

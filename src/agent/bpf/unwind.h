@@ -46,6 +46,30 @@ _Static_assert(sizeof(struct fw_mapping) == 32, "fw_mapping is shared with BPF")
 /* Chunks loaded at once; their bytes count against the table cap too. */
 #define FW_MAX_CHUNKS 8192
 
+/*
+ * A chunk's rows take 4 bytes each, not an unwind_row's 8: pc_off is the
+ * row's address less the chunk's start, and rule indexes unwind_rules,
+ * where each distinct rule (an unwind_row, its pc unused) is kept once
+ * for all chunks: libLLVM's ~950,000 rows have a few hundred rules. A
+ * chunk's array holds its row count in element 0 and then two rows an
+ * element (array elements are 8 bytes whatever their value's size).
+ * Half the bytes also keep the average chunk in one 8-KiB kmalloc block,
+ * where 8-byte rows took 16 KiB.
+ */
+struct fw_chunk_row {
+	__u16 pc_off;
+	__u16 rule;
+};
+
+struct fw_chunk_elem {
+	struct fw_chunk_row r[2];
+};
+
+_Static_assert(sizeof(struct fw_chunk_elem) == 8, "fw_chunk_elem is shared with BPF");
+
+/* Distinct rules kept for chunks; a row whose rule finds no room becomes UNWIND_NO_CFI. */
+#define FW_MAX_RULES 16384
+
 /* Key of unwind_chunks and wanted_chunks. */
 struct fw_chunk_key {
 	__u32 file_id;
