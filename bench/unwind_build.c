@@ -39,12 +39,28 @@ static double _cpu_ms(void)
 	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-/* What the kernel allocates for a mappable array of n rows (see the agent's _table_bytes()). */
+/*
+ * KiB the kernel allocates for n rows: a whole table's mappable array
+ * (its rows in whole pages and a header page), or a chunk's array of
+ * 4-byte rows (one kmalloc() of header and rows, a power of two up to 32
+ * KiB, pages beyond). As the agent's _table_bytes() and _chunk_bytes().
+ */
 static double _kib(size_t n)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 
 	return (page + (n * sizeof(struct unwind_row) + page - 1) / page * page) / 1024.0;
+}
+
+static double _chunk_kib(size_t n)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), size = 320 + 8 * (1 + (n + 1) / 2), b = 8;
+
+	if (size > 8 * page)
+		return (size + page - 1) / page * page / 1024.0;
+	while (b < size)
+		b *= 2;
+	return b / 1024.0;
 }
 
 /*
@@ -76,7 +92,7 @@ static void _chunks(const char *path, int fd, const struct unwind_row *rows, siz
 		nchunks++;
 		total += np;
 		most = np > most ? np : most;
-		kib += _kib(np);
+		kib += _chunk_kib(np);
 		free(part);
 		/* The next chunk with a row in it. */
 		while (i + 1 < n && rows[i + 1].pc < lo + CHUNK)
