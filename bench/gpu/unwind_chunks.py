@@ -101,7 +101,7 @@ def main():
                 subprocess.run(cmd, env=e, stderr=lf, stdout=lf, timeout=args.seconds + 300)
             text = log.read_text(errors="replace")
             info = re.search(r"unwind tables: (\d+) files, (\d+) rows, ([\d.]+) KiB of BPF maps \(cap (\d+) "
-                             r"MiB\); (\d+) files without CFI, (\d+) over the cap; built in (\d+) ms", text)
+                             r"MiB\); (\d+) files without CFI, (\d+) (?:over the cap|chunks put off for room); built in (\d+) ms", text)
             chunks = re.search(r"unwind tables by chunk: (\d+) files, (\d+) of them needed by samples; "
                                r"(\d+) chunks loaded, (\d+) built, (\d+) evicted", text)
             wanted = re.search(r"bpf stat unwind_(?:chunks|tables)_wanted = (\d+)", text)
@@ -113,7 +113,7 @@ def main():
         load.kill()
         load.wait()
 
-    print("\n| run | files | rows | KiB of maps | over the cap | build ms | chunk files (needed) "
+    print("\n| run | files | rows | KiB of maps | over the cap (before) or chunks put off (after) | build ms | chunk files (needed) "
           "| chunks loaded / built | frames that asked | load samples | reach main | depth "
           "| libtorch samples | reach main | depth |")
     print("|---" * 15 + "|")

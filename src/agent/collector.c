@@ -551,10 +551,10 @@ void collector__report(struct collector *c)
 		return;
 	unwinder__stats(c->unwinder, &u);
 	pr_info("unwind tables: %llu files, %llu rows, %.1f KiB of BPF maps "
-		"(cap %llu MiB); %llu files without CFI, %llu over the cap; built in %.0f ms\n",
+		"(cap %llu MiB); %llu files without CFI, %llu chunks put off for room; built in %.0f ms\n",
 		(unsigned long long)u.files, (unsigned long long)u.rows, u.table_bytes / 1024.0,
 		(unsigned long long)(u.cap_bytes >> 20), (unsigned long long)u.files_without_cfi,
-		(unsigned long long)u.files_over_cap, u.build_ns / 1e6);
+		(unsigned long long)u.chunks_no_room, u.build_ns / 1e6);
 	if (u.files_chunked)
 		pr_info("unwind tables by chunk: %llu files, %llu of them needed by samples; "
 			"%llu chunks loaded, %llu built, %llu evicted\n",

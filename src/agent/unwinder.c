@@ -56,7 +56,6 @@ enum file_state { FILE_NEW, FILE_LOADED, FILE_NO_CFI, FILE_CHUNKED };
 struct unwind_file {
 	enum file_state state;
 	bool chunk_used;	/* FILE_CHUNKED: a sample has needed a chunk of it */
-	bool no_room;		/* a chunk of it found no room (counted once) */
 	uint32_t rows;		/* FILE_LOADED: its table's */
 	uint32_t refs;		/* processes whose description uses this table */
 	uint64_t last_used;	/* unwinder clock at the last reference */
@@ -300,16 +299,17 @@ static bool _fits(const struct unwinder *u, uint64_t need, bool whole)
 /*
  * The least recently used table that may go: a whole table no process
  * references, or a chunk (one still in use comes back when a sample asks
- * for it again); only whole tables when whole_only. Tables used since
+ * for it again); only whole tables when whole_only, only chunks when
+ * chunk_only. Tables used since
  * `since` (the description or the chunk round in progress) stay. Sets
  * *chunk when the victim is a chunk; false when there is none.
  */
-static bool _victim(const struct unwinder *u, uint64_t since, bool whole_only, uint32_t *idx,
-		    bool *chunk)
+static bool _victim(const struct unwinder *u, uint64_t since, bool whole_only, bool chunk_only,
+		    uint32_t *idx, bool *chunk)
 {
 	uint64_t oldest = UINT64_MAX;
 
-	for (uint32_t i = 0; i < intern__count(u->file_keys); i++) {
+	for (uint32_t i = 0; i < intern__count(u->file_keys) && !chunk_only; i++) {
 		const struct unwind_file *f = &u->files[i];
 
 		if (f->state == FILE_LOADED && !f->refs && f->last_used < since &&
@@ -373,7 +373,7 @@ static bool _make_room(struct unwinder *u, uint64_t need, uint64_t since, bool w
 		bool chunk;
 		uint32_t i;
 
-		if (!_victim(u, since, over_share, &i, &chunk))
+		if (!_victim(u, since, over_share, false, &i, &chunk))
 			return false;
 		if (chunk)
 			_drop_chunk(u, i);
@@ -752,14 +752,11 @@ static void _load_chunk(struct unwinder *u, const struct fw_chunk_key *key, uint
 		v = rows;
 	}
 	u->stats.build_ns += clock__mono_ns() - t0;
-	if (u->nchunks == FW_MAX_CHUNKS && _victim(u, since, false, &i, &chunk_victim) &&
-	    chunk_victim)
+	if (u->nchunks == FW_MAX_CHUNKS && _victim(u, since, false, true, &i, &chunk_victim))
 		_drop_chunk(u, i);
 	if (u->nchunks == FW_MAX_CHUNKS || !_make_room(u, _chunk_bytes(n), since, false) ||
 	    _stage_slot(u)) {
-		if (!f->no_room)
-			u->stats.files_over_cap++;
-		f->no_room = true;
+		u->stats.chunks_no_room++;	/* asked for again by the next sample there */
 		goto out;
 	}
 	fd = _chunk_map(u, v, n, lo);

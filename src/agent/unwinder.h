@@ -24,7 +24,7 @@ struct unwinder_stats {
 	uint64_t files_chunked;		/* files whose rows come a chunk at a time */
 	uint64_t files_chunk_used;	/* ... of which a sample has needed a chunk */
 	uint64_t files_without_cfi;	/* files with no usable unwind information */
-	uint64_t files_over_cap;	/* files a chunk of which found no room under the cap */
+	uint64_t chunks_no_room;	/* chunk builds put off: the round's chunks filled the cap */
 	uint64_t chunks;		/* chunks loaded now */
 	uint64_t rules;			/* distinct rules chunk rows index (unwind_rules) */
 	uint64_t rules_full;		/* chunk rows walked by frame pointers: unwind_rules was full */
