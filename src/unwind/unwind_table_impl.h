@@ -117,6 +117,7 @@ struct ut_hdr_table {
 	bool mapped;
 	struct ut_fde_enc enc;
 	size_t found, skipped;
+	uint64_t last_loc;		/* of the entry ut__hdr_next() read last */
 };
 
 /* unwind_table.c */
@@ -134,7 +135,7 @@ void ut__add_source(Elf *elf, bool eh_frame, const char *what, struct ut_source 
 		    size_t *nsrc);
 int ut__collect_fdes(const struct ut_source *src, uint8_t idx, uint64_t max_vaddr,
 		     bool have_phdrs, struct ut_spans *sp);
-bool ut__hdr_open(Elf *elf, const struct ut_source *eh, struct ut_hdr_table *h);
+bool ut__hdr_open(Elf *elf, const struct ut_source *eh, bool check_order, struct ut_hdr_table *h);
 bool ut__hdr_next(struct ut_hdr_table *h, uint64_t limit, struct ut_span *out);
 void ut__hdr_seek(struct ut_hdr_table *h, uint64_t pc);
 int ut__add_plt_spans(Elf *elf, uint64_t max_vaddr, struct ut_spans *sp,
