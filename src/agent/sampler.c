@@ -74,6 +74,7 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_UNWIND_GO_SWITCH] = "unwind_go_switches",
 	[FW_STAT_DESCRIBE_WAKEUPS] = "describe_wakeups",
 	[FW_STAT_UNWIND_WANTED] = "unwind_chunks_wanted",
+	[FW_STAT_UNWIND_PREFETCHED] = "unwind_chunks_prefetched",
 	[FW_STAT_OFFCPU_WALKS] = "offcpu_walks",
 	[FW_STAT_OFFCPU_SAMPLES] = "offcpu_samples",
 	[FW_STAT_OFFCPU_SHORT] = "offcpu_short",

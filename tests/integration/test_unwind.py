@@ -652,11 +652,12 @@ def test_llvm_unwinds_by_chunk(fw, tmp_path, monkeypatch):
             print(f"\n{comm}, {mode}: {total} samples, {main / max(total, 1):.1%} reach main, "
                   f"mean depth {depth:.1f}")
             require(total >= 300, f"only {total} {comm} samples ({mode})", prof)
-        runs[mode] = (info_line(res.stderr), _chunk_info(res.stderr),
-                      bpf_stats(res.stderr).get("unwind_chunks_wanted", 0),
+        stats = bpf_stats(res.stderr)
+        runs[mode] = (info_line(res.stderr), _chunk_info(res.stderr), stats.get("unwind_chunks_wanted", 0),
                       re.search(r"built in (\d+) ms", res.stderr)[1])
         print(f"{mode}: tables (files, rows, KiB, no CFI, chunks put off) {runs[mode][0]}; chunks (files, used, "
-              f"loaded, built, evicted) {runs[mode][1]}; frames that asked for a chunk {runs[mode][2]}; "
+              f"loaded, built, evicted) {runs[mode][1]}; frames that asked for a chunk {runs[mode][2]}, "
+              f"chunks asked for from the stack above them {stats.get('unwind_chunks_prefetched', 0)}; "
               f"built in {runs[mode][3]} ms")
     _, share_w, depth_w = runs["whole", "clang-14"]
     _, share_c, depth_c = runs["chunks", "clang-14"]

@@ -253,6 +253,7 @@ struct fw_unwind_state {
 	__u32 flags;
 	__u32 slot;				/* scratch slot being filled */
 	__u32 tgid;
+	__u64 miss_sp;				/* sp of the first frame whose chunk was not built */
 };
 
 static __always_inline void want_chunk(struct fw_unwind_state *st, __u32 file_id, __u32 pc)
@@ -441,8 +442,11 @@ static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_p
 
 			if (!r)
 				row = &found;
-			else if (r == -2)
+			else if (r == -2) {
 				want_chunk(st, m->file_id, pc - m->bias);
+				if (!st->miss_sp)
+					st->miss_sp = st->sp;
+			}
 			else
 				stat_inc(FW_STAT_UNWIND_ROW_MISS);
 		}
@@ -561,6 +565,45 @@ __noinline int unwind_frame_noloop(struct fw_unwind_state *st)
 }
 
 /*
+ * A frame in a chunk not built yet ends the walk there (frame pointers
+ * go nowhere in code built without them), so its callers' chunks would
+ * be asked for one sample at a time: a stack through k new chunks took k
+ * samples to come out whole. Instead the stack above the frame is
+ * scanned for words that point into chunked files' code, likely return
+ * addresses, and their chunks are asked for at once. A word that only
+ * looks like one costs a chunk built for nothing, nothing else.
+ */
+#define PREFETCH_BLOCKS 64	/* of 8 words: 4 KiB of stack */
+
+struct prefetch_state {
+	struct fw_proc_mappings *pm;
+	__u64 sp;
+};
+
+static long prefetch_step(__u32 i, void *ctx)
+{
+	struct prefetch_state *ps = ctx;
+	__u64 words[8];
+	__u8 one = 1;
+
+	if (bpf_probe_read_user(words, sizeof(words), (void *)(ps->sp + i * sizeof(words))))
+		return 1;
+	for (int k = 0; k < 8; k++) {
+		struct fw_chunk_key key;
+		struct fw_mapping *m = find_mapping(ps->pm, words[k]);
+
+		if (!m || m->row_count || !m->file_id || words[k] - m->bias > 0xffffffffULL)
+			continue;
+		key.file_id = m->file_id;
+		key.chunk = (words[k] - m->bias) >> FW_CHUNK_SHIFT;
+		if (!bpf_map_lookup_elem(&unwind_chunks, &key) &&
+		    !bpf_map_update_elem(&wanted_chunks, &key, &one, BPF_NOEXIST))
+			stat_inc(FW_STAT_UNWIND_PREFETCHED);
+	}
+	return 0;
+}
+
+/*
  * Walks the user stack into s through scratch slot `slot`: 0 for CPU
  * samples, 1 for launch probes, which a sample's timer interrupt can
  * interrupt.
@@ -584,6 +627,11 @@ static __always_inline void walk_user_stack(struct fw_sample *s, __u32 tgid,
 	st.hs = bpf_map_lookup_elem(&hs_procs, &tgid);
 	if (have_bpf_loop) {
 		bpf_loop(FW_MAX_USTACK, unwind_step, &st, 0);
+		if (st.miss_sp && st.procmaps) {
+			struct prefetch_state ps = { .pm = st.procmaps, .sp = st.miss_sp };
+
+			bpf_loop(PREFETCH_BLOCKS, prefetch_step, &ps, 0);
+		}
 	} else {
 		for (__u32 i = 0; i < FW_MAX_USTACK; i++)
 			if (unwind_frame_noloop(&st))
