@@ -112,6 +112,9 @@ struct unwinder {
 	/* Loaded chunks, unordered; at most FW_MAX_CHUNKS. */
 	struct unwind_chunk *chunks;
 	uint32_t nchunks;
+	/* Chunks evicted, to delete from unwind_chunks in one batch (_delete_evicted()). */
+	struct fw_chunk_key *evicted;
+	uint32_t nevicted, cap_evicted;
 	bool chunks_wanted;		/* a sample asked for a chunk since the last drain */
 	uint64_t whole_bytes;		/* the part of stats.table_bytes in whole tables */
 	uint64_t self_dev, self_inode;	/* our own executable, as binary keys it */
@@ -231,6 +234,7 @@ void unwinder__free(struct unwinder *u)
 	free(u->pending);
 	free(u->files);
 	free(u->chunks);
+	free(u->evicted);
 	free(u->scratch);
 	free(u->scratch_files);
 	for (uint32_t i = 0; i < u->nstaged; i++)
@@ -257,9 +261,9 @@ static int _open_debug_file(const struct binary *b)
 }
 
 /*
- * The kernel memory of a table of n rows: a mappable array (see _stage)
- * takes whole pages, and one more for its header (the rows must start on
- * a page), which the cap must count: a chunk of 1,000 rows costs 12 KiB.
+ * The kernel memory of a whole table of n rows: a mappable array (see
+ * _stage) takes whole pages, and one more for its header (the rows must
+ * start on a page), which the cap must count.
  */
 static uint64_t _table_bytes(uint64_t n)
 {
@@ -277,11 +281,42 @@ static uint32_t _chunk_index(const struct unwinder *u, const struct fw_chunk_key
 	return UINT32_MAX;
 }
 
+/*
+ * Deletes the evicted chunks from unwind_chunks. Each delete from a map of
+ * maps waits for an RCU grace period (8-25 ms), as an update does: one
+ * batch waits once. Called before the round's new chunks are published,
+ * so that a chunk evicted and built again in one round stays.
+ */
+static void _delete_evicted(struct unwinder *u)
+{
+	LIBBPF_OPTS(bpf_map_batch_opts, bopts);
+	__u32 done = u->nevicted;
+
+	if (!u->nevicted)
+		return;
+	if (bpf_map_delete_batch(u->chunks_fd, u->evicted, &done, &bopts))
+		for (uint32_t i = done; i < u->nevicted; i++)
+			bpf_map_delete_elem(u->chunks_fd, &u->evicted[i]);
+	u->nevicted = 0;
+}
+
 static void _drop_chunk(struct unwinder *u, uint32_t i)
 {
 	struct unwind_chunk *c = &u->chunks[i];
 
-	bpf_map_delete_elem(u->chunks_fd, &c->key);
+	if (u->nevicted == u->cap_evicted) {
+		uint32_t cap = u->cap_evicted ? u->cap_evicted * 2 : 64;
+		struct fw_chunk_key *v = realloc(u->evicted, cap * sizeof(*v));
+
+		if (v) {
+			u->evicted = v;
+			u->cap_evicted = cap;
+		}
+	}
+	if (u->nevicted < u->cap_evicted)
+		u->evicted[u->nevicted++] = c->key;
+	else
+		bpf_map_delete_elem(u->chunks_fd, &c->key);
 	u->stats.table_bytes -= _chunk_bytes(c->rows);
 	u->stats.rows -= c->rows;
 	u->stats.chunks--;
@@ -801,6 +836,7 @@ static void _take_wanted(struct unwinder *u)
 		bpf_map_delete_elem(u->wanted_fd, &keys[i]);
 	for (uint32_t i = 0; i < n; i++)
 		_load_chunk(u, &keys[i], since);
+	_delete_evicted(u);
 	_publish_staged(u, true);
 	u->chunks_wanted = n == WANTED_PER_ROUND;
 }
@@ -875,6 +911,7 @@ int unwinder__add_pid(struct unwinder *u, pid_t pid)
 	memset(u->scratch_files, 0, FW_MAX_PROC_MAPPINGS * sizeof(*u->scratch_files));
 	u->describing_since = ++u->clock;
 	err = proc_table__for_each_mapping(u->procs, pid, _describe_mapping, u);
+	_delete_evicted(u);
 	_publish_staged(u, false);
 	if (err)
 		return err;
