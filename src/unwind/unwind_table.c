@@ -486,10 +486,10 @@ static void _clip(struct ut_builder *b, uint64_t lo, uint64_t hi)
 		first = b->rows[k - 1];
 		first.pc = (__u32)lo;
 	}
-	/* rows[k - 1] is no longer needed: there is room for first before rows[k]. */
+	/* first becomes rows[0] over the rows below lo; with none there, room is made. */
 	if (!k) {
 		if (b->n == b->cap)
-			return;	/* _build_range() made room */
+			return;	/* cannot happen: unwind_table__build_range() made room */
 		memmove(b->rows + 1, b->rows, b->n * sizeof(*b->rows));
 		b->n++;
 		k = 1;
@@ -521,10 +521,12 @@ int unwind_table__build_range(int fd, int debug_fd, uint64_t lo, uint64_t hi,
 	if (!err && b.n == b.cap) {
 		struct unwind_row *v = realloc(b.rows, (b.cap + 1) * sizeof(*v));
 
-		if (!v)
+		if (!v) {
 			err = -ENOMEM;
-		else
-			b.rows = v, b.cap++;
+		} else {
+			b.rows = v;
+			b.cap++;
+		}
 	}
 	if (err) {
 		free(b.rows);
