@@ -440,15 +440,15 @@ static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_p
 				find_row(m->file_id, m->row_count, pc - m->bias, &found) :
 				find_chunk_row(m->file_id, pc - m->bias, &found);
 
-			if (!r)
+			if (!r) {
 				row = &found;
-			else if (r == -2) {
+			} else if (r == -2) {
 				want_chunk(st, m->file_id, pc - m->bias);
 				if (!st->miss_sp)
 					st->miss_sp = st->sp;
-			}
-			else
+			} else {
 				stat_inc(FW_STAT_UNWIND_ROW_MISS);
+			}
 		}
 	}
 
