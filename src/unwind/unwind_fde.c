@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -315,7 +316,8 @@ static uint64_t _hdr_value(const struct ut_hdr_table *h, size_t i, unsigned int 
  * libLLVM): ut__hdr_next() skips entries out of order as it goes, and a
  * search in an unsorted table finds wrong FDEs, never bytes outside it.
  */
-bool ut__hdr_open(Elf *elf, const struct ut_source *eh, bool check_order, struct ut_hdr_table *h)
+bool ut__hdr_open(Elf *elf, int fd, const struct ut_source *eh, bool check_order,
+		  struct ut_hdr_table *h)
 {
 	struct ut_source hs = { 0 };
 	const uint8_t *p, *end;
@@ -351,6 +353,8 @@ bool ut__hdr_open(Elf *elf, const struct ut_source *eh, bool check_order, struct
 	h->buf = hs.data->d_buf;
 	h->size = hs.data->d_size;
 	h->mapped = _in_file_map(elf, hs.data);
+	h->fd = h->mapped ? fd : -1;
+	h->file_off = shdr.sh_offset + (uint64_t)(h->v - (const uint8_t *)h->buf);
 	for (size_t i = 1; i < h->n && check_order; i++) {
 		if (_hdr_value(h, i, 0) < _hdr_value(h, i - 1, 0)) {
 			pr_debug("unwind: .eh_frame_hdr: table not sorted at entry %zu: not used\n", i);
@@ -418,6 +422,21 @@ bool ut__hdr_next(struct ut_hdr_table *h, uint64_t limit, struct ut_span *out)
 	return false;
 }
 
+/*
+ * Entry i's location, read from the file: a search's probes through the
+ * map faulted in 64 KiB around each (fault-around), ~1 MB of libLLVM's
+ * table at once for a chunk's build, where a few bytes are needed.
+ */
+static uint64_t _hdr_loc_read(const struct ut_hdr_table *h, size_t i)
+{
+	uint8_t p[4];
+
+	if (h->fd < 0 || pread(h->fd, p, sizeof(p), (off_t)(h->file_off + 8 * i)) != sizeof(p))
+		return _hdr_value(h, i, 0);
+	return h->base + (uint64_t)(int64_t)(int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 |
+						      (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
 /* The index of the last entry that starts at or below pc, 0 when none does. */
 static size_t _hdr_last_at_or_below(const struct ut_hdr_table *h, uint64_t pc)
 {
@@ -426,7 +445,7 @@ static size_t _hdr_last_at_or_below(const struct ut_hdr_table *h, uint64_t pc)
 	while (a < b) {
 		size_t mid = a + (b - a) / 2;
 
-		if (_hdr_value(h, mid, 0) <= pc)
+		if (_hdr_loc_read(h, mid) <= pc)
 			a = mid + 1;
 		else
 			b = mid;
@@ -454,7 +473,7 @@ static bool _hdr_covers(struct ut_hdr_table *h, uint64_t lo, uint64_t hi, uint64
 	while (a < b) {
 		size_t mid = a + (b - a) / 2;
 
-		if (_hdr_value(h, mid, 0) < hi)
+		if (_hdr_loc_read(h, mid) < hi)
 			a = mid + 1;
 		else
 			b = mid;

@@ -315,7 +315,7 @@ static int _build(int fd, int debug_fd, struct ut_builder *b, struct unwind_tabl
 	}
 
 	/* The main file's .eh_frame (source 0) through its .eh_frame_hdr, where it has one. */
-	use_hdr = main_eh && have_phdrs && ut__hdr_open(elf, &srcs[0], !b->ranged, &hdr);
+	use_hdr = main_eh && have_phdrs && ut__hdr_open(elf, fd, &srcs[0], !b->ranged, &hdr);
 	for (size_t i = use_hdr; i < nsrc; i++) {
 		err = ut__collect_fdes(&srcs[i], (uint8_t)i, limit, have_phdrs, &sp);
 		if (err)

@@ -118,6 +118,8 @@ struct ut_hdr_table {
 	struct ut_fde_enc enc;
 	size_t found, skipped;
 	uint64_t last_loc;		/* of the entry ut__hdr_next() read last */
+	int fd;				/* the file, for ut__hdr_seek(); -1: read the map */
+	uint64_t file_off;		/* of entry 0 in the file */
 };
 
 /* unwind_table.c */
@@ -135,7 +137,8 @@ void ut__add_source(Elf *elf, bool eh_frame, const char *what, struct ut_source 
 		    size_t *nsrc);
 int ut__collect_fdes(const struct ut_source *src, uint8_t idx, uint64_t max_vaddr,
 		     bool have_phdrs, struct ut_spans *sp);
-bool ut__hdr_open(Elf *elf, const struct ut_source *eh, bool check_order, struct ut_hdr_table *h);
+bool ut__hdr_open(Elf *elf, int fd, const struct ut_source *eh, bool check_order,
+		  struct ut_hdr_table *h);
 bool ut__hdr_next(struct ut_hdr_table *h, uint64_t limit, struct ut_span *out);
 void ut__hdr_seek(struct ut_hdr_table *h, uint64_t pc);
 int ut__add_plt_spans(Elf *elf, uint64_t max_vaddr, struct ut_spans *sp,
