@@ -337,6 +337,19 @@ static int _build(int fd, int debug_fd, struct ut_builder *b, struct unwind_tabl
 		goto out;
 	if (sp.n)	/* a Go binary without CFI has no spans */
 		_sort_spans(sp.v, sp.n);
+	/*
+	 * A range's build reads a few FDEs; the headers, section table and
+	 * names read to find them are 64 KiB each of the file's pages by
+	 * then (fault-around), most of the build's peak: dropped, they come
+	 * back from the page cache if read again.
+	 */
+	if (b->ranged) {
+		size_t size = 0;
+		const char *map = elf_rawfile(elf, &size);
+
+		if (map && size)
+			ut__drop_range(map, size);
+	}
 	cies = ut__cie_cache_new();
 	if (!cies) {
 		err = -ENOMEM;
