@@ -12,7 +12,12 @@
  * Run one file per process to see each file's own peak. With --stream
  * first, the table is built as the agent builds it, through
  * unwind_table__stream() (hashed as it goes, never held whole): same hash,
- * smaller peak. bench/README.md has the numbers.
+ * smaller peak. With --chunks first, each file's table is also built the
+ * way the agent builds a large file's, one 64-KiB chunk of code at a time
+ * (unwind_table__build_range()), for every chunk that has code: rows,
+ * kernel bytes (a row array costs its rows in whole pages and a header
+ * page) and CPU time, whole table against every chunk and against one
+ * chunk. bench/README.md has the numbers.
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -24,12 +29,81 @@
 
 #include "unwind/unwind_table.h"
 
+#define CHUNK (64u << 10)	/* FW_CHUNK_BYTES */
+
 static double _cpu_ms(void)
 {
 	struct timespec t;
 
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
 	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/*
+ * KiB the kernel allocates for n rows: a whole table's mappable array
+ * (its rows in whole pages and a header page), or a chunk's array of
+ * 4-byte rows (one kmalloc() of header and rows, a power of two up to 32
+ * KiB, pages beyond). As the agent's _table_bytes() and _chunk_bytes().
+ */
+static double _kib(size_t n)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (page + (n * sizeof(struct unwind_row) + page - 1) / page * page) / 1024.0;
+}
+
+static double _chunk_kib(size_t n)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), size = 320 + 8 * (1 + (n + 1) / 2), b = 8;
+
+	if (size > 8 * page)
+		return (size + page - 1) / page * page / 1024.0;
+	while (b < size)
+		b *= 2;
+	return b / 1024.0;
+}
+
+/*
+ * Builds every chunk of the file that its table has a rule other than
+ * "no CFI" in, and prints their totals beside the whole table's.
+ */
+static void _chunks(const char *path, int fd, const struct unwind_row *rows, size_t n,
+		    double whole_ms)
+{
+	size_t nchunks = 0, total = 0, most = 0;
+	double kib = 0, ms = 0, worst = 0;
+
+	for (size_t i = 0; i + 1 < n; i++) {
+		uint64_t lo = rows[i].pc / CHUNK * (uint64_t)CHUNK;
+		struct unwind_row *part;
+		size_t np;
+		double t0;
+
+		if (rows[i].cfa_type == UNWIND_NO_CFI)
+			continue;
+		t0 = _cpu_ms();
+		if (unwind_table__build_range(fd, -1, lo, lo + CHUNK, &part, &np, NULL)) {
+			printf("%s: chunk %#llx: error\n", path, (unsigned long long)lo);
+			return;
+		}
+		t0 = _cpu_ms() - t0;
+		ms += t0;
+		worst = t0 > worst ? t0 : worst;
+		nchunks++;
+		total += np;
+		most = np > most ? np : most;
+		kib += _chunk_kib(np);
+		free(part);
+		/* The next chunk with a row in it. */
+		while (i + 1 < n && rows[i + 1].pc < lo + CHUNK)
+			i++;
+	}
+	printf("%s: whole table %zu rows, %.0f KiB, %.1f ms CPU; %zu chunks with code: %zu rows, "
+	       "%.0f KiB, %.1f ms CPU; a chunk: %.0f rows (at most %zu), %.1f KiB, %.2f ms CPU "
+	       "(at most %.2f)\n",
+	       path, n, _kib(n), whole_ms, nchunks, total, kib, ms,
+	       nchunks ? (double)total / nchunks : 0.0, most, nchunks ? kib / nchunks : 0.0,
+	       nchunks ? ms / nchunks : 0.0, worst);
 }
 
 static int _hash_rows(void *ctx, const struct unwind_row *rows, size_t n)
@@ -49,9 +123,10 @@ int main(int argc, char **argv)
 {
 	char line[256];
 	int stream = argc > 1 && !strcmp(argv[1], "--stream");
+	int chunks = argc > 1 && !strcmp(argv[1], "--chunks");
 	FILE *f;
 
-	for (int i = 1 + stream; i < argc; i++) {
+	for (int i = 1 + stream + chunks; i < argc; i++) {
 		struct unwind_table_stats st;
 		struct unwind_row *rows;
 		uint64_t h = 1469598103934665603ULL;
@@ -66,6 +141,8 @@ int main(int argc, char **argv)
 		else
 			err = unwind_table__build(fd, -1, &rows, &n, &st);
 		t0 = _cpu_ms() - t0;
+		if (!err && chunks)
+			_chunks(argv[i], fd, rows, n, t0);
 		if (fd >= 0)
 			close(fd);
 		if (err) {

@@ -283,7 +283,8 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.offcpu_walk_all = o->offcpu_walk_all,
 		.offcpu_no_attach = o->offcpu_no_attach,
 	};
-	int files_fd, procs_fd, wanted_fd, hs_fd, hs_stats_fd, err;
+	struct unwinder_maps um;
+	int hs_fd, hs_stats_fd, err;
 	struct java_perfmap *java;
 	struct hotspot *hs;
 	struct ruby *rb;
@@ -308,8 +309,8 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		err = errno;
 		goto fail;
 	}
-	sampler__unwind_fds(c->sampler, &files_fd, &procs_fd, &wanted_fd);
-	c->unwinder = unwinder__new(files_fd, procs_fd, wanted_fd, c->procs,
+	sampler__unwind_maps(c->sampler, &um);
+	c->unwinder = unwinder__new(&um, c->procs,
 				    (uint64_t)o->unwind_mb << 20);
 	if (c->unwinder)
 		unwinder__set_on_demand(c->unwinder, o->unwind_on_demand_bytes);
@@ -550,14 +551,16 @@ void collector__report(struct collector *c)
 		return;
 	unwinder__stats(c->unwinder, &u);
 	pr_info("unwind tables: %llu files, %llu rows, %.1f KiB of BPF maps "
-		"(cap %llu MiB); %llu files without CFI, %llu over the cap; built in %.0f ms\n",
+		"(cap %llu MiB); %llu files without CFI, %llu chunks put off for room; built in %.0f ms\n",
 		(unsigned long long)u.files, (unsigned long long)u.rows, u.table_bytes / 1024.0,
 		(unsigned long long)(u.cap_bytes >> 20), (unsigned long long)u.files_without_cfi,
-		(unsigned long long)u.files_over_cap, u.build_ns / 1e6);
-	if (u.files_on_demand || u.files_wanted)
-		pr_info("unwind tables on demand: %llu large files built once a sample needed them, "
-			"%llu never needed\n", (unsigned long long)u.files_wanted,
-			(unsigned long long)u.files_on_demand);
+		(unsigned long long)u.chunks_no_room, u.build_ns / 1e6);
+	if (u.files_chunked)
+		pr_info("unwind tables by chunk: %llu files, %llu of them needed by samples; "
+			"%llu chunks loaded, %llu built, %llu evicted\n",
+			(unsigned long long)u.files_chunked, (unsigned long long)u.files_chunk_used,
+			(unsigned long long)u.chunks, (unsigned long long)u.chunk_builds,
+			(unsigned long long)u.chunk_evictions);
 }
 
 int collector__fd(struct collector *c)

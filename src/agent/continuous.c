@@ -133,7 +133,7 @@ static void _on_ready(evutil_socket_t fd, short what, void *arg)
 	collector__drain(c->collector);
 }
 
-/* CONTINUOUS_UNWIND_ON_DEMAND_BYTES, or FLAMEWATCH_UNWIND_ON_DEMAND_KB (0: never). */
+/* CONTINUOUS_UNWIND_ON_DEMAND_BYTES, or FLAMEWATCH_UNWIND_ON_DEMAND_KB (0: only files that do not fit). */
 static uint64_t _on_demand_bytes(void)
 {
 	return env__kib("FLAMEWATCH_UNWIND_ON_DEMAND_KB", CONTINUOUS_UNWIND_ON_DEMAND_BYTES, 0);

@@ -25,6 +25,14 @@
 #define CONTINUOUS_UNWIND_ON_DEMAND_BYTES (1u << 20)
 
 /*
+ * The default cap on unwind tables in the kernel (MiB) for `agent` and
+ * `run`: large files cost only the chunks samples land in, and a file that
+ * does not fit is chunked too, so the cap bounds memory without losing
+ * frames (issue 31's budget for a GPU node).
+ */
+#define CONTINUOUS_UNWIND_MB 16
+
+/*
  * A batch's CPU intervals grow with the CPUs and with how often their
  * tasks switch, up to 2,000 a second a CPU (strips.bpf.c). The agent holds
  * them, then their encoding and its compressed copy, at once (32 + ~60

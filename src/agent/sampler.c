@@ -17,6 +17,7 @@
 #include "agent/ringbuf.h"
 #include "agent/skel_bytes.h"
 #include "agent/sampler.h"
+#include "agent/unwinder.h"
 #include "bpf/sample.skel.h"
 #include "common/log.h"
 
@@ -72,7 +73,8 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_PY_WAKEUPS] = "python_wakeups",
 	[FW_STAT_UNWIND_GO_SWITCH] = "unwind_go_switches",
 	[FW_STAT_DESCRIBE_WAKEUPS] = "describe_wakeups",
-	[FW_STAT_UNWIND_WANTED] = "unwind_tables_wanted",
+	[FW_STAT_UNWIND_WANTED] = "unwind_chunks_wanted",
+	[FW_STAT_UNWIND_PREFETCHED] = "unwind_chunks_prefetched",
 	[FW_STAT_OFFCPU_WALKS] = "offcpu_walks",
 	[FW_STAT_OFFCPU_SAMPLES] = "offcpu_samples",
 	[FW_STAT_OFFCPU_SHORT] = "offcpu_short",
@@ -640,11 +642,13 @@ void sampler__hotspot_fds(struct sampler *s, int *procs_fd, int *stats_fd)
 	*stats_fd = bpf_map__fd(s->skel->maps.hs_stats);
 }
 
-void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd, int *wanted_fd)
+void sampler__unwind_maps(struct sampler *s, struct unwinder_maps *out)
 {
-	*files_fd = bpf_map__fd(s->skel->maps.unwind_files);
-	*procs_fd = bpf_map__fd(s->skel->maps.proc_mappings);
-	*wanted_fd = bpf_map__fd(s->skel->maps.wanted_tables);
+	out->files_fd = bpf_map__fd(s->skel->maps.unwind_files);
+	out->chunks_fd = bpf_map__fd(s->skel->maps.unwind_chunks);
+	out->rules_fd = bpf_map__fd(s->skel->maps.unwind_rules);
+	out->procs_fd = bpf_map__fd(s->skel->maps.proc_mappings);
+	out->wanted_fd = bpf_map__fd(s->skel->maps.wanted_chunks);
 }
 
 /*

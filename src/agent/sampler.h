@@ -112,8 +112,9 @@ int sampler__drain(struct sampler *s);
  * do), then consumes every record. Returns the number consumed or -errno.
  */
 int sampler__poll(struct sampler *s, int timeout_ms);
-/* The unwinder's maps (unwind_files, proc_mappings, wanted_tables); borrowed fds. */
-void sampler__unwind_fds(struct sampler *s, int *files_fd, int *procs_fd, int *wanted_fd);
+struct unwinder_maps;
+/* The unwinder's maps; borrowed fds. */
+void sampler__unwind_maps(struct sampler *s, struct unwinder_maps *out);
 /* The py_procs map (pid -> struct fw_py_proc); a borrowed fd. */
 int sampler__python_fd(struct sampler *s);
 /* The rb_procs map (pid -> struct fw_rb_proc); a borrowed fd. */

@@ -38,7 +38,7 @@ static void _usage(FILE *out)
 	fprintf(out,
 "usage: flamewatch agent --server URL [--token T] [--ca-file FILE] [--node NAME] [-F HZ]\n"
 "                        [--interval 10s] [--buffer-mb 16] [--drain-timeout 10s]\n"
-"                        [--unwind-table-mb 64]\n"
+"                        [--unwind-table-mb 16]\n"
 "\n"
 "Samples every CPU of this host and ships the stacks to a flamewatch server.\n"
 "Runs in the host's pid namespace (pids are the host's, as NVML reports them).\n"
@@ -54,7 +54,7 @@ static void _usage(FILE *out)
 "                       when full, the oldest batches are dropped\n"
 "  --drain-timeout DUR  on SIGTERM or SIGINT, how long to keep delivering what is\n"
 "                       queued (default 10s; 0: not at all)\n"
-"  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 64)\n");
+"  --unwind-table-mb N  cap on unwind tables loaded into the kernel (default 16)\n");
 	collect_opts__usage(out);
 	fprintf(out,
 "  --metrics-listen H:P serve /metrics (Prometheus text) here: GPU metrics,\n"
@@ -246,7 +246,7 @@ int cmd_agent(int argc, char **argv)
 	struct option longopts[32];
 	struct shipper_opts so = { .max_buffer = 16u << 20 };
 	struct continuous_opts co = {
-		.freq_hz = 19, .unwind_mb = 64, .interval_ns = 10000000000ULL,
+		.freq_hz = 19, .unwind_mb = CONTINUOUS_UNWIND_MB, .interval_ns = 10000000000ULL,
 		.max_samples = 200000, .deliver = _deliver,
 		.gpu_interval_ns = CONTINUOUS_GPU_INTERVAL_NS,
 		.gpu_pcie_interval_ns = CONTINUOUS_GPU_PCIE_INTERVAL_NS,

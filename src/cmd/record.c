@@ -22,6 +22,7 @@
 #include "cmd/collect_opts.h"
 #include "agent/continuous.h"
 #include "common/batch.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "common/profile.h"
 #include "common/timeparse.h"
@@ -88,7 +89,8 @@ static void _usage(FILE *out)
 "      --java-perfmap-interval SEC  run `jcmd PID Compiler.perfmap` for every sampled\n"
 "                       JVM this often, so JIT-compiled Java frames get names (default off)\n"
 "      --unwind-table-mb N  cap on the unwind tables loaded into the kernel\n"
-"                       (default 64 MiB; beyond, frame pointers)\n"
+"                       (default 64 MiB; files that do not fit get their\n"
+"                       rows a 64-KiB chunk of code at a time, where samples land)\n"
 "  -v, --verbose        debug messages\n"
 "  -- CMD ARGS...       start CMD and profile it and its children until it exits\n");
 }
@@ -487,6 +489,8 @@ int cmd_record(int argc, char **argv)
 	co.follow_only = !r.opts.all;
 	co.follow_children = r.opts.cmd != NULL;
 	co.unwind_mb = r.opts.unwind_mb;
+	/* Every table at once by default: a recording is short and its first samples count. */
+	co.unwind_on_demand_bytes = env__kib("FLAMEWATCH_UNWIND_ON_DEMAND_KB", 0, 0);
 	co.java_perfmap_interval_ns = r.opts.java_perfmap_ns;
 	co.offcpu_min_ns = r.opts.offcpu ? r.opts.offcpu_min_ns : 0;
 	co.offcpu_walk_all = true;

@@ -92,7 +92,7 @@ int cmd_run(int argc, char **argv)
 	struct option longopts[32];
 	struct cmd_server_opts so;
 	struct continuous_opts co = {
-		.freq_hz = 19, .unwind_mb = 64, .interval_ns = 10000000000ULL,
+		.freq_hz = 19, .unwind_mb = CONTINUOUS_UNWIND_MB, .interval_ns = 10000000000ULL,
 		.max_samples = 200000, .deliver = _deliver,
 		.gpu_interval_ns = CONTINUOUS_GPU_INTERVAL_NS,
 		.gpu_pcie_interval_ns = CONTINUOUS_GPU_PCIE_INTERVAL_NS,

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -310,8 +311,13 @@ static uint64_t _hdr_value(const struct ut_hdr_table *h, size_t i, unsigned int 
  * Finds elf's .eh_frame_hdr and checks that its table indexes eh (version 1,
  * the eh_frame pointer equal to eh's address, 8-byte datarel entries, sorted
  * by location); false means the FDEs are listed from .eh_frame instead.
+ * Without check_order (a build of one range) the order is not checked
+ * here, which read the whole table (a third of a 64-KiB chunk's build on
+ * libLLVM): ut__hdr_next() skips entries out of order as it goes, and a
+ * search in an unsorted table finds wrong FDEs, never bytes outside it.
  */
-bool ut__hdr_open(Elf *elf, const struct ut_source *eh, struct ut_hdr_table *h)
+bool ut__hdr_open(Elf *elf, int fd, const struct ut_source *eh, bool check_order,
+		  struct ut_hdr_table *h)
 {
 	struct ut_source hs = { 0 };
 	const uint8_t *p, *end;
@@ -347,7 +353,9 @@ bool ut__hdr_open(Elf *elf, const struct ut_source *eh, struct ut_hdr_table *h)
 	h->buf = hs.data->d_buf;
 	h->size = hs.data->d_size;
 	h->mapped = _in_file_map(elf, hs.data);
-	for (size_t i = 1; i < h->n; i++) {
+	h->fd = h->mapped ? fd : -1;
+	h->file_off = shdr.sh_offset + (uint64_t)(h->v - (const uint8_t *)h->buf);
+	for (size_t i = 1; i < h->n && check_order; i++) {
 		if (_hdr_value(h, i, 0) < _hdr_value(h, i - 1, 0)) {
 			pr_debug("unwind: .eh_frame_hdr: table not sorted at entry %zu: not used\n", i);
 			return false;
@@ -394,7 +402,16 @@ static int _hdr_span(struct ut_hdr_table *h, size_t i, uint64_t limit, struct ut
 bool ut__hdr_next(struct ut_hdr_table *h, uint64_t limit, struct ut_span *out)
 {
 	while (h->next < h->n) {
-		int r = _hdr_span(h, h->next++, limit, out);
+		uint64_t loc = _hdr_value(h, h->next, 0);
+		int r;
+
+		if (loc < h->last_loc) {	/* out of order: only where the order was not checked */
+			h->next++;
+			h->skipped++;
+			continue;
+		}
+		h->last_loc = loc;
+		r = _hdr_span(h, h->next++, limit, out);
 
 		if (r > 0) {
 			h->found++;
@@ -403,6 +420,47 @@ bool ut__hdr_next(struct ut_hdr_table *h, uint64_t limit, struct ut_span *out)
 		h->skipped += r < 0;
 	}
 	return false;
+}
+
+/*
+ * Entry i's location, read from the file: a search's probes through the
+ * map faulted in 64 KiB around each (fault-around), ~1 MB of libLLVM's
+ * table at once for a chunk's build, where a few bytes are needed.
+ */
+static uint64_t _hdr_loc_read(const struct ut_hdr_table *h, size_t i)
+{
+	uint8_t p[4];
+
+	if (h->fd < 0 || pread(h->fd, p, sizeof(p), (off_t)(h->file_off + 8 * i)) != sizeof(p))
+		return _hdr_value(h, i, 0);
+	return h->base + (uint64_t)(int64_t)(int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 |
+						      (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+/* The index of the last entry that starts at or below pc, 0 when none does. */
+static size_t _hdr_last_at_or_below(const struct ut_hdr_table *h, uint64_t pc)
+{
+	size_t a = 0, b = h->n;
+
+	while (a < b) {
+		size_t mid = a + (b - a) / 2;
+
+		if (_hdr_loc_read(h, mid) <= pc)
+			a = mid + 1;
+		else
+			b = mid;
+	}
+	return a ? a - 1 : 0;
+}
+
+/*
+ * Makes ut__hdr_next() start at the FDE that covers pc (the last to start
+ * at or below it: FDEs do not nest), skipping those wholly below. A build
+ * of one range then decodes only the FDEs in it.
+ */
+void ut__hdr_seek(struct ut_hdr_table *h, uint64_t pc)
+{
+	h->next = _hdr_last_at_or_below(h, pc);
 }
 
 /* Whether an FDE of the table overlaps [lo, hi). */
@@ -415,7 +473,7 @@ static bool _hdr_covers(struct ut_hdr_table *h, uint64_t lo, uint64_t hi, uint64
 	while (a < b) {
 		size_t mid = a + (b - a) / 2;
 
-		if (_hdr_value(h, mid, 0) < hi)
+		if (_hdr_loc_read(h, mid) < hi)
 			a = mid + 1;
 		else
 			b = mid;

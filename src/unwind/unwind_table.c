@@ -315,17 +315,20 @@ static int _build(int fd, int debug_fd, struct ut_builder *b, struct unwind_tabl
 	}
 
 	/* The main file's .eh_frame (source 0) through its .eh_frame_hdr, where it has one. */
-	use_hdr = main_eh && have_phdrs && ut__hdr_open(elf, &srcs[0], &hdr);
+	use_hdr = main_eh && have_phdrs && ut__hdr_open(elf, fd, &srcs[0], !b->ranged, &hdr);
 	for (size_t i = use_hdr; i < nsrc; i++) {
 		err = ut__collect_fdes(&srcs[i], (uint8_t)i, limit, have_phdrs, &sp);
 		if (err)
 			goto out;
 	}
 	ut__drop_pages(srcs, nsrc);
+	if (use_hdr && b->ranged)
+		ut__hdr_seek(&hdr, b->range_lo);
 	more_hdr = use_hdr && ut__hdr_next(&hdr, limit, &next_hdr);
 	ngo = go_switch__find(elf, go);
 	b->go = ngo > 0;
-	if (sp.n == 0 && !more_hdr && !ngo) {
+	/* A range past the last FDE of a file with CFI is a range without it, not an error. */
+	if (sp.n == 0 && !more_hdr && !ngo && !(b->ranged && use_hdr && hdr.n)) {
 		err = -ENOENT;
 		goto out;
 	}
@@ -334,6 +337,19 @@ static int _build(int fd, int debug_fd, struct ut_builder *b, struct unwind_tabl
 		goto out;
 	if (sp.n)	/* a Go binary without CFI has no spans */
 		_sort_spans(sp.v, sp.n);
+	/*
+	 * A range's build reads a few FDEs; the headers, section table and
+	 * names read to find them are 64 KiB each of the file's pages by
+	 * then (fault-around), most of the build's peak: dropped, they come
+	 * back from the page cache if read again.
+	 */
+	if (b->ranged) {
+		size_t size = 0;
+		const char *map = elf_rawfile(elf, &size);
+
+		if (map && size)
+			ut__drop_range(map, size);
+	}
 	cies = ut__cie_cache_new();
 	if (!cies) {
 		err = -ENOMEM;
@@ -358,6 +374,12 @@ static int _build(int fd, int debug_fd, struct ut_builder *b, struct unwind_tabl
 			span = sp.v[ilist++];
 		} else {
 			break;
+		}
+		if (b->ranged && s->lo >= b->range_hi)
+			break;	/* spans come by start address: the rest lie beyond too */
+		if (b->ranged && s->hi <= b->range_lo) {
+			covered = s->hi > covered ? s->hi : covered;
+			continue;
 		}
 		lo = s->lo > covered ? s->lo : covered;
 
@@ -389,6 +411,9 @@ static int _build(int fd, int debug_fd, struct ut_builder *b, struct unwind_tabl
 	/* Without CFI, b holds one UNWIND_NO_CFI row at 0: frame pointers around the Go rows. */
 	for (size_t i = 0; i < ngo; i++) {
 		if (go[i].pc + go[i].len > limit)
+			continue;
+		/* A range's rows do not hold the rule after a switch outside it. */
+		if (b->ranged && (go[i].pc + go[i].len <= b->range_lo || go[i].pc >= b->range_hi))
 			continue;
 		err = _splice_go_switch(b, &go[i]);
 		if (err)
@@ -454,6 +479,77 @@ int unwind_table__stream(int fd, int debug_fd, unwind_rows_fn fn, void *ctx, siz
 		return err;
 	st.rows = b.flushed;
 	*nrows = b.flushed;
+	if (stats)
+		*stats = st;
+	return 0;
+}
+
+/*
+ * Cuts b's rows to [lo, hi): the rule in force at lo starts there (no CFI
+ * when none is), and rows at or past hi go. Adjacent equal rules merge.
+ */
+static void _clip(struct ut_builder *b, uint64_t lo, uint64_t hi)
+{
+	struct unwind_row first = { .pc = (__u32)lo, .cfa_type = UNWIND_NO_CFI };
+	size_t k = 0, out = 1;
+
+	while (k < b->n && b->rows[k].pc <= lo)
+		k++;
+	if (k) {
+		first = b->rows[k - 1];
+		first.pc = (__u32)lo;
+	}
+	/* first becomes rows[0] over the rows below lo; with none there, room is made. */
+	if (!k) {
+		if (b->n == b->cap)
+			return;	/* cannot happen: unwind_table__build_range() made room */
+		memmove(b->rows + 1, b->rows, b->n * sizeof(*b->rows));
+		b->n++;
+		k = 1;
+	}
+	b->rows[0] = first;
+	for (size_t i = k; i < b->n && b->rows[i].pc < hi; i++) {
+		if (_same_rule(&b->rows[out - 1], &b->rows[i]))
+			continue;
+		b->rows[out++] = b->rows[i];
+	}
+	b->n = out;
+}
+
+int unwind_table__build_range(int fd, int debug_fd, uint64_t lo, uint64_t hi,
+			      struct unwind_row **rows, size_t *nrows,
+			      struct unwind_table_stats *stats)
+{
+	struct unwind_table_stats st = { 0 };
+	struct ut_builder b = { .ranged = true, .range_lo = lo, .range_hi = hi };
+	int err;
+
+	*rows = NULL;
+	*nrows = 0;
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
+	if (lo >= hi || hi > (uint64_t)UINT32_MAX + 1)
+		return -EINVAL;
+	err = _build(fd, debug_fd, &b, &st);
+	if (!err && b.n == b.cap) {
+		struct unwind_row *v = realloc(b.rows, (b.cap + 1) * sizeof(*v));
+
+		if (!v) {
+			err = -ENOMEM;
+		} else {
+			b.rows = v;
+			b.cap++;
+		}
+	}
+	if (err) {
+		free(b.rows);
+		return err;
+	}
+	_clip(&b, lo, hi);
+	st.rows = b.n;
+	_count_kinds(&st, b.rows, b.n);
+	*rows = b.rows;
+	*nrows = b.n;
 	if (stats)
 		*stats = st;
 	return 0;

@@ -143,6 +143,21 @@ int unwind_table__stream(int fd, int debug_fd, unwind_rows_fn fn, void *ctx, siz
 			 struct unwind_table_stats *stats);
 
 /*
+ * The part of unwind_table__build()'s table that covers [lo, hi), built
+ * from the FDEs that overlap it only (found through .eh_frame_hdr where
+ * the file has one: a build of a few KiB of code then reads a few FDEs,
+ * not the file's whole CFI). The first row starts at lo with the rule in
+ * force there; no row starts at or past hi, so the rows answer for pcs in
+ * [lo, hi) only. For every such pc unwind_table__find() gives the same
+ * rule as in the whole table. Returns as unwind_table__build(), and
+ * -EINVAL for an empty range or one past 4 GiB; a file with CFI but none
+ * in the range gets one UNWIND_NO_CFI row.
+ */
+int unwind_table__build_range(int fd, int debug_fd, uint64_t lo, uint64_t hi,
+			      struct unwind_row **rows, size_t *nrows,
+			      struct unwind_table_stats *stats);
+
+/*
  * The row covering pc: the last row whose pc <= pc, or NULL when pc is
  * below the first row (or nrows is 0). rows is borrowed; so is the result.
  */

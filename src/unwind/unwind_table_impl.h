@@ -84,6 +84,12 @@ struct ut_builder {
 	/* The _CFI_CHUNK the last FDE read lay in, and its source. */
 	uintptr_t chunk;
 	const struct ut_source *chunk_src;
+	/*
+	 * unwind_table__build_range(): only the spans that overlap [lo, hi)
+	 * are run; the rows are cut to the range afterwards.
+	 */
+	bool ranged;
+	uint64_t range_lo, range_hi;
 };
 
 /* The FDE address encoding of the CIE last asked about. */
@@ -111,6 +117,9 @@ struct ut_hdr_table {
 	bool mapped;
 	struct ut_fde_enc enc;
 	size_t found, skipped;
+	uint64_t last_loc;		/* of the entry ut__hdr_next() read last */
+	int fd;				/* the file, for ut__hdr_seek(); -1: read the map */
+	uint64_t file_off;		/* of entry 0 in the file */
 };
 
 /* unwind_table.c */
@@ -128,8 +137,10 @@ void ut__add_source(Elf *elf, bool eh_frame, const char *what, struct ut_source 
 		    size_t *nsrc);
 int ut__collect_fdes(const struct ut_source *src, uint8_t idx, uint64_t max_vaddr,
 		     bool have_phdrs, struct ut_spans *sp);
-bool ut__hdr_open(Elf *elf, const struct ut_source *eh, struct ut_hdr_table *h);
+bool ut__hdr_open(Elf *elf, int fd, const struct ut_source *eh, bool check_order,
+		  struct ut_hdr_table *h);
 bool ut__hdr_next(struct ut_hdr_table *h, uint64_t limit, struct ut_span *out);
+void ut__hdr_seek(struct ut_hdr_table *h, uint64_t pc);
 int ut__add_plt_spans(Elf *elf, uint64_t max_vaddr, struct ut_spans *sp,
 		      struct ut_hdr_table *hdr);
 

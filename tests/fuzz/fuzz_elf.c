@@ -81,6 +81,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else if (rows || nrows) {
 		abort();
 	}
+	/* The agent's chunk of a large file: one 64-KiB range, around the middle row. */
+	{
+		uint64_t lo = nrows ? (rows[nrows / 2].pc & ~(uint64_t)0xffff) : 0;
+		struct unwind_row *part = NULL;
+		size_t np = 0;
+
+		if (unwind_table__build_range(fd, -1, lo, lo + 0x10000, &part, &np, NULL) == 0) {
+			if (!np || part[0].pc != lo)
+				abort();
+			for (size_t i = 1; i < np; i++)
+				if (part[i - 1].pc >= part[i].pc || part[i].pc >= lo + 0x10000)
+					abort();
+		} else if (part || np) {
+			abort();
+		}
+		free(part);
+	}
 	free(rows);
 	close(fd);
 	return 0;

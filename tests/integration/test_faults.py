@@ -225,7 +225,7 @@ def test_unwind_tables_stay_in_cap(flamewatch, workloads, tmp_path):
                           "-o", out, "--", runner], capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr[-4000:]
     m = re.search(r"unwind tables: (\d+) files, (\d+) rows, ([\d.]+) KiB of BPF maps \(cap (\d+) MiB\);"
-                  r" (\d+) files without CFI, (\d+) over the cap", res.stderr)
+                  r" (\d+) files without CFI, (\d+) chunks put off", res.stderr)
     assert m, f"no unwind table report\n{res.stderr[-4000:]}"
     kib, cap_mib = float(m.group(3)), int(m.group(4))
     assert cap_mib == 1

@@ -32,9 +32,9 @@ def user_frames(frames):
 
 
 def info_line(stderr):
-    """The -v summary: (files, rows, KiB, without CFI, over the cap), or None."""
+    """The -v summary: (files, rows, KiB, without CFI, chunks put off for room), or None."""
     m = re.search(
-        r"unwind tables: (\d+) files, (\d+) rows, ([\d.]+) KiB.*?(\d+) files without CFI, (\d+) over the cap",
+        r"unwind tables: (\d+) files, (\d+) rows, ([\d.]+) KiB.*?(\d+) files without CFI, (\d+) chunks put off",
         stderr,
     )
     return None if not m else (int(m[1]), int(m[2]), float(m[3]), int(m[4]), int(m[5]))
@@ -353,11 +353,78 @@ def test_agrees_with_perf_dwarf(fw, workloads, perf_bin, tmp_path, name):
 # --unwind-table-mb
 
 
+BIG_CHAIN = ["main", "run", "big_outer", "big_mid", "big_inner"]
+
+BIG_CHAIN_C = r"""
+/* -O2 without frame pointers: only the CFI can walk these frames. */
+#include <stdlib.h>
+#include <time.h>
+
+__attribute__((noinline)) unsigned long big_inner(unsigned long x, double until)
+{
+    volatile unsigned long buf[8];
+    struct timespec t;
+
+    for (;;) {
+        for (int i = 0; i < 100000; i++) {
+            buf[i & 7] = x;
+            x = x * 6364136223846793005UL + buf[(i + 3) & 7];
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec + t.tv_nsec / 1e9 > until)
+            return x;
+    }
+}
+
+__attribute__((noinline)) unsigned long big_mid(unsigned long x, double until)
+{
+    volatile unsigned long pad[16];
+
+    pad[x & 15] = x;
+    return big_inner(x + pad[(x + 1) & 15], until) * 3;
+}
+
+__attribute__((noinline)) unsigned long big_outer(unsigned long x, double until)
+{
+    volatile unsigned long pad[32];
+
+    pad[x & 31] = x;
+    return big_mid(x ^ pad[(x + 5) & 31], until) + 1;
+}
+"""
+
+BIG_MAIN_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+unsigned long big_outer(unsigned long x, double until);
+
+__attribute__((noinline)) unsigned long run(double seconds)
+{
+    volatile unsigned long pad[8];
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    pad[1] = (unsigned long)t.tv_nsec;
+    return big_outer(pad[1], t.tv_sec + t.tv_nsec / 1e9 + seconds);
+}
+
+int main(int argc, char **argv)
+{
+    printf("%lu\n", run(argc > 1 ? atof(argv[1]) : 2));
+    return 0;
+}
+"""
+
+
 def _big_library(tmp):
     """A shared library whose .eh_frame alone makes a table over 1 MiB:
     16000 functions that push and pop six registers, 12+ rows each (~190k
-    rows). Generated as assembly with CFI directives: fast to build."""
-    src, lib = tmp / "big.s", tmp / "libbig.so"
+    rows), generated as assembly with CFI directives (fast to build), and
+    a hot chain big_outer;big_mid;big_inner built -O2 without frame
+    pointers. Returns (library, a program that runs the chain)."""
+    src, chain, lib, prog = tmp / "big.s", tmp / "chain.c", tmp / "libbig.so", tmp / "bigmain"
     regs = ["%rbx", "%rbp", "%r12", "%r13", "%r14", "%r15"]
     body = "".join(f"\tpushq {r}\n\t.cfi_adjust_cfa_offset 8\n" for r in regs) + "".join(
         f"\tpopq {r}\n\t.cfi_adjust_cfa_offset -8\n" for r in reversed(regs)
@@ -369,34 +436,54 @@ def _big_library(tmp):
             f.write(body)
             f.write(f"\tret\n\t.cfi_endproc\n\t.size big_fn_{i}, .-big_fn_{i}\n")
         f.write('\t.section .note.GNU-stack,"",@progbits\n')
-    res = subprocess.run(["gcc", "-shared", "-o", str(lib), str(src)], capture_output=True, text=True, timeout=120)
-    if res.returncode != 0:
-        pytest.fail(f"cannot build {lib}:\n{res.stderr[-2000:]}", pytrace=False)
-    return lib
+    chain.write_text(BIG_CHAIN_C)
+    (tmp / "bigmain.c").write_text(BIG_MAIN_C)
+    nofp = ["-O2", "-fomit-frame-pointer", "-fasynchronous-unwind-tables"]
+    for argv in (
+        ["gcc", "-shared", "-fPIC", *nofp, "-o", str(lib), str(src), str(chain)],
+        ["gcc", *nofp, "-o", str(prog), str(tmp / "bigmain.c"), str(lib), f"-Wl,-rpath,{tmp}"],
+    ):
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        if res.returncode != 0:
+            pytest.fail(f"cannot build {argv[-1]}:\n{res.stderr[-2000:]}", pytrace=False)
+    return lib, prog
+
+
+def _chunk_lines(stderr):
+    """-v's `unwind chunk FILE:ADDR: N rows` lines: [(key, rows)]."""
+    return [(m[1], int(m[2])) for m in re.finditer(r"unwind chunk (\d+:0x[0-9a-f]+): (\d+) rows", stderr)]
+
+
+def _chunk_info(stderr):
+    m = re.search(r"unwind tables by chunk: (\d+) files, (\d+) of them needed by samples; "
+                  r"(\d+) chunks loaded, (\d+) built, (\d+) evicted", stderr)
+    return None if not m else tuple(int(x) for x in m.groups())
 
 
 def test_table_cap(fw, workloads, tmp_path):
     """With --unwind-table-mb 1 and a 1.5 MiB table preloaded into qsort_cmp,
-    the run succeeds, -v reports the big file over the cap, the tables in
-    the kernel stay under the cap, and the comparator's stacks (through the
-    binary's and libc's tables, ~240 KiB together) still reach main."""
-    lib = _big_library(tmp_path)
+    the run succeeds, no file is left over the cap (libbig.so gets its rows
+    a chunk at a time, and no sample runs in it: none is built), the tables
+    in the kernel stay under the cap, and the comparator's stacks (through
+    the binary's and libc's tables, ~240 KiB together) still reach main."""
+    lib, _ = _big_library(tmp_path)
     qsort = workloads / "nofp" / "qsort_cmp"
     res, prof = fw.record_folded(
         ["-v", "--unwind-table-mb", "1", "--", "sh", "-c", f"LD_PRELOAD={lib} exec {qsort} 2"], duration=2
     )
     info = info_line(res.stderr)
     require(info is not None, "no `unwind tables: ...` info line under -v\n" + res.describe())
-    files, rows, kib, _, over = info
-    over_lines = [l for l in res.stderr.splitlines() if "over the cap" in l and "unwind tables:" not in l]
-    print(f"\ntable cap: {files} files, {rows} rows, {kib} KiB loaded, {over} over the cap: " + " | ".join(over_lines))
-    require(over >= 1, "-v reports no file over the cap\n" + res.describe())
+    files, rows, kib, _, _ = info
+    chunked = [l for l in res.stderr.splitlines() if "built a chunk at a time" in l]
+    print(f"\ntable cap: {files} files, {rows} rows, {kib} KiB loaded; " + " | ".join(chunked))
     require(kib <= 1024, f"{kib} KiB of unwind tables loaded with a 1 MiB cap\n" + res.describe())
-    require(any("libbig.so" in l for l in over_lines), "libbig.so is not reported over the cap\n" + res.describe())
+    require(any("libbig.so" in l for l in chunked), "libbig.so does not get its rows by chunk\n" + res.describe())
     require(
-        not any("libc.so" in l for l in over_lines),
-        "libc.so.6 was put over the cap although it fits next to the binary\n" + res.describe(),
+        not any("libc.so" in l for l in chunked),
+        "libc.so.6 was chunked although its table fits next to the binary's\n" + res.describe(),
     )
+    require(_chunk_info(res.stderr) is not None and _chunk_info(res.stderr)[3] == 0,
+            "chunks of libbig.so were built although no sample ran in it\n" + res.describe())
 
     w = prof.for_comm("qsort_cmp")
     require(w.total >= 0.5 * 2 * HZ, f"only {w.total} samples of qsort_cmp, expected ~{2 * HZ}", prof)
@@ -410,12 +497,177 @@ def test_table_cap(fw, workloads, tmp_path):
     )
     require(
         cmp_n >= 0.8 * w.total and pct >= 0.90,
-        f"with libbig.so over the cap, {ok} of {cmp_n} comparator samples ({pct:.1%}) reach main; expected >= 90 %\n"
-        f"-v: {files} files, {rows} rows, {kib} KiB loaded at the end; bpf stats: {stats}\n"
-        "(unwind_row_miss counts pcs in mappings whose table BPF could not search: a table that was "
-        "evicted or never loaded)",
+        f"with libbig.so chunked, {ok} of {cmp_n} comparator samples ({pct:.1%}) reach main; expected >= 90 %\n"
+        f"-v: {files} files, {rows} rows, {kib} KiB loaded at the end; bpf stats: {stats}",
         w,
     )
+
+
+def test_big_file_unwinds_by_chunk(fw, tmp_path):
+    """A library whose whole table (1.5 MiB) is over a 1 MiB cap, with its
+    hot code built without frame pointers: its rows come a chunk at a
+    time, built when the first sample lands in them, and the stacks of
+    big_inner reach main through big_mid and big_outer in >= 90 % of the
+    samples (over the cap, as before, they reached it in none). Two
+    processes map the library at once and share its chunks: each is built
+    once. The tables stay under the cap, and only a few 64-KiB chunks of
+    the library's ~2 MB of code are loaded."""
+    lib, prog = _big_library(tmp_path)
+    seconds = 3
+    res, prof = fw.record_folded(
+        ["-v", "--unwind-table-mb", "1", "--", "sh", "-c", f"{prog} {seconds} & {prog} {seconds}; wait"],
+        duration=seconds,
+    )
+    info, chunks, lines = info_line(res.stderr), _chunk_info(res.stderr), _chunk_lines(res.stderr)
+    w = prof.for_comm("bigmain")
+    inner = w.count(lambda f: user_frames(f)[-1:] == ["big_inner"])
+    full = w.count(lambda f: contains_run(user_frames(f), BIG_CHAIN))
+    stats = bpf_stats(res.stderr)
+    print(f"\nchunks: {full}/{inner} big_inner samples reach main; -v: {info}; chunks {chunks}; "
+          f"built {lines}; unwind_chunks_wanted={stats.get('unwind_chunks_wanted')}")
+    require(info is not None and chunks is not None, "no unwind table report under -v\n" + res.describe())
+    files, rows, kib, _, _ = info
+    require(inner >= 0.5 * seconds * HZ, f"only {inner} samples in big_inner", w)
+    require(full >= 0.9 * inner, f"{full} of {inner} big_inner samples reach main through "
+            f"{';'.join(BIG_CHAIN)}; expected >= 90 %\nbpf stats: {stats}", w)
+    require(kib <= 1024, f"{kib} KiB of tables with a 1 MiB cap\n" + res.describe())
+    keys = [k for k, _ in lines]
+    require(lines and len(keys) == len(set(keys)),
+            f"chunks built more than once although both processes map the same file: {lines}")
+    require(chunks[3] <= 8, f"{chunks[3]} chunks built for a chain of three functions: {lines}")
+    require(stats.get("unwind_chunks_wanted", 0) >= 1, f"no frame asked for a chunk: {stats}")
+
+
+BIG_SPREAD_C = r"""
+/* Calls every big_fn_* of libbig.so in turn: samples land all over its code. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef void (*fn_t)(void);
+
+__attribute__((noinline)) void spread(fn_t *fns, int n, double until)
+{
+    struct timespec t;
+
+    for (;;) {
+        for (int i = 0; i < n; i++)
+            fns[i]();
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec + t.tv_nsec / 1e9 > until)
+            return;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    void *h = dlopen(argv[1], RTLD_NOW);
+    fn_t *fns = calloc(16000, sizeof(*fns));
+    struct timespec t;
+    char name[32];
+
+    if (!h || !fns)
+        return 1;
+    for (int i = 0; i < 16000; i++) {
+        snprintf(name, sizeof(name), "big_fn_%d", i);
+        if (!(fns[i] = (fn_t)dlsym(h, name)))
+            return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    spread(fns, 16000, t.tv_sec + t.tv_nsec / 1e9 + atof(argv[2]));
+    return 0;
+}
+"""
+
+
+def test_chunks_evicted_under_cap(fw, tmp_path):
+    """Samples all over libbig.so's code (every big_fn_* called in turn)
+    want more chunks than a 1 MiB cap holds beside the whole tables: the
+    least recently used chunks are evicted and built again when asked
+    for, the tables never pass the cap, and most stacks still reach main
+    (a sample in a chunk evicted a moment before is walked by frame
+    pointers)."""
+    lib, _ = _big_library(tmp_path)
+    prog = tmp_path / "bigspread"
+    (tmp_path / "bigspread.c").write_text(BIG_SPREAD_C)
+    res = subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-o", str(prog), str(tmp_path / "bigspread.c"),
+                          "-ldl"], capture_output=True, text=True, timeout=120)
+    require(res.returncode == 0, f"cannot build bigspread:\n{res.stderr[-2000:]}")
+    seconds = 3
+    res, prof = fw.record_folded(["-v", "--unwind-table-mb", "1", "--", prog, lib, seconds], duration=seconds)
+    info, chunks, lines = info_line(res.stderr), _chunk_info(res.stderr), _chunk_lines(res.stderr)
+    w = prof.for_comm("bigspread")
+    inner = w.count(lambda f: any(x.startswith("big_fn_") for x in user_frames(f)[-1:]))
+    full = w.count(lambda f: contains_run(user_frames(f)[-3:-1], ["main", "spread"])
+                   and user_frames(f)[-1].startswith("big_fn_"))
+    print(f"\nchunk eviction: {full}/{inner} big_fn_* samples reach main; -v: {info}; chunks {chunks}; "
+          f"{len(lines)} chunk builds, {len(set(k for k, _ in lines))} distinct")
+    require(info is not None and chunks is not None, "no unwind table report under -v\n" + res.describe())
+    require(inner >= 0.5 * seconds * HZ, f"only {inner} samples in big_fn_*", w)
+    require(chunks[4] >= 1, f"no chunk was evicted: {chunks}; the test needs more chunks than the cap holds")
+    require(info[2] <= 1024, f"{info[2]} KiB of tables with a 1 MiB cap")
+    require(full >= 0.5 * inner, f"{full} of {inner} big_fn_* samples reach main;spread", w)
+
+
+def _clang_loop(tmp, warm, rounds):
+    """A shell loop that compiles sample.bpf.c with clang-14, `warm` times as
+    `clang-warm` (a link: another comm, the same libraries) and then
+    `rounds` times as itself: seconds of work deep in libLLVM-14 and
+    libclang-cpp (1.9 million rows' worth of tables together), built
+    without frame pointers."""
+    repo = Path(__file__).resolve().parents[2]
+    clang = shutil.which("clang-14")
+    if not clang or not Path("/usr/lib/x86_64-linux-gnu/libLLVM-14.so.1").exists():
+        pytest.skip("clang-14 and libLLVM-14 are not installed")
+    link = tmp / "clang-warm"
+    link.symlink_to(Path(clang).resolve())
+    args = (f"-O2 -g -target bpf -D__TARGET_ARCH_x86 -I{repo}/build -I{repo}/src/agent/bpf "
+            f"-I{repo}/src -I/usr/include/x86_64-linux-gnu -c {repo}/src/agent/bpf/sample.bpf.c "
+            f"-o {tmp}/sample.bpf.o")
+    return ["sh", "-c", f"for i in $(seq {warm}); do {link} {args} || exit 1; done; "
+                        f"for i in $(seq {rounds}); do {clang} {args} || exit 1; done"]
+
+
+def test_llvm_unwinds_by_chunk(fw, tmp_path, monkeypatch):
+    """clang-14 compiling, with libLLVM-14's and libclang-cpp's rows built a
+    chunk at a time (FLAMEWATCH_UNWIND_ON_DEMAND_KB=1024, as the agent
+    does): once earlier compilers (clang-warm, other processes) have had
+    the chunks they ran in built, clang-14's stacks reach main as often as
+    with whole tables (within 5 points) and as deep, while the tables take
+    at most half the memory. The first sample in a chunk not built yet
+    is walked by frame pointers: the warm-up's stacks are reported, not
+    checked."""
+    argv = _clang_loop(tmp_path, 6, 3)
+    runs = {}
+    for mode, env in (("whole", "0"), ("chunks", "1024")):
+        monkeypatch.setenv("FLAMEWATCH_UNWIND_ON_DEMAND_KB", env)
+        res, prof = fw.record_folded(["-v", "--"] + argv, duration=15)
+        require(info_line(res.stderr) is not None, f"no unwind table report ({mode})\n" + res.describe())
+        for comm in ("clang-warm", "clang-14"):
+            w = prof.for_comm(comm)
+            total, main = w.total, w.count(lambda f: "main" in user_frames(f))
+            depth = sum(len(user_frames(k.split(";"))) * n for k, n in w.stacks.items()) / max(total, 1)
+            runs[mode, comm] = (total, main / max(total, 1), depth)
+            print(f"\n{comm}, {mode}: {total} samples, {main / max(total, 1):.1%} reach main, "
+                  f"mean depth {depth:.1f}")
+            require(total >= 300, f"only {total} {comm} samples ({mode})", prof)
+        stats = bpf_stats(res.stderr)
+        runs[mode] = (info_line(res.stderr), _chunk_info(res.stderr), stats.get("unwind_chunks_wanted", 0),
+                      re.search(r"built in (\d+) ms", res.stderr)[1])
+        print(f"{mode}: tables (files, rows, KiB, no CFI, chunks put off) {runs[mode][0]}; chunks (files, used, "
+              f"loaded, built, evicted) {runs[mode][1]}; frames that asked for a chunk {runs[mode][2]}, "
+              f"chunks asked for from the stack above them {stats.get('unwind_chunks_prefetched', 0)}; "
+              f"built in {runs[mode][3]} ms")
+    _, share_w, depth_w = runs["whole", "clang-14"]
+    _, share_c, depth_c = runs["chunks", "clang-14"]
+    info_w, info_c, chunks_c = runs["whole"][0], runs["chunks"][0], runs["chunks"][1]
+    require(chunks_c is not None and chunks_c[1] >= 2 and chunks_c[3] >= 1,
+            f"libLLVM and libclang-cpp were not built by chunk: {chunks_c}")
+    require(share_c >= share_w - 0.05, f"by chunk {share_c:.1%} of clang-14's samples reach main, with whole "
+            f"tables {share_w:.1%}")
+    require(depth_c >= depth_w - 2, f"mean depth by chunk {depth_c:.1f}, with whole tables {depth_w:.1f}")
+    require(info_c[2] <= info_w[2] / 2, f"{info_c[2]} KiB of tables by chunk against {info_w[2]} whole")
 
 
 LATE_CHAIN = ["main", "run_child", "late_outer", "late_inner"]

@@ -854,6 +854,120 @@ static void test_stream_matches_build(void **state)
 	}
 }
 
+/*
+ * Checks one range build against the whole table: the same rule at every
+ * pc of [lo, hi) where either table changes rule, and no row outside.
+ */
+static void check_range(const char *path, const char *debug_path, const struct unwind_row *rows,
+			size_t n, uint64_t lo, uint64_t hi)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), dfd = -1;
+	struct unwind_table_stats st;
+	struct unwind_row *part;
+	size_t np;
+
+	assert_true(fd >= 0);
+	if (debug_path) {
+		dfd = open(debug_path, O_RDONLY | O_CLOEXEC);
+		assert_true(dfd >= 0);
+	}
+	assert_int_equal(unwind_table__build_range(fd, dfd, lo, hi, &part, &np, &st), 0);
+	close(fd);
+	if (dfd >= 0)
+		close(dfd);
+	assert_true(np >= 1);
+	assert_int_equal(st.rows, np);
+	assert_int_equal(part[0].pc, lo);
+	for (size_t i = 0; i < np; i++) {
+		const struct unwind_row *w = unwind_table__find(rows, n, part[i].pc);
+
+		assert_true(part[i].pc >= lo && part[i].pc < hi);
+		if (i)
+			assert_true(part[i - 1].pc < part[i].pc);
+		if (!w)
+			assert_int_equal(part[i].cfa_type, UNWIND_NO_CFI);
+		else if (w->cfa_type != part[i].cfa_type || w->cfa_offset != part[i].cfa_offset ||
+			 w->rbp_slot != part[i].rbp_slot)
+			fail_msg("%s [%#" PRIx64 ", %#" PRIx64 "): at %#x the range says %s%+d, the "
+				 "table %s%+d", path, lo, hi, part[i].pc,
+				 unwind_cfa_type__name(part[i].cfa_type), part[i].cfa_offset,
+				 unwind_cfa_type__name(w->cfa_type), w->cfa_offset);
+	}
+	/* And where the whole table changes rule inside the range, the range does too. */
+	for (const struct unwind_row *w = unwind_table__find(rows, n, lo); w && w < rows + n && w->pc < hi;
+	     w++) {
+		const struct unwind_row *r = unwind_table__find(part, np, w->pc > lo ? w->pc : lo);
+
+		assert_non_null(r);
+		assert_int_equal(r->cfa_type, w->cfa_type);
+		assert_int_equal(r->cfa_offset, w->cfa_offset);
+		assert_int_equal(r->rbp_slot, w->rbp_slot);
+	}
+	free(part);
+}
+
+/*
+ * A range build (the agent's chunks of a large file) gives the whole
+ * table's rule at every pc of the range: 4 KiB and 64 KiB chunks over the
+ * whole of libc, the fixture (through .debug_frame, no .eh_frame_hdr
+ * there) and every 37th 64 KiB chunk of libLLVM, plus ranges that start
+ * or end in the middle of a function and ranges past the code.
+ */
+static void test_range_matches_table(void **state)
+{
+	const char *paths[] = { LIBC, "/proc/self/exe", "prog-dbg", big_binaries[0] };
+
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		const char *path = paths[i][0] == '/' ? paths[i] : tmp_path(paths[i]);
+		struct unwind_table_stats st;
+		struct unwind_row *rows;
+		uint64_t end, step = i == 3 ? 37 * 65536 : 65536;
+		size_t n, ranges = 0;
+		double t0;
+		int fd, err;
+
+		if (!exists(path))
+			continue;
+		assert_int_equal(build(path, NULL, &rows, &n, &st), 0);
+		end = rows[n - 1].pc;
+		t0 = now();
+		for (uint64_t lo = rows[0].pc & ~(uint64_t)0xffff; lo < end + 65536; lo += step) {
+			check_range(path, NULL, rows, n, lo, lo + 65536);
+			ranges++;
+			if (i == 0 && lo < 0x40000) {
+				for (uint64_t sub = lo; sub < lo + 65536; sub += 4096)
+					check_range(path, NULL, rows, n, sub, sub + 4096);
+			}
+		}
+		for (size_t k = 1; k + 1 < n; k += n / 50 + 1) {
+			check_range(path, NULL, rows, n, rows[k].pc + 1, rows[k + 1].pc + 3);
+			check_range(path, NULL, rows, n, rows[k].pc, rows[k].pc + 1);
+		}
+		printf("%s: %zu rows; %zu 64-KiB ranges built in %.1f ms each\n", path, n, ranges,
+		       (now() - t0) * 1e3 / (double)ranges);
+		free(rows);
+
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		err = unwind_table__build_range(fd, -1, 0x1000, 0x1000, &rows, &n, NULL);
+		assert_int_equal(err, -EINVAL);
+		assert_null(rows);
+		close(fd);
+	}
+	/* .debug_frame of a separate debug file counts in a range as in the table. */
+	{
+		struct unwind_table_stats st;
+		struct unwind_row *rows;
+		size_t n;
+
+		assert_int_equal(build(tmp_path("prog-stripped"), tmp_path("prog-dbg.debug"), &rows, &n,
+				       &st), 0);
+		for (size_t k = 0; k + 1 < n; k++)
+			check_range(tmp_path("prog-stripped"), tmp_path("prog-dbg.debug"), rows, n,
+				    rows[k].pc, rows[k + 1].pc + 16);
+		free(rows);
+	}
+}
+
 static void write_file(const char *path, const void *buf, size_t len)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -1074,6 +1188,7 @@ int main(void)
 		cmocka_unit_test(test_libc_signal_trampoline),
 		cmocka_unit_test(test_big_binary_matches_readelf),
 		cmocka_unit_test(test_stream_matches_build),
+		cmocka_unit_test(test_range_matches_table),
 		cmocka_unit_test(test_eh_frame_hdr),
 		cmocka_unit_test(test_size_stats),
 		cmocka_unit_test(test_errors),

@@ -140,18 +140,48 @@ struct {
 } proc_mappings SEC(".maps");
 
 /*
- * Files whose table the agent builds only once a sample needs it (large
- * ones, in the continuous agent: a PyTorch process maps 8 million rows'
- * worth, most of it never run). A frame in one is walked by frame pointers
- * and its file id put here; the agent takes the ids, builds the tables and
- * describes the process again.
+ * Rows of large files, a chunk of their code at a time (see fw_mapping):
+ * a PyTorch process maps 8 million rows' worth, most of it never run.
+ * Chunk arrays are not mappable: a mappable array starts its values on a
+ * page of their own, a 4-KiB header for a chunk of ~5 KiB (struct
+ * fw_chunk_row).
+ */
+struct unwind_chunk_rows {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__type(key, __u32);
+	__type(value, __u64);	/* the row count in element 0, then struct fw_chunk_elem */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, FW_MAX_CHUNKS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);	/* 8,192 elements preallocated: 0.5 MiB for nothing */
+	__type(key, struct fw_chunk_key);
+	__array(values, struct unwind_chunk_rows);
+} unwind_chunks SEC(".maps");
+
+/* The rules chunk rows index (struct fw_chunk_row). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FW_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rules SEC(".maps");
+
+/*
+ * Chunks a frame landed in before they were built. That frame is walked
+ * by frame pointers; the agent takes the keys, builds the chunks and adds
+ * them to unwind_chunks, where the next samples find them: the process
+ * needs no new description.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
-	__type(key, __u32);
+	__type(key, struct fw_chunk_key);
 	__type(value, __u8);
-} wanted_tables SEC(".maps");
+} wanted_chunks SEC(".maps");
 
 #include "python.bpf.h"
 #include "ruby.bpf.h"
@@ -223,15 +253,17 @@ struct fw_unwind_state {
 	__u32 flags;
 	__u32 slot;				/* scratch slot being filled */
 	__u32 tgid;
+	__u64 miss_sp;				/* sp of the first frame whose chunk was not built */
 };
 
-static __always_inline void want_table(struct fw_unwind_state *st, __u32 file_id)
+static __always_inline void want_chunk(struct fw_unwind_state *st, __u32 file_id, __u32 pc)
 {
+	struct fw_chunk_key key = { .file_id = file_id, .chunk = pc >> FW_CHUNK_SHIFT };
 	__u8 one = 1;
 
 	st->flags |= FW_SAMPLE_WANTS_TABLE;
 	stat_inc(FW_STAT_UNWIND_WANTED);
-	bpf_map_update_elem(&wanted_tables, &file_id, &one, BPF_NOEXIST);
+	bpf_map_update_elem(&wanted_chunks, &key, &one, BPF_NOEXIST);
 }
 
 static __always_inline struct fw_mapping *find_mapping(struct fw_proc_mappings *pm, __u64 pc)
@@ -297,6 +329,63 @@ __noinline int find_row(__u32 file_id, __u32 count, __u32 pc, struct unwind_row 
 	return 0;
 }
 
+/* Row idx of a chunk's array (struct fw_chunk_row), or NULL. */
+static __always_inline struct fw_chunk_row *chunk_row(void *rows, __u32 idx)
+{
+	__u32 elem = 1 + idx / 2;
+	struct fw_chunk_elem *e = bpf_map_lookup_elem(rows, &elem);
+
+	return e ? &e->r[idx & 1] : NULL;
+}
+
+/*
+ * Copies to *out the rule for pc in its chunk of file_id's rows: 0 if
+ * there is one, -1 if not, -2 when the chunk is not built.
+ */
+__noinline int find_chunk_row(__u32 file_id, __u32 pc, struct unwind_row *out)
+{
+	struct fw_chunk_key key = { .file_id = file_id, .chunk = pc >> FW_CHUNK_SHIFT };
+	__u32 lo = 0, hi, idx, zero = 0, rule, off = pc & (FW_CHUNK_BYTES - 1);
+	struct fw_chunk_row *r = NULL;
+	struct unwind_row *rr;
+	__u64 *count;
+	void *rows;
+
+	if (!out)
+		return -1;
+	rows = bpf_map_lookup_elem(&unwind_chunks, &key);
+	if (!rows)
+		return -2;
+	count = bpf_map_lookup_elem(rows, &zero);
+	if (!count)
+		return -1;
+	/* Returned, not clamped: a constant bound would have the verifier walk every path. */
+	if (*count > FW_CHUNK_BYTES)
+		return -1;
+	hi = (__u32)*count;
+	for (int i = 0; i <= FW_CHUNK_SHIFT && lo < hi; i++) {
+		idx = (lo + hi) / 2;
+		r = chunk_row(rows, idx);
+		if (!r)
+			return -1;
+		if (r->pc_off <= off)
+			lo = idx + 1;
+		else
+			hi = idx;
+	}
+	if (lo == 0 || lo < hi)
+		return -1;
+	r = chunk_row(rows, lo - 1);
+	if (!r)
+		return -1;
+	rule = r->rule;
+	rr = bpf_map_lookup_elem(&unwind_rules, &rule);
+	if (!rr)
+		return -1;
+	*out = *rr;
+	return 0;
+}
+
 static __always_inline int read_user_u64(__u64 *dst, __u64 addr)
 {
 	return bpf_probe_read_user(dst, sizeof(*dst), (void *)addr);
@@ -346,12 +435,21 @@ static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_p
 		m = find_mapping(pm, pc);
 		if (!m)
 			st->flags |= FW_SAMPLE_UNKNOWN_MAPPING;
-		else if (m->row_count && pc - m->bias <= 0xffffffffULL)
-			row = find_row(m->file_id, m->row_count, pc - m->bias, &found) ? NULL : &found;
-		else if (!m->row_count && m->file_id)
-			want_table(st, m->file_id);
-		if (m && m->row_count && !row)
-			stat_inc(FW_STAT_UNWIND_ROW_MISS);
+		else if (m->file_id && pc - m->bias <= 0xffffffffULL) {
+			int r = m->row_count ?
+				find_row(m->file_id, m->row_count, pc - m->bias, &found) :
+				find_chunk_row(m->file_id, pc - m->bias, &found);
+
+			if (!r) {
+				row = &found;
+			} else if (r == -2) {
+				want_chunk(st, m->file_id, pc - m->bias);
+				if (!st->miss_sp)
+					st->miss_sp = st->sp;
+			} else {
+				stat_inc(FW_STAT_UNWIND_ROW_MISS);
+			}
+		}
 	}
 
 	if (!row || row->cfa_type == UNWIND_NO_CFI) {
@@ -467,6 +565,45 @@ __noinline int unwind_frame_noloop(struct fw_unwind_state *st)
 }
 
 /*
+ * A frame in a chunk not built yet ends the walk there (frame pointers
+ * go nowhere in code built without them), so its callers' chunks would
+ * be asked for one sample at a time: a stack through k new chunks took k
+ * samples to come out whole. Instead the stack above the frame is
+ * scanned for words that point into chunked files' code, likely return
+ * addresses, and their chunks are asked for at once. A word that only
+ * looks like one costs a chunk built for nothing, nothing else.
+ */
+#define PREFETCH_BLOCKS 64	/* of 8 words: 4 KiB of stack */
+
+struct prefetch_state {
+	struct fw_proc_mappings *pm;
+	__u64 sp;
+};
+
+static long prefetch_step(__u32 i, void *ctx)
+{
+	struct prefetch_state *ps = ctx;
+	__u64 words[8];
+	__u8 one = 1;
+
+	if (bpf_probe_read_user(words, sizeof(words), (void *)(ps->sp + i * sizeof(words))))
+		return 1;
+	for (int k = 0; k < 8; k++) {
+		struct fw_chunk_key key;
+		struct fw_mapping *m = find_mapping(ps->pm, words[k]);
+
+		if (!m || m->row_count || !m->file_id || words[k] - m->bias > 0xffffffffULL)
+			continue;
+		key.file_id = m->file_id;
+		key.chunk = (words[k] - m->bias) >> FW_CHUNK_SHIFT;
+		if (!bpf_map_lookup_elem(&unwind_chunks, &key) &&
+		    !bpf_map_update_elem(&wanted_chunks, &key, &one, BPF_NOEXIST))
+			stat_inc(FW_STAT_UNWIND_PREFETCHED);
+	}
+	return 0;
+}
+
+/*
  * Walks the user stack into s through scratch slot `slot`: 0 for CPU
  * samples, 1 for launch probes, which a sample's timer interrupt can
  * interrupt.
@@ -490,6 +627,11 @@ static __always_inline void walk_user_stack(struct fw_sample *s, __u32 tgid,
 	st.hs = bpf_map_lookup_elem(&hs_procs, &tgid);
 	if (have_bpf_loop) {
 		bpf_loop(FW_MAX_USTACK, unwind_step, &st, 0);
+		if (st.miss_sp && st.procmaps) {
+			struct prefetch_state ps = { .pm = st.procmaps, .sp = st.miss_sp };
+
+			bpf_loop(PREFETCH_BLOCKS, prefetch_step, &ps, 0);
+		}
 	} else {
 		for (__u32 i = 0; i < FW_MAX_USTACK; i++)
 			if (unwind_frame_noloop(&st))

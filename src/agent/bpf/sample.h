@@ -31,7 +31,7 @@ enum fw_event_type {
 #define FW_SAMPLE_KERNEL_THREAD    (1u << 2)	/* no user space to walk */
 #define FW_SAMPLE_NO_TABLES        (1u << 3)	/* process unknown to the unwinder: frame pointers only */
 #define FW_SAMPLE_UNKNOWN_MAPPING  (1u << 4)	/* a pc outside every known mapping: maps changed */
-#define FW_SAMPLE_WANTS_TABLE      (1u << 5)	/* a pc in a file whose table is built on demand */
+#define FW_SAMPLE_WANTS_TABLE      (1u << 5)	/* a pc in a chunk of a file's rows not built yet */
 #define FW_SAMPLE_PY_BORROWED      (1u << 6)	/* Python frames of another thread (CUDA launches) */
 #define FW_SAMPLE_OFFCPU_NO_STACK  (1u << 7)	/* an off-CPU block charged without its stack */
 
@@ -126,7 +126,7 @@ enum fw_stat {
 	FW_STAT_PY_WAKEUPS,		/* samples that woke the agent: new code objects */
 	FW_STAT_UNWIND_GO_SWITCH,	/* steps from Go's g0 stack back to a goroutine's (cgo) */
 	FW_STAT_DESCRIBE_WAKEUPS,	/* samples that woke the agent: a process or mapping to describe */
-	FW_STAT_UNWIND_WANTED,		/* frames in a file whose table is not built yet (on demand) */
+	FW_STAT_UNWIND_WANTED,		/* frames in a chunk of rows not built yet (on demand) */
 	FW_STAT_OFFCPU_WALKS,		/* blocks of followed threads whose stack was walked */
 	FW_STAT_OFFCPU_SAMPLES,		/* off-CPU records written (blocked >= the minimum) */
 	FW_STAT_OFFCPU_SHORT,		/* blocks shorter than the minimum, not walked: dropped */
@@ -139,6 +139,7 @@ enum fw_stat {
 	FW_STAT_OFFCPU_WALKS_SHORT,	/* walked blocks that ended under the minimum: wasted */
 	FW_STAT_OFFCPU_NO_THREAD,	/* blocks not followed: no per-thread state to be had */
 	FW_STAT_OFFCPU_UNSEEN,		/* blocks whose times could not be read: dropped */
+	FW_STAT_UNWIND_PREFETCHED,	/* chunks asked for from stack words above a frame without one */
 	FW_STAT_MAX,
 };
 
