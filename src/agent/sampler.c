@@ -297,19 +297,24 @@ enum sampler_offcpu sampler__offcpu_support(void)
 
 const char *sampler__offcpu_missing(void)
 {
+	/* Two passes over the kernel's BTF: once a process is enough. */
 	static char text[160];
-	int info = core_btf__kernel_has_member("task_struct", "sched_info");
-	int fair = core_btf__kernel_has_member("sched_entity", "cfs_rq");
+	static bool done;
+	int info, fair;
 
+	if (done)
+		return text;
+	done = true;
+	info = core_btf__kernel_has_member("task_struct", "sched_info");
+	fair = core_btf__kernel_has_member("sched_entity", "cfs_rq");
 	if (info < 0 || fair < 0)
-		return "the kernel's BTF could not be read to check CONFIG_SCHED_INFO and "
-		       "CONFIG_FAIR_GROUP_SCHED";
-	if (info && fair)
-		return "";
-	snprintf(text, sizeof(text), "%s%s%s (block times come from the scheduler; without %s every "
-		 "block is counted as lost)", info ? "" : "CONFIG_SCHED_INFO",
-		 !info && !fair ? " and " : "", fair ? "" : "CONFIG_FAIR_GROUP_SCHED",
-		 !info && !fair ? "them" : "it");
+		snprintf(text, sizeof(text), "the kernel's BTF could not be read to check "
+			 "CONFIG_SCHED_INFO and CONFIG_FAIR_GROUP_SCHED");
+	else if (!info || !fair)
+		snprintf(text, sizeof(text), "%s%s%s (block times come from the scheduler; "
+			 "without %s every block is counted as lost)",
+			 info ? "" : "CONFIG_SCHED_INFO", !info && !fair ? " and " : "",
+			 fair ? "" : "CONFIG_FAIR_GROUP_SCHED", !info && !fair ? "them" : "it");
 	return text;
 }
 
@@ -486,8 +491,12 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 	if (offcpu == SAMPLER_OFFCPU_TABLE)
 		pr_info("off-CPU: per-thread state in a table of %d threads (Linux before 6.4)\n",
 			SAMPLER_OFFCPU_THREADS);
-	if (s->on_offcpu && *sampler__offcpu_missing())
-		pr_warn("off-CPU: this kernel lacks %s\n", sampler__offcpu_missing());
+	if (s->on_offcpu) {
+		const char *missing = sampler__offcpu_missing();
+
+		if (*missing)
+			pr_warn("off-CPU: this kernel lacks %s\n", missing);
+	}
 	if (s->on_offcpu) {
 		_sched_text(&s->skel->rodata->sched_text_start, &s->skel->rodata->sched_text_end);
 		s->skel->rodata->offcpu_on = true;

@@ -96,7 +96,8 @@ enum sampler_offcpu sampler__offcpu_support(void);
  * What this kernel lacks for off-CPU block times, in words ("" when
  * nothing): they are the scheduler's own and need CONFIG_SCHED_INFO and
  * CONFIG_FAIR_GROUP_SCHED, seen in the kernel's BTF. Without them every
- * block is counted as lost. A static string.
+ * block is counted as lost. Read once a process (start-up, one thread); a
+ * static string.
  */
 const char *sampler__offcpu_missing(void);
 /* Detaches and frees. Accepts NULL. */

@@ -337,7 +337,11 @@ int cmd_check(int argc, char **argv)
 		printf("flamewatch: off-CPU time: off (Linux 6.1 or later is needed)\n");
 		break;
 	}
-	if (sampler__offcpu_support() != SAMPLER_OFFCPU_NONE && *sampler__offcpu_missing())
-		printf("flamewatch: off-CPU time: this kernel lacks %s\n", sampler__offcpu_missing());
+	if (sampler__offcpu_support() != SAMPLER_OFFCPU_NONE) {
+		const char *missing = sampler__offcpu_missing();
+
+		if (*missing)
+			printf("flamewatch: off-CPU time: this kernel lacks %s\n", missing);
+	}
 	return 0;
 }

@@ -90,11 +90,12 @@ static size_t _tid_slot(const struct offcpu_idle *o, uint32_t tid)
 	return lo;
 }
 
-static bool _charged_tid(const struct offcpu_idle *o, uint32_t tid)
+/* tid's index in tids, or ntids when it is not there. */
+static size_t _tid_index(const struct offcpu_idle *o, uint32_t tid)
 {
 	size_t i = _tid_slot(o, tid);
 
-	return i < o->ntids && o->tids[i] == tid;
+	return i < o->ntids && o->tids[i] == tid ? i : o->ntids;
 }
 
 static int _add_tid(struct offcpu_idle *o, uint32_t tid)
@@ -122,15 +123,13 @@ static int _add_tid(struct offcpu_idle *o, uint32_t tid)
 static int _count_ender(void *ctx, int64_t start, int64_t end)
 {
 	struct offcpu_idle *o = ctx;
-	uint32_t tid;
 	size_t i;
 
 	(void)end;
 	if (start == o->from)
 		return 0;	/* clipped: not where a gap ended */
-	tid = _next_launcher(o, start);
-	i = _tid_slot(o, tid);
-	if (tid && i < o->ntids && o->tids[i] == tid)
+	i = _tid_index(o, _next_launcher(o, start));
+	if (i < o->ntids)
 		o->ender_counts[i]++;
 	return 0;
 }
@@ -200,7 +199,7 @@ static int _block(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t 
 	a = ts > o->from ? ts : o->from;
 	if (value <= 0 || b <= a)
 		return 0;
-	if (!_charged_tid(o, tid)) {
+	if (_tid_index(o, tid) == o->ntids) {
 		o->other_blocks++;
 		o->other_blocked_ns += b - a;
 		return 0;

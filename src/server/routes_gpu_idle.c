@@ -501,10 +501,7 @@ static void _offcpu_json(struct strbuf *sb, const struct offcpu_idle *o, int64_t
 		       (long long)o->other_blocked_ns);
 	_ratio(sb, o->wall_ns, idle_ns);
 	strbuf__puts(sb, ",\"profile\":");
-	if (graph->len)
-		strbuf__append(sb, graph->buf, graph->len);
-	else
-		strbuf__puts(sb, "null");
+	strbuf__append(sb, graph->buf, graph->len);
 	strbuf__putc(sb, '}');
 }
 
