@@ -171,7 +171,7 @@ int cpu_profile__add_gpu(struct cpu_profile *cp, const struct cpu_gpu_activity *
  * Timed mode: a span of a process's busy timeline (a->kind GPU_BUSY or
  * GPU_COVERAGE; cuda/probes.h): only the GPU interval, with no stack and no
  * sample, since it is no GPU time of its own. a->bytes carries the merge
- * gap of a busy span; a->name, when set, names the interval (the source:
+ * gap of a busy span, a->correlation the idle ns inside it; a->name, when set, names the interval (the source:
  * GPU_BUSY_NAME_MONITORS, ...). Returns 0, -EINVAL or -ENOMEM.
  */
 int cpu_profile__add_gpu_span(struct cpu_profile *cp, const struct cpu_gpu_activity *a);

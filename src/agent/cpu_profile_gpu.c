@@ -265,6 +265,7 @@ int cpu_profile__add_gpu_span(struct cpu_profile *cp, const struct cpu_gpu_activ
 		.start_ns = a->start_ns, .end_ns = a->end_ns, .series = series,
 		.device = a->device, .kind = a->kind, .name = name, .stack = BATCH_NO_STACK,
 		.bytes = a->bytes, .weight = 1,
+		.correlation = a->kind == GPU_BUSY ? a->correlation : 0,
 	};
 	return batch__add_gpu_interval(cp->batch, &iv);
 }

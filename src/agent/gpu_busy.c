@@ -51,6 +51,7 @@ extern char **environ;
 struct span {
 	int64_t start, end;
 	uint32_t kind;		/* GPU_BUSY or GPU_COVERAGE */
+	uint64_t idle;		/* busy: ns idle inside (sub-sample, and gaps merged) */
 };
 
 struct busy_dev {
@@ -110,8 +111,9 @@ static void _push(struct busy_dev *d, const struct span *s, struct gpu_busy_stat
 /*
  * Adds [start, end) to the open span of its kind: extended when it touches
  * (within one sampling interval), else the open one ends and this opens.
+ * idle: the idle time inside [start, end); a gap merged over is idle too.
  */
-static void _merge(struct busy_dev *d, uint32_t kind, int64_t start, int64_t end,
+static void _merge(struct busy_dev *d, uint32_t kind, int64_t start, int64_t end, uint64_t idle,
 		   struct gpu_busy_stats *st)
 {
 	struct span *o = &d->open[kind == GPU_BUSY ? 0 : 1];
@@ -120,8 +122,11 @@ static void _merge(struct busy_dev *d, uint32_t kind, int64_t start, int64_t end
 	int64_t *last = &d->last_end[kind == GPU_BUSY ? 0 : 1];
 
 	if (o->end && start <= o->end + slack && end >= o->start) {
+		if (start > o->end)
+			o->idle += (uint64_t)(start - o->end);
 		if (end > o->end)
 			o->end = end;
+		o->idle += idle;
 	} else {
 		if (o->end) {
 			_push(d, o, st);
@@ -134,7 +139,7 @@ static void _merge(struct busy_dev *d, uint32_t kind, int64_t start, int64_t end
 		 */
 		if (*last && start > *last && start <= *last + slack)
 			start = *last;
-		*o = (struct span){ start, end, kind };
+		*o = (struct span){ start, end, kind, idle };
 	}
 	if (o->end - o->start >= SPLIT_NS) {
 		_push(d, o, st);
@@ -152,7 +157,7 @@ static void _covered(struct busy_dev *d, int64_t start, int64_t end, struct gpu_
 	struct span *b = &d->open[0];
 	int64_t slack = (int64_t)(d->interval_ns ? d->interval_ns : 100000);
 
-	_merge(d, GPU_COVERAGE, start, end, st);
+	_merge(d, GPU_COVERAGE, start, end, 0, st);
 	if (b->end && b->end + slack < end) {
 		_push(d, b, st);
 		d->last_end[0] = b->end;
@@ -186,7 +191,7 @@ static void _line(struct gpu_busy *g, char *line)
 	char *tok[8] = { 0 }, *save = NULL, *rest = NULL;
 	int64_t now = _unix_ns();
 	struct busy_dev *d;
-	uint64_t a, b;
+	uint64_t a, b, idle;
 	size_t n = 0;
 
 	g->st.lines++;
@@ -231,12 +236,15 @@ static void _line(struct gpu_busy *g, char *line)
 	}
 	if (!strcmp(tok[0], "stats"))
 		return;
-	if (n != 4 || !_parse_u64(tok[2], &a) || !_parse_u64(tok[3], &b) || b <= a ||
-	    a > INT64_MAX || b > INT64_MAX || (int64_t)a < now - SKEW_MAX_NS ||
-	    (int64_t)b > now + SKEW_MAX_NS || !d->running)
+	/* busy lines carry the idle time inside the span (none from an older child). */
+	idle = 0;
+	if ((n != 4 && !(n == 5 && !strcmp(tok[0], "busy"))) || !_parse_u64(tok[2], &a) ||
+	    !_parse_u64(tok[3], &b) || b <= a || a > INT64_MAX || b > INT64_MAX ||
+	    (int64_t)a < now - SKEW_MAX_NS || (int64_t)b > now + SKEW_MAX_NS || !d->running ||
+	    (n == 5 && (!_parse_u64(tok[4], &idle) || idle > b - a)))
 		goto bad;
 	if (!strcmp(tok[0], "busy"))
-		_merge(d, GPU_BUSY, (int64_t)a, (int64_t)b, &g->st);
+		_merge(d, GPU_BUSY, (int64_t)a, (int64_t)b, idle, &g->st);
 	else if (!strcmp(tok[0], "covered"))
 		_covered(d, (int64_t)a, (int64_t)b, &g->st);
 	else
@@ -528,6 +536,7 @@ void gpu_busy__drain(struct gpu_busy *g, struct cpu_profile *cp, struct gpu_poll
 			struct cpu_gpu_activity a = {
 				.pid = pid, .kind = s->kind, .device = (uint32_t)i,
 				.bytes = d->interval_ns, .start_ns = s->start, .end_ns = s->end,
+				.correlation = s->kind == GPU_BUSY ? s->idle : 0,
 				.name = s->kind == GPU_BUSY ? GPU_BUSY_NAME_MONITORS :
 							      GPU_COVERAGE_NAME_MONITORS,
 			};

@@ -7,7 +7,8 @@
  *
  * The lines (a contract with the agent's reader; all times Unix ns):
  *   device <idx> <uuid> <chip> <interval_ns>    sampling started on CUDA device idx
- *   busy <idx> <start> <end>                    consecutive busy samples of one decode
+ *   busy <idx> <start> <end> <idle_ns>          consecutive busy samples of one decode,
+ *                                               and the idle time inside them
  *   covered <idx> <start> <end>                 what one loss-free decode's samples cover
  *   error <idx|-> <step> <code> <message...>    a device (-: all) cannot be sampled
  *   stats <idx> samples=N busy_samples=N overflows=N decode_errors=N decode_cpu_ns=N
@@ -103,9 +104,10 @@ static int _parse_dur(const char *s, uint64_t *ns)
 	return 0;
 }
 
-static void _on_busy(void *ctx, int dev, uint64_t start, uint64_t end)
+static void _on_busy(void *ctx, int dev, uint64_t start, uint64_t end, uint64_t idle)
 {
-	printf("busy %d %llu %llu\n", dev, (unsigned long long)start, (unsigned long long)end);
+	printf("busy %d %llu %llu %llu\n", dev, (unsigned long long)start, (unsigned long long)end,
+	       (unsigned long long)idle);
 }
 
 static void _on_covered(void *ctx, int dev, uint64_t start, uint64_t end)

@@ -103,7 +103,7 @@ struct batch_gpu_interval {
 	uint32_t kind;		/* enum gpu_activity_kind */
 	uint32_t name;		/* string id in dict: demangled kernel name, "[memcpy HtoD]", ... */
 	uint32_t stack;		/* launching stack id in dict, or BATCH_NO_STACK */
-	uint64_t correlation;	/* CUPTI correlation id */
+	uint64_t correlation;	/* CUPTI correlation id; GPU_BUSY spans: ns idle inside */
 	uint64_t bytes;		/* copies and sets; 0 for kernels */
 	uint32_t weight;	/* 1, or N when one launch in N was recorded */
 	uint32_t pad;

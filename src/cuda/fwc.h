@@ -192,20 +192,26 @@ struct fwc_carry *fwc_names_carry(struct fwc_names *n, const char *s);
  * in a period (a launch-bound loop of tiny kernels would otherwise ship one
  * span a kernel), halving again once it is quiet: about a thousand spans a
  * second at most, and the gap each was merged with goes with it
- * (fw_cuda_record.bytes).
+ * (fw_cuda_record.bytes), with the idle time the merged gaps add up to
+ * (fw_cuda_record.correlation). Records of several streams arrive a little
+ * out of order: the last FWC_BUSY_GAPS gaps of the open span are kept so
+ * that a late record landing in one takes its part back out of the idle.
  */
 #define FWC_BUSY_DEVICES	16
 #define FWC_BUSY_GAP_MIN_NS	5000ull
 #define FWC_BUSY_GAP_MAX_NS	1000000ull
 #define FWC_BUSY_PERIOD_NS	100000000ull
 #define FWC_BUSY_PERIOD_SPANS	100u
+#define FWC_BUSY_GAPS		4
 
 struct fwc_busy {
 	uint64_t start, end;	/* the open span, CUPTI's clock; end 0: none */
+	uint64_t idle;		/* ns of the open span's gaps that were merged into it */
 	uint64_t gap;		/* merge gap now, ns (0: FWC_BUSY_GAP_MIN_NS) */
 	uint64_t period;	/* start of the period whose spans are counted */
 	uint32_t spans;		/* spans closed in that period */
-	uint32_t pad;
+	uint32_t next_gap;	/* where the next merged gap goes in gaps[] */
+	uint64_t gaps[FWC_BUSY_GAPS][2];	/* recent merged gaps [a, b); a == b: none */
 };
 
 /* ---- what collecting records costs the process ---------------------------- */

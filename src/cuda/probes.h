@@ -65,7 +65,8 @@
  *   BUSY: the device ran kernels of this process throughout
  *     [start_ns, end_ns), coalesced from every kernel record the library
  *     read, whether or not its launch was kept; bytes holds the merge gap
- *     in ns (idle gaps shorter than it were merged into the span).
+ *     in ns (idle gaps shorter than it were merged into the span) and
+ *     correlation the sum of those merged gaps: the idle time inside.
  *   COVERAGE: the library read every kernel record of work launched in
  *     [start_ns, end_ns) (activity on throughout): there, the BUSY spans are
  *     the whole truth and their gaps are idle time. device is unused.
@@ -89,7 +90,7 @@
 #define FW_CUDA_BY_RATE      1
 
 struct fw_cuda_record {
-	__u64 correlation;	/* CUPTI correlation id of the launching API call */
+	__u64 correlation;	/* CUPTI correlation id of the launching API call; see BUSY */
 	__u64 start_ns;		/* Unix ns: the library converts CUPTI's clock */
 	__u64 end_ns;
 	/*

@@ -85,7 +85,7 @@ static void _append(struct fwc_batch *b, const struct fw_cuda_record *r, struct 
 
 /* A record of the busy timeline: no GPU time of its own, not counted as kept. */
 static void _append_timeline(struct fwc_batch *b, uint32_t kind, uint32_t device, int64_t start,
-			     int64_t end, uint64_t gap)
+			     int64_t end, uint64_t gap, uint64_t idle)
 {
 	struct fw_cuda_record *r = &b->recs[b->n++];
 
@@ -95,6 +95,7 @@ static void _append_timeline(struct fwc_batch *b, uint32_t kind, uint32_t device
 	r->start_ns = (uint64_t)start;
 	r->end_ns = (uint64_t)end;
 	r->bytes = gap;
+	r->correlation = idle;
 	if (b->n == FW_CUDA_MAX_BATCH)
 		fwc_batch_flush(b);
 }
@@ -107,7 +108,7 @@ static void _busy_close(struct fwc_batch *b, uint32_t dev, int64_t offset_ns, st
 	if (!u->end)
 		return;
 	_append_timeline(b, FW_CUDA_BUSY, dev, _unix(u->start, offset_ns), _unix(u->end, offset_ns),
-			 gap);
+			 gap, u->idle < u->end - u->start ? u->idle : u->end - u->start);
 	st->busy_spans++;
 	u->end = 0;
 	/*
@@ -127,6 +128,37 @@ static void _busy_close(struct fwc_batch *b, uint32_t dev, int64_t offset_ns, st
 	}
 }
 
+/* A gap [a, b) merged into the open span: idle time inside it. */
+static void _busy_gap(struct fwc_busy *u, uint64_t a, uint64_t b)
+{
+	u->idle += b - a;
+	u->gaps[u->next_gap][0] = a;
+	u->gaps[u->next_gap][1] = b;
+	u->next_gap = (u->next_gap + 1) % FWC_BUSY_GAPS;
+}
+
+/*
+ * A record inside the open span (another stream's, late): what it covers
+ * of a recent gap was not idle after all. Of a gap it splits, the part
+ * after it is no longer tracked and stays counted.
+ */
+static void _busy_fill(struct fwc_busy *u, uint64_t start, uint64_t end)
+{
+	for (int i = 0; i < FWC_BUSY_GAPS; i++) {
+		uint64_t *g = u->gaps[i];
+		uint64_t a = start > g[0] ? start : g[0];
+		uint64_t b = end < g[1] ? end : g[1];
+
+		if (b <= a)
+			continue;
+		u->idle -= b - a;
+		if (start <= g[0])
+			g[0] = b;
+		else
+			g[1] = a;
+	}
+}
+
 /* Adds a kernel's [start, end) to its device's open span, or closes that and opens one. */
 static void _busy_add(struct fwc_batch *b, uint32_t dev, uint64_t start, uint64_t end,
 		      int64_t offset_ns, struct fwc_stats *st)
@@ -142,6 +174,12 @@ static void _busy_add(struct fwc_batch *b, uint32_t dev, uint64_t start, uint64_
 	gap = u->gap ? u->gap : FWC_BUSY_GAP_MIN_NS;
 	/* Records of several streams come a little out of order: overlap merges either way. */
 	if (u->end && start <= u->end + gap && end + gap >= u->start) {
+		if (start > u->end)
+			_busy_gap(u, u->end, start);
+		else if (end < u->start)
+			_busy_gap(u, end, u->start);
+		else
+			_busy_fill(u, start, end);
 		if (start < u->start)
 			u->start = start;
 		if (end > u->end)
@@ -149,8 +187,10 @@ static void _busy_add(struct fwc_batch *b, uint32_t dev, uint64_t start, uint64_
 		return;
 	}
 	_busy_close(b, dev, offset_ns, st);
+	memset(u->gaps, 0, sizeof(u->gaps));
 	u->start = start;
 	u->end = end;
+	u->idle = 0;
 }
 
 void fwc_busy_flush(struct fwc_batch *b, int64_t offset_ns, struct fwc_stats *st)
@@ -162,7 +202,7 @@ void fwc_busy_flush(struct fwc_batch *b, int64_t offset_ns, struct fwc_stats *st
 void fwc_coverage_add(struct fwc_batch *b, int64_t start_ns, int64_t end_ns)
 {
 	if (end_ns > start_ns)
-		_append_timeline(b, FW_CUDA_COVERAGE, 0, start_ns, end_ns, 0);
+		_append_timeline(b, FW_CUDA_COVERAGE, 0, start_ns, end_ns, 0, 0);
 }
 
 void fwc_collection_add(struct fwc_batch *b, int64_t now_ns, int all, int64_t cost_ppm,

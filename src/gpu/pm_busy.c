@@ -813,7 +813,7 @@ static size_t _read_image(struct pm_busy_dev *d, struct pm_spans *sp)
 		busy = frac >= PM_BUSY_MIN_FRACTION;
 		d->st.samples++;
 		d->st.busy_samples += (uint64_t)busy;
-		pm_spans__add(sp, si.startTimestamp, si.endTimestamp, busy);
+		pm_spans__add(sp, si.startTimestamp, si.endTimestamp, busy, frac);
 	}
 	return n;
 }

@@ -27,16 +27,19 @@ static int _unix(const struct pm_spans *s, uint64_t t, uint64_t *out)
 
 static void _emit_busy(struct pm_spans *s)
 {
-	uint64_t a, b;
+	uint64_t a, b, idle;
 
 	if (!s->busy_open)
 		return;
 	s->busy_open = 0;
+	idle = s->busy_idle > 0 ? (uint64_t)(s->busy_idle + 0.5) : 0;
+	if (idle > s->busy_end - s->busy_start)
+		idle = s->busy_end - s->busy_start;
 	if (s->sink && s->sink->busy && !_unix(s, s->busy_start, &a) && !_unix(s, s->busy_end, &b))
-		s->sink->busy(s->sink->ctx, s->dev, a, b);
+		s->sink->busy(s->sink->ctx, s->dev, a, b, idle);
 }
 
-void pm_spans__add(struct pm_spans *s, uint64_t start, uint64_t end, int busy)
+void pm_spans__add(struct pm_spans *s, uint64_t start, uint64_t end, int busy, double fraction)
 {
 	int hole;
 
@@ -63,9 +66,13 @@ void pm_spans__add(struct pm_spans *s, uint64_t start, uint64_t end, int busy)
 			s->busy_open = 1;
 			s->busy_start = start;
 			s->busy_end = end;
+			s->busy_idle = 0;
 		}
 		if (end > s->busy_end)
 			s->busy_end = end;
+		/* NaN and out-of-range fractions (a counter's glitch) count as busy throughout. */
+		if (fraction >= 0 && fraction < 1)
+			s->busy_idle += (1 - fraction) * (double)(end - start);
 	} else {
 		_emit_busy(s);
 	}

@@ -15,9 +15,16 @@
  * busy run and the covered range: nobody knows what the GPU did there.
  */
 
-/* Receives the spans of one device, in time order. Either may be NULL. */
+/*
+ * Receives the spans of one device, in time order. Either may be NULL.
+ * idle_ns: the idle time inside a busy span, from its samples' busy
+ * fractions: a sample with compute in flight for 30 % of its cycles is
+ * busy, and 70 % of it idle. A launch-bound loop of tiny kernels is busy
+ * in every sample, and its gaps between kernels, too short for a sample
+ * to see, are this.
+ */
 struct pm_busy_sink {
-	void (*busy)(void *ctx, int dev, uint64_t start_ns, uint64_t end_ns);
+	void (*busy)(void *ctx, int dev, uint64_t start_ns, uint64_t end_ns, uint64_t idle_ns);
 	void (*covered)(void *ctx, int dev, uint64_t start_ns, uint64_t end_ns);
 	void *ctx;
 };
@@ -34,6 +41,7 @@ struct pm_spans {
 	int lossy;		/* something of this decode is unknown */
 	int busy_open;
 	uint64_t busy_start, busy_end;
+	double busy_idle;	/* ns idle inside the open busy run */
 	int have_last;
 	uint64_t last_start, last_end;	/* the samples so far: the last start, the latest end */
 	unsigned ncov;
@@ -43,9 +51,13 @@ struct pm_spans {
 /* Starts one decode. */
 void pm_spans__begin(struct pm_spans *s, const struct pm_busy_sink *sink, int dev, int64_t offset_ns,
 		     uint64_t gap_ns);
-/* One sample, on the sampler's clock. A sample that ends before it starts
- * or starts before the previous one is dropped and makes the decode lossy. */
-void pm_spans__add(struct pm_spans *s, uint64_t start, uint64_t end, int busy);
+/*
+ * One sample, on the sampler's clock, busy or not, with the fraction of
+ * its cycles that had compute in flight (0..1). A sample that ends before
+ * it starts or starts before the previous one is dropped and makes the
+ * decode lossy.
+ */
+void pm_spans__add(struct pm_spans *s, uint64_t start, uint64_t end, int busy, double fraction);
 /* The decode lost samples (overflow, failed call): no covered range for it. */
 void pm_spans__set_lossy(struct pm_spans *s);
 /* Ends the decode: the open busy run, then the covered ranges unless lossy. */

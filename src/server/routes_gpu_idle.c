@@ -34,7 +34,9 @@
  * to the sources above ("fallback" in the JSON; "coverage" is the share of
  * the process's span the timeline covers). With no fallback either, time
  * outside the coverage is neither busy nor idle: no sample there is called
- * idle and the idle fraction is of the covered time.
+ * idle and the idle fraction is of the covered time. A span carries the idle
+ * time inside it (gaps it merged, idle cycles of its samples): idle, in the
+ * fraction, though in no gap ("idle_inside_ns").
  *
  * A CPU sample inside a CUDA synchronisation call is the CPU waiting on a
  * busy GPU, whatever the busy source says of that instant (NVML's averages
@@ -93,7 +95,70 @@ struct kernels {
 	uint64_t tl_records, tl_monitors;
 	/* ?timeline_from=: TL_FROM_BOTH, or only one source's intervals. */
 	int tl_from;
+	/* Busy spans with idle time inside them, clipped to the window. */
+	struct inside *inside;
+	size_t ninside, cap_inside;
 };
+
+/*
+ * Idle time a busy span holds inside it (the gaps between kernels its
+ * records merged, or the idle cycles of its monitors' samples): counted as
+ * idle, though no gap places it. idle is already scaled to [start, end).
+ */
+struct inside {
+	int64_t start, end;
+	double idle;
+	bool monitors;
+};
+
+static int _inside_add(struct kernels *k, const struct store_gpu_interval *iv, int64_t a, int64_t b,
+		       bool mon)
+{
+	uint64_t idle = iv->correlation;
+
+	if (!idle || iv->end_ns <= iv->start_ns)
+		return 0;
+	if (idle > (uint64_t)(iv->end_ns - iv->start_ns))
+		idle = (uint64_t)(iv->end_ns - iv->start_ns);
+	if (k->ninside == k->cap_inside) {
+		size_t cap = k->cap_inside ? 2 * k->cap_inside : 256;
+		struct inside *p = realloc(k->inside, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		k->inside = p;
+		k->cap_inside = cap;
+	}
+	k->inside[k->ninside++] = (struct inside){
+		a, b, (double)idle * (double)(b - a) / (double)(iv->end_ns - iv->start_ns), mon,
+	};
+	return 0;
+}
+
+/*
+ * The idle time inside the busy spans in [from, to). Where the records
+ * were complete their spans are the finer account, so a monitors' span
+ * counts only for its part outside the records' coverage.
+ */
+static int64_t _inside_idle(const struct kernels *k, int64_t from, int64_t to)
+{
+	double sum = 0;
+
+	for (size_t i = 0; i < k->ninside; i++) {
+		const struct inside *in = &k->inside[i];
+		int64_t a = in->start > from ? in->start : from;
+		int64_t b = in->end < to ? in->end : to;
+		int64_t part;
+
+		if (b <= a)
+			continue;
+		part = b - a;
+		if (in->monitors)
+			part -= busy_set__covered(k->rec_cover, a, b);
+		sum += in->idle * (double)part / (double)(in->end - in->start);
+	}
+	return (int64_t)(sum + 0.5);
+}
 
 enum { TL_FROM_BOTH, TL_FROM_RECORDS, TL_FROM_MONITORS };
 
@@ -121,6 +186,8 @@ static int _kernel(void *ctx, const struct store_gpu_interval *iv)
 		k->tl_spans++;
 		if (iv->bytes > k->tl_gap)
 			k->tl_gap = iv->bytes;
+		if (_inside_add(k, iv, a, b, mon))
+			return -ENOMEM;
 		if (!k->first || a < k->first)
 			k->first = a;
 		if (b > k->last)
@@ -520,7 +587,7 @@ void routes__gpu_idle(struct request *r)
 	uint64_t pid, max_nodes, period = 0;
 	enum idle_source src;
 	int64_t from, to, span_from, span_to, busy_ns, idle_ns, span_ns, min_gap = -1;
-	int64_t resolution;
+	int64_t resolution, inside_ns;
 	struct known known = { 0 };
 	const char *fallback;
 	double threshold;
@@ -677,7 +744,6 @@ void routes__gpu_idle(struct request *r)
 	}
 	span_ns = span_to - span_from;
 	busy_ns = busy_set__covered(k.busy, span_from, span_to);
-	idle_ns = span_ns - busy_ns;
 	known.busy = k.busy;
 	known.g = &g;
 	if (have_tl)
@@ -685,9 +751,14 @@ void routes__gpu_idle(struct request *r)
 	if (s.known) {
 		/* Only the covered time is known: the fraction is of it. */
 		busy_ns = known.busy_ns;
-		idle_ns = known.known_ns - known.busy_ns;
 		span_ns = known.known_ns;
 	}
+	/* What the spans hold of idle time is idle, though no gap shows it. */
+	inside_ns = have_tl ? _inside_idle(&k, span_from, span_to) : 0;
+	if (inside_ns > busy_ns)
+		inside_ns = busy_ns;
+	busy_ns -= inside_ns;
+	idle_ns = span_ns - busy_ns;
 	err = flamegraph__write_json(s.p, "samples", max_nodes, &fg);
 	if (!err && (o.blocks || o.other_blocks))
 		err = flamegraph__write_json(o.p, "nanoseconds", max_nodes, &ofg);
@@ -717,11 +788,11 @@ void routes__gpu_idle(struct request *r)
 			resolution = (int64_t)k.tl_gap;
 		strbuf__printf(&sb, ",\"coverage\":%.6f,\"fallback\":\"%s\","
 			       "\"timeline\":{\"spans\":%llu,\"merge_gap_ns\":%llu,"
-			       "\"sources\":\"%s\",",
+			       "\"idle_inside_ns\":%lld,\"sources\":\"%s\",",
 			       span_to > span_from ?
 			       (double)known.known_ns / (double)(span_to - span_from) : 1.0,
 			       fallback, (unsigned long long)k.tl_spans,
-			       (unsigned long long)k.tl_gap,
+			       (unsigned long long)k.tl_gap, (long long)inside_ns,
 			       k.tl_records && k.tl_monitors ? "records+gpu_monitors" :
 			       k.tl_monitors ? "gpu_monitors" : "records");
 		_records_json(&sb, k.rec_cover, span_from, span_to);
@@ -773,6 +844,7 @@ out:
 	busy_set__free(k.tl_busy);
 	busy_set__free(k.tl_cover);
 	busy_set__free(k.rec_cover);
+	free(k.inside);
 	busy_set__free(m.busy);
 	free(m.ts);
 	free(m.val);

@@ -16,7 +16,8 @@
  *       then a wait in cudaDeviceSynchronize (a stand-in, spinning until the
  *       fake GPU is done), then STALL_MS of CPU work in host_load_batch with
  *       the GPU idle. Prints "busy START END" for each round's GPU work and
- *       "loop START END" around the loop (Unix ns), exits 0
+ *       "loop START END" around the loop (Unix ns), exits 0. With
+ *       FAKE_CUPTI_KERNEL_GAP_NS the kernels leave that gap between them.
  *   cuda_host attrib LIB SECONDS
  *       after 1.5 s of initialisation, every kind of GPU work from its own
  *       function, as a training step makes it, for SECONDS: kernels (host_kernels), a graph launch
@@ -313,13 +314,18 @@ static __attribute__((noinline)) void host_load_batch(uint64_t ns)
 
 static __attribute__((noinline)) void host_train_step(long kernels, uint64_t dur_ns)
 {
-	uint64_t end;
+	const char *g = getenv("FAKE_CUPTI_KERNEL_GAP_NS");
+	uint64_t end, gap = g ? strtoull(g, NULL, 10) : 0;
 
 	for (long i = 0; i < kernels; i++)
 		F.launch(i % 2 ? "_Z4gemmPf" : "_Z4reluPf", dur_ns, 0);
-	/* Queued back to back behind the first: launching is far quicker than running. */
+	/*
+	 * Queued back to back behind the first (launching is far quicker than
+	 * running), with the fake's gap between kernels.
+	 */
 	end = F.gpu_idle_at();
-	printf("busy %llu %llu\n", (unsigned long long)(end - (uint64_t)kernels * dur_ns),
+	printf("busy %llu %llu\n",
+	       (unsigned long long)(end - (uint64_t)kernels * dur_ns - (uint64_t)(kernels - 1) * gap),
 	       (unsigned long long)end);
 	cudaDeviceSynchronize();
 }

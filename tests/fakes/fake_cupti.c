@@ -52,6 +52,7 @@ static struct fake_cupti_truth _truth;
 static int _inited;
 static long _record_cost_ns;	/* FAKE_CUPTI_RECORD_COST_NS */
 static long _launch_cost_ns;	/* FAKE_CUPTI_LAUNCH_COST_NS */
+static uint64_t _kernel_gap_ns;	/* FAKE_CUPTI_KERNEL_GAP_NS */
 
 static void _init(void)
 {
@@ -67,6 +68,8 @@ static void _init(void)
 	_record_cost_ns = m ? atol(m) : 0;
 	m = getenv("FAKE_CUPTI_LAUNCH_COST_NS");
 	_launch_cost_ns = m ? atol(m) : 0;
+	m = getenv("FAKE_CUPTI_KERNEL_GAP_NS");
+	_kernel_gap_ns = m ? strtoull(m, NULL, 10) : 0;
 }
 
 static void _spin_ns(long ns)
@@ -563,7 +566,11 @@ static void _gpu_span(uint64_t dur, uint64_t *start, uint64_t *end)
 {
 	uint64_t now = _now();
 
+	_init();
 	pthread_mutex_lock(&_mu);
+	/* Queued behind the last item, after the idle gap a launch leaves. */
+	if (_gpu_cursor && _gpu_cursor + _kernel_gap_ns > now)
+		now = _gpu_cursor + _kernel_gap_ns;
 	if (_gpu_cursor < now)
 		_gpu_cursor = now;
 	*start = _gpu_cursor;

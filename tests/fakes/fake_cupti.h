@@ -9,7 +9,9 @@
  * FAKE_CUPTI_MODE=fail makes every CUPTI function fail; =conflict makes
  * cuptiSubscribe report another subscriber. FAKE_CUPTI_SKEW_NS shifts the
  * fake's clock from CLOCK_REALTIME (default -1 s) so that the library's
- * conversion to Unix time is visible.
+ * conversion to Unix time is visible. FAKE_CUPTI_KERNEL_GAP_NS leaves that
+ * much idle time between queued GPU work items, as a launch-bound loop's
+ * GPU sees between kernels.
  */
 #ifndef FAKE_CUPTI_H
 #define FAKE_CUPTI_H

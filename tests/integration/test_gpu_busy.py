@@ -24,7 +24,7 @@ JITTER_NS = 20_000
 SKEW_NS = -7_000_000_000  # the fake CUPTI clock runs 7 s behind CLOCK_REALTIME
 LINE_RE = {
     "device": re.compile(r"^device (\d+) (GPU-[0-9a-f-]{36}) (\S+) (\d+)$"),
-    "busy": re.compile(r"^busy (\d+) (\d+) (\d+)$"),
+    "busy": re.compile(r"^busy (\d+) (\d+) (\d+) (\d+)$"),
     "covered": re.compile(r"^covered (\d+) (\d+) (\d+)$"),
     "error": re.compile(r"^error (\d+|-) (\S+) (-?\d+) (.+)$"),
     "stats": re.compile(
@@ -147,14 +147,16 @@ def test_busy_spans_follow_the_schedule(flamewatch, fakes):
         if b - a >= INTERVAL_NS:
             expected.append((a, b))
         k += 1
-    spans = merge([(s, e) for _, s, e in r.parsed("busy", 0)])
+    spans = merge([(s, e) for _, s, e, _ in r.parsed("busy", 0)])
     assert len(spans) == len(expected), f"{spans}\n{expected}\n{r.describe()}"
     for (s, e), (a, b) in zip(spans, expected):
         assert abs(s - a) <= INTERVAL_NS + JITTER_NS and abs(e - b) <= INTERVAL_NS + JITTER_NS, \
             f"span {s}..{e} against {a}..{b}"
-    # Every span lies within the coverage.
-    for _, s, e in r.parsed("busy", 0):
+    # Every span lies within the coverage; busy throughout but for the
+    # parts of its edge samples that fell in the idle phase.
+    for _, s, e, idle in r.parsed("busy", 0):
         assert first - JITTER_NS <= s < e <= last + JITTER_NS
+        assert 0 <= idle <= 2 * INTERVAL_NS, (s, e, idle)
 
 
 def test_a_little_compute_in_every_sample_is_busy(flamewatch, fakes):
@@ -164,11 +166,17 @@ def test_a_little_compute_in_every_sample_is_busy(flamewatch, fakes):
     idle throughout on an H200."""
     r = gpu_busy(flamewatch, fakes, env={"FAKE_PM_SCHEDULE": "300:100:0.05"}, seconds=1.8)
     assert r.rc == 0, r.describe()
-    spans = merge([(s, e) for _, s, e in r.parsed("busy", 0)])
+    lines = r.parsed("busy", 0)
+    spans = merge([(s, e) for _, s, e, _ in lines])
     assert len(spans) >= 3, r.describe()
     inner = spans[1:-1] or spans
     for s, e in inner:
         assert abs((e - s) - 300_000_000) <= 2 * INTERVAL_NS + JITTER_NS, spans
+    # Each span says how little of it computed: 95 % of it is idle inside,
+    # which the idle answer counts though no gap can place it.
+    for _, s, e, idle in lines:
+        assert abs(idle - 0.95 * (e - s)) <= 0.1 * INTERVAL_NS + 1000, (s, e, idle)
+    assert sum(e - s - idle for _, s, e, idle in lines) > 0
 
 
 def test_sigterm_stops_cleanly_after_a_last_decode(flamewatch, fakes):
@@ -180,7 +188,7 @@ def test_sigterm_stops_cleanly_after_a_last_decode(flamewatch, fakes):
     assert covered, r.describe()
     # The decode after Stop covers the time up to the signal, not the last period only.
     assert r.t1 - covered[-1][2] < 150_000_000, r.describe()
-    busy = merge([(s, e) for _, s, e in r.parsed("busy", 0)])
+    busy = merge([(s, e) for _, s, e, _ in r.parsed("busy", 0)])
     assert len(busy) == 1, r.describe()  # always busy: one span once merged
     assert abs(busy[0][0] - covered[0][1]) <= JITTER_NS, r.describe()
     assert abs(busy[0][1] - covered[-1][2]) <= JITTER_NS, r.describe()

@@ -34,7 +34,7 @@ def _spin(seconds):
             % seconds]
 
 
-def _run(ps, flamewatch, tmp, port, procs_line, extra=(), env_extra=None):
+def _run(ps, flamewatch, tmp, port, procs_line, extra=(), env_extra=None, level=1.0):
     values = tmp / "nvml-values"
     values.write_text("gpu0.util 50\ngpu0.mem_util 10\n" + procs_line)
     env = {k: v for k, v in os.environ.items()
@@ -42,7 +42,7 @@ def _run(ps, flamewatch, tmp, port, procs_line, extra=(), env_extra=None):
     env.update(LD_LIBRARY_PATH=str(BUILD / "fakes"), FAKE_NVML_VALUES=str(values),
                FLAMEWATCH_CUPTI=str(BUILD / "fakes" / "libcupti.so"),
                FLAMEWATCH_LIBCUDA=str(BUILD / "fakes" / "libcuda.so.1"),
-               FAKE_PM_SCHEDULE=f"{BUSY_MS}:{IDLE_MS}", **(env_extra or {}))
+               FAKE_PM_SCHEDULE=f"{BUSY_MS}:{IDLE_MS}:{level}", **(env_extra or {}))
     srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp / "data",
                     "-F", "99", "--interval", "1s", "--gpu-interval", "200ms", *extra],
                    "run", env=env)
@@ -58,19 +58,24 @@ def fakes(flamewatch):
         pytest.fail("make fakes built no fake libcuda.so.1", pytrace=False)
 
 
-def test_monitors_are_the_sole_process_timeline(flamewatch, fakes, tmp_path):
+@pytest.mark.parametrize("level", [1.0, 0.4])
+def test_monitors_are_the_sole_process_timeline(flamewatch, fakes, tmp_path, level):
     """A process alone on GPU 0, never touching CUDA: its busy timeline
     comes from the monitors (sources gpu_monitors, coverage about 1, the
     resolution their 100 us interval), and alternates 200 ms busy and
     200 ms idle as the fake's schedule does, so its idle fraction is one
-    half. Before, such a process had NVML's one-second averages only."""
+    half. Before, such a process had NVML's one-second averages only.
+    At level 0.4 compute is in flight for 40 % of each busy phase's cycles
+    (gaps between tiny kernels, shorter than a sample): the rest is idle
+    inside the busy spans, and the idle fraction counts it (0.8)."""
     ps = Procs(tmp_path / "logs")
     port = free_port()
     client = Client(port)
     try:
         work = ps.start(_spin(8), "spin")
         t0 = time.time()
-        srv = _run(ps, flamewatch, tmp_path, port, f"proc 0 {work.pid} 50 10 1000000\n")
+        srv = _run(ps, flamewatch, tmp_path, port, f"proc 0 {work.pid} 50 10 1000000\n",
+                   level=level)
         client.wait_healthy(proc=srv)
         assert srv.wait_output(r"GPU busy timeline: device 0 \(GPU-fa4e0000-0000-4000-8000-"
                                r"000000000000, GH100\): the GPU's own monitors every 100 us", 30), \
@@ -89,7 +94,10 @@ def test_monitors_are_the_sole_process_timeline(flamewatch, fakes, tmp_path):
         assert doc["timeline"]["sources"] == "gpu_monitors", doc["timeline"]
         assert doc["coverage"] > 0.95, doc
         assert doc["resolution_ns"] == 100000, doc
-        assert abs(doc["idle_fraction"] - IDLE_MS / (BUSY_MS + IDLE_MS)) < 0.03, doc
+        busy_share = BUSY_MS / (BUSY_MS + IDLE_MS)
+        assert abs(doc["idle_fraction"] - (1 - level * busy_share)) < 0.03, doc
+        inside = doc["timeline"]["idle_inside_ns"] / (doc["span"][1] - doc["span"][0])
+        assert abs(inside - (1 - level) * busy_share) < 0.03, doc["timeline"]
         # One source at a time: the process has no records, the monitors are all.
         w = {"pid": str(work.pid), **window(frm, to)}
         mon = client.get_json("/api/v1/gpu/idle", {**w, "timeline_from": "gpu_monitors"})

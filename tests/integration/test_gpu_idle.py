@@ -315,6 +315,63 @@ def test_busy_timeline_when_launches_are_sampled(flamewatch, tmp_path):
         client.close()
 
 
+def test_idle_between_kernels_is_idle(flamewatch, tmp_path):
+    """A launch-bound loop: the fake GPU leaves 60 us between 100-us
+    kernels, too short for the busy timeline's spans to keep apart once its
+    merge gap widens. The gaps the spans merge are still idle time: the idle
+    fraction is the truth's (kernel time against the loop) within 0.03, and
+    idle_inside_ns says how much of it no gap can place. Counted as busy, as
+    before, the loop would read about 0.38 idle against 0.62."""
+    host, cupti, lib, env = _real_library(flamewatch)
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    rounds, kernels, kernel_us, gap_ns = 6, 1500, 100, 60000
+    try:
+        srv = _run_for_library(ps, flamewatch, tmp_path, port, "99", "fwtest-inside", env)
+        client.wait_healthy(proc=srv)
+        work = ps.start([host, "stall", lib, str(rounds), str(kernels), str(kernel_us), "150"],
+                        "cuda_host",
+                        env={**env, "FLAMEWATCH_CUPTI_PATH": str(cupti),
+                             "FAKE_CUPTI_KERNEL_GAP_NS": str(gap_ns)})
+        assert work.wait(60) == 0, work.describe()
+        out = work.text().splitlines()
+        truth = [tuple(map(int, l.split()[1:3])) for l in out if l.startswith("busy ")]
+        loop = [tuple(map(int, l.split()[1:3])) for l in out if l.startswith("loop ")][0]
+        assert len(truth) == rounds, work.describe()
+        frm, to = loop[0] / 1e9, loop[1] / 1e9
+        kernel_ns = rounds * kernels * kernel_us * 1000
+        want_idle = 1 - kernel_ns / (loop[1] - loop[0])
+        span_idle = 1 - sum(b - a for a, b in truth) / (loop[1] - loop[0])
+        assert want_idle - span_idle > 0.15, (want_idle, span_idle)
+        deadline = time.monotonic() + 20
+        doc = None
+        while time.monotonic() < deadline:
+            doc = _idle(client, work.pid, frm, to, source="timeline").json()
+            if doc["coverage"] > 0.95 and (doc["timeline"] or {}).get("spans", 0) >= rounds:
+                break
+            time.sleep(0.5)
+        time.sleep(2)
+        doc = _idle(client, work.pid, frm, to, source="timeline").json()
+        tl = doc["timeline"]
+        print(f"\ninside: idle {doc['idle_fraction']:.4f} (truth {want_idle:.4f}, spans alone "
+              f"{span_idle:.4f}), {tl}")
+        assert doc["coverage"] > 0.95, doc
+        assert abs(doc["idle_fraction"] - want_idle) < 0.03, (doc["idle_fraction"], want_idle)
+        # What the merged spans hold: most of the gaps between kernels.
+        gaps_ns = rounds * (kernels - 1) * gap_ns
+        assert 0.5 * gaps_ns < tl["idle_inside_ns"] <= 1.05 * gaps_ns, (tl, gaps_ns)
+        assert tl["merge_gap_ns"] > gap_ns, tl
+        assert doc["busy_ns"] + doc["idle_ns"] == doc["span"][1] - doc["span"][0] or \
+            doc["coverage"] < 1, doc
+        # Each source alone: the records' spans say the same.
+        rec = _idle(client, work.pid, frm, to, source="timeline", timeline_from="records").json()
+        assert abs(rec["idle_fraction"] - want_idle) < 0.03, rec
+    finally:
+        ps.close_all()
+        client.close()
+
+
 def test_costly_records_duty_cycled_and_said(flamewatch, tmp_path):
     """Records that cost the launching thread 4 us each (the fake CUPTI) in
     a loop launching as fast as it can: the library measures that every

@@ -35,7 +35,11 @@ static void _collect(const struct fw_cuda_record *r, uint32_t count, void *ctx)
 	for (uint32_t i = 0; i < count; i++) {
 		if (r[i].kind >= FW_CUDA_BUSY) {
 			assert_int_equal(r[i].weight, 0);
-			assert_int_equal(r[i].correlation, 0);
+			/* A busy span's idle inside: within it; nothing else's. */
+			if (r[i].kind == FW_CUDA_BUSY)
+				assert_true(r[i].correlation <= r[i].end_ns - r[i].start_ns);
+			else
+				assert_int_equal(r[i].correlation, 0);
 			s->tl_seen++;
 			if (s->ntl < 4096)
 				s->tl[s->ntl++] = r[i];
@@ -336,7 +340,7 @@ static void test_fresh(void **state)
 }
 
 /* The busy spans of device dev in s, in order. */
-static uint32_t _spans(struct sink *s, uint32_t dev, uint64_t (*out)[3], uint32_t max)
+static uint32_t _spans(struct sink *s, uint32_t dev, uint64_t (*out)[4], uint32_t max)
 {
 	uint32_t n = 0;
 
@@ -344,7 +348,8 @@ static uint32_t _spans(struct sink *s, uint32_t dev, uint64_t (*out)[3], uint32_
 		if (s->tl[i].kind == FW_CUDA_BUSY && s->tl[i].device == dev) {
 			out[n][0] = s->tl[i].start_ns;
 			out[n][1] = s->tl[i].end_ns;
-			out[n++][2] = s->tl[i].bytes;
+			out[n][2] = s->tl[i].bytes;
+			out[n++][3] = s->tl[i].correlation;
 		}
 	return n;
 }
@@ -359,7 +364,7 @@ static void test_busy_timeline_from_every_record(void **state)
 	static struct sink s;
 	struct fwc_batch b = { .emit = _collect, .ctx = &s };
 	struct fwc_stats st = { 0 };
-	uint64_t spans[16][3];
+	uint64_t spans[16][4];
 	CUpti_ActivityKernel10 k;
 
 	memset(&s, 0, sizeof(s));
@@ -388,10 +393,17 @@ static void test_busy_timeline_from_every_record(void **state)
 	assert_int_equal(spans[0][0], 1100);
 	assert_int_equal(spans[0][1], 5100);
 	assert_int_equal(spans[0][2], FWC_BUSY_GAP_MIN_NS);
+	/*
+	 * Idle inside: the 2-us gap the third record bridged, less what the
+	 * late record filled of it (all but 2 ns).
+	 */
+	assert_int_equal(spans[0][3], 2);
 	assert_int_equal(spans[1][0], 1005100);
 	assert_int_equal(spans[1][1], 1005600);
+	assert_int_equal(spans[1][3], 0);
 	assert_int_equal(_spans(&s, 3, spans, 16), 1);
 	assert_int_equal(spans[0][0], 3100);
+	assert_int_equal(spans[0][3], 0);
 	assert_int_equal(st.busy_spans, 3);
 	/* Nothing open: a second flush adds nothing. */
 	fwc_busy_flush(&b, 100, &st);
@@ -435,10 +447,17 @@ static void test_busy_gap_adapts(void **state)
 	for (uint32_t i = 0; i < s.ntl && i < 4096; i++)
 		last_gap = s.tl[i].bytes;
 	assert_true(last_gap >= 17000 && last_gap <= FWC_BUSY_GAP_MAX_NS);
-	/* Once merged, the spans cover the loop: every kernel is inside one. */
-	for (uint32_t i = 0; i < s.ntl; i++)
-		busy += s.tl[i].end_ns - s.tl[i].start_ns;
-	assert_true(busy > 0);
+	/*
+	 * Once merged, the spans cover the loop: every kernel is inside one,
+	 * and the spans less the idle inside them are exactly the kernels'
+	 * time (200,000 kernels of 3 us), though they cover 20 us a kernel.
+	 */
+	assert_int_equal(s.ntl, s.tl_seen);
+	for (uint32_t i = 0; i < s.ntl; i++) {
+		assert_true(s.tl[i].correlation <= s.tl[i].end_ns - s.tl[i].start_ns);
+		busy += s.tl[i].end_ns - s.tl[i].start_ns - s.tl[i].correlation;
+	}
+	assert_int_equal(busy, 200000ull * 3000);
 
 	/* Then quiet: a kernel every 10 ms; the gap halves back to the minimum. */
 	memset(&s, 0, sizeof(s));
@@ -450,6 +469,45 @@ static void test_busy_gap_adapts(void **state)
 	fwc_batch_flush(&b);
 	assert_int_equal(s.tl[s.ntl - 1].bytes, FWC_BUSY_GAP_MIN_NS);
 	assert_int_equal(s.tl[s.ntl - 1].end_ns - s.tl[s.ntl - 1].start_ns, 3000);
+}
+
+/*
+ * Two streams whose records come in turns, each a little late: the
+ * gaps one stream's records open are filled by the other's, and the idle
+ * inside the span is only what neither covered.
+ */
+static void test_busy_idle_inside_two_streams(void **state)
+{
+	static struct sink s;
+	struct fwc_batch b = { .emit = _collect, .ctx = &s };
+	struct fwc_stats st = { 0 };
+	uint64_t spans[16][4];
+	CUpti_ActivityKernel10 k;
+
+	memset(&s, 0, sizeof(s));
+	memset(&W, 0, sizeof(W));
+	/* From 10 us: stream A [0,1000) [2000,3000) [4000,5000), stream B [1000,1500) [3000,3500). */
+	k = _kernel(1, 10000, 1000, "_Z1av");
+	fwc_record_add(&k, &W, &N, 0, &b, &st);
+	k = _kernel(2, 12000, 1000, "_Z1av");	/* gap [1000,2000) */
+	fwc_record_add(&k, &W, &N, 0, &b, &st);
+	k = _kernel(3, 11000, 500, "_Z1bv");	/* fills [1000,1500) */
+	fwc_record_add(&k, &W, &N, 0, &b, &st);
+	k = _kernel(4, 14000, 1000, "_Z1av");	/* gap [3000,4000) */
+	fwc_record_add(&k, &W, &N, 0, &b, &st);
+	k = _kernel(5, 13000, 500, "_Z1bv");	/* fills [3000,3500) */
+	fwc_record_add(&k, &W, &N, 0, &b, &st);
+	/* Inside a filled part again: counted once. */
+	k = _kernel(6, 11200, 100, "_Z1bv");
+	fwc_record_add(&k, &W, &N, 0, &b, &st);
+	fwc_busy_flush(&b, 0, &st);
+	fwc_batch_flush(&b);
+	(void)state;
+
+	assert_int_equal(_spans(&s, 1, spans, 16), 1);
+	assert_int_equal(spans[0][0], 10000);
+	assert_int_equal(spans[0][1], 15000);
+	assert_int_equal(spans[0][3], 1000);	/* [1500,2000) and [3500,4000) */
 }
 
 static void test_sampler_classes_and_multiplier(void **state)
@@ -550,6 +608,7 @@ int main(void)
 		cmocka_unit_test(test_weights_and_names),
 		cmocka_unit_test(test_busy_timeline_from_every_record),
 		cmocka_unit_test(test_busy_gap_adapts),
+		cmocka_unit_test(test_busy_idle_inside_two_streams),
 		cmocka_unit_test(test_record_cost),
 	};
 

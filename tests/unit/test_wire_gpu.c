@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/* The GPU interval columns of the wire format (fields 50-59). */
+/* The GPU interval columns of the wire format (fields 50-59 and 81). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,7 +26,7 @@ static struct batch *_make(int64_t t0)
 	const char *values[] = { "42", "trainer", "1", "7" };
 	struct batch *b = batch__new(1);
 	struct profile *p;
-	int64_t m, f1, f2, leaf, st, st2, series, k1, k2, cp;
+	int64_t m, f1, f2, leaf, st, st2, series, k1, k2, cp, bz;
 	uint32_t fr[3];
 
 	assert_non_null(b);
@@ -45,20 +45,27 @@ static struct batch *_make(int64_t t0)
 	k1 = profile__intern_string(p, "gemm(float*)");
 	k2 = profile__intern_string(p, "relu()");
 	cp = profile__intern_string(p, "[memcpy DtoH]");
+	bz = profile__intern_string(p, "[busy]");
 	assert_true(m >= 0 && f1 >= 0 && f2 >= 0 && leaf >= 0 && st >= 0 && st2 >= 0 &&
-		    series >= 0 && k1 >= 0 && k2 >= 0 && cp >= 0);
-	/* Out of start order on purpose: the encoder orders them. */
-	struct batch_gpu_interval iv[3] = {
+		    series >= 0 && k1 >= 0 && k2 >= 0 && cp >= 0 && bz >= 0);
+	/*
+	 * Out of start order on purpose: the encoder orders them. A busy span
+	 * with 4 us idle inside it; a kernel's correlation id is not sent.
+	 */
+	struct batch_gpu_interval iv[4] = {
 		{ .start_ns = t0 + 5000, .end_ns = t0 + 9000, .series = series, .device = 1,
 		  .stream = 7, .kind = GPU_KERNEL, .name = k2, .stack = BATCH_NO_STACK,
-		  .weight = 1 },
+		  .weight = 1, .correlation = 99 },
+		{ .start_ns = t0 + 10000, .end_ns = t0 + 20000, .series = series, .device = 1,
+		  .kind = GPU_BUSY, .name = bz, .stack = BATCH_NO_STACK, .bytes = 5000,
+		  .weight = 1, .correlation = 4000 },
 		{ .start_ns = t0, .end_ns = t0 + 2500, .series = series, .device = 1, .stream = 7,
 		  .kind = GPU_KERNEL, .name = k1, .stack = st, .weight = 4 },
 		{ .start_ns = t0 + 3000, .end_ns = t0 + 3100, .series = series, .device = 1,
 		  .stream = 8, .kind = GPU_MEMCPY_DTOH, .name = cp, .stack = st, .bytes = 1 << 20,
 		  .weight = 1 },
 	};
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		assert_int_equal(batch__add_gpu_interval(b, &iv[i]), 0);
 	struct batch_sample s = { .ts_ns = t0, .stack = st2, .series = series,
 				  .type = SAMPLE_GPU_TIME, .value = 10000 };
@@ -84,7 +91,7 @@ static void _check(const struct batch *got, int64_t t0)
 	char st[256];
 	const struct batch_gpu_interval *g = got->gpu_intervals;
 
-	assert_int_equal(got->ngpu_intervals, 3);
+	assert_int_equal(got->ngpu_intervals, 4);
 	assert_int_equal(got->nsamples, 1);
 	/* Ordered by start. */
 	assert_int_equal(g[0].start_ns, t0);
@@ -112,6 +119,12 @@ static void _check(const struct batch *got, int64_t t0)
 	assert_int_equal(g[2].stack, BATCH_NO_STACK);
 	assert_int_equal(g[2].weight, 1);
 	assert_string_equal(profile__string(got->dict, g[2].name), "relu()");
+	assert_int_equal(g[2].correlation, 0);
+
+	assert_int_equal(g[3].kind, GPU_BUSY);
+	assert_int_equal(g[3].end_ns - g[3].start_ns, 10000);
+	assert_int_equal(g[3].bytes, 5000);
+	assert_int_equal(g[3].correlation, 4000);
 
 	assert_int_equal(got->samples[0].type, SAMPLE_GPU_TIME);
 	assert_int_equal(got->samples[0].value, 10000);
@@ -178,7 +191,7 @@ static void test_roundtrip_and_session(void **state)
 		assert_non_null(m);
 		assert_int_equal(m->n_stacks, 0);
 		assert_int_equal(m->n_strings, 0);
-		assert_int_equal(m->n_gpu_start_delta, 3);
+		assert_int_equal(m->n_gpu_start_delta, 4);
 		flamewatch__wire__batch__free_unpacked(m, NULL);
 	}
 	got = _decode(t, body, len, 0);
@@ -200,11 +213,14 @@ static void _m_columns(Flamewatch__Wire__Batch *m) { m->n_gpu_bytes--; }
 static void _m_start(Flamewatch__Wire__Batch *m) { m->gpu_start_delta[0] = 1; }
 static void _m_duration(Flamewatch__Wire__Batch *m) { m->gpu_duration[1] = UINT64_MAX; }
 static void _m_weight(Flamewatch__Wire__Batch *m) { m->gpu_weight[0] = 0; }
+static void _m_idle_long(Flamewatch__Wire__Batch *m) { m->gpu_busy_idle[3] = 10001; }
+static void _m_idle_kernel(Flamewatch__Wire__Batch *m) { m->gpu_busy_idle[0] = 5; }
+static void _m_idle_columns(Flamewatch__Wire__Batch *m) { m->n_gpu_busy_idle--; }
 
 static void test_invalid_columns(void **state)
 {
 	mutate_fn fns[] = { _m_stack, _m_series, _m_name, _m_kind, _m_columns, _m_start,
-			    _m_duration, _m_weight };
+			    _m_duration, _m_weight, _m_idle_long, _m_idle_kernel, _m_idle_columns };
 	int64_t t0 = now_ns() - 1000000000LL;
 	struct batch *b = _make(t0);
 
@@ -218,7 +234,8 @@ static void test_invalid_columns(void **state)
 		assert_int_equal(wire_encoder__encode(e, NODE, b, WIRE_NONE, &body, &len), 0);
 		m = flamewatch__wire__batch__unpack(NULL, len, body);
 		assert_non_null(m);
-		assert_int_equal(m->n_gpu_weight, 3);	/* one weight is not 1 */
+		assert_int_equal(m->n_gpu_weight, 4);	/* one weight is not 1 */
+		assert_int_equal(m->n_gpu_busy_idle, 4);	/* one span has idle inside */
 		fns[i](m);
 		blen = flamewatch__wire__batch__get_packed_size(m);
 		bad = malloc(blen);

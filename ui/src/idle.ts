@@ -15,7 +15,7 @@ export interface IdleJSON {
   samples: { total: number; idle: number; waiting_on_gpu: number };
   resolution_ns: number | null;
   coverage: number | null; fallback: string | null;
-  timeline: { spans: number; merge_gap_ns: number; sources?: string } | null;
+  timeline: { spans: number; merge_gap_ns: number; idle_inside_ns?: number; sources?: string } | null;
   kernels: { intervals: number; max_weight: number }; nvml_points: number;
   gaps: [number, number][]; gaps_truncated: boolean;
   profile: ProfileJSON;
@@ -41,6 +41,17 @@ const SOURCES: Record<string, string> = {
   nvml_node: 'from NVML: its node\'s GPU utilisation under',
   none: 'unknown: no kernel intervals and no NVML data for it',
 };
+
+/*
+ * Idle time inside the busy spans (gaps between kernels shorter than the
+ * timeline places): counted in the idle fraction, but no gap holds it, so
+ * no CPU sample is charged to it. Said when it is a visible part.
+ */
+function insideNote(j: IdleJSON): string {
+  const inside = j.timeline?.idle_inside_ns ?? 0;
+  if (!j.idle_ns || inside < 0.01 * j.idle_ns) return '';
+  return `; ${share(inside / j.idle_ns)} of the idle time lies in gaps between kernels too short to place, which no CPU sample is charged to`;
+}
 
 /* Where the busy timeline came from: the process's records, the GPU's own monitors, or both. */
 const TIMELINE_SOURCES: Record<string, string> = {
@@ -104,7 +115,8 @@ export class IdlePanel {
         `(${src}${j.source.startsWith('nvml') ? ` ${j.threshold} %` : ''}` +
         `${j.kernels.max_weight > 1 && j.source === 'kernels' ? `; kernels sampled 1 in ${j.kernels.max_weight}, so gaps overstate idle time` : ''}` +
         `${j.coverage !== null && j.coverage < 0.995 ? `; it covers ${pct(j.coverage, 1)} of the time, the rest ${j.fallback === 'none' ? 'is unknown' : SOURCES[j.fallback ?? ''] ?? j.fallback}` : ''}` +
-        `${j.resolution_ns && j.resolution_ns >= 1e6 ? `; busy known only to ${fmtDuration(j.resolution_ns / 1e9)}: shorter phases cannot be placed` : ''}). ` +
+        `${j.resolution_ns && j.resolution_ns >= 1e6 ? `; busy known only to ${fmtDuration(j.resolution_ns / 1e9)}: shorter phases cannot be placed` : ''}` +
+        `${insideNote(j)}). ` +
         `${j.samples.waiting_on_gpu ? `${j.samples.waiting_on_gpu.toLocaleString()} CPU samples (${pct(j.samples.waiting_on_gpu, j.samples.total || 1)}) waited on the GPU in synchronize calls and are not idle time. ` : ''}` +
         `${j.samples.idle.toLocaleString()} of its ${j.samples.total.toLocaleString()} CPU samples ` +
         `(${pct(j.samples.idle, j.samples.total || 1)}) were taken while the GPU was idle` +

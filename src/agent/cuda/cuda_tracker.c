@@ -1003,6 +1003,7 @@ static void _timeline_span(struct cuda_tracker *t, uint32_t pid, const struct fw
 		.kind = r->kind == FW_CUDA_BUSY ? GPU_BUSY : GPU_COVERAGE,
 		.device = r->kind == FW_CUDA_BUSY ? r->device : 0,
 		.bytes = r->bytes,
+		.correlation = r->kind == FW_CUDA_BUSY ? r->correlation : 0,
 		.start_ns = (int64_t)r->start_ns,
 		.end_ns = (int64_t)r->end_ns,
 	};
@@ -1012,6 +1013,9 @@ static void _timeline_span(struct cuda_tracker *t, uint32_t pid, const struct fw
 		t->add_errors++;
 		return;
 	}
+	/* Idle inside a span cannot pass its length. */
+	if (a.correlation > (uint64_t)(a.end_ns - a.start_ns))
+		a.correlation = (uint64_t)(a.end_ns - a.start_ns);
 	if (cpu_profile__add_gpu_span(t->cp, &a))
 		t->add_errors++;
 	else

@@ -268,7 +268,8 @@ static int _d_gpu_check(struct dec *d)
 			     n, d->lim->max_samples);
 	if (m->n_gpu_duration != n || m->n_gpu_series != n || m->n_gpu_device != n ||
 	    m->n_gpu_stream != n || m->n_gpu_kind != n || m->n_gpu_name != n ||
-	    m->n_gpu_stack != n || m->n_gpu_bytes != n || (m->n_gpu_weight && m->n_gpu_weight != n))
+	    m->n_gpu_stack != n || m->n_gpu_bytes != n || (m->n_gpu_weight && m->n_gpu_weight != n) ||
+	    (m->n_gpu_busy_idle && m->n_gpu_busy_idle != n))
 		return _fail(d->err, d->err_len, -EINVAL,
 			     "GPU interval columns differ in length (%zu starts)", n);
 	clock_gettime(CLOCK_REALTIME, &now);
@@ -300,6 +301,13 @@ static int _d_gpu_check(struct dec *d)
 				     i, m->gpu_kind[i]);
 		if (m->n_gpu_weight && !m->gpu_weight[i])
 			return _fail(d->err, d->err_len, -EINVAL, "GPU interval %zu: weight 0", i);
+		if (m->n_gpu_busy_idle && m->gpu_busy_idle[i] &&
+		    (m->gpu_kind[i] != GPU_BUSY || m->gpu_busy_idle[i] > m->gpu_duration[i]))
+			return _fail(d->err, d->err_len, -EINVAL,
+				     "GPU interval %zu: idle time %llu inside a %s of %llu ns", i,
+				     (unsigned long long)m->gpu_busy_idle[i],
+				     m->gpu_kind[i] == GPU_BUSY ? "busy span" : "non-busy interval",
+				     (unsigned long long)m->gpu_duration[i]);
 	}
 	return 0;
 }
@@ -337,6 +345,7 @@ static int _d_gpu_build(struct dec *d)
 		g.stack = stack;
 		g.bytes = m->gpu_bytes[i];
 		g.weight = m->n_gpu_weight ? m->gpu_weight[i] : 1;
+		g.correlation = m->n_gpu_busy_idle ? m->gpu_busy_idle[i] : 0;
 		rc = batch__add_gpu_interval(d->out, &g);
 		if (rc)
 			return rc;

@@ -379,6 +379,7 @@ static void _enc_msg_free(struct enc_msg *em)
 	free(em->m.gpu_stack);
 	free(em->m.gpu_bytes);
 	free(em->m.gpu_weight);
+	free(em->m.gpu_busy_idle);
 }
 
 /* n elements of size each, at least one so that NULL always means failure. */
@@ -626,7 +627,7 @@ static int _enc_gpu_intervals(struct xlate *x, struct enc_msg *em)
 	const struct batch *b = x->b;
 	Flamewatch__Wire__Batch *m = &em->m;
 	size_t n = b->ngpu_intervals;
-	bool all_one = true;
+	bool all_one = true, any_idle = false;
 	int64_t prev = 0;
 
 	if (!n)
@@ -642,9 +643,10 @@ static int _enc_gpu_intervals(struct xlate *x, struct enc_msg *em)
 	m->gpu_stack = _alloc_n(n, sizeof(*m->gpu_stack));
 	m->gpu_bytes = _alloc_n(n, sizeof(*m->gpu_bytes));
 	m->gpu_weight = _alloc_n(n, sizeof(*m->gpu_weight));
+	m->gpu_busy_idle = _alloc_n(n, sizeof(*m->gpu_busy_idle));
 	if (!em->gpu_order || !m->gpu_start_delta || !m->gpu_duration || !m->gpu_series ||
 	    !m->gpu_device || !m->gpu_stream || !m->gpu_kind || !m->gpu_name || !m->gpu_stack ||
-	    !m->gpu_bytes || !m->gpu_weight)
+	    !m->gpu_bytes || !m->gpu_weight || !m->gpu_busy_idle)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
 		em->gpu_order[i] = (struct ts_index){ b->gpu_intervals[i].start_ns, i };
@@ -677,11 +679,16 @@ static int _enc_gpu_intervals(struct xlate *x, struct enc_msg *em)
 		m->gpu_bytes[i] = g->bytes;
 		m->gpu_weight[i] = g->weight ? g->weight : 1;
 		all_one &= m->gpu_weight[i] == 1;
+		m->gpu_busy_idle[i] = g->kind == GPU_BUSY ? g->correlation : 0;
+		if (m->gpu_busy_idle[i] > m->gpu_duration[i])
+			m->gpu_busy_idle[i] = m->gpu_duration[i];
+		any_idle |= m->gpu_busy_idle[i] != 0;
 	}
 	m->n_gpu_start_delta = m->n_gpu_duration = m->n_gpu_series = n;
 	m->n_gpu_device = m->n_gpu_stream = m->n_gpu_kind = m->n_gpu_name = n;
 	m->n_gpu_stack = m->n_gpu_bytes = n;
 	m->n_gpu_weight = all_one ? 0 : n;
+	m->n_gpu_busy_idle = any_idle ? n : 0;
 	return 0;
 }
 
