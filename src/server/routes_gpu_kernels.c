@@ -51,9 +51,12 @@ static int _interval(void *ctx, const struct store_gpu_interval *iv)
 	strbuf__printf(sb, ",\"device\":%u,\"stream\":%u,\"pid\":%u,\"comm\":", iv->device,
 		       iv->stream, iv->pid);
 	strbuf__json_string(sb, iv->comm);
-	strbuf__printf(sb, ",\"bytes\":%llu,\"weight\":%u,\"correlation\":%llu,\"stack\":",
-		       (unsigned long long)iv->bytes, iv->weight,
-		       (unsigned long long)iv->correlation);
+	/* A busy span's correlation is the idle time inside it: said as such. */
+	strbuf__printf(sb, ",\"bytes\":%llu,\"weight\":%u,\"correlation\":%llu,", (unsigned long long)iv->bytes,
+		       iv->weight, iv->kind == GPU_BUSY ? 0ULL : (unsigned long long)iv->correlation);
+	if (iv->kind == GPU_BUSY)
+		strbuf__printf(sb, "\"idle_ns\":%llu,", (unsigned long long)iv->correlation);
+	strbuf__puts(sb, "\"stack\":");
 	if (iv->stack == STORE_NO_STACK)
 		strbuf__puts(sb, "null}");
 	else
@@ -74,6 +77,7 @@ static int _interval(void *ctx, const struct store_gpu_interval *iv)
 struct tl_span {
 	int64_t start, end;
 	uint64_t gap;		/* the widest idle gap merged into it, ns */
+	uint64_t idle;		/* busy: idle ns inside it, gaps merged here included */
 	uint32_t pid, device, kind;
 	char comm[64];
 };
@@ -95,9 +99,30 @@ static void _tl_emit(struct tl_out *o, const struct tl_span *t)
 		       gpu_activity_kind__name(t->kind), gpu_activity_kind__name(t->kind));
 	strbuf__printf(sb, ",\"device\":%u,\"stream\":0,\"pid\":%u,\"comm\":", t->device, t->pid);
 	strbuf__json_string(sb, t->comm);
-	strbuf__printf(sb, ",\"bytes\":%llu,\"weight\":1,\"correlation\":0,\"stack\":null}",
-		       (unsigned long long)t->gap);
+	strbuf__printf(sb, ",\"bytes\":%llu,\"weight\":1,\"correlation\":0,", (unsigned long long)t->gap);
+	if (t->kind == GPU_BUSY)
+		strbuf__printf(sb, "\"idle_ns\":%llu,", (unsigned long long)t->idle);
+	strbuf__puts(sb, "\"stack\":null}");
 	o->n++;
+}
+
+/*
+ * A busy span's idle time as it joins a merged one ending at end: what it
+ * holds inside, and the gap it was merged over. Overlapping spans (a span
+ * split by the agent, rows of one span stored twice) add only the idle of
+ * their part past end.
+ */
+static uint64_t _tl_idle(const struct store_gpu_interval *iv, int64_t end)
+{
+	uint64_t len = (uint64_t)(iv->end_ns - iv->start_ns), idle = iv->correlation;
+
+	if (idle > len)
+		idle = len;
+	if (iv->start_ns >= end)
+		return idle + (uint64_t)(iv->start_ns - end);
+	if (iv->end_ns <= end)
+		return 0;
+	return (uint64_t)((double)idle * (double)(iv->end_ns - end) / (double)len);
 }
 
 static int _tl_interval(void *ctx, const struct store_gpu_interval *iv)
@@ -124,6 +149,8 @@ static int _tl_interval(void *ctx, const struct store_gpu_interval *iv)
 			t->gap = (uint64_t)(iv->start_ns - t->end);
 		if (gap > t->gap)
 			t->gap = gap;
+		if (iv->kind == GPU_BUSY)
+			t->idle += _tl_idle(iv, t->end);
 		if (iv->end_ns > t->end)
 			t->end = iv->end_ns;
 		return 0;
@@ -138,6 +165,7 @@ static int _tl_interval(void *ctx, const struct store_gpu_interval *iv)
 	}
 	*t = (struct tl_span){
 		.start = iv->start_ns, .end = iv->end_ns, .gap = gap,
+		.idle = iv->kind == GPU_BUSY ? _tl_idle(iv, iv->start_ns) : 0,
 		.pid = iv->pid, .device = iv->device, .kind = iv->kind,
 	};
 	snprintf(t->comm, sizeof(t->comm), "%s", iv->comm ? iv->comm : "");

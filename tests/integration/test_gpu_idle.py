@@ -367,6 +367,23 @@ def test_idle_between_kernels_is_idle(flamewatch, tmp_path):
         # Each source alone: the records' spans say the same.
         rec = _idle(client, work.pid, frm, to, source="timeline", timeline_from="records").json()
         assert abs(rec["idle_fraction"] - want_idle) < 0.03, rec
+        # The kernel track's spans carry it too: merged to one span a
+        # second, the spans' idle_ns leave the kernels' time busy.
+        q = '{pid="%d"}' % work.pid
+        only = client.get_json("/api/v1/gpu/kernels", {"query": q, "timeline": "only",
+                                                       "resolution": "1s", **window(frm, to)})
+        busy = [iv for iv in only["intervals"] if iv["kind"] == "busy"]
+        assert len(busy) == 1, only["intervals"]
+        b = busy[0]
+        computed = b["end"] - b["start"] - b["idle_ns"]
+        assert abs(computed - kernel_ns) < 0.02 * kernel_ns, (b, kernel_ns)
+        listed = client.get_json("/api/v1/gpu/kernels", {"query": q, "timeline": "1",
+                                                         **window(frm, to)})
+        spans = [iv for iv in listed["intervals"] if iv["kind"] == "busy"]
+        assert spans and all(0 <= iv["idle_ns"] <= iv["end"] - iv["start"] and
+                             iv["correlation"] == 0 for iv in spans), spans[:3]
+        assert abs(sum(iv["end"] - iv["start"] - iv["idle_ns"] for iv in spans) - kernel_ns) \
+            < 0.02 * kernel_ns
     finally:
         ps.close_all()
         client.close()

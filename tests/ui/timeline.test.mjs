@@ -112,6 +112,8 @@ test('the timeline renders the GPU charts, CPU strips and kernel track on one ax
   tl.busy.forEach((b, i) => assert.ok(Math.abs(b.start - tl.kernels[i].start) < 1e6 && Math.abs(b.end - tl.kernels[i].end) < 1e6,
     `busy span ${i} ${b.start}..${b.end} against kernel ${tl.kernels[i].start}..${tl.kernels[i].end}`));
   assert.ok(tl.cover >= 1 && tl.top > 14, JSON.stringify(tl));
+  // One kernel a round: nothing idle inside a span, drawn at full strength.
+  tl.busy.forEach((b) => assert.ok(typeof b.idle_ns === 'number' && b.idle_ns <= 0.01 * (b.end - b.start), JSON.stringify(b)));
   assert.ok(await page.locator('.cpu-strips canvas').isVisible());
   assert.ok((await page.locator('.cpu-strips canvas').boundingBox()).height > 20);
   // One axis: the GPU charts' plot areas start and end where the samples chart's does.

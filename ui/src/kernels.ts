@@ -2,7 +2,8 @@
 // when the GPU ran the process's kernels, from every kernel record however
 // the launches were sampled (GET /api/v1/gpu/kernels?timeline=only, merged
 // by the server to about a span per pixel, so it draws at every zoom), with
-// a grey line under it where the timeline is complete (its gaps are idle).
+// a grey line under it where the timeline is complete (its gaps are idle),
+// each span as faint as the idle gaps inside it make it.
 // Then, when the window holds few enough of them, one row per (device,
 // stream), a box per kernel, copy or memset while it ran on the GPU.
 // Kernels take their process's colour, copies and memsets are grey. A
@@ -15,6 +16,13 @@ import type { OnSelect, TimeContext, Track } from './timeline';
 export interface KernelJSON {
   start: number; end: number; name: string; kind: string; device: number; stream: number;
   pid: number; comm: string; bytes: number; weight: number; stack: number | null;
+  idle_ns?: number;   /* busy spans: idle time inside, gaps too short to keep apart */
+}
+
+/* The part of a busy span the GPU computed in: the rest is idle gaps inside it. */
+export function busyShare(k: KernelJSON): number {
+  const len = k.end - k.start;
+  return len > 0 ? Math.min(1, Math.max(0, 1 - (k.idle_ns ?? 0) / len)) : 1;
 }
 export interface KernelsJSON {
   from: number; to: number; intervals: KernelJSON[]; resolution_ns?: number;
@@ -178,7 +186,12 @@ export class KernelTrack implements Track {
       ctx.fillStyle = '#f3f3f5';
       ctx.fillRect(cols.left, y, cols.width, ROW - 2);
       ctx.fillStyle = processColor(r.comm || String(r.pid));
-      for (const k of r.busy) this.box(ctx, k, y, ROW - 5, cols);
+      // Fainter where the span holds idle gaps: a launch-bound loop's span is mostly gaps.
+      for (const k of r.busy) {
+        ctx.globalAlpha = 0.25 + 0.75 * busyShare(k);
+        this.box(ctx, k, y, ROW - 5, cols);
+      }
+      ctx.globalAlpha = 1;
       ctx.fillStyle = '#8a8a90';
       for (const k of r.cover) this.box(ctx, k, y + ROW - 4, 2, cols);
     });
@@ -235,7 +248,8 @@ export class KernelTrack implements Track {
     const merged = Math.max(k.bytes, this.timeline?.resolution_ns ?? 0);
     return [`gpu ${k.device} busy for ${fmtDuration((k.end - k.start) / 1e9)}`,
       `with kernels of ${r.comm} (pid ${r.pid}), from ${fmtTime(k.start / 1e9).slice(11)}`,
-      `idle gaps under ${fmtDuration(merged / 1e9)} merged`,
+      `idle gaps under ${fmtDuration(merged / 1e9)} merged` +
+        (k.idle_ns ? `: the GPU computed in ${(busyShare(k) * 100).toFixed(1)} % of it` : ''),
       'under the grey line every kernel was recorded: gaps there are idle'];
   }
 
