@@ -36,7 +36,8 @@
  * outside the coverage is neither busy nor idle: no sample there is called
  * idle and the idle fraction is of the covered time. A span carries the idle
  * time inside it (gaps it merged, idle cycles of its samples): idle, in the
- * fraction, though in no gap ("idle_inside_ns").
+ * fraction, though in no gap ("idle_inside_ns"); a CPU sample inside such a
+ * span is idle with the odds of the span's idle share ("idle_inside").
  *
  * A CPU sample inside a CUDA synchronisation call is the CPU waiting on a
  * busy GPU, whatever the busy source says of that instant (NVML's averages
@@ -319,6 +320,10 @@ static int _nvml_busy(struct request *r, struct nvml *m, const char *metric, con
 
 struct idle {
 	struct busy_set *busy;
+	/* Busy spans with idle inside, by start: a sample there may be idle. */
+	const struct inside *inside;
+	size_t ninside;
+	uint64_t idle_inside;	/* idle samples taken inside busy spans */
 	/* Non-NULL: only samples inside it may be idle (nothing knows outside). */
 	const struct busy_set *known;
 	size_t known_cursor;
@@ -330,14 +335,68 @@ struct idle {
 	struct sync_stacks sync;
 };
 
+static int _by_inside_start(const void *a, const void *b)
+{
+	const struct inside *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Entries before ts looked at for one that holds it (other devices', other sources'). */
+#define INSIDE_LOOKBACK 8
+
+/*
+ * The idle share of the busy span that holds ts (0: none holds idle time):
+ * the records' span where there is one, the finer account, else the
+ * monitors'; of several (devices), the least idle.
+ */
+static double _inside_share(const struct inside *in, size_t n, int64_t ts)
+{
+	size_t lo = 0, hi = n;
+	double rec = -1, mon = -1;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (in[mid].start <= ts)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo, k = 0; i-- > 0 && k < INSIDE_LOOKBACK; k++) {
+		const struct inside *e = &in[i];
+		double share;
+
+		if (ts >= e->end)
+			continue;
+		share = e->idle / (double)(e->end - e->start);
+		if (e->monitors)
+			mon = mon < 0 || share < mon ? share : mon;
+		else
+			rec = rec < 0 || share < rec ? share : rec;
+	}
+	return rec >= 0 ? rec : mon >= 0 ? mon : 0;
+}
+
+/* A number in [0, 1) that depends only on the sample (splitmix64's mix). */
+static double _sample_dice(int64_t ts, uint32_t tid)
+{
+	uint64_t z = (uint64_t)ts * 0x9e3779b97f4a7c15ULL + tid;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	z ^= z >> 31;
+	return (double)(z >> 11) * 0x1.0p-53;
+}
+
 static int _sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t cpu,
 		   int64_t value, const char *comm, uint32_t pid)
 {
 	struct idle *s = ctx;
+	bool inside = false;
 	int64_t c;
 	int sync;
 
-	(void)tid;
 	(void)cpu;
 	if (!s->first)
 		s->first = ts;
@@ -348,11 +407,26 @@ static int _sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t
 		return sync;
 	if (sync)
 		s->waiting += value;
-	if (sync || s->unknown || busy_set__contains(s->busy, ts, &s->cursor))
+	if (sync || s->unknown)
 		return 0;
+	/*
+	 * Inside a busy span that is 60 % idle gaps (a launch-bound loop), a
+	 * sample falls in a gap with odds 0.6: it is called idle with those
+	 * odds, by a dice of its own, so that the idle graph shows the CPU
+	 * code between the kernels in proportion and every reply agrees.
+	 */
+	if (busy_set__contains(s->busy, ts, &s->cursor)) {
+		double share = s->ninside ? _inside_share(s->inside, s->ninside, ts) : 0;
+
+		if (!(share > 0 && _sample_dice(ts, tid) < share))
+			return 0;
+		inside = true;
+	}
 	if (s->known && !busy_set__contains(s->known, ts, &s->known_cursor))
 		return 0;
 	s->idle += value;
+	if (inside)
+		s->idle_inside += value;
 	c = profile__intern_string(s->p, comm ? comm : "");
 	if (c < 0)
 		return -ENOMEM;
@@ -704,6 +778,11 @@ void routes__gpu_idle(struct request *r)
 	/* Nothing says when the GPU was busy: no sample is called idle. */
 	s.unknown = !strcmp(source, "none");
 	s.busy = k.busy;
+	if (have_tl && k.ninside) {
+		qsort(k.inside, k.ninside, sizeof(*k.inside), _by_inside_start);
+		s.inside = k.inside;
+		s.ninside = k.ninside;
+	}
 	err = store__samples(r->srv->store, from, to, sel, SAMPLE_CPU, 0, s.p, _sample, &s, NULL);
 	if (err) {
 		request__error(r, err == -ENOMEM ? 503 : 500, "store: %s", strerror(-err));
@@ -813,11 +892,12 @@ void routes__gpu_idle(struct request *r)
 	strbuf__printf(&sb, ",\"sample_period_ns\":%llu,\"cpu_idle_ns\":%llu,\"cpu_share\":",
 		       (unsigned long long)period, (unsigned long long)(s.idle * period));
 	_ratio(&sb, s.unknown ? 0 : (int64_t)(s.idle * period), s.unknown ? 0 : idle_ns);
-	strbuf__printf(&sb, ",\"samples\":{\"total\":%llu,\"idle\":%llu,\"waiting_on_gpu\":%llu},"
+	strbuf__printf(&sb, ",\"samples\":{\"total\":%llu,\"idle\":%llu,\"idle_inside\":%llu,"
+		       "\"waiting_on_gpu\":%llu},"
 		       "\"kernels\":{\"intervals\":%llu,\"max_weight\":%u},\"nvml_points\":%llu,"
 		       "\"gaps\":[",
 		       (unsigned long long)s.total, (unsigned long long)s.idle,
-		       (unsigned long long)s.waiting,
+		       (unsigned long long)s.idle_inside, (unsigned long long)s.waiting,
 		       (unsigned long long)k.n, k.max_weight, (unsigned long long)m.points);
 	if (span_ns > 0 && s.known)
 		busy_set__each(s.known, span_from, span_to, _known_gaps, &known);

@@ -18,6 +18,10 @@
  *       the GPU idle. Prints "busy START END" for each round's GPU work and
  *       "loop START END" around the loop (Unix ns), exits 0. With
  *       FAKE_CUPTI_KERNEL_GAP_NS the kernels leave that gap between them.
+ *   cuda_host launchbound LIB SECONDS KERNEL_US CPU_US
+ *       a launch-bound loop: CPU_US in host_prepare_launch, then one
+ *       kernel of KERNEL_US (shorter: the GPU idles the rest of the cycle),
+ *       for SECONDS. Prints "launchbound START END LAUNCHES" (Unix ns)
  *   cuda_host attrib LIB SECONDS
  *       after 1.5 s of initialisation, every kind of GPU work from its own
  *       function, as a training step makes it, for SECONDS: kernels (host_kernels), a graph launch
@@ -348,6 +352,41 @@ static int _stall(long rounds, long kernels, uint64_t kernel_us, long stall_ms)
 	return 0;
 }
 
+/* The CPU's side of a launch-bound step: Python's overhead between kernels, say. */
+static __attribute__((noinline)) void host_prepare_launch(uint64_t ns)
+{
+	uint64_t until = _unix_ns() + ns;
+
+	while (_unix_ns() < until)
+		__asm__ volatile("" ::: "memory");
+}
+
+/*
+ * A launch-bound loop: CPU_US of host_prepare_launch, then one kernel of
+ * KERNEL_US, which the GPU finishes before the next launch, so that it
+ * idles for the rest of each cycle, in gaps too short to keep apart.
+ */
+static int _launchbound(double seconds, uint64_t kernel_us, uint64_t cpu_us)
+{
+	uint64_t t0, end, n = 0;
+
+	if (_wait_subscribed(1, 20)) {
+		fprintf(stderr, "cuda_host: the library did not subscribe\n");
+		return 4;
+	}
+	t0 = _unix_ns();
+	end = t0 + (uint64_t)(seconds * 1e9);
+	while (_unix_ns() < end) {
+		host_prepare_launch(cpu_us * 1000);
+		F.launch("_Z4tinyPf", kernel_us * 1000, 0);
+		n++;
+	}
+	printf("launchbound %llu %llu %llu\n", (unsigned long long)t0, (unsigned long long)_unix_ns(),
+	       (unsigned long long)n);
+	fflush(stdout);
+	return 0;
+}
+
 static int _later(void)
 {
 	if (_wait_subscribed(1, 20)) {
@@ -382,7 +421,7 @@ int main(int argc, char **argv)
 	struct timespec now;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: cuda_host app|drive|attrib|later|stall LIB [ARGS]\n");
+		fprintf(stderr, "usage: cuda_host app|drive|attrib|later|stall|launchbound LIB [ARGS]\n");
 		return 2;
 	}
 	if (after) {
@@ -416,6 +455,9 @@ int main(int argc, char **argv)
 		return _later();
 	if (!strcmp(argv[1], "attrib") && argc == 4)
 		return _attrib(atol(argv[3]));
+	if (!strcmp(argv[1], "launchbound") && argc == 6)
+		return _launchbound(atof(argv[3]), strtoull(argv[4], NULL, 10),
+				    strtoull(argv[5], NULL, 10));
 	if (!strcmp(argv[1], "stall") && argc == 7)
 		return _stall(atol(argv[3]), atol(argv[4]), strtoull(argv[5], NULL, 10), atol(argv[6]));
 	fprintf(stderr, "cuda_host: bad arguments\n");

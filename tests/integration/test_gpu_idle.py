@@ -181,7 +181,7 @@ def test_bad_input_is_a_clear_400(gap_run):
         assert msg in r.json()["error"], (params, r.text)
     # A process with no samples and no kernels: an empty answer, not an error.
     doc = _idle(client, 1, frm, to).json()
-    assert doc["samples"] == {"total": 0, "idle": 0, "waiting_on_gpu": 0}, doc
+    assert doc["samples"] == {"total": 0, "idle": 0, "idle_inside": 0, "waiting_on_gpu": 0}, doc
     assert doc["idle_fraction"] is None, doc
 
 
@@ -384,6 +384,66 @@ def test_idle_between_kernels_is_idle(flamewatch, tmp_path):
                              iv["correlation"] == 0 for iv in spans), spans[:3]
         assert abs(sum(iv["end"] - iv["start"] - iv["idle_ns"] for iv in spans) - kernel_ns) \
             < 0.02 * kernel_ns
+    finally:
+        ps.close_all()
+        client.close()
+
+
+def test_launch_bound_idle_is_the_cpu_between_kernels(flamewatch, tmp_path):
+    """A launch-bound loop: 300 us of CPU (host_prepare_launch), then a
+    200-us kernel the GPU finishes before the next launch. The GPU idles
+    in gaps the busy spans merge once their merge gap widens, where no gap
+    places them;
+    yet that idle time is the CPU's work between kernels. A CPU sample
+    inside a span is called idle with the odds of the span's idle share:
+    the idle graph is host_prepare_launch, and of the samples inside
+    spans, the share called idle is the spans' idle share. Before, no
+    sample inside a span was idle: the gaps merged lost their CPU side."""
+    host, cupti, lib, env = _real_library(flamewatch)
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    kernel_us, cpu_us = 200, 300
+    try:
+        srv = _run_for_library(ps, flamewatch, tmp_path, port, "99", "fwtest-launchbound", env)
+        client.wait_healthy(proc=srv)
+        work = ps.start([host, "launchbound", lib, "4", str(kernel_us), str(cpu_us)], "cuda_host",
+                        env={**env, "FLAMEWATCH_CUPTI_PATH": str(cupti)})
+        assert work.wait(60) == 0, work.describe()
+        line = [l for l in work.text().splitlines() if l.startswith("launchbound ")][0]
+        t0, t1, n = map(int, line.split()[1:4])
+        frm, to = t0 / 1e9, t1 / 1e9
+        want_idle = 1 - n * kernel_us * 1000 / (t1 - t0)
+        assert 0.2 < want_idle < 0.8, (want_idle, n)
+        deadline = time.monotonic() + 20
+        doc = None
+        while time.monotonic() < deadline:
+            doc = _idle(client, work.pid, frm, to).json()
+            if doc["source"] == "timeline" and doc["coverage"] > 0.95 and doc["samples"]["total"] > 150:
+                break
+            time.sleep(0.5)
+        time.sleep(2)
+        doc = _idle(client, work.pid, frm, to).json()
+        s = doc["samples"]
+        print(f"\nlaunch-bound: idle {doc['idle_fraction']:.4f} (truth {want_idle:.4f}), "
+              f"samples {s}, {doc['timeline']}")
+        assert doc["source"] == "timeline" and doc["coverage"] > 0.95, doc
+        assert abs(doc["idle_fraction"] - want_idle) < 0.05, (doc["idle_fraction"], want_idle)
+        # Of the samples inside busy spans, the share called idle is the
+        # spans' idle share (the samples in placed gaps are idle anyway).
+        # Not the idle fraction itself: a thread waiting for a CPU on this
+        # loaded machine leaves the GPU idle and takes no sample.
+        assert s["total"] > 150, s
+        in_spans = s["total"] - (s["idle"] - s["idle_inside"]) - s["waiting_on_gpu"]
+        inside_ns = doc["timeline"]["idle_inside_ns"]
+        want = inside_ns / (doc["busy_ns"] + inside_ns)
+        assert want > 0.05 and in_spans > 50, (want, s)
+        assert abs(s["idle_inside"] / in_spans - want) < 0.12, (s, want)
+        folded = _folded(_idle(client, work.pid, frm, to, format="folded").text)
+        assert _share(folded, "host_prepare_launch") > 0.8, folded
+        # The same answer every time: the odds are dice of the samples' own.
+        again = _idle(client, work.pid, frm, to).json()
+        assert again["samples"] == s, (again["samples"], s)
     finally:
         ps.close_all()
         client.close()

@@ -12,7 +12,7 @@ import { fmtDuration } from './state';
 export interface IdleJSON {
   from: number; to: number; pid: number; source: string; threshold: number;
   span: [number, number]; busy_ns: number; idle_ns: number; idle_fraction: number | null;
-  samples: { total: number; idle: number; waiting_on_gpu: number };
+  samples: { total: number; idle: number; idle_inside?: number; waiting_on_gpu: number };
   resolution_ns: number | null;
   coverage: number | null; fallback: string | null;
   timeline: { spans: number; merge_gap_ns: number; idle_inside_ns?: number; sources?: string } | null;
@@ -44,13 +44,15 @@ const SOURCES: Record<string, string> = {
 
 /*
  * Idle time inside the busy spans (gaps between kernels shorter than the
- * timeline places): counted in the idle fraction, but no gap holds it, so
- * no CPU sample is charged to it. Said when it is a visible part.
+ * timeline places): counted in the idle fraction; a CPU sample inside such
+ * a span counts as idle with the odds of the span's idle share. Said when
+ * it is a visible part.
  */
 function insideNote(j: IdleJSON): string {
   const inside = j.timeline?.idle_inside_ns ?? 0;
   if (!j.idle_ns || inside < 0.01 * j.idle_ns) return '';
-  return `; ${share(inside / j.idle_ns)} of the idle time lies in gaps between kernels too short to place, which no CPU sample is charged to`;
+  return `; ${share(inside / j.idle_ns)} of the idle time lies in gaps between kernels too short to place, ` +
+    `where a CPU sample counts as idle by the odds of its span's idle share (${(j.samples.idle_inside ?? 0).toLocaleString()} samples)`;
 }
 
 /* Where the busy timeline came from: the process's records, the GPU's own monitors, or both. */
