@@ -1078,9 +1078,120 @@ static void test_upgrade_from_version_1(void **state)
 	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
 	assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &q, NULL), SQLITE_OK);
 	assert_int_equal(sqlite3_step(q), SQLITE_ROW);
-	assert_int_equal(sqlite3_column_int(q, 0), 2);
+	assert_int_equal(sqlite3_column_int(q, 0), 3);
 	sqlite3_finalize(q);
 	sqlite3_close(db);
+	_cleanup();
+}
+
+static void _sql(const char *dir, const char *sql);
+
+/* One integer from SQL on the store's file; -1 for no row or NULL. */
+static int64_t _sql_int(const char *dir, const char *sql)
+{
+	char path[128];
+	sqlite3 *db;
+	sqlite3_stmt *q;
+	int64_t v = -1;
+
+	snprintf(path, sizeof(path), "%s/flamewatch.db", dir);
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
+		fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+	if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
+		v = sqlite3_column_int64(q, 0);
+	sqlite3_finalize(q);
+	sqlite3_close(db);
+	return v;
+}
+
+static int64_t _newest(const struct ref *ref)
+{
+	int64_t t = 0;
+
+	for (size_t i = 0; i < ref->n; i++)
+		if (ref->s[i].ts > t)
+			t = ref->s[i].ts;
+	return t;
+}
+
+/* Every window kind over the data: whole hours, minutes only, odd edges. */
+static void _check_hours(struct store *st, const struct ref *ref, int64_t ht)
+{
+	int64_t h1 = T0 - T0 % HOUR + HOUR, end = _newest(ref) + 1;
+
+	_check_profile(st, ref, h1, h1 + HOUR, NULL, NULL, SAMPLE_CPU);
+	_check_profile(st, ref, ht - HOUR, ht + HOUR, NULL, NULL, SAMPLE_CPU);
+	_check_profile(st, ref, T0 - 17 * SEC, end, NULL, NULL, SAMPLE_CPU);
+	_check_profile(st, ref, h1 - 7 * SEC, ht + 13 * SEC, NULL, NULL, SAMPLE_GPU_TIME);
+	_check_profile(st, ref, ht, end, "{node=\"node0\"}", NULL, SAMPLE_CPU);
+	/* Whole-hour buckets: hour rows where built, minutes after. */
+	_check_series(st, T0 - T0 % HOUR, end, HOUR, SAMPLE_CPU, NULL);
+}
+
+/*
+ * Hour rollups are built from the minutes once their hour has closed (plus
+ * a grace), not merged into on every write; until then an hour is read
+ * from its minutes. A late batch for a built hour still counts, and files
+ * from before hours_through open with their hours as they were.
+ */
+static void test_hours_built_after_close(void **state)
+{
+	struct store *st = _open_fresh();
+	int64_t ht, newest, h1 = T0 - T0 % HOUR + HOUR;
+	struct batch *b;
+	char sql[160];
+
+	_rng = 5;
+	_ref.n = 0;
+	/* Up to just after an hour's end: that hour waits, whole, for its row. */
+	for (int64_t t = T0; t < h1 + 2 * HOUR + MIN; t += MIN) {
+		b = _make_batch(&_ref, 0, 4, NPROC, NSTACKS, t, MIN);
+		assert_int_equal(store__write(st, "node0", b), 0);
+		batch__free(b);
+	}
+	newest = _newest(&_ref);
+	ht = _sql_int(_dir, "SELECT value FROM meta WHERE key = 'hours_through'");
+	assert_int_equal(ht, (newest - 2 * MIN) - (newest - 2 * MIN) % HOUR);
+	assert_true(ht >= h1 + HOUR);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM rollup_1h WHERE bucket >= %lld",
+		 (long long)ht);
+	assert_int_equal(_sql_int(_dir, sql), 0);
+	snprintf(sql, sizeof(sql), "SELECT count(DISTINCT bucket) FROM rollup_1h WHERE bucket < %lld",
+		 (long long)ht);
+	assert_int_equal(_sql_int(_dir, sql), (ht - (T0 - T0 % HOUR)) / HOUR);
+	_check_hours(st, &_ref, ht);
+
+	/* Late: another node's minute in the first whole hour, which is built. */
+	b = _make_batch(&_ref, 1, 4, NPROC, NSTACKS, h1 + 5 * MIN, MIN);
+	assert_int_equal(store__write(st, "node1", b), 0);
+	batch__free(b);
+	_check_hours(st, &_ref, ht);
+
+	/* Into the next hour: the one that was read as minutes gets its row. */
+	for (int64_t t = _newest(&_ref) - _newest(&_ref) % MIN + MIN; t < ht + HOUR + 5 * MIN;
+	     t += MIN) {
+		b = _make_batch(&_ref, 0, 4, NPROC, NSTACKS, t, MIN);
+		assert_int_equal(store__write(st, "node0", b), 0);
+		batch__free(b);
+	}
+	assert_int_equal(_sql_int(_dir, "SELECT value FROM meta WHERE key = 'hours_through'"),
+			 ht + HOUR);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM rollup_1h WHERE bucket = %lld",
+		 (long long)ht);
+	assert_int_equal(_sql_int(_dir, sql), NPROC);
+	ht += HOUR;
+	st = _reopen(st);
+	_check_hours(st, &_ref, ht);
+	store__close(st);
+
+	/* A version 2 file: no hours_through, every hour row it has is whole. */
+	_sql(_dir, "DELETE FROM meta WHERE key = 'hours_through'; PRAGMA user_version=2;");
+	st = store_open_or_fail(_dir);
+	assert_int_equal(_sql_int(_dir, "SELECT value FROM meta WHERE key = 'hours_through'"), ht);
+	assert_int_equal(_sql_int(_dir, "PRAGMA user_version"), 3);
+	_check_hours(st, &_ref, ht);
+	store__close(st);
 	_cleanup();
 }
 
@@ -1333,6 +1444,7 @@ int main(void)
 		cmocka_unit_test(test_samples),
 		cmocka_unit_test(test_mixed_periods),
 		cmocka_unit_test(test_upgrade_from_version_1),
+		cmocka_unit_test(test_hours_built_after_close),
 		cmocka_unit_test(test_shared_dictionary),
 		cmocka_unit_test(test_series),
 		cmocka_unit_test(test_labels),
