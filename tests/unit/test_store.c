@@ -31,6 +31,7 @@
 #include "common/log.h"
 #include "common/profile.h"
 #include "store/selector.h"
+#include "store/sqlite.h"
 #include "store/store.h"
 #include "testutil.h"
 
@@ -1115,6 +1116,25 @@ static int64_t _newest(const struct ref *ref)
 	return t;
 }
 
+/* Every window closed before newest's holds one block per (series, type). */
+static void _check_compacted(int64_t newest)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM (SELECT series, type, t_max - t_max %% %lld"
+		 " AS w FROM sample_blocks WHERE t_max < %lld GROUP BY 1, 2, 3 HAVING count(*) > 1)",
+		 (long long)STORE_SQLITE_BLOCK_SPAN_NS,
+		 (long long)(newest - newest % STORE_SQLITE_BLOCK_SPAN_NS));
+	assert_int_equal(_sql_int(_dir, sql), 0);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM sample_blocks WHERE t_max < %lld",
+		 (long long)(newest - newest % STORE_SQLITE_BLOCK_SPAN_NS));
+	assert_true(_sql_int(_dir, sql) > 10);
+	/* And the newest window is still in its small blocks: compaction has not run early. */
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM sample_blocks WHERE t_max >= %lld",
+		 (long long)(newest - newest % STORE_SQLITE_BLOCK_SPAN_NS));
+	assert_true(_sql_int(_dir, sql) >= 1);
+}
+
 /* Every window kind over the data: whole hours, minutes only, odd edges. */
 static void _check_hours(struct store *st, const struct ref *ref, int64_t ht)
 {
@@ -1161,6 +1181,7 @@ static void test_hours_built_after_close(void **state)
 		 (long long)ht);
 	assert_int_equal(_sql_int(_dir, sql), (ht - (T0 - T0 % HOUR)) / HOUR);
 	_check_hours(st, &_ref, ht);
+	_check_compacted(newest);
 
 	/* Late: another node's minute in the first whole hour, which is built. */
 	b = _make_batch(&_ref, 1, 4, NPROC, NSTACKS, h1 + 5 * MIN, MIN);
@@ -1185,12 +1206,30 @@ static void test_hours_built_after_close(void **state)
 	_check_hours(st, &_ref, ht);
 	store__close(st);
 
-	/* A version 2 file: no hours_through, every hour row it has is whole. */
-	_sql(_dir, "DELETE FROM meta WHERE key = 'hours_through'; PRAGMA user_version=2;");
+	/*
+	 * A version 2 file: no hours_through, every hour row it has is whole,
+	 * and its blocks indexed by time and by series.
+	 */
+	_sql(_dir, "DROP INDEX sample_blocks_t_max_series;"
+		   "CREATE INDEX sample_blocks_t_max ON sample_blocks(t_max);"
+		   "CREATE INDEX sample_blocks_series ON sample_blocks(series, t_min);"
+		   "DELETE FROM meta WHERE key = 'hours_through'; PRAGMA user_version=2;");
 	st = store_open_or_fail(_dir);
 	assert_int_equal(_sql_int(_dir, "SELECT value FROM meta WHERE key = 'hours_through'"), ht);
 	assert_int_equal(_sql_int(_dir, "PRAGMA user_version"), 3);
+	assert_int_equal(_sql_int(_dir, "SELECT count(*) FROM sqlite_schema WHERE type = 'index'"
+				  " AND tbl_name = 'sample_blocks'"), 1);
+	assert_int_equal(_sql_int(_dir, "SELECT count(*) FROM sqlite_schema"
+				  " WHERE name = 'sample_blocks_t_max_series'"), 1);
 	_check_hours(st, &_ref, ht);
+	/* Writes and compaction go on through the new index. */
+	for (int64_t t = _newest(&_ref) - _newest(&_ref) % MIN + MIN; t < ht + 20 * MIN; t += MIN) {
+		b = _make_batch(&_ref, 0, 4, NPROC, NSTACKS, t, MIN);
+		assert_int_equal(store__write(st, "node0", b), 0);
+		batch__free(b);
+	}
+	_check_hours(st, &_ref, ht);
+	_check_compacted(_newest(&_ref));
 	store__close(st);
 	_cleanup();
 }

@@ -80,8 +80,15 @@ static const char SCHEMA[] =
 	"CREATE TABLE IF NOT EXISTS sample_blocks(id INTEGER PRIMARY KEY, series INTEGER NOT NULL,"
 	" type INTEGER NOT NULL, t_min INTEGER NOT NULL, t_max INTEGER NOT NULL,"
 	" n INTEGER NOT NULL, data BLOB NOT NULL);"
-	"CREATE INDEX IF NOT EXISTS sample_blocks_t_max ON sample_blocks(t_max);"
-	"CREATE INDEX IF NOT EXISTS sample_blocks_series ON sample_blocks(series, t_min);"
+	/*
+	 * One index, in time order, for time ranges and for a window's blocks
+	 * of one series (compaction): new entries land at its end. An index
+	 * by series first, as before version 3, put each batch's entries on a
+	 * page per series, and those pages were most of what a batch wrote.
+	 */
+	"CREATE INDEX IF NOT EXISTS sample_blocks_t_max_series ON sample_blocks(t_max, series);"
+	"DROP INDEX IF EXISTS sample_blocks_t_max;"
+	"DROP INDEX IF EXISTS sample_blocks_series;"
 	"CREATE TABLE IF NOT EXISTS rollup_1m(bucket INTEGER NOT NULL, series INTEGER NOT NULL,"
 	" totals BLOB NOT NULL, data BLOB NOT NULL, UNIQUE(bucket, series));"
 	"CREATE TABLE IF NOT EXISTS rollup_1h(bucket INTEGER NOT NULL, series INTEGER NOT NULL,"
@@ -140,8 +147,9 @@ const char *const sqlite__sql[ST_COUNT] = {
 	[ST_BLOCKS_RANGE] = "SELECT id, series, t_min, t_max, n, data FROM sample_blocks"
 			    " WHERE t_max >= ?1 AND t_max < ?3 AND t_min < ?2"
 			    " AND (?4 < 0 OR type = ?4)",
+	/* Blocks never cross a window: t_max in [?2, ?3) finds those of window ?2. */
 	[ST_BLOCKS_WINDOW] = "SELECT id, n, data FROM sample_blocks"
-			     " WHERE series = ?1 AND t_min >= ?2 AND t_min < ?3 AND type = ?4",
+			     " WHERE t_max >= ?2 AND t_max < ?3 AND series = ?1 AND type = ?4",
 	[ST_BLOCK_DEL] = "DELETE FROM sample_blocks WHERE id = ?1",
 	[ST_NEXT_T_MAX] = "SELECT min(t_max) FROM sample_blocks WHERE t_max >= ?1",
 	[ST_BLOCKS_SWEEP] = "SELECT series, type, t_min - t_min % ?3 AS w FROM sample_blocks"
