@@ -25,20 +25,20 @@ static const int64_t _ru_unit[RU_NTABLES] = { STORE_NS_MIN, STORE_NS_HOUR };
 
 struct wsample {
 	int64_t ts, value;
+	int64_t window;		/* ts's block window, worked out once, not per comparison */
 	uint32_t series, type, stack, tid, cpu;
 };
 
 static int _by_block(const void *pa, const void *pb)
 {
 	const struct wsample *a = pa, *b = pb;
-	int64_t wa = sqlite__floor_to(a->ts, SPAN), wb = sqlite__floor_to(b->ts, SPAN);
 
 	if (a->series != b->series)
 		return a->series < b->series ? -1 : 1;
 	if (a->type != b->type)
 		return a->type < b->type ? -1 : 1;
-	if (wa != wb)
-		return wa < wb ? -1 : 1;
+	if (a->window != b->window)
+		return a->window < b->window ? -1 : 1;
 	return (a->ts > b->ts) - (a->ts < b->ts);
 }
 
@@ -138,11 +138,11 @@ static int _write_blocks(struct sqlite_store *st, struct wsample *ws, uint32_t n
 		return -ENOMEM;
 	qsort(ws, n, sizeof(*ws), _by_block);
 	for (uint32_t i = 0, j; i < n; i = j) {
-		int64_t w = sqlite__floor_to(ws[i].ts, SPAN);
+		int64_t w = ws[i].window;
 		uint32_t m = 0;
 
 		for (j = i; j < n && ws[j].series == ws[i].series && ws[j].type == ws[i].type &&
-			    sqlite__floor_to(ws[j].ts, SPAN) == w && m < MAX_BLOCK; j++, m++)
+			    ws[j].window == w && m < MAX_BLOCK; j++, m++)
 			bs[m] = (struct block_sample){
 				.ts_ns = ws[j].ts, .value = ws[j].value, .stack = ws[j].stack,
 				.tid = ws[j].tid, .cpu = ws[j].cpu, .type = ws[j].type,
@@ -606,7 +606,13 @@ static int _compact_window(struct sqlite_store *st, const struct due *d)
 		err = sqlite__fail(st, rc, "compaction");
 	if (err || nids < 2)
 		goto out;
-	qsort(all, nall, sizeof(*all), _by_ts);
+	/* Blocks come in the order they were written: sorted already, unless data came late. */
+	for (uint32_t i = 1; i < nall; i++) {
+		if (all[i].ts_ns < all[i - 1].ts_ns) {
+			qsort(all, nall, sizeof(*all), _by_ts);
+			break;
+		}
+	}
 	err = _insert_block(st, (uint32_t)d->series, d->type, all, nall);
 	for (uint32_t i = 0; !err && i < nids; i++) {
 		sqlite3_bind_int64(st->st[ST_BLOCK_DEL], 1, ids[i]);
@@ -807,7 +813,8 @@ int sqlite__write(void *impl, const char *node, const struct batch *b)
 			goto out;
 		}
 		ws[i] = (struct wsample){
-			.ts = bs->ts_ns, .value = bs->value, .series = (uint32_t)series,
+			.ts = bs->ts_ns, .value = bs->value, .window = sqlite__floor_to(bs->ts_ns, SPAN),
+			.series = (uint32_t)series,
 			.type = bs->type, .stack = (uint32_t)stack, .tid = bs->tid, .cpu = bs->cpu,
 		};
 	}
