@@ -1183,11 +1183,19 @@ static void test_hours_built_after_close(void **state)
 	_check_hours(st, &_ref, ht);
 	_check_compacted(newest);
 
-	/* Late: another node's minute in the first whole hour, which is built. */
+	/*
+	 * Late: another node's minute in the first whole hour, which is built,
+	 * and more of node0's own in a window compacted long ago: merged into
+	 * its hour row, and its window compacted again.
+	 */
 	b = _make_batch(&_ref, 1, 4, NPROC, NSTACKS, h1 + 5 * MIN, MIN);
 	assert_int_equal(store__write(st, "node1", b), 0);
 	batch__free(b);
+	b = _make_batch(&_ref, 0, 4, NPROC, NSTACKS, h1 + 7 * MIN + 30 * SEC, 20 * SEC);
+	assert_int_equal(store__write(st, "node0", b), 0);
+	batch__free(b);
 	_check_hours(st, &_ref, ht);
+	_check_compacted(newest);
 
 	/* Into the next hour: the one that was read as minutes gets its row. */
 	for (int64_t t = _newest(&_ref) - _newest(&_ref) % MIN + MIN; t < ht + HOUR + 5 * MIN;
