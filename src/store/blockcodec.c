@@ -12,6 +12,8 @@
 #define BLOCK_MAGIC	0xfb
 #define ROLLUP_MAGIC	0xfc
 #define CODEC_VERSION	1
+/* Rollups: 1 wrote the type with every entry; 2 writes it once per run of a type. */
+#define ROLLUP_VERSION	2
 
 enum { METHOD_RAW = 0, METHOD_ZSTD = 1 };
 
@@ -151,6 +153,31 @@ static uint32_t _get_le32(struct reader *r)
 static uint32_t _checksum(const void *p, size_t len)
 {
 	return (uint32_t)hash__bytes(p, len);
+}
+
+/*
+ * Version 2 rollups: 8 bytes a step rather than hash__bytes()'s one, as a
+ * query over a day checks tens of MB of rollups. Each step is a bijection
+ * of the state, so any one changed word changes the result before the
+ * final mix.
+ */
+static uint32_t _checksum_words(const uint8_t *p, size_t len)
+{
+	uint64_t h = 0xcbf29ce484222325ULL ^ len, w;
+	size_t i = 0;
+
+	for (; i + 8 <= len; i += 8) {
+		memcpy(&w, p + i, 8);
+		h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+		h ^= h >> 29;
+	}
+	w = 0;
+	memcpy(&w, p + i, len - i);
+	h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return (uint32_t)h;
 }
 
 struct blockcodec *blockcodec__new(int level)
@@ -550,9 +577,12 @@ int blockcodec__decode(struct blockcodec *c, const void *data, size_t len,
 }
 
 /*
- * Rollup: magic, version, varint n, le32 checksum of the body, then per entry
- * varint type, varint stack (a delta from the previous stack of the same
- * type), zigzag sum. Small enough not to compress.
+ * Rollup, version 2: magic, version, varint n, le32 checksum of the body
+ * (_checksum_words), then per run of one type: varint type, varint count,
+ * and count entries of varint stack (a delta from the run's previous
+ * stack, the first absolute) and zigzag sum. Version 1 (still read) had
+ * no runs: varint type with every entry, and hash__bytes() as checksum.
+ * Small enough not to compress.
  */
 int blockcodec__encode_rollup(struct blockcodec *c, const struct rollup_entry *e, uint32_t n,
 			      const uint8_t **out, size_t *out_len)
@@ -567,22 +597,25 @@ int blockcodec__encode_rollup(struct blockcodec *c, const struct rollup_entry *e
 		    (e[i].type == e[i - 1].type && e[i].stack <= e[i - 1].stack))
 			return -EINVAL;
 	o->len = 0;
-	if (_reserve(o, 2 + 10 + 4 + (size_t)n * 25))
+	if (_reserve(o, 2 + 10 + 4 + (size_t)n * 30))
 		return -ENOMEM;
 	o->p[o->len++] = ROLLUP_MAGIC;
-	o->p[o->len++] = CODEC_VERSION;
+	o->p[o->len++] = ROLLUP_VERSION;
 	_put_varint(o, n);
 	o->len += 4;
 	body = o->len;
-	for (uint32_t i = 0; i < n; i++) {
-		bool same = i && e[i].type == e[i - 1].type;
-
+	for (uint32_t i = 0, j; i < n; i = j) {
+		for (j = i + 1; j < n && e[j].type == e[i].type; j++)
+			;
 		_put_varint(o, e[i].type);
-		_put_varint(o, same ? e[i].stack - e[i - 1].stack : e[i].stack);
-		_put_varint(o, _zigzag(e[i].sum));
+		_put_varint(o, j - i);
+		for (uint32_t k = i; k < j; k++) {
+			_put_varint(o, k > i ? e[k].stack - e[k - 1].stack : e[k].stack);
+			_put_varint(o, _zigzag(e[k].sum));
+		}
 	}
 	{
-		uint32_t sum = _checksum(o->p + body, o->len - body);
+		uint32_t sum = _checksum_words(o->p + body, o->len - body);
 
 		for (int i = 0; i < 4; i++)
 			o->p[body - 4 + i] = (uint8_t)(sum >> (8 * i));
@@ -592,41 +625,16 @@ int blockcodec__encode_rollup(struct blockcodec *c, const struct rollup_entry *e
 	return 0;
 }
 
-int blockcodec__decode_rollup(struct blockcodec *c, const void *data, size_t len,
-			      const struct rollup_entry **out, uint32_t *nout)
+/* Version 1 body: varint type, varint stack delta, zigzag sum per entry. */
+static int _decode_rollup_v1(struct reader *r, struct rollup_entry *out, uint32_t n)
 {
-	struct reader r;
-	uint64_t n;
-	uint32_t sum;
-
-	/* SQLite gives NULL for an empty blob: no pointer arithmetic on it. */
-	if (!data || len < 7)
-		return -EINVAL;
-	r = (struct reader){ data, (const uint8_t *)data + len, false };
-	if (r.p[0] != ROLLUP_MAGIC || r.p[1] != CODEC_VERSION)
-		return -EINVAL;
-	r.p += 2;
-	n = _get_varint(&r);
-	sum = _get_le32(&r);
-	/* Each entry takes at least three bytes: this bounds the allocation. */
-	if (r.bad || n > BLOCKCODEC_MAX_ROLLUP || n * 3 > (uint64_t)(r.end - r.p) ||
-	    _checksum(r.p, r.end - r.p) != sum)
-		return -EINVAL;
-	if (n > c->cap_rollup) {
-		struct rollup_entry *e = realloc(c->rollup, n * sizeof(*e));
-
-		if (!e)
-			return -ENOMEM;
-		c->rollup = e;
-		c->cap_rollup = (uint32_t)n;
-	}
 	for (uint32_t i = 0; i < n; i++) {
-		struct rollup_entry *e = &c->rollup[i];
+		struct rollup_entry *e = &out[i];
 		uint32_t delta;
 
-		e->type = _get_u32(&r);
-		delta = _get_u32(&r);
-		e->sum = _unzigzag(_get_varint(&r));
+		e->type = _get_u32(r);
+		delta = _get_u32(r);
+		e->sum = _unzigzag(_get_varint(r));
 		if (i && e->type == e[-1].type) {
 			if (!delta || e[-1].stack > UINT32_MAX - delta)
 				return -EINVAL;
@@ -637,7 +645,64 @@ int blockcodec__decode_rollup(struct blockcodec *c, const void *data, size_t len
 			e->stack = delta;
 		}
 	}
-	if (r.bad || r.p != r.end)
+	return 0;
+}
+
+static int _decode_rollup_v2(struct reader *r, struct rollup_entry *out, uint32_t n)
+{
+	uint32_t i = 0;
+
+	while (i < n && !r->bad) {
+		uint32_t type = _get_u32(r), count = _get_u32(r);
+
+		if (!count || count > n - i || (i && type <= out[i - 1].type))
+			return -EINVAL;
+		for (uint32_t k = 0; k < count; k++, i++) {
+			uint32_t v = _get_u32(r);
+
+			if (k && (!v || out[i - 1].stack > UINT32_MAX - v))
+				return -EINVAL;
+			out[i] = (struct rollup_entry){ k ? out[i - 1].stack + v : v, type,
+							_unzigzag(_get_varint(r)) };
+		}
+	}
+	return 0;
+}
+
+int blockcodec__decode_rollup(struct blockcodec *c, const void *data, size_t len,
+			      const struct rollup_entry **out, uint32_t *nout)
+{
+	struct reader r;
+	uint64_t n;
+	uint32_t sum;
+	uint8_t version;
+	int err;
+
+	/* SQLite gives NULL for an empty blob: no pointer arithmetic on it. */
+	if (!data || len < 7)
+		return -EINVAL;
+	r = (struct reader){ data, (const uint8_t *)data + len, false };
+	version = r.p[1];
+	if (r.p[0] != ROLLUP_MAGIC || (version != 1 && version != ROLLUP_VERSION))
+		return -EINVAL;
+	r.p += 2;
+	n = _get_varint(&r);
+	sum = _get_le32(&r);
+	/* An entry takes at least three bytes (v1) or two (v2): this bounds the allocation. */
+	if (r.bad || n > BLOCKCODEC_MAX_ROLLUP || n * (version == 1 ? 3 : 2) > (uint64_t)(r.end - r.p) ||
+	    (version == 1 ? _checksum(r.p, r.end - r.p) : _checksum_words(r.p, r.end - r.p)) != sum)
+		return -EINVAL;
+	if (n > c->cap_rollup) {
+		struct rollup_entry *e = realloc(c->rollup, n * sizeof(*e));
+
+		if (!e)
+			return -ENOMEM;
+		c->rollup = e;
+		c->cap_rollup = (uint32_t)n;
+	}
+	err = version == 1 ? _decode_rollup_v1(&r, c->rollup, (uint32_t)n) :
+			     _decode_rollup_v2(&r, c->rollup, (uint32_t)n);
+	if (err || r.bad || r.p != r.end)
 		return -EINVAL;
 	*out = c->rollup;
 	*nout = (uint32_t)n;
