@@ -161,19 +161,26 @@ static uint32_t _checksum(const void *p, size_t len)
  * of the state, so any one changed word changes the result before the
  * final mix.
  */
+static inline uint64_t _le64(const uint8_t *p, size_t n)
+{
+	uint64_t w = 0;
+
+	/* Little-endian whatever the host, so that files move between machines. */
+	for (size_t k = 0; k < n; k++)
+		w |= (uint64_t)p[k] << (8 * k);
+	return w;
+}
+
 static uint32_t _checksum_words(const uint8_t *p, size_t len)
 {
-	uint64_t h = 0xcbf29ce484222325ULL ^ len, w;
+	uint64_t h = 0xcbf29ce484222325ULL ^ len;
 	size_t i = 0;
 
 	for (; i + 8 <= len; i += 8) {
-		memcpy(&w, p + i, 8);
-		h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+		h = (h ^ _le64(p + i, 8)) * 0x9e3779b97f4a7c15ULL;
 		h ^= h >> 29;
 	}
-	w = 0;
-	memcpy(&w, p + i, len - i);
-	h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+	h = (h ^ _le64(p + i, len - i)) * 0x9e3779b97f4a7c15ULL;
 	h ^= h >> 33;
 	h *= 0xff51afd7ed558ccdULL;
 	h ^= h >> 33;
