@@ -47,6 +47,7 @@ struct blockcodec {
 	uint32_t nslots;	/* allocated */
 	uint32_t mask;		/* of the table in use: a power of two minus one */
 	uint32_t *order;
+	uint64_t *sortbuf;	/* cap_order: (UINT32_MAX - count) << 32 | key */
 	uint32_t cap_order;
 	uint32_t *idx;		/* 2 * cap_idx: stack then tid indexes */
 	size_t column_end[NCOLUMNS];	/* of the dictionaries, then of each column */
@@ -229,8 +230,26 @@ void blockcodec__free(struct blockcodec *c)
 	free(c->rollup);
 	free(c->slots);
 	free(c->order);
+	free(c->sortbuf);
 	free(c->idx);
 	free(c);
+}
+
+static int _by_u64(const void *pa, const void *pb)
+{
+	uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+
+	return (a > b) - (a < b);
+}
+
+/* The slot of a key that is in the table. */
+static inline uint32_t _dict_slot(const struct blockcodec *c, uint32_t key)
+{
+	uint32_t j = (key * 0x9e3779b1u) & c->mask;
+
+	while (c->slots[j].key != key)
+		j = (j + 1) & c->mask;
+	return j;
 }
 
 /*
@@ -255,10 +274,15 @@ static int _dict_build(struct blockcodec *c, const struct block_sample *s, uint3
 	}
 	if (n > c->cap_order) {
 		uint32_t *order = realloc(c->order, n * sizeof(*order));
+		uint64_t *sb;
 
 		if (!order)
 			return -ENOMEM;
 		c->order = order;
+		sb = realloc(c->sortbuf, n * sizeof(*sb));
+		if (!sb)
+			return -ENOMEM;
+		c->sortbuf = sb;
 		c->cap_order = n;
 	}
 	mask = c->mask = nslots - 1;
@@ -275,22 +299,23 @@ static int _dict_build(struct blockcodec *c, const struct block_sample *s, uint3
 		}
 		c->slots[j].count++;
 	}
-	/* Insertion sort is fine: dictionaries are small next to the block. */
-	for (uint32_t i = 1; i < count; i++) {
-		uint32_t v = c->order[i], j = i;
+	/*
+	 * Most frequent first, ties by key. A compacted block of a busy
+	 * series holds over a thousand distinct stacks: an insertion sort
+	 * here was quadratic in them.
+	 */
+	for (uint32_t i = 0; i < count; i++) {
+		const struct dict_slot *d = &c->slots[c->order[i]];
 
-		while (j > 0) {
-			const struct dict_slot *a = &c->slots[c->order[j - 1]], *b = &c->slots[v];
-
-			if (a->count > b->count || (a->count == b->count && a->key <= b->key))
-				break;
-			c->order[j] = c->order[j - 1];
-			j--;
-		}
-		c->order[j] = v;
+		c->sortbuf[i] = (uint64_t)(UINT32_MAX - d->count) << 32 | d->key;
 	}
-	for (uint32_t i = 0; i < count; i++)
+	qsort(c->sortbuf, count, sizeof(*c->sortbuf), _by_u64);
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t key = (uint32_t)c->sortbuf[i];
+
+		c->order[i] = _dict_slot(c, key);
 		c->slots[c->order[i]].index = i;
+	}
 	*ndistinct = count;
 	return 0;
 }
