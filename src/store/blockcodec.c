@@ -22,6 +22,12 @@ enum { METHOD_RAW = 0, METHOD_ZSTD = 1 };
  * what it saves; such blocks are stored raw with our own checksum.
  */
 #define MIN_COMPRESS	64
+/*
+ * Below this many payload bytes (a batch's block of one series, which
+ * compaction soon replaces) the columns share one Huffman table: building
+ * seven costs more CPU than their better fit saves bytes (2 % here).
+ */
+#define SPLIT_MIN	4096
 
 /* Worst case bytes of one sample in the raw payload: see _encode_raw(). */
 #define MAX_SAMPLE_BYTES	(10 + 5 + 5 + 5 + 5 + 10 + 5 + 5)
@@ -410,7 +416,8 @@ static int _encode_raw(struct blockcodec *c, const struct block_sample *s, uint3
  * One zstd frame, but a flush after each column so that each gets a zstd
  * block of its own and with it its own Huffman table: timestamps, stack
  * indexes and CPUs have very different byte statistics, and one shared table
- * compresses them noticeably worse. Returns the frame size, or 0 on failure.
+ * compresses them noticeably worse (except in small blocks: SPLIT_MIN).
+ * Returns the frame size, or 0 on failure.
  */
 static size_t _compress_columns(struct blockcodec *c, uint8_t *dst, size_t cap)
 {
@@ -422,10 +429,13 @@ static size_t _compress_columns(struct blockcodec *c, uint8_t *dst, size_t cap)
 		return 0;
 	for (int i = 0; i < NCOLUMNS; i++) {
 		size_t end = i == NCOLUMNS - 1 ? c->raw.len : c->column_end[i];
-		ZSTD_inBuffer in = { c->raw.p + start, end - start, 0 };
+		ZSTD_inBuffer in;
 		ZSTD_EndDirective op = i == NCOLUMNS - 1 ? ZSTD_e_end : ZSTD_e_flush;
 		size_t left;
 
+		if (c->raw.len < SPLIT_MIN && i < NCOLUMNS - 1)
+			continue;
+		in = (ZSTD_inBuffer){ c->raw.p + start, end - start, 0 };
 		do {
 			left = ZSTD_compressStream2(c->cctx, &out, &in, op);
 			if (ZSTD_isError(left) || (left && out.pos == out.size))
