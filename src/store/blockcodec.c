@@ -12,6 +12,8 @@
 #define BLOCK_MAGIC	0xfb
 #define ROLLUP_MAGIC	0xfc
 #define CODEC_VERSION	1
+/* Rollups: 1 wrote the type with every entry; 2 writes it once per run of a type. */
+#define ROLLUP_VERSION	2
 
 enum { METHOD_RAW = 0, METHOD_ZSTD = 1 };
 
@@ -20,6 +22,12 @@ enum { METHOD_RAW = 0, METHOD_ZSTD = 1 };
  * what it saves; such blocks are stored raw with our own checksum.
  */
 #define MIN_COMPRESS	64
+/*
+ * Below this many payload bytes (a batch's block of one series, which
+ * compaction soon replaces) the columns share one Huffman table: building
+ * seven costs more CPU than their better fit saves bytes (2 % here).
+ */
+#define SPLIT_MIN	4096
 
 /* Worst case bytes of one sample in the raw payload: see _encode_raw(). */
 #define MAX_SAMPLE_BYTES	(10 + 5 + 5 + 5 + 5 + 10 + 5 + 5)
@@ -45,6 +53,7 @@ struct blockcodec {
 	uint32_t nslots;	/* allocated */
 	uint32_t mask;		/* of the table in use: a power of two minus one */
 	uint32_t *order;
+	uint64_t *sortbuf;	/* cap_order: (UINT32_MAX - count) << 32 | key */
 	uint32_t cap_order;
 	uint32_t *idx;		/* 2 * cap_idx: stack then tid indexes */
 	size_t column_end[NCOLUMNS];	/* of the dictionaries, then of each column */
@@ -153,6 +162,38 @@ static uint32_t _checksum(const void *p, size_t len)
 	return (uint32_t)hash__bytes(p, len);
 }
 
+/*
+ * Version 2 rollups: 8 bytes a step rather than hash__bytes()'s one, as a
+ * query over a day checks tens of MB of rollups. Each step is a bijection
+ * of the state, so any one changed word changes the result before the
+ * final mix.
+ */
+static inline uint64_t _le64(const uint8_t *p, size_t n)
+{
+	uint64_t w = 0;
+
+	/* Little-endian whatever the host, so that files move between machines. */
+	for (size_t k = 0; k < n; k++)
+		w |= (uint64_t)p[k] << (8 * k);
+	return w;
+}
+
+static uint32_t _checksum_words(const uint8_t *p, size_t len)
+{
+	uint64_t h = 0xcbf29ce484222325ULL ^ len;
+	size_t i = 0;
+
+	for (; i + 8 <= len; i += 8) {
+		h = (h ^ _le64(p + i, 8)) * 0x9e3779b97f4a7c15ULL;
+		h ^= h >> 29;
+	}
+	h = (h ^ _le64(p + i, len - i)) * 0x9e3779b97f4a7c15ULL;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return (uint32_t)h;
+}
+
 struct blockcodec *blockcodec__new(int level)
 {
 	struct blockcodec *c = calloc(1, sizeof(*c));
@@ -195,8 +236,26 @@ void blockcodec__free(struct blockcodec *c)
 	free(c->rollup);
 	free(c->slots);
 	free(c->order);
+	free(c->sortbuf);
 	free(c->idx);
 	free(c);
+}
+
+static int _by_u64(const void *pa, const void *pb)
+{
+	uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+
+	return (a > b) - (a < b);
+}
+
+/* The slot of a key that is in the table. */
+static inline uint32_t _dict_slot(const struct blockcodec *c, uint32_t key)
+{
+	uint32_t j = (key * 0x9e3779b1u) & c->mask;
+
+	while (c->slots[j].key != key)
+		j = (j + 1) & c->mask;
+	return j;
 }
 
 /*
@@ -221,10 +280,15 @@ static int _dict_build(struct blockcodec *c, const struct block_sample *s, uint3
 	}
 	if (n > c->cap_order) {
 		uint32_t *order = realloc(c->order, n * sizeof(*order));
+		uint64_t *sb;
 
 		if (!order)
 			return -ENOMEM;
 		c->order = order;
+		sb = realloc(c->sortbuf, n * sizeof(*sb));
+		if (!sb)
+			return -ENOMEM;
+		c->sortbuf = sb;
 		c->cap_order = n;
 	}
 	mask = c->mask = nslots - 1;
@@ -241,22 +305,23 @@ static int _dict_build(struct blockcodec *c, const struct block_sample *s, uint3
 		}
 		c->slots[j].count++;
 	}
-	/* Insertion sort is fine: dictionaries are small next to the block. */
-	for (uint32_t i = 1; i < count; i++) {
-		uint32_t v = c->order[i], j = i;
+	/*
+	 * Most frequent first, ties by key. A compacted block of a busy
+	 * series holds over a thousand distinct stacks: an insertion sort
+	 * here was quadratic in them.
+	 */
+	for (uint32_t i = 0; i < count; i++) {
+		const struct dict_slot *d = &c->slots[c->order[i]];
 
-		while (j > 0) {
-			const struct dict_slot *a = &c->slots[c->order[j - 1]], *b = &c->slots[v];
-
-			if (a->count > b->count || (a->count == b->count && a->key <= b->key))
-				break;
-			c->order[j] = c->order[j - 1];
-			j--;
-		}
-		c->order[j] = v;
+		c->sortbuf[i] = (uint64_t)(UINT32_MAX - d->count) << 32 | d->key;
 	}
-	for (uint32_t i = 0; i < count; i++)
+	qsort(c->sortbuf, count, sizeof(*c->sortbuf), _by_u64);
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t key = (uint32_t)c->sortbuf[i];
+
+		c->order[i] = _dict_slot(c, key);
 		c->slots[c->order[i]].index = i;
+	}
 	*ndistinct = count;
 	return 0;
 }
@@ -351,7 +416,8 @@ static int _encode_raw(struct blockcodec *c, const struct block_sample *s, uint3
  * One zstd frame, but a flush after each column so that each gets a zstd
  * block of its own and with it its own Huffman table: timestamps, stack
  * indexes and CPUs have very different byte statistics, and one shared table
- * compresses them noticeably worse. Returns the frame size, or 0 on failure.
+ * compresses them noticeably worse (except in small blocks: SPLIT_MIN).
+ * Returns the frame size, or 0 on failure.
  */
 static size_t _compress_columns(struct blockcodec *c, uint8_t *dst, size_t cap)
 {
@@ -363,10 +429,13 @@ static size_t _compress_columns(struct blockcodec *c, uint8_t *dst, size_t cap)
 		return 0;
 	for (int i = 0; i < NCOLUMNS; i++) {
 		size_t end = i == NCOLUMNS - 1 ? c->raw.len : c->column_end[i];
-		ZSTD_inBuffer in = { c->raw.p + start, end - start, 0 };
+		ZSTD_inBuffer in;
 		ZSTD_EndDirective op = i == NCOLUMNS - 1 ? ZSTD_e_end : ZSTD_e_flush;
 		size_t left;
 
+		if (c->raw.len < SPLIT_MIN && i < NCOLUMNS - 1)
+			continue;
+		in = (ZSTD_inBuffer){ c->raw.p + start, end - start, 0 };
 		do {
 			left = ZSTD_compressStream2(c->cctx, &out, &in, op);
 			if (ZSTD_isError(left) || (left && out.pos == out.size))
@@ -550,9 +619,12 @@ int blockcodec__decode(struct blockcodec *c, const void *data, size_t len,
 }
 
 /*
- * Rollup: magic, version, varint n, le32 checksum of the body, then per entry
- * varint type, varint stack (a delta from the previous stack of the same
- * type), zigzag sum. Small enough not to compress.
+ * Rollup, version 2: magic, version, varint n, le32 checksum of the body
+ * (_checksum_words), then per run of one type: varint type, varint count,
+ * and count entries of varint stack (a delta from the run's previous
+ * stack, the first absolute) and zigzag sum. Version 1 (still read) had
+ * no runs: varint type with every entry, and hash__bytes() as checksum.
+ * Small enough not to compress.
  */
 int blockcodec__encode_rollup(struct blockcodec *c, const struct rollup_entry *e, uint32_t n,
 			      const uint8_t **out, size_t *out_len)
@@ -567,22 +639,25 @@ int blockcodec__encode_rollup(struct blockcodec *c, const struct rollup_entry *e
 		    (e[i].type == e[i - 1].type && e[i].stack <= e[i - 1].stack))
 			return -EINVAL;
 	o->len = 0;
-	if (_reserve(o, 2 + 10 + 4 + (size_t)n * 25))
+	if (_reserve(o, 2 + 10 + 4 + (size_t)n * 30))
 		return -ENOMEM;
 	o->p[o->len++] = ROLLUP_MAGIC;
-	o->p[o->len++] = CODEC_VERSION;
+	o->p[o->len++] = ROLLUP_VERSION;
 	_put_varint(o, n);
 	o->len += 4;
 	body = o->len;
-	for (uint32_t i = 0; i < n; i++) {
-		bool same = i && e[i].type == e[i - 1].type;
-
+	for (uint32_t i = 0, j; i < n; i = j) {
+		for (j = i + 1; j < n && e[j].type == e[i].type; j++)
+			;
 		_put_varint(o, e[i].type);
-		_put_varint(o, same ? e[i].stack - e[i - 1].stack : e[i].stack);
-		_put_varint(o, _zigzag(e[i].sum));
+		_put_varint(o, j - i);
+		for (uint32_t k = i; k < j; k++) {
+			_put_varint(o, k > i ? e[k].stack - e[k - 1].stack : e[k].stack);
+			_put_varint(o, _zigzag(e[k].sum));
+		}
 	}
 	{
-		uint32_t sum = _checksum(o->p + body, o->len - body);
+		uint32_t sum = _checksum_words(o->p + body, o->len - body);
 
 		for (int i = 0; i < 4; i++)
 			o->p[body - 4 + i] = (uint8_t)(sum >> (8 * i));
@@ -592,41 +667,16 @@ int blockcodec__encode_rollup(struct blockcodec *c, const struct rollup_entry *e
 	return 0;
 }
 
-int blockcodec__decode_rollup(struct blockcodec *c, const void *data, size_t len,
-			      const struct rollup_entry **out, uint32_t *nout)
+/* Version 1 body: varint type, varint stack delta, zigzag sum per entry. */
+static int _decode_rollup_v1(struct reader *r, struct rollup_entry *out, uint32_t n)
 {
-	struct reader r;
-	uint64_t n;
-	uint32_t sum;
-
-	/* SQLite gives NULL for an empty blob: no pointer arithmetic on it. */
-	if (!data || len < 7)
-		return -EINVAL;
-	r = (struct reader){ data, (const uint8_t *)data + len, false };
-	if (r.p[0] != ROLLUP_MAGIC || r.p[1] != CODEC_VERSION)
-		return -EINVAL;
-	r.p += 2;
-	n = _get_varint(&r);
-	sum = _get_le32(&r);
-	/* Each entry takes at least three bytes: this bounds the allocation. */
-	if (r.bad || n > BLOCKCODEC_MAX_ROLLUP || n * 3 > (uint64_t)(r.end - r.p) ||
-	    _checksum(r.p, r.end - r.p) != sum)
-		return -EINVAL;
-	if (n > c->cap_rollup) {
-		struct rollup_entry *e = realloc(c->rollup, n * sizeof(*e));
-
-		if (!e)
-			return -ENOMEM;
-		c->rollup = e;
-		c->cap_rollup = (uint32_t)n;
-	}
 	for (uint32_t i = 0; i < n; i++) {
-		struct rollup_entry *e = &c->rollup[i];
+		struct rollup_entry *e = &out[i];
 		uint32_t delta;
 
-		e->type = _get_u32(&r);
-		delta = _get_u32(&r);
-		e->sum = _unzigzag(_get_varint(&r));
+		e->type = _get_u32(r);
+		delta = _get_u32(r);
+		e->sum = _unzigzag(_get_varint(r));
 		if (i && e->type == e[-1].type) {
 			if (!delta || e[-1].stack > UINT32_MAX - delta)
 				return -EINVAL;
@@ -637,7 +687,64 @@ int blockcodec__decode_rollup(struct blockcodec *c, const void *data, size_t len
 			e->stack = delta;
 		}
 	}
-	if (r.bad || r.p != r.end)
+	return 0;
+}
+
+static int _decode_rollup_v2(struct reader *r, struct rollup_entry *out, uint32_t n)
+{
+	uint32_t i = 0;
+
+	while (i < n && !r->bad) {
+		uint32_t type = _get_u32(r), count = _get_u32(r);
+
+		if (!count || count > n - i || (i && type <= out[i - 1].type))
+			return -EINVAL;
+		for (uint32_t k = 0; k < count; k++, i++) {
+			uint32_t v = _get_u32(r);
+
+			if (k && (!v || out[i - 1].stack > UINT32_MAX - v))
+				return -EINVAL;
+			out[i] = (struct rollup_entry){ k ? out[i - 1].stack + v : v, type,
+							_unzigzag(_get_varint(r)) };
+		}
+	}
+	return 0;
+}
+
+int blockcodec__decode_rollup(struct blockcodec *c, const void *data, size_t len,
+			      const struct rollup_entry **out, uint32_t *nout)
+{
+	struct reader r;
+	uint64_t n;
+	uint32_t sum;
+	uint8_t version;
+	int err;
+
+	/* SQLite gives NULL for an empty blob: no pointer arithmetic on it. */
+	if (!data || len < 7)
+		return -EINVAL;
+	r = (struct reader){ data, (const uint8_t *)data + len, false };
+	version = r.p[1];
+	if (r.p[0] != ROLLUP_MAGIC || (version != 1 && version != ROLLUP_VERSION))
+		return -EINVAL;
+	r.p += 2;
+	n = _get_varint(&r);
+	sum = _get_le32(&r);
+	/* An entry takes at least three bytes (v1) or two (v2): this bounds the allocation. */
+	if (r.bad || n > BLOCKCODEC_MAX_ROLLUP || n * (version == 1 ? 3 : 2) > (uint64_t)(r.end - r.p) ||
+	    (version == 1 ? _checksum(r.p, r.end - r.p) : _checksum_words(r.p, r.end - r.p)) != sum)
+		return -EINVAL;
+	if (n > c->cap_rollup) {
+		struct rollup_entry *e = realloc(c->rollup, n * sizeof(*e));
+
+		if (!e)
+			return -ENOMEM;
+		c->rollup = e;
+		c->cap_rollup = (uint32_t)n;
+	}
+	err = version == 1 ? _decode_rollup_v1(&r, c->rollup, (uint32_t)n) :
+			     _decode_rollup_v2(&r, c->rollup, (uint32_t)n);
+	if (err || r.bad || r.p != r.end)
 		return -EINVAL;
 	*out = c->rollup;
 	*nout = (uint32_t)n;

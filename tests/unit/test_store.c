@@ -31,6 +31,7 @@
 #include "common/log.h"
 #include "common/profile.h"
 #include "store/selector.h"
+#include "store/sqlite.h"
 #include "store/store.h"
 #include "testutil.h"
 
@@ -1078,9 +1079,166 @@ static void test_upgrade_from_version_1(void **state)
 	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
 	assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &q, NULL), SQLITE_OK);
 	assert_int_equal(sqlite3_step(q), SQLITE_ROW);
-	assert_int_equal(sqlite3_column_int(q, 0), 2);
+	assert_int_equal(sqlite3_column_int(q, 0), 3);
 	sqlite3_finalize(q);
 	sqlite3_close(db);
+	_cleanup();
+}
+
+static void _sql(const char *dir, const char *sql);
+
+/* One integer from SQL on the store's file; -1 for no row or NULL. */
+static int64_t _sql_int(const char *dir, const char *sql)
+{
+	char path[128];
+	sqlite3 *db;
+	sqlite3_stmt *q;
+	int64_t v = -1;
+
+	snprintf(path, sizeof(path), "%s/flamewatch.db", dir);
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
+		fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+	if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
+		v = sqlite3_column_int64(q, 0);
+	sqlite3_finalize(q);
+	sqlite3_close(db);
+	return v;
+}
+
+static int64_t _newest(const struct ref *ref)
+{
+	int64_t t = 0;
+
+	for (size_t i = 0; i < ref->n; i++)
+		if (ref->s[i].ts > t)
+			t = ref->s[i].ts;
+	return t;
+}
+
+/* Every window closed before newest's holds one block per (series, type). */
+static void _check_compacted(int64_t newest)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM (SELECT series, type, t_max - t_max %% %lld"
+		 " AS w FROM sample_blocks WHERE t_max < %lld GROUP BY 1, 2, 3 HAVING count(*) > 1)",
+		 (long long)STORE_SQLITE_BLOCK_SPAN_NS,
+		 (long long)(newest - newest % STORE_SQLITE_BLOCK_SPAN_NS));
+	assert_int_equal(_sql_int(_dir, sql), 0);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM sample_blocks WHERE t_max < %lld",
+		 (long long)(newest - newest % STORE_SQLITE_BLOCK_SPAN_NS));
+	assert_true(_sql_int(_dir, sql) > 10);
+	/* And the newest window is still in its small blocks: compaction has not run early. */
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM sample_blocks WHERE t_max >= %lld",
+		 (long long)(newest - newest % STORE_SQLITE_BLOCK_SPAN_NS));
+	assert_true(_sql_int(_dir, sql) >= 1);
+}
+
+/* Every window kind over the data: whole hours, minutes only, odd edges. */
+static void _check_hours(struct store *st, const struct ref *ref, int64_t ht)
+{
+	int64_t h1 = T0 - T0 % HOUR + HOUR, end = _newest(ref) + 1;
+
+	_check_profile(st, ref, h1, h1 + HOUR, NULL, NULL, SAMPLE_CPU);
+	_check_profile(st, ref, ht - HOUR, ht + HOUR, NULL, NULL, SAMPLE_CPU);
+	_check_profile(st, ref, T0 - 17 * SEC, end, NULL, NULL, SAMPLE_CPU);
+	_check_profile(st, ref, h1 - 7 * SEC, ht + 13 * SEC, NULL, NULL, SAMPLE_GPU_TIME);
+	_check_profile(st, ref, ht, end, "{node=\"node0\"}", NULL, SAMPLE_CPU);
+	/* Whole-hour buckets: hour rows where built, minutes after. */
+	_check_series(st, T0 - T0 % HOUR, end, HOUR, SAMPLE_CPU, NULL);
+}
+
+/*
+ * Hour rollups are built from the minutes once their hour has closed (plus
+ * a grace), not merged into on every write; until then an hour is read
+ * from its minutes. A late batch for a built hour still counts, and files
+ * from before hours_through open with their hours as they were.
+ */
+static void test_hours_built_after_close(void **state)
+{
+	struct store *st = _open_fresh();
+	int64_t ht, newest, h1 = T0 - T0 % HOUR + HOUR;
+	struct batch *b;
+	char sql[160];
+
+	_rng = 5;
+	_ref.n = 0;
+	/* Up to just after an hour's end: that hour waits, whole, for its row. */
+	for (int64_t t = T0; t < h1 + 2 * HOUR + MIN; t += MIN) {
+		b = _make_batch(&_ref, 0, 4, NPROC, NSTACKS, t, MIN);
+		assert_int_equal(store__write(st, "node0", b), 0);
+		batch__free(b);
+	}
+	newest = _newest(&_ref);
+	ht = _sql_int(_dir, "SELECT value FROM meta WHERE key = 'hours_through'");
+	assert_int_equal(ht, (newest - 2 * MIN) - (newest - 2 * MIN) % HOUR);
+	assert_true(ht >= h1 + HOUR);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM rollup_1h WHERE bucket >= %lld",
+		 (long long)ht);
+	assert_int_equal(_sql_int(_dir, sql), 0);
+	snprintf(sql, sizeof(sql), "SELECT count(DISTINCT bucket) FROM rollup_1h WHERE bucket < %lld",
+		 (long long)ht);
+	assert_int_equal(_sql_int(_dir, sql), (ht - (T0 - T0 % HOUR)) / HOUR);
+	_check_hours(st, &_ref, ht);
+	_check_compacted(newest);
+
+	/*
+	 * Late: another node's minute in the first whole hour, which is built,
+	 * and more of node0's own in a window compacted long ago: merged into
+	 * its hour row, and its window compacted again.
+	 */
+	b = _make_batch(&_ref, 1, 4, NPROC, NSTACKS, h1 + 5 * MIN, MIN);
+	assert_int_equal(store__write(st, "node1", b), 0);
+	batch__free(b);
+	b = _make_batch(&_ref, 0, 4, NPROC, NSTACKS, h1 + 7 * MIN + 30 * SEC, 20 * SEC);
+	assert_int_equal(store__write(st, "node0", b), 0);
+	batch__free(b);
+	_check_hours(st, &_ref, ht);
+	_check_compacted(newest);
+
+	/* Into the next hour: the one that was read as minutes gets its row. */
+	for (int64_t t = _newest(&_ref) - _newest(&_ref) % MIN + MIN; t < ht + HOUR + 5 * MIN;
+	     t += MIN) {
+		b = _make_batch(&_ref, 0, 4, NPROC, NSTACKS, t, MIN);
+		assert_int_equal(store__write(st, "node0", b), 0);
+		batch__free(b);
+	}
+	assert_int_equal(_sql_int(_dir, "SELECT value FROM meta WHERE key = 'hours_through'"),
+			 ht + HOUR);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM rollup_1h WHERE bucket = %lld",
+		 (long long)ht);
+	assert_int_equal(_sql_int(_dir, sql), NPROC);
+	ht += HOUR;
+	st = _reopen(st);
+	_check_hours(st, &_ref, ht);
+	store__close(st);
+
+	/*
+	 * A version 2 file: no hours_through, every hour row it has is whole,
+	 * and its blocks indexed by time and by series.
+	 */
+	_sql(_dir, "DROP INDEX sample_blocks_t_max_series;"
+		   "CREATE INDEX sample_blocks_t_max ON sample_blocks(t_max);"
+		   "CREATE INDEX sample_blocks_series ON sample_blocks(series, t_min);"
+		   "DELETE FROM meta WHERE key = 'hours_through'; PRAGMA user_version=2;");
+	st = store_open_or_fail(_dir);
+	assert_int_equal(_sql_int(_dir, "SELECT value FROM meta WHERE key = 'hours_through'"), ht);
+	assert_int_equal(_sql_int(_dir, "PRAGMA user_version"), 3);
+	assert_int_equal(_sql_int(_dir, "SELECT count(*) FROM sqlite_schema WHERE type = 'index'"
+				  " AND tbl_name = 'sample_blocks'"), 1);
+	assert_int_equal(_sql_int(_dir, "SELECT count(*) FROM sqlite_schema"
+				  " WHERE name = 'sample_blocks_t_max_series'"), 1);
+	_check_hours(st, &_ref, ht);
+	/* Writes and compaction go on through the new index. */
+	for (int64_t t = _newest(&_ref) - _newest(&_ref) % MIN + MIN; t < ht + 20 * MIN; t += MIN) {
+		b = _make_batch(&_ref, 0, 4, NPROC, NSTACKS, t, MIN);
+		assert_int_equal(store__write(st, "node0", b), 0);
+		batch__free(b);
+	}
+	_check_hours(st, &_ref, ht);
+	_check_compacted(_newest(&_ref));
+	store__close(st);
 	_cleanup();
 }
 
@@ -1333,6 +1491,7 @@ int main(void)
 		cmocka_unit_test(test_samples),
 		cmocka_unit_test(test_mixed_periods),
 		cmocka_unit_test(test_upgrade_from_version_1),
+		cmocka_unit_test(test_hours_built_after_close),
 		cmocka_unit_test(test_shared_dictionary),
 		cmocka_unit_test(test_series),
 		cmocka_unit_test(test_labels),

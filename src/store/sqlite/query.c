@@ -204,6 +204,8 @@ static int _profile_agg(struct query *q, int64_t from, int64_t to, bool *any, bo
 		q->use_dense = true;
 	}
 	if (!err)
+		err = sqlite__plan_init(q->st, &p);
+	if (!err)
 		err = sqlite__plan_bucket(&p, from, to);
 	if (!err)
 		err = sqlite__scan_plan(q, &p, &v);
@@ -437,22 +439,21 @@ int sqlite__series(void *impl, int64_t from, int64_t to, int64_t step,
 	q.groups = intern__new();
 	if (!q.groups)
 		goto out;
+	err = sqlite__begin_read(st);
+	if (err)
+		goto out;
+	err = sqlite__plan_init(st, &p);
 	/* Buckets keep their places relative to from; only their reading is clamped. */
-	for (int64_t a = from; a < to; a = sqlite__sat_add(a, step)) {
+	for (int64_t a = from; !err && a < to; a = sqlite__sat_add(a, step)) {
 		int64_t b = sqlite__sat_add(a, step) < to ? sqlite__sat_add(a, step) : to;
 
 		if (b <= cfrom || a >= cto)
 			continue;
 		err = sqlite__plan_bucket(&p, a > cfrom ? a : cfrom, b < cto ? b : cto);
-		if (err)
-			goto out;
 		if (b == INT64_MAX)
 			break;
 	}
-	err = sqlite__begin_read(st);
-	if (err)
-		goto out;
-	err = sqlite__scan_plan(&q, &p, &v);
+	err = err ?: sqlite__scan_plan(&q, &p, &v);
 	err = sqlite__end_read(st, err);
 	if (err)
 		goto out;

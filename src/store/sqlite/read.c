@@ -347,6 +347,11 @@ void sqlite__plan_free(struct plan *p)
 	free(p->raw.r);
 }
 
+int sqlite__plan_init(struct sqlite_store *st, struct plan *p)
+{
+	return sqlite__meta_get(st, "hours_through", 0, &p->hours_through);
+}
+
 int sqlite__plan_bucket(struct plan *p, int64_t a, int64_t b)
 {
 	int64_t m0 = sqlite__ceil_to(a, STORE_NS_MIN), m1 = sqlite__floor_to(b, STORE_NS_MIN);
@@ -355,6 +360,9 @@ int sqlite__plan_bucket(struct plan *p, int64_t a, int64_t b)
 
 	if (m0 >= m1)
 		return sqlite__ranges_add(&p->raw, a, b);
+	/* Hours not built yet are read as their minutes. */
+	if (h1 > p->hours_through)
+		h1 = p->hours_through;
 	if (h0 >= h1)
 		h0 = h1 = m1;
 	err = sqlite__ranges_add(&p->raw, a, m0);

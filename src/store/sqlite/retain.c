@@ -51,7 +51,8 @@ static int _sweep(struct sqlite_store *st)
 /*
  * The hour bucket that straddles the cutoff still sums samples that are now
  * gone: rebuilt from the minute rollups that remain, so that rollups and raw
- * data keep agreeing exactly.
+ * data keep agreeing exactly. An hour not built yet (hours_through) has no
+ * row to rebuild.
  */
 static int _rebuild_hour(struct sqlite_store *st, int64_t cutoff)
 {
@@ -62,7 +63,7 @@ static int _rebuild_hour(struct sqlite_store *st, int64_t cutoff)
 	uint32_t n = 0, cap = 0, k = 0;
 	int rc = SQLITE_DONE, err = 0;
 
-	if (hour == cutoff)
+	if (hour == cutoff || hour >= st->hours_through)
 		return 0;
 	sqlite3_bind_int64(s, 1, cutoff);
 	sqlite3_bind_int64(s, 2, hour + STORE_NS_HOUR);

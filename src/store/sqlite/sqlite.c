@@ -17,14 +17,19 @@
  *     its small blocks are merged into one (compaction), which is what keeps
  *     a sample at about 5-6 bytes.
  *   - rollup_1m, rollup_1h: per (bucket, series) the (stack, type, sum)
- *     triples of the bucket and, apart, its per-type totals; merged into
- *     (read, add, write back) in the same transaction as the samples, so they
- *     always agree with the raw data, also after a crash. Retention rebuilds
- *     the hour it cuts through from the minutes that remain.
+ *     triples of the bucket and, apart, its per-type totals. Minute rows are
+ *     merged into (read, add, write back) in the same transaction as the
+ *     samples, so they always agree with the raw data, also after a crash.
+ *     Hour rows are built once, from the minute rows, after the hour has
+ *     closed (meta 'hours_through': every hour before it is in rollup_1h):
+ *     merging every batch into a row that grows all hour long rewrote most
+ *     of what a batch wrote. A late sample, older than hours_through, is
+ *     merged into its hour row as well. Retention rebuilds the hour it cuts
+ *     through from the minutes that remain.
  *
- * A profile over [from, to) reads whole hours from rollup_1h, whole minutes
- * at the edges from rollup_1m and decodes blocks only for the partial
- * minutes at both ends.
+ * A profile over [from, to) reads whole hours before hours_through from
+ * rollup_1h, whole minutes from rollup_1m and decodes blocks only for the
+ * partial minutes at both ends.
  *
  * Timestamps must lie in [0, STORE_TS_LIMIT): Unix nanoseconds, with room for
  * bucket arithmetic never to overflow.
@@ -41,9 +46,12 @@
 
 /*
  * 1: the first; rollup tables gained their totals column without a version
- * change (such files are upgraded too). 2: series.period_ns.
+ * change (such files are upgraded too). 2: series.period_ns. 3: hour rows
+ * are built after their hour (meta 'hours_through'); older programs, which
+ * would read the missing ones as empty, refuse the file.
  */
-#define SCHEMA_VERSION	2
+#define SCHEMA_VERSION	3
+_Static_assert(STORE_NS_HOUR == 3600000000000LL, "the hour in _sqlite_open()'s SQL");
 #define ZSTD_LEVEL	1
 
 static const char SCHEMA[] =
@@ -72,8 +80,15 @@ static const char SCHEMA[] =
 	"CREATE TABLE IF NOT EXISTS sample_blocks(id INTEGER PRIMARY KEY, series INTEGER NOT NULL,"
 	" type INTEGER NOT NULL, t_min INTEGER NOT NULL, t_max INTEGER NOT NULL,"
 	" n INTEGER NOT NULL, data BLOB NOT NULL);"
-	"CREATE INDEX IF NOT EXISTS sample_blocks_t_max ON sample_blocks(t_max);"
-	"CREATE INDEX IF NOT EXISTS sample_blocks_series ON sample_blocks(series, t_min);"
+	/*
+	 * One index, in time order, for time ranges and for a window's blocks
+	 * of one series (compaction): new entries land at its end. An index
+	 * by series first, as before version 3, put each batch's entries on a
+	 * page per series, and those pages were most of what a batch wrote.
+	 */
+	"CREATE INDEX IF NOT EXISTS sample_blocks_t_max_series ON sample_blocks(t_max, series);"
+	"DROP INDEX IF EXISTS sample_blocks_t_max;"
+	"DROP INDEX IF EXISTS sample_blocks_series;"
 	"CREATE TABLE IF NOT EXISTS rollup_1m(bucket INTEGER NOT NULL, series INTEGER NOT NULL,"
 	" totals BLOB NOT NULL, data BLOB NOT NULL, UNIQUE(bucket, series));"
 	"CREATE TABLE IF NOT EXISTS rollup_1h(bucket INTEGER NOT NULL, series INTEGER NOT NULL,"
@@ -132,8 +147,9 @@ const char *const sqlite__sql[ST_COUNT] = {
 	[ST_BLOCKS_RANGE] = "SELECT id, series, t_min, t_max, n, data FROM sample_blocks"
 			    " WHERE t_max >= ?1 AND t_max < ?3 AND t_min < ?2"
 			    " AND (?4 < 0 OR type = ?4)",
+	/* Blocks never cross a window: t_max in [?2, ?3) finds those of window ?2. */
 	[ST_BLOCKS_WINDOW] = "SELECT id, n, data FROM sample_blocks"
-			     " WHERE series = ?1 AND t_min >= ?2 AND t_min < ?3 AND type = ?4",
+			     " WHERE t_max >= ?2 AND t_max < ?3 AND series = ?1 AND type = ?4",
 	[ST_BLOCK_DEL] = "DELETE FROM sample_blocks WHERE id = ?1",
 	[ST_NEXT_T_MAX] = "SELECT min(t_max) FROM sample_blocks WHERE t_max >= ?1",
 	[ST_BLOCKS_SWEEP] = "SELECT series, type, t_min - t_min % ?3 AS w FROM sample_blocks"
@@ -172,6 +188,10 @@ const char *const sqlite__sql[ST_COUNT] = {
 			 " JOIN strings s ON s.id = g.name"
 			 " WHERE g.start >= ?1 AND g.start < ?2 ORDER BY g.start, g.rowid",
 	[ST_GPU_RETAIN] = "DELETE FROM gpu_intervals WHERE start < ?1",
+	[ST_RU_ROLL_M] = "SELECT bucket, series, data FROM rollup_1m"
+			 " WHERE bucket >= ?1 AND bucket < ?2 ORDER BY bucket",
+	[ST_META_SET] = "INSERT INTO meta(key, value) VALUES(?1, ?2)"
+			" ON CONFLICT(key) DO UPDATE SET value = excluded.value",
 };
 
 /* ---- the store ------------------------------------------------------------ */
@@ -558,6 +578,15 @@ static void *_sqlite_open(const char *dir, char *err, size_t err_len)
 		rc = sqlite3_exec(st->db, SCHEMA, NULL, NULL, NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(st->db, SCHEMA_CPU_INTERVALS, NULL, NULL, NULL);
+	/*
+	 * Files written before hours_through existed kept every hour row up
+	 * to date, the newest too: their hours are through after the last
+	 * hour row. A new file has none.
+	 */
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(st->db, "INSERT OR IGNORE INTO meta SELECT 'hours_through',"
+				  " coalesce(max(bucket) + 3600000000000, 0) FROM rollup_1h",
+				  NULL, NULL, NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(st->db, "PRAGMA user_version=" FW_STR(SCHEMA_VERSION) "; COMMIT",
 				  NULL, NULL, NULL);
@@ -569,6 +598,12 @@ static void *_sqlite_open(const char *dir, char *err, size_t err_len)
 		rc = sqlite3_prepare_v3(st->db, sqlite__sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->st[i], NULL);
 		if (rc != SQLITE_OK)
 			goto sqlerr;
+	}
+	rc = sqlite__meta_get(st, "hours_through", 0, &st->hours_through);
+	if (rc) {
+		e = -rc;
+		snprintf(err, err_len, "%s: cannot read hours_through: %s", st->db_path, strerror(e));
+		goto err;
 	}
 	return st;
 sqlerr:

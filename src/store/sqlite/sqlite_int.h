@@ -44,6 +44,7 @@ enum stmt_id {
 	ST_MAX_SERIES, ST_MAX_STACK, ST_MAX_FRAME, ST_FRAME_SCAN, ST_STACK_SCAN,
 	ST_SERIES_PERIOD,
 	ST_GPU_INS, ST_GPU_RANGE, ST_GPU_RETAIN,
+	ST_RU_ROLL_M, ST_META_SET,
 	ST_COUNT,
 };
 
@@ -173,6 +174,12 @@ struct sqlite_store {
 	/* (series << 32 | type) -> the newest window written, for compaction */
 	struct u64map open_window;
 	int64_t sweep_from;
+	/*
+	 * rollup_1h holds every hour before this one (meta 'hours_through');
+	 * later hours are read from rollup_1m until sqlite__roll_hours()
+	 * builds them.
+	 */
+	int64_t hours_through;
 
 	/* scratch */
 	uint32_t *fbuf;
@@ -238,7 +245,15 @@ int sqlite__by_rollup(const void *pa, const void *pb);
 int sqlite__rollup_merge(struct sqlite_store *st, int table, int64_t bucket, uint32_t series,
 			 const struct rollup_entry *add, uint32_t nadd);
 int sqlite__meta_add(struct sqlite_store *st, const char *key, int64_t v);
+int sqlite__meta_get(struct sqlite_store *st, const char *key, int64_t dflt, int64_t *v);
 void sqlite__compact(struct sqlite_store *st, struct due *due, uint32_t n);
+/*
+ * Builds rollup_1h rows for the hours that closed before newest (less a
+ * grace for late batches, and never past the clock) from rollup_1m, in a
+ * transaction of its own, and advances hours_through. A failure is logged
+ * and tried again at the next write.
+ */
+void sqlite__roll_hours(struct sqlite_store *st, int64_t newest);
 
 /* ---- reading: series, selection, dictionaries, the time plan (read.c) ---- */
 
@@ -291,6 +306,7 @@ struct exporter {
  */
 struct plan {
 	struct ranges hours, minutes, raw;
+	int64_t hours_through;		/* hours from here on are read as minutes */
 };
 
 /* Called for every rollup entry and raw sample of the plan, matched series only. */
@@ -342,6 +358,8 @@ const uint32_t *sqlite__shape_frames(const struct shapes *sh, uint64_t at, uint3
 void sqlite__shapes_trim(struct sqlite_store *st);
 void sqlite__shapes_free(struct shapes *sh);
 void sqlite__plan_free(struct plan *p);
+/* Sets p->hours_through from the store, inside the query's read transaction. */
+int sqlite__plan_init(struct sqlite_store *st, struct plan *p);
 int sqlite__plan_bucket(struct plan *p, int64_t a, int64_t b);
 int sqlite__decode_row(struct sqlite_store *st, sqlite3_stmt *s, int col, int64_t id,
 		       const struct block_sample **bs, uint32_t *n);

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/batch.h"
 #include "common/intern.h"
@@ -24,20 +25,20 @@ static const int64_t _ru_unit[RU_NTABLES] = { STORE_NS_MIN, STORE_NS_HOUR };
 
 struct wsample {
 	int64_t ts, value;
+	int64_t window;		/* ts's block window, worked out once, not per comparison */
 	uint32_t series, type, stack, tid, cpu;
 };
 
 static int _by_block(const void *pa, const void *pb)
 {
 	const struct wsample *a = pa, *b = pb;
-	int64_t wa = sqlite__floor_to(a->ts, SPAN), wb = sqlite__floor_to(b->ts, SPAN);
 
 	if (a->series != b->series)
 		return a->series < b->series ? -1 : 1;
 	if (a->type != b->type)
 		return a->type < b->type ? -1 : 1;
-	if (wa != wb)
-		return wa < wb ? -1 : 1;
+	if (a->window != b->window)
+		return a->window < b->window ? -1 : 1;
 	return (a->ts > b->ts) - (a->ts < b->ts);
 }
 
@@ -137,11 +138,11 @@ static int _write_blocks(struct sqlite_store *st, struct wsample *ws, uint32_t n
 		return -ENOMEM;
 	qsort(ws, n, sizeof(*ws), _by_block);
 	for (uint32_t i = 0, j; i < n; i = j) {
-		int64_t w = sqlite__floor_to(ws[i].ts, SPAN);
+		int64_t w = ws[i].window;
 		uint32_t m = 0;
 
 		for (j = i; j < n && ws[j].series == ws[i].series && ws[j].type == ws[i].type &&
-			    sqlite__floor_to(ws[j].ts, SPAN) == w && m < MAX_BLOCK; j++, m++)
+			    ws[j].window == w && m < MAX_BLOCK; j++, m++)
 			bs[m] = (struct block_sample){
 				.ts_ns = ws[j].ts, .value = ws[j].value, .stack = ws[j].stack,
 				.tid = ws[j].tid, .cpu = ws[j].cpu, .type = ws[j].type,
@@ -169,15 +170,101 @@ int sqlite__by_rollup(const void *pa, const void *pb)
 	return (a->stack > b->stack) - (a->stack < b->stack);
 }
 
+/* Merges two runs sorted by (type, stack) into out (room for na + nb); returns its length. */
+static uint32_t _merge_entries(const struct rollup_entry *a, uint32_t na,
+			       const struct rollup_entry *b, uint32_t nb, struct rollup_entry *out)
+{
+	uint32_t n = 0, i = 0, j = 0;
+
+	while (i < na || j < nb) {
+		int c;
+
+		if (i == na)
+			c = 1;
+		else if (j == nb)
+			c = -1;
+		else if (a[i].type != b[j].type)
+			c = a[i].type < b[j].type ? -1 : 1;
+		else
+			c = (a[i].stack > b[j].stack) - (a[i].stack < b[j].stack);
+		if (c < 0) {
+			out[n++] = a[i++];
+		} else if (c > 0) {
+			out[n++] = b[j++];
+		} else {
+			out[n] = a[i++];
+			out[n++].sum += b[j++].sum;
+		}
+	}
+	return n;
+}
+
+/* Room for n entries and as many per-type totals after them in st->merge. */
+static int _merge_reserve(struct sqlite_store *st, size_t n)
+{
+	if (2 * n > st->cap_merge) {
+		struct rollup_entry *m = realloc(st->merge, 2 * n * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		st->merge = m;
+		st->cap_merge = 2 * n;
+	}
+	return 0;
+}
+
+/*
+ * Writes the rollup row (table, bucket, series) as the n entries e (sorted
+ * by type, stack), replacing any row there. tot has room for n totals.
+ */
+static int _rollup_put(struct sqlite_store *st, int table, int64_t bucket, uint32_t series,
+		       const struct rollup_entry *e, uint32_t n, struct rollup_entry *tot)
+{
+	sqlite3_stmt *s = st->st[table == RU_MIN ? ST_RU_PUT_M : ST_RU_PUT_H];
+	const uint8_t *enc;
+	uint32_t nt = 0;
+	size_t len;
+	int rc, err;
+
+	sqlite3_bind_int64(s, 1, bucket);
+	sqlite3_bind_int64(s, 2, series);
+	/*
+	 * Per-type totals in a column of their own: series queries over long
+	 * windows need only them, not every stack of every minute.
+	 */
+	for (uint32_t k = 0; k < n; k++) {
+		if (nt && tot[nt - 1].type == e[k].type)
+			tot[nt - 1].sum += e[k].sum;
+		else
+			tot[nt++] = (struct rollup_entry){ 0, e[k].type, e[k].sum };
+	}
+	err = blockcodec__encode_rollup(st->codec, tot, nt, &enc, &len);
+	if (err)
+		return err;
+	rc = sqlite3_bind_blob(s, 3, enc, (int)len, SQLITE_TRANSIENT);
+	err = blockcodec__encode_rollup(st->codec, e, n, &enc, &len);
+	if (err) {
+		sqlite3_clear_bindings(s);
+		return err;
+	}
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_blob(s, 4, enc, (int)len, SQLITE_STATIC);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+	if (rc != SQLITE_DONE)
+		return sqlite__fail(st, rc, "rollup");
+	return 0;
+}
+
 /* Adds entries (sorted by type, stack) into the rollup row (table, bucket, series). */
 int sqlite__rollup_merge(struct sqlite_store *st, int table, int64_t bucket, uint32_t series,
 			 const struct rollup_entry *add, uint32_t nadd)
 {
 	sqlite3_stmt *s = st->st[table == RU_MIN ? ST_RU_GET_M : ST_RU_GET_H];
 	const struct rollup_entry *old = NULL;
-	uint32_t nold = 0, n = 0, i = 0, j = 0;
-	const uint8_t *enc;
-	size_t len;
+	uint32_t nold = 0, n;
 	int rc = SQLITE_DONE, err = 0;
 
 	sqlite3_bind_int64(s, 1, bucket);
@@ -197,78 +284,18 @@ int sqlite__rollup_merge(struct sqlite_store *st, int table, int64_t bucket, uin
 	sqlite3_reset(s);
 	if (err)
 		return err;
-	/* Twice: merged entries, then at most as many per-type totals. */
-	if (2 * ((size_t)nold + nadd) > st->cap_merge) {
-		size_t cap = 2 * ((size_t)nold + nadd);
-		struct rollup_entry *m = realloc(st->merge, cap * sizeof(*m));
-
-		if (!m)
-			return -ENOMEM;
-		st->merge = m;
-		st->cap_merge = cap;
-	}
-	while (i < nold || j < nadd) {
-		int c;
-
-		if (i == nold)
-			c = 1;
-		else if (j == nadd)
-			c = -1;
-		else if (old[i].type != add[j].type)
-			c = old[i].type < add[j].type ? -1 : 1;
-		else
-			c = (old[i].stack > add[j].stack) - (old[i].stack < add[j].stack);
-		if (c < 0) {
-			st->merge[n++] = old[i++];
-		} else if (c > 0) {
-			st->merge[n++] = add[j++];
-		} else {
-			st->merge[n] = old[i++];
-			st->merge[n++].sum += add[j++].sum;
-		}
-	}
-	s = st->st[table == RU_MIN ? ST_RU_PUT_M : ST_RU_PUT_H];
-	sqlite3_bind_int64(s, 1, bucket);
-	sqlite3_bind_int64(s, 2, series);
-	/*
-	 * Per-type totals in a column of their own: series queries over long
-	 * windows need only them, not every stack of every minute.
-	 */
-	{
-		/* The merge buffer has room for this after its n entries. */
-		struct rollup_entry *totals = st->merge + n;
-		uint32_t nt = 0;
-
-		for (uint32_t k = 0; k < n; k++) {
-			if (nt && totals[nt - 1].type == st->merge[k].type)
-				totals[nt - 1].sum += st->merge[k].sum;
-			else
-				totals[nt++] = (struct rollup_entry){ 0, st->merge[k].type, st->merge[k].sum };
-		}
-		err = blockcodec__encode_rollup(st->codec, totals, nt, &enc, &len);
-		if (err)
-			return err;
-		rc = sqlite3_bind_blob(s, 3, enc, (int)len, SQLITE_TRANSIENT);
-	}
-	err = blockcodec__encode_rollup(st->codec, st->merge, n, &enc, &len);
-	if (err) {
-		sqlite3_clear_bindings(s);
+	err = _merge_reserve(st, (size_t)nold + nadd);
+	if (err)
 		return err;
-	}
-	if (rc == SQLITE_OK)
-		rc = sqlite3_bind_blob(s, 4, enc, (int)len, SQLITE_STATIC);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_step(s);
-	sqlite3_reset(s);
-	sqlite3_clear_bindings(s);
-	if (rc != SQLITE_DONE)
-		return sqlite__fail(st, rc, "rollup");
-	return 0;
+	n = _merge_entries(old, nold, add, nadd, st->merge);
+	return _rollup_put(st, table, bucket, series, st->merge, n, st->merge + n);
 }
 
 /*
- * Sums the batch by (series, minute, type, stack), merges each minute into
- * rollup_1m, then re-buckets the sums by hour and merges them into rollup_1h.
+ * Sums the batch by (series, minute, type, stack) and merges each minute
+ * into rollup_1m. Samples of hours already built (older than
+ * hours_through: late ones) are re-bucketed by hour and merged into
+ * rollup_1h too; the others reach it through sqlite__roll_hours().
  */
 static int _write_rollups(struct sqlite_store *st, const struct wsample *ws, uint32_t n)
 {
@@ -285,6 +312,13 @@ static int _write_rollups(struct sqlite_store *st, const struct wsample *ws, uin
 	for (int table = RU_MIN; table < RU_NTABLES; table++) {
 		uint32_t k = 0;
 
+		if (table == RU_HOUR) {
+			for (uint32_t i = 0; i < m; i++)
+				if (rs[i].bucket < st->hours_through)
+					rs[k++] = rs[i];
+			m = k;
+			k = 0;
+		}
 		for (uint32_t i = 0; i < m; i++)
 			rs[i].bucket = sqlite__floor_to(rs[i].bucket, _ru_unit[table]);
 		qsort(rs, m, sizeof(*rs), sqlite__by_rollup);
@@ -320,6 +354,178 @@ int sqlite__meta_add(struct sqlite_store *st, const char *key, int64_t v)
 	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 2, v);
 	return sqlite__exec(st, ST_META_ADD);
+}
+
+int sqlite__meta_get(struct sqlite_store *st, const char *key, int64_t dflt, int64_t *v)
+{
+	sqlite3_bind_text(st->st[ST_META_GET], 1, key, -1, SQLITE_STATIC);
+	return sqlite__exec_int(st, ST_META_GET, dflt, v);
+}
+
+/*
+ * How long after an hour's end its hour rows wait: batches of other agents
+ * for that hour still arrive for a while, and each one after the build
+ * costs a merge into an hour row. Queries read the waiting hour as minutes.
+ */
+#define HOUR_GRACE	(2 * STORE_NS_MIN)
+
+/* One series' hour being summed from its minute rows. */
+struct hacc {
+	struct rollup_entry *e;
+	uint32_t n, cap;
+	int64_t series;
+};
+
+struct hroll {
+	struct u64map idx;		/* series -> index in acc */
+	struct hacc *acc;
+	uint32_t nacc, cap_acc;
+	struct rollup_entry *tmp;
+	size_t cap_tmp;
+};
+
+static void _hroll_free(struct hroll *h)
+{
+	for (uint32_t i = 0; i < h->nacc; i++)
+		free(h->acc[i].e);
+	free(h->acc);
+	free(h->tmp);
+	sqlite__map_free(&h->idx);
+}
+
+/* Adds one minute row's entries to its series' sum for the hour. */
+static int _hroll_add(struct hroll *h, int64_t series, const struct rollup_entry *e, uint32_t n)
+{
+	bool added;
+	uint64_t *slot = sqlite__map_upsert(&h->idx, (uint64_t)series, &added);
+	struct hacc *a;
+	size_t need;
+
+	if (!slot)
+		return -ENOMEM;
+	if (added) {
+		if (h->nacc == h->cap_acc) {
+			uint32_t ncap = h->cap_acc ? h->cap_acc * 2 : 64;
+			struct hacc *na = realloc(h->acc, ncap * sizeof(*na));
+
+			if (!na)
+				return -ENOMEM;
+			h->acc = na;
+			h->cap_acc = ncap;
+		}
+		h->acc[h->nacc] = (struct hacc){ .series = series };
+		*slot = h->nacc++;
+	}
+	a = &h->acc[*slot];
+	need = (size_t)a->n + n;
+	if (need > h->cap_tmp) {
+		struct rollup_entry *t = realloc(h->tmp, need * 2 * sizeof(*t));
+
+		if (!t)
+			return -ENOMEM;
+		h->tmp = t;
+		h->cap_tmp = need * 2;
+	}
+	/* The merged sum goes to tmp, which then trades places with the series' array. */
+	{
+		uint32_t m = _merge_entries(a->e, a->n, e, n, h->tmp);
+		struct rollup_entry *old = a->e;
+		size_t cap = a->cap;
+
+		a->e = h->tmp;
+		a->n = m;
+		a->cap = (uint32_t)h->cap_tmp;
+		h->tmp = old;
+		h->cap_tmp = cap;
+	}
+	return 0;
+}
+
+/* Writes every series' sum for hour and empties them. */
+static int _hroll_flush(struct sqlite_store *st, struct hroll *h, int64_t hour)
+{
+	int err = 0;
+
+	for (uint32_t i = 0; !err && i < h->nacc; i++) {
+		struct hacc *a = &h->acc[i];
+
+		if (!a->n)
+			continue;
+		err = _merge_reserve(st, a->n);
+		if (!err)
+			err = _rollup_put(st, RU_HOUR, hour, (uint32_t)a->series, a->e, a->n, st->merge);
+		a->n = 0;
+	}
+	return err;
+}
+
+void sqlite__roll_hours(struct sqlite_store *st, int64_t newest)
+{
+	sqlite3_stmt *s = st->st[ST_RU_ROLL_M];
+	struct hroll h = { 0 };
+	struct timespec now;
+	int64_t to, hour = -1;
+	int rc = SQLITE_DONE, err;
+
+	/* A clock far ahead on one agent must not close the hours of the rest. */
+	if (!clock_gettime(CLOCK_REALTIME, &now) &&
+	    (int64_t)now.tv_sec * 1000000000 + now.tv_nsec < newest)
+		newest = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+	if (newest < HOUR_GRACE)
+		return;
+	to = sqlite__floor_to(newest - HOUR_GRACE, STORE_NS_HOUR);
+	if (to <= st->hours_through)
+		return;
+	err = sqlite__exec(st, ST_BEGIN);
+	if (err)
+		goto fail;
+	/* Rows come in bucket order: an hour is complete when the next begins. */
+	sqlite3_bind_int64(s, 1, st->hours_through);
+	sqlite3_bind_int64(s, 2, to);
+	while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		int64_t h1 = sqlite__floor_to(sqlite3_column_int64(s, 0), STORE_NS_HOUR);
+		const struct rollup_entry *e;
+		uint32_t n;
+
+		if (h1 != hour) {
+			if (hour >= 0)
+				err = _hroll_flush(st, &h, hour);
+			hour = h1;
+		}
+		if (!err)
+			err = blockcodec__decode_rollup(st->codec, sqlite3_column_blob(s, 2),
+							sqlite3_column_bytes(s, 2), &e, &n);
+		if (err == -EINVAL) {
+			pr_warn("store: sqlite: corrupt rollup_1m row (bucket %lld, series %lld)\n",
+				(long long)sqlite3_column_int64(s, 0),
+				(long long)sqlite3_column_int64(s, 1));
+			err = -EIO;
+		}
+		if (!err)
+			err = _hroll_add(&h, sqlite3_column_int64(s, 1), e, n);
+	}
+	sqlite3_reset(s);
+	if (!err && rc != SQLITE_DONE)
+		err = sqlite__fail(st, rc, "rollup_1m");
+	if (!err && hour >= 0)
+		err = _hroll_flush(st, &h, hour);
+	if (!err) {
+		sqlite3_bind_text(st->st[ST_META_SET], 1, "hours_through", -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st->st[ST_META_SET], 2, to);
+		err = sqlite__exec(st, ST_META_SET);
+	}
+	if (!err)
+		err = sqlite__exec(st, ST_COMMIT);
+	if (!err) {
+		st->hours_through = to;
+		_hroll_free(&h);
+		return;
+	}
+	sqlite__exec(st, ST_ROLLBACK);
+fail:
+	pr_warn("store: sqlite: building hour rollups before %lld: %s\n", (long long)to,
+		strerror(-err));
+	_hroll_free(&h);
 }
 
 static int _by_due(const void *pa, const void *pb)
@@ -400,7 +606,13 @@ static int _compact_window(struct sqlite_store *st, const struct due *d)
 		err = sqlite__fail(st, rc, "compaction");
 	if (err || nids < 2)
 		goto out;
-	qsort(all, nall, sizeof(*all), _by_ts);
+	/* Blocks come in the order they were written: sorted already, unless data came late. */
+	for (uint32_t i = 1; i < nall; i++) {
+		if (all[i].ts_ns < all[i - 1].ts_ns) {
+			qsort(all, nall, sizeof(*all), _by_ts);
+			break;
+		}
+	}
 	err = _insert_block(st, (uint32_t)d->series, d->type, all, nall);
 	for (uint32_t i = 0; !err && i < nids; i++) {
 		sqlite3_bind_int64(st->st[ST_BLOCK_DEL], 1, ids[i]);
@@ -601,7 +813,8 @@ int sqlite__write(void *impl, const char *node, const struct batch *b)
 			goto out;
 		}
 		ws[i] = (struct wsample){
-			.ts = bs->ts_ns, .value = bs->value, .series = (uint32_t)series,
+			.ts = bs->ts_ns, .value = bs->value, .window = sqlite__floor_to(bs->ts_ns, SPAN),
+			.series = (uint32_t)series,
 			.type = bs->type, .stack = (uint32_t)stack, .tid = bs->tid, .cpu = bs->cpu,
 		};
 	}
@@ -619,8 +832,14 @@ int sqlite__write(void *impl, const char *node, const struct batch *b)
 	if (!err)
 		err = sqlite__exec(st, ST_COMMIT);
 	if (!err) {
+		int64_t newest = 0;
+
 		in_txn = false;
 		sqlite__compact(st, due, ndue);
+		for (uint32_t i = 0; i < b->nsamples; i++)
+			if (ws[i].ts > newest)
+				newest = ws[i].ts;
+		sqlite__roll_hours(st, newest);
 	}
 out:
 	if (err && in_txn) {
