@@ -214,6 +214,21 @@ struct {
 
 __u64 last_describe_wake_ns;
 
+/*
+ * Ring buffer bytes pending above which a record wakes the agent (0:
+ * never). Records wait for the agent's timer otherwise; off-CPU records
+ * come in bursts of any size, and a timer slow enough to cost next to
+ * nothing leaves even samples little room at high rates.
+ */
+const volatile __u64 events_wakeup_bytes = 0;
+
+static __always_inline __u64 fill_wakeup(void)
+{
+	return events_wakeup_bytes &&
+	       bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > events_wakeup_bytes ?
+	       BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline __u64 describe_wakeup(__u32 tgid, __u32 flags)
 {
 	struct describe_wake *w, nw = {};
@@ -727,6 +742,8 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 		if (wake != BPF_RB_FORCE_WAKEUP)
 			wake = describe_wakeup(tgid, s->flags);
 	}
+	if (wake != BPF_RB_FORCE_WAKEUP)
+		wake = fill_wakeup();
 
 	size = offsetof(struct fw_sample, addrs) +
 	       ((__u64)s->kstack_len + s->ustack_len + 2 * (__u64)s->pystack_len) * sizeof(__u64);
@@ -781,8 +798,6 @@ const volatile bool offcpu_walk_all = false;
  * in a preallocated table by tid (offcpu_threads), emptied at thread exit.
  */
 const volatile bool offcpu_task_storage = true;
-/* Ring buffer bytes pending above which an off-CPU record wakes the agent. */
-const volatile __u64 offcpu_wakeup_bytes = 0;
 /*
  * The kernel's .sched.text (from kallsyms; 0: unknown), where __schedule()
  * lives. The kernel stack of a block starts in this program, the
@@ -790,6 +805,12 @@ const volatile __u64 offcpu_wakeup_bytes = 0;
  * the tracepoint's static call makes them, which the record says to skip.
  */
 const volatile __u64 sched_text_start = 0;
+/*
+ * The agent's own process (0: none): its blocks are its idle waits for
+ * the next tick, known in advance and of no use to anyone, and walking
+ * each of them (with the record it makes) was a steady share of its cost.
+ */
+const volatile __u32 offcpu_skip_tgid = 0;
 const volatile __u64 sched_text_end = 0;
 
 struct {
@@ -953,9 +974,7 @@ static __always_inline bool offcpu_walk(void *ctx, struct task_struct *task, str
 /* Python code objects to read, or a buffer filling up: the agent drains now. */
 static __always_inline __u64 offcpu_wake(bool python)
 {
-	return python || (offcpu_wakeup_bytes &&
-			  bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > offcpu_wakeup_bytes) ?
-	       BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	return python ? BPF_RB_FORCE_WAKEUP : fill_wakeup();
 }
 
 /*
@@ -1101,7 +1120,7 @@ static __always_inline void offcpu_leave(void *ctx, bool preempt, bool exiting)
 	bool blocking, walk;
 	__u64 ip, nr;
 
-	if (!tid || (task->flags & FW_PF_KTHREAD) || !is_followed(tgid))
+	if (!tid || tgid == offcpu_skip_tgid || (task->flags & FW_PF_KTHREAD) || !is_followed(tgid))
 		return;
 	blocking = !preempt && !exiting &&
 		   (task->__state & (FW_TASK_INTERRUPTIBLE | FW_TASK_UNINTERRUPTIBLE));
@@ -1288,9 +1307,10 @@ const volatile __u64 cuda_wakeup_bytes = 0;
 const volatile __u64 cuda_launch_max_bytes = 0;
 
 /*
- * CPU samples never wake the agent: it drains on a 100 ms timer, and their
- * rate is fixed. Launches and records come in bursts of any size, and a
- * lost record is lost GPU time, so they wake it once the buffer fills up.
+ * CPU samples wake the agent only once their buffer is a quarter full: it
+ * drains on a timer, and their rate is fixed. Launches and records come in
+ * bursts of any size, and a lost record is lost GPU time, so they wake it
+ * once their own buffer fills up.
  */
 static __always_inline __u64 cuda_submit_flags(void)
 {
