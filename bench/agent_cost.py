@@ -22,7 +22,9 @@ The load starts first and runs through every agent.
 
 Each --agent is NAME=BINARY, then VAR=VALUE environment settings and extra
 arguments (e.g. `--gpu-interval off`). It runs alone (agents in turn, so
-none samples another and BPF maps are told apart): `flamewatch agent`
+none samples another and BPF maps are told apart), or with --together all
+at once over the same window (the same host noise for each; each samples
+and walks the others, and the unwind inner maps cannot be told apart): `flamewatch agent`
 shipping to a `flamewatch server` on loopback (not counted), or with
 --mode run `flamewatch run` (server included, counted). After --warmup
 seconds, over --seconds:
@@ -37,7 +39,10 @@ seconds, over --seconds:
     maps (fw_unwind*, created since the agent started, held by the kernel
     only; other flamewatch processes on the host would count here too).
 --perf DIR records the agent over the window (perf record -g, cpu-clock,
-999 Hz) and prints where its CPU went, by symbol.
+999 Hz) and prints where its CPU went, by symbol. --smaps prints its RSS
+by mapping at the end. --lib-dir DIR puts DIR first in the agent's
+LD_LIBRARY_PATH: build/fakes runs its NVML rounds against the fake
+libnvidia-ml.so.1 on a machine without a GPU.
 """
 
 import argparse
@@ -50,10 +55,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import exact_rss_kib, free_port, status_kib  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
+from agent_memory import smaps_by_mapping  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -276,13 +284,20 @@ def held_map_bytes(pid):
 
 
 def inner_unwind_map_bytes(after_id, held):
+    """Bytes of the unwind tables' inner maps, and the largest maps by name
+    (those held and those inner maps)."""
     out = subprocess.run(["bpftool", "map", "show", "-j"], capture_output=True, text=True)
     try:
         maps = json.loads(out.stdout)
     except ValueError:
-        return None
-    return sum(m.get("bytes_memlock", 0) for m in maps
-               if m["id"] > after_id and m["id"] not in held and m.get("name", "").startswith("fw_unwind"))
+        return None, []
+    inner = [m for m in maps
+             if m["id"] > after_id and m["id"] not in held and m.get("name", "").startswith("fw_unwind")]
+    by_name = {}
+    for m in inner + [m for m in maps if m["id"] in held]:
+        by_name[m.get("name", "?")] = by_name.get(m.get("name", "?"), 0) + m.get("bytes_memlock", 0)
+    top = sorted(((b, n) for n, b in by_name.items()), reverse=True)[:8]
+    return sum(m.get("bytes_memlock", 0) for m in inner), [(n, b >> 10) for b, n in top]
 
 
 def max_map_id():
@@ -291,6 +306,21 @@ def max_map_id():
         return max((m["id"] for m in json.loads(out.stdout)), default=0)
     except ValueError:
         return 0
+
+
+def offcpu_walks(port):
+    """Off-CPU stack walks so far (blocks walked, and walks of blocks that
+    turned out short), from the agent's /metrics; None without them."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    except OSError:
+        return None
+    n = 0
+    for line in text.splitlines():
+        if line.startswith('flamewatch_agent_offcpu_blocks_total{stack="walked"}') or \
+           line.startswith("flamewatch_agent_offcpu_wasted_walks_total"):
+            n += float(line.split()[-1])
+    return n
 
 
 def perf_breakdown(data, out):
@@ -308,64 +338,90 @@ def perf_breakdown(data, out):
     (out / f"{data.stem}.children.txt").write_text(r.stdout)
 
 
-def run_agent(name, binary, env, extra, a, out):
-    port = free_port()
-    data = out / f"data-{name}"
-    server = None
-    if a.mode == "agent":
-        server = subprocess.Popen([binary, "server", "--listen", f"127.0.0.1:{port}", "--data", data],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1)
-        argv = [binary, "agent", "--server", f"http://127.0.0.1:{port}", "--node", name]
-    else:
-        argv = [binary, "run", "--listen", f"127.0.0.1:{port}", "--data", data]
-    argv += ["-F", str(a.hz)] + extra
-    first_map = max_map_id()
-    log = open(out / f"{name}.log", "w")
-    p = subprocess.Popen([str(x) for x in argv], env=dict(os.environ, **env), stdout=log, stderr=log)
+def run_agents(specs, a, out):
+    """Starts the agents of specs together, measures them over the same
+    window, stops them; a row per agent."""
+    runs, rows = [], []
     try:
+        for name, binary, env, extra in specs:
+            port = free_port()
+            data = out / f"data-{name}"
+            server, mport = None, None
+            if a.mode == "agent":
+                server = subprocess.Popen([binary, "server", "--listen", f"127.0.0.1:{port}", "--data", data],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(1)
+                mport = free_port()
+                argv = [binary, "agent", "--server", f"http://127.0.0.1:{port}", "--node", name,
+                        "--metrics-listen", f"127.0.0.1:{mport}"]
+            else:
+                argv = [binary, "run", "--listen", f"127.0.0.1:{port}", "--data", data]
+            argv += ["-F", str(a.hz)] + extra
+            first_map = max_map_id()
+            log = open(out / f"{name}.log", "w")
+            env = dict(os.environ, **env)
+            if a.lib_dir:
+                env["LD_LIBRARY_PATH"] = ":".join(x for x in (str(a.lib_dir.resolve()),
+                                                              env.get("LD_LIBRARY_PATH")) if x)
+            p = subprocess.Popen([str(x) for x in argv], env=env, stdout=log, stderr=log)
+            runs.append({"name": name, "p": p, "server": server, "mport": mport, "first_map": first_map})
         time.sleep(a.warmup)
-        if p.poll() is not None:
-            raise SystemExit(f"{name}: exited with {p.returncode}; see {out / (name + '.log')}")
-        rec = None
+        for r in runs:
+            if r["p"].poll() is not None:
+                raise SystemExit(f"{r['name']}: exited with {r['p'].returncode}; see {out / (r['name'] + '.log')}")
+        recs = []
         if a.perf:
-            rec = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-g", "-p",
-                                    str(p.pid), "-o", str(out / f"{name}.perf.data"), "--", "sleep",
-                                    str(a.seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        ids = prog_ids(p.pid)
-        t0, c0, b0, s0 = time.monotonic(), tree_cpu_s(p.pid), bpf_progs(ids), ctx_switches(p.pid)
+            recs = [subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-g", "-p",
+                                      str(r["p"].pid), "-o", str(out / f"{r['name']}.perf.data"), "--",
+                                      "sleep", str(a.seconds)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for r in runs]
+        for r in runs:
+            pid = r["p"].pid
+            r["ids"] = prog_ids(pid)
+            r["w0"] = offcpu_walks(r["mport"]) if r["mport"] else None
+            r["c0"], r["b0"], r["s0"] = tree_cpu_s(pid), bpf_progs(r["ids"]), ctx_switches(pid)
+        t0 = time.monotonic()
         time.sleep(a.seconds)
         wall = time.monotonic() - t0
-        c1, b1, s1 = tree_cpu_s(p.pid), bpf_progs(ids), ctx_switches(p.pid)
-        per_prog = sorted(((v[1] - b0[k][1], v[2] - b0[k][2], v[0]) for k, v in b1.items() if k in b0),
-                          reverse=True)
-        held, held_ids = held_map_bytes(p.pid)
-        inner = inner_unwind_map_bytes(first_map, held_ids)
-        row = {
-            "cpu_pct": 100 * (c1 - c0) / wall,
-            "bpf_pct": 100 * sum(ns for ns, _, _ in per_prog) / 1e9 / wall if b1 else None,
-            "progs": [(n, round(100 * ns / 1e9 / wall, 3), round(cnt / wall, 1), round(ns / cnt / 1e3, 2))
-                      for ns, cnt, n in per_prog if cnt],
-            "wakeups": (s1 - s0) / wall,
-            "hwm": status_kib(p.pid, "VmHWM"), "rss": status_kib(p.pid, "VmRSS"),
-            "anon": status_kib(p.pid, "RssAnon"), "exact": exact_rss_kib(p.pid),
-            "maps": held, "inner": inner,
-        }
-        if rec:
+        for r in runs:
+            pid = r["p"].pid
+            c1, b1, s1 = tree_cpu_s(pid), bpf_progs(r["ids"]), ctx_switches(pid)
+            w1 = offcpu_walks(r["mport"]) if r["mport"] else None
+            b0, w0 = r["b0"], r["w0"]
+            per_prog = sorted(((v[1] - b0[k][1], v[2] - b0[k][2], v[0]) for k, v in b1.items() if k in b0),
+                              reverse=True)
+            held, held_ids = held_map_bytes(pid)
+            inner, maps_by_name = inner_unwind_map_bytes(r["first_map"], held_ids)
+            rows.append((r["name"], {
+                "cpu_pct": 100 * (c1 - r["c0"]) / wall,
+                "bpf_pct": 100 * sum(ns for ns, _, _ in per_prog) / 1e9 / wall if b1 else None,
+                "progs": [(n, round(100 * ns / 1e9 / wall, 3), round(cnt / wall, 1), round(ns / cnt / 1e3, 2))
+                          for ns, cnt, n in per_prog if cnt],
+                "wakeups": (s1 - r["s0"]) / wall,
+                "offcpu_walks": (w1 - w0) / wall if w0 is not None and w1 is not None else None,
+                "hwm": status_kib(pid, "VmHWM"), "rss": status_kib(pid, "VmRSS"),
+                "anon": status_kib(pid, "RssAnon"), "exact": exact_rss_kib(pid),
+                "maps": held, "inner": inner, "maps_by_name": maps_by_name,
+                "smaps": smaps_by_mapping(pid)[:15] if a.smaps else [],
+            }))
+        for rec in recs:
             rec.wait(timeout=60)
     finally:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            p.kill()
-        if server:
-            server.terminate()
-            server.wait(timeout=30)
-    text = (out / f"{name}.log").read_text(errors="replace")
-    m = re.findall(r"unwind tables: .*", text)
-    row["unwind"] = m[-1] if m else ""
-    return row
+        for r in runs:
+            r["p"].send_signal(signal.SIGINT)
+        for r in runs:
+            try:
+                r["p"].wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                r["p"].kill()
+            if r["server"]:
+                r["server"].terminate()
+                r["server"].wait(timeout=30)
+    for name, row in rows:
+        text = (out / f"{name}.log").read_text(errors="replace")
+        m = re.findall(r"unwind tables: .*", text)
+        row["unwind"] = m[-1] if m else ""
+    return rows
 
 
 def main():
@@ -380,6 +436,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=60)
     ap.add_argument("--perf", type=Path, help="record each agent's CPU into this folder and break it down")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--together", action="store_true",
+                    help="run the agents at once, over the same window (each then samples the others)")
+    ap.add_argument("--smaps", action="store_true", help="print each agent's RSS by mapping at the end")
+    ap.add_argument("--lib-dir", type=Path, help="first in the agent's LD_LIBRARY_PATH (build/fakes: fake NVML)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("agent_cost: needs root")
@@ -397,40 +457,45 @@ def main():
 
     old = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
     open("/proc/sys/kernel/bpf_stats_enabled", "w").write("1")
-    total = len(runs) * (a.warmup + a.seconds + 60) + 30
+    total = (1 if a.together else len(runs)) * (a.warmup + a.seconds + 60) + 30
     load = start_load(a.load, total, a.python)
     time.sleep(10)  # imports done, libraries mapped, the loop running
     rows = []
     try:
-        for name, binary, env, extra in runs:
+        for group in ([runs] if a.together else [[r] for r in runs]):
             if any(p.poll() is not None for p in load):
                 sys.exit("agent_cost: the load stopped")
-            row = run_agent(name, binary, env, extra, a, out)
-            rows.append((name, row))
-            print(f"{name}: {row}", flush=True)
-            if a.perf:
-                perf_breakdown(out / f"{name}.perf.data", a.perf)
+            for name, row in run_agents(group, a, out):
+                rows.append((name, row))
+                print(f"{name}: {row}", flush=True)
+                if a.perf:
+                    perf_breakdown(out / f"{name}.perf.data", a.perf)
     finally:
         open("/proc/sys/kernel/bpf_stats_enabled", "w").write(old)
         for p in load:
             p.kill()
             p.wait()
 
-    print(f"\n{os.cpu_count()} CPUs; load {a.load}; `flamewatch {a.mode}` at {a.hz} Hz, each alone; "
+    print(f"\n{os.cpu_count()} CPUs; load {a.load}; `flamewatch {a.mode}` at {a.hz} Hz, "
+          f"{'all at once' if a.together else 'each alone'}; "
           f"{a.warmup} s start-up, then {a.seconds} s measured\n")
-    print("| agent | CPU % of a core | BPF % | total % | wakeups/s | VmHWM MiB | RSS MiB | RssAnon MiB "
-          "| exact RSS MiB | maps held KiB | unwind inner maps KiB |")
-    print("|---" * 11 + "|")
+    print("| agent | CPU % of a core | BPF % | total % | wakeups/s | off-CPU walks/s | VmHWM MiB | RSS MiB "
+          "| RssAnon MiB | exact RSS MiB | maps held KiB | unwind inner maps KiB |")
+    print("|---" * 12 + "|")
     for name, r in rows:
         f = lambda v, s="{:.2f}": s.format(v) if v is not None else "-"
         tot = r["cpu_pct"] + (r["bpf_pct"] or 0)
         print(f"| {name} | {r['cpu_pct']:.3f} | {f(r['bpf_pct'], '{:.3f}')} | {tot:.3f} | {r['wakeups']:.1f} | "
+              f"{f(r['offcpu_walks'], '{:.1f}')} | "
               f"{f(r['hwm'] / 1024)} | {f(r['rss'] / 1024)} | {f(r['anon'] / 1024)} | {f(r['exact'] / 1024)} | "
               f"{r['maps'] / 1024:.0f} | {f(r['inner'] / 1024 if r['inner'] is not None else None, '{:.0f}')} |")
     for name, r in rows:
         print(f"{name}: BPF by program (name, % of a core, runs/s, us a run): {r.get('progs')}")
+        print(f"{name}: largest BPF maps (name, KiB): {r['maps_by_name']}")
         if r["unwind"]:
             print(f"{name}: {r['unwind']}")
+        for kb, what in r["smaps"]:
+            print(f"    {kb:8d} kB  {what}")
     print(f"\nlogs in {out}")
 
 
