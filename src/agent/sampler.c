@@ -87,6 +87,7 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_OFFCPU_WALKS_SHORT] = "offcpu_walks_short",
 	[FW_STAT_OFFCPU_NO_THREAD] = "offcpu_no_thread",
 	[FW_STAT_OFFCPU_UNSEEN] = "offcpu_unseen",
+	[FW_STAT_UNWIND_ROW_CACHED] = "unwind_rows_cached",
 };
 
 bool sampler__use_bpf_loop(void)

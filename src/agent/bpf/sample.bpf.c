@@ -401,6 +401,62 @@ __noinline int find_chunk_row(__u32 file_id, __u32 pc, struct unwind_row *out)
 	return 0;
 }
 
+/*
+ * The rows of the call sites walked lately, per CPU, direct-mapped by
+ * (file, pc). A row's search costs a map lookup per step (an inner map's
+ * lookups are calls, never inlined), ~20 for a large library; a process
+ * that runs for days walks the same few hundred return addresses in every
+ * sample and block, so most frames cost one lookup here instead. A file id
+ * always names the same file (unwinder.c keys ids by build id, or device
+ * and inode), so an entry never goes stale; a slot taken by another site
+ * is overwritten.
+ */
+#define ROW_CACHE_SLOTS 2048	/* 16 bytes each: 32 KiB, the most a per-CPU value may hold */
+
+struct row_cache {
+	struct {
+		__u32 file_id;	/* 0: empty (no file has id 0) */
+		__u32 pc;
+		struct unwind_row row;
+	} e[ROW_CACHE_SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct row_cache);
+} row_cache SEC(".maps");
+
+/*
+ * As find_row() or find_chunk_row(), through the row cache: 0, -1, or -2
+ * (chunk not built). Global, like them: inlined, the stack walk's step
+ * grew past what the verifier will explore.
+ */
+__noinline int cached_row(__u32 file_id, __u32 row_count, __u32 pc, struct unwind_row *out)
+{
+	__u32 zero = 0, slot = ((pc ^ (file_id << 20)) * 0x9e3779b1u) >> 21;
+	struct row_cache *c;
+	int r;
+
+	if (!out)	/* the verifier takes a global function's pointer as nullable */
+		return -1;
+	c = bpf_map_lookup_elem(&row_cache, &zero);
+	slot &= ROW_CACHE_SLOTS - 1;
+	if (c && c->e[slot].file_id == file_id && c->e[slot].pc == pc) {
+		*out = c->e[slot].row;
+		stat_inc(FW_STAT_UNWIND_ROW_CACHED);
+		return 0;
+	}
+	r = row_count ? find_row(file_id, row_count, pc, out) : find_chunk_row(file_id, pc, out);
+	if (!r && c) {
+		c->e[slot].file_id = file_id;
+		c->e[slot].pc = pc;
+		c->e[slot].row = *out;
+	}
+	return r;
+}
+
 static __always_inline int read_user_u64(__u64 *dst, __u64 addr)
 {
 	return bpf_probe_read_user(dst, sizeof(*dst), (void *)addr);
@@ -451,9 +507,7 @@ static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_p
 		if (!m)
 			st->flags |= FW_SAMPLE_UNKNOWN_MAPPING;
 		else if (m->file_id && pc - m->bias <= 0xffffffffULL) {
-			int r = m->row_count ?
-				find_row(m->file_id, m->row_count, pc - m->bias, &found) :
-				find_chunk_row(m->file_id, pc - m->bias, &found);
+			int r = cached_row(m->file_id, m->row_count, pc - m->bias, &found);
 
 			if (!r) {
 				row = &found;
