@@ -134,18 +134,21 @@ static void _on_ready(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * CONTINUOUS_TICK_MS, or FLAMEWATCH_TICK_MS: a testing knob, so that a test
+ * CONTINUOUS_TICK_MS, or the batch interval where that is shorter (a batch
+ * goes at a tick), or FLAMEWATCH_TICK_MS: a testing knob, so that a test
  * can show that the ring buffers wake the agent when they fill, not the
  * timer.
  */
-static long _tick_ms(void)
+static long _tick_ms(uint64_t interval_ns)
 {
 	const char *s = getenv("FLAMEWATCH_TICK_MS");
 	char *end;
 	long v;
 
-	if (!s || !*s)
-		return CONTINUOUS_TICK_MS;
+	if (!s || !*s) {
+		v = (long)(interval_ns / 1000000);
+		return interval_ns && v < CONTINUOUS_TICK_MS ? (v < 10 ? 10 : v) : CONTINUOUS_TICK_MS;
+	}
 	v = strtol(s, &end, 10);
 	if (*end || v < 10 || v > 3600000) {
 		pr_warn("FLAMEWATCH_TICK_MS: '%s' is not a number of milliseconds from 10 to "
@@ -185,7 +188,7 @@ int continuous__start(struct continuous *c, struct event_base *base,
 		.offcpu_no_attach = !o->no_cpu_strips,
 		.offcpu_skip_self = true,
 	};
-	long tick_ms = _tick_ms();
+	long tick_ms = _tick_ms(o->interval_ns);
 	struct timeval every = { tick_ms / 1000, (tick_ms % 1000) * 1000 };
 
 	memset(c, 0, sizeof(*c));
