@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "agent/collector.h"
@@ -281,6 +282,7 @@ struct collector *collector__new(const struct collector_opts *o, uint64_t start_
 		.on_offcpu = o->offcpu_min_ns ? _on_offcpu : NULL,
 		.offcpu_min_ns = o->offcpu_min_ns,
 		.offcpu_walk_all = o->offcpu_walk_all,
+		.offcpu_skip_pid = o->offcpu_skip_self ? getpid() : 0,
 		.offcpu_no_attach = o->offcpu_no_attach,
 	};
 	struct unwinder_maps um;

@@ -10,7 +10,8 @@
  * The CPU collector shared by `record`, `agent` and `run`: the BPF sampler,
  * process tracking, the unwinder's tables and the profile being filled,
  * wired together. The caller owns the clock: it calls collector__wait()
- * while it has nothing else to do and collector__tick() every 100 ms.
+ * while it has nothing else to do and collector__tick() every
+ * COLLECTOR_TICK_MS (record) or CONTINUOUS_TICK_MS (agents).
  */
 struct collector;
 struct cpu_profile;
@@ -38,6 +39,11 @@ struct collector_opts {
 	 * while), not only of those likely to reach offcpu_min_ns.
 	 */
 	bool offcpu_walk_all;
+	/*
+	 * Leave this process's own blocks out of off-CPU time (agents): they
+	 * are its waits for the next tick, and each cost a walk and a record.
+	 */
+	bool offcpu_skip_self;
 	/* Load the off-CPU handler unattached: see collector__offcpu_prog_fd(). */
 	bool offcpu_no_attach;
 	/* Aggregated mode: the enum sample_type the profile counts (SAMPLE_CPU: 0). */

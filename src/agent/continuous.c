@@ -133,6 +133,40 @@ static void _on_ready(evutil_socket_t fd, short what, void *arg)
 	collector__drain(c->collector);
 }
 
+/*
+ * CONTINUOUS_TICK_MS, or the batch interval where that is shorter (a batch
+ * goes at a tick), or FLAMEWATCH_TICK_MS: a testing knob, so that a test
+ * can show that the ring buffers wake the agent when they fill, not the
+ * timer.
+ */
+static long _tick_ms(uint64_t interval_ns)
+{
+	const char *s = getenv("FLAMEWATCH_TICK_MS");
+	char *end;
+	long v;
+
+	if (!s || !*s) {
+		v = (long)(interval_ns / 1000000);
+		return interval_ns && v < CONTINUOUS_TICK_MS ? (v < 10 ? 10 : v) : CONTINUOUS_TICK_MS;
+	}
+	v = strtol(s, &end, 10);
+	if (*end || v < 10 || v > 3600000) {
+		pr_warn("FLAMEWATCH_TICK_MS: '%s' is not a number of milliseconds from 10 to "
+			"3600000; the tick is %d ms\n", s, CONTINUOUS_TICK_MS);
+		return CONTINUOUS_TICK_MS;
+	}
+	return v;
+}
+
+static void _on_strips_ready(evutil_socket_t fd, short what, void *arg)
+{
+	struct continuous *c = arg;
+
+	(void)fd;
+	(void)what;
+	cpu_strips__drain(c->strips, collector__profile(c->collector));
+}
+
 /* CONTINUOUS_UNWIND_ON_DEMAND_BYTES, or FLAMEWATCH_UNWIND_ON_DEMAND_KB (0: only files that do not fit). */
 static uint64_t _on_demand_bytes(void)
 {
@@ -152,8 +186,10 @@ int continuous__start(struct continuous *c, struct event_base *base,
 				 o->offcpu_min_ns ? o->offcpu_min_ns : CONTINUOUS_OFFCPU_MIN_NS,
 		/* The strips' program tail-calls it; attached alone only without them. */
 		.offcpu_no_attach = !o->no_cpu_strips,
+		.offcpu_skip_self = true,
 	};
-	struct timeval every = { 0, COLLECTOR_TICK_MS * 1000 };
+	long tick_ms = _tick_ms(o->interval_ns);
+	struct timeval every = { tick_ms / 1000, (tick_ms % 1000) * 1000 };
 
 	memset(c, 0, sizeof(*c));
 	c->interval_ns = o->interval_ns;
@@ -192,8 +228,15 @@ int continuous__start(struct continuous *c, struct event_base *base,
 		c->ready = event_new(base, collector__fd(c->collector), EV_READ | EV_PERSIST,
 				     _on_ready, c);
 		if (!c->ready || event_add(c->ready, NULL))
-			pr_warn("cannot watch the ring buffer: it is drained every %d ms only\n",
-				COLLECTOR_TICK_MS);
+			pr_warn("cannot watch the ring buffer: it is drained every %ld ms only\n",
+				tick_ms);
+	}
+	if (cpu_strips__fd(c->strips) >= 0) {
+		c->strips_ready = event_new(base, cpu_strips__fd(c->strips), EV_READ | EV_PERSIST,
+					    _on_strips_ready, c);
+		if (!c->strips_ready || event_add(c->strips_ready, NULL))
+			pr_warn("cannot watch the CPU strips' ring buffer: it is drained every %ld ms "
+				"only\n", tick_ms);
 	}
 	c->last_flush_ns = _mono_ns();
 	if (o->gpu_interval_ns) {
@@ -225,6 +268,10 @@ void continuous__stop(struct continuous *c)
 	if (c->ready) {
 		event_free(c->ready);
 		c->ready = NULL;
+	}
+	if (c->strips_ready) {
+		event_free(c->strips_ready);
+		c->strips_ready = NULL;
 	}
 	if (!c->collector)
 		return;

@@ -9,7 +9,9 @@
 
 /*
  * Continuous host-wide collection on an event loop, for `agent` and `run`:
- * drains the sampler every 100 ms and hands a named batch of timestamped
+ * drains the sampler every CONTINUOUS_TICK_MS (and whenever a ring buffer
+ * fills to a quarter or asks for a process's tables) and hands a named
+ * batch of timestamped
  * samples to deliver() every interval, or sooner once it holds max_samples
  * samples or CONTINUOUS_EARLY_INTERVALS CPU intervals.
  */
@@ -22,6 +24,14 @@
  * and node are over. `record` builds every table at once: its runs are
  * short and its first samples count.
  */
+/*
+ * The agent's timer. Each tick is a wakeup with fixed work (the drains,
+ * the strips' per-CPU state, GPU points), most of the agent's cost on a
+ * quiet node at 100 ms; the ring buffers wake it at a quarter full
+ * instead, so a slower timer loses nothing.
+ */
+#define CONTINUOUS_TICK_MS 500
+
 #define CONTINUOUS_UNWIND_ON_DEMAND_BYTES (1u << 20)
 
 /*
@@ -54,6 +64,7 @@ struct continuous {
 	struct collector *collector;
 	struct event *tick;
 	struct event *ready;	/* the ring buffer asks to be drained early */
+	struct event *strips_ready;	/* so does the strips' */
 	uint64_t interval_ns, last_flush_ns;
 	uint32_t max_samples;
 	uint64_t java_perfmap_interval_ns;	/* 0: off */

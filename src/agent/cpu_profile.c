@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/cpu_profile.h"
@@ -961,15 +962,22 @@ int cpu_profile__symbolize(struct cpu_profile *cp)
 int cpu_profile__symbolize_jit(struct cpu_profile *cp)
 {
 	uint32_t first = cp->jit_named_upto;
+	struct timespec ts;
+	uint64_t now;
 	int err;
 
 	/*
-	 * Once a second, frames still unnamed are tried again: JVMs asked for
-	 * their map with jcmd write it after their code first ran, and a
-	 * process that has exited by the final naming can no longer be read.
+	 * Once a second (whatever the caller's tick), frames still unnamed are
+	 * tried again: JVMs asked for their map with jcmd write it after their
+	 * code first ran, and a process that has exited by the final naming
+	 * can no longer be read.
 	 */
-	if (++cp->jit_calls % 10 == 0)
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+	if (now - cp->jit_retry_ns >= 1000000000ULL) {
+		cp->jit_retry_ns = now;
 		first = 0;
+	}
 	if (first == cp->p->nframes)
 		return 0;
 	err = _symbolize(cp, first, 1u << FRAME_JIT, false);

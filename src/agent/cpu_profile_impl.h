@@ -40,7 +40,7 @@ struct cpu_profile {
 	uint64_t unresolved;
 	uint32_t *frames;	/* scratch for one stack */
 	uint32_t jit_named_upto;	/* frames below this id had their JIT names looked up */
-	uint32_t jit_calls;
+	uint64_t jit_retry_ns;	/* CLOCK_MONOTONIC of the last retry of every JIT frame */
 	struct kallsyms_table ksyms;	/* kernel text symbols, loaded on first use */
 	bool ksyms_tried;
 	struct intern *sym_keys;	/* symbol cache: (owner, addr) -> index in sym_name_of */

@@ -122,7 +122,8 @@ static int _add(struct cpu_strips *s, struct batch *b, uint32_t cpu, uint32_t pi
  * two, 64 KiB at least: 1 MiB on 16 CPUs, 128 KiB on 2 (of RSS too: its
  * data is mapped once, see ringbuf.h). Threads that switch as fast as they
  * can (the pingpong workload) write about half the worst case: the ring
- * then lasts a second without a drain, ten of the agent's ticks.
+ * then lasts a second without a drain, two of the agent's ticks, and it
+ * wakes the agent at a quarter full whatever the rate.
  */
 static uint32_t _ringbuf_size(uint64_t min_ns, uint64_t window_ns, int ncpus)
 {
@@ -165,8 +166,12 @@ struct cpu_strips *cpu_strips__open(const struct cpu_strips_opts *o)
 	}
 	s->skel->rodata->min_ns = min_ns;
 	s->skel->rodata->window_ns = window_ns;
-	bpf_map__set_max_entries(s->skel->maps.strips,
-				 _ringbuf_size(min_ns, window_ns, libbpf_num_possible_cpus()));
+	{
+		uint32_t size = _ringbuf_size(min_ns, window_ns, libbpf_num_possible_cpus());
+
+		bpf_map__set_max_entries(s->skel->maps.strips, size);
+		s->skel->rodata->wakeup_bytes = size / 4;
+	}
 	err = strips_bpf__load(s->skel);
 	core_btf__close(&btf);
 	if (!err && o && o->chain) {
@@ -205,6 +210,11 @@ fail:
 	cpu_strips__close(s);
 	errno = err;
 	return NULL;
+}
+
+int cpu_strips__fd(const struct cpu_strips *s)
+{
+	return s && s->rb ? ringbuf__fd(s->rb) : -1;
 }
 
 bool cpu_strips__chained(const struct cpu_strips *s)

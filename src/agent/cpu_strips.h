@@ -10,8 +10,9 @@
 /*
  * The CPU strips collector: a sched_switch BPF program (strips.bpf.c says
  * how it bounds its cost) writing per-CPU busy intervals into a ring buffer
- * that is never woken; cpu_strips__drain() runs on the agent's 100 ms tick
- * and appends the intervals to the batch being filled.
+ * that wakes its reader only once a quarter full; cpu_strips__drain() runs
+ * on the agent's tick and then, and appends the intervals to the batch
+ * being filled.
  */
 struct cpu_strips;
 struct cpu_profile;
@@ -35,6 +36,8 @@ struct cpu_strips_stats {
 
 /* Loads and attaches; NULL with errno set and the reason logged. */
 struct cpu_strips *cpu_strips__open(const struct cpu_strips_opts *o);
+/* Readable when the ring buffer is a quarter full (borrowed), or -1. */
+int cpu_strips__fd(const struct cpu_strips *s);
 /* Whether the strips' program tail-calls opts.chain_fd (a failure to is logged). */
 bool cpu_strips__chained(const struct cpu_strips *s);
 /* Accepts NULL. */

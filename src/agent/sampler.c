@@ -87,6 +87,7 @@ static const char *const _stat_names[FW_STAT_MAX] = {
 	[FW_STAT_OFFCPU_WALKS_SHORT] = "offcpu_walks_short",
 	[FW_STAT_OFFCPU_NO_THREAD] = "offcpu_no_thread",
 	[FW_STAT_OFFCPU_UNSEEN] = "offcpu_unseen",
+	[FW_STAT_UNWIND_ROW_CACHED] = "unwind_rows_cached",
 };
 
 bool sampler__use_bpf_loop(void)
@@ -483,6 +484,8 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 		pr_info("no bpf_loop(): stack walks use bounded loops (kernels before 5.17)\n");
 	ringbuf_size = _ringbuf_size(opts->freq_hz, ncpus, opts->on_offcpu != NULL);
 	bpf_map__set_max_entries(s->skel->maps.events, ringbuf_size);
+	/* Wake the agent at a quarter full, whatever its timer. */
+	s->skel->rodata->events_wakeup_bytes = ringbuf_size / 4;
 	offcpu = opts->on_offcpu ? sampler__offcpu_support() : SAMPLER_OFFCPU_NONE;
 	if (opts->on_offcpu && offcpu == SAMPLER_OFFCPU_NONE) {
 		pr_info("off-CPU profiles are off: Linux 6.1 or later is needed\n");
@@ -502,9 +505,8 @@ struct sampler *sampler__open(const struct sampler_opts *opts)
 		s->skel->rodata->offcpu_on = true;
 		s->skel->rodata->offcpu_min_ns = opts->offcpu_min_ns;
 		s->skel->rodata->offcpu_walk_all = opts->offcpu_walk_all;
+		s->skel->rodata->offcpu_skip_tgid = opts->offcpu_skip_pid;
 		s->skel->rodata->offcpu_task_storage = offcpu == SAMPLER_OFFCPU_TASK_STORAGE;
-		/* Blocks come in bursts of any size: wake the agent at a quarter full. */
-		s->skel->rodata->offcpu_wakeup_bytes = ringbuf_size / 4;
 		if (opts->offcpu_no_attach)
 			bpf_program__set_autoattach(s->skel->progs.on_sched_switch, false);
 	} else {

@@ -54,6 +54,8 @@ struct sampler_opts {
 	sampler_offcpu_fn on_offcpu;
 	uint64_t offcpu_min_ns;
 	bool offcpu_walk_all;
+	/* A process whose blocks are not recorded (the agent's own; 0: none). */
+	pid_t offcpu_skip_pid;
 	/*
 	 * Load the off-CPU handler without attaching it: another sched_switch
 	 * program tail-calls it (sampler__offcpu_prog_fd()), or

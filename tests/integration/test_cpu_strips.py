@@ -1,6 +1,8 @@
 """CPU strips through the real agent: `flamewatch run` with its sched_switch
 collector, a workload pinned to one CPU, GET /api/v1/cpu/strips."""
 import os
+import re
+import signal
 import subprocess
 import time
 
@@ -216,6 +218,47 @@ def test_many_intervals_go_before_the_interval(flamewatch, workloads, tmp_path):
         print(f"\nfirst pingpong intervals stored {time.time() - t0:.1f} s in")
         for w in work:
             w.stop()
+    finally:
+        ps.close_all()
+        client.close()
+
+
+def test_full_rings_wake_the_agent_before_its_tick(flamewatch, workloads, tmp_path):
+    """The agent's timer is slow (CONTINUOUS_TICK_MS); its ring buffers wake
+    it at a quarter full instead. With the tick at 30 s (FLAMEWATCH_TICK_MS,
+    a testing knob), two pinned pingpongs write many times what the strips'
+    ring holds, and -F 999 fills the sample ring: nothing is lost, and
+    the intervals are batched before the stop."""
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    node = "fwtest-strips-wake"
+    try:
+        srv = ps.start([flamewatch, "run", "--listen", f"127.0.0.1:{port}", "--data", tmp_path / "data",
+                        "--interval", "1s", "--node", node, "-F", "999"], "run",
+                       env=dict(os.environ, FLAMEWATCH_TICK_MS="30000"))
+        assert srv.wait_output(r"profiling this host", START_S), srv.describe()
+        client.wait_healthy(proc=srv)
+        work = [ps.start(["taskset", "-c", str(cpu), workloads / "pingpong", "6"], f"pingpong{cpu}")
+                for cpu in (0, 1)]
+        for w in work:
+            assert w.wait(30) == 0, w.describe()
+        rc, _ = srv.stop(signal.SIGINT, timeout=60)
+        assert rc == 0, srv.describe()
+        log = srv.text()
+        m = re.search(r"cpu strips: (\d+) switches, (\d+) records \(\d+ short intervals coalesced\), "
+                      r"(\d+) intervals batched", log)
+        assert m, srv.describe()
+        records, batched = int(m[2]), int(m[3])
+        # The ring's size as cpu_strips.c sets it: 1,000 records (8-byte
+        # header, 48 bytes) a second a CPU, a power of two, 64 KiB at least.
+        ring = 64 * 1024
+        while ring < 1000 * 56 * os.cpu_count():
+            ring *= 2
+        assert records * 56 > 3 * ring, f"{records} records: too few to fill the ring; {srv.tail()}"
+        assert batched == records, srv.describe()
+        assert "intervals lost" not in log, srv.describe()
+        assert "samples lost" not in log, srv.describe()
     finally:
         ps.close_all()
         client.close()

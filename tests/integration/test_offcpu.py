@@ -213,6 +213,32 @@ def test_run_without_strips_attaches_the_handler_alone(flamewatch, workloads, tm
         client.close()
 
 
+def test_run_leaves_its_own_blocks_out(flamewatch, workloads, tmp_path):
+    """The agent's own threads block between its ticks all along: those
+    blocks are left out (each cost a stack walk and a record, issue 31),
+    while a workload's blocks beside them are still stored."""
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    try:
+        srv = _run(ps, flamewatch, client, port, tmp_path / "data")
+        t0 = time.time()
+        work = ps.start([workloads / "offcpu", "sleep", "2"], "offcpu")
+        assert work.wait(30) == 0, work.describe()
+        truth = _truth(work.text())
+        folded = _wait_folded(client, truth["pid"], t0 - 1, time.time() + 1,
+                              0.9 * truth["blocked_ns"])
+        total = sum(folded.values())
+        assert total >= 0.9 * truth["blocked_ns"], (truth, folded.most_common(2))
+        # Its blocks of that window went out with the batch that held the
+        # workload's: nothing of them was stored.
+        own = _profile(client, "json", srv.pid, t0 - 1, time.time()).json()["total"]
+        assert own == 0, _folded(client, srv.pid, t0 - 1, time.time()).most_common(3)
+    finally:
+        ps.close_all()
+        client.close()
+
+
 @pytest.mark.parametrize("flags", [["--no-off-cpu"], ["--off-cpu", "--no-off-cpu"]])
 def test_no_off_cpu_stores_none(flamewatch, workloads, tmp_path, flags):
     """On by default in run (and agent); off with --no-off-cpu, also after

@@ -93,6 +93,24 @@ def test_deep_chain_complete(fw, workloads):
     )
 
 
+def test_deep_chain_rows_from_the_cache(fw, workloads):
+    """A process that runs the same code walks the same return addresses
+    in every sample: after the first samples their rows come from BPF's
+    per-CPU row cache (issue 31) rather than a search of the file's
+    table, and the stacks stay whole."""
+    res, prof = fw.record_folded(["-v", "--", workloads / "nofp" / "deep_chain", "3"], duration=3)
+    stats = bpf_stats(res.stderr)
+    w = prof.for_comm("deep_chain")
+    require(w.total >= 0.5 * 2 * HZ, f"only {w.total} samples of deep_chain, expected ~{2 * HZ}+", prof)
+    n = w.count(lambda f: contains_run(user_frames(f), DEEP_CHAIN))
+    cfi, cached = stats.get("unwind_cfi_frames", 0), stats.get("unwind_rows_cached", 0)
+    print(f"\ndeep_chain: full chain in {n}/{w.total} samples; {cached} of {cfi} CFI frames from the row cache")
+    require(n >= 0.95 * w.total, f"{n} of {w.total} samples hold the whole chain; expected >= 95 %", w)
+    require(cfi >= 10 * w.total and cached >= 0.9 * cfi,
+            f"{cached} of {cfi} CFI frames from the row cache for {w.total} samples; expected >= 90 %; "
+            f"bpf stats: {stats}", w)
+
+
 def _qsort_chain_ok(frames):
     """main, sort_many, a libc qsort frame and more libc frames, then the
     comparator as the user leaf."""

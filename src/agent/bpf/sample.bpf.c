@@ -214,6 +214,21 @@ struct {
 
 __u64 last_describe_wake_ns;
 
+/*
+ * Ring buffer bytes pending above which a record wakes the agent (0:
+ * never). Records wait for the agent's timer otherwise; off-CPU records
+ * come in bursts of any size, and a timer slow enough to cost next to
+ * nothing leaves even samples little room at high rates.
+ */
+const volatile __u64 events_wakeup_bytes = 0;
+
+static __always_inline __u64 fill_wakeup(void)
+{
+	return events_wakeup_bytes &&
+	       bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > events_wakeup_bytes ?
+	       BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline __u64 describe_wakeup(__u32 tgid, __u32 flags)
 {
 	struct describe_wake *w, nw = {};
@@ -386,6 +401,62 @@ __noinline int find_chunk_row(__u32 file_id, __u32 pc, struct unwind_row *out)
 	return 0;
 }
 
+/*
+ * The rows of the call sites walked lately, per CPU, direct-mapped by
+ * (file, pc). A row's search costs a map lookup per step (an inner map's
+ * lookups are calls, never inlined), ~20 for a large library; a process
+ * that runs for days walks the same few hundred return addresses in every
+ * sample and block, so most frames cost one lookup here instead. A file id
+ * always names the same file (unwinder.c keys ids by build id, or device
+ * and inode), so an entry never goes stale; a slot taken by another site
+ * is overwritten.
+ */
+#define ROW_CACHE_SLOTS 2048	/* 16 bytes each: 32 KiB, the most a per-CPU value may hold */
+
+struct row_cache {
+	struct {
+		__u32 file_id;	/* 0: empty (no file has id 0) */
+		__u32 pc;
+		struct unwind_row row;
+	} e[ROW_CACHE_SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct row_cache);
+} row_cache SEC(".maps");
+
+/*
+ * As find_row() or find_chunk_row(), through the row cache: 0, -1, or -2
+ * (chunk not built). Global, like them: inlined, the stack walk's step
+ * grew past what the verifier will explore.
+ */
+__noinline int cached_row(__u32 file_id, __u32 row_count, __u32 pc, struct unwind_row *out)
+{
+	__u32 zero = 0, slot = ((pc ^ (file_id << 20)) * 0x9e3779b1u) >> 21;
+	struct row_cache *c;
+	int r;
+
+	if (!out)	/* the verifier takes a global function's pointer as nullable */
+		return -1;
+	c = bpf_map_lookup_elem(&row_cache, &zero);
+	slot &= ROW_CACHE_SLOTS - 1;
+	if (c && c->e[slot].file_id == file_id && c->e[slot].pc == pc) {
+		*out = c->e[slot].row;
+		stat_inc(FW_STAT_UNWIND_ROW_CACHED);
+		return 0;
+	}
+	r = row_count ? find_row(file_id, row_count, pc, out) : find_chunk_row(file_id, pc, out);
+	if (!r && c) {
+		c->e[slot].file_id = file_id;
+		c->e[slot].pc = pc;
+		c->e[slot].row = *out;
+	}
+	return r;
+}
+
 static __always_inline int read_user_u64(__u64 *dst, __u64 addr)
 {
 	return bpf_probe_read_user(dst, sizeof(*dst), (void *)addr);
@@ -436,9 +507,7 @@ static __always_inline long unwind_frame(struct fw_unwind_state *st, struct fw_p
 		if (!m)
 			st->flags |= FW_SAMPLE_UNKNOWN_MAPPING;
 		else if (m->file_id && pc - m->bias <= 0xffffffffULL) {
-			int r = m->row_count ?
-				find_row(m->file_id, m->row_count, pc - m->bias, &found) :
-				find_chunk_row(m->file_id, pc - m->bias, &found);
+			int r = cached_row(m->file_id, m->row_count, pc - m->bias, &found);
 
 			if (!r) {
 				row = &found;
@@ -727,6 +796,8 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 		if (wake != BPF_RB_FORCE_WAKEUP)
 			wake = describe_wakeup(tgid, s->flags);
 	}
+	if (wake != BPF_RB_FORCE_WAKEUP)
+		wake = fill_wakeup();
 
 	size = offsetof(struct fw_sample, addrs) +
 	       ((__u64)s->kstack_len + s->ustack_len + 2 * (__u64)s->pystack_len) * sizeof(__u64);
@@ -781,8 +852,6 @@ const volatile bool offcpu_walk_all = false;
  * in a preallocated table by tid (offcpu_threads), emptied at thread exit.
  */
 const volatile bool offcpu_task_storage = true;
-/* Ring buffer bytes pending above which an off-CPU record wakes the agent. */
-const volatile __u64 offcpu_wakeup_bytes = 0;
 /*
  * The kernel's .sched.text (from kallsyms; 0: unknown), where __schedule()
  * lives. The kernel stack of a block starts in this program, the
@@ -790,6 +859,12 @@ const volatile __u64 offcpu_wakeup_bytes = 0;
  * the tracepoint's static call makes them, which the record says to skip.
  */
 const volatile __u64 sched_text_start = 0;
+/*
+ * The agent's own process (0: none): its blocks are its idle waits for
+ * the next tick, known in advance and of no use to anyone, and walking
+ * each of them (with the record it makes) was a steady share of its cost.
+ */
+const volatile __u32 offcpu_skip_tgid = 0;
 const volatile __u64 sched_text_end = 0;
 
 struct {
@@ -953,9 +1028,7 @@ static __always_inline bool offcpu_walk(void *ctx, struct task_struct *task, str
 /* Python code objects to read, or a buffer filling up: the agent drains now. */
 static __always_inline __u64 offcpu_wake(bool python)
 {
-	return python || (offcpu_wakeup_bytes &&
-			  bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > offcpu_wakeup_bytes) ?
-	       BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	return python ? BPF_RB_FORCE_WAKEUP : fill_wakeup();
 }
 
 /*
@@ -1101,7 +1174,7 @@ static __always_inline void offcpu_leave(void *ctx, bool preempt, bool exiting)
 	bool blocking, walk;
 	__u64 ip, nr;
 
-	if (!tid || (task->flags & FW_PF_KTHREAD) || !is_followed(tgid))
+	if (!tid || tgid == offcpu_skip_tgid || (task->flags & FW_PF_KTHREAD) || !is_followed(tgid))
 		return;
 	blocking = !preempt && !exiting &&
 		   (task->__state & (FW_TASK_INTERRUPTIBLE | FW_TASK_UNINTERRUPTIBLE));
@@ -1288,9 +1361,10 @@ const volatile __u64 cuda_wakeup_bytes = 0;
 const volatile __u64 cuda_launch_max_bytes = 0;
 
 /*
- * CPU samples never wake the agent: it drains on a 100 ms timer, and their
- * rate is fixed. Launches and records come in bursts of any size, and a
- * lost record is lost GPU time, so they wake it once the buffer fills up.
+ * CPU samples wake the agent only once their buffer is a quarter full: it
+ * drains on a timer, and their rate is fixed. Launches and records come in
+ * bursts of any size, and a lost record is lost GPU time, so they wake it
+ * once their own buffer fills up.
  */
 static __always_inline __u64 cuda_submit_flags(void)
 {

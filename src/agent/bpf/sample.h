@@ -140,6 +140,7 @@ enum fw_stat {
 	FW_STAT_OFFCPU_NO_THREAD,	/* blocks not followed: no per-thread state to be had */
 	FW_STAT_OFFCPU_UNSEEN,		/* blocks whose times could not be read: dropped */
 	FW_STAT_UNWIND_PREFETCHED,	/* chunks asked for from stack words above a frame without one */
+	FW_STAT_UNWIND_ROW_CACHED,	/* CFI frames whose row came from the per-CPU row cache */
 	FW_STAT_MAX,
 };
 

@@ -33,6 +33,12 @@ char LICENSE[] SEC("license") = "GPL";
 
 const volatile __u64 min_ns = 1000000;
 const volatile __u64 window_ns = 1000000;
+/*
+ * Bytes pending above which a record wakes the agent (0: never): its
+ * timer is slow, to cost next to nothing, and this ring holds only half
+ * a second of the worst case.
+ */
+const volatile __u64 wakeup_bytes = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -91,7 +97,9 @@ static __always_inline void emit(__u64 start, __u64 end, __u32 pid, __u32 tid, _
 	r->cpu = bpf_get_smp_processor_id();
 	r->flags = flags;
 	__builtin_memcpy(r->comm, comm, sizeof(r->comm));
-	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
+	bpf_ringbuf_submit(r, wakeup_bytes &&
+			   bpf_ringbuf_query(&strips, BPF_RB_AVAIL_DATA) > wakeup_bytes ?
+			   BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 	stat_inc(FW_STRIP_EMITTED);
 }
 
