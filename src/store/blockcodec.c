@@ -315,7 +315,8 @@ static int _dict_build(struct blockcodec *c, const struct block_sample *s, uint3
 
 		c->sortbuf[i] = (uint64_t)(UINT32_MAX - d->count) << 32 | d->key;
 	}
-	qsort(c->sortbuf, count, sizeof(*c->sortbuf), _by_u64);
+	if (count > 1)	/* an empty block has no buffer to sort */
+		qsort(c->sortbuf, count, sizeof(*c->sortbuf), _by_u64);
 	for (uint32_t i = 0; i < count; i++) {
 		uint32_t key = (uint32_t)c->sortbuf[i];
 
