@@ -570,6 +570,17 @@ int collector__fd(struct collector *c)
 	return c->sampler ? sampler__fd(c->sampler) : -1;
 }
 
+int collector__cuda_fd(struct collector *c)
+{
+	return c->cuda ? cuda_tracker__watch_fd(c->cuda) : -1;
+}
+
+void collector__cuda_ready(struct collector *c)
+{
+	if (c->cuda)
+		cuda_tracker__tick(c->cuda);
+}
+
 void collector__drain(struct collector *c)
 {
 	if (!c->sampler)

@@ -80,6 +80,13 @@ void collector__tick(struct collector *c);
 int collector__fd(struct collector *c);
 /* Consumes the ring buffer and describes the processes it asked for, without the rest of a tick. */
 void collector__drain(struct collector *c);
+/*
+ * Readable when a process loaded the CUDA library (-1: not watched);
+ * borrowed. Call collector__cuda_ready() then.
+ */
+int collector__cuda_fd(struct collector *c);
+/* Attaches the processes that loaded the CUDA library, without the rest of a tick. */
+void collector__cuda_ready(struct collector *c);
 /* Final drain, then detaches BPF: sampling costs nothing from here on. */
 void collector__stop(struct collector *c);
 

@@ -158,6 +158,15 @@ static long _tick_ms(uint64_t interval_ns)
 	return v;
 }
 
+static void _on_cuda_ready(evutil_socket_t fd, short what, void *arg)
+{
+	struct continuous *c = arg;
+
+	(void)fd;
+	(void)what;
+	collector__cuda_ready(c->collector);
+}
+
 static void _on_strips_ready(evutil_socket_t fd, short what, void *arg)
 {
 	struct continuous *c = arg;
@@ -231,6 +240,13 @@ int continuous__start(struct continuous *c, struct event_base *base,
 			pr_warn("cannot watch the ring buffer: it is drained every %ld ms only\n",
 				tick_ms);
 	}
+	if (collector__cuda_fd(c->collector) >= 0) {
+		c->cuda_ready = event_new(base, collector__cuda_fd(c->collector), EV_READ | EV_PERSIST,
+					  _on_cuda_ready, c);
+		if (!c->cuda_ready || event_add(c->cuda_ready, NULL))
+			pr_warn("cannot watch for loads of the CUDA library: they are seen every "
+				"%ld ms only\n", tick_ms);
+	}
 	if (cpu_strips__fd(c->strips) >= 0) {
 		c->strips_ready = event_new(base, cpu_strips__fd(c->strips), EV_READ | EV_PERSIST,
 					    _on_strips_ready, c);
@@ -272,6 +288,10 @@ void continuous__stop(struct continuous *c)
 	if (c->strips_ready) {
 		event_free(c->strips_ready);
 		c->strips_ready = NULL;
+	}
+	if (c->cuda_ready) {
+		event_free(c->cuda_ready);
+		c->cuda_ready = NULL;
 	}
 	if (!c->collector)
 		return;

@@ -65,6 +65,7 @@ struct continuous {
 	struct event *tick;
 	struct event *ready;	/* the ring buffer asks to be drained early */
 	struct event *strips_ready;	/* so does the strips' */
+	struct event *cuda_ready;	/* a process loaded the CUDA library */
 	uint64_t interval_ns, last_flush_ns;
 	uint32_t max_samples;
 	uint64_t java_perfmap_interval_ns;	/* 0: off */

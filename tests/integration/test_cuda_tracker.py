@@ -44,14 +44,15 @@ def _top(client, q, frm, to):
     return r.json()
 
 
-@pytest.mark.parametrize("where", ["host", "new_loader"])
+@pytest.mark.parametrize("where", ["host", "new_loader", "slow_tick"])
 def test_late_dlopen_attaches_within_a_second(flamewatch, tmp_path, where):
     """host: a process of this host (its loader hooked at the agent's
     start) loads the library 10 s after its start. new_loader: a process
     in a new mount namespace that runs on a loader file the agent has
     never seen (a copy, as a container brings its own), 3 s after its
     start: its first exec in the namespace makes the agent look for its
-    loader once and hook it."""
+    loader once and hook it. slow_tick: host, with the agent's tick at 5 s:
+    the load itself wakes the agent, which attaches at once."""
     built, host, cupti = cuda_fakes(flamewatch)
     # A copy: a file the agent did not attach at its start.
     lib = tmp_path / "inject" / "libflamewatch-cuda.so"
@@ -71,7 +72,9 @@ def test_late_dlopen_attaches_within_a_second(flamewatch, tmp_path, where):
     try:
         srv = ps.start([flamewatch, "run", "-v", "--listen", f"127.0.0.1:{port}", "--data",
                         tmp_path / "data", "-F", "19", "--interval", "1s", "--gpu-interval", "off"],
-                       "run", env=_env(FLAMEWATCH_CUDA_SCAN_INTERVAL="off"))
+                       "run", env=_env(FLAMEWATCH_CUDA_SCAN_INTERVAL="off",
+                                       **({"FLAMEWATCH_TICK_MS": "5000"} if where == "slow_tick"
+                                          else {})))
         assert srv.wait_output(r"profiling this host at", START_S), srv.describe()
         assert re.search(r"watching the library loads of \S*/ld-", srv.text()), srv.describe()
         client.wait_healthy(proc=srv)

@@ -207,8 +207,11 @@ int on_dl_debug_state(struct pt_regs *ctx)
 		}
 		e->pid = tgid;
 		e->pad = 0;
-		/* Drained on the agent's tick: no wakeup. */
-		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+		/*
+		 * A process loaded the library: rare, and the agent attaches
+		 * within a second of it only if woken (its tick is slower).
+		 */
+		bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 		stat_inc(FW_LIBWATCH_EVENTS);
 	}
 	return 0;

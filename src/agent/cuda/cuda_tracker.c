@@ -912,14 +912,22 @@ static void _log_join(struct cuda_tracker *t)
 			st.why[CUDA_JOIN_WHY_MEMORY]);
 }
 
+int cuda_tracker__watch_fd(const struct cuda_tracker *t)
+{
+	return t->watch ? lib_watch__fd(t->watch) : -1;
+}
+
 void cuda_tracker__tick(struct cuda_tracker *t)
 {
 	uint64_t now = clock__mono_ns();
 	uint64_t every = t->scan_every_set ? t->scan_every_ns :
 			 t->watch ? FULL_SCAN_WATCH_NS : FULL_SCAN_POLL_NS;
 
-	if (t->watch)
+	if (t->watch) {
 		_watch_drain(t, now);
+		/* The loads just drained are candidates from a later now: due in this pass. */
+		now = clock__mono_ns();
+	}
 	for (uint32_t i = 0; i < t->ncand;) {
 		struct candidate *c = &t->cand[i];
 		bool mapped, loader;

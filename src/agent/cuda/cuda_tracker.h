@@ -86,6 +86,12 @@ void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid);
  * records that waited too long.
  */
 void cuda_tracker__tick(struct cuda_tracker *t);
+/*
+ * The library-load watch's descriptor, readable when a process loaded
+ * libflamewatch-cuda.so (-1 without a watch): call cuda_tracker__tick()
+ * then, so that the process is attached at once, not on the next tick.
+ */
+int cuda_tracker__watch_fd(const struct cuda_tracker *t);
 /* Emits every pending record (unattributed): the agent is stopping. */
 void cuda_tracker__flush(struct cuda_tracker *t);
 

@@ -247,6 +247,11 @@ int lib_watch__drain(struct lib_watch *w, void (*fn)(void *ctx, pid_t pid), void
 	return n;
 }
 
+int lib_watch__fd(const struct lib_watch *w)
+{
+	return ringbuf__fd(w->rb);
+}
+
 int lib_watch__stats(struct lib_watch *w, struct lib_watch_stats *out)
 {
 	int ncpus = libbpf_num_possible_cpus();

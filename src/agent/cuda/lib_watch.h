@@ -10,8 +10,9 @@
  * Which processes load a library, as events: a uprobe on each dynamic
  * loader's _dl_debug_state() compares the names of newly loaded objects
  * with the watched one (bpf/libwatch.bpf.c says how and why there) and
- * reports matches into a small ring buffer that is never woken;
- * lib_watch__drain() runs on the agent's tick. Loaders are attached one
+ * reports matches into a small ring buffer whose descriptor polls readable
+ * at each (lib_watch__fd()); lib_watch__drain() runs then, and on the
+ * agent's tick. Loaders are attached one
  * file at a time, as the caller finds them in processes' maps.
  */
 struct lib_watch;
@@ -59,5 +60,7 @@ int lib_watch__add_loader(struct lib_watch *w, const char *proc_root, pid_t pid,
 int lib_watch__drain(struct lib_watch *w, void (*fn)(void *ctx, pid_t pid), void *ctx);
 /* Reads the counters, summed over CPUs. Returns 0 or -errno. */
 int lib_watch__stats(struct lib_watch *w, struct lib_watch_stats *out);
+/* Readable when loads were reported (epoll); borrowed. */
+int lib_watch__fd(const struct lib_watch *w);
 
 #endif
