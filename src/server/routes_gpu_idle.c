@@ -323,6 +323,7 @@ struct idle {
 	/* Busy spans with idle inside, by start: a sample there may be idle. */
 	const struct inside *inside;
 	size_t ninside;
+	const struct busy_set *rec_cover;	/* where the records were complete */
 	uint64_t idle_inside;	/* idle samples taken inside busy spans */
 	/* Non-NULL: only samples inside it may be idle (nothing knows outside). */
 	const struct busy_set *known;
@@ -348,9 +349,11 @@ static int _by_inside_start(const void *a, const void *b)
 /*
  * The idle share of the busy span that holds ts (0: none holds idle time):
  * the records' span where there is one, the finer account, else the
- * monitors'; of several (devices), the least idle.
+ * monitors' outside the records' coverage (rec_cover); of several
+ * (devices), the least idle.
  */
-static double _inside_share(const struct inside *in, size_t n, int64_t ts)
+static double _inside_share(const struct inside *in, size_t n, const struct busy_set *rec_cover,
+			    int64_t ts)
 {
 	size_t lo = 0, hi = n;
 	double rec = -1, mon = -1;
@@ -375,7 +378,10 @@ static double _inside_share(const struct inside *in, size_t n, int64_t ts)
 		else
 			rec = rec < 0 || share < rec ? share : rec;
 	}
-	return rec >= 0 ? rec : mon >= 0 ? mon : 0;
+	if (rec >= 0)
+		return rec;
+	/* Complete records with no idle inside here: the monitors' account does not apply. */
+	return mon >= 0 && !busy_set__covered(rec_cover, ts, ts + 1) ? mon : 0;
 }
 
 /* A number in [0, 1) that depends only on the sample (splitmix64's mix). */
@@ -416,7 +422,8 @@ static int _sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t
 	 * code between the kernels in proportion and every reply agrees.
 	 */
 	if (busy_set__contains(s->busy, ts, &s->cursor)) {
-		double share = s->ninside ? _inside_share(s->inside, s->ninside, ts) : 0;
+		double share = s->ninside ? _inside_share(s->inside, s->ninside, s->rec_cover, ts)
+					  : 0;
 
 		if (!(share > 0 && _sample_dice(ts, tid) < share))
 			return 0;
@@ -782,6 +789,7 @@ void routes__gpu_idle(struct request *r)
 		qsort(k.inside, k.ninside, sizeof(*k.inside), _by_inside_start);
 		s.inside = k.inside;
 		s.ninside = k.ninside;
+		s.rec_cover = k.rec_cover;
 	}
 	err = store__samples(r->srv->store, from, to, sel, SAMPLE_CPU, 0, s.p, _sample, &s, NULL);
 	if (err) {
