@@ -178,8 +178,8 @@ static void _busy_add(struct fwc_batch *b, uint32_t dev, uint64_t start, uint64_
 			_busy_gap(u, u->end, start);
 		else if (end < u->start)
 			_busy_gap(u, end, u->start);
-		else
-			_busy_fill(u, start, end);
+		else if (start < u->end && end > u->start)
+			_busy_fill(u, start, end);	/* not for one right after the last */
 		if (start < u->start)
 			u->start = start;
 		if (end > u->end)
