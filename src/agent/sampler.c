@@ -783,14 +783,19 @@ const char *fw_cuda_stat__name(enum fw_cuda_stat stat)
 int sampler__attach_cuda(struct sampler *s, const char *path,
 			 struct bpf_link *links[SAMPLER_CUDA_LINKS])
 {
+	/*
+	 * The activity probe last: its semaphore is what makes the library
+	 * collect (cuda/inject.c, _listening), and by then the names, the
+	 * launches and the conflicts are attached too.
+	 */
 	struct bpf_program *progs[SAMPLER_CUDA_LINKS] = {
+		s->skel->progs.on_cuda_name,
+		s->skel->progs.on_cuda_conflict,
 		s->skel->progs.on_cuda_launch,
 		s->skel->progs.on_cuda_activity,
-		s->skel->progs.on_cuda_conflict,
-		s->skel->progs.on_cuda_name,
 	};
-	static const char *const names[SAMPLER_CUDA_LINKS] = { "launch", "activity", "conflict",
-							       "name" };
+	static const char *const names[SAMPLER_CUDA_LINKS] = { "name", "conflict", "launch",
+							       "activity" };
 	int err = 0;
 
 	memset(links, 0, SAMPLER_CUDA_LINKS * sizeof(*links));
@@ -804,7 +809,7 @@ int sampler__attach_cuda(struct sampler *s, const char *path,
 			continue;
 		err = -errno;
 		/* Only launch and activity are needed; an old library may lack the others. */
-		if (i >= 2) {
+		if (i < 2) {
 			pr_debug("%s: no %s:%s probe: %s\n", path, FW_CUDA_PROVIDER, names[i],
 				 strerror(-err));
 			continue;

@@ -8,7 +8,7 @@
  *
  * Life cycle. InitializeInjection (called by the CUDA driver in cuInit)
  * dlopens CUPTI and starts one control thread; nothing else happens until a
- * tracer raises one of the probes' semaphores (the agent attaching), or
+ * tracer raises the activity probe's semaphore (the agent attaching), or
  * FLAMEWATCH_CUDA_SUMMARY asks for collection without one. Only then does
  * the library subscribe to CUPTI; it unsubscribes again a second after the
  * last tracer left, so that torch.profiler or Nsight can have CUPTI (one
@@ -285,8 +285,7 @@ static int _announce(void *ctx, const char *s)
 /*
  * Fires the conflict probe for the last refusal once per tracer: also when
  * the tracer's conflict probe is attached only after the refusal (a tracer
- * attaches its probes one by one, and the launch probe's semaphore alone
- * makes the library try to subscribe).
+ * attaches its probes one by one, see _listening).
  */
 static void _conflict(void)
 {
@@ -300,11 +299,18 @@ static void _conflict(void)
 	G.conflict_told = 1;
 }
 
+/*
+ * A tracer listens once it takes the records: the activity probe. A tracer
+ * attaches its probes one by one, and the agent attaches that one last, so
+ * a library that starts collecting finds every probe of it in place. When
+ * the launch probe alone started collection, a short process could finish
+ * its work and hand its records over before the activity probe was there.
+ */
 static int _listening(void)
 {
 	if (G.listen_file && !G.listen_file_there)
 		return 0;
-	return flamewatch_launch_semaphore || flamewatch_activity_semaphore || G.summary_path;
+	return flamewatch_activity_semaphore || G.summary_path;
 }
 
 /* ---- launch callbacks (the application's threads) ------------------------ */

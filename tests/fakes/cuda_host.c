@@ -40,6 +40,9 @@
  * application that calls cuInit late does, then prints
  * "loaded SECONDS.NANOSECONDS" (CLOCK_REALTIME) once dlopen returned.
  *
+ * CUDA_HOST_SUBSCRIBE_WAIT_S=N (drive): how long it waits for the library to
+ * subscribe before it gives up with exit code 4 (20 s).
+ *
  * CUDA_HOST_WAIT_CALLBACKS=1 (drive): also waits until a runtime API
  * callback is on. The library subscribes before it enables its callbacks,
  * so a test that counts every launch (FLAMEWATCH_CUDA_COUNT_ALL) must not
@@ -183,8 +186,9 @@ static void _print_truth(void)
 static int _drive(long n, uint64_t dur, long sleep_us)
 {
 	int vary = getenv("HOST_VARY") != NULL;
+	const char *wait_s = getenv("CUDA_HOST_SUBSCRIBE_WAIT_S");
 
-	if (_wait_subscribed(1, 20)) {
+	if (_wait_subscribed(1, wait_s ? atoi(wait_s) : 20)) {
 		fprintf(stderr, "cuda_host: the library did not subscribe\n");
 		return 4;
 	}
@@ -370,7 +374,9 @@ static int _launchbound(double seconds, uint64_t kernel_us, uint64_t cpu_us)
 {
 	uint64_t t0, end, n = 0;
 
-	if (_wait_subscribed(1, 20)) {
+	const char *wait_s = getenv("CUDA_HOST_SUBSCRIBE_WAIT_S");
+
+	if (_wait_subscribed(1, wait_s ? atoi(wait_s) : 20)) {
 		fprintf(stderr, "cuda_host: the library did not subscribe\n");
 		return 4;
 	}
@@ -389,7 +395,9 @@ static int _launchbound(double seconds, uint64_t kernel_us, uint64_t cpu_us)
 
 static int _later(void)
 {
-	if (_wait_subscribed(1, 20)) {
+	const char *wait_s = getenv("CUDA_HOST_SUBSCRIBE_WAIT_S");
+
+	if (_wait_subscribed(1, wait_s ? atoi(wait_s) : 20)) {
 		fprintf(stderr, "cuda_host: the library did not subscribe\n");
 		return 4;
 	}

@@ -68,9 +68,9 @@ class Traced:
     """A host process started stopped-at-nothing: bpftrace attaches first
     (filtered on its pid), then the host runs; returns probe lines."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, script=BT_SCRIPT):
         self.script = tmp_path / "probes.bt"
-        self.script.write_text(BT_SCRIPT.replace("LIB", str(LIB)))
+        self.script.write_text(script.replace("LIB", str(LIB)))
 
     def run(self, argv, env, timeout=60):
         # The host waits on a pipe until bpftrace is ready, so no event is missed.
@@ -158,6 +158,21 @@ def test_probes_fire_unsampled(fakes, tmp_path):
     assert sum(r["dur"] for r in recs if r["kind"] == 5) == truth["memset_ns"]
     # The fake's clock is 1 s behind CLOCK_REALTIME: records are in Unix time.
     assert all(t0 - 10**9 // 2 < r["start"] < time.time_ns() + 10**8 for r in recs)
+
+
+def test_collection_waits_for_the_records_taker(fakes, tmp_path):
+    """A tracer attaches its probes one by one. The library starts
+    collecting once the activity probe (the records) is attached, not at
+    the first probe: the agent attaches that one last, so a short process
+    cannot hand its records over before anyone takes them. With the launch
+    probe alone, the library never subscribes."""
+    launch_only = "\n".join(l for l in BT_SCRIPT.splitlines()
+                            if l.startswith(("BEGIN", "usdt:LIB:flamewatch:launch")))
+    rc, out, err, lines = Traced(tmp_path, launch_only).run(
+        [HOST, "drive", LIB, 20, 10000, 0],
+        host_env(FLAMEWATCH_CUDA_DUTY_CYCLE=1, CUDA_HOST_SUBSCRIBE_WAIT_S=3))
+    assert rc == 4 and "did not subscribe" in err, (rc, err)
+    assert not lines, lines[:5]
 
 
 def test_sampled_weights_keep_totals(fakes, tmp_path):
