@@ -57,12 +57,14 @@ static struct {
 	double hours, busy, dict_mib;
 	int nodes, cpus, hz, procs, stacks, batch_s, conns, rate_div, reps;
 	int depth_min, depth_max, jitter_us;
+	double pid_life_min, deploy_min;	/* churn: 0 = none */
 	pid_t pid;
 	bool keep, pregen, fresh_dict;
 } opt = {
 	.server = "build/flamewatch", .tmp = "/var/tmp", .hours = 1, .busy = 1.0,
-	.nodes = 20, .cpus = 8, .hz = 19, .procs = 10, .stacks = 100, .batch_s = 10,
-	.conns = 2, .rate_div = 1, .reps = 3, .depth_min = 15, .depth_max = 40, .jitter_us = 20,
+	.nodes = 20, .cpus = 8, .hz = 19, .procs = 10, .stacks = 3125, .batch_s = 10,
+	.conns = 2, .rate_div = 1, .reps = 3, .depth_min = 20, .depth_max = 60, .jitter_us = 50,
+	.pid_life_min = 30, .deploy_min = 240,
 	.dict_mib = SHIPPER_DICT_MAX_BYTES / 1048576.0,
 };
 
@@ -375,7 +377,8 @@ struct agent {
 	struct wire_encoder *enc;
 	uint64_t rng;
 	uint32_t svc[MAX_PROCS];
-	uint32_t pid[MAX_PROCS];
+	uint32_t pid[MAX_PROCS];	/* the process's pid in the batch being built */
+	uint32_t ver[NSERVICES];	/* the version of each service's code it runs */
 	/*
 	 * Local ids in dict, -1 when not yet interned. The dictionary lives as
 	 * long as the agent (unless --fresh-dict): the encoder sends only what
@@ -388,6 +391,69 @@ struct agent {
 	int32_t *lstack;	/* [proc * opt.stacks + stack] */
 	int32_t lseries[MAX_PROCS];
 };
+
+/*
+ * A service's executable changes with each version (a deploy): a new build
+ * id, so every frame in it and every stack through it is new to the store.
+ * Libraries keep theirs.
+ */
+static void _build_id(uint32_t mapping, const struct agent *a, char *out, size_t size)
+{
+	uint32_t ver = mapping < NSERVICES ? a->ver[mapping] : 0;
+
+	if (mapping >= NSERVICES) {
+		snprintf(out, size, "%s", fleet.maps[mapping].build_id);
+		return;
+	}
+	snprintf(out, size, "%016llx%016llx%08x",
+		 (unsigned long long)_mix(mapping * 1000003ULL + ver),
+		 (unsigned long long)_mix(mapping + 100 + ver * 7919ULL),
+		 (unsigned)_mix(mapping + 200 + ver * 104729ULL));
+}
+
+/*
+ * Churn at simulated time t, as a fleet has it: each process restarts every
+ * --pid-life-min minutes with a new pid (a new series), each service is
+ * deployed every --deploy-min minutes (new frames and stacks). Both are
+ * staggered, by process and by service, so churn is spread over the run,
+ * and every node runs the same version of a service at the same time
+ * (both follow the simulated clock, not the run's start).
+ */
+static void _churn(struct agent *a, int64_t t)
+{
+	for (int p = 0; p < opt.procs; p++) {
+		uint64_t gen = 0;
+
+		if (opt.pid_life_min > 0) {
+			int64_t life = (int64_t)(opt.pid_life_min * 60 * SEC);
+			int64_t phase = (int64_t)(_mix((uint64_t)a->node * 64 + (uint64_t)p) %
+						  (uint64_t)life);
+
+			gen = (uint64_t)((t + phase) / life);
+		}
+		a->pid[p] = 1000 + (uint32_t)(_mix((uint64_t)a->node * 64 + (uint64_t)p +
+						   gen * 0x10000) % 3000000);
+	}
+	for (uint32_t v = 0; v < NSERVICES; v++) {
+		uint32_t ver = 0, base = _pool_base(POOL_SVC, v);
+
+		if (opt.deploy_min > 0) {
+			int64_t period = (int64_t)(opt.deploy_min * 60 * SEC);
+
+			ver = (uint32_t)((t + period * v / NSERVICES) / period);
+		}
+		if (ver == a->ver[v])
+			continue;
+		a->ver[v] = ver;
+		a->lmap[v] = -1;
+		for (uint32_t f = 0; f < SVC_FUNCS * ADDR_VARIANTS; f++)
+			a->lframe[base + f] = -1;
+		for (int p = 0; p < opt.procs; p++)
+			if (a->svc[p] == v)
+				memset(&a->lstack[p * opt.stacks], 0xff,
+				       (size_t)opt.stacks * sizeof(*a->lstack));
+	}
+}
 
 static int64_t _intern_stack(struct agent *a, struct batch *b, uint32_t p)
 {
@@ -405,10 +471,13 @@ static int64_t _intern_stack(struct agent *a, struct batch *b, uint32_t p)
 
 		if (a->lframe[gf] < 0) {
 			if (g->mapping != PROFILE_NO_MAPPING) {
-				if (a->lmap[g->mapping] < 0)
+				if (a->lmap[g->mapping] < 0) {
+					char bid[48];
+
+					_build_id(g->mapping, a, bid, sizeof(bid));
 					a->lmap[g->mapping] = (int32_t)profile__intern_mapping(
-						b->dict, fleet.maps[g->mapping].path,
-						fleet.maps[g->mapping].build_id);
+						b->dict, fleet.maps[g->mapping].path, bid);
+				}
 				m = a->lmap[g->mapping];
 				if (m < 0)
 					return m;
@@ -467,6 +536,7 @@ static struct batch *_make_batch(struct agent *a, int64_t t)
 		memset(a->lmap, 0xff, sizeof(a->lmap));
 		memset(a->lstack, 0xff, (size_t)opt.procs * opt.stacks * sizeof(*a->lstack));
 	}
+	_churn(a, t);
 	if (!opt.fresh_dict) {
 		if (!a->dict)
 			a->dict = b->dict;
@@ -1460,6 +1530,40 @@ static void _time_query(struct qres *q, const char *label, const char *path, int
 	free(r.body);
 }
 
+/*
+ * The store's goals (issue 28) against this run. Write amplification is
+ * the bytes the server wrote while ingesting over the bytes it kept; the
+ * flame graph goals are the 1 h and 24 h windows' warm medians.
+ */
+static void _goals(uint64_t samples, uint64_t rejected, double cpu_s, double kept,
+		   double written, const struct qres *q, int nq)
+{
+	double rate = cpu_s > 0 ? (double)samples / cpu_s : -1;
+	double per = kept > 0 && samples ? kept / (double)samples : -1;
+	double amp = written > 0 && kept > 0 ? written / kept : -1;
+	double h1 = -1, h24 = -1;
+
+	for (int i = 0; i < nq; i++) {
+		if (!strcmp(q[i].label, "profile json, last 1 h, all nodes"))
+			h1 = q[i].med;
+		else if (!strcmp(q[i].label, "profile json, last 24 h, all nodes"))
+			h24 = q[i].med;
+	}
+	printf("\n| goal | this run | met |\n|---|---|---|\n");
+	printf("| >= 1,000,000 samples per server CPU-second | %.0f | %s |\n", rate,
+	       rate < 0 ? "?" : rate >= 1e6 ? "yes" : "**no**");
+	printf("| <= 4 bytes per sample kept (rollups included) | %.2f | %s |\n", per,
+	       per < 0 ? "?" : per <= 4 ? "yes" : "**no**");
+	printf("| write amplification <= 3x (written / kept) | %.1fx | %s |\n", amp,
+	       amp < 0 ? "?" : amp <= 3 ? "yes" : "**no**");
+	printf("| 1 h flame graph < 0.3 s warm (median) | %.3f s | %s |\n", h1,
+	       h1 < 0 ? "?" : h1 < 0.3 ? "yes" : "**no**");
+	printf("| 24 h flame graph < 0.3 s warm (median) | %.3f s | %s |\n", h24,
+	       h24 < 0 ? "?" : h24 < 0.3 ? "yes" : "**no**");
+	printf("| no rejected batches (409 included) | %llu | %s |\n", (unsigned long long)rejected,
+	       rejected ? "**no**" : "yes");
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 static void _usage(FILE *f, const char *argv0)
@@ -1469,10 +1573,14 @@ static void _usage(FILE *f, const char *argv0)
 "  --hours H         simulated time to ingest, ending now (default 1)\n"
 "  --nodes N         agents (default 20)          --cpus C   CPUs per node (default 8)\n"
 "  --hz HZ           sampling rate (default 19)   --batch S  seconds per batch (default 10)\n"
-"  --procs P         processes per node (10)      --stacks S stacks per service (100;\n"
+"  --procs P         processes per node (10)      --stacks S stacks per service (3125;\n"
 "                    16 services: 16 x S distinct stacks in the fleet)\n"
-"  --depth MIN-MAX   frames per stack (default 15-40)\n"
-"  --jitter-us J     sampling jitter (default 20)\n"
+"  --depth MIN-MAX   frames per stack (default 20-60)\n"
+"  --jitter-us J     sampling jitter (default 50)\n"
+"  --pid-life-min M  each process restarts with a new pid every M minutes (default 30;\n"
+"                    0: never)\n"
+"  --deploy-min M    each service is deployed every M minutes: a new build id, so new\n"
+"                    frames and stacks (default 240, staggered by service; 0: never)\n"
 "  --session-memory BYTES  the started server's --max-session-memory\n"
 "  --dict-mib M      each agent's cap on its session dictionary, after which it starts a\n"
 "                    new session (default: the agent's, SHIPPER_DICT_MAX_BYTES)\n"
@@ -1518,6 +1626,8 @@ int main(int argc, char **argv)
 		{ "depth", required_argument, NULL, 'D' }, { "jitter-us", required_argument, NULL, 'J' },
 		{ "dict-mib", required_argument, NULL, 'M' },
 		{ "session-memory", required_argument, NULL, 'm' },
+		{ "pid-life-min", required_argument, NULL, 'L' },
+		{ "deploy-min", required_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' }, {}
 	};
 	struct worker *workers;
@@ -1570,6 +1680,8 @@ int main(int argc, char **argv)
 		case 'J': opt.jitter_us = atoi(optarg); break;
 		case 'M': opt.dict_mib = atof(optarg); break;
 		case 'm': opt.session_memory = optarg; break;
+		case 'L': opt.pid_life_min = atof(optarg); break;
+		case 'V': opt.deploy_min = atof(optarg); break;
 		case 'h': _usage(stdout, argv[0]); return 0;
 		default: _usage(stderr, argv[0]); return 2;
 		}
@@ -1579,7 +1691,7 @@ int main(int argc, char **argv)
 	    opt.hours <= 0 || opt.hours > 160 || opt.rate_div < 1 || opt.reps < 1 || opt.reps > 16 ||
 	    opt.depth_min < 8 || opt.depth_max < opt.depth_min || opt.depth_max > MAX_DEPTH ||
 	    opt.jitter_us < 0 || (int64_t)opt.jitter_us * 1000 >= SEC / opt.hz / 2 ||
-	    opt.dict_mib <= 0) {
+	    opt.dict_mib <= 0 || !(opt.pid_life_min >= 0) || !(opt.deploy_min >= 0)) {
 		fprintf(stderr, "ingest_bench: an option is out of range (procs <= %d, stacks <= %d, "
 			"depth 8-%d, hours <= 160: the store keeps 7 days)\n", MAX_PROCS, MAX_STACKS,
 			MAX_DEPTH);
@@ -1655,7 +1767,6 @@ int main(int argc, char **argv)
 		wire_encoder__set_max_bytes(a->enc, (size_t)(opt.dict_mib * 1048576));
 		for (int p = 0; p < opt.procs; p++) {
 			a->svc[p] = (uint32_t)(n + p) % NSERVICES;
-			a->pid[p] = 1000 + (uint32_t)(_mix((uint64_t)n * 64 + (uint64_t)p) % 3000000);
 		}
 	}
 
@@ -1853,11 +1964,12 @@ stop:
 	/* Report. */
 	printf("\n%d nodes x %d CPUs x %d Hz%s, %d processes per node, %d stacks (%d x %d) of "
 	       "%d-%d frames, %d us jitter, %d s batches, %g h simulated, %d connection%s, "
-	       "agent dictionary cap %g MiB%s\n\n",
+	       "agent dictionary cap %g MiB%s; a new pid every %g min, a deploy every %g min\n\n",
 	       opt.nodes, opt.cpus, opt.hz, opt.rate_div > 1 ? " (1 tick in rate-div kept)" : "",
 	       opt.procs, NSERVICES * opt.stacks, NSERVICES, opt.stacks, opt.depth_min,
 	       opt.depth_max, opt.jitter_us, opt.batch_s, opt.hours, opt.conns,
-	       opt.conns > 1 ? "s" : "", opt.dict_mib, opt.pregen ? ", --pregen" : "");
+	       opt.conns > 1 ? "s" : "", opt.dict_mib, opt.pregen ? ", --pregen" : "",
+	       opt.pid_life_min, opt.deploy_min);
 	if (opt.rate_div > 1)
 		printf("reduced rate: one sampling tick in %d kept\n\n", opt.rate_div);
 	printf("| ingest | value |\n|---|---|\n");
@@ -1946,6 +2058,9 @@ stop:
 		if (srv.pid > 0 && qcpu >= 0)
 			printf("\nserver CPU for all %d queries x %d: %.2f s\n", nq, opt.reps, qcpu);
 	}
+	_goals(samples, errors + resets, cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1,
+	       opt.store ? m_store_bytes : disk ? (double)disk : -1,
+	       wchar0 >= 0 && wchar1 >= 0 ? wchar1 - wchar0 : -1, q, nq);
 	fflush(stdout);
 	free(lat);
 out:
