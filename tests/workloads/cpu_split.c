@@ -47,22 +47,40 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/*
+ * Each round calls the leaves in a new random order (still seven hot, three
+ * cold): in a fixed order a sampling period close to a multiple of the
+ * round's length saw the same place in every round, and a test's share
+ * came out 58 % instead of 70 %.
+ */
 NOINLINE unsigned long work_loop(double seconds)
 {
-	unsigned long rounds = 0;
+	static const unsigned char pattern[10] = { 1, 0, 1, 1, 0, 1, 1, 0, 1, 1 };
+	unsigned char order[10];
+	unsigned long rounds = 0, rng = 0x9e3779b97f4a7c15UL;
 	double end = now_s() + seconds;
 
+	for (int i = 0; i < 10; i++)
+		order[i] = pattern[i];
 	do {
-		hot_70();
-		cold_30();
-		hot_70();
-		hot_70();
-		cold_30();
-		hot_70();
-		hot_70();
-		cold_30();
-		hot_70();
-		hot_70();
+		for (int i = 9; i > 0; i--) {
+			int j;
+			unsigned char t;
+
+			rng ^= rng << 13;
+			rng ^= rng >> 7;
+			rng ^= rng << 17;
+			j = (int)(rng % (unsigned long)(i + 1));
+			t = order[i];
+			order[i] = order[j];
+			order[j] = t;
+		}
+		for (int i = 0; i < 10; i++) {
+			if (order[i])
+				hot_70();
+			else
+				cold_30();
+		}
 		rounds++;
 	} while (now_s() < end);
 	return rounds;
