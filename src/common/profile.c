@@ -118,19 +118,26 @@ int64_t profile__intern_named_frame(struct profile *p, enum frame_kind kind, uin
 {
 	int64_t fn = profile__intern_string(p, function);
 	int64_t fl = profile__intern_string(p, file ? file : "");
+
+	if (fn < 0 || fl < 0)
+		return -ENOMEM;
+	return profile__intern_frame_ids(p, kind, mapping, addr, (uint32_t)fn, (uint32_t)fl, line);
+}
+
+int64_t profile__intern_frame_ids(struct profile *p, enum frame_kind kind, uint32_t mapping,
+				  uint64_t addr, uint32_t function, uint32_t file, uint32_t line)
+{
 	/* A different size from the unnamed key, so the two never collide. */
 	struct { uint32_t kind, mapping; uint64_t addr; uint32_t function, file, line, pad; } key;
 	bool added;
 	int64_t id;
 
-	if (fn < 0 || fl < 0)
-		return -ENOMEM;
 	memset(&key, 0, sizeof(key));
 	key.kind = kind;
 	key.mapping = mapping;
 	key.addr = addr;
-	key.function = fn;
-	key.file = fl;
+	key.function = function;
+	key.file = file;
 	key.line = line;
 	if (_reserve((void **)&p->frames, &p->cap_frames, p->nframes, sizeof(*p->frames)))
 		return -ENOMEM;
@@ -138,7 +145,7 @@ int64_t profile__intern_named_frame(struct profile *p, enum frame_kind kind, uin
 	if (id >= 0 && added) {
 		p->frames[id] = (struct profile_frame){
 			.kind = kind, .mapping = mapping, .addr = addr,
-			.function = fn, .file = fl, .line = line,
+			.function = function, .file = file, .line = line,
 		};
 		p->nframes++;
 	}

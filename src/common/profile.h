@@ -97,6 +97,9 @@ int64_t profile__intern_frame(struct profile *p, enum frame_kind kind,
 int64_t profile__intern_named_frame(struct profile *p, enum frame_kind kind, uint32_t mapping,
 				    uint64_t addr, const char *function, const char *file,
 				    uint32_t line);
+/* The same, with function and file already string ids of p (< nstrings). */
+int64_t profile__intern_frame_ids(struct profile *p, enum frame_kind kind, uint32_t mapping,
+				  uint64_t addr, uint32_t function, uint32_t file, uint32_t line);
 /* Names a frame; file may be NULL. Returns 0 or -ENOMEM. */
 int profile__set_frame_name(struct profile *p, uint32_t frame, const char *function,
 			    const char *file, uint32_t line);

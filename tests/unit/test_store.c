@@ -922,6 +922,73 @@ static void test_shared_dictionary(void **state)
 }
 
 
+/*
+ * A frame is (kind, mapping, address) and its names: the same address
+ * under another function (JIT code, kernel text on another host) or
+ * another file is another frame, through a shared dictionary and through
+ * a batch's own, and the same content is one frame whichever brought it.
+ */
+static void test_frames_keyed_by_their_names(void **state)
+{
+	static const char *const fn[] = { "jit_a", "jit_b", "jit_a" };
+	static const char *const file[] = { "a.js", "a.js", "b.js" };
+	struct store *st = _open_fresh();
+	struct batch *owner = batch__new(PERIOD);
+	uint64_t id = batch__new_dict_id();
+	const char *names[] = { "comm" }, *values[] = { "node" };
+	uint64_t want[3] = { 0 }, got[3] = { 0 };
+	struct profile *p = profile__new(PERIOD, 0);
+
+	assert_non_null(owner);
+	assert_non_null(p);
+	for (int round = 0; round < 4; round++) {
+		/* Rounds 0 and 2 share one dictionary; 1 and 3 bring their own. */
+		struct batch *b = round % 2 ? batch__new(PERIOD) : _shared(owner, id);
+
+		assert_non_null(b);
+		for (int k = 0; k < 3; k++) {
+			int64_t m = profile__intern_mapping(b->dict, "/tmp/jit-1.map", "");
+			int64_t f = m < 0 ? m : profile__intern_named_frame(b->dict, FRAME_NATIVE,
+									    (uint32_t)m, 0x7000,
+									    fn[k], file[k], 1);
+			uint32_t frames[1] = { (uint32_t)f };
+			int64_t stack = f < 0 ? f : profile__intern_stack(b->dict, frames, 1);
+			int64_t series = batch__intern_series(b, names, values, 1);
+			struct batch_sample bs = {
+				.ts_ns = T0 + round * SEC + k, .type = SAMPLE_CPU,
+				.value = (uint64_t)(1 + k + 3 * round),
+			};
+
+			assert_true(stack >= 0 && series >= 0);
+			bs.stack = (uint32_t)stack;
+			bs.series = (uint32_t)series;
+			assert_int_equal(batch__add_sample(b, &bs), 0);
+			want[k] += bs.value;
+		}
+		assert_int_equal(store__write(st, "node0", b), 0);
+		batch__free(b);
+	}
+	assert_int_equal(store__profile(st, T0 - SEC, T0 + MIN, NULL, SAMPLE_CPU, p), 0);
+	assert_int_equal(p->nframes, 3);
+	for (uint32_t i = 0; i < p->nsamples; i++) {
+		uint32_t n;
+		const uint32_t *frames = profile__stack(p, p->samples[i].stack, &n);
+		const struct profile_frame *f = &p->frames[frames[n - 1]];
+
+		for (int k = 0; k < 3; k++)
+			if (!strcmp(profile__string(p, f->function), fn[k]) &&
+			    !strcmp(profile__string(p, f->file), file[k]))
+				got[k] += p->samples[i].count;
+	}
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(got[k], want[k]);
+	profile__free(p);
+	batch__free(owner);
+	store__close(st);
+	_cleanup();
+}
+
+
 static int _sum_cb(void *ctx, const char *group, int64_t bucket, int64_t sum);
 
 /* Sum of SAMPLE_CPU samples, and of their count x period, in a batch. */
@@ -1493,6 +1560,7 @@ int main(void)
 		cmocka_unit_test(test_upgrade_from_version_1),
 		cmocka_unit_test(test_hours_built_after_close),
 		cmocka_unit_test(test_shared_dictionary),
+		cmocka_unit_test(test_frames_keyed_by_their_names),
 		cmocka_unit_test(test_series),
 		cmocka_unit_test(test_labels),
 		cmocka_unit_test(test_retain_and_reopen),

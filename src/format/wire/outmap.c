@@ -44,6 +44,18 @@ static int _d_reserve(struct dec *d, size_t frames, size_t labels)
 	return 0;
 }
 
+/*
+ * Frames refer to their names by these ids: a name shared by many frames
+ * (a function's call sites, a file's functions) is hashed once per session
+ * rather than once per frame.
+ */
+static int64_t _out_string(struct dict_xlate *x, uint32_t gid)
+{
+	struct dec *d = x->ctx;
+
+	return profile__intern_string(d->out->dict, _d_string(d, gid));
+}
+
 static int64_t _out_mapping(struct dict_xlate *x, uint32_t gid)
 {
 	struct dec *d = x->ctx;
@@ -60,7 +72,7 @@ static int64_t _out_frame(struct dict_xlate *x, uint32_t gid)
 	struct dec *d = x->ctx;
 	struct wire_frame f;
 	uint32_t mapping = PROFILE_NO_MAPPING;
-	int64_t id;
+	int64_t id, fn, file;
 	size_t len;
 
 	memcpy(&f, _dtab_get(&d->s->tab[K_FRAME], gid, &len), sizeof(f));
@@ -70,8 +82,12 @@ static int64_t _out_frame(struct dict_xlate *x, uint32_t gid)
 			return id;
 		mapping = id;
 	}
-	return profile__intern_named_frame(d->out->dict, f.kind, mapping, f.addr,
-					   _d_string(d, f.function), _d_string(d, f.file), f.line);
+	if ((fn = dict_xlate__id(x, K_STRING, f.function)) < 0)
+		return fn;
+	if ((file = dict_xlate__id(x, K_STRING, f.file)) < 0)
+		return file;
+	return profile__intern_frame_ids(d->out->dict, f.kind, mapping, f.addr, (uint32_t)fn,
+					 (uint32_t)file, f.line);
 }
 
 static int64_t _out_stack(struct dict_xlate *x, uint32_t gid)
@@ -131,23 +147,17 @@ static int64_t _out_series(struct dict_xlate *x, uint32_t gid)
 }
 
 static const dict_xlate_fn _out_fns[K_MAX] = {
-	[K_MAPPING] = _out_mapping, [K_FRAME] = _out_frame,
+	[K_STRING] = _out_string, [K_MAPPING] = _out_mapping, [K_FRAME] = _out_frame,
 	[K_STACK] = _out_stack, [K_SERIES] = _out_series,
 };
 
-/*
- * The string table grows with the others, though nothing is translated
- * through it: the session's memory, which eviction and /metrics count,
- * includes it.
- */
 int wire_out__begin(struct dec *d)
 {
 	d->x = (struct dict_xlate){ .ids = d->s->om, .fn = _out_fns, .ctx = d };
 	for (int k = 0; k < K_MAX; k++) {
 		if (dict_ids__grow(&d->s->om[k], d->s->tab[k].n))
 			return -ENOMEM;
-		if (k != K_STRING)
-			d->x.n[k] = d->s->tab[k].n;
+		d->x.n[k] = d->s->tab[k].n;
 	}
 	return 0;
 }

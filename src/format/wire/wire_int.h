@@ -207,9 +207,9 @@ static inline const char *_d_string(struct dec *d, uint32_t gid)
 /*
  * Sets d->x up to translate the session's ids into the batch's dictionary
  * (d->out->dict, the session's shared one), each entry on first use: a
- * stack or series gid is then dict_xlate__id(&d->x, K_STACK, gid). Strings
- * are not translated: mappings, frames and series take their text.
- * Returns 0 or -ENOMEM.
+ * stack or series gid is then dict_xlate__id(&d->x, K_STACK, gid). Frames
+ * refer to their names by translated ids; mappings and series take their
+ * text. Returns 0 or -ENOMEM.
  */
 int wire_out__begin(struct dec *d);
 

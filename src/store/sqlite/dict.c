@@ -109,14 +109,15 @@ static int64_t _x_mapping(struct dict_xlate *dx, uint32_t local)
 }
 
 /*
- * Frames are cached by their content, names as text, so that a frame the
- * store knows costs one lookup rather than one per string: every batch
- * brings its own dictionary, and translating it is most of a write's work.
+ * Frames are cached by their content with names as store string ids: a
+ * session's strings are translated once per session (the dictionary's id
+ * arrays), and a key of fixed size hashes and compares in a few words,
+ * where one with the names' text cost a hash and a compare of some 150
+ * bytes per frame (the names are most of a frame).
  */
 struct frame_key {
 	uint64_t addr;
-	uint32_t kind, line, mapping, fn_len;
-	char text[];		/* function, NUL, file, NUL */
+	uint32_t kind, line, mapping, function, file, pad;
 };
 
 static int64_t _x_frame(struct dict_xlate *dx, uint32_t local)
@@ -124,53 +125,37 @@ static int64_t _x_frame(struct dict_xlate *dx, uint32_t local)
 	struct xlate *x = dx->ctx;
 	struct sqlite_store *st = x->st;
 	const struct profile_frame *f = &x->d->frames[local];
-	struct frame_key *k;
-	const char *fn, *file;
-	size_t fn_len, file_len, klen;
-	int64_t cols[6], id, mapping = 0;
+	struct frame_key k;
+	int64_t cols[6], id, mapping = 0, fn, file;
 
 	if (f->function >= dx->n[DICT_STRING] || f->file >= dx->n[DICT_STRING])
 		return -EINVAL;
 	if (f->mapping != PROFILE_NO_MAPPING &&
 	    (mapping = dict_xlate__id(dx, DICT_MAPPING, f->mapping)) < 0)
 		return mapping;
-	fn = profile__string(x->d, f->function);
-	file = profile__string(x->d, f->file);
-	fn_len = strlen(fn);
-	file_len = strlen(file);
-	klen = sizeof(*k) + fn_len + file_len + 2;
-	if (klen > st->cap_kbuf) {
-		void *p = realloc(st->kbuf, klen * 2);
-
-		if (!p)
-			return -ENOMEM;
-		st->kbuf = p;
-		st->cap_kbuf = klen * 2;
-	}
-	k = st->kbuf;
-	memset(k, 0, sizeof(*k));
-	k->addr = f->addr;
-	k->kind = f->kind;
-	k->line = f->line;
-	k->mapping = (uint32_t)mapping;
-	k->fn_len = (uint32_t)fn_len;
-	memcpy(k->text, fn, fn_len + 1);
-	memcpy(k->text + fn_len + 1, file, file_len + 1);
-	id = sqlite__cache_find(&st->frames, k, klen);
+	if ((fn = dict_xlate__id(dx, DICT_STRING, f->function)) < 0)
+		return fn;
+	if ((file = dict_xlate__id(dx, DICT_STRING, f->file)) < 0)
+		return file;
+	memset(&k, 0, sizeof(k));
+	k.addr = f->addr;
+	k.kind = f->kind;
+	k.line = f->line;
+	k.mapping = (uint32_t)mapping;
+	k.function = (uint32_t)fn;
+	k.file = (uint32_t)file;
+	id = sqlite__cache_find(&st->frames, &k, sizeof(k));
 	if (id < 0) {
 		cols[0] = f->kind;
 		cols[1] = mapping;
 		cols[2] = (int64_t)f->addr;
-		if ((cols[3] = dict_xlate__id(dx, DICT_STRING, f->function)) < 0)
-			return cols[3];
-		if ((cols[4] = dict_xlate__id(dx, DICT_STRING, f->file)) < 0)
-			return cols[4];
+		cols[3] = fn;
+		cols[4] = file;
 		cols[5] = f->line;
 		id = _store_row(st, NULL, ST_FRAME_GET, ST_FRAME_INS, cols, 6);
 		if (id < 0)
 			return id;
-		/* Neither translating a string nor _store_row() touches kbuf. */
-		sqlite__cache_put(&st->frames, k, klen, (uint32_t)id);
+		sqlite__cache_put(&st->frames, &k, sizeof(k), (uint32_t)id);
 	}
 	return id;
 }

@@ -326,7 +326,6 @@ static void _sqlite_close(void *impl)
 	free(st->infos);
 	sqlite__map_free(&st->open_window);
 	free(st->fbuf);
-	free(st->kbuf);
 	free(st->merge);
 	free(st->db_path);
 	free(st->wal_path);

@@ -184,8 +184,6 @@ struct sqlite_store {
 	/* scratch */
 	uint32_t *fbuf;
 	size_t cap_fbuf;
-	void *kbuf;
-	size_t cap_kbuf;
 	struct rollup_entry *merge;
 	size_t cap_merge;
 
