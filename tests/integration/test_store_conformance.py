@@ -700,6 +700,33 @@ def test_clickhouse_down_and_back(flamewatch, data, tmp_path):
         procs.close_all()
 
 
+@pytest.mark.parametrize("store", ["sqlite", "clickhouse"])
+def test_a_window_of_many_stacks(flamewatch, store, tmp_path, request):
+    """A window that holds more distinct stacks than ClickHouse takes
+    elements in one query (max_ast_elements, 50,000 by default) answers
+    whole on both backends: every stack, every sample."""
+    n = 60_000
+    procs = Procs(tmp_path / "logs")
+    try:
+        if store == "sqlite":
+            args = ["--data", str(tmp_path / "data")]
+        else:
+            port = request.getfixturevalue("clickhouse")
+            args = ["--store", f"clickhouse://127.0.0.1:{port}/many_{uuid.uuid4().hex[:8]}"]
+        _, c = start_server(procs, flamewatch, args, f"server-{store}")
+        t0 = time.time_ns()
+        body = "".join(f"many;mod_{i // 1000};leaf_{i} {1 + i % 3}\n" for i in range(n))
+        r = c.post("/api/v1/ingest/folded", body.encode(), params={"node": "many"},
+                   headers={"Content-Type": "text/plain"})
+        assert r.status == 200, r.describe()
+        got = folded(c, t0 - MIN, time.time_ns() + MIN, query='{node="many"}')
+        assert len(got) == n, (len(got), list(got.items())[:3])
+        assert sum(got.values()) == sum(1 + i % 3 for i in range(n))
+        assert got["many;mod_59;leaf_59999"] == 1 + 59999 % 3
+    finally:
+        procs.close_all()
+
+
 def test_clickhouse_user_and_password(flamewatch, clickhouse, data, tmp_path):
     """USER:PASSWORD@ in the URI (percent-escaped), or the password from
     FLAMEWATCH_CLICKHOUSE_PASSWORD; a wrong one stops the server with
