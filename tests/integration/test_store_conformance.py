@@ -673,18 +673,30 @@ def test_clickhouse_down_and_back(flamewatch, data, tmp_path):
         frm, to = t0, t0 + 13 * MIN
         before = folded(c, frm, to)
         assert sum(before.values()) > 0
+        # A batch whose frame, stack and series are new to ClickHouse.
+        refused = dict(first[0])
+        refused["strings"] = [{"hot": "hot_refused", "100": "9999"}.get(x, x)
+                              for x in refused["strings"]]
+        body = encode_batch(refused, 0xD0D0, 1)
         ch.stop(signal.SIGKILL)
-        r = c.post("/api/v1/ingest", encode_batch(rest[0], 0xD0D0, 1),
-                   headers={"Content-Type": "application/x-protobuf"})
+        r = c.post("/api/v1/ingest", body, headers={"Content-Type": "application/x-protobuf"})
         assert r.status == 503 and "store" in r.text, r.describe()
         r = c.get("/api/v1/profile", {"format": "folded", **window(frm / 1e9, to / 1e9)})
         assert r.status >= 500, r.describe()
         _clickhouse_start(procs, d, port, "clickhouse-server-again")
         assert folded(c, frm, to) == before
         ingest([c], rest)
+        # Sent again, as its agent does: what the refused write had read
+        # of the session's dictionary is written this time.
+        r = c.post("/api/v1/ingest", body, headers={"Content-Type": "application/x-protobuf"})
+        assert r.status == 200, r.describe()
+        again = folded(c, frm, to, query='{pid="9999"}')
+        assert sum(again.values()) == sum(v for _, _, _, _, _, typ, v in refused["samples"]
+                                          if typ == 0), again
+        assert any(k.endswith(";hot_refused") for k in again), again
         stored = first + rest
         got = {}
-        for stack, n in folded(c, frm, to, query='{node="n1"}').items():
+        for stack, n in folded(c, frm, to, query='{node="n1",pid!="9999"}').items():
             got[stack.split(";")[0]] = got.get(stack.split(";")[0], 0) + n
         want_n1 = {}
         for b in stored:

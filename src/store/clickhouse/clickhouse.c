@@ -325,6 +325,7 @@ static void _ch_close(void *impl)
 	intern__free(st->seen_frames);
 	intern__free(st->seen_stacks);
 	intern__free(st->seen_series);
+	ch__dhash_free_all(st);
 	intern__free(st->series_idx);
 	for (uint32_t i = 0; i < st->nseries; i++)
 		free(st->series[i]);

@@ -43,11 +43,19 @@ struct ch_store {
 	 */
 	struct intern *seen_frames, *seen_stacks, *seen_series;
 
+	/* Session dictionaries' hashes, kept across their batches (write.c). */
+	struct ch_dhash **dh;
+	uint32_t ndh;
+	uint64_t dh_clock, dh_bytes;
+
 	/* Series read back from ClickHouse, by id (8-byte keys) -> index. */
 	struct intern *series_idx;
 	struct ch_series **series;
 	uint32_t nseries, cap_series;
 };
+
+/* Frees the kept session hashes (write.c). */
+void ch__dhash_free_all(struct ch_store *st);
 
 /* DDL and other statements without a result. */
 int ch__exec(struct ch_store *st, const char *sql);

@@ -19,13 +19,32 @@
 /* ---- writing ------------------------------------------------------------------ */
 
 /*
- * Per batch: what its dictionary ids hash to, each computed once
- * (common/dict_xlate.h). ClickHouse keys frames, stacks and series by
- * 64-bit hashes of their content rather than by ids it hands out, so an
- * entry's translated id is where its hash is kept, in h of its kind.
- * Frames hash their strings and mapping as text: only frames, stacks and
- * series are translated.
+ * What a dictionary's ids hash to. ClickHouse keys frames, stacks and
+ * series by 64-bit hashes of their content rather than by ids it hands
+ * out, so an entry's translated id is where its hash is kept, in h of its
+ * kind. Frames hash their strings and mapping as text: only frames, stacks
+ * and series are translated.
  */
+struct ch_dhash {
+	uint64_t dict_id;		/* 0: a batch's own dictionary */
+	char *node;			/* series hash with the node label */
+	uint64_t period_ns;		/* and the batch's period */
+	uint64_t used;			/* write counter at last use, for eviction */
+	struct dict_ids ids[DICT_NKINDS];
+	uint64_t *h[DICT_NKINDS];
+	uint32_t nh[DICT_NKINDS], cap_h[DICT_NKINDS];
+};
+
+/*
+ * A session's dictionary (b->dict_id) keeps its hashes across its batches:
+ * hashing a frame's text byte by byte was 90 % of a write's CPU when every
+ * batch did it again. Least recently used ones go past DHASH_MAX or
+ * DHASH_BYTES; forgetting one costs its session one hash per entry.
+ */
+#define DHASH_MAX 4096
+#define DHASH_BYTES (256u << 20)
+
+/* Per batch. */
 struct xlate {
 	struct ch_store *st;
 	const struct batch *b;
@@ -33,14 +52,100 @@ struct xlate {
 	const char *node;
 	uint32_t nstrings;
 	struct dict_xlate dx;
-	struct dict_ids ids[DICT_NKINDS];
-	uint64_t *h[DICT_NKINDS];
-	uint32_t nh[DICT_NKINDS], cap_h[DICT_NKINDS];
+	struct ch_dhash own, *c;	/* c: the session's kept one, or own */
 	/* Rows for the dictionary tables, and the ids they hold. */
 	struct strbuf frames, stacks, series;
 	uint64_t *new_ids[3];
 	uint32_t nnew[3], cap_new[3];
 };
+
+static size_t _dh_bytes(const struct ch_dhash *c)
+{
+	size_t n = sizeof(*c);
+
+	for (int k = 0; k < DICT_NKINDS; k++)
+		n += (size_t)c->ids[k].cap * sizeof(uint32_t) + (size_t)c->cap_h[k] * sizeof(uint64_t);
+	return n;
+}
+
+static void _dh_release(struct ch_dhash *c)
+{
+	for (int k = 0; k < DICT_NKINDS; k++) {
+		dict_ids__release(&c->ids[k]);
+		free(c->h[k]);
+	}
+	free(c->node);
+}
+
+static void _dh_remove(struct ch_store *st, uint32_t i)
+{
+	struct ch_dhash *c = st->dh[i];
+
+	st->dh_bytes -= _dh_bytes(c);
+	_dh_release(c);
+	free(c);
+	st->dh[i] = st->dh[--st->ndh];
+}
+
+void ch__dhash_free_all(struct ch_store *st)
+{
+	while (st->ndh)
+		_dh_remove(st, st->ndh - 1);
+	free(st->dh);
+	st->dh = NULL;
+}
+
+/* The kept hashes of b's session dictionary, added if new; NULL for ENOMEM. */
+static struct ch_dhash *_dh_get(struct ch_store *st, const struct batch *b, const char *node)
+{
+	struct ch_dhash *c = NULL;
+
+	for (uint32_t i = 0; i < st->ndh; i++) {
+		if (st->dh[i]->dict_id == b->dict_id && st->dh[i]->period_ns == b->period_ns &&
+		    !strcmp(st->dh[i]->node, node)) {
+			c = st->dh[i];
+			break;
+		}
+	}
+	if (!c) {
+		while (st->ndh && (st->ndh >= DHASH_MAX || st->dh_bytes > DHASH_BYTES)) {
+			uint32_t old = 0;
+
+			for (uint32_t i = 1; i < st->ndh; i++)
+				if (st->dh[i]->used < st->dh[old]->used)
+					old = i;
+			_dh_remove(st, old);
+		}
+		if (!st->dh && !(st->dh = calloc(DHASH_MAX, sizeof(*st->dh))))
+			return NULL;
+		c = calloc(1, sizeof(*c));
+		if (!c || !(c->node = strdup(node))) {
+			free(c);
+			return NULL;
+		}
+		c->dict_id = b->dict_id;
+		c->period_ns = b->period_ns;
+		st->dh[st->ndh++] = c;
+		st->dh_bytes += _dh_bytes(c);
+	}
+	c->used = ++st->dh_clock;
+	return c;
+}
+
+/*
+ * After a write that failed: entries it hashed first may not be in
+ * ClickHouse, and a kept hash would never insert them. The session's next
+ * batch hashes them again.
+ */
+static void _dh_forget(struct ch_store *st, const struct xlate *x)
+{
+	for (uint32_t i = 0; i < st->ndh; i++) {
+		if (st->dh[i] == x->c) {
+			_dh_remove(st, i);
+			return;
+		}
+	}
+}
 
 enum { NEW_FRAME, NEW_STACK, NEW_SERIES };
 
@@ -92,17 +197,21 @@ static void _key_str(struct strbuf *k, const char *s)
 /* The translated id of an entry that hashes to h. */
 static int64_t _x_keep(struct xlate *x, enum dict_kind k, uint64_t h)
 {
-	if (x->nh[k] == x->cap_h[k]) {
-		uint32_t cap = x->cap_h[k] ? x->cap_h[k] * 2 : 64;
-		uint64_t *a = realloc(x->h[k], (size_t)cap * sizeof(*a));
+	struct ch_dhash *c = x->c;
+
+	if (c->nh[k] == c->cap_h[k]) {
+		uint32_t cap = c->cap_h[k] ? c->cap_h[k] * 2 : 64;
+		uint64_t *a = realloc(c->h[k], (size_t)cap * sizeof(*a));
 
 		if (!a)
 			return -ENOMEM;
-		x->h[k] = a;
-		x->cap_h[k] = cap;
+		if (c != &x->own)
+			x->st->dh_bytes += (uint64_t)(cap - c->cap_h[k]) * sizeof(*a);
+		c->h[k] = a;
+		c->cap_h[k] = cap;
 	}
-	x->h[k][x->nh[k]] = h;
-	return x->nh[k]++;
+	c->h[k][c->nh[k]] = h;
+	return c->nh[k]++;
 }
 
 /* What entry id of kind k hashes to, computed on first use. */
@@ -112,7 +221,7 @@ static int _x_hash(struct xlate *x, enum dict_kind k, uint32_t id, uint64_t *out
 
 	if (i < 0)
 		return (int)i;
-	*out = x->h[k][i];
+	*out = x->c->h[k][i];
 	return 0;
 }
 
@@ -253,10 +362,7 @@ static const dict_xlate_fn _x_fns[DICT_NKINDS] = {
 
 static void _x_free(struct xlate *x)
 {
-	for (int k = 0; k < DICT_NKINDS; k++) {
-		dict_ids__release(&x->ids[k]);
-		free(x->h[k]);
-	}
+	_dh_release(&x->own);
 	strbuf__release(&x->frames);
 	strbuf__release(&x->stacks);
 	strbuf__release(&x->series);
@@ -267,14 +373,31 @@ static void _x_free(struct xlate *x)
 static int _x_init(struct xlate *x, struct ch_store *st, const struct batch *b, const char *node)
 {
 	*x = (struct xlate){ .st = st, .b = b, .d = b->dict, .node = node };
-	x->dx = (struct dict_xlate){ .ids = x->ids, .fn = _x_fns, .ctx = x };
+	x->c = &x->own;
+	x->dx = (struct dict_xlate){ .fn = _x_fns, .ctx = x };
 	dict_xlate__batch_counts(&x->dx, b);
 	x->nstrings = x->dx.n[DICT_STRING];
 	x->dx.n[DICT_STRING] = x->dx.n[DICT_MAPPING] = 0;
-	for (int k = DICT_FRAME; k <= DICT_SERIES; k++)
-		if (dict_ids__alloc(&x->ids[k], x->dx.n[k]))
+	if (b->dict_id && !(x->c = _dh_get(st, b, node)))
+		return -ENOMEM;
+	for (int k = DICT_FRAME; k <= DICT_SERIES; k++) {
+		uint32_t cap = x->c->ids[k].cap;
+
+		if (dict_ids__grow(&x->c->ids[k], x->dx.n[k] + 1))
 			return -ENOMEM;
+		if (x->c != &x->own)
+			st->dh_bytes += (uint64_t)(x->c->ids[k].cap - cap) * sizeof(uint32_t);
+	}
+	x->dx.ids = x->c->ids;
 	return 0;
+}
+
+/* The end of a write: what it hashed stays kept only if it all went in. */
+static void _x_done(struct xlate *x, int err)
+{
+	if (err && x->c != &x->own)
+		_dh_forget(x->st, x);
+	_x_free(x);
 }
 
 static int _x_flush(struct ch_store *st, struct xlate *x)
@@ -447,7 +570,7 @@ int ch__write(void *impl, const char *node, const struct batch *b)
 	if (!err)
 		st->batches_written++;
 out:
-	_x_free(&x);
+	_x_done(&x, err);
 	strbuf__release(&samples);
 	strbuf__release(&civ);
 	strbuf__release(&gpu);
@@ -467,7 +590,7 @@ int ch__write_cpu_intervals(void *impl, const char *node, const struct batch *b)
 	err = err ?: _rows_cpu_intervals(&x, &civ);
 	err = err ?: _x_flush(st, &x);
 	err = err ?: ch__insert(st, "cpu_intervals", &civ);
-	_x_free(&x);
+	_x_done(&x, err);
 	strbuf__release(&civ);
 	return err;
 }
@@ -509,7 +632,7 @@ int ch__write_metrics(void *impl, const char *node, const struct batch *b)
 	}
 	err = err ?: _x_flush(st, &x);
 	err = err ?: ch__insert(st, "metric_points", &rows);
-	_x_free(&x);
+	_x_done(&x, err);
 	strbuf__release(&rows);
 	return err;
 }
