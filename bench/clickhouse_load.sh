@@ -1,7 +1,8 @@
 #!/bin/sh
 # Load test of the ClickHouse store next to SQLite (bench/CLICKHOUSE.md):
-# simulated agents (default 200 nodes x 16 CPUs x 19 Hz, 5 minutes of
-# samples) sent as fast as one server takes them, through bench/ingest_bench,
+# simulated agents (ingest_bench's fleet: 20 nodes x 8 CPUs x 19 Hz, 50,000
+# stacks with churn, 1 h of samples) sent as fast as one server takes them,
+# through bench/ingest_bench,
 # once against `flamewatch server --store clickhouse://...` and once against
 # `flamewatch server --data DIR`; then the query API is timed (1 h and 24 h
 # windows). Starts its own clickhouse-server (Debian's) on free ports with
@@ -15,10 +16,10 @@
 # it runs as the calling user). Needs clickhouse-server, curl.
 set -eu
 
-NODES=${NODES:-200}
-CPUS=${CPUS:-16}
+NODES=${NODES:-20}
+CPUS=${CPUS:-8}
 HZ=${HZ:-19}
-HOURS=${HOURS:-0.0833333}	# 5 minutes
+HOURS=${HOURS:-1}
 TMPDIR=${TMPDIR:-/var/tmp}
 CH=${CLICKHOUSE_SERVER:-/usr/sbin/clickhouse-server}
 

@@ -2060,7 +2060,9 @@ stop:
 	}
 	_goals(samples, errors + resets, cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1,
 	       opt.store ? m_store_bytes : disk ? (double)disk : -1,
-	       wchar0 >= 0 && wchar1 >= 0 ? wchar1 - wchar0 : -1, q, nq);
+	       /* With --store the writes are the database's, which /proc of the
+		* server does not see. */
+	       !opt.store && wchar0 >= 0 && wchar1 >= 0 ? wchar1 - wchar0 : -1, q, nq);
 	fflush(stdout);
 	free(lat);
 out:
