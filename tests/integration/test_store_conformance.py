@@ -716,7 +716,8 @@ def test_clickhouse_down_and_back(flamewatch, data, tmp_path):
 def test_a_window_of_many_stacks(flamewatch, store, tmp_path, request):
     """A window that holds more distinct stacks than ClickHouse takes
     elements in one query (max_ast_elements, 50,000 by default) answers
-    whole on both backends: every stack, every sample."""
+    whole on both backends: every stack, every sample, and none of another
+    node's."""
     n = 60_000
     procs = Procs(tmp_path / "logs")
     try:
@@ -729,6 +730,12 @@ def test_a_window_of_many_stacks(flamewatch, store, tmp_path, request):
         t0 = time.time_ns()
         body = "".join(f"many;mod_{i // 1000};leaf_{i} {1 + i % 3}\n" for i in range(n))
         r = c.post("/api/v1/ingest/folded", body.encode(), params={"node": "many"},
+                   headers={"Content-Type": "text/plain"})
+        assert r.status == 200, r.describe()
+        # Stacks of another node, which the window's query must skip when
+        # it reads the stacks' table whole.
+        other = "".join(f"other;leaf_o{i} 1\n" for i in range(10_000))
+        r = c.post("/api/v1/ingest/folded", other.encode(), params={"node": "other"},
                    headers={"Content-Type": "text/plain"})
         assert r.status == 200, r.describe()
         got = folded(c, t0 - MIN, time.time_ns() + MIN, query='{node="many"}')

@@ -204,44 +204,169 @@ static void _id_list(struct strbuf *sql, const uint64_t *ids, uint32_t n)
 		strbuf__printf(sql, "%s%" PRIu64, i ? "," : "", ids[i]);
 }
 
-/* Reads the stacks noted since the last run, and their frames, into out. */
+/*
+ * " WHERE id IN (...)" for the n ids wanted from table, or nothing when
+ * they are an eighth of its rows or more: ClickHouse parses a long IN list
+ * slower than it reads the whole table (55,000 stacks: 0.34 s against
+ * 0.06 s for the same 18 MB), and the reader skips what it did not ask for.
+ */
+#define SCAN_MIN 4096
+
+static int _where_ids(struct ch_store *st, const char *table, const uint64_t *ids, uint32_t n,
+		      struct strbuf *sql)
+{
+	char q[160];
+	int64_t rows = 0;
+	int err;
+
+	if (n >= SCAN_MIN) {
+		snprintf(q, sizeof(q), "SELECT toInt64(count()) FROM %s.%s FORMAT RowBinary", st->db,
+			 table);
+		err = ch__select_i64(st, q, 0, &rows);
+		if (err)
+			return err;
+		if ((int64_t)n * 8 >= rows)
+			return 0;
+	}
+	strbuf__puts(sql, " WHERE id IN (");
+	_id_list(sql, ids, n);
+	strbuf__putc(sql, ')');
+	return 0;
+}
+
+/*
+ * Frame hash -> index in fout. A day's window of 50,000 stacks looks 2
+ * million frames up here, and an intern table (its key bytes apart,
+ * compared on every hit) took a third of the query's CPU. Open addressing
+ * over the 8-byte keys themselves, half full at most.
+ */
+struct fmap {
+	uint64_t *key;
+	uint32_t *val;		/* UINT32_MAX: an empty slot */
+	uint32_t bits, n;
+};
+
+static uint32_t _fmap_at(const struct fmap *m, uint64_t key)
+{
+	uint32_t mask = (1u << m->bits) - 1;
+	uint32_t i = (uint32_t)((key * 0x9e3779b97f4a7c15ULL) >> (64 - m->bits));
+
+	while (m->val[i] != UINT32_MAX && m->key[i] != key)
+		i = (i + 1) & mask;
+	return i;
+}
+
+static int _fmap_grow(struct fmap *m)
+{
+	struct fmap g = { .bits = m->bits ? m->bits + 1 : 12 };
+
+	if (g.bits > 31)
+		return -ENOMEM;
+	g.key = malloc(sizeof(*g.key) << g.bits);
+	g.val = malloc(sizeof(*g.val) << g.bits);
+	if (!g.key || !g.val) {
+		free(g.key);
+		free(g.val);
+		return -ENOMEM;
+	}
+	memset(g.val, 0xff, sizeof(*g.val) << g.bits);
+	for (uint32_t i = 0; m->bits && i < (1u << m->bits); i++) {
+		if (m->val[i] != UINT32_MAX) {
+			uint32_t j = _fmap_at(&g, m->key[i]);
+
+			g.key[j] = m->key[i];
+			g.val[j] = m->val[i];
+		}
+	}
+	g.n = m->n;
+	free(m->key);
+	free(m->val);
+	*m = g;
+	return 0;
+}
+
+/* The index of key, given the next one (m->n) if new; -ENOMEM. */
+static int64_t _fmap_add(struct fmap *m, uint64_t key, bool *added)
+{
+	uint32_t i;
+
+	*added = false;
+	if (2 * (m->n + 1) > (m->bits ? 1u << m->bits : 0) && _fmap_grow(m))
+		return -ENOMEM;
+	i = _fmap_at(m, key);
+	if (m->val[i] == UINT32_MAX) {
+		m->key[i] = key;
+		m->val[i] = m->n++;
+		*added = true;
+	}
+	return m->val[i];
+}
+
+static int64_t _fmap_find(const struct fmap *m, uint64_t key)
+{
+	uint32_t i;
+
+	if (!m->bits)
+		return -ENOENT;
+	i = _fmap_at(m, key);
+	return m->val[i] == UINT32_MAX ? -ENOENT : (int64_t)m->val[i];
+}
+
+static int _seq_push(uint32_t **a, size_t *n, size_t *cap, uint32_t v)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 4096;
+		uint32_t *p = realloc(*a, c * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		*a = p;
+		*cap = c;
+	}
+	(*a)[(*n)++] = v;
+	return 0;
+}
+
+/*
+ * Reads the stacks noted since the last run, and their frames, into out.
+ * Pass 1 looks each frame of a wanted stack up once and keeps where it
+ * went, in order; pass 2 reads the same rows again and takes those places
+ * (2 million lookups fewer for a day of 50,000 stacks).
+ */
 int ch__ex_run(struct exporter *ex)
 {
 	struct ch_store *st = ex->st;
 	struct strbuf sql = STRBUF_INIT, sresp = STRBUF_INIT, fresp = STRBUF_INIT;
-	struct intern *fidx = intern__new();	/* frame hash -> index in fout */
-	uint32_t *fout = NULL, nf = 0, capf = 0, *frames = NULL;
+	struct fmap fidx = { 0 };		/* frame hash -> index in fout */
+	uint32_t *fout = NULL, nf = 0, capf = 0, *frames = NULL, *fseq = NULL;
 	uint64_t *fwant = NULL;
+	size_t nseq = 0, capseq = 0, pos = 0;
 	struct rbr r;
 	int err = 0;
 
-	if (!ex->ntodo) {
-		intern__free(fidx);
+	if (!ex->ntodo)
 		return 0;
-	}
-	if (!fidx) {
-		err = -ENOMEM;
-		goto out;
-	}
-	strbuf__printf(&sql, "SELECT id, frames FROM %s.stacks WHERE id IN (", st->db);
-	_id_list(&sql, ex->todo, ex->ntodo);
-	strbuf__puts(&sql, ") FORMAT RowBinary");
-	err = sql.oom ? -ENOMEM : ch__select(st, sql.buf, &sresp);
+	strbuf__printf(&sql, "SELECT id, frames FROM %s.stacks", st->db);
+	err = _where_ids(st, "stacks", ex->todo, ex->ntodo, &sql);
+	strbuf__puts(&sql, " FORMAT RowBinary");
+	err = err ?: sql.oom ? -ENOMEM : ch__select(st, sql.buf, &sresp);
 	if (err)
 		goto out;
 	/* Pass 1: the frames they need. */
 	r = ch__reader(&sresp);
 	while (rbr__more(&r)) {
-		uint64_t n;
+		uint64_t h = rbr__u64(&r), n = rbr__varint(&r);
+		bool wanted = intern__find(ex->ids, &h, sizeof(h)) >= 0;
 
-		rbr__u64(&r);
-		n = rbr__varint(&r);
 		for (uint64_t i = 0; i < n && !r.bad; i++) {
 			uint64_t fh = rbr__u64(&r);
 			bool added;
-			int64_t k = intern__add(fidx, &fh, sizeof(fh), &added);
+			int64_t k;
 
-			if (k < 0) {
+			if (!wanted)
+				continue;
+			k = _fmap_add(&fidx, fh, &added);
+			if (k < 0 || _seq_push(&fseq, &nseq, &capseq, (uint32_t)k)) {
 				err = -ENOMEM;
 				goto out;
 			}
@@ -273,10 +398,10 @@ int ch__ex_run(struct exporter *ex)
 	if (nf) {
 		sql.len = 0;
 		strbuf__printf(&sql, "SELECT id, kind, has_mapping, path, build_id, addr, function,"
-			       " file, line FROM %s.frames WHERE id IN (", st->db);
-		_id_list(&sql, fwant, nf);
-		strbuf__puts(&sql, ") FORMAT RowBinary");
-		err = sql.oom ? -ENOMEM : ch__select(st, sql.buf, &fresp);
+			       " file, line FROM %s.frames", st->db);
+		err = _where_ids(st, "frames", fwant, nf, &sql);
+		strbuf__puts(&sql, " FORMAT RowBinary");
+		err = err ?: sql.oom ? -ENOMEM : ch__select(st, sql.buf, &fresp);
 		if (err)
 			goto out;
 		r = ch__reader(&fresp);
@@ -287,14 +412,14 @@ int ch__ex_run(struct exporter *ex)
 			uint64_t addr = rbr__u64(&r);
 			const char *fn = rbr__str(&r), *file = rbr__str(&r);
 			uint32_t line = rbr__u32(&r), mapping = PROFILE_NO_MAPPING;
-			int64_t k = intern__find(fidx, &fh, sizeof(fh)), id;
+			int64_t k = _fmap_find(&fidx, fh), id;
 
-			if (r.bad || k < 0 || kind >= FRAME_KIND_MAX) {
+			if (r.bad || kind >= FRAME_KIND_MAX) {
 				err = -EIO;
 				goto out;
 			}
-			if (fout[k] != UINT32_MAX)
-				continue;	/* a copy not merged yet */
+			if (k < 0 || fout[k] != UINT32_MAX)
+				continue;	/* not asked for, or a copy not merged yet */
 			if (has_map) {
 				id = profile__intern_mapping(ex->out, path, bid);
 				if (id < 0) {
@@ -328,6 +453,11 @@ int ch__ex_run(struct exporter *ex)
 		int64_t k = intern__find(ex->ids, &h, sizeof(h)), id;
 		uint32_t *fr = frames, *big = NULL;
 
+		if (k < 0) {	/* a row of the whole table, not asked for */
+			for (uint64_t i = 0; i < n && !r.bad; i++)
+				rbr__u64(&r);
+			continue;
+		}
 		if (n > nf) {
 			big = malloc(n * sizeof(*big));
 			if (!big) {
@@ -337,10 +467,10 @@ int ch__ex_run(struct exporter *ex)
 			fr = big;
 		}
 		for (uint64_t i = 0; i < n && !r.bad; i++) {
+			/* The frame pass 1 looked up at this place. */
 			uint64_t fh = rbr__u64(&r);
-			int64_t f = intern__find(fidx, &fh, sizeof(fh));
 
-			fr[i] = f < 0 ? UINT32_MAX : fout[f];
+			fr[i] = pos < nseq ? fout[fseq[pos++]] : UINT32_MAX;
 			if (fr[i] == UINT32_MAX) {
 				pr_warn("store: clickhouse: frame %016llx is missing\n",
 					(unsigned long long)fh);
@@ -377,9 +507,11 @@ out:
 	strbuf__release(&sql);
 	strbuf__release(&sresp);
 	strbuf__release(&fresp);
-	intern__free(fidx);
+	free(fidx.key);
+	free(fidx.val);
 	free(fout);
 	free(fwant);
+	free(fseq);
 	free(frames);
 	return err;
 }
