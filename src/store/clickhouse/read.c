@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "common/intern.h"
+#include "common/u64map.h"
 #include "common/log.h"
 #include "common/profile.h"
 #include "store/selector.h"
@@ -234,84 +235,6 @@ static int _where_ids(struct ch_store *st, const char *table, const uint64_t *id
 	return 0;
 }
 
-/*
- * Frame hash -> index in fout. A day's window of 50,000 stacks looks 2
- * million frames up here, and an intern table (its key bytes apart,
- * compared on every hit) took a third of the query's CPU. Open addressing
- * over the 8-byte keys themselves, half full at most.
- */
-struct fmap {
-	uint64_t *key;
-	uint32_t *val;		/* UINT32_MAX: an empty slot */
-	uint32_t bits, n;
-};
-
-static uint32_t _fmap_at(const struct fmap *m, uint64_t key)
-{
-	uint32_t mask = (1u << m->bits) - 1;
-	uint32_t i = (uint32_t)((key * 0x9e3779b97f4a7c15ULL) >> (64 - m->bits));
-
-	while (m->val[i] != UINT32_MAX && m->key[i] != key)
-		i = (i + 1) & mask;
-	return i;
-}
-
-static int _fmap_grow(struct fmap *m)
-{
-	struct fmap g = { .bits = m->bits ? m->bits + 1 : 12 };
-
-	if (g.bits > 31)
-		return -ENOMEM;
-	g.key = malloc(sizeof(*g.key) << g.bits);
-	g.val = malloc(sizeof(*g.val) << g.bits);
-	if (!g.key || !g.val) {
-		free(g.key);
-		free(g.val);
-		return -ENOMEM;
-	}
-	memset(g.val, 0xff, sizeof(*g.val) << g.bits);
-	for (uint32_t i = 0; m->bits && i < (1u << m->bits); i++) {
-		if (m->val[i] != UINT32_MAX) {
-			uint32_t j = _fmap_at(&g, m->key[i]);
-
-			g.key[j] = m->key[i];
-			g.val[j] = m->val[i];
-		}
-	}
-	g.n = m->n;
-	free(m->key);
-	free(m->val);
-	*m = g;
-	return 0;
-}
-
-/* The index of key, given the next one (m->n) if new; -ENOMEM. */
-static int64_t _fmap_add(struct fmap *m, uint64_t key, bool *added)
-{
-	uint32_t i;
-
-	*added = false;
-	if (2 * (m->n + 1) > (m->bits ? 1u << m->bits : 0) && _fmap_grow(m))
-		return -ENOMEM;
-	i = _fmap_at(m, key);
-	if (m->val[i] == UINT32_MAX) {
-		m->key[i] = key;
-		m->val[i] = m->n++;
-		*added = true;
-	}
-	return m->val[i];
-}
-
-static int64_t _fmap_find(const struct fmap *m, uint64_t key)
-{
-	uint32_t i;
-
-	if (!m->bits)
-		return -ENOENT;
-	i = _fmap_at(m, key);
-	return m->val[i] == UINT32_MAX ? -ENOENT : (int64_t)m->val[i];
-}
-
 static int _seq_push(uint32_t **a, size_t *n, size_t *cap, uint32_t v)
 {
 	if (*n == *cap) {
@@ -337,7 +260,7 @@ int ch__ex_run(struct exporter *ex)
 {
 	struct ch_store *st = ex->st;
 	struct strbuf sql = STRBUF_INIT, sresp = STRBUF_INIT, fresp = STRBUF_INIT;
-	struct fmap fidx = { 0 };		/* frame hash -> index in fout */
+	struct u64map fidx = { 0 };		/* frame hash -> index in fout */
 	uint32_t *fout = NULL, nf = 0, capf = 0, *frames = NULL, *fseq = NULL;
 	uint64_t *fwant = NULL;
 	size_t nseq = 0, capseq = 0, pos = 0;
@@ -361,12 +284,14 @@ int ch__ex_run(struct exporter *ex)
 		for (uint64_t i = 0; i < n && !r.bad; i++) {
 			uint64_t fh = rbr__u64(&r);
 			bool added;
-			int64_t k;
+			uint64_t *k;
 
 			if (!wanted)
 				continue;
-			k = _fmap_add(&fidx, fh, &added);
-			if (k < 0 || _seq_push(&fseq, &nseq, &capseq, (uint32_t)k)) {
+			k = u64map__upsert(&fidx, fh, &added);
+			if (k && added)
+				*k = nf;
+			if (!k || _seq_push(&fseq, &nseq, &capseq, (uint32_t)*k)) {
 				err = -ENOMEM;
 				goto out;
 			}
@@ -412,13 +337,14 @@ int ch__ex_run(struct exporter *ex)
 			uint64_t addr = rbr__u64(&r);
 			const char *fn = rbr__str(&r), *file = rbr__str(&r);
 			uint32_t line = rbr__u32(&r), mapping = PROFILE_NO_MAPPING;
-			int64_t k = _fmap_find(&fidx, fh), id;
+			const uint64_t *k = u64map__get(&fidx, fh);
+			int64_t id;
 
 			if (r.bad || kind >= FRAME_KIND_MAX) {
 				err = -EIO;
 				goto out;
 			}
-			if (k < 0 || fout[k] != UINT32_MAX)
+			if (!k || fout[*k] != UINT32_MAX)
 				continue;	/* not asked for, or a copy not merged yet */
 			if (has_map) {
 				id = profile__intern_mapping(ex->out, path, bid);
@@ -434,7 +360,7 @@ int ch__ex_run(struct exporter *ex)
 				err = (int)id;
 				goto out;
 			}
-			fout[k] = (uint32_t)id;
+			fout[*k] = (uint32_t)id;
 		}
 		if (r.bad) {
 			err = -EIO;
@@ -507,8 +433,7 @@ out:
 	strbuf__release(&sql);
 	strbuf__release(&sresp);
 	strbuf__release(&fresp);
-	free(fidx.key);
-	free(fidx.val);
+	u64map__free(&fidx);
 	free(fout);
 	free(fwant);
 	free(fseq);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * The small containers of the SQLite backend: u64 maps, content caches,
- * lists of ranges, and the decoder of stack blobs.
+ * The small containers of the SQLite backend: content caches, lists of
+ * ranges, and the decoder of stack blobs.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -15,68 +15,6 @@
 
 /* Bytes a content cache may hold before it is dropped and refilled. */
 #define CACHE_BYTES	(32u << 20)
-
-static inline uint32_t _u64hash(uint64_t k)
-{
-	k ^= k >> 33;
-	k *= 0xff51afd7ed558ccdULL;
-	k ^= k >> 33;
-	return (uint32_t)k;
-}
-
-void sqlite__map_free(struct u64map *m)
-{
-	free(m->slots);
-	memset(m, 0, sizeof(*m));
-}
-
-uint64_t *sqlite__map_get(const struct u64map *m, uint64_t key)
-{
-	if (!m->cap)
-		return NULL;
-	for (uint32_t i = _u64hash(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-		if (!m->slots[i].used)
-			return NULL;
-		if (m->slots[i].key == key)
-			return &m->slots[i].val;
-	}
-}
-
-/* Returns the value slot of key, inserting it with value 0, or NULL for ENOMEM. */
-uint64_t *sqlite__map_upsert(struct u64map *m, uint64_t key, bool *added)
-{
-	uint32_t i;
-
-	if ((m->count + 1) * 2 > m->cap) {
-		uint32_t cap = m->cap ? m->cap * 2 : 64;
-		struct u64slot *slots = calloc(cap, sizeof(*slots));
-
-		if (!slots)
-			return NULL;
-		for (uint32_t j = 0; j < m->cap; j++) {
-			if (!m->slots[j].used)
-				continue;
-			for (i = _u64hash(m->slots[j].key) & (cap - 1); slots[i].used; i = (i + 1) & (cap - 1))
-				;
-			slots[i] = m->slots[j];
-		}
-		free(m->slots);
-		m->slots = slots;
-		m->cap = cap;
-	}
-	for (i = _u64hash(key) & (m->cap - 1); m->slots[i].used; i = (i + 1) & (m->cap - 1)) {
-		if (m->slots[i].key == key) {
-			if (added)
-				*added = false;
-			return &m->slots[i].val;
-		}
-	}
-	m->slots[i] = (struct u64slot){ .key = key, .used = true };
-	m->count++;
-	if (added)
-		*added = true;
-	return &m->slots[i].val;
-}
 
 void sqlite__cache_free(struct cache *c)
 {

@@ -211,7 +211,7 @@ static void _civ_texts_free(struct civ_texts *t)
 	for (uint32_t i = 0; i < t->n; i++)
 		free(t->text[i]);
 	free(t->text);
-	sqlite__map_free(&t->ix);
+	u64map__free(&t->ix);
 }
 
 static int _civ_text(struct sqlite_store *st, struct civ_texts *t, int64_t id, const char **out)
@@ -222,7 +222,7 @@ static int _civ_text(struct sqlite_store *st, struct civ_texts *t, int64_t id, c
 	char *text;
 	int rc, err;
 
-	slot = sqlite__map_upsert(&t->ix, (uint64_t)id, &added);
+	slot = u64map__upsert(&t->ix, (uint64_t)id, &added);
 	if (!slot)
 		return -ENOMEM;
 	if (!added) {

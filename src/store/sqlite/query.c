@@ -51,7 +51,7 @@ static const struct ptag *_ptag(const struct query *q, uint32_t tag)
 
 static int _agg_add(struct query *q, uint64_t key, int64_t v)
 {
-	uint64_t *slot = sqlite__map_upsert(&q->agg, key, NULL);
+	uint64_t *slot = u64map__upsert(&q->agg, key, NULL);
 
 	if (!slot)
 		return -ENOMEM;
@@ -80,7 +80,7 @@ static int _dense_spill(struct query *q)
 
 			if (!q->dense[t][k])
 				continue;
-			slot = sqlite__map_upsert(&q->agg, (uint64_t)k << 32 | t, NULL);
+			slot = u64map__upsert(&q->agg, (uint64_t)k << 32 | t, NULL);
 			if (!slot)
 				err = -ENOMEM;
 			else
@@ -501,7 +501,7 @@ static int _active_series(struct sqlite_store *st, int64_t from, int64_t to, str
 		bool inside = false;
 		uint32_t n;
 
-		if (sqlite__map_get(active, series))
+		if (u64map__get(active, series))
 			continue;
 		if (sqlite3_column_int64(s, 2) >= from && sqlite3_column_int64(s, 3) < to) {
 			inside = true;
@@ -510,7 +510,7 @@ static int _active_series(struct sqlite_store *st, int64_t from, int64_t to, str
 			for (uint32_t i = 0; !err && i < n && !inside; i++)
 				inside = bs[i].ts_ns >= from && bs[i].ts_ns < to;
 		}
-		if (inside && !sqlite__map_upsert(active, series, NULL))
+		if (inside && !u64map__upsert(active, series, NULL))
 			err = -ENOMEM;
 	}
 	sqlite3_reset(s);
@@ -576,7 +576,7 @@ static int _labels(struct sqlite_store *st, const char *name, int64_t from, int6
 out:
 	free(sorted);
 	intern__free(set);
-	sqlite__map_free(&active);
+	u64map__free(&active);
 	return err;
 }
 

@@ -40,7 +40,7 @@ int sqlite__series_info(struct sqlite_store *st, int64_t series, const struct se
 	char *p;
 	int rc = SQLITE_DONE, err = 0;
 
-	slot = sqlite__map_get(&st->series_info, (uint64_t)series);
+	slot = u64map__get(&st->series_info, (uint64_t)series);
 	if (slot) {
 		*out = st->infos[*slot];
 		return 0;
@@ -104,7 +104,7 @@ int sqlite__series_info(struct sqlite_store *st, int64_t series, const struct se
 		st->infos = a;
 		st->cap_infos = cap;
 	}
-	slot = sqlite__map_upsert(&st->series_info, (uint64_t)series, &added);
+	slot = u64map__upsert(&st->series_info, (uint64_t)series, &added);
 	if (!slot) {
 		err = -ENOMEM;
 		goto err;
@@ -120,8 +120,8 @@ err:
 
 void sqlite__query_free(struct query *q)
 {
-	sqlite__map_free(&q->smap);
-	sqlite__map_free(&q->agg);
+	u64map__free(&q->smap);
+	u64map__free(&q->agg);
 	for (uint32_t t = 0; t < q->ndense; t++)
 		free(q->dense[t]);
 	free(q->dense);
@@ -137,7 +137,7 @@ void sqlite__query_free(struct query *q)
 struct qseries *sqlite__qseries(struct query *q, int64_t series, int *err)
 {
 	bool added;
-	uint64_t *slot = sqlite__map_upsert(&q->smap, (uint64_t)series, &added);
+	uint64_t *slot = u64map__upsert(&q->smap, (uint64_t)series, &added);
 	struct qseries *qs;
 
 	*err = 0;
@@ -178,17 +178,17 @@ struct qseries *sqlite__qseries(struct query *q, int64_t series, int *err)
 
 void sqlite__exporter_free(struct exporter *ex)
 {
-	sqlite__map_free(&ex->strings);
-	sqlite__map_free(&ex->mappings);
-	sqlite__map_free(&ex->frames);
-	sqlite__map_free(&ex->stacks);
+	u64map__free(&ex->strings);
+	u64map__free(&ex->mappings);
+	u64map__free(&ex->frames);
+	u64map__free(&ex->stacks);
 }
 
 /* Fetches the text of a store string into the output profile. */
 static int64_t _ex_string(struct exporter *ex, int64_t id)
 {
 	sqlite3_stmt *s = ex->st->st[ST_STR_TEXT];
-	uint64_t *slot = sqlite__map_get(&ex->strings, (uint64_t)id);
+	uint64_t *slot = u64map__get(&ex->strings, (uint64_t)id);
 	int64_t out;
 	int rc;
 
@@ -207,7 +207,7 @@ static int64_t _ex_string(struct exporter *ex, int64_t id)
 	}
 	sqlite3_reset(s);
 	if (out >= 0) {
-		slot = sqlite__map_upsert(&ex->strings, (uint64_t)id, NULL);
+		slot = u64map__upsert(&ex->strings, (uint64_t)id, NULL);
 		if (!slot)
 			return -ENOMEM;
 		*slot = (uint64_t)out;
@@ -224,7 +224,7 @@ static int64_t _ex_mapping(struct exporter *ex, int64_t id)
 
 	if (!id)
 		return PROFILE_NO_MAPPING;
-	slot = sqlite__map_get(&ex->mappings, (uint64_t)id);
+	slot = u64map__get(&ex->mappings, (uint64_t)id);
 	if (slot)
 		return (int64_t)*slot;
 	sqlite3_bind_int64(s, 1, id);
@@ -243,7 +243,7 @@ static int64_t _ex_mapping(struct exporter *ex, int64_t id)
 	out = profile__intern_mapping(ex->out, profile__string(ex->out, (uint32_t)path),
 				      profile__string(ex->out, (uint32_t)bid));
 	if (out >= 0) {
-		slot = sqlite__map_upsert(&ex->mappings, (uint64_t)id, NULL);
+		slot = u64map__upsert(&ex->mappings, (uint64_t)id, NULL);
 		if (!slot)
 			return -ENOMEM;
 		*slot = (uint64_t)out;
@@ -254,7 +254,7 @@ static int64_t _ex_mapping(struct exporter *ex, int64_t id)
 int64_t sqlite__ex_frame(struct exporter *ex, int64_t id)
 {
 	sqlite3_stmt *s = ex->st->st[ST_FRAME_ROW];
-	uint64_t *slot = sqlite__map_get(&ex->frames, (uint64_t)id);
+	uint64_t *slot = u64map__get(&ex->frames, (uint64_t)id);
 	int64_t kind, mapping, addr, fn, file, line, out;
 	int rc = SQLITE_DONE;
 
@@ -284,7 +284,7 @@ int64_t sqlite__ex_frame(struct exporter *ex, int64_t id)
 					  profile__string(ex->out, (uint32_t)file), (uint32_t)line);
 	if (out < 0)
 		return out;
-	slot = sqlite__map_upsert(&ex->frames, (uint64_t)id, NULL);
+	slot = u64map__upsert(&ex->frames, (uint64_t)id, NULL);
 	if (!slot)
 		return -ENOMEM;
 	*slot = (uint64_t)out;
@@ -295,7 +295,7 @@ int64_t sqlite__ex_stack(struct exporter *ex, uint32_t id)
 {
 	struct sqlite_store *st = ex->st;
 	sqlite3_stmt *s = st->st[ST_STACK_ROW];
-	uint64_t *slot = sqlite__map_get(&ex->stacks, id);
+	uint64_t *slot = u64map__get(&ex->stacks, id);
 	int64_t n, out;
 	int rc;
 
@@ -331,7 +331,7 @@ int64_t sqlite__ex_stack(struct exporter *ex, uint32_t id)
 	out = profile__intern_stack(ex->out, st->fbuf, (uint32_t)n);
 	if (out < 0)
 		return out;
-	slot = sqlite__map_upsert(&ex->stacks, id, NULL);
+	slot = u64map__upsert(&ex->stacks, id, NULL);
 	if (!slot)
 		return -ENOMEM;
 	*slot = (uint64_t)out;

@@ -45,7 +45,7 @@ void sqlite__shapes_free(struct shapes *sh)
 	free(sh->frames);
 	free(sh->fkey);
 	intern__free(sh->keys);
-	sqlite__map_free(&sh->mpath);
+	u64map__free(&sh->mpath);
 	memset(sh, 0, sizeof(*sh));
 }
 
@@ -134,7 +134,7 @@ static int64_t _mapping_path(struct sqlite_store *st, int64_t mapping)
 
 	if (!mapping)
 		return 0;
-	slot = sqlite__map_get(&st->shapes.mpath, (uint64_t)mapping);
+	slot = u64map__get(&st->shapes.mpath, (uint64_t)mapping);
 	if (slot)
 		return (int64_t)*slot;
 	sqlite3_bind_int64(s, 1, mapping);
@@ -145,7 +145,7 @@ static int64_t _mapping_path(struct sqlite_store *st, int64_t mapping)
 		pr_warn("store: sqlite: mapping %lld is missing\n", (long long)mapping);
 		return rc == SQLITE_DONE ? -EIO : sqlite__fail(st, rc, "mappings");
 	}
-	slot = sqlite__map_upsert(&st->shapes.mpath, (uint64_t)mapping, NULL);
+	slot = u64map__upsert(&st->shapes.mpath, (uint64_t)mapping, NULL);
 	if (!slot)
 		return -ENOMEM;
 	*slot = (uint64_t)path;

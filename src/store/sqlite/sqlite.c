@@ -302,7 +302,7 @@ void sqlite__drop_series_info(struct sqlite_store *st)
 	for (uint32_t i = 0; i < st->ninfos; i++)
 		free(st->infos[i]);
 	st->ninfos = 0;
-	sqlite__map_free(&st->series_info);
+	u64map__free(&st->series_info);
 }
 
 static void _sqlite_close(void *impl)
@@ -324,7 +324,7 @@ static void _sqlite_close(void *impl)
 	free(st->dx);
 	sqlite__drop_series_info(st);
 	free(st->infos);
-	sqlite__map_free(&st->open_window);
+	u64map__free(&st->open_window);
 	free(st->fbuf);
 	free(st->merge);
 	free(st->db_path);

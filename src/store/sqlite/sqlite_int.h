@@ -18,6 +18,7 @@
 #include <sqlite3.h>
 
 #include "common/dict_xlate.h"
+#include "common/u64map.h"
 #include "store/blockcodec.h"
 #include "store/sqlite.h"
 
@@ -53,12 +54,6 @@ extern const char *const sqlite__sql[ST_COUNT];
 
 /* ---- small containers (containers.c) ------------------------------------- */
 
-/* Open addressing, u64 keys to u64 values; small and only what this backend needs. */
-struct u64map {
-	struct u64slot { uint64_t key, val; bool used; } *slots;
-	uint32_t cap, count;
-};
-
 /* Byte-string keys to store ids; dropped whole when it outgrows CACHE_BYTES. */
 struct cache {
 	struct intern *keys;
@@ -75,9 +70,6 @@ struct ranges {
 	uint32_t n, cap;
 };
 
-void sqlite__map_free(struct u64map *m);
-uint64_t *sqlite__map_get(const struct u64map *m, uint64_t key);
-uint64_t *sqlite__map_upsert(struct u64map *m, uint64_t key, bool *added);
 void sqlite__cache_free(struct cache *c);
 int64_t sqlite__cache_find(const struct cache *c, const void *key, size_t len);
 void sqlite__cache_put(struct cache *c, const void *key, size_t len, uint32_t id);

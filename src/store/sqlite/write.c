@@ -109,8 +109,8 @@ static int _note_window(struct sqlite_store *st, uint32_t series, uint32_t type,
 
 	/* Series come and go with processes: forgetting costs one check each. */
 	if (st->open_window.count > OPEN_WINDOWS_MAX)
-		sqlite__map_free(&st->open_window);
-	open = sqlite__map_upsert(&st->open_window, key, &added);
+		u64map__free(&st->open_window);
+	open = u64map__upsert(&st->open_window, key, &added);
 
 	if (!open)
 		return -ENOMEM;
@@ -390,14 +390,14 @@ static void _hroll_free(struct hroll *h)
 		free(h->acc[i].e);
 	free(h->acc);
 	free(h->tmp);
-	sqlite__map_free(&h->idx);
+	u64map__free(&h->idx);
 }
 
 /* Adds one minute row's entries to its series' sum for the hour. */
 static int _hroll_add(struct hroll *h, int64_t series, const struct rollup_entry *e, uint32_t n)
 {
 	bool added;
-	uint64_t *slot = sqlite__map_upsert(&h->idx, (uint64_t)series, &added);
+	uint64_t *slot = u64map__upsert(&h->idx, (uint64_t)series, &added);
 	struct hacc *a;
 	size_t need;
 
