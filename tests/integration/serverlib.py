@@ -76,11 +76,21 @@ def register_plugin(config):
 # ports and processes
 
 
+_GIVEN_PORTS = set()
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nobody listens on right now, and that
+    this process has not handed out before: two calls in a row can get the
+    same port back from the kernel, and a test that gave one to a server
+    and the other to the agent's metrics saw both try to listen on it."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN_PORTS:
+            _GIVEN_PORTS.add(port)
+            return port
 
 
 def port_open(port, host="127.0.0.1"):
