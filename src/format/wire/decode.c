@@ -2,7 +2,9 @@
 /*
  * The server's side of the wire format: wire__decode() checks a batch
  * against the limits and its session, and only once every check passed
- * builds the batch it hands out.
+ * builds the batch it hands out. Dictionary entries go into the session's
+ * shared dictionary as they are checked (session.c keeps only their ids
+ * there): an entry the batch then fails on stays in it, unreferenced.
  */
 #include <errno.h>
 #include <math.h>
@@ -55,29 +57,40 @@ static int _fail(char *err, size_t err_len, int code, const char *fmt, ...)
 	return code;
 }
 
-/*
- * Entries below what the session holds are repeats of ones the receiver
- * already accepted (an old batch sent again): they must be byte-equal.
- * Every other entry is appended. Either way *gid ends up as its global id.
- */
-static int _d_put(struct dec *d, int k, uint32_t gid, const void *key, size_t len)
+/* Entries of kind k the session holds. */
+static inline uint32_t _held(const struct dec *d, int k)
 {
-	struct dtab *t = &d->s->tab[k];
-	const void *have;
-	size_t hlen;
-	int rc;
+	return d->s->om[k].n;
+}
 
-	if (gid < t->n) {
-		have = _dtab_get(t, gid, &hlen);
-		if (hlen != len || (len && memcmp(have, key, len)))
+/*
+ * Keeps entry gid of kind k, id in the shared dictionary (or -errno from
+ * putting it there). Entries below what the session holds are repeats of
+ * ones it accepted (an old batch sent again): they must be the same entry,
+ * which the shared dictionary, deduplicating, says by the id. Every other
+ * entry is appended.
+ */
+static int _d_keep(struct dec *d, int k, uint32_t gid, int64_t id)
+{
+	struct dict_ids *om = &d->s->om[k];
+
+	if (id < 0)
+		return _fail(d->err, d->err_len, (int)id, "cannot grow the %s table",
+			     kind_names[k]);
+	if (gid < om->n) {
+		if (om->ids[gid] != (uint32_t)id)
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "%s %u differs from the one the session holds",
 				     kind_names[k], gid);
 		return 0;
 	}
-	rc = wire_dtab__append(t, key, len);
-	if (rc)
-		return _fail(d->err, d->err_len, rc, "cannot grow the %s table", kind_names[k]);
+	if (om->n == UINT32_MAX - 1)
+		return _fail(d->err, d->err_len, -E2BIG, "cannot grow the %s table",
+			     kind_names[k]);
+	if (dict_ids__grow(om, om->n + 1))
+		return _fail(d->err, d->err_len, -ENOMEM, "cannot grow the %s table",
+			     kind_names[k]);
+	om->ids[om->n - 1] = (uint32_t)id;
 	return 0;
 }
 
@@ -92,7 +105,7 @@ static int _d_strings(struct dec *d, uint32_t base)
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "string %zu is %zu bytes long, more than %zu",
 				     base + i, len, d->lim->max_string);
-		rc = _d_put(d, K_STRING, base + i, s, len + 1);
+		rc = _d_keep(d, K_STRING, base + i, profile__intern_string(d->out->dict, s));
 		if (rc)
 			return rc;
 	}
@@ -101,24 +114,25 @@ static int _d_strings(struct dec *d, uint32_t base)
 
 static int _d_string_id(struct dec *d, const char *kind, size_t gid, const char *field, uint32_t id)
 {
-	if (id < d->s->tab[K_STRING].n)
+	if (id < _held(d, K_STRING))
 		return 0;
 	return _fail(d->err, d->err_len, -EINVAL, "%s %zu: %s string id %u out of range (%u strings)",
-		     kind, gid, field, id, d->s->tab[K_STRING].n);
+		     kind, gid, field, id, _held(d, K_STRING));
 }
 
 static int _d_mappings(struct dec *d, uint32_t base)
 {
 	for (size_t i = 0; i < d->m->n_mappings; i++) {
 		const Flamewatch__Wire__Mapping *wm = d->m->mappings[i];
-		uint32_t key[2] = { wm->path, wm->build_id };
 		int rc;
 
 		rc = _d_string_id(d, "mapping", base + i, "path", wm->path);
 		if (!rc)
 			rc = _d_string_id(d, "mapping", base + i, "build_id", wm->build_id);
 		if (!rc)
-			rc = _d_put(d, K_MAPPING, base + i, key, sizeof(key));
+			rc = _d_keep(d, K_MAPPING, base + i,
+				     profile__intern_mapping(d->out->dict, _d_string(d, wm->path),
+							     _d_string(d, wm->build_id)));
 		if (rc)
 			return rc;
 	}
@@ -129,24 +143,24 @@ static int _d_frames(struct dec *d, uint32_t base)
 {
 	for (size_t i = 0; i < d->m->n_frames; i++) {
 		const Flamewatch__Wire__Frame *wf = d->m->frames[i];
-		struct wire_frame key = {
-			.kind = wf->kind, .mapping = wf->mapping, .addr = wf->addr,
-			.function = wf->function, .file = wf->file, .line = wf->line,
-		};
+		const uint32_t *str = d->s->om[K_STRING].ids;
 		int rc;
 
 		if (wf->kind >= FRAME_KIND_MAX)
 			return _fail(d->err, d->err_len, -EINVAL, "frame %zu: unknown kind %u",
 				     base + i, wf->kind);
-		if (wf->mapping > d->s->tab[K_MAPPING].n)
+		if (wf->mapping > _held(d, K_MAPPING))
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "frame %zu: mapping id %u out of range (%u mappings)",
-				     base + i, wf->mapping - 1, d->s->tab[K_MAPPING].n);
+				     base + i, wf->mapping - 1, _held(d, K_MAPPING));
 		rc = _d_string_id(d, "frame", base + i, "function", wf->function);
 		if (!rc)
 			rc = _d_string_id(d, "frame", base + i, "file", wf->file);
 		if (!rc)
-			rc = _d_put(d, K_FRAME, base + i, &key, sizeof(key));
+			rc = _d_keep(d, K_FRAME, base + i, profile__intern_frame_ids(
+				d->out->dict, wf->kind, wf->mapping ?
+				d->s->om[K_MAPPING].ids[wf->mapping - 1] : PROFILE_NO_MAPPING,
+				wf->addr, str[wf->function], str[wf->file], wf->line));
 		if (rc)
 			return rc;
 	}
@@ -160,11 +174,11 @@ static int _d_stacks(struct dec *d, uint32_t base)
 		int rc;
 
 		for (size_t j = 0; j < ws->n_frames; j++)
-			if (ws->frames[j] >= d->s->tab[K_FRAME].n)
+			if (ws->frames[j] >= _held(d, K_FRAME))
 				return _fail(d->err, d->err_len, -EINVAL,
 					     "stack %zu: frame id %u out of range (%u frames)",
-					     base + i, ws->frames[j], d->s->tab[K_FRAME].n);
-		rc = _d_put(d, K_STACK, base + i, ws->frames, ws->n_frames * sizeof(uint32_t));
+					     base + i, ws->frames[j], _held(d, K_FRAME));
+		rc = _d_keep(d, K_STACK, base + i, wire_out__stack(d, ws->frames, ws->n_frames));
 		if (rc)
 			return rc;
 	}
@@ -203,7 +217,7 @@ static int _d_series(struct dec *d, uint32_t base)
 						     "series %zu: label %s appears twice",
 						     base + i, name);
 		}
-		rc = _d_put(d, K_SERIES, base + i, ws->labels, ws->n_labels * sizeof(uint32_t));
+		rc = _d_keep(d, K_SERIES, base + i, wire_out__series(d, ws->labels, n));
 		if (rc)
 			return rc;
 	}
@@ -238,14 +252,14 @@ static int _d_samples(struct dec *d)
 		    ts > max_ts)
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "sample %zu: timestamp out of range", i);
-		if (m->sample_stack[i] >= d->s->tab[K_STACK].n)
+		if (m->sample_stack[i] >= _held(d, K_STACK))
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "sample %zu: stack id %u out of range (%u stacks)",
-				     i, m->sample_stack[i], d->s->tab[K_STACK].n);
-		if (m->sample_series[i] >= d->s->tab[K_SERIES].n)
+				     i, m->sample_stack[i], _held(d, K_STACK));
+		if (m->sample_series[i] >= _held(d, K_SERIES))
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "sample %zu: series id %u out of range (%u series)",
-				     i, m->sample_series[i], d->s->tab[K_SERIES].n);
+				     i, m->sample_series[i], _held(d, K_SERIES));
 		if (type >= SAMPLE_TYPE_MAX)
 			return _fail(d->err, d->err_len, -EINVAL, "sample %zu: unknown type %u",
 				     i, type);
@@ -284,18 +298,18 @@ static int _d_gpu_check(struct dec *d)
 		    __builtin_add_overflow(ts, (int64_t)m->gpu_duration[i], &end))
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "GPU interval %zu: start or duration out of range", i);
-		if (m->gpu_series[i] >= d->s->tab[K_SERIES].n)
+		if (m->gpu_series[i] >= _held(d, K_SERIES))
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "GPU interval %zu: series id %u out of range (%u series)",
-				     i, m->gpu_series[i], d->s->tab[K_SERIES].n);
-		if (m->gpu_name[i] >= d->s->tab[K_STRING].n)
+				     i, m->gpu_series[i], _held(d, K_SERIES));
+		if (m->gpu_name[i] >= _held(d, K_STRING))
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "GPU interval %zu: name string id %u out of range (%u strings)",
-				     i, m->gpu_name[i], d->s->tab[K_STRING].n);
-		if (m->gpu_stack[i] > d->s->tab[K_STACK].n)
+				     i, m->gpu_name[i], _held(d, K_STRING));
+		if (m->gpu_stack[i] > _held(d, K_STACK))
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "GPU interval %zu: stack id %u out of range (%u stacks)",
-				     i, m->gpu_stack[i] - 1, d->s->tab[K_STACK].n);
+				     i, m->gpu_stack[i] - 1, _held(d, K_STACK));
 		if (m->gpu_kind[i] >= GPU_ACTIVITY_KIND_MAX)
 			return _fail(d->err, d->err_len, -EINVAL, "GPU interval %zu: unknown kind %u",
 				     i, m->gpu_kind[i]);
@@ -357,21 +371,29 @@ static int _d_gpu_build(struct dec *d)
  * Builds the batch from the now-validated message: its samples, and the
  * entries they refer to that the session's shared dictionary lacks.
  */
+/*
+ * The batch handed out, on the session's shared dictionary, which the
+ * dictionary entries go into as they are checked.
+ */
+static int _d_begin(struct dec *d)
+{
+	if (!d->s->sd && !(d->s->sd = wire_sdict__new()))
+		return _fail(d->err, d->err_len, -ENOMEM, "out of memory");
+	d->out = batch__new_shared(d->m->period_ns, d->s->sd->b->dict, d->s->sd->b->series,
+				   d->s->sd->id, wire_sdict__unref, d->s->sd);
+	if (!d->out)
+		return _fail(d->err, d->err_len, -ENOMEM, "out of memory");
+	__atomic_add_fetch(&d->s->sd->refs, 1, __ATOMIC_ACQ_REL);
+	return 0;
+}
+
 static int _d_build(struct dec *d)
 {
 	const Flamewatch__Wire__Batch *m = d->m;
 	int64_t ts = 0;
 	int rc = -ENOMEM;
 
-	if (!d->s->sd && !(d->s->sd = wire_sdict__new()))
-		goto out;
-	if (wire_out__begin(d))
-		goto out;
-	d->out = batch__new_shared(m->period_ns, d->s->sd->b->dict, d->s->sd->b->series,
-				   d->s->sd->id, wire_sdict__unref, d->s->sd);
-	if (!d->out)
-		goto out;
-	__atomic_add_fetch(&d->s->sd->refs, 1, __ATOMIC_ACQ_REL);
+	wire_out__begin(d);
 	if (m->n_ts_delta > d->out->cap_samples) {
 		struct batch_sample *bs = malloc(m->n_ts_delta * sizeof(*bs));
 
@@ -440,10 +462,10 @@ static int _d_metrics(struct dec *d)
 		    ts > max_ts)
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "metric point %zu: timestamp out of range", i);
-		if (m->metric_series[i] >= d->s->tab[K_SERIES].n)
+		if (m->metric_series[i] >= _held(d, K_SERIES))
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "metric point %zu: series id %u out of range (%u series)",
-				     i, m->metric_series[i], d->s->tab[K_SERIES].n);
+				     i, m->metric_series[i], _held(d, K_SERIES));
 		rc = _d_string_id(d, "metric point", i, "name", m->metric_name[i]);
 		if (rc)
 			return rc;
@@ -509,14 +531,14 @@ static int _d_cpu_intervals(struct dec *d)
 		    __builtin_add_overflow(t, (int64_t)m->cpu_iv_duration[i], &end) || end > max_ts)
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "CPU interval %zu: time out of range", i);
-		if (m->cpu_iv_series[i] >= d->s->tab[K_SERIES].n)
+		if (m->cpu_iv_series[i] >= _held(d, K_SERIES))
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "CPU interval %zu: series id %u out of range (%u series)",
-				     i, m->cpu_iv_series[i], d->s->tab[K_SERIES].n);
-		if (m->cpu_iv_comm[i] >= d->s->tab[K_STRING].n)
+				     i, m->cpu_iv_series[i], _held(d, K_SERIES));
+		if (m->cpu_iv_comm[i] >= _held(d, K_STRING))
 			return _fail(d->err, d->err_len, -EINVAL,
 				     "CPU interval %zu: comm string id %u out of range (%u strings)",
-				     i, m->cpu_iv_comm[i], d->s->tab[K_STRING].n);
+				     i, m->cpu_iv_comm[i], _held(d, K_STRING));
 		t = end;
 	}
 	return 0;
@@ -708,17 +730,17 @@ int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 		}
 	}
 	for (int k = 0; k < K_MAX; k++)
-		saved[k] = d.s->tab[k].n;
+		saved[k] = d.s->om[k].n;
 
 	{
 		size_t nk[K_MAX] = { m->n_strings, m->n_mappings, m->n_frames, m->n_stacks,
 				     m->n_series };
 
 		for (int k = 0; k < K_MAX; k++) {
-			if (base[k] > d.s->tab[k].n) {
+			if (base[k] > d.s->om[k].n) {
 				rc = _fail(err, err_len, -ESTALE,
 					   "session %016llx holds %u %s entries, batch builds on %u",
-					   (unsigned long long)m->session, d.s->tab[k].n,
+					   (unsigned long long)m->session, d.s->om[k].n,
 					   kind_names[k], base[k]);
 				goto out;
 			}
@@ -730,7 +752,9 @@ int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 		}
 	}
 
-	rc = _d_strings(&d, base[K_STRING]);
+	rc = _d_begin(&d);
+	if (!rc)
+		rc = _d_strings(&d, base[K_STRING]);
 	if (!rc)
 		rc = _d_mappings(&d, base[K_MAPPING]);
 	if (!rc)
@@ -770,16 +794,13 @@ int wire__decode(struct wire_session_table *t, const void *body, size_t len,
 	is_new = false;
 out:
 	if (rc && d.s) {
-		for (int k = 0; k < K_MAX; k++) {
-			wire_dtab__truncate(&d.s->tab[k], saved[k]);
-			/*
-			 * Entries translated for this batch may be replaced by
-			 * others at the same ids; the shared dictionary may keep
-			 * what they added, unreferenced.
-			 */
+		/*
+		 * The session forgets the entries of a batch it refused; the
+		 * shared dictionary may keep what they added, unreferenced.
+		 */
+		for (int k = 0; k < K_MAX; k++)
 			if (d.s->om[k].n > saved[k])
 				d.s->om[k].n = saved[k];
-		}
 	}
 	if (is_new)
 		wire_session__free(d.s);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * The server's session table: each agent session's dictionary (the byte
- * tables batches build on, and the shared dictionary batches are handed out
- * with), found by session id and evicted least recently used first.
+ * The server's session table: each agent session's dictionary (the shared
+ * dictionary batches are handed out with, and the session's ids in it),
+ * found by session id and evicted least recently used first.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -14,50 +14,6 @@
 #include "common/intern.h"
 #include "format/wire.h"
 #include "format/wire/wire_int.h"
-
-static void _dtab_free(struct dtab *t)
-{
-	free(t->data);
-	free(t->end);
-}
-
-int wire_dtab__append(struct dtab *t, const void *p, size_t len)
-{
-	if (t->n == UINT32_MAX)
-		return -E2BIG;
-	if (!t->data || len > t->cap - t->len) {
-		size_t cap = t->cap ? t->cap : 4096;
-		uint8_t *d;
-
-		while (cap - t->len < len)
-			cap *= 2;
-		d = realloc(t->data, cap);
-		if (!d)
-			return -ENOMEM;
-		t->data = d;
-		t->cap = cap;
-	}
-	if (t->n == t->cap_end) {
-		size_t cap = t->cap_end ? t->cap_end * 2 : 64;
-		size_t *end = realloc(t->end, cap * sizeof(*end));
-
-		if (!end)
-			return -ENOMEM;
-		t->end = end;
-		t->cap_end = cap;
-	}
-	if (len)
-		memcpy(t->data + t->len, p, len);
-	t->len += len;
-	t->end[t->n++] = t->len;
-	return 0;
-}
-
-void wire_dtab__truncate(struct dtab *t, uint32_t n)
-{
-	t->n = n;
-	t->len = n ? t->end[n - 1] : 0;
-}
 
 void wire_sdict__unref(void *owner)
 {
@@ -107,8 +63,7 @@ static size_t _session_memory(const struct wire_session *s)
 	size_t bytes = sizeof(*s) + strlen(s->node) + 1;
 
 	for (int k = 0; k < K_MAX; k++)
-		bytes += s->tab[k].cap + s->tab[k].cap_end * sizeof(size_t) +
-			 (size_t)s->om[k].cap * sizeof(uint32_t);
+		bytes += (size_t)s->om[k].cap * sizeof(uint32_t);
 	if (s->sd)
 		bytes += sizeof(*s->sd) + batch__memory(s->sd->b);
 	return bytes;
@@ -118,10 +73,8 @@ void wire_session__free(struct wire_session *s)
 {
 	if (!s)
 		return;
-	for (int k = 0; k < K_MAX; k++) {
-		_dtab_free(&s->tab[k]);
+	for (int k = 0; k < K_MAX; k++)
 		dict_ids__release(&s->om[k]);
-	}
 	wire_sdict__unref(s->sd);
 	free(s->node);
 	free(s);

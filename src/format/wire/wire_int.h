@@ -14,11 +14,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/batch.h"
 #include "common/dict_xlate.h"
+#include "common/profile.h"
 #include "format/wire.h"
 #include "wire.pb-c.h"
 
-struct batch;
 
 /*
  * The five dictionary kinds, in the order a batch lists them: each may only
@@ -103,35 +104,6 @@ int wire__compress(enum wire_compression c, uint8_t *in, size_t len, void **out,
 /* ---- session table (session.c) ------------------------------------------- */
 
 /*
- * A session's tables on the server: append-only byte entries that can be
- * cut back to an earlier length, which is how a batch that fails
- * validation half way leaves no trace. Nothing is deduplicated here; the
- * encoder never sends an entry twice, and the batches handed out are
- * deduplicated by the profile they are built in.
- */
-struct dtab {
-	uint8_t *data;
-	size_t len, cap;
-	size_t *end;		/* end[i]: offset just past entry i */
-	uint32_t n;
-	size_t cap_end;
-};
-
-/* 0, or -E2BIG (UINT32_MAX entries) or -ENOMEM. */
-int wire_dtab__append(struct dtab *t, const void *p, size_t len);
-
-static inline const void *_dtab_get(const struct dtab *t, uint32_t i, size_t *len)
-{
-	size_t start = i ? t->end[i - 1] : 0;
-
-	*len = t->end[i] - start;
-	return t->data + start;
-}
-
-/* Cuts t back to its first n entries. */
-void wire_dtab__truncate(struct dtab *t, uint32_t n);
-
-/*
  * The session's dictionary as a struct profile and series table, which the
  * batches handed out share (struct batch's dict_id): translating an entry
  * costs once per session instead of once per batch, and a store can keep
@@ -149,15 +121,16 @@ struct wire_sdict *wire_sdict__new(void);
 /* Drops a reference (owner: a struct wire_sdict); the last one frees it. */
 void wire_sdict__unref(void *owner);
 
+/*
+ * A session on the server: its entries are in the shared dictionary sd,
+ * and om maps each kind's session ids (0, 1, ... as the agent numbered
+ * them) to ids there; om[k].n is how many entries of kind k it holds. A
+ * batch refused half way is forgotten by cutting om back.
+ */
 struct wire_session {
 	uint64_t id;
 	char *node;
-	struct dtab tab[K_MAX];
 	struct wire_sdict *sd;
-	/*
-	 * Session global id -> id in the shared dictionary, per kind;
-	 * DICT_UNSET until the first batch that refers to the entry.
-	 */
 	struct dict_ids om[K_MAX];
 	size_t bytes;			/* as counted in the table's total */
 	uint64_t used_ns;		/* CLOCK_MONOTONIC of the last batch accepted */
@@ -197,20 +170,24 @@ struct dec {
 	size_t cap_scratch, cap_labels;
 };
 
+/* The text of session string gid (< om[K_STRING].n). */
 static inline const char *_d_string(struct dec *d, uint32_t gid)
 {
-	size_t len;
-
-	return _dtab_get(&d->s->tab[K_STRING], gid, &len);
+	return profile__string(d->out->dict, d->s->om[K_STRING].ids[gid]);
 }
 
 /*
- * Sets d->x up to translate the session's ids into the batch's dictionary
- * (d->out->dict, the session's shared one), each entry on first use: a
- * stack or series gid is then dict_xlate__id(&d->x, K_STACK, gid). Frames
- * refer to their names by translated ids; mappings and series take their
- * text. Returns 0 or -ENOMEM.
+ * A stack of n session frame ids, and a series of n (name, value) pairs of
+ * session string ids, put into the shared dictionary: their ids there, or
+ * -ENOMEM. Frames past the limit's depth become one "[truncated]" frame.
  */
-int wire_out__begin(struct dec *d);
+int64_t wire_out__stack(struct dec *d, const uint32_t *frames, size_t n);
+int64_t wire_out__series(struct dec *d, const uint32_t *labels, size_t n);
+/*
+ * Sets d->x up to give the session's ids in the batch's dictionary
+ * (d->out->dict, the session's shared one): a stack or series gid is then
+ * dict_xlate__id(&d->x, K_STACK, gid).
+ */
+void wire_out__begin(struct dec *d);
 
 #endif
