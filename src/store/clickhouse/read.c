@@ -22,9 +22,9 @@
 #include <string.h>
 
 #include "common/intern.h"
-#include "common/u64map.h"
 #include "common/log.h"
 #include "common/profile.h"
+#include "common/u64map.h"
 #include "store/selector.h"
 #include "clickhouse_impl.h"
 
