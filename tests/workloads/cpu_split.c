@@ -51,7 +51,7 @@ static double now_s(void)
  * Each round calls the leaves in a new random order (still seven hot, three
  * cold): in a fixed order a sampling period close to a multiple of the
  * round's length saw the same place in every round, and a test's share
- * came out 58 % instead of 70 %.
+ * came out far from 70 %.
  */
 NOINLINE unsigned long work_loop(double seconds)
 {

@@ -52,8 +52,8 @@ int ch__select(struct ch_store *st, const char *sql, struct strbuf *resp)
 	 * wait_end_of_query: ClickHouse buffers the whole answer, so an error
 	 * part way through is an HTTP error, not a truncated 200.
 	 * max_query_size, max_ast_elements, max_expanded_ast_elements: IN
-	 * lists of stack, frame and series ids can be long; a window of more
-	 * than 50,000 stacks (the default) failed with "AST is too big".
+	 * lists of stack, frame and series ids can be long, longer than the
+	 * defaults take ("AST is too big").
 	 */
 	int err = _post(st, NULL, "wait_end_of_query=1&max_query_size=268435456"
 			"&max_ast_elements=100000000&max_expanded_ast_elements=100000000", sql,

@@ -37,8 +37,8 @@ struct ch_dhash {
 
 /*
  * A session's dictionary (b->dict_id) keeps its hashes across its batches:
- * hashing a frame's text byte by byte was 90 % of a write's CPU when every
- * batch did it again. Least recently used ones go past DHASH_MAX or
+ * hashing every frame's text byte by byte on every batch was most of a
+ * write's CPU. Least recently used ones go past DHASH_MAX or
  * DHASH_BYTES; forgetting one costs its session one hash per entry.
  */
 #define DHASH_MAX 4096

@@ -112,8 +112,8 @@ static int64_t _x_mapping(struct dict_xlate *dx, uint32_t local)
  * Frames are cached by their content with names as store string ids: a
  * session's strings are translated once per session (the dictionary's id
  * arrays), and a key of fixed size hashes and compares in a few words,
- * where one with the names' text cost a hash and a compare of some 150
- * bytes per frame (the names are most of a frame).
+ * where one with the names' text hashed and compared them on every frame
+ * (the names are most of a frame's bytes).
  */
 struct frame_key {
 	uint64_t addr;
