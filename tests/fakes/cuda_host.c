@@ -40,8 +40,9 @@
  * application that calls cuInit late does, then prints
  * "loaded SECONDS.NANOSECONDS" (CLOCK_REALTIME) once dlopen returned.
  *
- * CUDA_HOST_SUBSCRIBE_WAIT_S=N (drive): how long it waits for the library to
- * subscribe before it gives up with exit code 4 (20 s).
+ * CUDA_HOST_SUBSCRIBE_WAIT_S=N (drive, launchbound, later): how long it
+ * waits for the library to subscribe before it gives up with exit code 4
+ * (20 s).
  *
  * CUDA_HOST_WAIT_CALLBACKS=1 (drive): also waits until a runtime API
  * callback is on. The library subscribes before it enables its callbacks,
@@ -372,9 +373,8 @@ static __attribute__((noinline)) void host_prepare_launch(uint64_t ns)
  */
 static int _launchbound(double seconds, uint64_t kernel_us, uint64_t cpu_us)
 {
-	uint64_t t0, end, n = 0;
-
 	const char *wait_s = getenv("CUDA_HOST_SUBSCRIBE_WAIT_S");
+	uint64_t t0, end, n = 0;
 
 	if (_wait_subscribed(1, wait_s ? atoi(wait_s) : 20)) {
 		fprintf(stderr, "cuda_host: the library did not subscribe\n");
