@@ -305,6 +305,13 @@ struct fwc_stats {
  * full batches. offset_ns turns CUPTI timestamps into Unix ns. */
 void fwc_record_add(const void *cupti_record, struct fwc_weights *w, struct fwc_names *names,
 		    int64_t offset_ns, struct fwc_batch *b, struct fwc_stats *st);
+/*
+ * A kernel, copy or set record's correlation id and start (Unix ns, from
+ * offset_ns): 1, or 0 for the other kinds and for records without a start.
+ * For telling when GPU work launched after some point began (inject.c's
+ * coverage fence).
+ */
+int fwc_record_start(const void *cupti_record, int64_t offset_ns, uint32_t *corr, int64_t *start_ns);
 /* Emits what b holds. */
 void fwc_batch_flush(struct fwc_batch *b);
 /*

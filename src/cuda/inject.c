@@ -123,6 +123,7 @@ static struct {
 	int64_t cost_bound_ppm;		/* its upper bound: whole launch calls; -1: unknown */
 	int duty_by_rate;		/* the rate ceiling, not the cost, decided */
 	uint64_t probes;		/* probe windows opened */
+	uint64_t probe_every;		/* FLAMEWATCH_CUDA_PROBE_GROUPS; 0: as the cost needs */
 	uint64_t seed;
 	const char *summary_path;
 	const char *listen_file;	/* FLAMEWATCH_CUDA_LISTEN_FILE (benchmarks) */
@@ -153,6 +154,8 @@ static struct {
 	int tracer_seen;		/* the name probe had a tracer at the last tick */
 	int64_t cover_from;		/* CLOCK_REALTIME since when every record is read; 0: not */
 	uint64_t cover_lost;		/* records lost (dropped, refused) when it was checked */
+	int cover_clean;		/* the probe window just closed launched nothing */
+	int sync_watch;			/* the synchronising calls' callbacks are on */
 	uint8_t rt_class[RT_IDS], drv_class[DRV_IDS];
 	int classes_known;
 
@@ -168,6 +171,11 @@ static struct {
 	uint64_t all_then[FWC_NCLASS], seen_then[FWC_NCLASS];	/* at the last scale update */
 	double all_avg[FWC_NCLASS], seen_avg[FWC_NCLASS];	/* their decaying sums */
 	_Atomic int64_t offset_ns;
+	_Atomic uint32_t last_corr;	/* the last launch's id a callback saw */
+	_Atomic uint64_t probe_launches;	/* launches in the probe window open */
+	_Atomic int64_t cover_wait_from;	/* CLOCK_REALTIME: coverage waits for a fence; 0: not */
+	_Atomic uint32_t cover_after_corr;	/* a fence is a record launched after this id */
+	_Atomic int64_t cover_fence;	/* the earliest fence seen while it waits */
 
 	/* records (under rec) */
 	pthread_mutex_t rec;
@@ -435,12 +443,17 @@ static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti
 			uint32_t oc = t->rt_active ? t->rt_corr : t->drv_corr;
 			uint32_t ow = t->rt_active ? t->rt_weight : t->drv_weight;
 
+			atomic_store_explicit(&G.last_corr, cb->correlationId, memory_order_relaxed);
 			if (atomic_load_explicit(&G.collecting, memory_order_relaxed))
 				fwc_weights_put(&G.weights, cb->correlationId, oc, ow);
 			return;
 		}
 		if (G.count_all)
 			atomic_fetch_add_explicit(&G.all[cls], 1, memory_order_relaxed);
+		/* For the coverage's restart (_coverage): what came before it. */
+		atomic_store_explicit(&G.last_corr, cb->correlationId, memory_order_relaxed);
+		if (atomic_load_explicit(&G.probing, memory_order_relaxed))
+			atomic_fetch_add_explicit(&G.probe_launches, 1, memory_order_relaxed);
 		_time_call(t, cls);
 		if (atomic_load_explicit(&G.collecting, memory_order_relaxed)) {
 			/* Not kept (w == FWC_UNKEPT) too: its records' GPU time is carried. */
@@ -483,11 +496,32 @@ static void _on_api(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const CUpti
 	}
 }
 
+/* Lowers the coverage's fence to t, if it waits and t is after it began to. */
+static void _fence(int64_t t)
+{
+	int64_t from = atomic_load(&G.cover_wait_from), f = atomic_load(&G.cover_fence);
+
+	while (from && t >= from && t < f && !atomic_compare_exchange_weak(&G.cover_fence, &f, t))
+		;
+}
+
+static int _is_sync(CUpti_CallbackDomain dom, CUpti_CallbackId cbid)
+{
+	return (dom == CUPTI_CB_DOMAIN_RUNTIME_API && cbid == CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020) ||
+	       (dom == CUPTI_CB_DOMAIN_DRIVER_API && cbid == CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize);
+}
+
 static void CUPTIAPI _on_callback(void *ud, CUpti_CallbackDomain dom, CUpti_CallbackId cbid,
 				  const void *data)
 {
 	if (atomic_load_explicit(&G.inert, memory_order_relaxed) || !data)
 		return;
+	if (_is_sync(dom, cbid)) {
+		/* Every GPU work launched before it is done: a fence. */
+		if (((const CUpti_CallbackData *)data)->callbackSite == CUPTI_API_EXIT)
+			_fence(_now(CLOCK_REALTIME));
+		return;
+	}
 	if (dom == CUPTI_CB_DOMAIN_RUNTIME_API || dom == CUPTI_CB_DOMAIN_DRIVER_API) {
 		_on_api(dom, cbid, data);
 	} else if (dom == CUPTI_CB_DOMAIN_STATE && cbid == CUPTI_CBID_STATE_FATAL_ERROR) {
@@ -535,11 +569,17 @@ static void CUPTIAPI _buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *
 		return;
 	pthread_mutex_lock(&G.rec);
 	if (!atomic_load(&G.inert)) {
-		int64_t cpu = _now(CLOCK_THREAD_CPUTIME_ID);
+		int64_t cpu = _now(CLOCK_THREAD_CPUTIME_ID), start;
+		int waits = !!atomic_load(&G.cover_wait_from);
 		uint64_t n = G.stats.records;
+		uint32_t corr;
 
-		while (G.api.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS && rec)
+		while (G.api.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS && rec) {
+			if (waits && fwc_record_start(rec, offset, &corr, &start) &&
+			    corr > atomic_load(&G.cover_after_corr))
+				_fence(start);
 			fwc_record_add(rec, &G.weights, &G.names, offset, &G.batch, &G.stats);
+		}
 		fwc_busy_flush(&G.batch, offset, &G.stats);
 		fwc_batch_flush(&G.batch);
 		fwc_cost_own(&G.cost, (uint64_t)(_now(CLOCK_THREAD_CPUTIME_ID) - cpu),
@@ -598,12 +638,27 @@ static CUptiResult _callbacks(uint32_t enable)
 	return first;
 }
 
+/*
+ * Activity comes on: the coverage waits for a fence (_coverage), a record
+ * launched after the last launch seen so far, or a synchronisation, from
+ * now on. Set before the kinds are enabled: a launch in between has no
+ * record, and runs before any later one on its stream.
+ */
+static void _cover_wait(void)
+{
+	atomic_store(&G.cover_after_corr, atomic_load(&G.last_corr));
+	atomic_store(&G.cover_fence, INT64_MAX);
+	atomic_store(&G.cover_wait_from, _now(CLOCK_REALTIME));
+}
+
 /* Enables or disables the activity kinds; 0 if none could be enabled. */
 static int _activity(int enable)
 {
 	CUptiResult r;
 	int any = 0;
 
+	if (enable && !G.activity_on)
+		_cover_wait();
 	for (size_t i = 0; i < sizeof(_kinds) / sizeof(_kinds[0]); i++) {
 		if (!enable) {
 			G.api.ActivityDisable(_kinds[i]);
@@ -820,6 +875,8 @@ static int _probe_due(uint64_t group)
 {
 	if (G.duty < 2 || !G.activity_all_cfg)
 		return 0;
+	if (G.probe_every)
+		return group % G.probe_every == 0;
 	if (!G.activity_all)
 		return group % PROBE_GROUPS_DUTY == 0;
 	if (G.cost_bound_ppm < 0 || G.cost_bound_ppm <= (int64_t)G.max_cost_ppm)
@@ -827,13 +884,18 @@ static int _probe_due(uint64_t group)
 	return group % (G.cost_ppm < 0 ? PROBE_GROUPS_NEW : PROBE_GROUPS_EXACT) == 0;
 }
 
+/*
+ * The callbacks come on before the activity goes off, and the activity on
+ * again before they go off: every launch without a record is counted in
+ * probe_launches, so that the coverage may go on at once after a window
+ * that launched nothing (_coverage). The window's id moves after each
+ * switch: a call timed across one is not counted.
+ */
 static void _probe_open(void)
 {
 	CUptiResult r;
 
-	if (G.activity_on)
-		_activity(0);	/* the timeline's coverage breaks here (_coverage) */
-	atomic_fetch_add(&G.window_id, 1);
+	atomic_store(&G.probe_launches, 0);
 	atomic_store(&G.probing, 1);
 	if (!G.count_all) {
 		atomic_fetch_add(&G.gen, 1);
@@ -841,6 +903,9 @@ static void _probe_open(void)
 		if (r != CUPTI_SUCCESS)
 			_warn_once(W_CALL, "cuptiEnableCallback: %s", _err(r));
 	}
+	if (G.activity_on)
+		_activity(0);	/* the timeline's coverage breaks here (_coverage) */
+	atomic_fetch_add(&G.window_id, 1);
 	G.probe_on = 1;
 	G.probes++;
 }
@@ -850,12 +915,13 @@ static void _probe_close(void)
 	if (!G.probe_on)
 		return;
 	G.probe_on = 0;
+	if (G.activity_all && !G.activity_on && _listening())
+		_activity(1);
 	atomic_store(&G.probing, 0);
 	atomic_fetch_add(&G.window_id, 1);
 	if (!G.count_all)
 		_callbacks(0);
-	if (G.activity_all && !G.activity_on && _listening())
-		_activity(1);
+	G.cover_clean = G.activity_on && atomic_load(&G.probe_launches) == 0;
 }
 
 static void _subscribe(int64_t now)
@@ -937,31 +1003,67 @@ static void _count_callbacks(int on)
 	G.counting = on;
 }
 
+/* The synchronising calls' callbacks, on while the coverage waits for a fence. */
+static void _sync_watch(int on)
+{
+	/* At exit CUPTI may be torn down under a tick that was stuck in it. */
+	if (G.sync_watch == on || atomic_load(&G.exiting))
+		return;
+	G.api.EnableCallback(on, G.sub, CUPTI_CB_DOMAIN_RUNTIME_API,
+			     CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020);
+	G.api.EnableCallback(on, G.sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize);
+	G.sync_watch = on;
+}
+
 /*
  * The busy timeline is complete while activity is on throughout and no
  * record is lost: that time goes out as FW_CUDA_COVERAGE, so that the
  * agent can tell a gap between busy spans (idle) from time nobody
  * recorded (duty-cycled activity). A span in which a record was lost is
  * not claimed. Called under ctl at every tick and when collection stops.
+ *
+ * When activity comes back on, work launched while it was off (a probe
+ * window's, or any before the subscription) may still run, and has no
+ * record: claimed from the moment activity came on, that time would look
+ * idle. So the coverage starts at a fence instead: the start of the first
+ * record launched after the last launch a callback saw (on its stream, it
+ * runs after everything launched before it), or the return of a
+ * device-wide synchronisation, whichever comes first. After a probe window
+ * that launched nothing, it starts at once. Work left on another stream
+ * than the fence's is not waited for.
  */
 static void _coverage(int covered)
 {
-	int64_t now = _now(CLOCK_REALTIME);
+	int64_t now = _now(CLOCK_REALTIME), from = atomic_load(&G.cover_wait_from);
+	int64_t fence = atomic_load(&G.cover_fence);
 	uint64_t lost;
 
 	pthread_mutex_lock(&G.rec);
 	lost = G.stats.cupti_dropped + atomic_load(&G.refused_bufs);
+	if (from && fence != INT64_MAX) {
+		G.cover_from = fence > from ? fence : from;
+		G.cover_lost = lost;
+		atomic_store(&G.cover_wait_from, from = 0);
+	}
 	if (G.cover_from && (!covered || now - G.cover_from >= COVER_EMIT_NS)) {
 		if (lost == G.cover_lost)
 			fwc_coverage_add(&G.batch, G.cover_from, now);
 		fwc_batch_flush(&G.batch);
-		G.cover_from = 0;
-	}
-	if (covered && !G.cover_from) {
-		G.cover_from = now;
+		G.cover_from = covered ? now : 0;	/* still covered: on from here */
 		G.cover_lost = lost;
 	}
+	if (!covered) {
+		atomic_store(&G.cover_wait_from, 0);
+	} else if (!G.cover_from && from && G.cover_clean) {
+		G.cover_from = from;
+		G.cover_lost = lost;
+		atomic_store(&G.cover_wait_from, 0);
+	} else if (!G.cover_from && !from) {
+		_cover_wait();	/* not after activity came on: from now */
+	}
+	G.cover_clean = 0;
 	pthread_mutex_unlock(&G.rec);
+	_sync_watch(!!atomic_load(&G.cover_wait_from));
 }
 
 static void _unsubscribe(void)
@@ -1248,6 +1350,7 @@ EXPORT int InitializeInjection(void)
 	G.activity_all_cfg = (int)_env_u64("FLAMEWATCH_CUDA_ACTIVITY_ALL", 1, 0, 1);
 	G.exact_max_rate = _env_u64("FLAMEWATCH_CUDA_EXACT_MAX_RATE", 30000, 0, UINT32_MAX);
 	G.max_cost_ppm = _env_u64("FLAMEWATCH_CUDA_MAX_COST_PPM", 10000, 0, 1000000);
+	G.probe_every = _env_u64("FLAMEWATCH_CUDA_PROBE_GROUPS", 0, 0, 1000000);
 	G.cost_ppm = G.cost_bound_ppm = -1;
 	if (G.count_all)
 		G.activity_all_cfg = 0;	/* counting is the other way to correct D */

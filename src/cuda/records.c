@@ -223,6 +223,38 @@ void fwc_collection_add(struct fwc_batch *b, int64_t now_ns, int all, int64_t co
 		fwc_batch_flush(b);
 }
 
+int fwc_record_start(const void *cupti_record, int64_t offset_ns, uint32_t *corr, int64_t *start_ns)
+{
+	const CUpti_Activity *a = cupti_record;
+	uint64_t start;
+
+	switch (a->kind) {
+	case CUPTI_ACTIVITY_KIND_KERNEL:
+	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+		*corr = ((const CUpti_ActivityKernel10 *)a)->correlationId;
+		start = ((const CUpti_ActivityKernel10 *)a)->start;
+		break;
+	case CUPTI_ACTIVITY_KIND_MEMCPY:
+		*corr = ((const CUpti_ActivityMemcpy6 *)a)->correlationId;
+		start = ((const CUpti_ActivityMemcpy6 *)a)->start;
+		break;
+	case CUPTI_ACTIVITY_KIND_MEMCPY2:
+		*corr = ((const CUpti_ActivityMemcpyPtoP4 *)a)->correlationId;
+		start = ((const CUpti_ActivityMemcpyPtoP4 *)a)->start;
+		break;
+	case CUPTI_ACTIVITY_KIND_MEMSET:
+		*corr = ((const CUpti_ActivityMemset4 *)a)->correlationId;
+		start = ((const CUpti_ActivityMemset4 *)a)->start;
+		break;
+	default:
+		return 0;
+	}
+	if (!start)
+		return 0;
+	*start_ns = _unix(start, offset_ns);
+	return 1;
+}
+
 /* Looks corr up; 1 if the launch was seen in a window (kept or not). */
 static int _find(struct fwc_weights *w, uint32_t corr, uint32_t *canonical, uint32_t *weight)
 {

@@ -13,8 +13,9 @@
  *   cuda_host stall LIB ROUNDS KERNELS KERNEL_US STALL_MS
  *       a training loop with a data-loading stall: each round, in
  *       host_train_step, KERNELS back-to-back kernels of KERNEL_US each,
- *       then a wait in cudaDeviceSynchronize (a stand-in, spinning until the
- *       fake GPU is done), then STALL_MS of CPU work in host_load_batch with
+ *       then a wait in cudaDeviceSynchronize (a stand-in around the fake's,
+ *       which spins until the fake GPU is done, between CUPTI's callbacks),
+ *       then STALL_MS of CPU work in host_load_batch with
  *       the GPU idle. Prints "busy START END" for each round's GPU work and
  *       "loop START END" around the loop (Unix ns), exits 0. With
  *       FAKE_CUPTI_KERNEL_GAP_NS the kernels leave that gap between them.
@@ -77,6 +78,7 @@ static struct {
 	void (*other_client)(int);
 	void (*get_truth)(struct fake_cupti_truth *);
 	uint64_t (*gpu_idle_at)(void);
+	void (*device_synchronize)(void);
 } F;
 
 static int _inject(const char *lib)
@@ -124,6 +126,7 @@ static int _fake(void)
 	SYM(other_client, "other_client");
 	SYM(get_truth, "get_truth");
 	SYM(gpu_idle_at, "gpu_idle_at");
+	SYM(device_synchronize, "device_synchronize");
 	return F.launch && F.get_truth ? 0 : -1;
 }
 
@@ -303,13 +306,11 @@ static uint64_t _unix_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The application's synchronising call, as the runtime's spins: named so on purpose. */
+/* The application's synchronising call, named so on purpose: the fake's
+ * makes CUPTI's callbacks around its wait. */
 static __attribute__((noinline)) int cudaDeviceSynchronize(void)
 {
-	uint64_t until = F.gpu_idle_at();
-
-	while (_unix_ns() < until)
-		__asm__ volatile("" ::: "memory");
+	F.device_synchronize();
 	return 0;
 }
 
@@ -343,7 +344,7 @@ static int _stall(long rounds, long kernels, uint64_t kernel_us, long stall_ms)
 {
 	uint64_t t0;
 
-	if (!F.gpu_idle_at || _wait_subscribed(1, 20)) {
+	if (!F.gpu_idle_at || !F.device_synchronize || _wait_subscribed(1, 20)) {
 		fprintf(stderr, "cuda_host: the library did not subscribe\n");
 		return 4;
 	}

@@ -467,11 +467,11 @@ int fake_cupti_subscribed(void)
 
 int fake_cupti_callbacks_on(void)
 {
-	int on = 0;
+	int on;
 
+	/* The launch's: a synchronisation's may be on alone. */
 	pthread_mutex_lock(&_mu);
-	for (size_t i = 0; _subscribed && i < sizeof(_rt_on) && !on; i++)
-		on = _rt_on[i];
+	on = _subscribed && _rt_on[CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000];
 	pthread_mutex_unlock(&_mu);
 	return on;
 }
@@ -654,6 +654,33 @@ void fake_cupti_graph_launch(const char *name, int n, uint64_t dur_ns)
 	pthread_mutex_lock(&_mu);
 	_truth.launches++;
 	pthread_mutex_unlock(&_mu);
+}
+
+static uint64_t _gpu_idle(void)
+{
+	uint64_t c;
+
+	pthread_mutex_lock(&_mu);
+	c = _gpu_cursor;
+	pthread_mutex_unlock(&_mu);
+	return c;
+}
+
+void fake_cupti_device_synchronize(void)
+{
+	uint32_t rt = _corr(), drv = _corr();
+
+	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020,
+	      CUPTI_API_ENTER, rt, "cudaDeviceSynchronize");
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize, CUPTI_API_ENTER, drv,
+	      "cuCtxSynchronize");
+	/* Spinning, as the runtime's own wait does by default. */
+	while (_now() < _gpu_idle())
+		__asm__ volatile("" ::: "memory");
+	_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize, CUPTI_API_EXIT, drv,
+	      "cuCtxSynchronize");
+	_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020,
+	      CUPTI_API_EXIT, rt, "cudaDeviceSynchronize");
 }
 
 /* One copy: the runtime call (params as CUPTI passes them) around its driver call. */

@@ -69,5 +69,8 @@ uint64_t fake_cupti_now(void);
 int fake_cupti_failing(void);
 /* CLOCK_REALTIME ns at which the fake GPU has run everything queued so far. */
 uint64_t fake_cupti_gpu_idle_at(void);
+/* cudaDeviceSynchronize as CUPTI sees it (the runtime call around
+ * cuCtxSynchronize): returns once the fake GPU ran everything queued. */
+void fake_cupti_device_synchronize(void);
 
 #endif

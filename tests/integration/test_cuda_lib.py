@@ -605,3 +605,42 @@ def test_busy_timeline_complete_when_launches_are_sampled(fakes, tmp_path):
     # Coverage holds the loop (the first tick after the subscription starts it).
     covered = _overlap(cover, [loop])
     assert covered / (loop[1] - loop[0]) > 0.97, (cover, loop)
+
+
+def _clip(spans, to):
+    """The parts of spans inside the spans of to (both merged)."""
+    return [(max(a, c), min(b, d)) for a, b in spans for c, d in to if min(b, d) > max(a, c)]
+
+
+def test_coverage_waits_for_work_launched_without_records(fakes, tmp_path):
+    """Probe windows (records off while their cost is measured) in every
+    group, and launches slow enough that each round's launches span several
+    of them: kernels launched in a probe window have no record and run after
+    it closed. The coverage must not claim that time (it would read as idle
+    while the GPU was busy): it starts again at the first record launched
+    after the window, or when a device synchronisation returns, or at once
+    after a window that launched nothing (the stalls stay covered)."""
+    rc, out, err, lines = Traced(tmp_path).run(
+        [HOST, "stall", LIB, 6, 40, 2000, 60],
+        host_env(FLAMEWATCH_CUDA_PROBE_GROUPS=1, FLAMEWATCH_CUDA_DUTY_CYCLE=4,
+                 FLAMEWATCH_CUDA_SEED=7, FAKE_CUPTI_LAUNCH_COST_NS=1_000_000))
+    assert rc == 0, err
+    truth = [tuple(map(int, l.split()[1:3])) for l in out.splitlines() if l.startswith("busy ")]
+    loop = [tuple(map(int, l.split()[1:3])) for l in out.splitlines() if l.startswith("loop ")][0]
+    assert len(truth) == 6, out
+    _, recs = parse(lines, timeline=True)
+    busy = _merged([(r["start"], r["start"] + r["dur"]) for r in recs if r["kind"] == 6], gap=5000)
+    cover = _merged([(r["start"], r["start"] + r["dur"]) for r in recs if r["kind"] == 7])
+    truth_in = _clip(_merged(truth), cover)
+    busy_in = _clip(busy, cover)
+    missed = sum(b - a for a, b in truth_in) - _overlap(truth_in, busy_in)
+    covered = _overlap(cover, [loop])
+    stalls = [(truth[i][1], truth[i + 1][0]) for i in range(len(truth) - 1)]
+    stall_cover = _overlap(_clip(stalls, cover), stalls) / sum(b - a for a, b in stalls)
+    print(f"\ncovered {covered / (loop[1] - loop[0]):.3f} of the loop, {stall_cover:.3f} of the "
+          f"stalls; busy in coverage {sum(b - a for a, b in truth_in) / 1e6:.1f} ms, "
+          f"missed {missed / 1e6:.2f} ms")
+    # Records were off in a probe window in every round's launches.
+    assert len(cover) >= 6, cover
+    assert missed <= 0.01 * sum(b - a for a, b in truth_in), (missed, truth_in, busy_in, cover)
+    assert stall_cover > 0.5, (stalls, cover)
