@@ -10,7 +10,6 @@ common."""
 
 import json
 import random
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -18,16 +17,12 @@ import urllib.request
 
 import pytest
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from serverlib import free_port
 
 
 @pytest.fixture
 def server(flamewatch, tmp_path):
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen(
         [flamewatch, "server", "--listen", f"127.0.0.1:{port}", "--data", str(tmp_path / "data")],

@@ -5,7 +5,6 @@ stored."""
 
 import gzip
 import json
-import socket
 import subprocess
 import time
 import urllib.error
@@ -15,17 +14,12 @@ import urllib.request
 import pytest
 
 from conftest import Profile, require
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from serverlib import free_port
 
 
 @pytest.fixture
 def server(flamewatch, tmp_path):
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen(
         [flamewatch, "server", "--listen", f"127.0.0.1:{port}", "--data", str(tmp_path / "data")],
