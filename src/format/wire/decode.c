@@ -340,9 +340,7 @@ static int _d_gpu_build(struct dec *d)
 
 		if (series < 0)
 			return series;
-		name = profile__intern_string(d->out->dict, _d_string(d, m->gpu_name[i]));
-		if (name < 0)
-			return name;
+		name = _d_om_string(d, m->gpu_name[i]);
 		if (m->gpu_stack[i]) {
 			stack = dict_xlate__id(&d->x, K_STACK, m->gpu_stack[i] - 1);
 			if (stack < 0)
@@ -487,8 +485,7 @@ static int _d_build_metrics(struct dec *d)
 
 	for (size_t i = 0; i < m->n_metric_ts_delta && !rc; i++) {
 		int64_t series = dict_xlate__id(&d->x, K_SERIES, m->metric_series[i]);
-		int64_t name = series < 0 ? series :
-			       profile__intern_string(d->out->dict, _d_string(d, m->metric_name[i]));
+		int64_t name = series < 0 ? series : _d_om_string(d, m->metric_name[i]);
 		struct batch_metric bm;
 
 		if (series < 0 || name < 0) {
@@ -554,8 +551,7 @@ static int _d_build_cpu_intervals(struct dec *d)
 	for (size_t i = 0; i < m->n_cpu_iv_cpu; i++) {
 		struct batch_cpu_interval iv = { 0 };
 		int64_t series = dict_xlate__id(&d->x, K_SERIES, m->cpu_iv_series[i]);
-		int64_t comm = series < 0 ? series :
-			       profile__intern_string(d->out->dict, _d_string(d, m->cpu_iv_comm[i]));
+		int64_t comm = series < 0 ? series : _d_om_string(d, m->cpu_iv_comm[i]);
 
 		if (comm < 0) {
 			rc = (int)comm;

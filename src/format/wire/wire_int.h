@@ -170,10 +170,16 @@ struct dec {
 	size_t cap_scratch, cap_labels;
 };
 
+/* The id in the shared dictionary of session string gid (< om[K_STRING].n). */
+static inline uint32_t _d_om_string(const struct dec *d, uint32_t gid)
+{
+	return d->s->om[K_STRING].ids[gid];
+}
+
 /* The text of session string gid (< om[K_STRING].n). */
 static inline const char *_d_string(struct dec *d, uint32_t gid)
 {
-	return profile__string(d->out->dict, d->s->om[K_STRING].ids[gid]);
+	return profile__string(d->out->dict, _d_om_string(d, gid));
 }
 
 /*
