@@ -226,9 +226,12 @@ def test_many_intervals_go_before_the_interval(flamewatch, workloads, tmp_path):
 def test_full_rings_wake_the_agent_before_its_tick(flamewatch, workloads, tmp_path):
     """The agent's timer is slow (CONTINUOUS_TICK_MS); its ring buffers wake
     it at a quarter full instead. With the tick at 30 s (FLAMEWATCH_TICK_MS,
-    a testing knob), two pinned pingpongs write many times what the strips'
-    ring holds, and -F 999 fills the sample ring: nothing is lost, and
-    the intervals are batched before the stop."""
+    a testing knob), a pingpong pinned to CPU 0 writes many times what the
+    strips' ring holds, and -F 999 fills the sample ring: nothing is lost,
+    and the intervals are batched before the stop. The other CPUs are left
+    to the agent: with two pingpongs saturating a 2-CPU machine, CI once
+    saw the woken agent not run before the ring filled, which is the
+    scheduler's doing, not what this test is about."""
     ps = Procs(tmp_path / "logs")
     port = free_port()
     client = Client(port)
@@ -239,8 +242,7 @@ def test_full_rings_wake_the_agent_before_its_tick(flamewatch, workloads, tmp_pa
                        env=dict(os.environ, FLAMEWATCH_TICK_MS="30000"))
         assert srv.wait_output(r"profiling this host", START_S), srv.describe()
         client.wait_healthy(proc=srv)
-        work = [ps.start(["taskset", "-c", str(cpu), workloads / "pingpong", "6"], f"pingpong{cpu}")
-                for cpu in (0, 1)]
+        work = [ps.start(["taskset", "-c", "0", workloads / "pingpong", "10"], "pingpong0")]
         for w in work:
             assert w.wait(30) == 0, w.describe()
         rc, _ = srv.stop(signal.SIGINT, timeout=60)
