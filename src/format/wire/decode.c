@@ -334,7 +334,7 @@ static int _d_gpu_build(struct dec *d)
 
 	for (size_t i = 0; i < m->n_gpu_start_delta; i++) {
 		struct batch_gpu_interval g = { 0 };
-		int64_t series = dict_xlate__id(&d->x, K_SERIES, m->gpu_series[i]);
+		int64_t series = _d_om(d, K_SERIES, m->gpu_series[i]);
 		int64_t name, stack = BATCH_NO_STACK;
 		int rc;
 
@@ -342,7 +342,7 @@ static int _d_gpu_build(struct dec *d)
 			return series;
 		name = _d_om_string(d, m->gpu_name[i]);
 		if (m->gpu_stack[i]) {
-			stack = dict_xlate__id(&d->x, K_STACK, m->gpu_stack[i] - 1);
+			stack = _d_om(d, K_STACK, m->gpu_stack[i] - 1);
 			if (stack < 0)
 				return stack;
 		}
@@ -391,7 +391,6 @@ static int _d_build(struct dec *d)
 	int64_t ts = 0;
 	int rc = -ENOMEM;
 
-	wire_out__begin(d);
 	if (m->n_ts_delta > d->out->cap_samples) {
 		struct batch_sample *bs = malloc(m->n_ts_delta * sizeof(*bs));
 
@@ -404,12 +403,12 @@ static int _d_build(struct dec *d)
 		struct batch_sample s = { 0 };
 		int64_t stack, series;
 
-		stack = dict_xlate__id(&d->x, K_STACK, m->sample_stack[i]);
+		stack = _d_om(d, K_STACK, m->sample_stack[i]);
 		if (stack < 0) {
 			rc = stack;
 			goto out;
 		}
-		series = dict_xlate__id(&d->x, K_SERIES, m->sample_series[i]);
+		series = _d_om(d, K_SERIES, m->sample_series[i]);
 		if (series < 0) {
 			rc = series;
 			goto out;
@@ -484,7 +483,7 @@ static int _d_build_metrics(struct dec *d)
 	int rc = 0;
 
 	for (size_t i = 0; i < m->n_metric_ts_delta && !rc; i++) {
-		int64_t series = dict_xlate__id(&d->x, K_SERIES, m->metric_series[i]);
+		int64_t series = _d_om(d, K_SERIES, m->metric_series[i]);
 		int64_t name = series < 0 ? series : _d_om_string(d, m->metric_name[i]);
 		struct batch_metric bm;
 
@@ -550,7 +549,7 @@ static int _d_build_cpu_intervals(struct dec *d)
 
 	for (size_t i = 0; i < m->n_cpu_iv_cpu; i++) {
 		struct batch_cpu_interval iv = { 0 };
-		int64_t series = dict_xlate__id(&d->x, K_SERIES, m->cpu_iv_series[i]);
+		int64_t series = _d_om(d, K_SERIES, m->cpu_iv_series[i]);
 		int64_t comm = series < 0 ? series : _d_om_string(d, m->cpu_iv_comm[i]);
 
 		if (comm < 0) {

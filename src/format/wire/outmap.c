@@ -3,14 +3,13 @@
  * A session's global ids as the batches wire__decode() hands out know
  * them: each entry goes into the session's shared dictionary when a batch
  * brings it, and the session keeps only its id there (the om tables,
- * common/dict_xlate.h), not the entry's bytes a second time.
+ * _d_om()), not the entry's bytes a second time.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/batch.h"
-#include "common/dict_xlate.h"
 #include "common/profile.h"
 #include "format/wire.h"
 #include "format/wire/wire_int.h"
@@ -84,24 +83,4 @@ int64_t wire_out__series(struct dec *d, const uint32_t *labels, size_t n)
 		d->values[i] = _d_string(d, labels[2 * i + 1]);
 	}
 	return batch__intern_series(d->out, d->names, d->values, n);
-}
-
-/* Every entry a session holds is translated already: nothing is on first use. */
-static int64_t _untranslated(struct dict_xlate *x, uint32_t gid)
-{
-	(void)x;
-	(void)gid;
-	return -EINVAL;
-}
-
-static const dict_xlate_fn _out_fns[K_MAX] = {
-	[K_STRING] = _untranslated, [K_MAPPING] = _untranslated, [K_FRAME] = _untranslated,
-	[K_STACK] = _untranslated, [K_SERIES] = _untranslated,
-};
-
-void wire_out__begin(struct dec *d)
-{
-	d->x = (struct dict_xlate){ .ids = d->s->om, .fn = _out_fns, .ctx = d };
-	for (int k = 0; k < K_MAX; k++)
-		d->x.n[k] = d->s->om[k].n;
 }

@@ -9,6 +9,7 @@
 #ifndef FW_FORMAT_WIRE_INT_H
 #define FW_FORMAT_WIRE_INT_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -164,11 +165,19 @@ struct dec {
 	const Flamewatch__Wire__Batch *m;
 	struct wire_session *s;
 	struct batch *out;
-	struct dict_xlate x;	/* the session's ids into out's (outmap.c) */
 	uint32_t *scratch;
 	const char **names, **values;
 	size_t cap_scratch, cap_labels;
 };
+
+/*
+ * The id in the shared dictionary (d->out->dict) of the session's entry
+ * gid of kind k, or -EINVAL past the entries the session holds.
+ */
+static inline int64_t _d_om(const struct dec *d, int k, uint32_t gid)
+{
+	return gid < d->s->om[k].n ? (int64_t)d->s->om[k].ids[gid] : -EINVAL;
+}
 
 /* The id in the shared dictionary of session string gid (< om[K_STRING].n). */
 static inline uint32_t _d_om_string(const struct dec *d, uint32_t gid)
@@ -189,11 +198,5 @@ static inline const char *_d_string(struct dec *d, uint32_t gid)
  */
 int64_t wire_out__stack(struct dec *d, const uint32_t *frames, size_t n);
 int64_t wire_out__series(struct dec *d, const uint32_t *labels, size_t n);
-/*
- * Sets d->x up to give the session's ids in the batch's dictionary
- * (d->out->dict, the session's shared one): a stack or series gid is then
- * dict_xlate__id(&d->x, K_STACK, gid).
- */
-void wire_out__begin(struct dec *d);
 
 #endif
