@@ -571,12 +571,11 @@ static void CUPTIAPI _buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *
 	if (!atomic_load(&G.inert)) {
 		int64_t cpu = _now(CLOCK_THREAD_CPUTIME_ID), start;
 		int waits = !!atomic_load(&G.cover_wait_from);
+		uint32_t after = atomic_load(&G.cover_after_corr), corr;
 		uint64_t n = G.stats.records;
-		uint32_t corr;
 
 		while (G.api.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS && rec) {
-			if (waits && fwc_record_start(rec, offset, &corr, &start) &&
-			    corr > atomic_load(&G.cover_after_corr))
+			if (waits && fwc_record_start(rec, offset, &corr, &start) && corr > after)
 				_fence(start);
 			fwc_record_add(rec, &G.weights, &G.names, offset, &G.batch, &G.stats);
 		}

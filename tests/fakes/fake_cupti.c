@@ -488,16 +488,23 @@ void fake_cupti_get_truth(struct fake_cupti_truth *t)
 	pthread_mutex_unlock(&_mu);
 }
 
-uint64_t fake_cupti_gpu_idle_at(void)
+/* When the fake GPU has run everything queued, on the fake's clock. */
+static uint64_t _gpu_idle(void)
 {
-	const char *s = getenv("FAKE_CUPTI_SKEW_NS");
-	long long skew = s ? atoll(s) : -1000000000LL;
 	uint64_t c;
 
 	pthread_mutex_lock(&_mu);
 	c = _gpu_cursor;
 	pthread_mutex_unlock(&_mu);
-	return (uint64_t)((long long)c - skew);
+	return c;
+}
+
+uint64_t fake_cupti_gpu_idle_at(void)
+{
+	const char *s = getenv("FAKE_CUPTI_SKEW_NS");
+	long long skew = s ? atoll(s) : -1000000000LL;
+
+	return (uint64_t)((long long)_gpu_idle() - skew);
 }
 
 static void _call_sym(CUpti_CallbackDomain d, uint32_t id, CUpti_ApiCallbackSite site,
@@ -654,16 +661,6 @@ void fake_cupti_graph_launch(const char *name, int n, uint64_t dur_ns)
 	pthread_mutex_lock(&_mu);
 	_truth.launches++;
 	pthread_mutex_unlock(&_mu);
-}
-
-static uint64_t _gpu_idle(void)
-{
-	uint64_t c;
-
-	pthread_mutex_lock(&_mu);
-	c = _gpu_cursor;
-	pthread_mutex_unlock(&_mu);
-	return c;
 }
 
 void fake_cupti_device_synchronize(void)

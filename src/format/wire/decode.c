@@ -143,7 +143,6 @@ static int _d_frames(struct dec *d, uint32_t base)
 {
 	for (size_t i = 0; i < d->m->n_frames; i++) {
 		const Flamewatch__Wire__Frame *wf = d->m->frames[i];
-		const uint32_t *str = d->s->om[K_STRING].ids;
 		int rc;
 
 		if (wf->kind >= FRAME_KIND_MAX)
@@ -160,7 +159,8 @@ static int _d_frames(struct dec *d, uint32_t base)
 			rc = _d_keep(d, K_FRAME, base + i, profile__intern_frame_ids(
 				d->out->dict, wf->kind, wf->mapping ?
 				d->s->om[K_MAPPING].ids[wf->mapping - 1] : PROFILE_NO_MAPPING,
-				wf->addr, str[wf->function], str[wf->file], wf->line));
+				wf->addr, _d_om_string(d, wf->function), _d_om_string(d, wf->file),
+				wf->line));
 		if (rc)
 			return rc;
 	}
@@ -366,10 +366,6 @@ static int _d_gpu_build(struct dec *d)
 }
 
 /*
- * Builds the batch from the now-validated message: its samples, and the
- * entries they refer to that the session's shared dictionary lacks.
- */
-/*
  * The batch handed out, on the session's shared dictionary, which the
  * dictionary entries go into as they are checked.
  */
@@ -385,6 +381,7 @@ static int _d_begin(struct dec *d)
 	return 0;
 }
 
+/* Fills the batch _d_begin() made with the now-validated samples. */
 static int _d_build(struct dec *d)
 {
 	const Flamewatch__Wire__Batch *m = d->m;
