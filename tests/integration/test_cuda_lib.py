@@ -176,10 +176,13 @@ def test_collection_waits_for_the_records_taker(fakes, tmp_path):
 
 
 def test_sampled_weights_keep_totals(fakes, tmp_path):
-    """Over the budget launches are sampled; weights add up to the launches."""
+    """Over the budget launches are sampled; weights add up to the launches.
+    The host waits for the callbacks, not only the subscription: launches
+    in between no library sees, and this test counts every one."""
     rc, out, err, lines = Traced(tmp_path).run(
         [HOST, "drive", LIB, 4000, 10000, 50],
-        host_env(FLAMEWATCH_CUDA_DUTY_CYCLE=1, FLAMEWATCH_CUDA_LAUNCH_BUDGET=300, FLAMEWATCH_CUDA_SEED=7))
+        host_env(FLAMEWATCH_CUDA_DUTY_CYCLE=1, FLAMEWATCH_CUDA_LAUNCH_BUDGET=300, FLAMEWATCH_CUDA_SEED=7,
+                 CUDA_HOST_WAIT_CALLBACKS=1))
     assert rc == 0, err
     truth = json.loads(out)
     launches, recs = parse(lines)
