@@ -581,16 +581,38 @@ static int _image_init(struct pm_busy_dev *d, struct pm_busy_error *e)
 	return r ? _cupti_fail(e, "cuptiPmSamplingCounterDataImageInitialize", r) : 0;
 }
 
-/* Measures CUPTI's clock against CLOCK_REALTIME, bracketing the read. */
-static int _measure_offset(int64_t *offset)
-{
-	uint64_t a, b, t = 0;
+/*
+ * Measures CUPTI's clock against CLOCK_REALTIME: the tightest of a few
+ * bracketed reads, since a preemption inside one bracket makes its midpoint
+ * off by up to half of it. A previous offset that still falls inside the
+ * new bracket is kept, so spans mapped at consecutive decodes join exactly;
+ * a stepped or slewed CLOCK_REALTIME moves it outside and is followed.
+ */
+#define OFFSET_READS 5
 
-	a = _now(CLOCK_REALTIME);
-	if (C.cuptiGetTimestamp(&t) != CUPTI_SUCCESS || !t)
-		return -EIO;
-	b = _now(CLOCK_REALTIME);
-	*offset = (int64_t)(a + (b - a) / 2) - (int64_t)t;
+static int _measure_offset(int64_t *offset, int have_old)
+{
+	uint64_t a, b, t, best_width = UINT64_MAX;
+	int64_t best = 0, half = 0;
+	int i;
+
+	for (i = 0; i < OFFSET_READS; i++) {
+		t = 0;
+		a = _now(CLOCK_REALTIME);
+		if (C.cuptiGetTimestamp(&t) != CUPTI_SUCCESS || !t)
+			return -EIO;
+		b = _now(CLOCK_REALTIME);
+		if (b < a || b - a >= best_width)
+			continue;
+		best_width = b - a;
+		best = (int64_t)(a + best_width / 2) - (int64_t)t;
+		half = (int64_t)(best_width / 2) + 1;
+	}
+	if (best_width == UINT64_MAX)
+		return -EIO; /* CLOCK_REALTIME went back inside every bracket */
+	if (have_old && *offset >= best - half && *offset <= best + half)
+		return 0;
+	*offset = best;
 	return 0;
 }
 
@@ -652,7 +674,7 @@ static int _session_open(struct pm_busy_dev *d, struct pm_busy_error *e)
 	rc = _image_init(d, e);
 	if (rc)
 		return rc;
-	if (_measure_offset(&d->offset_ns)) {
+	if (_measure_offset(&d->offset_ns, 0)) {
 		_set_error(e, "cuptiGetTimestamp", 0, "no timestamp");
 		return -EIO;
 	}
@@ -868,7 +890,7 @@ int pm_busy__decode(struct pm_busy_dev *d, const struct pm_busy_sink *sink, stru
 		return -EINVAL;
 	}
 	/* Measured at every decode: CLOCK_REALTIME may be stepped or slewed. */
-	_measure_offset(&d->offset_ns);
+	_measure_offset(&d->offset_ns, 1);
 	pm_spans__begin(&sp, sink, d->idx, d->offset_ns, d->interval_ns / 2);
 	if (_drain(d, &sp)) {
 		pm_spans__end(&sp);
@@ -892,7 +914,7 @@ void pm_busy__stop(struct pm_busy_dev *d, const struct pm_busy_sink *sink)
 		return;
 	if (d->started) {
 		_session_stop(d);
-		_measure_offset(&d->offset_ns);
+		_measure_offset(&d->offset_ns, 1);
 		pm_spans__begin(&sp, sink, d->idx, d->offset_ns, d->interval_ns / 2);
 		_drain(d, &sp);
 		pm_spans__end(&sp);

@@ -432,10 +432,20 @@ API CUptiResult cuptiActivityFlushAll(uint32_t flag)
 	return CUPTI_SUCCESS;
 }
 
+/*
+ * FAKE_CUPTI_TS_STALL_EVERY=N: every Nth read returns 200 us late, as when
+ * the caller is preempted between reading the clock and getting back.
+ */
 API CUptiResult cuptiGetTimestamp(uint64_t *t)
 {
+	static unsigned long calls;
+	const char *s = getenv("FAKE_CUPTI_TS_STALL_EVERY");
+	long every = s ? atol(s) : 0;
+
 	FAIL_CHECK();
 	*t = _now();
+	if (every > 0 && __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED) % (unsigned long)every == 0)
+		nanosleep(&(struct timespec){ .tv_nsec = 200000 }, NULL);
 	return CUPTI_SUCCESS;
 }
 

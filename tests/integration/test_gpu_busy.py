@@ -75,7 +75,9 @@ def gpu_busy(flamewatch, fakes, args=(), env=None, seconds=1.5, stop="eof", by_e
     SIGTERM ("term"), or (None) closes it at once and waits for the exit."""
     cupti, cuda = fakes
     e = dict(os.environ)
-    e.update({"FAKE_CUPTI_SKEW_NS": str(SKEW_NS)})
+    # Every third clock read comes back late, as when preempted on a busy
+    # machine: the offset must not move by it, or spans would not join.
+    e.update({"FAKE_CUPTI_SKEW_NS": str(SKEW_NS), "FAKE_CUPTI_TS_STALL_EVERY": "3"})
     for k in list(e):
         if k.startswith(("FAKE_PM_", "FAKE_CUDA_")) or k in ("FLAMEWATCH_CUPTI", "FLAMEWATCH_LIBCUDA"):
             del e[k]
