@@ -69,6 +69,7 @@
 #define _SDT_HAS_SEMAPHORES 1
 #include <sys/sdt.h>
 
+#include "common/clock.h"
 #include "cuda/cupti_api.h"
 #include "cuda/fwc.h"
 
@@ -171,6 +172,7 @@ static struct {
 	uint64_t all_then[FWC_NCLASS], seen_then[FWC_NCLASS];	/* at the last scale update */
 	double all_avg[FWC_NCLASS], seen_avg[FWC_NCLASS];	/* their decaying sums */
 	_Atomic int64_t offset_ns;
+	int offset_known;	/* offset_ns measured once (clock__offset_ns keeps it) */
 	_Atomic uint32_t last_corr;	/* the last launch's id a callback saw */
 	_Atomic uint64_t probe_launches;	/* launches in the probe window open */
 	_Atomic int64_t cover_wait_from;	/* CLOCK_REALTIME: coverage waits for a fence; 0: not */
@@ -607,18 +609,20 @@ static void _classes(void)
 	G.classes_known = 1;
 }
 
+static int _cupti_now(uint64_t *t)
+{
+	return G.api.GetTimestamp(t) == CUPTI_SUCCESS ? 0 : -1;
+}
+
+/* Called by one thread at a time: at subscribe, then from the ticker. */
 static void _update_offset(void)
 {
-	uint64_t c;
-	int64_t t0, t1;
+	int64_t offset = atomic_load(&G.offset_ns);
 
-	if (!G.api.GetTimestamp)
+	if (!G.api.GetTimestamp || clock__offset_ns(_cupti_now, &offset, G.offset_known))
 		return;
-	t0 = _now(CLOCK_REALTIME);
-	if (G.api.GetTimestamp(&c) != CUPTI_SUCCESS)
-		return;
-	t1 = _now(CLOCK_REALTIME);
-	atomic_store(&G.offset_ns, t0 + (t1 - t0) / 2 - (int64_t)c);
+	atomic_store(&G.offset_ns, offset);
+	G.offset_known = 1;
 }
 
 /* Enables or disables our callbacks; returns the first error. */

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "gpu/pm_busy.h"
 
 static void _set_error(struct pm_busy_error *e, const char *step, int code, const char *msg)
@@ -581,39 +582,15 @@ static int _image_init(struct pm_busy_dev *d, struct pm_busy_error *e)
 	return r ? _cupti_fail(e, "cuptiPmSamplingCounterDataImageInitialize", r) : 0;
 }
 
-/*
- * Measures CUPTI's clock against CLOCK_REALTIME: the tightest of a few
- * bracketed reads, since a preemption inside one bracket makes its midpoint
- * off by up to half of it. A previous offset that still falls inside the
- * new bracket is kept, so spans mapped at consecutive decodes join exactly;
- * a stepped or slewed CLOCK_REALTIME moves it outside and is followed.
- */
-#define OFFSET_READS 5
+static int _cupti_now(uint64_t *t)
+{
+	return C.cuptiGetTimestamp(t) == CUPTI_SUCCESS ? 0 : -1;
+}
 
+/* CUPTI's clock against CLOCK_REALTIME (clock__offset_ns). */
 static int _measure_offset(int64_t *offset, int have_old)
 {
-	uint64_t a, b, t, best_width = UINT64_MAX;
-	int64_t best = 0, half = 0;
-	int i;
-
-	for (i = 0; i < OFFSET_READS; i++) {
-		t = 0;
-		a = _now(CLOCK_REALTIME);
-		if (C.cuptiGetTimestamp(&t) != CUPTI_SUCCESS || !t)
-			return -EIO;
-		b = _now(CLOCK_REALTIME);
-		if (b < a || b - a >= best_width)
-			continue;
-		best_width = b - a;
-		best = (int64_t)(a + best_width / 2) - (int64_t)t;
-		half = (int64_t)(best_width / 2) + 1;
-	}
-	if (best_width == UINT64_MAX)
-		return -EIO; /* CLOCK_REALTIME went back inside every bracket */
-	if (have_old && *offset >= best - half && *offset <= best + half)
-		return 0;
-	*offset = best;
-	return 0;
+	return clock__offset_ns(_cupti_now, offset, have_old) ? -EIO : 0;
 }
 
 /* Enable to start: what a restart after an overflow repeats. */
