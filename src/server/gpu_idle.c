@@ -221,11 +221,39 @@ bool gpu_idle__is_sync_call(const char *function)
 	return false;
 }
 
-int sync_stacks__in_sync(struct sync_stacks *c, const struct profile *p, uint32_t stack)
+bool gpu_idle__is_observer_path(const char *path)
 {
+	static const char lib[] = "libflamewatch-cuda.so";
+	const char *base;
+
+	if (!path)
+		return false;
+	base = strrchr(path, '/');
+	base = base ? base + 1 : path;
+	return !strncmp(base, lib, sizeof(lib) - 1) && (!base[sizeof(lib) - 1] || base[sizeof(lib) - 1] == '.');
+}
+
+static uint8_t _stack_kind(const struct profile *p, uint32_t stack)
+{
+	uint8_t kind = STACK_PLAIN;
 	const uint32_t *f;
 	uint32_t n;
 
+	f = profile__stack(p, stack, &n);
+	for (uint32_t i = 0; f && i < n; i++) {
+		const struct profile_frame *fr = &p->frames[f[i]];
+
+		if (fr->mapping != PROFILE_NO_MAPPING && fr->mapping < p->nmappings &&
+		    gpu_idle__is_observer_path(profile__string(p, p->mappings[fr->mapping].path)))
+			return STACK_OBSERVER;
+		if (gpu_idle__is_sync_call(profile__string(p, fr->function)))
+			kind = STACK_SYNC;
+	}
+	return kind;
+}
+
+int sync_stacks__kind(struct sync_stacks *c, const struct profile *p, uint32_t stack)
+{
 	if (stack >= c->cap) {
 		size_t cap = c->cap ? c->cap : 1024;
 		uint8_t *v;
@@ -239,17 +267,9 @@ int sync_stacks__in_sync(struct sync_stacks *c, const struct profile *p, uint32_
 		c->v = v;
 		c->cap = cap;
 	}
-	if (!c->v[stack]) {
-		c->v[stack] = 1;
-		f = profile__stack(p, stack, &n);
-		for (uint32_t i = 0; f && i < n; i++) {
-			if (gpu_idle__is_sync_call(profile__string(p, p->frames[f[i]].function))) {
-				c->v[stack] = 2;
-				break;
-			}
-		}
-	}
-	return c->v[stack] == 2;
+	if (!c->v[stack])
+		c->v[stack] = _stack_kind(p, stack);
+	return c->v[stack];
 }
 
 void sync_stacks__release(struct sync_stacks *c)

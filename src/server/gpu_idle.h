@@ -66,17 +66,31 @@ int busy_set__add_outside(struct busy_set *dst, const struct busy_set *src,
 bool gpu_idle__is_sync_call(const char *function);
 
 /*
- * Which stacks of one profile hold a CUDA synchronisation call, looked at
- * once per stack id. Zero-initialise; release with sync_stacks__release().
+ * Whether a mapping's path is libflamewatch-cuda.so (or .so.N): a stack
+ * through it is the profiler's own work in the process (its control
+ * thread, its CUPTI callbacks), which no answer about the application's
+ * idle GPU should show.
+ */
+bool gpu_idle__is_observer_path(const char *path);
+
+/*
+ * What each stack of one profile is, looked at once per stack id.
+ * Zero-initialise; release with sync_stacks__release().
  */
 struct profile;
 struct sync_stacks {
-	uint8_t *v;	/* per stack id: 0 not looked at yet, 1 no sync call, 2 one */
+	uint8_t *v;	/* per stack id: 0 not looked at yet, else an enum stack_kind */
 	size_t cap;
 };
 
-/* 1 if a frame of the stack is a sync call, 0 if none, -ENOMEM. */
-int sync_stacks__in_sync(struct sync_stacks *c, const struct profile *p, uint32_t stack);
+enum stack_kind {
+	STACK_PLAIN = 1,
+	STACK_SYNC,	/* a frame is a sync call: the CPU waits on the GPU */
+	STACK_OBSERVER,	/* a frame is in libflamewatch-cuda.so (ahead of STACK_SYNC) */
+};
+
+/* The stack's enum stack_kind, or -ENOMEM. */
+int sync_stacks__kind(struct sync_stacks *c, const struct profile *p, uint32_t stack);
 void sync_stacks__release(struct sync_stacks *c);
 
 #endif

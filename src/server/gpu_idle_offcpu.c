@@ -189,7 +189,7 @@ static int _block(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t 
 	struct offcpu_idle *o = ctx;
 	struct walk w = { o, tid, 0 };
 	int64_t a, b, c;
-	int sync, err;
+	int kind, err;
 
 	(void)cpu;
 	if (value <= 0 || ts > o->to - value)
@@ -199,7 +199,11 @@ static int _block(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t 
 	a = ts > o->from ? ts : o->from;
 	if (value <= 0 || b <= a)
 		return 0;
-	if (_tid_index(o, tid) == o->ntids) {
+	kind = sync_stacks__kind(&o->sync, o->p, stack);
+	if (kind < 0)
+		return kind;
+	/* The profiler's own blocks in the process are no thread's wait. */
+	if (_tid_index(o, tid) == o->ntids || kind == STACK_OBSERVER) {
 		o->other_blocks++;
 		o->other_blocked_ns += b - a;
 		return 0;
@@ -211,10 +215,7 @@ static int _block(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t 
 		o->span_from = a;
 	if (b > o->span_to)
 		o->span_to = b;
-	sync = sync_stacks__in_sync(&o->sync, o->p, stack);
-	if (sync < 0)
-		return sync;
-	if (sync) {
+	if (kind == STACK_SYNC) {
 		o->waiting_ns += b - a;
 		return 0;
 	}

@@ -42,8 +42,10 @@
  * A CPU sample inside a CUDA synchronisation call is the CPU waiting on a
  * busy GPU, whatever the busy source says of that instant (NVML's averages
  * cannot place sub-second phases): all such samples are counted as
- * waiting_on_gpu, and none is in the idle flame graph. resolution_ns says how finely the
- * source places busy time (0: exact intervals).
+ * waiting_on_gpu, and none is in the idle flame graph. Samples in
+ * libflamewatch-cuda.so (the profiler's own thread and callbacks) are
+ * counted as "profiler" and are in neither graph. resolution_ns says how
+ * finely the source places busy time (0: exact intervals).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -330,7 +332,7 @@ struct idle {
 	size_t known_cursor;
 	struct profile *p;
 	size_t cursor;
-	uint64_t total, idle, waiting;
+	uint64_t total, idle, waiting, observer;
 	int64_t first, last;
 	bool unknown;
 	struct sync_stacks sync;
@@ -401,19 +403,21 @@ static int _sample(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t
 	struct idle *s = ctx;
 	bool inside = false;
 	int64_t c;
-	int sync;
+	int kind;
 
 	(void)cpu;
 	if (!s->first)
 		s->first = ts;
 	s->last = ts;
 	s->total += value;
-	sync = sync_stacks__in_sync(&s->sync, s->p, stack);
-	if (sync < 0)
-		return sync;
-	if (sync)
+	kind = sync_stacks__kind(&s->sync, s->p, stack);
+	if (kind < 0)
+		return kind;
+	if (kind == STACK_OBSERVER)
+		s->observer += value;
+	if (kind == STACK_SYNC)
 		s->waiting += value;
-	if (sync || s->unknown)
+	if (kind != STACK_PLAIN || s->unknown)
 		return 0;
 	/*
 	 * Inside a busy span that is 60 % idle gaps (a launch-bound loop), a
@@ -901,11 +905,12 @@ void routes__gpu_idle(struct request *r)
 		       (unsigned long long)period, (unsigned long long)(s.idle * period));
 	_ratio(&sb, s.unknown ? 0 : (int64_t)(s.idle * period), s.unknown ? 0 : idle_ns);
 	strbuf__printf(&sb, ",\"samples\":{\"total\":%llu,\"idle\":%llu,\"idle_inside\":%llu,"
-		       "\"waiting_on_gpu\":%llu},"
+		       "\"waiting_on_gpu\":%llu,\"profiler\":%llu},"
 		       "\"kernels\":{\"intervals\":%llu,\"max_weight\":%u},\"nvml_points\":%llu,"
 		       "\"gaps\":[",
 		       (unsigned long long)s.total, (unsigned long long)s.idle,
 		       (unsigned long long)s.idle_inside, (unsigned long long)s.waiting,
+		       (unsigned long long)s.observer,
 		       (unsigned long long)k.n, k.max_weight, (unsigned long long)m.points);
 	if (span_ns > 0 && s.known)
 		busy_set__each(s.known, span_from, span_to, _known_gaps, &known);

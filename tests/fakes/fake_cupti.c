@@ -381,6 +381,17 @@ API CUptiResult cuptiActivityFlushAll(uint32_t flag)
 	size_t n, i = 0;
 
 	FAIL_CHECK();
+	/* FAKE_CUPTI_FLUSH_SPIN_US: a periodic flush burns that much CPU, as a
+	 * real one with many records does, on the caller's thread. */
+	if (flag == 0 && getenv("FAKE_CUPTI_FLUSH_SPIN_US")) {
+		struct timespec t0, t;
+		long us = atol(getenv("FAKE_CUPTI_FLUSH_SPIN_US"));
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		do
+			clock_gettime(CLOCK_MONOTONIC, &t);
+		while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < us);
+	}
 	if (flag == 0 && getenv("FAKE_CUPTI_FLUSH_BLOCKS")) {
 		for (int i = 0; i < 1000 && !_dead; i++)
 			usleep(10000);

@@ -181,7 +181,8 @@ def test_bad_input_is_a_clear_400(gap_run):
         assert msg in r.json()["error"], (params, r.text)
     # A process with no samples and no kernels: an empty answer, not an error.
     doc = _idle(client, 1, frm, to).json()
-    assert doc["samples"] == {"total": 0, "idle": 0, "idle_inside": 0, "waiting_on_gpu": 0}, doc
+    assert doc["samples"] == {"total": 0, "idle": 0, "idle_inside": 0, "waiting_on_gpu": 0,
+                              "profiler": 0}, doc
     assert doc["idle_fraction"] is None, doc
 
 
@@ -211,7 +212,9 @@ def test_busy_timeline_when_launches_are_sampled(flamewatch, tmp_path):
     library builds from every kernel record places the GPU's busy and idle
     phases exactly. The idle fraction is the truth's within 0.03, the idle
     graph is the data-loading function, and the CPU's wait in
-    cudaDeviceSynchronize is waiting_on_gpu, not idle."""
+    cudaDeviceSynchronize is waiting_on_gpu, not idle. The library's own
+    control thread burns CPU at every flush (as CUPTI's does with many
+    records): its samples are the profiler's, in neither graph."""
     host, cupti, lib, env = _real_library(flamewatch)
     ps = Procs(tmp_path / "logs")
     port = free_port()
@@ -221,7 +224,7 @@ def test_busy_timeline_when_launches_are_sampled(flamewatch, tmp_path):
         client.wait_healthy(proc=srv)
         work = ps.start([host, "stall", lib, "8", "40", "5000", "200"], "cuda_host",
                         env={**env, "FLAMEWATCH_CUPTI_PATH": str(cupti),
-                             "FLAMEWATCH_CUDA_LAUNCH_BUDGET": "1"})
+                             "FLAMEWATCH_CUDA_LAUNCH_BUDGET": "1", "FAKE_CUPTI_FLUSH_SPIN_US": "1000"})
         assert work.wait(60) == 0, work.describe()
         out = work.text().splitlines()
         truth = [tuple(map(int, l.split()[1:3])) for l in out if l.startswith("busy ")]
@@ -260,6 +263,7 @@ def test_busy_timeline_when_launches_are_sampled(flamewatch, tmp_path):
         folded = _folded(_idle(client, work.pid, frm, to, format="folded").text)
         assert _share(folded, "host_load_batch") > 0.9, folded
         assert _share(folded, "cudaDeviceSynchronize") < 0.05, folded
+        assert s["profiler"] > 0 and _share(folded, "_control") == 0, (s, folded)
         # source=timeline alone says the same; the kernels alone do not.
         alone = _idle(client, work.pid, frm, to, source="timeline").json()
         assert alone["fallback"] == "none" and abs(alone["idle_fraction"] - want_idle) < 0.03, alone

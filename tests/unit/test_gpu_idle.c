@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
+#include "common/profile.h"
 #include "server/gpu_idle.h"
 
 struct gaps {
@@ -203,6 +204,48 @@ static void test_sync_calls(void **state)
 		assert_false(gpu_idle__is_sync_call(no[i]));
 }
 
+static void test_observer_paths(void **state)
+{
+	(void)state;
+	assert_true(gpu_idle__is_observer_path("/opt/fw/lib/libflamewatch-cuda.so"));
+	assert_true(gpu_idle__is_observer_path("libflamewatch-cuda.so.1"));
+	assert_false(gpu_idle__is_observer_path(NULL));
+	assert_false(gpu_idle__is_observer_path(""));
+	assert_false(gpu_idle__is_observer_path("/usr/lib/libflamewatch-cuda.sox"));
+	assert_false(gpu_idle__is_observer_path("/usr/lib/libcuda.so.1"));
+	assert_false(gpu_idle__is_observer_path("/x/libflamewatch-cuda.so/cudart.so.6"));
+}
+
+/* A stack's kind: the profiler's own frames first, then a sync call, else plain. */
+static void test_stack_kinds(void **state)
+{
+	struct profile *p = profile__new(1000000, 0);
+	struct sync_stacks c = { 0 };
+	uint32_t app, fw, cudart, f_main, f_sync, f_ctl, f_fwsync, st[3];
+
+	(void)state;
+	assert_non_null(p);
+	app = (uint32_t)profile__intern_mapping(p, "/usr/bin/python3", NULL);
+	fw = (uint32_t)profile__intern_mapping(p, "/opt/fw/libflamewatch-cuda.so", NULL);
+	cudart = (uint32_t)profile__intern_mapping(p, "/usr/lib/libcudart.so.12", NULL);
+	f_main = (uint32_t)profile__intern_named_frame(p, FRAME_NATIVE, app, 0x10, "main", NULL, 0);
+	f_sync = (uint32_t)profile__intern_named_frame(p, FRAME_NATIVE, cudart, 0x20, "cudaDeviceSynchronize",
+						     NULL, 0);
+	f_ctl = (uint32_t)profile__intern_named_frame(p, FRAME_NATIVE, fw, 0x30, "_control", NULL, 0);
+	f_fwsync = (uint32_t)profile__intern_named_frame(p, FRAME_NATIVE, cudart, 0x40, "cuCtxSynchronize",
+						       NULL, 0);
+	st[0] = (uint32_t)profile__intern_stack(p, (uint32_t[]){ f_main }, 1);
+	st[1] = (uint32_t)profile__intern_stack(p, (uint32_t[]){ f_main, f_sync }, 2);
+	st[2] = (uint32_t)profile__intern_stack(p, (uint32_t[]){ f_ctl, f_fwsync }, 2);
+	for (int round = 0; round < 2; round++) {	/* the second answers from the cache */
+		assert_int_equal(sync_stacks__kind(&c, p, st[0]), STACK_PLAIN);
+		assert_int_equal(sync_stacks__kind(&c, p, st[1]), STACK_SYNC);
+		assert_int_equal(sync_stacks__kind(&c, p, st[2]), STACK_OBSERVER);
+	}
+	sync_stacks__release(&c);
+	profile__free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -210,6 +253,8 @@ int main(void)
 		cmocka_unit_test(test_empty),
 		cmocka_unit_test(test_random_against_bitmap),
 		cmocka_unit_test(test_sync_calls),
+		cmocka_unit_test(test_observer_paths),
+		cmocka_unit_test(test_stack_kinds),
 		cmocka_unit_test(test_each_and_outside),
 	};
 
