@@ -12,6 +12,7 @@
  *   covered <idx> <start> <end>                 what one loss-free decode's samples cover
  *   error <idx|-> <step> <code> <message...>    a device (-: all) cannot be sampled
  *   stats <idx> samples=N busy_samples=N overflows=N decode_errors=N decode_cpu_ns=N
+ *         dispatches=N (kernels the GPU dispatched; 0 where the chip does not count them)
  * A busy span running on past a decode ends there and starts again in the
  * next one: the reader merges touching spans. Time outside every covered
  * range is unknown, not idle.
@@ -166,6 +167,7 @@ static void _add_stats(struct pm_busy_stats *to, const struct pm_busy_stats *a)
 	to->decode_errors += a->decode_errors;
 	to->restarts += a->restarts;
 	to->decode_cpu_ns += a->decode_cpu_ns;
+	to->dispatches += a->dispatches;
 }
 
 /* Ends a session, keeping its counts for the stats lines. */
@@ -191,10 +193,11 @@ static void _print_stats(int idx, const struct slot *s)
 		pm_busy__get_stats(s->dev, &cur);
 		_add_stats(&st, &cur);
 	}
-	printf("stats %d samples=%llu busy_samples=%llu overflows=%llu decode_errors=%llu decode_cpu_ns=%llu\n",
+	printf("stats %d samples=%llu busy_samples=%llu overflows=%llu decode_errors=%llu decode_cpu_ns=%llu "
+	       "dispatches=%llu\n",
 	       idx, (unsigned long long)st.samples, (unsigned long long)st.busy_samples,
 	       (unsigned long long)st.overflows, (unsigned long long)st.decode_errors,
-	       (unsigned long long)st.decode_cpu_ns);
+	       (unsigned long long)st.decode_cpu_ns, (unsigned long long)st.dispatches);
 }
 
 /* Whether stdin is still open: its EOF means the parent died. */

@@ -164,9 +164,21 @@ static struct {
 	CUresult (*error_name)(CUresult r, const char **name);	/* optional */
 } D;
 
-/* Busy fraction: compute-active cycles over the cycles elapsed in their clock domain. */
-static const char *_metrics[] = { "gr__compute_cycles_active.sum", "gr__cycles_elapsed.max" };
+/*
+ * Busy fraction: compute-active cycles over the cycles elapsed in their
+ * clock domain. The third metric, kernels dispatched, is optional (a chip
+ * without it samples the first two): compute-active cycles also count each
+ * dispatch's launch and drain, which a kernel's record does not, and on a
+ * loop of tiny kernels that alone read several points busier than the
+ * records. DISPATCH_EDGE_NS per dispatch is taken back out: the excess
+ * per dispatch was the same for 4-us and 50-ms kernels on an H100
+ * (bench/README.md, gpu/pm_sampling).
+ */
+static const char *_metrics[] = { "gr__compute_cycles_active.sum", "gr__cycles_elapsed.max",
+				  "gr__dispatch_count.sum" };
 #define NMETRICS (sizeof(_metrics) / sizeof(_metrics[0]))
+#define NMETRICS_BASE 2
+#define DISPATCH_EDGE_NS 285.0
 
 /* A decode loops while CUPTI says the image filled up; this bounds it. */
 #define MAX_DECODE_ROUNDS 64
@@ -193,6 +205,7 @@ struct pm_busy_dev {
 	CUpti_Profiler_Host_Object *host;
 	CUpti_PmSampling_Object *obj;
 	int started;
+	size_t nmetrics;	/* NMETRICS, or NMETRICS_BASE where dispatches are not offered */
 	int64_t offset_ns;
 	struct pm_busy_stats st;
 };
@@ -513,7 +526,7 @@ static int _chip_and_avail(struct pm_busy_dev *d, struct pm_busy_error *e)
 	return 0;
 }
 
-static int _host_and_config(struct pm_busy_dev *d, struct pm_busy_error *e)
+static int _host_and_config_n(struct pm_busy_dev *d, size_t nmetrics, struct pm_busy_error *e)
 {
 	PARAMS(CUpti_Profiler_Host_Initialize_Params, hp);
 	PARAMS(CUpti_Profiler_Host_ConfigAddMetrics_Params, mp);
@@ -531,7 +544,7 @@ static int _host_and_config(struct pm_busy_dev *d, struct pm_busy_error *e)
 	d->host = hp.pHostObject;
 	mp.pHostObject = d->host;
 	mp.ppMetricNames = _metrics;
-	mp.numMetrics = NMETRICS;
+	mp.numMetrics = nmetrics;
 	r = C.cuptiProfilerHostConfigAddMetrics(&mp);
 	if (r)
 		return _cupti_fail(e, "cuptiProfilerHostConfigAddMetrics", r);
@@ -567,7 +580,31 @@ static int _host_and_config(struct pm_busy_dev *d, struct pm_busy_error *e)
 		_set_error(e, "cuptiProfilerHostGetNumOfPasses", CUPTI_ERROR_NOT_SUPPORTED, msg);
 		return -EOPNOTSUPP;
 	}
+	d->nmetrics = nmetrics;
 	return 0;
+}
+
+static void _host_free(struct pm_busy_dev *d)
+{
+	if (d->host) {
+		PARAMS(CUpti_Profiler_Host_Deinitialize_Params, hp);
+
+		hp.pHostObject = d->host;
+		C.cuptiProfilerHostDeinitialize(&hp);
+		d->host = NULL;
+	}
+	free(d->config);
+	d->config = NULL;
+	d->config_size = 0;
+}
+
+/* Every metric where the chip offers them in one pass, else the busy ones alone. */
+static int _host_and_config(struct pm_busy_dev *d, struct pm_busy_error *e)
+{
+	if (!_host_and_config_n(d, NMETRICS, e))
+		return 0;
+	_host_free(d);
+	return _host_and_config_n(d, NMETRICS_BASE, e);
 }
 
 static int _image_init(struct pm_busy_dev *d, struct pm_busy_error *e)
@@ -632,7 +669,7 @@ static int _session_open(struct pm_busy_dev *d, struct pm_busy_error *e)
 
 		cp.pPmSamplingObject = d->obj;
 		cp.pMetricNames = _metrics;
-		cp.numMetrics = NMETRICS;
+		cp.numMetrics = d->nmetrics;
 		cp.maxSamples = d->max_samples;
 		r = C.cuptiPmSamplingGetCounterDataSize(&cp);
 		if (r)
@@ -693,14 +730,8 @@ static void _session_disable(struct pm_busy_dev *d)
 static void _free(struct pm_busy_dev *d)
 {
 	_session_disable(d);
-	if (d->host) {
-		PARAMS(CUpti_Profiler_Host_Deinitialize_Params, hp);
-
-		hp.pHostObject = d->host;
-		C.cuptiProfilerHostDeinitialize(&hp);
-	}
+	_host_free(d);
 	free(d->avail);
-	free(d->config);
 	free(d->image);
 	free(d);
 }
@@ -795,7 +826,7 @@ static size_t _read_image(struct pm_busy_dev *d, struct pm_spans *sp)
 		ev.counterDataImageSize = d->image_size;
 		ev.rangeIndex = i;
 		ev.ppMetricNames = _metrics;
-		ev.numMetrics = NMETRICS;
+		ev.numMetrics = d->nmetrics;
 		ev.pMetricValues = v;
 		if (C.cuptiPmSamplingCounterDataGetSampleInfo(&si) || C.cuptiProfilerHostEvaluateToGpuValues(&ev)) {
 			d->st.decode_errors++;
@@ -809,6 +840,14 @@ static size_t _read_image(struct pm_busy_dev *d, struct pm_spans *sp)
 		}
 		if (isfinite(v[0]) && isfinite(v[1]) && v[1] > 0)
 			frac = v[0] / v[1];
+		if (d->nmetrics > NMETRICS_BASE && isfinite(v[2]) && v[2] > 0 && v[2] < 1e12) {
+			double len = (double)(si.endTimestamp - si.startTimestamp);
+
+			d->st.dispatches += (uint64_t)(v[2] + 0.5);
+			frac -= v[2] * DISPATCH_EDGE_NS / len;
+			if (frac < 0)
+				frac = 0;
+		}
 		busy = frac >= PM_BUSY_MIN_FRACTION;
 		d->st.samples++;
 		d->st.busy_samples += (uint64_t)busy;

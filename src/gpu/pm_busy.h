@@ -57,6 +57,7 @@ struct pm_busy_stats {
 	uint64_t decode_errors;	/* failed decode calls, samples that made no sense */
 	uint64_t restarts;	/* sessions started again after a loss */
 	uint64_t decode_cpu_ns;	/* CPU time of this thread inside pm_busy__decode */
+	uint64_t dispatches;	/* kernels the GPU dispatched, where the chip counts them */
 };
 
 struct pm_busy;		/* the libraries, the profiler and the devices' names */

@@ -24,6 +24,11 @@
  *   FAKE_PM_OVERFLOW_EVERY=N   every Nth decode of a device reports an
  *                              overflow; its later decodes fail with
  *                              OUT_OF_MEMORY until the session restarts
+ *   FAKE_PM_DISPATCH_PER_MS=N  kernels dispatched per ms of busy phase
+ *                              (gr__dispatch_count.sum); each adds its launch
+ *                              and drain, FAKE_PM_EDGE_NS (285), to the
+ *                              compute-active cycles, as a GPU does
+ *   FAKE_PM_NO_DISPATCH=1      the chip offers no gr__dispatch_count
  * A device index out of range is CUPTI_ERROR_INVALID_DEVICE. At exit, a
  * session still enabled or a profiler still initialised is reported on
  * stderr ("fake CUPTI: ... at exit"), for the tests of a clean stop.
@@ -45,8 +50,9 @@
 #define MAX_DEV 8
 #define FAKE_CYCLES_PER_NS 1.755	/* an H100's clock, for plausible counts */
 
-static const char *const _metric_names[] = { "gr__compute_cycles_active.sum", "gr__cycles_elapsed.max" };
-#define NMET 2
+static const char *const _metric_names[] = { "gr__compute_cycles_active.sum", "gr__cycles_elapsed.max",
+					     "gr__dispatch_count.sum" };
+#define NMET 3
 
 struct CUpti_Profiler_Host_Object {
 	int metric[NMET];	/* index into _metric_names per configured metric */
@@ -72,7 +78,7 @@ struct image_hdr {
 };
 struct image_rec {
 	uint64_t start, end;
-	double active, elapsed;
+	double active, elapsed, dispatches;
 };
 
 static int _profiler_inited;
@@ -204,7 +210,10 @@ API CUptiResult cuptiProfilerHostDeinitialize(CUpti_Profiler_Host_Deinitialize_P
 
 static int _metric(const char *name)
 {
-	for (int i = 0; i < NMET; i++)
+	const char *no = getenv("FAKE_PM_NO_DISPATCH");
+	int n = no && atoi(no) ? NMET - 1 : NMET;
+
+	for (int i = 0; i < n; i++)
 		if (name && !strcmp(name, _metric_names[i]))
 			return i;
 	return -1;
@@ -379,6 +388,18 @@ API CUptiResult cuptiPmSamplingStop(CUpti_PmSampling_Stop_Params *p)
 	return CUPTI_SUCCESS;
 }
 
+/* FAKE_PM_SCHEDULE's compute level L (1 unless given). */
+static double _schedule_level(void)
+{
+	const char *s = getenv("FAKE_PM_SCHEDULE");
+	unsigned long busy_ms, idle_ms;
+	double level = 1.0;
+
+	if (!s || sscanf(s, "%lu:%lu:%lf", &busy_ms, &idle_ms, &level) < 3 || !(level > 0))
+		return 1.0;
+	return level;
+}
+
 /* Busy fraction of [a, b) under FAKE_PM_SCHEDULE, phases from t0. */
 static double _busy_fraction(uint64_t t0, uint64_t a, uint64_t b)
 {
@@ -415,6 +436,7 @@ API CUptiResult cuptiPmSamplingDecodeData(CUpti_PmSampling_DecodeData_Params *p)
 	const char *every = getenv("FAKE_PM_OVERFLOW_EVERY");
 	struct image_rec *rec;
 	struct image_hdr *h;
+	double per_ms, edge_ns, level;
 	uint64_t now;
 
 	CHECK(p, "cuptiPmSamplingDecodeData", _valid(p ? p->pPmSamplingObject : NULL) ? p->pPmSamplingObject->dev : -1);
@@ -433,6 +455,9 @@ API CUptiResult cuptiPmSamplingDecodeData(CUpti_PmSampling_DecodeData_Params *p)
 	}
 	now = o->started ? fake_cupti_now() : _stopped_at[o->dev];
 	rec = (struct image_rec *)(h + 1);
+	per_ms = getenv("FAKE_PM_DISPATCH_PER_MS") ? atof(getenv("FAKE_PM_DISPATCH_PER_MS")) : 0;
+	edge_ns = getenv("FAKE_PM_EDGE_NS") ? atof(getenv("FAKE_PM_EDGE_NS")) : 285;
+	level = _schedule_level();
 	while (o->t0 + (o->next + 1) * o->interval_ns <= now && h->completed < h->max_samples) {
 		struct image_rec *r = &rec[h->completed++];
 		double cycles = (double)o->interval_ns * FAKE_CYCLES_PER_NS;
@@ -441,6 +466,15 @@ API CUptiResult cuptiPmSamplingDecodeData(CUpti_PmSampling_DecodeData_Params *p)
 		r->end = r->start + o->interval_ns;
 		r->elapsed = cycles;
 		r->active = cycles * _busy_fraction(o->t0, r->start, r->end);
+		if (per_ms) {
+			/* The busy share of the sample, without the compute level. */
+			double busy_ms = _busy_fraction(o->t0, r->start, r->end) / level * (double)o->interval_ns / 1e6;
+
+			r->dispatches = (double)(uint64_t)(busy_ms * per_ms + 0.5);
+			r->active += r->dispatches * edge_ns * FAKE_CYCLES_PER_NS;
+			if (r->active > cycles)
+				r->active = cycles;
+		}
 		o->next++;
 	}
 	p->decodeStopReason = o->t0 + (o->next + 1) * o->interval_ns <= now
@@ -494,7 +528,7 @@ API CUptiResult cuptiProfilerHostEvaluateToGpuValues(CUpti_Profiler_Host_Evaluat
 
 		if (m < 0)
 			return CUPTI_ERROR_INVALID_METRIC_NAME;
-		p->pMetricValues[i] = m == 0 ? r->active : r->elapsed;
+		p->pMetricValues[i] = m == 0 ? r->active : m == 1 ? r->elapsed : r->dispatches;
 	}
 	return CUPTI_SUCCESS;
 }
