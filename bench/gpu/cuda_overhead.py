@@ -424,7 +424,9 @@ def main():
     ap.add_argument("--modes", default="plain,fw-idle,fw,fw-always,fw-agent,fw-agent-always,torchprof")
     ap.add_argument("--workloads", default="mlp,tiny")
     ap.add_argument("--agent-cmd", default=None,
-                    help="command that runs an agent attaching to the library; it must listen on --agent-port")
+                    help="command that runs an agent attaching to the library; it must listen on --agent-port "
+                         "and store every second (--interval 1s): what it stored is read once it stops "
+                         "growing for 1.5 s, which a 10-s batch does between batches")
     ap.add_argument("--agent-port", type=int, default=7181)
     ap.add_argument("--cupti", default=None, help="CUPTI for the library (default: torch's, else CUDA's)")
     ap.add_argument("--pin", default="auto",
