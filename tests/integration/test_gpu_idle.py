@@ -157,7 +157,8 @@ def test_nvml_threshold(gap_run):
     idle = _idle(client, pid, frm, to, source="nvml", threshold="90").json()
     assert idle["idle_fraction"] > 0.95, idle["idle_fraction"]
     s = idle["samples"]
-    assert s["idle"] + s["waiting_on_gpu"] == s["total"] > 0, s
+    # The library's own control thread is the profiler's, neither.
+    assert s["idle"] + s["waiting_on_gpu"] + s["profiler"] == s["total"] > 0, s
     assert 0.3 < s["waiting_on_gpu"] / s["total"] < 0.7, s
     folded = _folded(_idle(client, pid, frm, to, source="nvml", threshold="90",
                            format="folded").text)
@@ -224,7 +225,7 @@ def test_busy_timeline_when_launches_are_sampled(flamewatch, tmp_path):
         client.wait_healthy(proc=srv)
         work = ps.start([host, "stall", lib, "8", "40", "5000", "200"], "cuda_host",
                         env={**env, "FLAMEWATCH_CUPTI_PATH": str(cupti),
-                             "FLAMEWATCH_CUDA_LAUNCH_BUDGET": "1", "FAKE_CUPTI_FLUSH_SPIN_US": "1000"})
+                             "FLAMEWATCH_CUDA_LAUNCH_BUDGET": "1", "FAKE_CUPTI_FLUSH_SPIN_US": "500"})
         assert work.wait(60) == 0, work.describe()
         out = work.text().splitlines()
         truth = [tuple(map(int, l.split()[1:3])) for l in out if l.startswith("busy ")]
