@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -127,6 +128,11 @@ def main():
     base = [sys.executable, str(WORKER), "--seconds", str(a.seconds), "--warmup-s", str(a.warmup_s)]
     pin = ["taskset", "-c", a.pin] if a.pin else []
     rows = {}
+
+    # A timeout's SIGTERM ends the runs, not the report of those done.
+    def _stop(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, _stop)
     try:
         for wl in a.workloads.split(","):
             ratios, pairs = [], []
@@ -143,7 +149,9 @@ def main():
                     pairs.append((order, got["A"], got["B"]))
                 print(json.dumps({"workload": wl, "pair": i, "order": order, "A_ms": got["A"],
                                   "B_ms": got["B"]}), flush=True)
-            rows[wl] = (ratios, pairs)
+                rows[wl] = (ratios, pairs)
+    except KeyboardInterrupt:
+        print("stopped: the pairs done so far", flush=True)
     finally:
         t1, (c1, b1) = time.monotonic(), cpu_ns(srv.pid)
         srv.terminate()

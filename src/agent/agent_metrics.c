@@ -261,10 +261,19 @@ static void _gpu_busy(const struct agent_metrics *m, struct strbuf *sb)
 		       "# HELP flamewatch_agent_gpu_busy_yielding 1 while the monitors are left to "
 		       "DCGM's host engine (--gpu-busy auto).\n"
 		       "# TYPE flamewatch_agent_gpu_busy_yielding gauge\n"
-		       "flamewatch_agent_gpu_busy_yielding %llu\n",
+		       "flamewatch_agent_gpu_busy_yielding %llu\n"
+		       "# HELP flamewatch_agent_gpu_busy_dispatches_total Kernels the GPUs dispatched, "
+		       "as their monitors count them (0 where the chip does not).\n"
+		       "# TYPE flamewatch_agent_gpu_busy_dispatches_total counter\n"
+		       "flamewatch_agent_gpu_busy_dispatches_total %llu\n"
+		       "# HELP flamewatch_agent_gpu_busy_decode_cpu_seconds_total CPU time of the "
+		       "gpu-busy child decoding the monitors' samples.\n"
+		       "# TYPE flamewatch_agent_gpu_busy_decode_cpu_seconds_total counter\n"
+		       "flamewatch_agent_gpu_busy_decode_cpu_seconds_total %.6f\n",
 		       (unsigned long long)st.devices, (unsigned long long)st.busy_spans,
 		       (unsigned long long)st.cover_spans, (unsigned long long)st.unowned_spans,
-		       (unsigned long long)st.starts, (unsigned long long)st.yielding);
+		       (unsigned long long)st.starts, (unsigned long long)st.yielding,
+		       (unsigned long long)st.dispatches, (double)st.decode_cpu_ns / 1e9);
 }
 
 static void _on_request(struct evhttp_request *req, void *arg)

@@ -315,9 +315,11 @@ void continuous__stop(struct continuous *c)
 		gpu_busy__drain(c->busy, collector__profile(c->collector), c->gpu, _unix_ns(), true);
 		gpu_busy__stats(c->busy, &st);
 		pr_info("GPU busy timeline: %llu busy and %llu coverage spans from the GPUs' monitors, "
-			"%llu with no sole process on their GPU, %llu bad lines\n",
+			"%llu with no sole process on their GPU, %llu bad lines; %llu kernels "
+			"dispatched, %.3f s of CPU decoding the samples\n",
 			(unsigned long long)st.busy_spans, (unsigned long long)st.cover_spans,
-			(unsigned long long)st.unowned_spans, (unsigned long long)st.bad_lines);
+			(unsigned long long)st.unowned_spans, (unsigned long long)st.bad_lines,
+			(unsigned long long)st.dispatches, (double)st.decode_cpu_ns / 1e9);
 		gpu_busy__free(c->busy);
 		c->busy = NULL;
 	}

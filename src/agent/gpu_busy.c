@@ -64,6 +64,8 @@ struct busy_dev {
 	int64_t last_end[2];	/* of the last span of each kind that went out */
 	struct span *pending;	/* ended, waiting for their process */
 	size_t npending, cap;
+	/* The child's running counts at its last stats line: a new child starts at 0. */
+	uint64_t seen_dispatches, seen_decode_cpu_ns;
 };
 
 struct gpu_busy {
@@ -176,6 +178,28 @@ static bool _parse_u64(const char *s, uint64_t *v)
 	return !errno && *end == '\0';
 }
 
+/* The counter of a stats line's "key=value" tokens, added as it grew. */
+static void _stats_count(char **tok, size_t n, const char *key, uint64_t *seen, uint64_t *total)
+{
+	size_t klen = strlen(key);
+	uint64_t v;
+
+	for (size_t i = 0; i < n; i++) {
+		if (strncmp(tok[i], key, klen) || tok[i][klen] != '=' || !_parse_u64(tok[i] + klen + 1, &v))
+			continue;
+		/* Smaller than last time: counting from 0 again (a new session). */
+		*total += v >= *seen ? v - *seen : v;
+		*seen = v;
+		return;
+	}
+}
+
+static void _stats_line(struct busy_dev *d, char **tok, size_t n, struct gpu_busy_stats *st)
+{
+	_stats_count(tok, n, "dispatches", &d->seen_dispatches, &st->dispatches);
+	_stats_count(tok, n, "decode_cpu_ns", &d->seen_decode_cpu_ns, &st->decode_cpu_ns);
+}
+
 static struct busy_dev *_device(struct gpu_busy *g, const char *idx)
 {
 	uint64_t i;
@@ -234,8 +258,10 @@ static void _line(struct gpu_busy *g, char *line)
 			" us\n", tok[1], d->uuid, d->chip, a / 1000);
 		return;
 	}
-	if (!strcmp(tok[0], "stats"))
+	if (!strcmp(tok[0], "stats")) {
+		_stats_line(d, tok + 2, n - 2, &g->st);
 		return;
+	}
 	/* busy lines carry the idle time inside the span (none from an older child). */
 	idle = 0;
 	if ((n != 4 && !(n == 5 && !strcmp(tok[0], "busy"))) || !_parse_u64(tok[2], &a) ||
@@ -327,6 +353,8 @@ static int _spawn(struct gpu_busy *g)
 	if (!g->read_ev || event_add(g->read_ev, NULL))
 		return -ENOMEM;
 	g->st.starts++;
+	for (size_t i = 0; i < MAX_DEVICES; i++)	/* its counts start from 0 */
+		g->dev[i].seen_dispatches = g->dev[i].seen_decode_cpu_ns = 0;
 	return 0;
 }
 

@@ -33,6 +33,8 @@ struct gpu_busy_stats {
 	uint64_t devices;			/* sampling now */
 	uint64_t starts, exits;			/* of the child */
 	uint64_t yielding;			/* 1: stopped while DCGM runs */
+	uint64_t dispatches;			/* kernels the GPUs dispatched (where counted) */
+	uint64_t decode_cpu_ns;			/* the child's CPU decoding the samples */
 };
 
 /*

@@ -389,6 +389,10 @@ int cmd_gpu_busy(int argc, char **argv)
 		rc = _loop(pb, slots, n, &cfg, stats_ns, retry_ns, &waitmask);
 	for (int i = 0; i < n; i++)
 		_stop_dev(&slots[i]);
+	/* The last counts, after the last decode. */
+	for (int i = 0; i < n; i++)
+		if (slots[i].base.samples)
+			_print_stats(i, &slots[i]);
 out:
 	fflush(stdout);
 	free(slots);

@@ -74,8 +74,9 @@ def test_monitors_are_the_sole_process_timeline(flamewatch, fakes, tmp_path, lev
     try:
         work = ps.start(_spin(8), "spin")
         t0 = time.time()
+        # 20 kernels a busy ms, counted by the monitors: the agent adds them up.
         srv = _run(ps, flamewatch, tmp_path, port, f"proc 0 {work.pid} 50 10 1000000\n",
-                   level=level)
+                   level=level, env_extra={"FAKE_PM_DISPATCH_PER_MS": "20"})
         client.wait_healthy(proc=srv)
         assert srv.wait_output(r"GPU busy timeline: device 0 \(GPU-fa4e0000-0000-4000-8000-"
                                r"000000000000, GH100\): the GPU's own monitors every 100 us", 30), \
@@ -119,9 +120,12 @@ def test_monitors_are_the_sole_process_timeline(flamewatch, fakes, tmp_path, lev
         assert work.wait(30) == 0, work.describe()
         srv.stop()
         m = re.search(r"GPU busy timeline: (\d+) busy and (\d+) coverage spans from the GPUs' "
-                      r"monitors, (\d+) with no sole process on their GPU, (\d+) bad lines",
+                      r"monitors, (\d+) with no sole process on their GPU, (\d+) bad lines; "
+                      r"(\d+) kernels dispatched, ([\d.]+) s of CPU decoding the samples",
                       srv.text())
         assert m and int(m[1]) >= 10 and int(m[2]) >= 1 and int(m[4]) == 0, srv.describe()
+        # Busy half the time for the child's whole life (several seconds) at 20 a ms.
+        assert 20_000 <= int(m[5]) and float(m[6]) > 0, srv.describe()
     except (Exception, pytest.fail.Exception):
         print(diagnostics())
         raise
