@@ -169,10 +169,10 @@ static struct {
  * clock domain. The third metric, kernels dispatched, is optional (a chip
  * without it samples the first two): compute-active cycles also count each
  * dispatch's launch and drain, which a kernel's record does not, and on a
- * loop of tiny kernels that alone read several points busier than the
- * records. DISPATCH_EDGE_NS per dispatch is taken back out: the excess
- * per dispatch was the same for 4-us and 50-ms kernels on an H100
- * (bench/README.md, gpu/pm_sampling).
+ * loop of tiny kernels that alone reads busier than the records.
+ * DISPATCH_EDGE_NS per dispatch is taken back out: the excess measured per
+ * dispatch did not depend on the kernel's length (bench/README.md,
+ * gpu/pm_sampling).
  */
 static const char *_metrics[] = { "gr__compute_cycles_active.sum", "gr__cycles_elapsed.max",
 				  "gr__dispatch_count.sum" };

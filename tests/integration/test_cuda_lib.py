@@ -100,10 +100,10 @@ class Traced:
             ["sh", "-c", 'read x; exec "$@" </dev/null', "host"] + [str(a) for a in argv],
             stdin=subprocess.PIPE, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        # bpftrace 0.17 drops printed events of a burst without saying so
-        # (with its default 64-page perf buffers, the exit's last records in
-        # every run here); a test that must count every one sums in maps
-        # instead (TOTALS_SCRIPT).
+        # bpftrace can drop printed events of a burst without saying so
+        # (the exit's last records, with its default 64-page perf
+        # buffers); a test that must count every one sums in maps instead
+        # (TOTALS_SCRIPT).
         bt = subprocess.Popen(["bpftrace", "-B", "line", str(self.script), str(host.pid)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env={**os.environ, "BPFTRACE_PERF_RB_PAGES": "1024"})

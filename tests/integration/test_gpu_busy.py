@@ -185,10 +185,10 @@ def test_a_little_compute_in_every_sample_is_busy(flamewatch, fakes):
 @pytest.mark.parametrize("chip", ["counts", "no_counts"])
 def test_kernel_dispatch_edges_are_not_busy(flamewatch, fakes, chip):
     """Compute-active cycles count each kernel's launch and drain, which
-    its record does not: on a loop of tiny kernels that read several points
-    busier than the records. Where the chip counts dispatches, 285 ns each
-    are taken back out (the fake adds exactly that, as an H100 did); a chip
-    without the counter is sampled all the same, uncorrected."""
+    its record does not: on a loop of tiny kernels that reads busier than
+    the records. Where the chip counts dispatches, 285 ns each are taken
+    back out (the fake adds exactly that per dispatch); a chip without the
+    counter is sampled all the same, uncorrected."""
     env = {"FAKE_PM_SCHEDULE": "300:100:0.2", "FAKE_PM_DISPATCH_PER_MS": "200",
            "FAKE_PM_NO_DISPATCH": "1" if chip == "no_counts" else "0"}
     r = gpu_busy(flamewatch, fakes, args=["--stats", "500ms"], env=env, seconds=1.8)
