@@ -460,15 +460,16 @@ API CUptiResult cuptiPmSamplingDecodeData(CUpti_PmSampling_DecodeData_Params *p)
 	level = _schedule_level();
 	while (o->t0 + (o->next + 1) * o->interval_ns <= now && h->completed < h->max_samples) {
 		struct image_rec *r = &rec[h->completed++];
-		double cycles = (double)o->interval_ns * FAKE_CYCLES_PER_NS;
+		double cycles = (double)o->interval_ns * FAKE_CYCLES_PER_NS, busy;
 
 		r->start = o->t0 + o->next * o->interval_ns;
 		r->end = r->start + o->interval_ns;
+		busy = _busy_fraction(o->t0, r->start, r->end);
 		r->elapsed = cycles;
-		r->active = cycles * _busy_fraction(o->t0, r->start, r->end);
+		r->active = cycles * busy;
 		if (per_ms) {
 			/* The busy share of the sample, without the compute level. */
-			double busy_ms = _busy_fraction(o->t0, r->start, r->end) / level * (double)o->interval_ns / 1e6;
+			double busy_ms = busy / level * (double)o->interval_ns / 1e6;
 
 			r->dispatches = (double)(uint64_t)(busy_ms * per_ms + 0.5);
 			r->active += r->dispatches * edge_ns * FAKE_CYCLES_PER_NS;
