@@ -119,6 +119,29 @@ static void _cuda_tracker(struct agent_metrics *m, struct strbuf *sb)
 		       "flamewatch_agent_cuda_collection_switches_total %llu\n",
 		       st.records_all, st.records_duty_cycled,
 		       (unsigned long long)st.collection_switches);
+	strbuf__printf(sb, "# HELP flamewatch_agent_cuda_count_scaled_processes Processes whose "
+		       "duty-cycled records' weights are scaled by the kernels their GPU's monitors "
+		       "counted.\n"
+		       "# TYPE flamewatch_agent_cuda_count_scaled_processes gauge\n"
+		       "flamewatch_agent_cuda_count_scaled_processes %u\n"
+		       "# HELP flamewatch_agent_cuda_count_seconds_total Seconds of a process's "
+		       "kernel counts used for its scale, or dropped (not covered by the monitors, "
+		       "not duty-cycled throughout, or late).\n"
+		       "# TYPE flamewatch_agent_cuda_count_seconds_total counter\n"
+		       "flamewatch_agent_cuda_count_seconds_total{result=\"used\"} %llu\n"
+		       "flamewatch_agent_cuda_count_seconds_total{result=\"dropped\"} %llu\n"
+		       "# HELP flamewatch_agent_cuda_count_scaled_records_total Kernel records whose "
+		       "weight the scale changed.\n"
+		       "# TYPE flamewatch_agent_cuda_count_scaled_records_total counter\n"
+		       "flamewatch_agent_cuda_count_scaled_records_total %llu\n"
+		       "# HELP flamewatch_agent_cuda_count_implausible_total Scales out of range, "
+		       "not used: the counts were not the process's kernels alone.\n"
+		       "# TYPE flamewatch_agent_cuda_count_implausible_total counter\n"
+		       "flamewatch_agent_cuda_count_implausible_total %llu\n",
+		       st.scale.processes, (unsigned long long)st.scale.seconds_used,
+		       (unsigned long long)st.scale.seconds_dropped,
+		       (unsigned long long)st.scale.records_scaled,
+		       (unsigned long long)st.scale.implausible);
 	_cuda_join(&st.join, sb);
 }
 

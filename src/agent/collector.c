@@ -484,6 +484,11 @@ int collector__cuda_stats(struct collector *c, struct cuda_tracker_stats *out)
 	return 0;
 }
 
+struct dispatch_scale *collector__dispatch_scale(struct collector *c)
+{
+	return c ? cuda_tracker__dispatch_scale(c->cuda) : NULL;
+}
+
 int collector__offcpu_prog_fd(struct collector *c)
 {
 	return c->sampler ? sampler__offcpu_prog_fd(c->sampler) : -1;

@@ -104,7 +104,10 @@ struct cpu_profile *collector__profile(struct collector *c);
  * when GPU time is not collected (not timed mode, or stopped).
  */
 struct cuda_tracker_stats;
+struct dispatch_scale;
 int collector__cuda_stats(struct collector *c, struct cuda_tracker_stats *out);
+/* The GPU time's count-based weights (cuda_tracker.h); NULL without GPU time. */
+struct dispatch_scale *collector__dispatch_scale(struct collector *c);
 
 /*
  * The off-CPU handler, loaded unattached (opts.offcpu_no_attach): its

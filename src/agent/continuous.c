@@ -115,7 +115,8 @@ static void _on_tick(evutil_socket_t fd, short what, void *arg)
 	if (c->gpu && b)
 		_gpu_drain(c, b);
 	if (c->busy)
-		gpu_busy__drain(c->busy, collector__profile(c->collector), c->gpu, _unix_ns(),
+		gpu_busy__drain(c->busy, collector__profile(c->collector), c->gpu,
+				collector__dispatch_scale(c->collector), _unix_ns(),
 				false);
 	since = _mono_ns() - c->last_flush_ns;
 	if (since >= c->interval_ns || (b && b->nsamples >= c->max_samples) ||
@@ -312,7 +313,8 @@ void continuous__stop(struct continuous *c)
 		struct gpu_busy_stats st;
 
 		gpu_busy__stop(c->busy);	/* its last lines first */
-		gpu_busy__drain(c->busy, collector__profile(c->collector), c->gpu, _unix_ns(), true);
+		gpu_busy__drain(c->busy, collector__profile(c->collector), c->gpu,
+				collector__dispatch_scale(c->collector), _unix_ns(), true);
 		gpu_busy__stats(c->busy, &st);
 		pr_info("GPU busy timeline: %llu busy and %llu coverage spans from the GPUs' monitors, "
 			"%llu with no sole process on their GPU, %llu bad lines; %llu kernels "

@@ -30,6 +30,7 @@
 #include "agent/gpu_busy.h"
 #include "common/batch.h"
 #include "common/log.h"
+#include "gpu/dispatch_scale.h"
 #include "gpu/nvml.h"
 #include "gpu/poller.h"
 
@@ -48,10 +49,14 @@ extern char **environ;
 /* A span from the child further than this from now is not believed. */
 #define SKEW_MAX_NS (24LL * 3600 * 1000000000LL)
 
+/* A coverage span's dispatches where any of its decodes did not count them. */
+#define NOT_COUNTED UINT64_MAX
+
 struct span {
 	int64_t start, end;
 	uint32_t kind;		/* GPU_BUSY or GPU_COVERAGE */
 	uint64_t idle;		/* busy: ns idle inside (sub-sample, and gaps merged) */
+	uint64_t dispatches;	/* coverage: kernels dispatched inside, or NOT_COUNTED */
 };
 
 struct busy_dev {
@@ -114,9 +119,10 @@ static void _push(struct busy_dev *d, const struct span *s, struct gpu_busy_stat
  * Adds [start, end) to the open span of its kind: extended when it touches
  * (within one sampling interval), else the open one ends and this opens.
  * idle: the idle time inside [start, end); a gap merged over is idle too.
+ * dispatches: of a coverage span, or NOT_COUNTED.
  */
 static void _merge(struct busy_dev *d, uint32_t kind, int64_t start, int64_t end, uint64_t idle,
-		   struct gpu_busy_stats *st)
+		   uint64_t dispatches, struct gpu_busy_stats *st)
 {
 	struct span *o = &d->open[kind == GPU_BUSY ? 0 : 1];
 	int64_t slack = (int64_t)(d->interval_ns ? d->interval_ns : 100000);
@@ -129,6 +135,8 @@ static void _merge(struct busy_dev *d, uint32_t kind, int64_t start, int64_t end
 		if (end > o->end)
 			o->end = end;
 		o->idle += idle;
+		if (o->dispatches != NOT_COUNTED)
+			o->dispatches = dispatches == NOT_COUNTED ? NOT_COUNTED : o->dispatches + dispatches;
 	} else {
 		if (o->end) {
 			_push(d, o, st);
@@ -141,7 +149,7 @@ static void _merge(struct busy_dev *d, uint32_t kind, int64_t start, int64_t end
 		 */
 		if (*last && start > *last && start <= *last + slack)
 			start = *last;
-		*o = (struct span){ start, end, kind, idle };
+		*o = (struct span){ start, end, kind, idle, dispatches };
 	}
 	if (o->end - o->start >= SPLIT_NS) {
 		_push(d, o, st);
@@ -154,12 +162,13 @@ static void _merge(struct busy_dev *d, uint32_t kind, int64_t start, int64_t end
  * Coverage up to end: a busy run that did not reach it has ended, since
  * every sample up to end has been seen.
  */
-static void _covered(struct busy_dev *d, int64_t start, int64_t end, struct gpu_busy_stats *st)
+static void _covered(struct busy_dev *d, int64_t start, int64_t end, uint64_t dispatches,
+		     struct gpu_busy_stats *st)
 {
 	struct span *b = &d->open[0];
 	int64_t slack = (int64_t)(d->interval_ns ? d->interval_ns : 100000);
 
-	_merge(d, GPU_COVERAGE, start, end, 0, st);
+	_merge(d, GPU_COVERAGE, start, end, 0, dispatches, st);
 	if (b->end && b->end + slack < end) {
 		_push(d, b, st);
 		d->last_end[0] = b->end;
@@ -215,7 +224,7 @@ static void _line(struct gpu_busy *g, char *line)
 	char *tok[8] = { 0 }, *save = NULL, *rest = NULL;
 	int64_t now = _unix_ns();
 	struct busy_dev *d;
-	uint64_t a, b, idle;
+	uint64_t a, b, idle, disp;
 	size_t n = 0;
 
 	g->st.lines++;
@@ -262,19 +271,28 @@ static void _line(struct gpu_busy *g, char *line)
 		_stats_line(d, tok + 2, n - 2, &g->st);
 		return;
 	}
-	/* busy lines carry the idle time inside the span (none from an older child). */
+	/*
+	 * busy lines carry the idle time inside the span, covered lines the
+	 * kernels dispatched in it where the chip counts them (a few per µs
+	 * at most: more is not believed).
+	 */
 	idle = 0;
-	if ((n != 4 && !(n == 5 && !strcmp(tok[0], "busy"))) || !_parse_u64(tok[2], &a) ||
+	disp = NOT_COUNTED;
+	if (n < 4 || n > 5 || !_parse_u64(tok[2], &a) ||
 	    !_parse_u64(tok[3], &b) || b <= a || a > INT64_MAX || b > INT64_MAX ||
-	    (int64_t)a < now - SKEW_MAX_NS || (int64_t)b > now + SKEW_MAX_NS || !d->running ||
-	    (n == 5 && (!_parse_u64(tok[4], &idle) || idle > b - a)))
+	    (int64_t)a < now - SKEW_MAX_NS || (int64_t)b > now + SKEW_MAX_NS || !d->running)
 		goto bad;
-	if (!strcmp(tok[0], "busy"))
-		_merge(d, GPU_BUSY, (int64_t)a, (int64_t)b, idle, &g->st);
-	else if (!strcmp(tok[0], "covered"))
-		_covered(d, (int64_t)a, (int64_t)b, &g->st);
-	else
+	if (!strcmp(tok[0], "busy")) {
+		if (n == 5 && (!_parse_u64(tok[4], &idle) || idle > b - a))
+			goto bad;
+		_merge(d, GPU_BUSY, (int64_t)a, (int64_t)b, idle, NOT_COUNTED, &g->st);
+	} else if (!strcmp(tok[0], "covered")) {
+		if (n == 5 && (!_parse_u64(tok[4], &disp) || disp > (b - a) / 100))
+			goto bad;
+		_covered(d, (int64_t)a, (int64_t)b, disp, &g->st);
+	} else {
 		goto bad;
+	}
 	return;
 bad:
 	g->st.bad_lines++;
@@ -539,7 +557,7 @@ static unsigned int _owner(const struct nvml_occupant *occ, size_t nocc, const c
 }
 
 void gpu_busy__drain(struct gpu_busy *g, struct cpu_profile *cp, struct gpu_poller *poller,
-		     int64_t now_ns, bool final)
+		     struct dispatch_scale *scale, int64_t now_ns, bool final)
 {
 	struct nvml_occupant occ[MAX_DEVICES];
 	size_t nocc;
@@ -583,6 +601,9 @@ void gpu_busy__drain(struct gpu_busy *g, struct cpu_profile *cp, struct gpu_poll
 				g->st.busy_spans++;
 			else
 				g->st.cover_spans++;
+			if (s->kind == GPU_COVERAGE && s->dispatches != NOT_COUNTED)
+				dispatch_scale__counted(scale, pid, (uint32_t)i, s->start, s->end,
+							s->dispatches);
 		}
 		d->npending = keep;
 	}

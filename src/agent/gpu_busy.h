@@ -23,6 +23,7 @@
  */
 struct gpu_busy;
 struct cpu_profile;
+struct dispatch_scale;
 struct event_base;
 struct gpu_poller;
 
@@ -48,12 +49,13 @@ struct gpu_busy_stats {
 struct gpu_busy *gpu_busy__start(struct event_base *base, const char *exe,
 				 const char *const *args, bool give_way);
 /*
- * Hands the spans whose process is known to cp's batch: every tick, and
+ * Hands the spans whose process is known to cp's batch, and the kernels
+ * the monitors counted inside them to scale (may be NULL): every tick, and
  * once more with final set after gpu_busy__stop(), which also hands the
  * spans still open.
  */
 void gpu_busy__drain(struct gpu_busy *g, struct cpu_profile *cp, struct gpu_poller *poller,
-		     int64_t now_ns, bool final);
+		     struct dispatch_scale *scale, int64_t now_ns, bool final);
 /*
  * Stops the child: EOF on its stdin, then its last lines are read (up to
  * 2 s; then SIGTERM, then SIGKILL). Accepts NULL.

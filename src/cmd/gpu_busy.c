@@ -9,7 +9,8 @@
  *   device <idx> <uuid> <chip> <interval_ns>    sampling started on CUDA device idx
  *   busy <idx> <start> <end> <idle_ns>          consecutive busy samples of one decode,
  *                                               and the idle time inside them
- *   covered <idx> <start> <end>                 what one loss-free decode's samples cover
+ *   covered <idx> <start> <end> [<dispatches>]  what one loss-free decode's samples cover,
+ *                                               and the kernels dispatched in it (where counted)
  *   error <idx|-> <step> <code> <message...>    a device (-: all) cannot be sampled
  *   stats <idx> samples=N busy_samples=N overflows=N decode_errors=N decode_cpu_ns=N
  *         dispatches=N (kernels the GPU dispatched; 0 where the chip does not count them)
@@ -111,9 +112,13 @@ static void _on_busy(void *ctx, int dev, uint64_t start, uint64_t end, uint64_t 
 	       (unsigned long long)idle);
 }
 
-static void _on_covered(void *ctx, int dev, uint64_t start, uint64_t end)
+static void _on_covered(void *ctx, int dev, uint64_t start, uint64_t end, uint64_t dispatches)
 {
-	printf("covered %d %llu %llu\n", dev, (unsigned long long)start, (unsigned long long)end);
+	if (dispatches == PM_NO_DISPATCHES)
+		printf("covered %d %llu %llu\n", dev, (unsigned long long)start, (unsigned long long)end);
+	else
+		printf("covered %d %llu %llu %llu\n", dev, (unsigned long long)start,
+		       (unsigned long long)end, (unsigned long long)dispatches);
 }
 
 static const struct pm_busy_sink _sink = { _on_busy, _on_covered, NULL };

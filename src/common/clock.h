@@ -14,6 +14,14 @@ static inline uint64_t clock__mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
+static inline int64_t clock__unix_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 /*
  * The offset to add to another clock's reading (CUPTI's) to get
  * CLOCK_REALTIME: the midpoint of the tightest of a few bracketed reads,

@@ -814,7 +814,7 @@ static size_t _read_image(struct pm_busy_dev *d, struct pm_spans *sp)
 	for (size_t i = 0; i < n; i++) {
 		PARAMS(CUpti_PmSampling_CounterData_GetSampleInfo_Params, si);
 		PARAMS(CUpti_Profiler_Host_EvaluateToGpuValues_Params, ev);
-		double v[NMETRICS] = { 0 }, frac = 0;
+		double v[NMETRICS] = { 0 }, frac = 0, dispatches = -1;
 		int busy;
 
 		si.pPmSamplingObject = d->obj;
@@ -840,9 +840,10 @@ static size_t _read_image(struct pm_busy_dev *d, struct pm_spans *sp)
 		}
 		if (isfinite(v[0]) && isfinite(v[1]) && v[1] > 0)
 			frac = v[0] / v[1];
-		if (d->nmetrics > NMETRICS_BASE && isfinite(v[2]) && v[2] > 0 && v[2] < 1e12) {
+		if (d->nmetrics > NMETRICS_BASE && isfinite(v[2]) && v[2] >= 0 && v[2] < 1e12) {
 			double len = (double)(si.endTimestamp - si.startTimestamp);
 
+			dispatches = v[2];
 			d->st.dispatches += (uint64_t)(v[2] + 0.5);
 			frac -= v[2] * DISPATCH_EDGE_NS / len;
 			if (frac < 0)
@@ -851,7 +852,7 @@ static size_t _read_image(struct pm_busy_dev *d, struct pm_spans *sp)
 		busy = frac >= PM_BUSY_MIN_FRACTION;
 		d->st.samples++;
 		d->st.busy_samples += (uint64_t)busy;
-		pm_spans__add(sp, si.startTimestamp, si.endTimestamp, busy, frac);
+		pm_spans__add(sp, si.startTimestamp, si.endTimestamp, busy, frac, dispatches);
 	}
 	return n;
 }

@@ -12,6 +12,7 @@ void pm_spans__begin(struct pm_spans *s, const struct pm_busy_sink *sink, int de
 	s->dev = dev;
 	s->offset_ns = offset_ns;
 	s->gap_ns = gap_ns;
+	s->counted = 1;
 }
 
 /* A timestamp that would fall before 1970 after the shift is not emitted. */
@@ -39,7 +40,8 @@ static void _emit_busy(struct pm_spans *s)
 		s->sink->busy(s->sink->ctx, s->dev, a, b, idle);
 }
 
-void pm_spans__add(struct pm_spans *s, uint64_t start, uint64_t end, int busy, double fraction)
+void pm_spans__add(struct pm_spans *s, uint64_t start, uint64_t end, int busy, double fraction,
+		   double dispatches)
 {
 	int hole;
 
@@ -56,11 +58,16 @@ void pm_spans__add(struct pm_spans *s, uint64_t start, uint64_t end, int busy, d
 		} else {
 			s->cov[s->ncov][0] = start;
 			s->cov[s->ncov][1] = end;
+			s->cov_dispatches[s->ncov] = 0;
 			s->ncov++;
 		}
 	}
 	if (end > s->cov[s->ncov - 1][1])
 		s->cov[s->ncov - 1][1] = end;
+	if (dispatches >= 0 && dispatches < 1e12)
+		s->cov_dispatches[s->ncov - 1] += dispatches;
+	else
+		s->counted = 0;
 	if (busy) {
 		if (!s->busy_open) {
 			s->busy_open = 1;
@@ -96,6 +103,8 @@ void pm_spans__end(struct pm_spans *s)
 		uint64_t a, b;
 
 		if (!_unix(s, s->cov[i][0], &a) && !_unix(s, s->cov[i][1], &b))
-			s->sink->covered(s->sink->ctx, s->dev, a, b);
+			s->sink->covered(s->sink->ctx, s->dev, a, b,
+					 s->counted ? (uint64_t)(s->cov_dispatches[i] + 0.5) :
+						      PM_NO_DISPATCHES);
 	}
 }

@@ -21,11 +21,14 @@
  * fractions: a sample with compute in flight for 30 % of its cycles is
  * busy, and 70 % of it idle. A launch-bound loop of tiny kernels is busy
  * in every sample, and its gaps between kernels, too short for a sample
- * to see, are this.
+ * to see, are this. dispatches: the kernels the GPU dispatched inside a
+ * covered range, PM_NO_DISPATCHES where the chip does not count them.
  */
+#define PM_NO_DISPATCHES UINT64_MAX
+
 struct pm_busy_sink {
 	void (*busy)(void *ctx, int dev, uint64_t start_ns, uint64_t end_ns, uint64_t idle_ns);
-	void (*covered)(void *ctx, int dev, uint64_t start_ns, uint64_t end_ns);
+	void (*covered)(void *ctx, int dev, uint64_t start_ns, uint64_t end_ns, uint64_t dispatches);
 	void *ctx;
 };
 
@@ -46,6 +49,8 @@ struct pm_spans {
 	uint64_t last_start, last_end;	/* the samples so far: the last start, the latest end */
 	unsigned ncov;
 	uint64_t cov[PM_SPANS_MAX_COVERED][2];
+	double cov_dispatches[PM_SPANS_MAX_COVERED];
+	int counted;		/* every sample so far came with its dispatches */
 };
 
 /* Starts one decode. */
@@ -53,11 +58,12 @@ void pm_spans__begin(struct pm_spans *s, const struct pm_busy_sink *sink, int de
 		     uint64_t gap_ns);
 /*
  * One sample, on the sampler's clock, busy or not, with the fraction of
- * its cycles that had compute in flight (0..1). A sample that ends before
- * it starts or starts before the previous one is dropped and makes the
- * decode lossy.
+ * its cycles that had compute in flight (0..1) and the kernels dispatched
+ * in it (negative: not counted). A sample that ends before it starts or
+ * starts before the previous one is dropped and makes the decode lossy.
  */
-void pm_spans__add(struct pm_spans *s, uint64_t start, uint64_t end, int busy, double fraction);
+void pm_spans__add(struct pm_spans *s, uint64_t start, uint64_t end, int busy, double fraction,
+		   double dispatches);
 /* The decode lost samples (overflow, failed call): no covered range for it. */
 void pm_spans__set_lossy(struct pm_spans *s);
 /* Ends the decode: the open busy run, then the covered ranges unless lossy. */

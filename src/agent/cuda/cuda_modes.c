@@ -11,7 +11,7 @@
  * sends it again every few seconds, and a GPU node runs a handful. */
 #define MODES_MAX 4096
 
-static struct cuda_mode *_find(struct cuda_modes *ms, uint32_t pid)
+static struct cuda_mode *_find(const struct cuda_modes *ms, uint32_t pid)
 {
 	for (uint32_t i = 0; i < ms->n; i++)
 		if (ms->m[i].pid == pid)
@@ -72,6 +72,13 @@ void cuda_modes__update(struct cuda_modes *ms, uint32_t pid, const struct fw_cud
 	m->rate = r->name_addr;
 	if (news)
 		_log(m);
+}
+
+bool cuda_modes__duty_cycled(const struct cuda_modes *ms, uint32_t pid)
+{
+	const struct cuda_mode *m = _find(ms, pid);
+
+	return m && !m->all;
 }
 
 void cuda_modes__forget(struct cuda_modes *ms, uint32_t pid)

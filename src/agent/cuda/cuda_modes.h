@@ -32,6 +32,8 @@ struct cuda_modes {
 /* r: a FW_CUDA_COLLECTION record of pid. Logs a change (or the first news). */
 void cuda_modes__update(struct cuda_modes *ms, uint32_t pid, const struct fw_cuda_record *r);
 void cuda_modes__forget(struct cuda_modes *ms, uint32_t pid);
+/* Whether pid's library said it duty-cycles its records (false: unknown or every one). */
+bool cuda_modes__duty_cycled(const struct cuda_modes *ms, uint32_t pid);
 void cuda_modes__count(const struct cuda_modes *ms, uint32_t *all, uint32_t *duty_cycled);
 void cuda_modes__free(struct cuda_modes *ms);
 

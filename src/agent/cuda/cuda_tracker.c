@@ -26,6 +26,7 @@
 #include "agent/sampler.h"
 #include "common/batch.h"
 #include "common/clock.h"
+#include "gpu/dispatch_scale.h"
 #include "common/intern.h"
 #include "common/log.h"
 #include "common/safe_open.h"
@@ -151,6 +152,7 @@ struct cuda_tracker {
 	pid_t *seen;			/* processes handed to on_process, until they exit */
 	uint32_t nseen;
 	struct cuda_modes modes;	/* how each process collects its records */
+	struct dispatch_scale *scale;	/* duty-cycled weights from the monitors' counts */
 	struct cuda_tracker_stats stats;
 };
 
@@ -406,6 +408,13 @@ static void _emit(void *ctx, uint32_t pid, const struct fw_cuda_record *r,
 	};
 
 	if (a.kind == GPU_KERNEL) {
+		double f;
+
+		a.weight = dispatch_scale__record(t->scale, pid, r->device, (int64_t)r->end_ns, a.weight,
+						  cuda_modes__duty_cycled(&t->modes, pid), clock__unix_ns());
+		if (dispatch_scale__news(t->scale, pid, &f))
+			pr_info("pid %u: GPU time of its duty-cycled records x %.3f: the kernels its "
+				"GPU's monitors counted for each launch the records stood for\n", pid, f);
 		a.name = _record_name(t, r->name_addr);
 		/* A kernel's bytes are its graph's id (cuda/probes.h). */
 		a.graph = r->bytes > UINT32_MAX ? 0 : (uint32_t)r->bytes;
@@ -682,7 +691,8 @@ struct cuda_tracker *cuda_tracker__new(struct sampler *sampler, struct cpu_profi
 	t->proc_root = strdup(proc_root);
 	t->join = cuda_join__new(&jo);
 	t->names = intern__new();
-	if (!t->proc_root || !t->join || !t->names) {
+	t->scale = dispatch_scale__new();
+	if (!t->proc_root || !t->join || !t->names || !t->scale) {
 		cuda_tracker__free(t);
 		errno = ENOMEM;
 		return NULL;
@@ -703,6 +713,7 @@ void cuda_tracker__free(struct cuda_tracker *t)
 	free(t->failed);
 	free(t->seen);
 	cuda_modes__free(&t->modes);
+	dispatch_scale__free(t->scale);
 	cuda_join__free(t->join);
 	intern__free(t->names);
 	free(t->ntab);
@@ -831,6 +842,7 @@ void cuda_tracker__exit(struct cuda_tracker *t, pid_t pid)
 	/* Its records are named already (at arrival): its names can go. */
 	cuda_tracker__image_gone(t, pid);
 	cuda_modes__forget(&t->modes, (uint32_t)pid);
+	dispatch_scale__forget(t->scale, (uint32_t)pid);
 	for (uint32_t i = 0; i < t->ncand; i++)
 		if (t->cand[i].pid == pid) {
 			if (t->cand[i].mnt_ns)
@@ -1103,6 +1115,12 @@ void cuda_tracker__stats(const struct cuda_tracker *t, struct cuda_tracker_stats
 	cuda_join__stats(t->join, &out->join);
 	cuda_modes__count(&t->modes, &out->records_all, &out->records_duty_cycled);
 	out->collection_switches = t->modes.switches;
+	dispatch_scale__stats(t->scale, &out->scale);
+}
+
+struct dispatch_scale *cuda_tracker__dispatch_scale(struct cuda_tracker *t)
+{
+	return t ? t->scale : NULL;
 }
 
 void cuda_tracker__report(struct cuda_tracker *t)

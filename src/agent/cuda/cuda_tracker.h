@@ -8,6 +8,7 @@
 
 #include "agent/bpf/sample.h"
 #include "gpu/cuda_join.h"
+#include "gpu/dispatch_scale.h"
 
 /*
  * GPU time profiling, agent side: finds the copies of libflamewatch-cuda.so
@@ -117,8 +118,15 @@ struct cuda_tracker_stats {
 	uint32_t records_all, records_duty_cycled;
 	uint64_t collection_switches;	/* changes between the two */
 	struct cuda_join_stats join;	/* how records found their launches */
+	struct dispatch_scale_stats scale;	/* duty-cycled weights from kernel counts */
 };
 void cuda_tracker__stats(const struct cuda_tracker *t, struct cuda_tracker_stats *out);
+/*
+ * The weights of duty-cycled records scaled by the GPU's own kernel counts
+ * (gpu/dispatch_scale.h): the busy timeline's reader feeds it the counts.
+ * NULL for NULL.
+ */
+struct dispatch_scale *cuda_tracker__dispatch_scale(struct cuda_tracker *t);
 /* Logs the join's and the probes' counters (info), losses (warn). */
 void cuda_tracker__report(struct cuda_tracker *t);
 
