@@ -182,9 +182,8 @@ static void _stop_dev(struct slot *s)
 
 	if (!s->dev)
 		return;
-	pm_busy__get_stats(s->dev, &st);
+	pm_busy__stop(s->dev, &_sink, &st);
 	_add_stats(&s->base, &st);
-	pm_busy__stop(s->dev, &_sink);
 	s->dev = NULL;
 }
 

@@ -260,7 +260,7 @@ bool dispatch_scale__news(struct dispatch_scale *s, uint32_t pid, double *factor
 {
 	struct proc *p = s ? _find(s, pid) : NULL;
 
-	if (!p || fabs(p->factor - p->told) <= 0.02 * p->told)
+	if (!p || fabs(p->factor - p->told) <= 0.05 * p->told)
 		return false;
 	*factor = p->told = p->factor;
 	return true;

@@ -67,7 +67,7 @@ uint32_t dispatch_scale__record(struct dispatch_scale *s, uint32_t pid, uint32_t
 double dispatch_scale__factor(const struct dispatch_scale *s, uint32_t pid);
 
 /*
- * Whether pid's factor moved by more than 2 % since it was last given here
+ * Whether pid's factor moved by more than 5 % since it was last given here
  * (from 1 at first), and the factor: for a log line when it does.
  */
 bool dispatch_scale__news(struct dispatch_scale *s, uint32_t pid, double *factor);

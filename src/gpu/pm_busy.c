@@ -95,8 +95,10 @@ void pm_busy__get_stats(const struct pm_busy_dev *d, struct pm_busy_stats *st)
 	memset(st, 0, sizeof(*st));
 }
 
-void pm_busy__stop(struct pm_busy_dev *d, const struct pm_busy_sink *sink)
+void pm_busy__stop(struct pm_busy_dev *d, const struct pm_busy_sink *sink, struct pm_busy_stats *last)
 {
+	if (last)
+		memset(last, 0, sizeof(*last));
 }
 
 #else /* FW_HAVE_CUPTI */
@@ -923,10 +925,12 @@ int pm_busy__decode(struct pm_busy_dev *d, const struct pm_busy_sink *sink, stru
 	return rc;
 }
 
-void pm_busy__stop(struct pm_busy_dev *d, const struct pm_busy_sink *sink)
+void pm_busy__stop(struct pm_busy_dev *d, const struct pm_busy_sink *sink, struct pm_busy_stats *last)
 {
 	struct pm_spans sp;
 
+	if (last)
+		memset(last, 0, sizeof(*last));
 	if (!d)
 		return;
 	if (d->started) {
@@ -936,6 +940,8 @@ void pm_busy__stop(struct pm_busy_dev *d, const struct pm_busy_sink *sink)
 		_drain(d, &sp);
 		pm_spans__end(&sp);
 	}
+	if (last)
+		*last = d->st;
 	_free(d);
 }
 

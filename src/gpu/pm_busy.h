@@ -97,7 +97,8 @@ uint64_t pm_busy__interval_ns(const struct pm_busy_dev *d);
 int pm_busy__decode(struct pm_busy_dev *d, const struct pm_busy_sink *sink, struct pm_busy_error *err);
 void pm_busy__get_stats(const struct pm_busy_dev *d, struct pm_busy_stats *st);
 /* Stops sampling, hands the last samples to sink (may be NULL), disables
- * PM sampling and frees d. Accepts NULL. */
-void pm_busy__stop(struct pm_busy_dev *d, const struct pm_busy_sink *sink);
+ * PM sampling and frees d. Accepts NULL. last (may be NULL): the counts
+ * with those last samples in. */
+void pm_busy__stop(struct pm_busy_dev *d, const struct pm_busy_sink *sink, struct pm_busy_stats *last);
 
 #endif

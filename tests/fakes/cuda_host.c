@@ -375,7 +375,9 @@ static __attribute__((noinline)) void host_prepare_launch(uint64_t ns)
 static int _launchbound(double seconds, uint64_t kernel_us, uint64_t cpu_us)
 {
 	const char *wait_s = getenv("CUDA_HOST_SUBSCRIBE_WAIT_S");
-	uint64_t t0, end, n = 0;
+	const char *progress = getenv("CUDA_HOST_PROGRESS_MS");
+	uint64_t t0, end, now, next_at, n = 0;
+	uint64_t progress_ns = progress ? strtoull(progress, NULL, 10) * 1000000ull : 0;
 
 	if (_wait_subscribed(1, wait_s ? atoi(wait_s) : 20)) {
 		fprintf(stderr, "cuda_host: the library did not subscribe\n");
@@ -383,7 +385,13 @@ static int _launchbound(double seconds, uint64_t kernel_us, uint64_t cpu_us)
 	}
 	t0 = _unix_ns();
 	end = t0 + (uint64_t)(seconds * 1e9);
-	while (_unix_ns() < end) {
+	next_at = progress_ns ? t0 + progress_ns : UINT64_MAX;
+	while ((now = _unix_ns()) < end) {
+		/* The truth over any stretch of the run: launches so far, now and then. */
+		if (now >= next_at) {
+			printf("at %llu %llu\n", (unsigned long long)now, (unsigned long long)n);
+			next_at += progress_ns;
+		}
 		host_prepare_launch(cpu_us * 1000);
 		F.launch("_Z4tinyPf", kernel_us * 1000, 0);
 		n++;

@@ -11,12 +11,18 @@
  * fake's clock from CLOCK_REALTIME (default -1 s) so that the library's
  * conversion to Unix time is visible. FAKE_CUPTI_KERNEL_GAP_NS leaves that
  * much idle time between queued GPU work items, as a launch-bound loop's
- * GPU sees between kernels.
+ * GPU sees between kernels. FAKE_CUPTI_DISPATCH_FILE names a file of 8
+ * bytes holding a little-endian counter that every kernel run adds one to:
+ * the fake PM sampling of another process (FAKE_PM_DISPATCH_FILE) reads
+ * the GPU's dispatches from it, as the monitors count a process's kernels.
  */
 #ifndef FAKE_CUPTI_H
 #define FAKE_CUPTI_H
 
 #include <stdint.h>
+
+/* The counter of FAKE_CUPTI_DISPATCH_FILE / FAKE_PM_DISPATCH_FILE, mapped; NULL: none. */
+uint64_t *fake_dispatch_counter(const char *env);
 
 struct fake_cupti_truth {
 	uint64_t launches;		/* kernel launch API calls made (runtime + direct driver) */

@@ -28,6 +28,9 @@
  *                              (gr__dispatch_count.sum); each adds its launch
  *                              and drain, FAKE_PM_EDGE_NS (285), to the
  *                              compute-active cycles, as a GPU does
+ *   FAKE_PM_DISPATCH_FILE=F    kernels dispatched: those the fake CUPTI of
+ *                              the process on the GPU ran (its
+ *                              FAKE_CUPTI_DISPATCH_FILE, the same F)
  *   FAKE_PM_NO_DISPATCH=1      the chip offers no gr__dispatch_count
  * A device index out of range is CUPTI_ERROR_INVALID_DEVICE. At exit, a
  * session still enabled or a profiler still initialised is reported on
@@ -66,6 +69,7 @@ struct CUpti_PmSampling_Object {
 	uint64_t next;		/* the next sample to decode */
 	unsigned decodes;
 	size_t hw_buf;
+	uint64_t dispatch_seen;	/* FAKE_PM_DISPATCH_FILE's count at the last decode */
 };
 
 /* The counter data image: a header, then max_samples records. */
@@ -430,6 +434,36 @@ static double _busy_fraction(uint64_t t0, uint64_t a, uint64_t b)
 	return level * (double)in / (double)(b - a);
 }
 
+/*
+ * FAKE_PM_DISPATCH_FILE: the kernels the fake CUPTI of the process on the
+ * GPU ran since the last decode, spread evenly over this decode's samples,
+ * with each one's launch-and-drain cycles (FAKE_PM_EDGE_NS) as active.
+ */
+static void _count_dispatches(struct CUpti_PmSampling_Object *o, struct image_rec *r, uint32_t n)
+{
+	static uint64_t *counter;
+	static int tried;
+	double edge_ns = getenv("FAKE_PM_EDGE_NS") ? atof(getenv("FAKE_PM_EDGE_NS")) : 285;
+	uint64_t now, delta;
+
+	if (!tried) {
+		tried = 1;
+		counter = fake_dispatch_counter("FAKE_PM_DISPATCH_FILE");
+	}
+	if (!counter || !n)
+		return;
+	now = __atomic_load_n(counter, __ATOMIC_RELAXED);
+	delta = now - o->dispatch_seen;
+	o->dispatch_seen = now;
+	for (uint32_t i = 0; i < n; i++) {
+		/* Whole numbers, adding up to delta. */
+		r[i].dispatches = (double)(delta * (i + 1) / n - delta * i / n);
+		r[i].active += r[i].dispatches * edge_ns * FAKE_CYCLES_PER_NS;
+		if (r[i].active > r[i].elapsed)
+			r[i].active = r[i].elapsed;
+	}
+}
+
 API CUptiResult cuptiPmSamplingDecodeData(CUpti_PmSampling_DecodeData_Params *p)
 {
 	struct CUpti_PmSampling_Object *o;
@@ -437,6 +471,7 @@ API CUptiResult cuptiPmSamplingDecodeData(CUpti_PmSampling_DecodeData_Params *p)
 	struct image_rec *rec;
 	struct image_hdr *h;
 	double per_ms, edge_ns, level;
+	uint32_t first;
 	uint64_t now;
 
 	CHECK(p, "cuptiPmSamplingDecodeData", _valid(p ? p->pPmSamplingObject : NULL) ? p->pPmSamplingObject->dev : -1);
@@ -458,6 +493,7 @@ API CUptiResult cuptiPmSamplingDecodeData(CUpti_PmSampling_DecodeData_Params *p)
 	per_ms = getenv("FAKE_PM_DISPATCH_PER_MS") ? atof(getenv("FAKE_PM_DISPATCH_PER_MS")) : 0;
 	edge_ns = getenv("FAKE_PM_EDGE_NS") ? atof(getenv("FAKE_PM_EDGE_NS")) : 285;
 	level = _schedule_level();
+	first = h->completed;
 	while (o->t0 + (o->next + 1) * o->interval_ns <= now && h->completed < h->max_samples) {
 		struct image_rec *r = &rec[h->completed++];
 		double cycles = (double)o->interval_ns * FAKE_CYCLES_PER_NS, busy;
@@ -478,6 +514,7 @@ API CUptiResult cuptiPmSamplingDecodeData(CUpti_PmSampling_DecodeData_Params *p)
 		}
 		o->next++;
 	}
+	_count_dispatches(o, rec + first, h->completed - first);
 	p->decodeStopReason = o->t0 + (o->next + 1) * o->interval_ns <= now
 				      ? CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL
 				      : CUPTI_PM_SAMPLING_DECODE_STOP_REASON_END_OF_RECORDS;

@@ -25,7 +25,8 @@ SKEW_NS = -7_000_000_000  # the fake CUPTI clock runs 7 s behind CLOCK_REALTIME
 LINE_RE = {
     "device": re.compile(r"^device (\d+) (GPU-[0-9a-f-]{36}) (\S+) (\d+)$"),
     "busy": re.compile(r"^busy (\d+) (\d+) (\d+) (\d+)$"),
-    "covered": re.compile(r"^covered (\d+) (\d+) (\d+)$"),
+    # The fourth number: kernels dispatched inside, where the chip counts them.
+    "covered": re.compile(r"^covered (\d+) (\d+) (\d+)(?: (\d+))?$"),
     "error": re.compile(r"^error (\d+|-) (\S+) (-?\d+) (.+)$"),
     "stats": re.compile(
         r"^stats (\d+) samples=(\d+) busy_samples=(\d+) overflows=(\d+) decode_errors=(\d+) decode_cpu_ns=(\d+)"
@@ -60,7 +61,7 @@ class Run:
             if word != kind:
                 continue
             m = LINE_RE[kind].match(line)
-            fields = [int(g) if g.isdigit() else g for g in m.groups()]
+            fields = [int(g) if g.isdigit() else g for g in m.groups() if g is not None]
             if dev is None or fields[0] == dev:
                 got.append(fields)
         return got
@@ -129,7 +130,7 @@ def test_busy_spans_follow_the_schedule(flamewatch, fakes):
         r.describe()
     assert r.lines[0].startswith("device 0 "), r.describe()
 
-    covered = [(s, e) for _, s, e in r.parsed("covered", 0)]
+    covered = [(s, e) for _, s, e, *_ in r.parsed("covered", 0)]
     assert len(covered) >= 10, r.describe()
     # One range per decode, each starting where the last ended: nothing lost.
     for (s0, e0), (s1, e1) in zip(covered, covered[1:]):
@@ -202,12 +203,17 @@ def test_kernel_dispatch_edges_are_not_busy(flamewatch, fakes, chip):
         assert abs(idle - (1 - level) * (e - s)) <= 0.1 * INTERVAL_NS + 1000, (s, e, idle, r.describe())
     stats = r.parsed("stats", 0)
     assert stats, r.describe()
+    covered = r.parsed("covered", 0)
     if chip == "counts":
         # 20 a busy sample of 100 us; edge samples, partly busy, have fewer.
         busy_samples, dispatches = stats[-1][2], stats[-1][6]
         assert 20 * (busy_samples - 2 * len(stats) * 4) <= dispatches <= 20 * busy_samples, stats
+        # The covered lines carry them, for the agent to weigh GPU time by.
+        assert covered and all(len(c) == 4 for c in covered), r.describe()
+        assert sum(c[3] for c in covered) == dispatches, (covered, stats)
     else:
         assert stats[-1][6] == 0, stats
+        assert covered and all(len(c) == 3 for c in covered), r.describe()
 
 
 def test_sigterm_stops_cleanly_after_a_last_decode(flamewatch, fakes):
@@ -267,7 +273,7 @@ def test_overflowed_decodes_have_no_covered_line(flamewatch, fakes):
                  env={"FAKE_PM_OVERFLOW_EVERY": "3", "FAKE_PM_SCHEDULE": "30:20"}, seconds=1.6)
     assert r.rc == 0, r.describe()
     r.check_clean()
-    covered = [(s, e) for _, s, e in r.parsed("covered", 0)]
+    covered = [(s, e) for _, s, e, *_ in r.parsed("covered", 0)]
     holes = [s1 - e0 for (_, e0), (s1, _) in zip(covered, covered[1:]) if s1 - e0 > JITTER_NS]
     # Every third decode (about 100 ms) is missing, and coverage resumes
     # after each: the session was started again.

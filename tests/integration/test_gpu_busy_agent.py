@@ -207,3 +207,73 @@ def test_the_monitors_give_way_to_dcgm(flamewatch, fakes, tmp_path):
         assert "not started" not in on.text(), on.describe()
     finally:
         ps.close_all()
+
+
+@pytest.mark.parametrize("counts", ["counted", "not_counted"])
+def test_duty_cycled_gpu_time_follows_the_kernel_count(flamewatch, fakes, tmp_path, counts):
+    """Weights from counts (issue 25): a launch-bound loop (20 us of CPU,
+    then a 10-us kernel) whose library duty-cycles its records by launch
+    rate, and whose records cost the launching thread 10 us each (the
+    fake CUPTI), so its windows see about two thirds of the launches of
+    the time around them, and D x what they saw comes out a third short.
+    The fake monitors count every kernel the process ran (the fake CUPTI's
+    dispatch counter). Once the agent has a few seconds of both, the
+    process's stored GPU time over the rest of the run is its kernels'
+    time within 8 %, and the agent says the factor it used. Without
+    counts (a chip that does not offer them) it stays short, as it was."""
+    from test_gpu_idle import _real_library
+    host, cupti, lib, env = _real_library(flamewatch)
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    client = Client(port)
+    kernel_us, cpu_us, seconds = 10, 20, 18
+    counter = tmp_path / "dispatches"
+    counter.write_bytes(bytes(8))
+    try:
+        work = ps.start([host, "launchbound", lib, str(seconds), str(kernel_us), str(cpu_us)],
+                        "cuda_host",
+                        env={**env, "FLAMEWATCH_CUPTI_PATH": str(cupti),
+                             "FLAMEWATCH_CUDA_EXACT_MAX_RATE": "5000",
+                             "FAKE_CUPTI_RECORD_COST_NS": "10000",
+                             "FAKE_CUPTI_DISPATCH_FILE": str(counter),
+                             "CUDA_HOST_PROGRESS_MS": "500", "CUDA_HOST_SUBSCRIBE_WAIT_S": "90"})
+        extra = {"FAKE_PM_DISPATCH_FILE": str(counter)}
+        if counts == "not_counted":
+            extra["FAKE_PM_NO_DISPATCH"] = "1"
+        srv = _run(ps, flamewatch, tmp_path, port, f"proc 0 {work.pid} 50 10 1000000\n",
+                   env_extra=extra, level=0.4)
+        client.wait_healthy(proc=srv)
+        assert work.wait(seconds + 90) == 0, work.describe()
+        out = work.text().splitlines()
+        marks = [tuple(map(int, l.split()[1:3])) for l in out if l.startswith("at ")]
+        t0 = int([l for l in out if l.startswith("launchbound ")][0].split()[1])
+        # From 9 s into the loop (the factor is in force by then) to its last mark.
+        (a, na), (b, nb) = [m for m in marks if m[0] >= t0 + 9e9][0], marks[-1]
+        want = (nb - na) * kernel_us * 1000
+        assert b - a > 6e9 and nb - na > 50000, (marks[:3], marks[-3:])
+        q = '{pid="%d"}' % work.pid
+        got, deadline = 0, time.monotonic() + 20
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            fg = client.get_json("/api/v1/profile", {"type": "gpu_time", "query": q,
+                                                     **window(a / 1e9, b / 1e9)})
+            if fg["total"] and fg["total"] == got:
+                break
+            got = fg["total"]
+        srv.stop()
+        print(f"\n{counts}: stored {got} ns, kernels ran {want} ns: {got / want:.4f}")
+        assert srv.wait_output(r"pid %d: GPU records: duty-cycled" % work.pid, 1), srv.describe()
+        told = re.findall(r"pid %d: GPU time of its duty-cycled records x ([0-9.]+)" % work.pid,
+                          srv.text())
+        if counts == "counted":
+            assert told and 1.2 < float(told[-1]) < 2.0, srv.describe()
+            assert abs(got / want - 1) < 0.08, (got, want)
+        else:
+            assert not told, told
+            assert got / want < 0.85, (got, want)
+    except (Exception, pytest.fail.Exception):
+        print(diagnostics())
+        raise
+    finally:
+        ps.close_all()
+        client.close()
