@@ -48,9 +48,10 @@
  * it: duty-cycled totals came out low. What CUPTI itself costs a launch
  * inside a window slows it the same way; the library does not correct
  * that part (the agent does, from the GPU's own kernel counts, for a
- * process alone on its GPU). FLAMEWATCH_CUDA_COUNT_ALL=1 leaves the callbacks on between
- * windows to count every launch, and scales a window's records by the
- * launches counted over those seen instead of D (_update_scale). That
+ * process alone on its GPU). FLAMEWATCH_CUDA_COUNT_ALL=1 leaves the
+ * callbacks on between windows to count every launch, and scales a
+ * window's records by the launches counted over those seen instead of D
+ * (_update_scale). That
  * removes the bias, but costs every launch a callback: too much on a loop
  * of tiny kernels (docs/gpu-time.md).
  */
