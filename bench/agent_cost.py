@@ -5,7 +5,7 @@ map memory; one or more builds in turn over the same load.
 
     sudo python3 bench/agent_cost.py --load cpu --seconds 180 --warmup 60 \\
         --agent "before=/path/to/old/flamewatch" --agent "after=build/flamewatch" \\
-        [--mode agent|run] [--hz 19] [--perf DIR]
+        [--mode agent|run] [--hz 19] [--perf DIR | --self-profile]
 
     # on a GPU node (python3 there has torch); NVML on, as users run it:
     sudo python3 bench/agent_cost.py --load torch --agent "new=build/flamewatch"
@@ -223,15 +223,16 @@ def tree(pid):
     return out
 
 
-def tree_cpu_s(pid):
-    """user + system seconds of the live tree, reaped children included."""
+def tree_cpu_s(pid, own=False):
+    """user + system seconds of the live tree, reaped children included;
+    own: of the process pid alone."""
     total = 0
-    for p in tree(pid):
+    for p in [pid] if own else tree(pid):
         try:
             f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += sum(int(x) for x in f[11:15])
+        total += sum(int(x) for x in f[11:13 if own else 15])
     return total / TICK
 
 
@@ -338,6 +339,29 @@ def perf_breakdown(data, out):
     (out / f"{data.stem}.children.txt").write_text(r.stdout)
 
 
+def self_breakdown(folded, top=20):
+    """Self time by leaf frame and time under each frame, from the folded
+    stacks `flamewatch record` wrote of an agent: where a machine has no
+    perf (the GPU node), the agent profiles itself."""
+    self_t, under, total = {}, {}, 0
+    for line in Path(folded).read_text(errors="replace").splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit() or not stack:
+            continue
+        n, frames = int(n), stack.split(";")
+        total += n
+        self_t[frames[-1]] = self_t.get(frames[-1], 0) + n
+        for f in set(frames):
+            under[f] = under.get(f, 0) + n
+    if not total:
+        print("  no samples")
+        return
+    for title, d in (("self", self_t), ("under", under)):
+        print(f"  {title} ({total} samples):")
+        for f, n in sorted(d.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"    {100 * n / total:5.1f} %  {f[:140]}")
+
+
 def run_agents(specs, a, out):
     """Starts the agents of specs together, measures them over the same
     window, stops them; a row per agent."""
@@ -370,7 +394,14 @@ def run_agents(specs, a, out):
             if r["p"].poll() is not None:
                 raise SystemExit(f"{r['name']}: exited with {r['p'].returncode}; see {out / (r['name'] + '.log')}")
         recs = []
-        if a.perf:
+        if a.self_profile:
+            # The agent's tree (the gpu-busy child too), by the agent's own binary.
+            recs = [subprocess.Popen([binary, "record", "-q", "-F", "499", "-d", str(a.seconds),
+                                      "-p", ",".join(str(x) for x in tree(r["p"].pid)),
+                                      "-o", str(out / f"{r['name']}.self.folded")],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    for (_, binary, _, _), r in zip(specs, runs)]
+        elif a.perf:
             recs = [subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-g", "-p",
                                       str(r["p"].pid), "-o", str(out / f"{r['name']}.perf.data"), "--",
                                       "sleep", str(a.seconds)],
@@ -380,11 +411,13 @@ def run_agents(specs, a, out):
             r["ids"] = prog_ids(pid)
             r["w0"] = offcpu_walks(r["mport"]) if r["mport"] else None
             r["c0"], r["b0"], r["s0"] = tree_cpu_s(pid), bpf_progs(r["ids"]), ctx_switches(pid)
+            r["own0"] = tree_cpu_s(pid, own=True)
         t0 = time.monotonic()
         time.sleep(a.seconds)
         wall = time.monotonic() - t0
         for r in runs:
             pid = r["p"].pid
+            r["own1"] = tree_cpu_s(pid, own=True)
             c1, b1, s1 = tree_cpu_s(pid), bpf_progs(r["ids"]), ctx_switches(pid)
             w1 = offcpu_walks(r["mport"]) if r["mport"] else None
             b0, w0 = r["b0"], r["w0"]
@@ -394,6 +427,8 @@ def run_agents(specs, a, out):
             inner, maps_by_name = inner_unwind_map_bytes(r["first_map"], held_ids)
             rows.append((r["name"], {
                 "cpu_pct": 100 * (c1 - r["c0"]) / wall,
+                "own_cpu_pct": 100 * (r["own1"] - r["own0"]) / wall,
+                "children_rss": sum(status_kib(k, "VmRSS") or 0 for k in tree(pid)[1:]),
                 "bpf_pct": 100 * sum(ns for ns, _, _ in per_prog) / 1e9 / wall if b1 else None,
                 "progs": [(n, round(100 * ns / 1e9 / wall, 3), round(cnt / wall, 1), round(ns / cnt / 1e3, 2))
                           for ns, cnt, n in per_prog if cnt],
@@ -436,6 +471,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=60)
     ap.add_argument("--perf", type=Path, help="record each agent's CPU into this folder and break it down")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--self-profile", action="store_true",
+                    help="profile each agent's tree with its own `record -p` (no perf needed)")
     ap.add_argument("--together", action="store_true",
                     help="run the agents at once, over the same window (each then samples the others)")
     ap.add_argument("--smaps", action="store_true", help="print each agent's RSS by mapping at the end")
@@ -468,7 +505,10 @@ def main():
             for name, row in run_agents(group, a, out):
                 rows.append((name, row))
                 print(f"{name}: {row}", flush=True)
-                if a.perf:
+                if a.self_profile:
+                    print(f"{name}: where its CPU went (flamewatch record, 499 Hz):")
+                    self_breakdown(out / f"{name}.self.folded")
+                elif a.perf:
                     perf_breakdown(out / f"{name}.perf.data", a.perf)
     finally:
         open("/proc/sys/kernel/bpf_stats_enabled", "w").write(old)
@@ -490,6 +530,8 @@ def main():
               f"{f(r['hwm'] / 1024)} | {f(r['rss'] / 1024)} | {f(r['anon'] / 1024)} | {f(r['exact'] / 1024)} | "
               f"{r['maps'] / 1024:.0f} | {f(r['inner'] / 1024 if r['inner'] is not None else None, '{:.0f}')} |")
     for name, r in rows:
+        print(f"{name}: the agent process alone {r['own_cpu_pct']:.3f} % of a core, its children "
+              f"{r['cpu_pct'] - r['own_cpu_pct']:.3f} %; children's RSS {r['children_rss'] / 1024:.2f} MiB")
         print(f"{name}: BPF by program (name, % of a core, runs/s, us a run): {r.get('progs')}")
         print(f"{name}: largest BPF maps (name, KiB): {r['maps_by_name']}")
         if r["unwind"]:
