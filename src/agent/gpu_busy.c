@@ -273,8 +273,8 @@ static void _line(struct gpu_busy *g, char *line)
 	}
 	/*
 	 * busy lines carry the idle time inside the span, covered lines the
-	 * kernels dispatched in it where the chip counts them (a few per µs
-	 * at most: more is not believed).
+	 * kernels dispatched in it where the chip counts them (more than ten
+	 * a µs is not believed).
 	 */
 	idle = 0;
 	disp = NOT_COUNTED;

@@ -26,11 +26,11 @@
 #include "agent/sampler.h"
 #include "common/batch.h"
 #include "common/clock.h"
-#include "gpu/dispatch_scale.h"
 #include "common/intern.h"
 #include "common/log.h"
 #include "common/safe_open.h"
 #include "gpu/cuda_join.h"
+#include "gpu/dispatch_scale.h"
 #include "symbolize/demangle.h"
 
 #define CUDA_LIB_NAME "libflamewatch-cuda.so"
