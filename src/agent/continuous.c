@@ -267,7 +267,18 @@ int continuous__start(struct continuous *c, struct event_base *base,
 	 * lists: no NVML, no GPU or no lists, no child.
 	 */
 	if (c->gpu && gpu_poller__ngpus(c->gpu) && o->gpu_busy != CONTINUOUS_GPU_BUSY_OFF) {
-		c->busy = gpu_busy__start(base, NULL, NULL, o->gpu_busy == CONTINUOUS_GPU_BUSY_AUTO);
+		char buf[256], *args[9] = { 0 }, *save = NULL;
+		const char *knob = getenv("FLAMEWATCH_GPU_BUSY_ARGS");
+		size_t n = 0;
+
+		/* A benchmarking knob: the child's sampling and decode periods (its --help). */
+		if (knob && strlen(knob) < sizeof(buf)) {
+			strcpy(buf, knob);
+			for (char *t = strtok_r(buf, " ", &save); t && n < 8; t = strtok_r(NULL, " ", &save))
+				args[n++] = t;
+		}
+		c->busy = gpu_busy__start(base, NULL, (const char *const *)args,
+					  o->gpu_busy == CONTINUOUS_GPU_BUSY_AUTO);
 		if (!c->busy)
 			pr_warn("GPU busy timeline: cannot start gpu-busy: %s\n", strerror(errno));
 	}

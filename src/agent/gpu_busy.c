@@ -512,7 +512,8 @@ struct gpu_busy *gpu_busy__start(struct event_base *base, const char *exe,
 	g->argv[0] = "flamewatch";
 	g->argv[1] = "gpu-busy";
 	for (size_t i = 0; i < nargs; i++)
-		g->argv[2 + i] = (char *)args[i];
+		if (!(g->argv[2 + i] = strdup(args[i])))
+			goto fail;
 	g->respawn_ev = evtimer_new(base, _on_respawn, g);
 	if (!g->respawn_ev)
 		goto fail;
@@ -655,6 +656,8 @@ void gpu_busy__free(struct gpu_busy *g)
 		close(g->out_fd);
 	for (size_t i = 0; i < MAX_DEVICES; i++)
 		free(g->dev[i].pending);
+	for (size_t i = 2; g->argv && g->argv[i]; i++)
+		free(g->argv[i]);
 	free(g->argv);
 	free(g->exe);
 	free(g);

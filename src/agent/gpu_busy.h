@@ -40,7 +40,7 @@ struct gpu_busy_stats {
 
 /*
  * Starts `exe gpu-busy ARGS...` (exe NULL: /proc/self/exe; args
- * NULL-terminated, may be NULL) with its stdout read on base. With
+ * NULL-terminated, copied, may be NULL) with its stdout read on base. With
  * give_way, it is not started, or is stopped, while DCGM's host engine
  * (nv-hostengine) runs on the node, checked every 30 s: DCGM's profiling
  * metrics need the same monitors. Returns NULL with errno set when it

@@ -277,3 +277,19 @@ def test_duty_cycled_gpu_time_follows_the_kernel_count(flamewatch, fakes, tmp_pa
     finally:
         ps.close_all()
         client.close()
+
+
+def test_the_childs_periods_can_be_set_for_a_benchmark(flamewatch, fakes, tmp_path):
+    """FLAMEWATCH_GPU_BUSY_ARGS hands the child its sampling and decode
+    periods (what the monitors cost against what they resolve is measured
+    with it), and the agent keeps its own copy of them for a restart."""
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    try:
+        work = ps.start(_spin(6), "spin")
+        srv = _run(ps, flamewatch, tmp_path, port, f"proc 0 {work.pid} 50 10 1000000\n",
+                   env_extra={"FLAMEWATCH_GPU_BUSY_ARGS": "--interval 250us --decode 300ms"})
+        assert srv.wait_output(r"GPU busy timeline: device 0 \(GPU-[0-9a-f-]+, GH100\): the GPU's "
+                               r"own monitors every 250 us", 30), srv.describe()
+    finally:
+        ps.close_all()
