@@ -285,6 +285,10 @@ static void _gpu_busy(const struct agent_metrics *m, struct strbuf *sb)
 		       "DCGM's host engine (--gpu-busy auto).\n"
 		       "# TYPE flamewatch_agent_gpu_busy_yielding gauge\n"
 		       "flamewatch_agent_gpu_busy_yielding %llu\n"
+		       "# HELP flamewatch_agent_gpu_busy_parked 1 while no GPU's sole process needs "
+		       "the monitors: every record of it collected, or none alone (--gpu-busy auto).\n"
+		       "# TYPE flamewatch_agent_gpu_busy_parked gauge\n"
+		       "flamewatch_agent_gpu_busy_parked %llu\n"
 		       "# HELP flamewatch_agent_gpu_busy_dispatches_total Kernels the GPUs dispatched, "
 		       "as their monitors count them (0 where the chip does not).\n"
 		       "# TYPE flamewatch_agent_gpu_busy_dispatches_total counter\n"
@@ -296,7 +300,7 @@ static void _gpu_busy(const struct agent_metrics *m, struct strbuf *sb)
 		       (unsigned long long)st.devices, (unsigned long long)st.busy_spans,
 		       (unsigned long long)st.cover_spans, (unsigned long long)st.unowned_spans,
 		       (unsigned long long)st.starts, (unsigned long long)st.yielding,
-		       (unsigned long long)st.dispatches, (double)st.decode_cpu_ns / 1e9);
+		       (unsigned long long)st.parked, (unsigned long long)st.dispatches, (double)st.decode_cpu_ns / 1e9);
 }
 
 static void _on_request(struct evhttp_request *req, void *arg)

@@ -484,6 +484,11 @@ int collector__cuda_stats(struct collector *c, struct cuda_tracker_stats *out)
 	return 0;
 }
 
+bool collector__cuda_records_complete(struct collector *c, uint32_t pid)
+{
+	return c && c->cuda && cuda_tracker__records_complete(c->cuda, pid);
+}
+
 struct dispatch_scale *collector__dispatch_scale(struct collector *c)
 {
 	return c ? cuda_tracker__dispatch_scale(c->cuda) : NULL;

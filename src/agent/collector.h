@@ -106,6 +106,8 @@ struct cpu_profile *collector__profile(struct collector *c);
 struct cuda_tracker_stats;
 struct dispatch_scale;
 int collector__cuda_stats(struct collector *c, struct cuda_tracker_stats *out);
+/* Whether pid's libflamewatch-cuda.so said it collects every record (false: unknown). */
+bool collector__cuda_records_complete(struct collector *c, uint32_t pid);
 /* The GPU time's count-based weights (cuda_tracker.h); NULL without GPU time. */
 struct dispatch_scale *collector__dispatch_scale(struct collector *c);
 

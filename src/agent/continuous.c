@@ -100,6 +100,14 @@ static void _gpu_drain(struct continuous *c, struct batch *b)
 		c->on_gpu_round(c->ctx, b, first);
 }
 
+/* Whether pid's CUDA library collects every record (gpu_busy__steer()). */
+static bool _records_complete(void *ctx, uint32_t pid)
+{
+	struct continuous *c = ctx;
+
+	return collector__cuda_records_complete(c->collector, pid);
+}
+
 static void _on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	struct continuous *c = arg;
@@ -114,10 +122,11 @@ static void _on_tick(evutil_socket_t fd, short what, void *arg)
 	b = cpu_profile__batch(collector__profile(c->collector));
 	if (c->gpu && b)
 		_gpu_drain(c, b);
-	if (c->busy)
+	if (c->busy) {
+		gpu_busy__steer(c->busy, c->gpu, _records_complete, c, _unix_ns());
 		gpu_busy__drain(c->busy, collector__profile(c->collector), c->gpu,
-				collector__dispatch_scale(c->collector), _unix_ns(),
-				false);
+				collector__dispatch_scale(c->collector), _unix_ns(), false);
+	}
 	since = _mono_ns() - c->last_flush_ns;
 	if (since >= c->interval_ns || (b && b->nsamples >= c->max_samples) ||
 	    (b && b->ncpu_intervals >= CONTINUOUS_EARLY_INTERVALS &&
@@ -278,6 +287,7 @@ int continuous__start(struct continuous *c, struct event_base *base,
 				args[n++] = t;
 		}
 		c->busy = gpu_busy__start(base, NULL, (const char *const *)args,
+					  o->gpu_busy == CONTINUOUS_GPU_BUSY_AUTO,
 					  o->gpu_busy == CONTINUOUS_GPU_BUSY_AUTO);
 		if (!c->busy)
 			pr_warn("GPU busy timeline: cannot start gpu-busy: %s\n", strerror(errno));

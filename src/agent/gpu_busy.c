@@ -44,6 +44,8 @@ extern char **environ;
 /* NVML's lists older than this no longer name the GPU's process. */
 #define LISTS_FRESH_NS (3LL * 1000000000LL)
 #define RESPAWN_S 30
+/* Not needed this long, the child stops: a process's records may change mode meanwhile. */
+#define PARK_AFTER_NS (30LL * 1000000000LL)
 #define DCGM_CHECK_S 30
 #define MAX_PENDING 4096
 /* A span from the child further than this from now is not believed. */
@@ -86,6 +88,9 @@ struct gpu_busy {
 	bool gave_up;
 	bool give_way;			/* to DCGM's host engine (--gpu-busy auto) */
 	bool yielding;			/* stopped, or not started, for it */
+	bool on_demand;			/* run only while a GPU's sole process needs it */
+	bool parked;			/* stopped, or not started: none needs it */
+	int64_t unneeded_since;		/* Unix ns; 0: needed now (or never decided) */
 	struct event *dcgm_ev;
 	struct busy_dev dev[MAX_DEVICES];
 	struct gpu_busy_stats st;
@@ -383,6 +388,8 @@ static void _on_respawn(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	if (g->parked || g->yielding || g->gave_up || g->child > 0)
+		return;
 	err = _spawn(g);
 	if (err)
 		pr_warn("GPU busy timeline: cannot start %s gpu-busy again: %s\n", g->exe,
@@ -416,6 +423,11 @@ static void _child_gone(struct gpu_busy *g)
 		g->dev[i].running = false;
 	if (g->gave_up)
 		return;		/* gpu_busy__stop() */
+	if (g->parked) {
+		pr_info("GPU busy timeline: gpu-busy stopped: no GPU's sole process needs the "
+			"monitors (its records are all collected, or no process is alone on a GPU)\n");
+		return;
+	}
 	if (g->yielding) {
 		pr_info("GPU busy timeline: gpu-busy stopped: the GPUs' monitors are DCGM's while "
 			"its host engine runs (--gpu-busy on keeps them)\n");
@@ -485,6 +497,11 @@ static void _on_dcgm_check(evutil_socket_t fd, short what, void *arg)
 			event_del(g->respawn_ev);
 	} else if (!dcgm && g->yielding && !g->gave_up && g->child <= 0) {
 		g->yielding = false;
+		if (g->parked) {
+			pr_info("GPU busy timeline: DCGM's host engine is gone: the GPUs' monitors "
+				"are taken when a process needs them\n");
+			return;
+		}
 		pr_info("GPU busy timeline: DCGM's host engine is gone: taking the GPUs' monitors\n");
 		err = _spawn(g);
 		if (err)
@@ -493,7 +510,7 @@ static void _on_dcgm_check(evutil_socket_t fd, short what, void *arg)
 }
 
 struct gpu_busy *gpu_busy__start(struct event_base *base, const char *exe,
-				 const char *const *args, bool give_way)
+				 const char *const *args, bool give_way, bool on_demand)
 {
 	struct gpu_busy *g = calloc(1, sizeof(*g));
 	size_t nargs = 0;
@@ -536,6 +553,9 @@ struct gpu_busy *gpu_busy__start(struct event_base *base, const char *exe,
 			"metrics need the GPUs' monitors (--gpu-busy on takes them anyway)\n");
 		return g;
 	}
+	g->on_demand = g->parked = on_demand;
+	if (on_demand)
+		return g;	/* gpu_busy__steer() starts it */
 	err = -_spawn(g);
 	if (err)
 		goto fail;
@@ -555,6 +575,70 @@ static unsigned int _owner(const struct nvml_occupant *occ, size_t nocc, const c
 			return occ[i].lists_ns && now - occ[i].lists_ns <= LISTS_FRESH_NS ?
 			       occ[i].sole_pid : 0;
 	return 0;
+}
+
+/*
+ * The first GPU whose sole process needs the monitors: its records are
+ * not all collected (duty-cycled, or no library to collect them), so its
+ * busy timeline and its kernels' count must come from the GPU. A shared
+ * GPU's spans go to no one: it needs nothing. Returns its pid, or 0.
+ */
+static unsigned int _needed(const struct nvml_occupant *occ, size_t nocc,
+			    bool (*complete)(void *ctx, uint32_t pid), void *ctx, int64_t now,
+			    unsigned int *gpu)
+{
+	for (size_t i = 0; i < nocc; i++) {
+		if (!occ[i].sole_pid || !occ[i].lists_ns || now - occ[i].lists_ns > LISTS_FRESH_NS)
+			continue;
+		if (!complete || !complete(ctx, occ[i].sole_pid)) {
+			*gpu = occ[i].index;
+			return occ[i].sole_pid;
+		}
+	}
+	return 0;
+}
+
+void gpu_busy__steer(struct gpu_busy *g, struct gpu_poller *poller,
+		     bool (*complete)(void *ctx, uint32_t pid), void *ctx, int64_t now_ns)
+{
+	struct nvml_occupant occ[MAX_DEVICES];
+	unsigned int pid, gpu = 0;
+	int err;
+
+	if (!g || !g->on_demand || g->gave_up)
+		return;
+	pid = _needed(occ, gpu_poller__occupants(poller, occ, MAX_DEVICES), complete, ctx, now_ns,
+		      &gpu);
+	if (pid) {
+		g->unneeded_since = 0;
+		if (!g->parked)
+			return;
+		g->parked = false;
+		if (g->yielding || g->child > 0)
+			return;
+		pr_info("GPU busy timeline: starting gpu-busy: pid %u, alone on GPU %u, does not "
+			"collect every CUDA record\n", pid, gpu);
+		err = _spawn(g);
+		if (err)
+			pr_warn("GPU busy timeline: cannot start gpu-busy: %s\n", strerror(-err));
+		return;
+	}
+	if (g->parked)
+		return;
+	if (!g->unneeded_since) {
+		g->unneeded_since = now_ns;
+		return;
+	}
+	if (now_ns - g->unneeded_since < PARK_AFTER_NS)
+		return;
+	g->parked = true;
+	g->st.parks++;
+	if (g->respawn_ev)
+		event_del(g->respawn_ev);
+	if (g->in_fd >= 0) {
+		close(g->in_fd);	/* EOF: the child stops; _child_gone() reaps it */
+		g->in_fd = -1;
+	}
 }
 
 void gpu_busy__drain(struct gpu_busy *g, struct cpu_profile *cp, struct gpu_poller *poller,
@@ -670,6 +754,7 @@ void gpu_busy__stats(const struct gpu_busy *g, struct gpu_busy_stats *out)
 		return;
 	*out = g->st;
 	out->yielding = g->yielding;
+	out->parked = g->parked;
 	for (size_t i = 0; i < MAX_DEVICES; i++)
 		out->devices += g->dev[i].running;
 }

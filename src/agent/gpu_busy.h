@@ -34,6 +34,8 @@ struct gpu_busy_stats {
 	uint64_t devices;			/* sampling now */
 	uint64_t starts, exits;			/* of the child */
 	uint64_t yielding;			/* 1: stopped while DCGM runs */
+	uint64_t parked;			/* 1: stopped while no process needs it */
+	uint64_t parks;				/* times it was stopped so */
 	uint64_t dispatches;			/* kernels the GPUs dispatched (where counted) */
 	uint64_t decode_cpu_ns;			/* the child's CPU decoding the samples */
 };
@@ -43,11 +45,22 @@ struct gpu_busy_stats {
  * NULL-terminated, copied, may be NULL) with its stdout read on base. With
  * give_way, it is not started, or is stopped, while DCGM's host engine
  * (nv-hostengine) runs on the node, checked every 30 s: DCGM's profiling
- * metrics need the same monitors. Returns NULL with errno set when it
- * cannot be started.
+ * metrics need the same monitors. With on_demand it is started only by
+ * gpu_busy__steer(). Returns NULL with errno set when it cannot be started.
  */
 struct gpu_busy *gpu_busy__start(struct event_base *base, const char *exe,
-				 const char *const *args, bool give_way);
+				 const char *const *args, bool give_way, bool on_demand);
+/*
+ * On demand, every tick: starts the child while some GPU's sole process
+ * (NVML's fresh lists) does not have every CUDA record collected
+ * (complete(ctx, pid) false: duty-cycled, or no library), and stops it
+ * once none has for 30 s. Records collected in full give that process a
+ * complete busy timeline already; the monitors would cost the node a
+ * decode thread's CPU and CUPTI's memory for nothing, and keep them from
+ * Nsight Compute and DCGM.
+ */
+void gpu_busy__steer(struct gpu_busy *g, struct gpu_poller *poller,
+		     bool (*complete)(void *ctx, uint32_t pid), void *ctx, int64_t now_ns);
 /*
  * Hands the spans whose process is known to cp's batch, and the kernels
  * the monitors counted inside them to scale (may be NULL): every tick, and

@@ -44,8 +44,10 @@ static const struct {
 "                       monitors (CUPTI PM sampling, in a child process),\n"
 "                       complete where CUDA records are duty-cycled. The\n"
 "                       monitors serve one tool at a time: auto (default)\n"
-"                       gives them up while DCGM's host engine runs; on keeps\n"
-"                       them; off leaves them to others (Nsight Compute)\n" },
+"                       samples them only while a process alone on a GPU\n"
+"                       does not have every CUDA record collected, and gives\n"
+"                       them up while DCGM's host engine runs; on keeps them;\n"
+"                       off leaves them to others (Nsight Compute)\n" },
 	{ { "no-cpu-strips", no_argument, NULL, OPT_NO_CPU_STRIPS },
 "  --no-cpu-strips      do not record when each CPU was busy (sched_switch)\n" },
 	{ { "no-off-cpu", no_argument, NULL, OPT_NO_OFFCPU },

@@ -359,6 +359,19 @@ API CUptiResult cuptiPmSamplingCounterDataImageInitialize(CUpti_PmSampling_Count
 	return CUPTI_SUCCESS;
 }
 
+/* FAKE_PM_DISPATCH_FILE's counter, mapped once; NULL: none. */
+static uint64_t *_dispatch_file(void)
+{
+	static uint64_t *counter;
+	static int tried;
+
+	if (!tried) {
+		tried = 1;
+		counter = fake_dispatch_counter("FAKE_PM_DISPATCH_FILE");
+	}
+	return counter;
+}
+
 API CUptiResult cuptiPmSamplingStart(CUpti_PmSampling_Start_Params *p)
 {
 	struct CUpti_PmSampling_Object *o;
@@ -373,6 +386,9 @@ API CUptiResult cuptiPmSamplingStart(CUpti_PmSampling_Start_Params *p)
 	o->broken = 0;
 	o->t0 = fake_cupti_now();
 	o->next = 0;
+	/* Kernels before sampling started are no sample's. */
+	if (_dispatch_file())
+		o->dispatch_seen = __atomic_load_n(_dispatch_file(), __ATOMIC_RELAXED);
 	return CUPTI_SUCCESS;
 }
 
@@ -441,15 +457,10 @@ static double _busy_fraction(uint64_t t0, uint64_t a, uint64_t b)
  */
 static void _count_dispatches(struct CUpti_PmSampling_Object *o, struct image_rec *r, uint32_t n)
 {
-	static uint64_t *counter;
-	static int tried;
+	uint64_t *counter = _dispatch_file();
 	double edge_ns = getenv("FAKE_PM_EDGE_NS") ? atof(getenv("FAKE_PM_EDGE_NS")) : 285;
 	uint64_t now, delta;
 
-	if (!tried) {
-		tried = 1;
-		counter = fake_dispatch_counter("FAKE_PM_DISPATCH_FILE");
-	}
 	if (!counter || !n)
 		return;
 	now = __atomic_load_n(counter, __ATOMIC_RELAXED);

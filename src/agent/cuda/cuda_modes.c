@@ -81,6 +81,13 @@ bool cuda_modes__duty_cycled(const struct cuda_modes *ms, uint32_t pid)
 	return m && !m->all;
 }
 
+bool cuda_modes__complete(const struct cuda_modes *ms, uint32_t pid)
+{
+	const struct cuda_mode *m = _find(ms, pid);
+
+	return m && m->all;
+}
+
 void cuda_modes__forget(struct cuda_modes *ms, uint32_t pid)
 {
 	struct cuda_mode *m = _find(ms, pid);

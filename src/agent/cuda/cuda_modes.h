@@ -34,6 +34,8 @@ void cuda_modes__update(struct cuda_modes *ms, uint32_t pid, const struct fw_cud
 void cuda_modes__forget(struct cuda_modes *ms, uint32_t pid);
 /* Whether pid's library said it duty-cycles its records (false: unknown or every one). */
 bool cuda_modes__duty_cycled(const struct cuda_modes *ms, uint32_t pid);
+/* Whether pid's library said it collects every record (false: unknown or duty-cycled). */
+bool cuda_modes__complete(const struct cuda_modes *ms, uint32_t pid);
 void cuda_modes__count(const struct cuda_modes *ms, uint32_t *all, uint32_t *duty_cycled);
 void cuda_modes__free(struct cuda_modes *ms);
 

@@ -1123,6 +1123,11 @@ struct dispatch_scale *cuda_tracker__dispatch_scale(struct cuda_tracker *t)
 	return t ? t->scale : NULL;
 }
 
+bool cuda_tracker__records_complete(const struct cuda_tracker *t, uint32_t pid)
+{
+	return t && cuda_modes__complete(&t->modes, pid);
+}
+
 void cuda_tracker__report(struct cuda_tracker *t)
 {
 	uint64_t c[FW_CUDA_STAT_MAX];

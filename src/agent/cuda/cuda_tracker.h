@@ -127,6 +127,8 @@ void cuda_tracker__stats(const struct cuda_tracker *t, struct cuda_tracker_stats
  * NULL for NULL.
  */
 struct dispatch_scale *cuda_tracker__dispatch_scale(struct cuda_tracker *t);
+/* Whether pid's library said it collects every record (false: unknown or duty-cycled). */
+bool cuda_tracker__records_complete(const struct cuda_tracker *t, uint32_t pid);
 /* Logs the join's and the probes' counters (info), losses (warn). */
 void cuda_tracker__report(struct cuda_tracker *t);
 
