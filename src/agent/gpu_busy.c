@@ -91,6 +91,7 @@ struct gpu_busy {
 	bool on_demand;			/* run only while a GPU's sole process needs it */
 	bool parked;			/* stopped, or not started: none needs it */
 	int64_t unneeded_since;		/* Unix ns; 0: needed now (or never decided) */
+	int64_t park_after_ns;
 	struct event *dcgm_ev;
 	struct busy_dev dev[MAX_DEVICES];
 	struct gpu_busy_stats st;
@@ -554,6 +555,10 @@ struct gpu_busy *gpu_busy__start(struct event_base *base, const char *exe,
 		return g;
 	}
 	g->on_demand = g->parked = on_demand;
+	g->park_after_ns = PARK_AFTER_NS;
+	/* A testing knob, as for DCGM's checks. */
+	if (getenv("FLAMEWATCH_GPU_BUSY_PARK_MS") && atoi(getenv("FLAMEWATCH_GPU_BUSY_PARK_MS")) > 0)
+		g->park_after_ns = atoi(getenv("FLAMEWATCH_GPU_BUSY_PARK_MS")) * 1000000LL;
 	if (on_demand)
 		return g;	/* gpu_busy__steer() starts it */
 	err = -_spawn(g);
@@ -629,7 +634,7 @@ void gpu_busy__steer(struct gpu_busy *g, struct gpu_poller *poller,
 		g->unneeded_since = now_ns;
 		return;
 	}
-	if (now_ns - g->unneeded_since < PARK_AFTER_NS)
+	if (now_ns - g->unneeded_since < g->park_after_ns)
 		return;
 	g->parked = true;
 	g->st.parks++;

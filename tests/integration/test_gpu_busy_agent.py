@@ -308,3 +308,29 @@ def test_the_childs_periods_can_be_set_for_a_benchmark(flamewatch, fakes, tmp_pa
                                r"own monitors every 250 us", 30), srv.describe()
     finally:
         ps.close_all()
+
+
+def test_the_child_runs_while_a_process_needs_it(flamewatch, fakes, tmp_path):
+    """--gpu-busy auto: the child starts when NVML names a process alone
+    on a GPU that has no CUDA records collected (here one that never loads
+    the library), stops once no GPU has needed it for the park delay (1 s
+    here, 30 s by default), and starts again when one does."""
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    values = tmp_path / "nvml-values"
+    try:
+        work = ps.start(_spin(30), "spin")
+        named = f"proc 0 {work.pid} 50 10 1000000\n"
+        srv = _run(ps, flamewatch, tmp_path, port, named,
+                   env_extra={"FLAMEWATCH_GPU_BUSY_PARK_MS": "1000", "FAKE_NVML_RELOAD": "1"})
+        assert srv.wait_output(r"starting gpu-busy: pid %d, alone on GPU 0" % work.pid, 30), \
+            srv.describe()
+        assert srv.wait_output(r"GPU busy timeline: device 0 \(GPU-", 30), srv.describe()
+        values.write_text("gpu0.util 50\ngpu0.mem_util 10\n")      # the process left the GPU
+        assert srv.wait_output(r"gpu-busy stopped: no GPU's sole process needs the monitors", 30), \
+            srv.describe()
+        values.write_text("gpu0.util 50\ngpu0.mem_util 10\n" + named)
+        assert srv.wait_output(r"(?s)needs the monitors.*starting gpu-busy: pid %d" % work.pid, 30), \
+            srv.describe()
+    finally:
+        ps.close_all()
