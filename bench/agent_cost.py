@@ -287,10 +287,8 @@ def held_map_bytes(pid):
 def inner_unwind_map_bytes(after_id, held):
     """Bytes of the unwind tables' inner maps, and the largest maps by name
     (those held and those inner maps)."""
-    out = subprocess.run(["bpftool", "map", "show", "-j"], capture_output=True, text=True)
-    try:
-        maps = json.loads(out.stdout)
-    except ValueError:
+    maps = bpftool_maps()
+    if maps is None:
         return None, []
     inner = [m for m in maps
              if m["id"] > after_id and m["id"] not in held and m.get("name", "").startswith("fw_unwind")]
@@ -301,12 +299,18 @@ def inner_unwind_map_bytes(after_id, held):
     return sum(m.get("bytes_memlock", 0) for m in inner), [(n, b >> 10) for b, n in top]
 
 
-def max_map_id():
-    out = subprocess.run(["bpftool", "map", "show", "-j"], capture_output=True, text=True)
+def bpftool_maps():
+    """Every BPF map on the host, or None without bpftool (the GPU node has
+    none: the agent's own log line then gives the unwind tables' size)."""
     try:
-        return max((m["id"] for m in json.loads(out.stdout)), default=0)
-    except ValueError:
-        return 0
+        out = subprocess.run(["bpftool", "map", "show", "-j"], capture_output=True, text=True)
+        return json.loads(out.stdout)
+    except (OSError, ValueError):
+        return None
+
+
+def max_map_id():
+    return max((m["id"] for m in bpftool_maps() or []), default=0)
 
 
 def offcpu_walks(port):
