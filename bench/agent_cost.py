@@ -258,16 +258,32 @@ def prog_ids(pid):
     return ids
 
 
-def bpf_progs(ids):
+def bpf_progs(ids, pid=None):
     """{id: (name, run_time_ns, run_cnt)} from `bpftool prog show` (bpf_stats);
-    a tail-called program's time is its caller's."""
-    out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True)
+    a tail-called program's time is its caller's. Without bpftool, from the
+    fdinfo of the program fds pid holds (no names there: the ids stand in)."""
     try:
+        out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True)
         progs = json.loads(out.stdout)
-    except ValueError:
-        return {}
+    except (OSError, ValueError):
+        progs = _fdinfo_progs(pid) if pid else []
     return {p["id"]: (p.get("name", "?"), p.get("run_time_ns", 0), p.get("run_cnt", 0))
             for p in progs if p["id"] in ids}
+
+
+def _fdinfo_progs(pid):
+    progs = {}
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            text = open(f"/proc/{pid}/fdinfo/{fd}").read()
+        except OSError:
+            continue
+        f = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        if "prog_id" in f and "run_time_ns" in f:
+            i = int(f["prog_id"])
+            progs[i] = {"id": i, "name": f"prog {i} ({f.get('prog_type', '?').strip()})",
+                        "run_time_ns": int(f["run_time_ns"]), "run_cnt": int(f.get("run_cnt", 0))}
+    return list(progs.values())
 
 
 def held_map_bytes(pid):
@@ -414,7 +430,7 @@ def run_agents(specs, a, out):
             pid = r["p"].pid
             r["ids"] = prog_ids(pid)
             r["w0"] = offcpu_walks(r["mport"]) if r["mport"] else None
-            r["c0"], r["b0"], r["s0"] = tree_cpu_s(pid), bpf_progs(r["ids"]), ctx_switches(pid)
+            r["c0"], r["b0"], r["s0"] = tree_cpu_s(pid), bpf_progs(r["ids"], pid), ctx_switches(pid)
             r["own0"] = tree_cpu_s(pid, own=True)
         t0 = time.monotonic()
         time.sleep(a.seconds)
@@ -422,7 +438,7 @@ def run_agents(specs, a, out):
         for r in runs:
             pid = r["p"].pid
             r["own1"] = tree_cpu_s(pid, own=True)
-            c1, b1, s1 = tree_cpu_s(pid), bpf_progs(r["ids"]), ctx_switches(pid)
+            c1, b1, s1 = tree_cpu_s(pid), bpf_progs(r["ids"], pid), ctx_switches(pid)
             w1 = offcpu_walks(r["mport"]) if r["mport"] else None
             b0, w0 = r["b0"], r["w0"]
             per_prog = sorted(((v[1] - b0[k][1], v[2] - b0[k][2], v[0]) for k, v in b1.items() if k in b0),
