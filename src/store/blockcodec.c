@@ -394,6 +394,8 @@ static int _reserve_idx(struct blockcodec *c, uint32_t n)
 	int64_t *delta;
 	struct cpu_state *cpus;
 
+	if (!n)
+		n = 1;	/* no arithmetic on a NULL array, even of zero */
 	if (n <= c->cap_idx)
 		return 0;
 	idx = realloc(c->idx, (size_t)n * 3 * sizeof(*idx));
