@@ -9,11 +9,15 @@
  * Encodings of the two kinds of blob the stores keep.
  *
  * A sample block holds the samples of one series over a short time span,
- * column by column (timestamp deltas, stacks, threads, CPUs, types, values),
- * each column varint-encoded and the whole zstd-compressed. Stacks and
- * threads go through a block-local dictionary ordered by frequency, so the
- * common ones cost one byte before compression. Samples come back in the
- * order they were given.
+ * column by column (CPUs, timestamps, stacks, threads, types, values), each
+ * column varint-encoded and the whole zstd-compressed. Stacks, threads and
+ * CPUs go through a block-local dictionary ordered by frequency, so the
+ * common ones cost one byte before compression. A timestamp is a whole
+ * number of the block's sampling period and a residual since the previous
+ * sample on its CPU, in microseconds where every timestamp of the block is
+ * a whole microsecond (the codec is lossless: rounding is the caller's
+ * choice). Samples come back exactly as given, in the order given, sorted
+ * or not. Blocks of the first version, one delta per timestamp, still read.
  *
  * A rollup holds (stack, type, sum) triples, sorted by type then stack.
  *
