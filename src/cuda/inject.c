@@ -121,6 +121,16 @@ static struct {
 	uint64_t max_cost_ppm;		/* what every record may cost the process, per million */
 	int activity_all;		/* now: activity always on, only the callbacks duty-cycled */
 	uint64_t activity_switches;	/* between the two, by the launch rate */
+	/*
+	 * For the summary: when the last switch came (ms after subscribing)
+	 * and how many records had been read then, buffers CUPTI completed,
+	 * and whether the flush at exit was made (it is given up when CUPTI
+	 * holds the control thread).
+	 */
+	int64_t subscribed_ns, switch_ms;
+	uint64_t records_at_switch;
+	_Atomic uint64_t buffers_done;
+	int exit_flushed;
 	uint64_t rate_avg;		/* launches a second in windows, decaying mean */
 	int64_t cost_ppm;		/* every record's cost as measured, per million; -1: unknown */
 	int64_t cost_bound_ppm;		/* its upper bound: whole launch calls; -1: unknown */
@@ -591,6 +601,7 @@ static void CUPTIAPI _buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *
 		    G.api.ActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS)
 			G.stats.cupti_dropped += dropped;
 	}
+	atomic_fetch_add(&G.buffers_done, 1);
 	if (G.nfree < BUF_KEEP) {
 		G.free_bufs[G.nfree++] = buffer;
 		buffer = NULL;
@@ -854,7 +865,9 @@ static void _choose_activity(void)
 		return;
 	pthread_mutex_lock(&G.rec);
 	_set_exact(want);
+	G.records_at_switch = G.stats.records;
 	pthread_mutex_unlock(&G.rec);
+	G.switch_ms = (_now(CLOCK_MONOTONIC) - G.subscribed_ns) / 1000000;
 	G.activity_switches++;
 	if (!want && G.activity_on)
 		_activity_off_after_callbacks();	/* the tick turns it on again when wanted */
@@ -983,6 +996,7 @@ static void _subscribe(int64_t now)
 	}
 	if (G.api.EnableDomain)
 		G.api.EnableDomain(1, G.sub, CUPTI_CB_DOMAIN_STATE);
+	G.subscribed_ns = _now(CLOCK_MONOTONIC);
 	_update_offset();
 	G.slot = 0;
 	G.mode_told = 0;
@@ -1248,6 +1262,11 @@ static void _write_summary(void)
 		G.activity_all, (unsigned long long)G.activity_switches,
 		(unsigned long long)G.rate_avg,
 		(unsigned long long)G.stats.outside);
+	fprintf(f, ",\"switch_ms\":%lld,\"records_at_switch\":%llu,\"buffers_done\":%llu"
+		   ",\"exit_flushed\":%d",
+		(long long)(G.activity_switches ? G.switch_ms : -1),
+		(unsigned long long)G.records_at_switch,
+		(unsigned long long)atomic_load(&G.buffers_done), G.exit_flushed);
 	{
 		int64_t call = -1, own = -1, per = fwc_cost_per_record(&G.cost, &call, &own);
 
@@ -1310,6 +1329,7 @@ static void _at_exit(void)
 		pthread_mutex_lock(&G.rec);
 		fwc_carry_flush(&G.names, &G.batch, atomic_load(&G.offset_ns), &G.stats);
 		pthread_mutex_unlock(&G.rec);
+		G.exit_flushed = 1;
 	}
 	atomic_store(&G.inert, 1);
 	pthread_mutex_unlock(&G.ctl);
