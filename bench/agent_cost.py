@@ -271,14 +271,19 @@ def bpf_progs(ids, pid=None):
             for p in progs if p["id"] in ids}
 
 
-def _fdinfo_progs(pid):
-    progs = {}
+def fdinfos(pid):
+    """The fdinfo of each of pid's open files, as {field: text}."""
     for fd in os.listdir(f"/proc/{pid}/fdinfo"):
         try:
             text = open(f"/proc/{pid}/fdinfo/{fd}").read()
         except OSError:
             continue
-        f = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        yield dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
+def _fdinfo_progs(pid):
+    progs = {}
+    for f in fdinfos(pid):
         if "prog_id" in f and "run_time_ns" in f:
             i = int(f["prog_id"])
             progs[i] = {"id": i, "name": f"prog {i} ({f.get('prog_type', '?').strip()})",
@@ -288,12 +293,7 @@ def _fdinfo_progs(pid):
 
 def held_map_bytes(pid):
     total, seen = 0, set()
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            text = open(f"/proc/{pid}/fdinfo/{fd}").read()
-        except OSError:
-            continue
-        f = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    for f in fdinfos(pid):
         if "map_id" in f and "memlock" in f and int(f["map_id"]) not in seen:
             seen.add(int(f["map_id"]))
             total += int(f["memlock"])
