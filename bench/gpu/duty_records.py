@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Where a duty-cycled run's records go (issue 25): the library summaries of
+cuda_overhead.py's runs, one row each.
+
+On an H100, two tiny-loop runs of five lost most of their windows' records
+after the switch from every record to duty-cycled ones: launches were seen
+in the windows, but almost none of their records arrived, and the GPU time
+came out 92-99 % short. This prints, per run, what the summary says about
+it: launches seen and their estimate, records read (kept, carried from
+unkept window launches, outside any window), when the switch came and how
+many records had been read by then, the CUPTI buffers completed, whether
+the flush at exit was made, and the GPU time a step.
+
+    sudo OUT=/tmp/dr python3 bench/gpu/cuda_overhead.py --workloads tiny \\
+        --modes fw,fw-est --repeats 4 --seconds 8 --build build
+    python3 bench/gpu/duty_records.py /tmp/dr/cuda_overhead.json [--ref NS_PER_STEP]
+
+--ref: torch.profiler's kernel ns a step for the same workload, to print
+each run's GPU time against it.
+"""
+
+import argparse
+import json
+
+COLUMNS = ("launches_seen", "launch_weight", "records", "kept", "carried", "outside", "unsampled",
+           "activity_switches", "switch_ms", "records_at_switch", "buffers_done", "exit_flushed",
+           "cupti_dropped", "refused_buffers")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("json", help="cuda_overhead.json of the runs")
+    ap.add_argument("--ref", type=float, help="reference kernel ns a step (torch.profiler)")
+    a = ap.parse_args()
+    runs = json.load(open(a.json))
+    print("| mode | steps | " + " | ".join(COLUMNS) + " | kernel ns a step |"
+          + (" against ref |" if a.ref else ""))
+    print("|---" * (len(COLUMNS) + 3 + bool(a.ref)) + "|")
+    for r in runs:
+        s = r.get("fw_summary")
+        if not s or not r.get("steps"):
+            continue
+        per_step = s.get("kernel_ns", 0) / r["steps"]
+        cells = [str(s.get(k, "-")) for k in COLUMNS]
+        line = f"| {r.get('mode')} | {r['steps']} | " + " | ".join(cells) + f" | {per_step:,.0f} |"
+        if a.ref:
+            line += f" {100 * (per_step / a.ref - 1):+.1f} % |"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
