@@ -693,7 +693,7 @@ void gpu_busy__drain(struct gpu_busy *g, struct cpu_profile *cp, struct gpu_poll
 				g->st.cover_spans++;
 			if (s->kind == GPU_COVERAGE && s->dispatches != NOT_COUNTED)
 				dispatch_scale__counted(scale, pid, (uint32_t)i, s->start, s->end,
-							s->dispatches);
+							s->dispatches, now_ns);
 		}
 		d->npending = keep;
 	}

@@ -24,6 +24,11 @@
 #define FACTOR_MIN	0.5
 #define FACTOR_MAX	2.0
 #define MAX_PROCS	256
+/*
+ * A time further ahead of now than this is not believed: it would take the
+ * slot of seconds still to come, which a later second then could not have.
+ */
+#define AHEAD_NS	(5 * SEC_NS)
 
 struct second {
 	int64_t sec;		/* Unix second; -1: unused */
@@ -141,12 +146,12 @@ static bool _device(struct dispatch_scale *s, struct proc *p, int64_t *have, uin
 }
 
 void dispatch_scale__counted(struct dispatch_scale *s, uint32_t pid, uint32_t dev,
-			     int64_t start_ns, int64_t end_ns, uint64_t n)
+			     int64_t start_ns, int64_t end_ns, uint64_t n, int64_t now_ns)
 {
 	struct proc *p;
 
-	if (!s || end_ns <= start_ns || start_ns < 0 || !(p = _get(s, pid)) ||
-	    !_device(s, p, &p->hw_dev, dev))
+	if (!s || end_ns <= start_ns || start_ns < 0 || end_ns > now_ns + AHEAD_NS ||
+	    !(p = _get(s, pid)) || !_device(s, p, &p->hw_dev, dev))
 		return;
 	/* Spread over the seconds the range covers, in proportion. */
 	for (int64_t t = start_ns; t < end_ns;) {
@@ -224,7 +229,8 @@ uint32_t dispatch_scale__record(struct dispatch_scale *s, uint32_t pid, uint32_t
 
 	if (!weight)
 		weight = 1;
-	if (!s || end_ns <= 0 || !(p = _get(s, pid)) || !_device(s, p, &p->rec_dev, dev))
+	if (!s || end_ns <= 0 || end_ns > now_ns + AHEAD_NS || !(p = _get(s, pid)) ||
+	    !_device(s, p, &p->rec_dev, dev))
 		return weight;
 	x = _second(s, p, end_ns / SEC_NS);
 	if (x) {

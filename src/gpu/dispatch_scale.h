@@ -49,9 +49,10 @@ void dispatch_scale__free(struct dispatch_scale *s);
 /*
  * The monitors of GPU dev counted n kernels dispatched over [start_ns,
  * end_ns), a range they covered, while NVML named pid alone on that GPU.
+ * Times more than a few seconds past now_ns (Unix) are not believed.
  */
 void dispatch_scale__counted(struct dispatch_scale *s, uint32_t pid, uint32_t dev,
-			     int64_t start_ns, int64_t end_ns, uint64_t n);
+			     int64_t start_ns, int64_t end_ns, uint64_t n, int64_t now_ns);
 
 /*
  * A kernel record of pid that ended at end_ns on the process's device

@@ -33,7 +33,8 @@ static uint64_t _second(struct dispatch_scale *s, int64_t sec, double launches, 
 		int64_t a = start + i * SEC / 10, b = a + (int64_t)(SEC / 10 * covered);
 
 		if (b > a)
-			dispatch_scale__counted(s, pid, 0, a, b, (uint64_t)(launches / 10 * covered));
+			dispatch_scale__counted(s, pid, 0, a, b, (uint64_t)(launches / 10 * covered),
+						start + SEC + SEC / 2);
 	}
 	/* The records of the second, handed over 0.5 s after it. */
 	for (uint32_t i = 0; i < records; i++)
@@ -167,16 +168,36 @@ static void test_late_counts_of_a_second_used_are_ignored(void **state)
 	f = dispatch_scale__factor(s, PID);
 	/* A second already used, counted again, must not count twice. */
 	for (int i = 0; i < 100; i++)
-		dispatch_scale__counted(s, PID, 0, T0 + 10 * SEC, T0 + 11 * SEC, 900000);
+		dispatch_scale__counted(s, PID, 0, T0 + 10 * SEC, T0 + 11 * SEC, 900000, T0 + 40 * SEC);
 	dispatch_scale__record(s, PID, 0, T0 + 30 * SEC, D, true, T0 + 40 * SEC);
 	assert_true(fabs(dispatch_scale__factor(s, PID) - f) < 0.01);
 	/* Hostile ranges: empty, reversed, before 1970. */
-	dispatch_scale__counted(s, PID, 0, T0, T0, 5);
-	dispatch_scale__counted(s, PID, 0, T0 + 1, T0, 5);
-	dispatch_scale__counted(s, PID, 0, -SEC, SEC, 5);
+	dispatch_scale__counted(s, PID, 0, T0, T0, 5, T0);
+	dispatch_scale__counted(s, PID, 0, T0 + 1, T0, 5, T0);
+	dispatch_scale__counted(s, PID, 0, -SEC, SEC, 5, T0);
 	assert_int_equal(dispatch_scale__record(s, PID, 0, -1, 7, true, T0), 7);
 	assert_int_equal(dispatch_scale__record(NULL, PID, 0, T0, 0, true, T0), 1);
 	dispatch_scale__free(s);
+}
+
+static void test_times_far_ahead_take_no_second(void **state)
+{
+	struct dispatch_scale *a = dispatch_scale__new(), *b = dispatch_scale__new();
+	struct dispatch_scale_stats sa, sb;
+
+	/* b also hears of a record and counts an hour ahead (a clock gone wrong). */
+	dispatch_scale__record(b, PID, 0, T0 + 3600 * SEC, D, true, T0);
+	dispatch_scale__counted(b, PID, 0, T0 + 3600 * SEC, T0 + 3601 * SEC, 5, T0);
+	for (int sec = 0; sec < 40; sec++) {
+		_second(a, sec, 90000, 0.9, 1.0, true, PID, 0);
+		_second(b, sec, 90000, 0.9, 1.0, true, PID, 0);
+	}
+	dispatch_scale__stats(a, &sa);
+	dispatch_scale__stats(b, &sb);
+	assert_int_equal(sb.seconds_used, sa.seconds_used);
+	assert_true(fabs(dispatch_scale__factor(b, PID) - dispatch_scale__factor(a, PID)) < 1e-9);
+	dispatch_scale__free(a);
+	dispatch_scale__free(b);
 }
 
 static void test_many_processes_evict_the_stalest(void **state)
@@ -185,7 +206,8 @@ static void test_many_processes_evict_the_stalest(void **state)
 
 	/* Processes NVML names alone, one after another, that never load the library. */
 	for (uint32_t pid = 1; pid <= 1000; pid++)
-		dispatch_scale__counted(s, pid, 0, T0 + pid * SEC, T0 + pid * SEC + SEC, 100);
+		dispatch_scale__counted(s, pid, 0, T0 + pid * SEC, T0 + pid * SEC + SEC, 100,
+					T0 + pid * SEC + SEC);
 	for (int sec = 1000; sec < 1030; sec++)
 		_second(s, sec, 90000, 0.9, 1.0, true, PID, 0);
 	assert_true(fabs(dispatch_scale__factor(s, PID) - 1 / 0.9) < 0.01);
@@ -203,6 +225,7 @@ int main(void)
 		cmocka_unit_test(test_counts_not_the_process_alone_are_not_believed),
 		cmocka_unit_test(test_a_library_that_stopped_collecting_does_not_inflate),
 		cmocka_unit_test(test_late_counts_of_a_second_used_are_ignored),
+		cmocka_unit_test(test_times_far_ahead_take_no_second),
 		cmocka_unit_test(test_many_processes_evict_the_stalest),
 	};
 
