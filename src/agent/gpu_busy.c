@@ -29,6 +29,7 @@
 #include "agent/cpu_profile.h"
 #include "agent/gpu_busy.h"
 #include "common/batch.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "gpu/dispatch_scale.h"
 #include "gpu/nvml.h"
@@ -96,14 +97,6 @@ struct gpu_busy {
 	struct busy_dev dev[MAX_DEVICES];
 	struct gpu_busy_stats st;
 };
-
-static int64_t _unix_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static void _push(struct busy_dev *d, const struct span *s, struct gpu_busy_stats *st)
 {
@@ -228,7 +221,7 @@ static struct busy_dev *_device(struct gpu_busy *g, const char *idx)
 static void _line(struct gpu_busy *g, char *line)
 {
 	char *tok[8] = { 0 }, *save = NULL, *rest = NULL;
-	int64_t now = _unix_ns();
+	int64_t now = clock__unix_ns();
 	struct busy_dev *d;
 	uint64_t a, b, idle, disp;
 	size_t n = 0;
@@ -571,14 +564,19 @@ fail:
 	return NULL;
 }
 
+/* Whether NVML's lists of the GPU still say who is on it. */
+static bool _fresh(const struct nvml_occupant *occ, int64_t now)
+{
+	return occ->lists_ns && now - occ->lists_ns <= LISTS_FRESH_NS;
+}
+
 /* The process alone on the GPU named uuid, per NVML's fresh lists; 0: none. */
 static unsigned int _owner(const struct nvml_occupant *occ, size_t nocc, const char *uuid,
 			   int64_t now)
 {
 	for (size_t i = 0; i < nocc; i++)
 		if (!strcmp(occ[i].uuid, uuid))
-			return occ[i].lists_ns && now - occ[i].lists_ns <= LISTS_FRESH_NS ?
-			       occ[i].sole_pid : 0;
+			return _fresh(&occ[i], now) ? occ[i].sole_pid : 0;
 	return 0;
 }
 
@@ -593,7 +591,7 @@ static unsigned int _needed(const struct nvml_occupant *occ, size_t nocc,
 			    unsigned int *gpu)
 {
 	for (size_t i = 0; i < nocc; i++) {
-		if (!occ[i].sole_pid || !occ[i].lists_ns || now - occ[i].lists_ns > LISTS_FRESH_NS)
+		if (!occ[i].sole_pid || !_fresh(&occ[i], now))
 			continue;
 		if (!complete || !complete(ctx, occ[i].sole_pid)) {
 			*gpu = occ[i].index;
