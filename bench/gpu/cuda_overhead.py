@@ -46,6 +46,12 @@ still measure it where its bound is over 100 %). Every run's library
 summary gives the cost it measured and the mode it chose (a table after
 the others).
 
+A mode with -pm in it runs `flamewatch gpu-busy` (the GPU's monitors
+sampled by another process, as the agent's child does) beside the worker;
+one with -cf in it sets FLAMEWATCH_CUDA_CLOSE_FLUSH=1 (a forced flush of
+CUPTI's buffers as each window closes). Both look for where duty-cycled
+records go missing (bench/gpu/duty_records.py).
+
 A mode with -dN or -wN appended (fw-d40, fw-agent-d40-w10) runs with
 FLAMEWATCH_CUDA_DUTY_CYCLE=N or FLAMEWATCH_CUDA_WINDOW_MS=N instead of the
 defaults, to see how the overhead falls with the duty cycle.
@@ -345,21 +351,39 @@ def run_one(mode, workload, a, fw, logdir, agent_port):
             ab_file = Path(logdir) / f"listen-{os.getpid()}"
             env["FLAMEWATCH_CUDA_LISTEN_FILE"] = str(ab_file)
             cmd += ["--ab-file", str(ab_file), "--ab-phase-s", str(a.ab_phase_s)]
+        if "-cf" in mode:
+            env["FLAMEWATCH_CUDA_CLOSE_FLUSH"] = "1"
         for key, n in re.findall(r"-([dw])([0-9]+)", mode):
             env["FLAMEWATCH_CUDA_DUTY_CYCLE" if key == "d" else "FLAMEWATCH_CUDA_WINDOW_MS"] = n
     if a.pin:
         cmd = ["taskset", "-c", a.pin] + cmd
+    beside = None
+    if "-pm" in mode:
+        # The GPU's monitors sampled by another process, as the agent's
+        # gpu-busy child does, without an agent: does it change what CUPTI
+        # traces in the worker?
+        beside = subprocess.Popen([str(fw), "gpu-busy"] + (["--cupti", a.cupti] if a.cupti else []),
+                                  stdin=subprocess.PIPE,
+                                  stdout=open(os.path.join(logdir, f"{mode}-{workload}.busy.log"), "a"),
+                                  stderr=subprocess.STDOUT)
+        time.sleep(2)
     t0 = time.time()
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True,
                            timeout=a.seconds + a.warmup_s + 90)
     except subprocess.TimeoutExpired as e:
+        if beside:
+            beside.stdin.close()
+            beside.wait()
         # One stuck run (torch.profiler on the tiny loop, once on the H200)
         # must not cost the table of all the others.
         with open(os.path.join(logdir, f"{mode}-{workload}.log"), "a") as f:
             f.write(f"$ {' '.join(cmd)}\ntimed out after {e.timeout:.0f}s\n{e.stdout or ''}\n{e.stderr or ''}\n")
         return None
     t1 = time.time()
+    if beside:
+        beside.stdin.close()   # gpu-busy stops on EOF
+        beside.wait()
     with open(os.path.join(logdir, f"{mode}-{workload}.log"), "a") as f:
         f.write(f"$ {' '.join(cmd)}\nrc={p.returncode} wall={t1 - t0:.1f}s\n{p.stdout}\n{p.stderr}\n")
     res = None

@@ -24,13 +24,16 @@ import json
 
 COLUMNS = ("launches_seen", "launch_weight", "records", "kept", "carried", "outside", "unsampled",
            "activity_switches", "switch_ms", "records_at_switch", "buffers_done", "exit_flushed",
-           "cupti_dropped", "refused_buffers")
+           "exit_records", "buffer_errors", "cupti_dropped", "refused_buffers")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("json", help="cuda_overhead.json of the runs")
     ap.add_argument("--ref", type=float, help="reference kernel ns a step (torch.profiler)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="a row per run under it: per second, launches seen / records (of "
+                         "window launches) / buffers")
     a = ap.parse_args()
     runs = json.load(open(a.json))
     print("| mode | steps | " + " | ".join(COLUMNS) + " | kernel ns a step |"
@@ -46,6 +49,10 @@ def main():
         if a.ref:
             line += f" {100 * (per_step / a.ref - 1):+.1f} % |"
         print(line)
+        if a.timeline and s.get("timeline"):
+            # second: launches seen in windows / records read (of window launches) / buffers
+            print("|   | " + ", ".join(f"{t[0]}s {t[1]}/{t[2]}({t[3]})/{t[4]}" for t in s["timeline"])
+                  + " |")
 
 
 if __name__ == "__main__":

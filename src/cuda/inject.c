@@ -95,6 +95,7 @@ __extension__ volatile unsigned short flamewatch_name_semaphore
 #define RETRY_NS	5000000000LL	/* retry a refused subscription */
 #define CARRY_FLUSH_SLOTS 1000		/* windows between flushes of the carries (activity_all) */
 #define COVER_EMIT_NS	1000000000LL	/* coverage goes out at least this often */
+#define TIMELINE_SECONDS 128		/* the summary's seconds; later ones add to the last */
 
 
 
@@ -131,6 +132,18 @@ static struct {
 	uint64_t records_at_switch;
 	_Atomic uint64_t buffers_done;
 	int exit_flushed;
+	uint64_t exit_records;		/* records read by the flush at exit */
+	uint64_t buffer_errors;		/* buffers whose reading stopped on an error */
+	int last_buffer_error;
+	int close_flush;		/* FLAMEWATCH_CUDA_CLOSE_FLUSH: forced flush as a window closes */
+	/*
+	 * Per second since subscribing, for the summary: launches the windows
+	 * saw, records read, of which of launches seen in a window, buffers
+	 * completed. Where records go missing, this says from when.
+	 */
+	struct {
+		uint32_t seen, records, windowed, buffers;
+	} timeline[TIMELINE_SECONDS];
 	uint64_t rate_avg;		/* launches a second in windows, decaying mean */
 	int64_t cost_ppm;		/* every record's cost as measured, per million; -1: unknown */
 	int64_t cost_bound_ppm;		/* its upper bound: whole launch calls; -1: unknown */
@@ -268,6 +281,14 @@ static int64_t _now(clockid_t c)
 
 	clock_gettime(c, &ts);
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The summary's timeline slot of now: seconds since subscribing. */
+static uint32_t _second(void)
+{
+	int64_t s = (_now(CLOCK_MONOTONIC) - G.subscribed_ns) / 1000000000LL;
+
+	return s < 0 ? 0 : s >= TIMELINE_SECONDS ? TIMELINE_SECONDS - 1 : (uint32_t)s;
 }
 
 static uint64_t _env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max)
@@ -585,14 +606,22 @@ static void CUPTIAPI _buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *
 	if (!atomic_load(&G.inert)) {
 		int64_t cpu = _now(CLOCK_THREAD_CPUTIME_ID), start;
 		int waits = !!atomic_load(&G.cover_wait_from);
-		uint32_t after = atomic_load(&G.cover_after_corr), corr;
-		uint64_t n = G.stats.records;
+		uint32_t after = atomic_load(&G.cover_after_corr), corr, sec = _second();
+		uint64_t n = G.stats.records, win = G.stats.kept + G.stats.carried;
+		CUptiResult r;
 
-		while (G.api.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS && rec) {
+		while ((r = G.api.ActivityGetNextRecord(buffer, valid, &rec)) == CUPTI_SUCCESS && rec) {
 			if (waits && fwc_record_start(rec, offset, &corr, &start) && corr > after)
 				_fence(start);
 			fwc_record_add(rec, &G.weights, &G.names, offset, &G.batch, &G.stats);
 		}
+		if (r != CUPTI_SUCCESS && r != CUPTI_ERROR_MAX_LIMIT_REACHED) {
+			G.buffer_errors++;
+			G.last_buffer_error = (int)r;
+		}
+		G.timeline[sec].records += (uint32_t)(G.stats.records - n);
+		G.timeline[sec].windowed += (uint32_t)(G.stats.kept + G.stats.carried - win);
+		G.timeline[sec].buffers++;
 		fwc_busy_flush(&G.batch, offset, &G.stats);
 		fwc_batch_flush(&G.batch);
 		fwc_cost_own(&G.cost, (uint64_t)(_now(CLOCK_THREAD_CPUTIME_ID) - cpu),
@@ -765,6 +794,8 @@ static void _turn_off(void)
 	if (G.activity_all)
 		return;		/* activity stays on until nobody listens */
 	_activity_off_after_callbacks();
+	if (G.close_flush)
+		G.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 	_update_scale();
 }
 
@@ -1172,6 +1203,7 @@ static void _tick(void)
 			_turn_on();
 	} else if (G.on) {
 		G.last_window_seen = atomic_exchange(&G.window_seen, 0);
+		G.timeline[_second()].seen += (uint32_t)G.last_window_seen;
 		_turn_off();
 		_choose_activity();
 	}
@@ -1267,6 +1299,18 @@ static void _write_summary(void)
 		(long long)(G.activity_switches ? G.switch_ms : -1),
 		(unsigned long long)G.records_at_switch,
 		(unsigned long long)atomic_load(&G.buffers_done), G.exit_flushed);
+	fprintf(f, ",\"exit_records\":%llu,\"buffer_errors\":%llu,\"last_buffer_error\":%d"
+		   ",\"close_flush\":%d,\"timeline\":[",
+		(unsigned long long)G.exit_records, (unsigned long long)G.buffer_errors,
+		G.last_buffer_error, G.close_flush);
+	for (int i = 0, first = 1; i < TIMELINE_SECONDS; i++) {
+		if (!G.timeline[i].seen && !G.timeline[i].records && !G.timeline[i].buffers)
+			continue;
+		fprintf(f, "%s[%d,%u,%u,%u,%u]", first ? "" : ",", i, G.timeline[i].seen,
+			G.timeline[i].records, G.timeline[i].windowed, G.timeline[i].buffers);
+		first = 0;
+	}
+	fprintf(f, "]");
 	{
 		int64_t call = -1, own = -1, per = fwc_cost_per_record(&G.cost, &call, &own);
 
@@ -1323,8 +1367,16 @@ static void _at_exit(void)
 	if (G.subscribed) {
 		_probe_close();
 		_turn_off();
+		uint64_t before;
+
 		_update_scale();	/* the launches after the last window too */
+		pthread_mutex_lock(&G.rec);
+		before = G.stats.records;
+		pthread_mutex_unlock(&G.rec);
 		G.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+		pthread_mutex_lock(&G.rec);
+		G.exit_records = G.stats.records - before;
+		pthread_mutex_unlock(&G.rec);
 		_coverage(0);
 		pthread_mutex_lock(&G.rec);
 		fwc_carry_flush(&G.names, &G.batch, atomic_load(&G.offset_ns), &G.stats);
@@ -1376,6 +1428,7 @@ EXPORT int InitializeInjection(void)
 	G.exact_max_rate = _env_u64("FLAMEWATCH_CUDA_EXACT_MAX_RATE", 30000, 0, UINT32_MAX);
 	G.max_cost_ppm = _env_u64("FLAMEWATCH_CUDA_MAX_COST_PPM", 10000, 0, 1000000);
 	G.probe_every = _env_u64("FLAMEWATCH_CUDA_PROBE_GROUPS", 0, 0, 1000000);
+	G.close_flush = (int)_env_u64("FLAMEWATCH_CUDA_CLOSE_FLUSH", 0, 0, 1);
 	G.cost_ppm = G.cost_bound_ppm = -1;
 	if (G.count_all)
 		G.activity_all_cfg = 0;	/* counting is the other way to correct D */

@@ -272,6 +272,14 @@ def test_duty_cycle_estimates_totals(fakes, tmp_path):
     assert truth["recorded"] < 0.6 * (truth["launches"] + truth["memcpy_calls"]), "not duty-cycled"
     assert abs(s["kernel_ns"] - truth["kernel_ns"]) < 0.15 * truth["kernel_ns"], (s, truth)
     assert abs(s["launch_weight"] - truth["launches"]) < 0.15 * truth["launches"], (s, truth)
+    # The summary's timeline accounts for every record, buffer and launch seen.
+    tl = s["timeline"]
+    assert 0.5 * s["launches_seen"] < sum(t[1] for t in tl) <= \
+        truth["launches"] + truth["memcpy_calls"], (tl, s)
+    assert sum(t[2] for t in tl) == s["records"], (tl, s)
+    assert sum(t[3] for t in tl) == s["kept"] + s["carried"], (tl, s)
+    assert sum(t[4] for t in tl) == s["buffers_done"], (tl, s)
+    assert len(tl) >= 3 and s["exit_flushed"] == 1 and s["buffer_errors"] == 0, s
 
 
 def test_duty_cycle_slow_enable_keeps_totals(fakes, tmp_path):
