@@ -427,7 +427,15 @@ static void _child_gone(struct gpu_busy *g)
 			"its host engine runs (--gpu-busy on keeps them)\n");
 		return;
 	}
-	if (WIFEXITED(status) && (WEXITSTATUS(status) == 1 || WEXITSTATUS(status) == 2)) {
+	/* 2 is gpu-busy's usage error: the arguments, not the node, are at fault. */
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {
+		pr_warn("GPU busy timeline: gpu-busy refused its arguments (see its error above; "
+			"FLAMEWATCH_GPU_BUSY_ARGS?); busy time comes from CUDA activity records "
+			"and NVML only\n");
+		g->gave_up = true;
+		return;
+	}
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 1) {
 		pr_info("GPU busy timeline: no GPU's monitors can be sampled here; busy time comes "
 			"from CUDA activity records and NVML only\n");
 		g->gave_up = true;

@@ -310,6 +310,22 @@ def test_the_childs_periods_can_be_set_for_a_benchmark(flamewatch, fakes, tmp_pa
         ps.close_all()
 
 
+def test_arguments_the_child_refuses_are_reported_as_such(flamewatch, fakes, tmp_path):
+    """A mistyped FLAMEWATCH_GPU_BUSY_ARGS makes the child exit on its
+    usage error: the agent says its arguments were refused, not that the
+    node's GPUs cannot be sampled."""
+    ps = Procs(tmp_path / "logs")
+    port = free_port()
+    try:
+        work = ps.start(_spin(6), "spin")
+        srv = _run(ps, flamewatch, tmp_path, port, f"proc 0 {work.pid} 50 10 1000000\n",
+                   env_extra={"FLAMEWATCH_GPU_BUSY_ARGS": "--interval_us 250"})
+        assert srv.wait_output(r"gpu-busy refused its arguments", 30), srv.describe()
+        assert "no GPU's monitors can be sampled here" not in srv.text(), srv.describe()
+    finally:
+        ps.close_all()
+
+
 def test_the_child_runs_while_a_process_needs_it(flamewatch, fakes, tmp_path):
     """--gpu-busy auto: the child starts when NVML names a process alone
     on a GPU that has no CUDA records collected (here one that never loads
