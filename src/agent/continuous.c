@@ -13,6 +13,7 @@
 #include "agent/cpu_strips.h"
 #include "agent/gpu_busy.h"
 #include "common/batch.h"
+#include "common/clock.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "common/timeparse.h"
@@ -24,14 +25,6 @@ static uint64_t _mono_ns(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
-static uint64_t _unix_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
@@ -123,9 +116,9 @@ static void _on_tick(evutil_socket_t fd, short what, void *arg)
 	if (c->gpu && b)
 		_gpu_drain(c, b);
 	if (c->busy) {
-		gpu_busy__steer(c->busy, c->gpu, _records_complete, c, _unix_ns());
+		gpu_busy__steer(c->busy, c->gpu, _records_complete, c, (uint64_t)clock__unix_ns());
 		gpu_busy__drain(c->busy, collector__profile(c->collector), c->gpu,
-				collector__dispatch_scale(c->collector), _unix_ns(), false);
+				collector__dispatch_scale(c->collector), (uint64_t)clock__unix_ns(), false);
 	}
 	since = _mono_ns() - c->last_flush_ns;
 	if (since >= c->interval_ns || (b && b->nsamples >= c->max_samples) ||
@@ -215,7 +208,7 @@ int continuous__start(struct continuous *c, struct event_base *base,
 	c->max_samples = o->max_samples;
 	c->deliver = o->deliver;
 	c->ctx = o->ctx;
-	c->collector = collector__new(&co, _unix_ns());
+	c->collector = collector__new(&co, (uint64_t)clock__unix_ns());
 	if (!c->collector) {
 		fprintf(stderr, "flamewatch: error: cannot start the BPF sampler: %s\n",
 			strerror(errno));
@@ -335,7 +328,7 @@ void continuous__stop(struct continuous *c)
 
 		gpu_busy__stop(c->busy);	/* its last lines first */
 		gpu_busy__drain(c->busy, collector__profile(c->collector), c->gpu,
-				collector__dispatch_scale(c->collector), _unix_ns(), true);
+				collector__dispatch_scale(c->collector), (uint64_t)clock__unix_ns(), true);
 		gpu_busy__stats(c->busy, &st);
 		pr_info("GPU busy timeline: %llu busy and %llu coverage spans from the GPUs' monitors, "
 			"%llu with no sole process on their GPU, %llu bad lines; %llu kernels "

@@ -14,6 +14,7 @@
 #include "agent/continuous.h"
 #include "cmd/cmd.h"
 #include "common/batch.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/profile.h"
 #include "common/timeparse.h"
@@ -32,14 +33,6 @@ static void _usage(FILE *out)
 "kind of NVML query, per GPU per round. The PCIe counters and per-process\n"
 "utilisation are read every 5s and 1s as by the agent, or as given (0: every\n"
 "round). --process-query: as the agent's --gpu-process-query.\n");
-}
-
-static int64_t _unix_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 /* Per query kind: calls and CPU per GPU per round, and per call. */
@@ -158,7 +151,7 @@ int cmd_gpu(int argc, char **argv)
 		}
 		if (batch__reset(b))
 			goto out;
-		if (nvml__collect(n, b, _unix_ns()) < 0)
+		if (nvml__collect(n, b, clock__unix_ns()) < 0)
 			goto out;
 	}
 	for (uint32_t i = 0; i < b->nmetrics && !quiet; i++) {

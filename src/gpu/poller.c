@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "common/batch.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/profile.h"
 #include "gpu/nvml.h"
@@ -71,14 +72,6 @@ static uint32_t _copy_points(struct batch *dst, const struct batch *src, uint32_
 	return i;
 }
 
-static int64_t _unix_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static void _advance(struct timespec *next, uint64_t interval_ns)
 {
 	struct timespec now;
@@ -108,7 +101,7 @@ static void *_run(void *arg)
 
 		/* NVML without the lock: a round may take tens of ms per GPU. */
 		batch__reset(p->work);
-		rc = nvml__collect(p->nvml, p->work, _unix_ns());
+		rc = nvml__collect(p->nvml, p->work, clock__unix_ns());
 		if (rc < 0)
 			pr_warn("nvml: cannot record GPU metrics: %s\n", strerror(-rc));
 		pthread_mutex_lock(&p->lock);
