@@ -49,6 +49,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -482,7 +483,8 @@ def run_agents(specs, a, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--agent", action="append", required=True,
-                    help="NAME=BINARY [VAR=VALUE ...] [agent arguments ...]")
+                    help="NAME=BINARY [VAR=VALUE ...] [agent arguments ...], split as a shell "
+                         "would: quote a value with spaces ('VAR=a b')")
     ap.add_argument("--load", choices=("cpu", "torch"), default="cpu")
     ap.add_argument("--python", help="the load's interpreter (cpu: a pyenv 3.12; torch: python3)")
     ap.add_argument("--mode", choices=("agent", "run"), default="agent")
@@ -507,7 +509,7 @@ def main():
     runs = []
     for spec in a.agent:
         name, _, rest = spec.partition("=")
-        words = rest.split()
+        words = shlex.split(rest)     # 'KNOB=a value with spaces' quoted
         env = dict(w.split("=", 1) for w in words[1:] if re.match(r"^[A-Z_][A-Z0-9_]*=", w))
         extra = [w for w in words[1:] if not re.match(r"^[A-Z_][A-Z0-9_]*=", w)]
         runs.append((name, str(Path(words[0]).resolve()), env, extra))
