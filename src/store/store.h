@@ -249,6 +249,22 @@ int store_metric_fold__flush(struct store_metric_fold *f);
 #define STORE_TS_LIMIT	(INT64_MAX / 2)
 
 /*
+ * For backends: samples (of every type) are kept to the nearest
+ * microsecond, rounded at ingest before anything is derived from their
+ * timestamps, so that every backend answers alike. Below a microsecond a
+ * sample's timestamp is jitter, and whole microseconds store in fewer
+ * bytes. Intervals and metric points keep their nanoseconds. ts is in
+ * [0, STORE_TS_LIMIT), and so is the result.
+ */
+#define STORE_SAMPLE_TS_NS	1000
+static inline int64_t store__sample_ts(int64_t ts)
+{
+	int64_t r = (ts + STORE_SAMPLE_TS_NS / 2) / STORE_SAMPLE_TS_NS * STORE_SAMPLE_TS_NS;
+
+	return r < STORE_TS_LIMIT ? r : r - STORE_SAMPLE_TS_NS;
+}
+
+/*
  * For backends: a series as store__write() keeps it is b's labels of
  * series with node replacing any node label, sorted by name, and b's
  * period_ns (samples of one process at two -F rates are two series, so
