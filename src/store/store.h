@@ -10,7 +10,8 @@
  * the UI and the exporters ask of them. One interface, several backends
  * chosen by URI: SQLite (embedded, the default) and ClickHouse (scale-out).
  *
- * Time is Unix nanoseconds; windows are half open, [from, to). Every call
+ * Time is Unix nanoseconds; windows are half open, [from, to). Samples are
+ * kept to the nearest microsecond (store__sample_ts() below). Every call
  * returns 0 or -errno (-EINVAL for bad arguments, -EIO for corrupt stored
  * data, -ENOMEM, ...). Callbacks returning non-zero stop the iteration and
  * their value is returned. A store may be shared between threads: calls are
