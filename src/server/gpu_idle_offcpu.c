@@ -119,38 +119,39 @@ static int _add_tid(struct offcpu_idle *o, uint32_t tid)
 	return 0;
 }
 
-/* A busy interval's start: a gap's end, and which thread's launch ended it. */
+/* An idle gap of the window: its idle time, to the thread whose launch ended it. */
 static int _count_ender(void *ctx, int64_t start, int64_t end)
 {
 	struct offcpu_idle *o = ctx;
-	size_t i;
+	int64_t idle = o->known ? busy_set__covered(o->known, start, end) : end - start;
+	size_t i = _tid_index(o, _next_launcher(o, busy_set__next_start(o->busy, end)));
 
-	(void)end;
-	if (start == o->from)
-		return 0;	/* clipped: not where a gap ended */
-	i = _tid_index(o, _next_launcher(o, start));
 	if (i < o->ntids)
-		o->ender_counts[i]++;
+		o->ender_idle[i] += idle;
 	return 0;
 }
 
 /*
- * The thread whose launches ended most of the window's gaps: in a training
- * loop, the one that starts each step. Gaps whose own end is not known
- * are charged to it alone.
+ * The thread whose launches ended most of the window's idle time: in a
+ * training loop, the one that starts each step after the data loading.
+ * Gaps whose own end is not known are charged to it alone. Idle time, not
+ * a count of gaps: a step's kernels launched from two threads leave one
+ * gap of microseconds and one of the whole loading time per step, so
+ * counts tie, and where the window begins or which tid is lower would
+ * decide who waited for the last gap.
  */
 static int _find_usual_ender(struct offcpu_idle *o)
 {
-	uint64_t best = 0;
+	int64_t best = 0;
 	int err;
 
-	o->ender_counts = calloc(o->ntids ? o->ntids : 1, sizeof(*o->ender_counts));
-	if (!o->ender_counts)
+	o->ender_idle = calloc(o->ntids ? o->ntids : 1, sizeof(*o->ender_idle));
+	if (!o->ender_idle)
 		return -ENOMEM;
-	err = busy_set__each(o->busy, o->from, o->to, _count_ender, o);
+	err = busy_set__gaps(o->busy, o->from, o->to, _count_ender, o);
 	for (size_t i = 0; !err && i < o->ntids; i++) {
-		if (o->ender_counts[i] > best) {
-			best = o->ender_counts[i];
+		if (o->ender_idle[i] > best) {
+			best = o->ender_idle[i];
 			o->usual_ender = o->tids[i];
 		}
 	}
@@ -282,8 +283,8 @@ void offcpu_idle__release(struct offcpu_idle *o)
 	o->ntids = o->cap_tids = 0;
 	free(o->launches);
 	o->launches = NULL;
-	free(o->ender_counts);
-	o->ender_counts = NULL;
+	free(o->ender_idle);
+	o->ender_idle = NULL;
 	o->usual_ender = 0;
 	o->nlaunches = o->cap_launches = 0;
 	sync_stacks__release(&o->sync);

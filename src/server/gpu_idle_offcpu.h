@@ -22,7 +22,7 @@
  * PyTorch's backward thread, parked while the main thread loads data,
  * waited on it like the GPU did (not_next_ns). A gap whose end is not
  * known (the last one, or its launch not sampled) goes to the thread that
- * ended most of the known ones.
+ * ended most of the idle time of the known ones.
  *
  * An off-CPU sample is one block: [ts, ts + value) under its stack. A block
  * is charged only the parts of it that fall in idle time, with the same
@@ -84,8 +84,8 @@ struct offcpu_idle {
 	size_t cap_tids;
 	struct offcpu_launch *launches;	/* the GPU-time samples, in ts order */
 	size_t nlaunches, cap_launches;
-	uint64_t *ender_counts;		/* per tids[]: gaps its launch ended */
-	uint32_t usual_ender;		/* the tid that ended most; 0: none known */
+	int64_t *ender_idle;		/* per tids[]: idle ns of the gaps its launch ended */
+	uint32_t usual_ender;		/* the tid that ended the most; 0: none known */
 	struct sync_stacks sync;
 };
 

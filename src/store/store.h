@@ -10,7 +10,8 @@
  * the UI and the exporters ask of them. One interface, several backends
  * chosen by URI: SQLite (embedded, the default) and ClickHouse (scale-out).
  *
- * Time is Unix nanoseconds; windows are half open, [from, to). Every call
+ * Time is Unix nanoseconds; windows are half open, [from, to). Samples are
+ * kept to the nearest microsecond (store__sample_ts() below). Every call
  * returns 0 or -errno (-EINVAL for bad arguments, -EIO for corrupt stored
  * data, -ENOMEM, ...). Callbacks returning non-zero stop the iteration and
  * their value is returned. A store may be shared between threads: calls are
@@ -247,6 +248,22 @@ int store_metric_fold__flush(struct store_metric_fold *f);
 #define STORE_NS_MIN	(60LL * 1000000000LL)
 #define STORE_NS_HOUR	(60 * STORE_NS_MIN)
 #define STORE_TS_LIMIT	(INT64_MAX / 2)
+
+/*
+ * For backends: samples (of every type) are kept to the nearest
+ * microsecond, rounded at ingest before anything is derived from their
+ * timestamps, so that every backend answers alike. Below a microsecond a
+ * sample's timestamp is jitter, and whole microseconds store in fewer
+ * bytes. Intervals and metric points keep their nanoseconds. ts is in
+ * [0, STORE_TS_LIMIT), and so is the result.
+ */
+#define STORE_SAMPLE_TS_NS	1000
+static inline int64_t store__sample_ts(int64_t ts)
+{
+	int64_t r = (ts + STORE_SAMPLE_TS_NS / 2) / STORE_SAMPLE_TS_NS * STORE_SAMPLE_TS_NS;
+
+	return r < STORE_TS_LIMIT ? r : r - STORE_SAMPLE_TS_NS;
+}
 
 /*
  * For backends: a series as store__write() keeps it is b's labels of

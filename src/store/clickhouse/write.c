@@ -549,7 +549,7 @@ int ch__write(void *impl, const char *node, const struct batch *b)
 		err = err ?: _x_hash(&x, DICT_STACK, bs->stack, &stack);
 		if (err)
 			break;
-		rb__i64(&samples, bs->ts_ns);
+		rb__i64(&samples, store__sample_ts(bs->ts_ns));
 		rb__u8(&samples, (uint8_t)bs->type);
 		rb__u64(&samples, series);
 		rb__u64(&samples, stack);

@@ -15,7 +15,7 @@
  *     t_max alone, and a window's blocks can be merged later. Each write adds
  *     one small block per (series, type, window); once a window has closed,
  *     its small blocks are merged into one (compaction), which is what keeps
- *     a sample at about 5-6 bytes.
+ *     samples small.
  *   - rollup_1m, rollup_1h: per (bucket, series) the (stack, type, sum)
  *     triples of the bucket and, apart, its per-type totals. Minute rows are
  *     merged into (read, add, write back) in the same transaction as the
@@ -32,7 +32,8 @@
  * partial minutes at both ends.
  *
  * Timestamps must lie in [0, STORE_TS_LIMIT): Unix nanoseconds, with room for
- * bucket arithmetic never to overflow.
+ * bucket arithmetic never to overflow. Samples' are rounded to the nearest
+ * microsecond (store__sample_ts()) before anything is derived from them.
  */
 #include <errno.h>
 #include <stdbool.h>

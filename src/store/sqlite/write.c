@@ -807,13 +807,15 @@ int sqlite__write(void *impl, const char *node, const struct batch *b)
 		const struct batch_sample *bs = &b->samples[i];
 		int64_t series = dict_xlate__id(&x.dx, DICT_SERIES, bs->series);
 		int64_t stack = series < 0 ? series : dict_xlate__id(&x.dx, DICT_STACK, bs->stack);
+		int64_t ts;
 
 		if (series < 0 || stack < 0) {
 			err = (int)(series < 0 ? series : stack);
 			goto out;
 		}
+		ts = store__sample_ts(bs->ts_ns);
 		ws[i] = (struct wsample){
-			.ts = bs->ts_ns, .value = bs->value, .window = sqlite__floor_to(bs->ts_ns, SPAN),
+			.ts = ts, .value = bs->value, .window = sqlite__floor_to(ts, SPAN),
 			.series = (uint32_t)series,
 			.type = bs->type, .stack = (uint32_t)stack, .tid = bs->tid, .cpu = bs->cpu,
 		};
