@@ -135,13 +135,19 @@ static void _cuda_tracker(struct agent_metrics *m, struct strbuf *sb)
 		       "# TYPE flamewatch_agent_cuda_count_scaled_records_total counter\n"
 		       "flamewatch_agent_cuda_count_scaled_records_total %llu\n"
 		       "# HELP flamewatch_agent_cuda_count_implausible_total Scales out of range, "
-		       "not used: the counts were not the process's kernels alone.\n"
+		       "not used: the counts were not the process's kernels alone, or records "
+		       "were lost.\n"
 		       "# TYPE flamewatch_agent_cuda_count_implausible_total counter\n"
-		       "flamewatch_agent_cuda_count_implausible_total %llu\n",
+		       "flamewatch_agent_cuda_count_implausible_total %llu\n"
+		       "# HELP flamewatch_agent_cuda_count_short_processes Processes whose "
+		       "duty-cycled records stand for under half the kernels the GPU's monitors "
+		       "counted: their GPU time is short.\n"
+		       "# TYPE flamewatch_agent_cuda_count_short_processes gauge\n"
+		       "flamewatch_agent_cuda_count_short_processes %u\n",
 		       st.scale.processes, (unsigned long long)st.scale.seconds_used,
 		       (unsigned long long)st.scale.seconds_dropped,
 		       (unsigned long long)st.scale.records_scaled,
-		       (unsigned long long)st.scale.implausible);
+		       (unsigned long long)st.scale.implausible, st.scale.short_processes);
 	_cuda_join(&st.join, sb);
 }
 

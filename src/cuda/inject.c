@@ -1365,10 +1365,10 @@ static void _at_exit(void)
 		return;
 	}
 	if (G.subscribed) {
-		_probe_close();
-		_turn_off();
 		uint64_t before;
 
+		_probe_close();
+		_turn_off();
 		_update_scale();	/* the launches after the last window too */
 		pthread_mutex_lock(&G.rec);
 		before = G.stats.records;

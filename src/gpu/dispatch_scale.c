@@ -50,6 +50,8 @@ struct proc {
 	double sum_counted, sum_recorded;
 	double factor;			/* 1: none in force */
 	double told;			/* the factor dispatch_scale__news() last gave */
+	double short_by;		/* counted / recorded, when over FACTOR_MAX; 0: not */
+	bool short_told;		/* dispatch_scale__short() said so */
 	uint64_t rng;
 };
 
@@ -205,6 +207,9 @@ static void _fold(struct dispatch_scale *s, struct proc *p, int64_t now_ns)
 	if (!used || p->sum_recorded < MIN_LAUNCHES)
 		return;
 	p->factor = p->sum_counted / p->sum_recorded;
+	p->short_by = p->factor > FACTOR_MAX ? p->factor : 0;
+	if (!p->short_by)
+		p->short_told = false;	/* said again if it falls short again */
 	if (!(p->factor >= FACTOR_MIN && p->factor <= FACTOR_MAX)) {
 		s->st.implausible++;
 		p->factor = 1.0;
@@ -272,6 +277,17 @@ bool dispatch_scale__news(struct dispatch_scale *s, uint32_t pid, double *factor
 	return true;
 }
 
+bool dispatch_scale__short(struct dispatch_scale *s, uint32_t pid, double *counted_per_recorded)
+{
+	struct proc *p = s ? _find(s, pid) : NULL;
+
+	if (!p || !p->short_by || p->short_told)
+		return false;
+	p->short_told = true;
+	*counted_per_recorded = p->short_by;
+	return true;
+}
+
 void dispatch_scale__forget(struct dispatch_scale *s, uint32_t pid)
 {
 	struct proc *p = s ? _find(s, pid) : NULL;
@@ -287,6 +303,8 @@ void dispatch_scale__stats(const struct dispatch_scale *s, struct dispatch_scale
 	if (!s)
 		return;
 	*out = s->st;
-	for (uint32_t i = 0; i < s->n; i++)
+	for (uint32_t i = 0; i < s->n; i++) {
 		out->processes += s->p[i].factor != 1.0;
+		out->short_processes += s->p[i].short_by != 0;
+	}
 }

@@ -40,6 +40,7 @@ struct dispatch_scale_stats {
 	uint64_t implausible;		/* factors out of range, not used */
 	uint64_t mixed;			/* processes seen on two GPUs: not scaled */
 	uint32_t processes;		/* with a factor in force now */
+	uint32_t short_processes;	/* whose records now stand for under half the count */
 };
 
 struct dispatch_scale *dispatch_scale__new(void);
@@ -72,6 +73,16 @@ double dispatch_scale__factor(const struct dispatch_scale *s, uint32_t pid);
  * (from 1 at first), and the factor: for a log line when it does.
  */
 bool dispatch_scale__news(struct dispatch_scale *s, uint32_t pid, double *factor);
+
+/*
+ * Whether pid's duty-cycled records have just come to stand for less than
+ * half of the kernels the monitors counted, with that ratio (counted per
+ * launch recorded): once, until they recover. No factor corrects it (see
+ * above), so its GPU time is short: CUPTI lost records, or another client
+ * of the GPU that NVML does not name dispatched kernels beside it. For a
+ * warning in the log.
+ */
+bool dispatch_scale__short(struct dispatch_scale *s, uint32_t pid, double *counted_per_recorded);
 
 /* The process is gone. */
 void dispatch_scale__forget(struct dispatch_scale *s, uint32_t pid);

@@ -15,6 +15,8 @@
  * bytes holding a little-endian counter that every kernel run adds one to:
  * the fake PM sampling of another process (FAKE_PM_DISPATCH_FILE) reads
  * the GPU's dispatches from it, as the monitors count a process's kernels.
+ * FAKE_CUPTI_KEEP_ONE_IN=N delivers one kernel record in N and loses the
+ * others without a word, as CUPTI did on an H100 in some runs.
  */
 #ifndef FAKE_CUPTI_H
 #define FAKE_CUPTI_H

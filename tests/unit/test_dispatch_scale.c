@@ -214,6 +214,36 @@ static void test_many_processes_evict_the_stalest(void **state)
 	dispatch_scale__free(s);
 }
 
+static void test_records_far_short_of_the_count_are_told_once(void **state)
+{
+	struct dispatch_scale *s = dispatch_scale__new();
+	struct dispatch_scale_stats st;
+	double by = 0;
+	int told = 0;
+
+	/* Records of 2 % of the dispatches (CUPTI lost the rest): said once. */
+	for (int sec = 0; sec < 30; sec++) {
+		_second(s, sec, 90000, 0.02, 1.0, true, PID, 0);
+		if (dispatch_scale__short(s, PID, &by))
+			told++;
+	}
+	assert_int_equal(told, 1);
+	assert_true(by > 40 && by < 60);
+	assert_true(dispatch_scale__factor(s, PID) == 1.0);
+	dispatch_scale__stats(s, &st);
+	assert_int_equal(st.short_processes, 1);
+	/* Whole again: no longer short, and said again if it falls short again. */
+	for (int sec = 30; sec < 130; sec++)
+		_second(s, sec, 90000, 1.0, 1.0, true, PID, 0);
+	assert_false(dispatch_scale__short(s, PID, &by));
+	dispatch_scale__stats(s, &st);
+	assert_int_equal(st.short_processes, 0);
+	for (int sec = 130; sec < 230; sec++)
+		_second(s, sec, 90000, 0.02, 1.0, true, PID, 0);
+	assert_true(dispatch_scale__short(s, PID, &by));
+	dispatch_scale__free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -224,6 +254,7 @@ int main(void)
 		cmocka_unit_test(test_a_process_on_two_gpus_is_not_scaled),
 		cmocka_unit_test(test_counts_not_the_process_alone_are_not_believed),
 		cmocka_unit_test(test_a_library_that_stopped_collecting_does_not_inflate),
+		cmocka_unit_test(test_records_far_short_of_the_count_are_told_once),
 		cmocka_unit_test(test_late_counts_of_a_second_used_are_ignored),
 		cmocka_unit_test(test_times_far_ahead_take_no_second),
 		cmocka_unit_test(test_many_processes_evict_the_stalest),

@@ -415,6 +415,11 @@ static void _emit(void *ctx, uint32_t pid, const struct fw_cuda_record *r,
 		if (dispatch_scale__news(t->scale, pid, &f))
 			pr_info("pid %u: GPU time of its duty-cycled records x %.3f: the kernels its "
 				"GPU's monitors counted for each launch the records stood for\n", pid, f);
+		if (dispatch_scale__short(t->scale, pid, &f))
+			pr_warn("pid %u: its GPU's monitors counted %.1f kernels for each launch its "
+				"duty-cycled records stand for: CUPTI's records are being lost, or a "
+				"client of the GPU that NVML does not list launches beside it; its GPU "
+				"time is short\n", pid, f);
 		a.name = _record_name(t, r->name_addr);
 		/* A kernel's bytes are its graph's id (cuda/probes.h). */
 		a.graph = r->bytes > UINT32_MAX ? 0 : (uint32_t)r->bytes;
