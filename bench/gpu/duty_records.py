@@ -12,11 +12,13 @@ many records had been read by then, the CUPTI buffers completed, whether
 the flush at exit was made, and the GPU time a step.
 
     sudo OUT=/tmp/dr python3 bench/gpu/cuda_overhead.py --workloads tiny \\
-        --modes fw,fw-est --repeats 4 --seconds 8 --build build
-    python3 bench/gpu/duty_records.py /tmp/dr/cuda_overhead.json [--ref NS_PER_STEP]
+        --modes fw,fw-pm,fw-cf,fw-agent --repeats 3 --seconds 8 --build build
+    python3 bench/gpu/duty_records.py /tmp/dr/cuda_overhead.json [--ref NS_PER_STEP] [--timeline]
 
 --ref: torch.profiler's kernel ns a step for the same workload, to print
-each run's GPU time against it.
+each run's GPU time against it. --timeline: under each run, per second
+since the library subscribed, launches its windows saw / records read (of
+window launches) / buffers CUPTI completed, from the summary's timeline.
 """
 
 import argparse
