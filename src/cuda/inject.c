@@ -138,8 +138,8 @@ static struct {
 	int close_flush;		/* FLAMEWATCH_CUDA_CLOSE_FLUSH: forced flush as a window closes */
 	/*
 	 * Per second since subscribing, for the summary: launches the windows
-	 * saw, records read, of which of launches seen in a window, buffers
-	 * completed. Where records go missing, this says from when.
+	 * saw, records read (and of them, those of launches a window saw),
+	 * buffers completed. Where records go missing, this says from when.
 	 */
 	struct {
 		uint32_t seen, records, windowed, buffers;
