@@ -256,13 +256,16 @@ def test_conflict_probe(fakes, tmp_path):
     assert "GPU time is not collected" in err
 
 
-def test_duty_cycle_estimates_totals(fakes, tmp_path):
+@pytest.mark.parametrize("close_flush", [0, 1])
+def test_duty_cycle_estimates_totals(fakes, tmp_path, close_flush):
     """One window in 4 collects, activity too (ACTIVITY_ALL=0, as above the
-    exact rate); weighted totals still estimate the whole run."""
+    exact rate); weighted totals still estimate the whole run. Also with a
+    forced flush as each window closes (FLAMEWATCH_CUDA_CLOSE_FLUSH, for
+    looking into records that never arrive)."""
     summary = tmp_path / "s.json"
     res = run_plain([HOST, "drive", LIB, 12000, 20000, 150],
                     host_env(FLAMEWATCH_CUDA_SUMMARY=summary, FLAMEWATCH_CUDA_DUTY_CYCLE=4,
-                             FLAMEWATCH_CUDA_ACTIVITY_ALL=0,
+                             FLAMEWATCH_CUDA_ACTIVITY_ALL=0, FLAMEWATCH_CUDA_CLOSE_FLUSH=close_flush,
                              FLAMEWATCH_CUDA_WINDOW_MS=20, FLAMEWATCH_CUDA_LAUNCH_BUDGET=10**7,
                              HOST_VARY=1), timeout=120)
     assert res.returncode == 0, res.stderr
@@ -280,6 +283,7 @@ def test_duty_cycle_estimates_totals(fakes, tmp_path):
     assert sum(t[3] for t in tl) == s["kept"] + s["carried"], (tl, s)
     assert sum(t[4] for t in tl) == s["buffers_done"], (tl, s)
     assert len(tl) >= 3 and s["exit_flushed"] == 1 and s["buffer_errors"] == 0, s
+    assert s["close_flush"] == close_flush, s
 
 
 def test_duty_cycle_slow_enable_keeps_totals(fakes, tmp_path):
