@@ -330,6 +330,7 @@ static void _ch_close(void *impl)
 	for (uint32_t i = 0; i < st->nseries; i++)
 		free(st->series[i]);
 	free(st->series);
+	ch__shapes_free(&st->shapes);
 	free(st);
 }
 
@@ -596,6 +597,7 @@ const struct store_backend store_clickhouse_backend = {
 	.close = _ch_close,
 	.write = ch__write,
 	.profile = ch__profile,
+	.flamegraph = ch__flamegraph,
 	.samples = ch__samples,
 	.series = ch__query_series,
 	.label_names = ch__label_names,
