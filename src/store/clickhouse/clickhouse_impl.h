@@ -96,6 +96,11 @@ int ch__select_i64(struct ch_store *st, const char *sql, int64_t dflt, int64_t *
 /* The retention watermark of samples (and intervals) or of metric points: kept rows have ts >= it. */
 int ch__watermark(struct ch_store *st, const char *what, int64_t *out);
 /*
+ * From when samples_1h and sample_spans hold every sample (hour-aligned;
+ * INT64_MAX when not known yet): earlier times are read as before.
+ */
+int ch__rollups_from(struct ch_store *st, int64_t *out);
+/*
  * The series with this id (borrowed from the store's cache, valid until
  * the store is closed), reading the series table again once when it is
  * unknown. -EIO when ClickHouse has no such series.

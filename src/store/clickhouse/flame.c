@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * ClickHouse backend: store__flamegraph(). ClickHouse sums the window by
+ * ClickHouse backend: store__flamegraph(). The window is read from hour
+ * rollups where it can be (see _window()). ClickHouse sums it by
  * (process key, stack), the process key being a hash of the series'
  * comm and period joined from the series table, so that one row comes
  * back per stack and process rather than per stack and series. The tree
@@ -336,6 +337,113 @@ static int _tags(struct ch_store *st, uint32_t type, struct profile *out, struct
 	return err;
 }
 
+static inline int64_t _floor(int64_t t, int64_t unit) { return t / unit * unit; }
+static inline int64_t _ceil(int64_t t, int64_t unit) { return _floor(t + unit - 1, unit); }
+
+/*
+ * Where [from, to) may be widened for free: to a whole hour or minute at
+ * either end when no sample lies between the edge and the widened edge
+ * (sample_spans says so, where it is whole: from rfrom on). A window that
+ * starts before its first sample or ends after its newest (the last hour,
+ * the last day) then reads no raw samples and, in whole hours, the hour
+ * rollups: the raw samples sort by hour, not by time within it, so the
+ * few of a window's edge minute cost a read of its whole hour.
+ */
+static int _widen(struct ch_store *st, uint32_t type, int64_t low, int64_t rfrom,
+		  int64_t *from, int64_t *to)
+{
+	int64_t fh = _floor(*from, STORE_NS_HOUR), fm = _floor(*from, STORE_NS_MIN);
+	int64_t th = _ceil(*to, STORE_NS_HOUR), tm = _ceil(*to, STORE_NS_MIN);
+	struct strbuf sql = STRBUF_INIT, resp = STRBUF_INIT;
+	uint64_t n[4];
+	struct rbr r;
+	int err;
+
+	if (fh == *from && th == *to)
+		return 0;
+	if (low < rfrom)
+		low = rfrom;
+	strbuf__printf(&sql, "SELECT countIf(tmax >= %1$" PRId64 " AND tmin < %2$" PRId64 "),"
+		       " countIf(tmax >= %3$" PRId64 " AND tmin < %2$" PRId64 "),"
+		       " countIf(tmax >= %4$" PRId64 " AND tmin < %5$" PRId64 "),"
+		       " countIf(tmax >= %4$" PRId64 " AND tmin < %6$" PRId64 ")"
+		       " FROM %7$s.sample_spans WHERE type = %8$u AND tmax >= %1$" PRId64
+		       " FORMAT RowBinary", fh, *from, fm, *to, th, tm, st->db, type);
+	err = sql.oom ? -ENOMEM : ch__select(st, sql.buf, &resp);
+	r = ch__reader(&resp);
+	for (int i = 0; i < 4; i++)
+		n[i] = rbr__u64(&r);
+	if (!err && r.bad)
+		err = -EIO;
+	if (!err) {
+		if (fh >= low && !n[0])
+			*from = fh;
+		else if (fm >= low && !n[1])
+			*from = fm;
+		if (*to >= rfrom && !n[2])
+			*to = th;
+		else if (*to >= rfrom && !n[3])
+			*to = tm;
+	}
+	strbuf__release(&sql);
+	strbuf__release(&resp);
+	return err;
+}
+
+/*
+ * Appends to sql the rows of [from, to) of type (after retention: w),
+ * as "SELECT series, stack, value ... UNION ALL ...": whole hours from
+ * samples_1h where it is whole, other whole minutes from samples_1m, the
+ * rest from samples. Each sample is counted once, so the sums are those
+ * of the raw samples.
+ */
+static int _window(struct ch_store *st, uint32_t type, int64_t w, int64_t from, int64_t to,
+		   const char *filter, struct strbuf *sql)
+{
+	int64_t rfrom, a, b, ha, hb;
+	const char *sep = "";
+	int err;
+
+	err = ch__rollups_from(st, &rfrom);
+	if (!err && rfrom != INT64_MAX)
+		err = _widen(st, type, w, rfrom, &from, &to);
+	if (err)
+		return err;
+	a = _ceil(from, STORE_NS_MIN);
+	b = _floor(to, STORE_NS_MIN);
+	if (a >= b) {
+		strbuf__printf(sql, "SELECT series, stack, value FROM %s.samples WHERE type = %u"
+			       " AND ts >= %" PRId64 " AND ts < %" PRId64 "%s", st->db, type, from,
+			       to, filter);
+		return sql->oom ? -ENOMEM : 0;
+	}
+	ha = _ceil(a, STORE_NS_HOUR);
+	if (ha < rfrom)
+		ha = rfrom;
+	hb = _floor(b, STORE_NS_HOUR);
+	if (rfrom == INT64_MAX || ha >= hb)
+		ha = hb = b;	/* no whole hour: minutes [a, b) */
+	if (ha < hb) {
+		strbuf__printf(sql, "SELECT series, stack, value FROM %s.samples_1h WHERE type = %u"
+			       " AND hour >= %" PRId64 " AND hour < %" PRId64 "%s", st->db, type,
+			       ha, hb, filter);
+		sep = " UNION ALL ";
+	}
+	if (a < ha || hb < b) {
+		strbuf__printf(sql, "%sSELECT series, stack, value FROM %s.samples_1m WHERE type = %u"
+			       " AND ((minute >= %" PRId64 " AND minute < %" PRId64 ") OR"
+			       " (minute >= %" PRId64 " AND minute < %" PRId64 "))%s", sep, st->db,
+			       type, a, ha, hb, b, filter);
+		sep = " UNION ALL ";
+	}
+	/* The partial minutes at the edges; the last condition lets ClickHouse skip hours. */
+	if (from < a || b < to)
+		strbuf__printf(sql, "%sSELECT series, stack, value FROM %s.samples WHERE type = %u"
+			       " AND ts >= %" PRId64 " AND ts < %" PRId64 " AND (ts < %" PRId64
+			       " OR ts >= %" PRId64 ")%s", sep, st->db, type, from, to, a, b, filter);
+	return sql->oom ? -ENOMEM : 0;
+}
+
 struct frow {
 	uint64_t tag, stack;
 	int64_t sum;
@@ -403,7 +511,6 @@ int ch__flamegraph(void *impl, int64_t from, int64_t to, const struct selector *
 {
 	struct ch_store *st = impl;
 	struct ch_shapes *sh = &st->shapes;
-	struct strbuf sql = STRBUF_INIT, roll = STRBUF_INIT, raw = STRBUF_INIT;
 	struct strbuf filter = STRBUF_INIT, inner = STRBUF_INIT;
 	struct u64map tmap = { 0 }, agg = { 0 };
 	struct intern *tags = intern__new();
@@ -411,7 +518,7 @@ int ch__flamegraph(void *impl, int64_t from, int64_t to, const struct selector *
 	struct frow *rows = NULL;
 	uint64_t *want = NULL, period = 0;
 	uint32_t nrows = 0, nwant = 0, npaths = 0;
-	bool none = false, any = false, mixed = false, use_roll;
+	bool none = false, any = false, mixed = false;
 	int64_t w;
 	int err;
 
@@ -429,15 +536,12 @@ int ch__flamegraph(void *impl, int64_t from, int64_t to, const struct selector *
 		err = ch__series_filter(st, sel, &filter, &none);
 	if (err || none)
 		goto build;
-	use_roll = ch__plan(&roll, &raw, from, from, to, 0);
-	if (use_roll)
-		strbuf__printf(&inner, "SELECT series, stack, value FROM %s.samples_1m WHERE"
-			       " type = %u AND %s%s UNION ALL ", st->db, type, roll.buf,
-			       filter.buf ? filter.buf : "");
-	strbuf__printf(&inner, "SELECT series, stack, value FROM %s.samples WHERE type = %u AND"
-		       " %s%s) ANY LEFT JOIN (SELECT id AS series, " TAG_SQL " AS t FROM %s.series)"
-		       " USING series", st->db, type, raw.buf, filter.buf ? filter.buf : "", st->db);
-	err = inner.oom || roll.oom || raw.oom ? -ENOMEM : _sums(st, inner.buf, false, &rows,
+	err = _window(st, type, w, from, to, filter.buf ? filter.buf : "", &inner);
+	if (err)
+		goto out;
+	strbuf__printf(&inner, ") ANY LEFT JOIN (SELECT id AS series, " TAG_SQL " AS t FROM %s.series)"
+		       " USING series", st->db);
+	err = inner.oom ? -ENOMEM : _sums(st, inner.buf, false, &rows,
 								  &nrows, &tmap);
 	if (err == -EAGAIN)
 		err = _sums(st, inner.buf, true, &rows, &nrows, &tmap);
@@ -553,9 +657,6 @@ out:
 	u64map__free(&tmap);
 	u64map__free(&agg);
 	intern__free(tags);
-	strbuf__release(&sql);
-	strbuf__release(&roll);
-	strbuf__release(&raw);
 	strbuf__release(&filter);
 	strbuf__release(&inner);
 	return err;

@@ -9,7 +9,7 @@
  * materialized view's per-minute sums) and the rest from samples. For
  * series buckets a minute is taken from samples_1m only when it lies in
  * one bucket; the raw side reads exactly the complement, so totals equal
- * those of the raw samples.
+ * those of the raw samples. Flame graphs also read hour rollups (flame.c).
  *
  * This file has what the queries share: the selection, the time plan and
  * the export of stacks; the queries are in query.c, intervals.c, metrics.c.
