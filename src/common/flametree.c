@@ -21,8 +21,8 @@
  * than the node's depth: the root is not a level).
  */
 struct sweep {
-	const uint32_t *fkey;
 	struct flametree_path *paths;
+	const uint32_t *common;		/* per path: levels shared with the one before */
 	uint32_t npaths, levels;	/* most levels of a path */
 	uint64_t *totals;		/* per node but the root, in opening order */
 	uint64_t ntotals, root;
@@ -31,40 +31,39 @@ struct sweep {
 	uint32_t *open_keep;		/* per level: its kept node, or FLAMETREE_NONE */
 };
 
-static inline uint32_t _level_key(const uint32_t *fkey, const struct flametree_path *p, uint32_t l)
-{
-	return l ? fkey[p->frames[l - 1]] : p->comm;
-}
+/*
+ * A path as it is sorted: its merge keys copied out, level by level, so
+ * that comparisons read one array instead of looking every frame up.
+ */
+struct spath {
+	const uint32_t *keys;		/* frame levels' keys, root first */
+	uint32_t comm, n, idx;
+};
 
-static int _by_path(const void *a, const void *b, void *arg)
+static int _by_path(const void *a, const void *b)
 {
-	const struct flametree_path *x = a, *y = b;
-	const uint32_t *fkey = arg;
+	const struct spath *x = a, *y = b;
 	uint32_t n = x->n < y->n ? x->n : y->n;
 
 	if (x->comm != y->comm)
 		return x->comm < y->comm ? -1 : 1;
-	for (uint32_t l = 1; l <= n; l++) {
-		uint32_t kx = _level_key(fkey, x, l), ky = _level_key(fkey, y, l);
-
-		if (kx != ky)
-			return kx < ky ? -1 : 1;
-	}
+	for (uint32_t l = 0; l < n; l++)
+		if (x->keys[l] != y->keys[l])
+			return x->keys[l] < y->keys[l] ? -1 : 1;
 	return x->n < y->n ? -1 : x->n > y->n;
 }
 
 /* Levels the path shares with the one before it. */
-static uint32_t _common(const uint32_t *fkey, const struct flametree_path *prev,
-			const struct flametree_path *it)
+static uint32_t _common(const struct spath *prev, const struct spath *it)
 {
 	uint32_t n, l;
 
 	if (!prev || prev->comm != it->comm)
 		return 0;
 	n = prev->n < it->n ? prev->n : it->n;
-	for (l = 1; l <= n && _level_key(fkey, prev, l) == _level_key(fkey, it, l); l++)
+	for (l = 0; l < n && prev->keys[l] == it->keys[l]; l++)
 		;
-	return l;
+	return l + 1;
 }
 
 /* First sweep: every node's total, in the order nodes open. */
@@ -75,7 +74,7 @@ static int _sweep_totals(struct sweep *w)
 
 	for (uint32_t i = 0; i < w->npaths; i++) {
 		const struct flametree_path *it = &w->paths[i];
-		uint32_t len = it->n + 1, l = _common(w->fkey, i ? &w->paths[i - 1] : NULL, it);
+		uint32_t len = it->n + 1, l = w->common[i];
 
 		while (open > l) {
 			open--;
@@ -198,7 +197,7 @@ static int _sweep_build(struct sweep *w, struct flametree *t, uint64_t th)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < w->npaths; i++) {
 		const struct flametree_path *it = &w->paths[i];
-		uint32_t len = it->n + 1, l = _common(w->fkey, i ? &w->paths[i - 1] : NULL, it);
+		uint32_t len = it->n + 1, l = w->common[i];
 		uint32_t deepest;
 
 		if (open > l)
@@ -227,20 +226,67 @@ static int _sweep_build(struct sweep *w, struct flametree *t, uint64_t th)
 	return 0;
 }
 
+/*
+ * Sorts paths by process and then by their frames' keys (see the top),
+ * and notes in common[i] how many levels path i shares with path i - 1.
+ */
+static int _sort(struct flametree_path *paths, uint32_t npaths, const uint32_t *fkey,
+		 uint32_t *common)
+{
+	struct spath *sp = malloc(((size_t)npaths + 1) * sizeof(*sp));
+	struct flametree_path *copy = malloc(((size_t)npaths + 1) * sizeof(*copy));
+	uint32_t *keys = NULL, *k;
+	size_t nkeys = 0;
+	int err = -ENOMEM;
+
+	for (uint32_t i = 0; i < npaths; i++)
+		nkeys += paths[i].n;
+	keys = malloc((nkeys + 1) * sizeof(*keys));
+	if (!sp || !copy || !keys)
+		goto out;
+	k = keys;
+	for (uint32_t i = 0; i < npaths; i++) {
+		const uint32_t *f = paths[i].frames;
+
+		sp[i] = (struct spath){ .keys = k, .comm = paths[i].comm, .n = paths[i].n, .idx = i };
+		for (uint32_t l = 0; l < paths[i].n; l++)
+			*k++ = fkey[f[l]];
+	}
+	qsort(sp, npaths, sizeof(*sp), _by_path);
+	memcpy(copy, paths, (size_t)npaths * sizeof(*copy));
+	for (uint32_t i = 0; i < npaths; i++) {
+		paths[i] = copy[sp[i].idx];
+		common[i] = _common(i ? &sp[i - 1] : NULL, &sp[i]);
+	}
+	err = 0;
+out:
+	free(sp);
+	free(copy);
+	free(keys);
+	return err;
+}
+
 int flametree__build(struct flametree *t, struct flametree_path *paths, uint32_t npaths,
 		     const uint32_t *fkey, size_t max_nodes)
 {
-	struct sweep w = { .fkey = fkey, .paths = paths, .npaths = npaths };
+	struct sweep w = { .paths = paths, .npaths = npaths };
+	uint32_t *common = malloc(((size_t)npaths + 1) * sizeof(*common));
 	uint64_t th;
 	int err = -ENOMEM;
 
 	memset(t, 0, sizeof(*t));
 	if (max_nodes < 1)
 		max_nodes = 1;
+	if (!common)
+		goto out;
 	for (uint32_t i = 0; i < npaths; i++)
 		if (paths[i].n + 1 > w.levels)
 			w.levels = paths[i].n + 1;
-	qsort_r(paths, npaths, sizeof(*paths), _by_path, (void *)fkey);
+	err = _sort(paths, npaths, fkey, common);
+	if (err)
+		goto out;
+	err = -ENOMEM;
+	w.common = common;
 	w.open_total = calloc((size_t)w.levels + 1, sizeof(*w.open_total));
 	w.open_idx = calloc((size_t)w.levels + 1, sizeof(*w.open_idx));
 	w.open_keep = calloc((size_t)w.levels + 1, sizeof(*w.open_keep));
@@ -255,6 +301,7 @@ int flametree__build(struct flametree *t, struct flametree_path *paths, uint32_t
 out:
 	if (err)
 		flametree__release(t);
+	free(common);
 	free(w.totals);
 	free(w.open_total);
 	free(w.open_idx);

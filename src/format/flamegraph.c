@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,25 @@ static void _emit(struct writer *w, uint32_t id)
 	w->written++;
 }
 
+static const char *_text(const struct writer *w, const struct flametree_node *nd)
+{
+	return profile__string(w->p, nd->depth > 1 ? w->p->frames[nd->ref].function : nd->ref);
+}
+
+/*
+ * Whether sibling a is written before sibling b: heavier first, and among
+ * equal totals by name, so that the order does not depend on the ids a
+ * store happened to give (two stores answer the same text).
+ */
+static bool _pops_first(const struct writer *w, uint32_t a, uint32_t b)
+{
+	const struct flametree_node *x = &w->t->nodes[a], *y = &w->t->nodes[b];
+
+	if (x->total != y->total)
+		return x->total > y->total;
+	return strcmp(_text(w, x), _text(w, y)) < 0;
+}
+
 /* Preorder without recursion: stacks can be deeper than a C stack likes. */
 static int _walk(struct writer *w)
 {
@@ -86,7 +106,7 @@ static int _walk(struct writer *w)
 		for (uint32_t i = 1; i < nkids; i++) {
 			uint32_t x = todo[ntodo + i], j = i;
 
-			while (j > 0 && w->t->nodes[todo[ntodo + j - 1]].total > w->t->nodes[x].total) {
+			while (j > 0 && _pops_first(w, todo[ntodo + j - 1], x)) {
 				todo[ntodo + j] = todo[ntodo + j - 1];
 				j--;
 			}

@@ -474,6 +474,45 @@ def test_profile_folded(backend, data, w):
     assert got == expected_folded(exp, frm, to, typ=1)
 
 
+def json_folded(doc):
+    """The folded stacks (and their self values) of a JSON flame graph's tree."""
+    nodes, names, out, path = doc["nodes"], doc["names"], {}, []
+    for i in range(len(nodes["v"])):
+        d = nodes["d"][i]
+        del path[max(d - 1, 0):]
+        if d:
+            path.append(names[nodes["n"][i]] + ("_[k]" if nodes["k"][i] == 1 else ""))
+        if d and nodes["s"][i]:
+            k = ";".join(path)
+            out[k] = out.get(k, 0) + nodes["s"][i]
+    return out
+
+
+# Windows that take whole hours, and ones that start or end beyond the data
+# (the ClickHouse store then widens them to whole minutes or hours).
+JSON_WINDOWS = WINDOWS + [(-3 * 3600, 3 * 3600), (-86400, 600), (60, 3 * 3600), (-1.5, 779.5)]
+
+
+@pytest.mark.parametrize("w", JSON_WINDOWS, ids=lambda w: f"{w[0]}-{w[1]}")
+def test_flamegraph_json(backend, data, w):
+    """The JSON flame graph (cut before it is named) holds exactly the
+    window's samples, stack by stack, when nothing is trimmed."""
+    t0, exp = data["t0"], data["expect"]
+    frm, to = t0 + int(w[0] * SEC), t0 + int(w[1] * SEC)
+    c = backend["client"]
+    for query, pred in ((None, lambda e: True), ('{node="n1"}', lambda e: e[1] == "n1")):
+        params = {"format": "json", "max_nodes": "100000", **window(frm / 1e9, to / 1e9)}
+        if query:
+            params["query"] = query
+        doc = get_json(c, "/api/v1/profile", params)
+        want = expected_folded(exp, frm, to, pred)
+        assert doc["trimmed"]["nodes"] == 0, (w, query, doc["trimmed"])
+        assert doc["total"] == sum(want.values()), (backend["name"], w, query)
+        assert json_folded(doc) == want, (backend["name"], w, query)
+        answer(backend, ("flamegraph", w, query), {"total": doc["total"], "unit": doc["unit"],
+                                                   "folded": json_folded(doc)})
+
+
 def test_profile_json_period(backend, data):
     """One period: sample counts; two (n1 at 99 Hz, n2 at 19 Hz): nanoseconds."""
     t0, exp = data["t0"], data["expect"]
@@ -658,6 +697,35 @@ def test_clickhouse_retention_across_servers(flamewatch, clickhouse, data, tmp_p
         parts = _ch_query(clickhouse, f"SELECT count() FROM system.parts WHERE database = '{db}'"
                                       " AND table = 'samples' AND active")
         assert int(parts) > 0
+    finally:
+        procs.close_all()
+
+
+def test_clickhouse_rollups_of_an_older_database(flamewatch, clickhouse, data, tmp_path):
+    """A database written before the hour rollups and sample spans existed
+    (made here by dropping them and the retention table) gets them when a
+    server opens it, with a watermark past its samples: flame graphs still
+    hold exactly each window's samples, and new samples reach them."""
+    t0, exp = data["t0"], data["expect"]
+    db = "old_" + uuid.uuid4().hex[:8]
+    uri = f"clickhouse://127.0.0.1:{clickhouse}/{db}"
+    procs = Procs(tmp_path / "logs")
+    try:
+        p, a = start_server(procs, flamewatch, ["--store", uri], "server-ch-a")
+        ingest([a], data["batches"][:len(data["batches"]) // 2])
+        p.stop()
+        for t in ("samples_1h_mv", "samples_1h", "sample_spans_mv", "sample_spans", "retention"):
+            _ch_query(clickhouse, f"DROP TABLE {db}.{t}")
+        _, b = start_server(procs, flamewatch, ["--store", uri], "server-ch-b")
+        rollups_from = int(_ch_query(clickhouse, f"SELECT max(cutoff) FROM {db}.retention"
+                                                 " WHERE what = 'rollups_from'"))
+        assert rollups_from > time.time_ns(), rollups_from
+        ingest([b], data["batches"][len(data["batches"]) // 2:])
+        for w in ((-3 * 3600, 3 * 3600), (-1.5, 779.5), (65.5, 500.25)):
+            frm, to = t0 + int(w[0] * SEC), t0 + int(w[1] * SEC)
+            doc = get_json(b, "/api/v1/profile", {"format": "json", "max_nodes": "100000",
+                                                  **window(frm / 1e9, to / 1e9)})
+            assert json_folded(doc) == expected_folded(exp, frm, to), w
     finally:
         procs.close_all()
 

@@ -13,7 +13,8 @@
  *
  * A batch is written as INSERTs in this order: dictionaries (only rows
  * this process has not inserted yet), CPU intervals, GPU intervals, samples
- * (one INSERT, which the materialized view also sums into samples_1m). Samples come after everything
+ * (one INSERT, which the materialized views also sum into samples_1m and
+ * samples_1h and note in sample_spans). Samples come after everything
  * they refer to, so a reader never meets a sample whose stack is missing;
  * interval tables are ReplacingMergeTree keyed like the SQLite primary keys,
  * so a batch resent after a failure part way through stores them once.
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/intern.h"
 #include "common/log.h"
@@ -261,6 +263,17 @@ static const char *const SCHEMA[] = {
 	"CREATE MATERIALIZED VIEW IF NOT EXISTS {D}.samples_1m_mv TO {D}.samples_1m AS"
 	" SELECT intDiv(ts, 60000000000) * 60000000000 AS minute, type, series, stack,"
 	" sum(value) AS value FROM {D}.samples GROUP BY minute, type, series, stack",
+	"CREATE TABLE IF NOT EXISTS {D}.samples_1h (hour Int64, type UInt8, series UInt64,"
+	" stack UInt64, value Int64) ENGINE = SummingMergeTree"
+	" PARTITION BY intDiv(hour, 86400000000000) ORDER BY (type, hour, series, stack)",
+	"CREATE MATERIALIZED VIEW IF NOT EXISTS {D}.samples_1h_mv TO {D}.samples_1h AS"
+	" SELECT intDiv(ts, 3600000000000) * 3600000000000 AS hour, type, series, stack,"
+	" sum(value) AS value FROM {D}.samples GROUP BY hour, type, series, stack",
+	/* Per inserted block, the times its samples span: where a window's edge has none. */
+	"CREATE TABLE IF NOT EXISTS {D}.sample_spans (type UInt8, tmin Int64, tmax Int64)"
+	" ENGINE = MergeTree PARTITION BY intDiv(tmax, 86400000000000) ORDER BY (type, tmax)",
+	"CREATE MATERIALIZED VIEW IF NOT EXISTS {D}.sample_spans_mv TO {D}.sample_spans AS"
+	" SELECT type, min(ts) AS tmin, max(ts) AS tmax FROM {D}.samples GROUP BY type",
 	"CREATE TABLE IF NOT EXISTS {D}.cpu_intervals (start Int64, dur Int64, node String,"
 	" cpu UInt32, series UInt64, tid UInt32, comm String) ENGINE = ReplacingMergeTree"
 	" PARTITION BY intDiv(start, 86400000000000) ORDER BY (node, cpu, start)",
@@ -275,6 +288,61 @@ static const char *const SCHEMA[] = {
 	"CREATE TABLE IF NOT EXISTS {D}.retention (what String, cutoff Int64)"
 	" ENGINE = ReplacingMergeTree(cutoff) ORDER BY what",
 };
+
+/*
+ * samples_1h and sample_spans only know the samples inserted after their
+ * views were made. The retention row "rollups_from" says from when they
+ * are whole: 0 for a database that had no samples then, else an hour
+ * past both the newest sample and now, so that no batch written before
+ * the views can land behind it (a server of an older version still
+ * writing then is the one way round that). Several servers upgrading at
+ * once each insert one; readers take the largest, the safe one.
+ */
+static int _rollups_from(struct ch_store *st)
+{
+	struct strbuf rows = STRBUF_INIT;
+	int64_t n = 0, newest = 0, b = 0;
+	char q[256];
+	int err;
+
+	snprintf(q, sizeof(q), "SELECT toInt64(count()) FROM %s.retention WHERE"
+		 " what = 'rollups_from' FORMAT RowBinary", st->db);
+	err = ch__select_i64(st, q, 0, &n);
+	if (err || n)
+		return err;
+	snprintf(q, sizeof(q), "SELECT toInt64(count()) FROM %s.samples FORMAT RowBinary", st->db);
+	err = ch__select_i64(st, q, 0, &n);
+	if (!err && n) {
+		struct timespec ts;
+		int64_t now;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+
+		snprintf(q, sizeof(q), "SELECT toInt64(max(ts)) FROM %s.samples FORMAT RowBinary",
+			 st->db);
+		err = ch__select_i64(st, q, 0, &newest);
+		if (newest < now)
+			newest = now;
+		b = (newest / STORE_NS_HOUR + 2) * STORE_NS_HOUR;
+	}
+	if (err)
+		return err;
+	rb__str(&rows, "rollups_from");
+	rb__i64(&rows, b);
+	err = ch__insert(st, "retention", &rows);
+	strbuf__release(&rows);
+	return err;
+}
+
+int ch__rollups_from(struct ch_store *st, int64_t *out)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SELECT toInt64(cutoff) FROM %s.retention WHERE"
+		 " what = 'rollups_from' ORDER BY cutoff DESC LIMIT 1 FORMAT RowBinary", st->db);
+	return ch__select_i64(st, q, INT64_MAX, out);
+}
 
 static int _schema(struct ch_store *st)
 {
@@ -330,6 +398,7 @@ static void _ch_close(void *impl)
 	for (uint32_t i = 0; i < st->nseries; i++)
 		free(st->series[i]);
 	free(st->series);
+	ch__shapes_free(&st->shapes);
 	free(st);
 }
 
@@ -467,6 +536,8 @@ static void *_ch_open(const char *location, char *err, size_t err_len)
 		goto fail;
 	}
 	e = -_schema(st);
+	if (!e)
+		e = -_rollups_from(st);
 	if (e) {
 		snprintf(err, err_len, "%s", st->err);
 		goto fail;
@@ -531,8 +602,8 @@ static int _raise(struct ch_store *st, const char *what, int64_t cutoff,
 
 static int _ch_retain(void *impl, int64_t cutoff)
 {
-	static const char *const tables[] = { "samples", "samples_1m", "cpu_intervals",
-					      "gpu_intervals" };
+	static const char *const tables[] = { "samples", "samples_1m", "samples_1h",
+					      "sample_spans", "cpu_intervals", "gpu_intervals" };
 
 	/* Minutes are the unit: rollups and raw samples are cut at the same place. */
 	if (cutoff > STORE_TS_LIMIT)
@@ -540,7 +611,7 @@ static int _ch_retain(void *impl, int64_t cutoff)
 	cutoff = cutoff / STORE_NS_MIN * STORE_NS_MIN;
 	if (cutoff <= 0)
 		return 0;
-	return _raise(impl, "samples", cutoff, tables, 4);
+	return _raise(impl, "samples", cutoff, tables, sizeof(tables) / sizeof(tables[0]));
 }
 
 static int _ch_retain_metrics(void *impl, int64_t cutoff)
@@ -596,6 +667,7 @@ const struct store_backend store_clickhouse_backend = {
 	.close = _ch_close,
 	.write = ch__write,
 	.profile = ch__profile,
+	.flamegraph = ch__flamegraph,
 	.samples = ch__samples,
 	.series = ch__query_series,
 	.label_names = ch__label_names,

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "common/strbuf.h"
+#include "common/u64map.h"
 #include "store/chhttp.h"
 #include "store/rowbinary.h"
 #include "store/store.h"
@@ -19,6 +20,33 @@
 #define CH_NS_DAY	(24 * STORE_NS_HOUR)
 
 struct intern;
+
+/*
+ * What flame graphs need of stored stacks and frames, kept across queries
+ * (flame.c): each stack's frames as indexes of frames[], each frame's
+ * merge key (function, binary path, kind) and what names it. Ids are
+ * hashes of content, so what was read once stays right.
+ */
+struct ch_frame {
+	uint64_t addr;
+	uint32_t path, build_id, function, file, line;	/* strings: ids in strs */
+	uint32_t key;		/* merge key + 1; 0: not read yet */
+	uint8_t kind, has_mapping;
+};
+
+struct ch_shapes {
+	struct u64map sidx;	/* stack hash -> index in soff/slen */
+	uint64_t *soff;		/* a stack's frames: arena[soff[i]], slen[i] of them */
+	uint32_t *slen, nstack, cap_stack;
+	uint32_t *arena;
+	size_t narena, cap_arena;
+	struct u64map fidx;	/* frame hash -> index in frames/fhash/fkey */
+	struct ch_frame *frames;
+	uint64_t *fhash;
+	uint32_t *fkey;		/* merge key per frame, as flametree__build() takes them */
+	uint32_t nframes, cap_frames;
+	struct intern *strs, *keys;
+};
 
 /* A series as queries see it: its labels, node included, sorted by name. */
 struct ch_series {
@@ -52,6 +80,8 @@ struct ch_store {
 	struct intern *series_idx;
 	struct ch_series **series;
 	uint32_t nseries, cap_series;
+
+	struct ch_shapes shapes;	/* flame.c */
 };
 
 /* Frees the kept session hashes (write.c). */
@@ -65,6 +95,11 @@ int ch__select(struct ch_store *st, const char *sql, struct strbuf *resp);
 int ch__select_i64(struct ch_store *st, const char *sql, int64_t dflt, int64_t *out);
 /* The retention watermark of samples (and intervals) or of metric points: kept rows have ts >= it. */
 int ch__watermark(struct ch_store *st, const char *what, int64_t *out);
+/*
+ * From when samples_1h and sample_spans hold every sample (hour-aligned;
+ * INT64_MAX when not known yet): earlier times are read as before.
+ */
+int ch__rollups_from(struct ch_store *st, int64_t *out);
 /*
  * The series with this id (borrowed from the store's cache, valid until
  * the store is closed), reading the series table again once when it is
@@ -91,6 +126,16 @@ int ch__series_filter(struct ch_store *st, const struct selector *sel, struct st
 bool ch__plan(struct strbuf *roll, struct strbuf *raw, int64_t from, int64_t rfrom,
 	      int64_t to, int64_t step);
 
+/*
+ * " WHERE id IN (...)" for the n ids wanted from table, or nothing when
+ * they are an eighth of its rows or more (read.c).
+ */
+int ch__where_ids(struct ch_store *st, const char *table, const uint64_t *ids, uint32_t n,
+		  struct strbuf *sql);
+
+/* Frees the flame graph cache (flame.c). */
+void ch__shapes_free(struct ch_shapes *sh);
+
 /* Stack hash -> id in out, for one query. */
 struct exporter {
 	struct ch_store *st;
@@ -115,6 +160,9 @@ int ch__write_metrics(void *impl, const char *node, const struct batch *b);
 /* The queries (query.c, intervals.c, metrics.c), as struct store_backend takes them. */
 int ch__profile(void *impl, int64_t from, int64_t to, const struct selector *sel, uint32_t type,
 		struct profile *out);
+struct flametree;
+int ch__flamegraph(void *impl, int64_t from, int64_t to, const struct selector *sel,
+		   uint32_t type, size_t max_nodes, struct profile *out, struct flametree *t);
 int ch__samples(void *impl, int64_t from, int64_t to, const struct selector *sel, uint32_t type,
 		uint32_t max_samples, struct profile *dict,
 		int (*cb)(void *ctx, int64_t ts, uint32_t stack, uint32_t tid, uint32_t cpu,

@@ -9,7 +9,7 @@
  * materialized view's per-minute sums) and the rest from samples. For
  * series buckets a minute is taken from samples_1m only when it lies in
  * one bucket; the raw side reads exactly the complement, so totals equal
- * those of the raw samples.
+ * those of the raw samples. Flame graphs also read hour rollups (flame.c).
  *
  * This file has what the queries share: the selection, the time plan and
  * the export of stacks; the queries are in query.c, intervals.c, metrics.c.
@@ -213,8 +213,8 @@ static void _id_list(struct strbuf *sql, const uint64_t *ids, uint32_t n)
  */
 #define SCAN_MIN 4096
 
-static int _where_ids(struct ch_store *st, const char *table, const uint64_t *ids, uint32_t n,
-		      struct strbuf *sql)
+int ch__where_ids(struct ch_store *st, const char *table, const uint64_t *ids, uint32_t n,
+		  struct strbuf *sql)
 {
 	char q[160];
 	int64_t rows = 0;
@@ -270,7 +270,7 @@ int ch__ex_run(struct exporter *ex)
 	if (!ex->ntodo)
 		return 0;
 	strbuf__printf(&sql, "SELECT id, frames FROM %s.stacks", st->db);
-	err = _where_ids(st, "stacks", ex->todo, ex->ntodo, &sql);
+	err = ch__where_ids(st, "stacks", ex->todo, ex->ntodo, &sql);
 	strbuf__puts(&sql, " FORMAT RowBinary");
 	err = err ?: sql.oom ? -ENOMEM : ch__select(st, sql.buf, &sresp);
 	if (err)
@@ -324,7 +324,7 @@ int ch__ex_run(struct exporter *ex)
 		sql.len = 0;
 		strbuf__printf(&sql, "SELECT id, kind, has_mapping, path, build_id, addr, function,"
 			       " file, line FROM %s.frames", st->db);
-		err = _where_ids(st, "frames", fwant, nf, &sql);
+		err = ch__where_ids(st, "frames", fwant, nf, &sql);
 		strbuf__puts(&sql, " FORMAT RowBinary");
 		err = err ?: sql.oom ? -ENOMEM : ch__select(st, sql.buf, &fresp);
 		if (err)
