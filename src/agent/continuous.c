@@ -20,19 +20,11 @@
 #include "gpu/nvml.h"
 #include "gpu/poller.h"
 
-static uint64_t _mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
 void continuous__flush(struct continuous *c)
 {
 	struct batch *b = collector__take_batch(c->collector);
 
-	c->last_flush_ns = _mono_ns();
+	c->last_flush_ns = clock__mono_ns();
 	if (b)
 		c->deliver(c->ctx, b);
 }
@@ -116,11 +108,13 @@ static void _on_tick(evutil_socket_t fd, short what, void *arg)
 	if (c->gpu && b)
 		_gpu_drain(c, b);
 	if (c->busy) {
-		gpu_busy__steer(c->busy, c->gpu, _records_complete, c, (uint64_t)clock__unix_ns());
+		uint64_t now = (uint64_t)clock__unix_ns();
+
+		gpu_busy__steer(c->busy, c->gpu, _records_complete, c, now);
 		gpu_busy__drain(c->busy, collector__profile(c->collector), c->gpu,
-				collector__dispatch_scale(c->collector), (uint64_t)clock__unix_ns(), false);
+				collector__dispatch_scale(c->collector), now, false);
 	}
-	since = _mono_ns() - c->last_flush_ns;
+	since = clock__mono_ns() - c->last_flush_ns;
 	if (since >= c->interval_ns || (b && b->nsamples >= c->max_samples) ||
 	    (b && b->ncpu_intervals >= CONTINUOUS_EARLY_INTERVALS &&
 	     since >= CONTINUOUS_EARLY_MIN_NS))
@@ -257,7 +251,7 @@ int continuous__start(struct continuous *c, struct event_base *base,
 			pr_warn("cannot watch the CPU strips' ring buffer: it is drained every %ld ms "
 				"only\n", tick_ms);
 	}
-	c->last_flush_ns = _mono_ns();
+	c->last_flush_ns = clock__mono_ns();
 	if (o->gpu_interval_ns) {
 		c->gpu_interval_ns = o->gpu_interval_ns;
 		c->on_gpu_round = o->on_gpu_round;
