@@ -65,12 +65,16 @@ static int _grow(void **a, uint32_t *cap, uint32_t need, size_t size)
 
 	if (need <= *cap)
 		return 0;
-	while (c < need)
+	while (c < need) {
+		if (c > UINT32_MAX / 2)
+			return -ENOMEM;		/* the doubling would wrap, and never end */
 		c *= 2;
+	}
 	p = realloc(*a, (size_t)c * size);
 	if (!p)
 		return -ENOMEM;
 	*a = p;
+	*cap = c;
 	return 0;
 }
 
